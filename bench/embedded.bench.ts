@@ -1,0 +1,91 @@
+// The embedded API against lmdb used directly in the same process and commit mode (commit without
+// fsync: Tessera's `store` durability). Each iteration is a batch of concurrent operations, as a busy
+// application issues them, two batches in flight at a time. Two lmdb baselines: its idiomatic async `put` (batched by lmdb-js, resolved
+// at commit) and the ceiling — synchronous puts in one transaction, no concurrency at all.
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { open } from 'lmdb';
+import { Tessera } from '../src/main/node.js';
+import { type BenchRow, formatTable, isMain, runTasks } from './common.js';
+
+const BATCH = 1000;
+/** Batches per task call, and how many may be in flight at once: a busy application overlaps them. */
+const BATCHES_PER_CALL = 4;
+const WINDOW = 2;
+const KEYS = 100_000;
+const VALUE = Buffer.alloc(100, 42);
+
+export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
+  const dir = mkdtempSync(join(tmpdir(), 'tessera-bench-'));
+  const keys = Array.from({ length: KEYS }, (_, i) => Buffer.from(`key:${String(i).padStart(8, '0')}`));
+  const env = open({ path: join(dir, 'raw'), noSync: true, useWritemap: true, maxDbs: 4 });
+  const raw = env.openDB({ name: 'raw', encoding: 'binary', keyEncoding: 'binary' });
+  const node = await Tessera.start({ store: 'lmdb', dataDir: join(dir, 'tessera'), workers, fragments: 16 });
+  let n = 0;
+  const windowed = async (batch: () => Promise<unknown>) => {
+    const inFlight: Promise<unknown>[] = [];
+    for (let b = 0; b < BATCHES_PER_CALL; b++) {
+      if (inFlight.length >= WINDOW) await inFlight.shift();
+      inFlight.push(batch());
+    }
+    await Promise.all(inFlight);
+  };
+  const nextKeys = () => {
+    const batch: Buffer[] = [];
+    for (let i = 0; i < BATCH; i++) batch.push(keys[n++ % KEYS]);
+    return batch;
+  };
+  // Preload both so reads hit.
+  for (let i = 0; i < KEYS; i += BATCH) {
+    const batch = keys.slice(i, i + BATCH);
+    await Promise.all(batch.map((k) => raw.put(k, VALUE)));
+    await Promise.all(batch.map((k) => node.put(k, VALUE)));
+  }
+  try {
+    const workersLabel = `${workers} worker${workers > 1 ? 's' : ''}`;
+    return await runTasks('embedded vs lmdb', [
+      {
+        name: 'lmdb put (async, batched by lmdb-js)',
+        opsPerCall: BATCH * BATCHES_PER_CALL,
+        fn: () => windowed(() => Promise.all(nextKeys().map((k) => raw.put(k, VALUE)))),
+      },
+      {
+        name: 'lmdb putSync in one transaction',
+        opsPerCall: BATCH,
+        fn: () => {
+          const batch = nextKeys();
+          raw.transactionSync(() => {
+            for (const k of batch) raw.putSync(k, VALUE);
+          });
+        },
+      },
+      {
+        name: `tessera put @store (${workersLabel})`,
+        opsPerCall: BATCH * BATCHES_PER_CALL,
+        fn: () => windowed(() => Promise.all(nextKeys().map((k) => node.put(k, VALUE)))),
+        baseline: 'lmdb put (async, batched by lmdb-js)',
+      },
+      {
+        name: 'lmdb getBinary',
+        opsPerCall: BATCH,
+        fn: () => {
+          for (const k of nextKeys()) raw.getBinary(k);
+        },
+      },
+      {
+        name: `tessera get (${workersLabel})`,
+        opsPerCall: BATCH * BATCHES_PER_CALL,
+        fn: () => windowed(() => Promise.all(nextKeys().map((k) => node.get(k)))),
+        baseline: 'lmdb getBinary',
+      },
+    ]);
+  } finally {
+    await node.close();
+    await env.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (isMain(import.meta.url)) console.log(formatTable(await embeddedBench(Number(process.argv[2] ?? 1))));

@@ -1,0 +1,523 @@
+// The fragment actor's rules as a state machine (DESIGN.md "Worker threads", spec §2.6–2.9, §3, §8.1).
+// One instance per fragment, driven by the worker (src/workers/fragment-driver.ts), which turns ring
+// records into `request` events, runs store commits and fsyncs for `commit` / `sync` actions and
+// reports them back. The only I/O it sees is the injected synchronous `RecordReader` (as etcd's raft
+// reads its Storage), so golden tests drive it with a Map and scripted time.
+//
+// Write path: a write merges (LWW) over the freshest record — unflushed, then flushing, then store —
+// and lands in `unflushed`. Commits move `unflushed` to `flushing` as generation g; a reply that needs
+// `store` waits for committed ≥ g, one that needs `stable` for synced ≥ g. One commit is in flight at
+// a time; at most one sync request is outstanding, so fsyncs group every stable write waiting.
+
+import { assert } from './assert.js';
+import { HLC_LOGICAL_MAX } from './limits.js';
+import { BoundedQueue, TokenBucket } from './op-queue.js';
+import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
+import {
+  ApplyOutcome,
+  describeRecord,
+  expiresAtOf,
+  expiryTombstoneOf,
+  isLive,
+  isTombstone,
+  logicalOf,
+  mergeOutcome,
+  nodeIdOf,
+  restampRecord,
+  wallMsOf,
+} from './record.js';
+
+/** Synchronous point reads of committed records. */
+export interface RecordReader {
+  get(fragment: number, key: Uint8Array): Uint8Array | undefined;
+}
+
+/** One queued operation, built by the driver from a ring record. */
+export class FragmentOp {
+  private keyIdCache: string | undefined;
+
+  constructor(
+    readonly kind: OpKind,
+    readonly reqId: number,
+    readonly priority: Priority,
+    readonly durability: Durability,
+    /** Key bytes the op owns (copied out of the ring). */
+    readonly key: Buffer,
+    /** Write: the record to merge. Restamp: a header-only record with the new version and deadline. */
+    readonly record: Buffer | undefined,
+    /** Read: reply with the record header only (TTL queries need no value). */
+    readonly headerOnly: boolean,
+    /** Write: report whether a live value existed before (DEL's count); costs a store read. */
+    readonly wantsPrior: boolean,
+  ) {}
+
+  /** `key` as a latin1 string: the identity of the key in the pending maps, built on first use. */
+  get keyId(): string {
+    if (this.keyIdCache === undefined) this.keyIdCache = this.key.toString('latin1');
+    return this.keyIdCache;
+  }
+}
+
+export interface FragmentConfig {
+  fragment: number;
+  /** Newest wall-ms the store holds for this fragment (its persisted high-water mark). */
+  storedHighWaterWallMs: number;
+  queueOpsMax: number;
+  backgroundOpsPerSec: number;
+  flushIntervalMs: number;
+  flushWritesMax: number;
+  flushBytesMax: number;
+}
+
+export type FragmentEvent =
+  | { kind: 'request'; op: FragmentOp }
+  | { kind: 'run'; nowMs: number; budget: number }
+  | { kind: 'tick'; nowMs: number }
+  | { kind: 'committed'; generation: number }
+  | { kind: 'commit-failed'; generation: number; message: string }
+  | { kind: 'synced'; generation: number }
+  | { kind: 'sync-failed'; generation: number; message: string }
+  | { kind: 'sweep'; nowMs: number; entries: ReadonlyArray<{ key: Buffer; record: Buffer }> };
+
+export type FragmentAction =
+  | {
+      kind: 'reply';
+      op: FragmentOp;
+      reply: Reply;
+      /** Found: the live record. Superseded: the winning record. */
+      record: Uint8Array | undefined;
+      /** Writes: whether a live value existed before this write. */
+      prior: boolean;
+      message: string;
+    }
+  | {
+      kind: 'commit';
+      fragment: number;
+      generation: number;
+      puts: Array<[key: Uint8Array, record: Uint8Array]>;
+      highWaterWallMs: number;
+    }
+  | { kind: 'sync'; fragment: number; generation: number };
+
+type PendingEntry = [key: Buffer, record: Uint8Array];
+
+/** A reply held back until its generation reaches a durability level. */
+interface Waiter {
+  op: FragmentOp;
+  reply: Reply;
+  prior: boolean;
+  generation: number;
+}
+
+export interface FragmentStats {
+  fragment: number;
+  queued: [high: number, normal: number, background: number];
+  shed: [high: number, normal: number, background: number];
+  unflushed: number;
+  committedGeneration: number;
+  syncedGeneration: number;
+  writes: number;
+  reads: number;
+  expiredSwept: number;
+}
+
+export class FragmentCore {
+  readonly fragment: number;
+  private readonly queues: BoundedQueue<FragmentOp>[];
+  private readonly backgroundTokens: TokenBucket;
+  private outbox: FragmentAction[] = [];
+  private nowMs: number;
+
+  private unflushed = new Map<string, PendingEntry>();
+  private unflushedBytes = 0;
+  /** When the oldest unflushed write arrived; the flush interval counts from it. */
+  private unflushedSinceMs = 0;
+  /** Waiters attached to the unflushed generation: a reason to commit now. */
+  private unflushedWaiters = 0;
+  private flushing = new Map<string, PendingEntry>();
+  /** Newest version (wall, logical) stored or pending in this fragment; node ids are not tracked. */
+  private highWaterWallMs: number;
+  private highWaterLogical: number;
+
+  /** Generation the next commit will carry; `flushingGeneration` is 0 when no commit is in flight. */
+  private unflushedGeneration = 1;
+  private flushingGeneration = 0;
+  private committedGeneration = 0;
+  private syncedGeneration = 0;
+  private syncInFlightGeneration = 0;
+  private readonly commitWaiters: Waiter[] = [];
+  private readonly stableWaiters: Waiter[] = [];
+
+  private readonly shed: [number, number, number] = [0, 0, 0];
+  private writes = 0;
+  private reads = 0;
+  private expiredSwept = 0;
+
+  constructor(
+    private readonly config: FragmentConfig,
+    private readonly reader: RecordReader,
+    nowMs: number,
+  ) {
+    this.fragment = config.fragment;
+    this.queues = [
+      new BoundedQueue(config.queueOpsMax),
+      new BoundedQueue(config.queueOpsMax),
+      new BoundedQueue(config.queueOpsMax),
+    ];
+    const rate = config.backgroundOpsPerSec;
+    this.backgroundTokens = new TokenBucket(rate, Math.max(1, Math.ceil(rate / 10)), nowMs);
+    this.nowMs = nowMs;
+    // Only the wall ms is persisted: assume any logical counter within that millisecond is taken.
+    this.highWaterWallMs = config.storedHighWaterWallMs;
+    this.highWaterLogical = config.storedHighWaterWallMs > 0 ? HLC_LOGICAL_MAX : 0;
+  }
+
+  step(event: FragmentEvent): void {
+    switch (event.kind) {
+      case 'request':
+        return this.admit(event.op);
+      case 'run':
+        this.nowMs = Math.max(this.nowMs, event.nowMs);
+        this.runQueues(event.budget);
+        return this.maybeCommit();
+      case 'tick':
+        this.nowMs = Math.max(this.nowMs, event.nowMs);
+        return this.maybeCommit();
+      case 'committed':
+        return this.onCommitted(event.generation);
+      case 'commit-failed':
+        return this.onCommitFailed(event.generation, event.message);
+      case 'synced':
+        return this.onSynced(event.generation);
+      case 'sync-failed':
+        return this.onSyncFailed(event.generation, event.message);
+      case 'sweep':
+        this.nowMs = Math.max(this.nowMs, event.nowMs);
+        for (const entry of event.entries) this.sweepOne(entry.key, entry.record);
+        return this.maybeCommit();
+    }
+  }
+
+  /** Moves the actions produced so far into `into`, leaving the outbox empty. */
+  takeActions(into: FragmentAction[]): void {
+    for (const action of this.outbox) into.push(action);
+    this.outbox.length = 0;
+  }
+
+  /** True when `run` would execute something at `nowMs`. */
+  runnable(nowMs: number): boolean {
+    if (this.queues[Priority.High].length > 0 || this.queues[Priority.Default].length > 0) return true;
+    return this.queues[Priority.Background].length > 0 && this.backgroundTokens.waitMs(nowMs) === 0;
+  }
+
+  /** Milliseconds until this fragment needs a `tick` or `run` (Infinity when idle). */
+  nextWakeMs(nowMs: number): number {
+    let wait = Number.POSITIVE_INFINITY;
+    if (this.unflushed.size > 0 && this.flushingGeneration === 0) {
+      wait = Math.max(0, this.unflushedSinceMs + this.config.flushIntervalMs - nowMs);
+    }
+    if (this.queues[Priority.Background].length > 0)
+      wait = Math.min(wait, this.backgroundTokens.waitMs(nowMs));
+    return wait;
+  }
+
+  /** True when nothing is queued, unflushed, in flight or waiting. */
+  idle(): boolean {
+    return (
+      this.queues.every((q) => q.length === 0) &&
+      this.unflushed.size === 0 &&
+      this.flushingGeneration === 0 &&
+      this.commitWaiters.length === 0 &&
+      this.stableWaiters.length === 0
+    );
+  }
+
+  stats(): FragmentStats {
+    return {
+      fragment: this.fragment,
+      queued: [this.queues[0].length, this.queues[1].length, this.queues[2].length],
+      shed: [this.shed[0], this.shed[1], this.shed[2]],
+      unflushed: this.unflushed.size,
+      committedGeneration: this.committedGeneration,
+      syncedGeneration: this.syncedGeneration,
+      writes: this.writes,
+      reads: this.reads,
+      expiredSwept: this.expiredSwept,
+    };
+  }
+
+  /** The freshest record of a key: unflushed, then flushing, then the store. */
+  lookup(op: FragmentOp): Uint8Array | undefined {
+    if (this.unflushed.size > 0 || this.flushing.size > 0) {
+      const keyId = op.keyId;
+      const pending = this.unflushed.get(keyId) ?? this.flushing.get(keyId);
+      if (pending !== undefined) return pending[1];
+    }
+    return this.reader.get(this.fragment, op.key);
+  }
+
+  private admit(op: FragmentOp): void {
+    if (this.queues[op.priority].push(op)) return;
+    this.shed[op.priority]++;
+    this.reply(op, Reply.Backpressure, undefined, false, 'fragment queue is full');
+  }
+
+  private runQueues(budget: number): void {
+    let done = 0;
+    for (const priority of [Priority.High, Priority.Default] as const) {
+      const queue = this.queues[priority];
+      while (done < budget && queue.length > 0) {
+        this.execute(queue.shift()!);
+        done++;
+      }
+    }
+    const background = this.queues[Priority.Background];
+    while (done < budget && background.length > 0 && this.backgroundTokens.tryTake(this.nowMs)) {
+      this.execute(background.shift()!);
+      done++;
+    }
+  }
+
+  private execute(op: FragmentOp): void {
+    switch (op.kind) {
+      case OpKind.Read:
+        return this.executeRead(op);
+      case OpKind.Write:
+        return this.executeWrite(op, op.record!);
+      case OpKind.Restamp:
+        return this.executeRestamp(op);
+      case OpKind.Fence:
+        return this.await(op, Reply.FenceReached, false);
+    }
+  }
+
+  private executeRead(op: FragmentOp): void {
+    this.reads++;
+    const current = this.lookup(op);
+    if (current !== undefined && isLive(current, this.nowMs)) this.reply(op, Reply.Found, current, false, '');
+    else this.reply(op, Reply.NotFound, undefined, false, '');
+  }
+
+  private executeRestamp(op: FragmentOp): void {
+    const current = this.lookup(op);
+    if (current === undefined || !isLive(current, this.nowMs)) {
+      return this.reply(op, Reply.NotFound, undefined, false, '');
+    }
+    const stamp = op.record!;
+    const restamped = restampRecord(
+      current,
+      wallMsOf(stamp),
+      logicalOf(stamp),
+      expiresAtOf(stamp),
+      nodeIdOf(stamp),
+    );
+    this.executeWrite(op, restamped);
+  }
+
+  private executeWrite(op: FragmentOp, incoming: Uint8Array): void {
+    this.writes++;
+    // A version newer than everything this fragment ever stored or queued beats whatever is there:
+    // the merge needs no read unless the caller wants to know what was there.
+    const newest = !op.wantsPrior && this.newerThanHighWater(incoming);
+    const current = newest ? undefined : this.lookup(op);
+    const prior = current !== undefined && isLive(current, this.nowMs);
+    switch (mergeOutcome(current, incoming, this.nowMs)) {
+      case ApplyOutcome.Superseded:
+        return this.reply(op, Reply.Superseded, current, prior, '');
+      case ApplyOutcome.AlreadyPresent:
+        return this.await(op, Reply.AlreadyPresent, prior);
+      case ApplyOutcome.Expired:
+        // The deadline passed before the write arrived: install its expiry tombstone so no older
+        // replica can bring the key back, and report Expired (spec §2.4).
+        this.putPending(op.key, op.keyId, expiryTombstoneOf(incoming));
+        return this.reply(op, Reply.Expired, undefined, prior, '');
+      case ApplyOutcome.Applied:
+        this.putPending(op.key, op.keyId, incoming);
+        return this.await(op, Reply.Applied, prior);
+    }
+  }
+
+  private sweepOne(key: Buffer, stored: Buffer): void {
+    const keyId = key.toString('latin1');
+    // A pending write is newer than (or the same as) what the store holds; the sweep of a later
+    // page or pass will see it once it is committed.
+    if (this.unflushed.has(keyId) || this.flushing.has(keyId)) return;
+    if (isTombstone(stored) || isLive(stored, this.nowMs)) return;
+    this.putPending(key, keyId, expiryTombstoneOf(stored));
+    this.expiredSwept++;
+  }
+
+  private putPending(key: Buffer, keyId: string, record: Uint8Array): void {
+    const previous = this.unflushed.get(keyId);
+    if (previous !== undefined) this.unflushedBytes -= previous[0].length + previous[1].length;
+    else if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
+    this.unflushed.set(keyId, [key, record]);
+    this.unflushedBytes += key.length + record.length;
+    if (this.newerThanHighWater(record)) {
+      this.highWaterWallMs = wallMsOf(record);
+      this.highWaterLogical = logicalOf(record);
+    }
+  }
+
+  /** True when `record`'s timestamp is strictly newer than every version this fragment holds. */
+  private newerThanHighWater(record: Uint8Array): boolean {
+    const wallMs = wallMsOf(record);
+    return (
+      wallMs > this.highWaterWallMs ||
+      (wallMs === this.highWaterWallMs && logicalOf(record) > this.highWaterLogical)
+    );
+  }
+
+  /** Replies now, or once the op's durability level covers everything admitted so far. */
+  private await(op: FragmentOp, reply: Reply, prior: boolean): void {
+    if (op.durability === Durability.Memory) return this.reply(op, reply, undefined, prior, '');
+    let generation = this.committedGeneration;
+    if (this.unflushed.size > 0) generation = this.unflushedGeneration;
+    else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
+    const waiter: Waiter = { op, reply, prior, generation };
+    if (op.durability === Durability.Store) {
+      if (generation <= this.committedGeneration) return this.reply(op, reply, undefined, prior, '');
+      this.commitWaiters.push(waiter);
+    } else {
+      if (generation <= this.syncedGeneration) return this.reply(op, reply, undefined, prior, '');
+      this.stableWaiters.push(waiter);
+      this.maybeSync();
+    }
+    if (generation === this.unflushedGeneration) this.unflushedWaiters++;
+  }
+
+  private maybeCommit(): void {
+    if (this.flushingGeneration !== 0 || this.unflushed.size === 0) return;
+    const due =
+      this.unflushedWaiters > 0 ||
+      this.unflushed.size >= this.config.flushWritesMax ||
+      this.unflushedBytes >= this.config.flushBytesMax ||
+      this.nowMs - this.unflushedSinceMs >= this.config.flushIntervalMs;
+    if (!due) return;
+    const puts = Array.from(this.unflushed.values());
+    this.flushing = this.unflushed;
+    this.unflushed = new Map();
+    this.unflushedBytes = 0;
+    this.unflushedWaiters = 0;
+    this.flushingGeneration = this.unflushedGeneration++;
+    this.outbox.push({
+      kind: 'commit',
+      fragment: this.fragment,
+      generation: this.flushingGeneration,
+      puts,
+      highWaterWallMs: this.highWaterWallMs,
+    });
+  }
+
+  private maybeSync(): void {
+    if (this.syncInFlightGeneration !== 0 || this.stableWaiters.length === 0) return;
+    if (this.stableWaiters[0].generation > this.committedGeneration) return;
+    this.syncInFlightGeneration = this.committedGeneration;
+    this.outbox.push({ kind: 'sync', fragment: this.fragment, generation: this.committedGeneration });
+  }
+
+  private onCommitted(generation: number): void {
+    assert(generation === this.flushingGeneration, `committed generation ${generation} is not in flight`);
+    this.flushing = new Map();
+    this.flushingGeneration = 0;
+    this.committedGeneration = generation;
+    this.release(this.commitWaiters, generation);
+    this.maybeSync();
+    this.maybeCommit();
+  }
+
+  private onCommitFailed(generation: number, message: string): void {
+    assert(generation === this.flushingGeneration, `failed generation ${generation} is not in flight`);
+    // Keep the writes for the next commit: entries already superseded in `unflushed` stay newer.
+    for (const [keyId, entry] of this.flushing) {
+      if (!this.unflushed.has(keyId)) {
+        if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
+        this.unflushed.set(keyId, entry);
+        this.unflushedBytes += entry[0].length + entry[1].length;
+      }
+    }
+    this.flushing = new Map();
+    this.flushingGeneration = 0;
+    this.fail(this.commitWaiters, generation, message);
+    this.fail(this.stableWaiters, generation, message);
+  }
+
+  private onSynced(generation: number): void {
+    assert(generation === this.syncInFlightGeneration, `synced generation ${generation} was not requested`);
+    this.syncInFlightGeneration = 0;
+    this.syncedGeneration = generation;
+    this.release(this.stableWaiters, generation);
+    this.maybeSync();
+  }
+
+  private onSyncFailed(generation: number, message: string): void {
+    assert(generation === this.syncInFlightGeneration, `failed sync ${generation} was not requested`);
+    this.syncInFlightGeneration = 0;
+    this.fail(this.stableWaiters, generation, message);
+    this.maybeSync();
+  }
+
+  /** Replies to the waiters (oldest first, generations ascending) whose generation is ≤ `generation`. */
+  private release(waiters: Waiter[], generation: number): void {
+    let n = 0;
+    while (n < waiters.length && waiters[n].generation <= generation) {
+      const w = waiters[n++];
+      this.reply(w.op, w.reply, undefined, w.prior, '');
+    }
+    waiters.splice(0, n);
+  }
+
+  private fail(waiters: Waiter[], generation: number, message: string): void {
+    let n = 0;
+    while (n < waiters.length && waiters[n].generation <= generation) {
+      this.reply(waiters[n++].op, Reply.StorageFailed, undefined, false, message);
+    }
+    waiters.splice(0, n);
+  }
+
+  private reply(
+    op: FragmentOp,
+    reply: Reply,
+    record: Uint8Array | undefined,
+    prior: boolean,
+    message: string,
+  ) {
+    this.outbox.push({ kind: 'reply', op, reply, record, prior, message });
+  }
+
+  /** Canonical text of the state, for golden tests. */
+  describe(): string {
+    const pending = (m: Map<string, PendingEntry>) =>
+      [...m.values()]
+        .map(([k, r]) => `${JSON.stringify(k.toString('latin1'))}=${describeRecord(r)}`)
+        .join(' ');
+    const lines = [
+      `queued high=${this.queues[0].length} default=${this.queues[1].length} background=${this.queues[2].length}` +
+        ` shed=${this.shed.join('/')}`,
+      `unflushed gen=${this.unflushedGeneration} [${pending(this.unflushed)}]`,
+      `flushing gen=${this.flushingGeneration} [${pending(this.flushing)}]`,
+      `committed=${this.committedGeneration} synced=${this.syncedGeneration} sync-in-flight=${this.syncInFlightGeneration}` +
+        ` waiting store=${this.commitWaiters.length} stable=${this.stableWaiters.length}`,
+    ];
+    return lines.join('\n');
+  }
+}
+
+/** Canonical text of one action, for golden tests. */
+export function describeAction(action: FragmentAction): string {
+  switch (action.kind) {
+    case 'reply': {
+      const extra = action.record !== undefined ? ` ${describeRecord(action.record)}` : '';
+      const message = action.message ? ` (${action.message})` : '';
+      return `reply req=${action.op.reqId} ${REPLY_NAMES[action.reply]}${action.prior ? ' prior' : ''}${extra}${message}`;
+    }
+    case 'commit': {
+      const keys = action.puts.map(
+        ([k, r]) => `${JSON.stringify(Buffer.from(k).toString('latin1'))}=${describeRecord(r)}`,
+      );
+      return `commit gen=${action.generation} high-water=${action.highWaterWallMs} [${keys.join(' ')}]`;
+    }
+    case 'sync':
+      return `sync gen=${action.generation}`;
+  }
+}

@@ -1,0 +1,55 @@
+// Hybrid logical clock (DESIGN.md "Version", spec §2.3): 48-bit wall milliseconds + 16-bit logical
+// counter. Strictly monotonic per node even when the wall clock stalls or moves backwards. The wall
+// clock is read by the caller and passed in as `nowMs`.
+
+import { assert } from './assert.js';
+import { HLC_LOGICAL_MAX, HLC_WALL_MS_MAX, MAX_CLOCK_SKEW_MS_DEFAULT } from './limits.js';
+
+export class HybridLogicalClock {
+  /** Last issued or observed timestamp; every tick returns something strictly greater. */
+  wallMs = 0;
+  logical = 0;
+  readonly maxClockSkewMs: number;
+
+  constructor(maxClockSkewMs = MAX_CLOCK_SKEW_MS_DEFAULT) {
+    assert(Number.isSafeInteger(maxClockSkewMs) && maxClockSkewMs >= 0, 'maxClockSkewMs must be ≥ 0');
+    this.maxClockSkewMs = maxClockSkewMs;
+  }
+
+  /**
+   * Issues the next timestamp into `wallMs` / `logical`. Within one millisecond (or while the wall
+   * clock runs behind the last timestamp) the logical counter advances; when it would overflow, the
+   * timestamp borrows the next millisecond.
+   */
+  tick(nowMs: number): void {
+    if (nowMs > this.wallMs) {
+      assert(nowMs <= HLC_WALL_MS_MAX, 'wall clock beyond 48 bits');
+      this.wallMs = nowMs;
+      this.logical = 0;
+    } else if (this.logical < HLC_LOGICAL_MAX) {
+      this.logical++;
+    } else {
+      this.wallMs++;
+      this.logical = 0;
+    }
+  }
+
+  /**
+   * Takes a remote or stored timestamp into account so later ticks order after it. Returns false —
+   * and changes nothing — when it is more than `maxClockSkewMs` ahead of `nowMs`: one bad timestamp
+   * must never be stored, or it would win every later LWW comparison (spec §2.3).
+   */
+  observe(wallMs: number, logical: number, nowMs: number): boolean {
+    if (wallMs > nowMs + this.maxClockSkewMs) return false;
+    if (wallMs > this.wallMs || (wallMs === this.wallMs && logical > this.logical)) {
+      this.wallMs = wallMs;
+      this.logical = logical;
+    }
+    return true;
+  }
+}
+
+/** Printable form of a timestamp, `wall.logical`, used in errors and golden files. */
+export function formatTimestamp(wallMs: number, logical: number): string {
+  return `${wallMs}.${logical}`;
+}

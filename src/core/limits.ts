@@ -1,0 +1,137 @@
+// Every bound Tessera enforces, in one place. Units last; each says why its value.
+// Module-load assertions at the bottom check how the limits relate to each other.
+
+import { assert } from './assert.js';
+
+/** Redis Cluster's slot space; fragments own contiguous slot ranges of it. */
+export const SLOT_COUNT = 16384;
+/** A fragment owns at least one slot, so there can be no more fragments than slots. */
+export const FRAGMENT_COUNT_MAX = SLOT_COUNT;
+/** The default keeps 16 slot ranges: enough to spread over the workers of a large machine. */
+export const FRAGMENT_COUNT_DEFAULT = 16;
+
+/** Keys up to 1 KiB, as the data model promises; LMDB's own key limit (1978 bytes) leaves room for a prefix. */
+export const KEY_BYTES_MAX = 1024;
+/** Default largest value: 4 MiB keeps a value plus its envelope inside a 16 MiB peer frame with room to spare. */
+export const VALUE_BYTES_MAX_DEFAULT = 4 * 1024 * 1024;
+/** The configurable value limit may not exceed this: a record must fit one peer frame (16 MiB) with its header. */
+export const VALUE_BYTES_MAX_CEILING = 15 * 1024 * 1024;
+/** Hard limit of one peer frame (spec §4.6). */
+export const FRAME_BYTES_MAX = 16 * 1024 * 1024;
+
+/** Node ids are 1–255 bytes, as the seed's wire format and error texts say (spec §2.1). */
+export const NODE_ID_BYTES_MAX = 255;
+
+/** Wall milliseconds of a hybrid logical clock timestamp: 48 bits (year 10889). */
+export const HLC_WALL_MS_MAX = 2 ** 48 - 1;
+/** Logical counter of a timestamp: 16 bits; a burst past it borrows the next millisecond. */
+export const HLC_LOGICAL_MAX = 0xffff;
+/** A remote or stored timestamp further ahead of the wall clock than this is refused (spec §2.3). */
+export const MAX_CLOCK_SKEW_MS_DEFAULT = 5 * 60 * 1000;
+/** TTL deadlines are wall milliseconds stored in 48 bits, like timestamps; 0 means "no expiry". */
+export const EXPIRES_AT_MS_MAX = HLC_WALL_MS_MAX;
+
+/** Fragment TTL cleaner period (spec §1.3 `clean_interval`). */
+export const CLEAN_INTERVAL_MS_DEFAULT = 30_000;
+/** Keys the cleaner examines per fragment per event-loop turn, so a sweep never stalls the actor. */
+export const CLEAN_PAGE_KEYS_MAX = 512;
+
+/**
+ * How long `memory`-durability writes may stay unflushed before the actor commits them anyway;
+ * bounds what a process crash can lose at that level.
+ */
+export const FLUSH_INTERVAL_MS_DEFAULT = 100;
+/** Unflushed writes per fragment that force a commit regardless of the interval. */
+export const FLUSH_PENDING_WRITES_MAX = 4096;
+/** Unflushed bytes per fragment that force a commit. */
+export const FLUSH_PENDING_BYTES_MAX = 16 * 1024 * 1024;
+/**
+ * A stable write waits at most this long for a group fsync to start, so writes arriving together
+ * share one fsync (DESIGN.md "Durability").
+ */
+export const STABLE_GROUP_WINDOW_MS = 2;
+
+/** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
+export const QUEUE_OPS_MAX_DEFAULT = 8192;
+/** Background-priority operations each fragment admits per second (the seed's default, spec §1.3). */
+export const BACKGROUND_OPS_PER_SEC_DEFAULT = 1000;
+/** Operations a worker processes in one turn before yielding to its event loop (timers, store callbacks). */
+export const WORKER_TURN_OPS_MAX = 4096;
+
+/** Byte capacity of each SharedArrayBuffer ring; must hold two of the largest records (see below). */
+export const RING_BYTES_MIN = 8 * 1024 * 1024;
+/** Bytes of one ring record header beyond its payload: the u32 length prefix. */
+export const RING_RECORD_HEADER_BYTES = 4;
+/**
+ * Requests the main thread holds for one worker while its ring is full; past it callers get
+ * Backpressure instead of an unbounded wait.
+ */
+export const RING_OVERFLOW_RECORDS_MAX = 65_536;
+
+/** Workers at most; more threads than this would only contend on the store's write lock. */
+export const WORKER_COUNT_MAX = 64;
+/** Restart backoff of a crashed worker: doubles from the minimum to the maximum. */
+export const WORKER_RESTART_BACKOFF_MS_MIN = 50;
+export const WORKER_RESTART_BACKOFF_MS_MAX = 5_000;
+/** How long a worker may take to open its stores before the start is failed. */
+export const WORKER_START_TIMEOUT_MS = 60_000;
+
+/** Keys a scan page returns at most. */
+export const SCAN_PAGE_KEYS_MAX = 10_000;
+/** Default keys per scan page. */
+export const SCAN_PAGE_KEYS_DEFAULT = 100;
+/** Keys a pattern-filtered scan examines per page before returning what it has, so no page stalls. */
+export const SCAN_EXAMINED_KEYS_MAX = 100_000;
+/** Bytes of keys and values one scan page carries (past it a page ends early), so a page fits a ring record. */
+export const SCAN_PAGE_BYTES_MAX = 2 * 1024 * 1024;
+/** Glob patterns are matched by a backtracking matcher; a length bound keeps it cheap. */
+export const SCAN_PATTERN_BYTES_MAX = 1024;
+/** Background-pool tasks waiting for a thread; past it scans answer Backpressure. */
+export const POOL_QUEUE_TASKS_MAX = 64;
+/** Background-pool tasks started per second, like the Background queue's rate limit. */
+export const POOL_TASKS_PER_SEC_DEFAULT = 200;
+
+/** Keys and values per putMany / getMany call: a bound on one call's memory. */
+export const BATCH_ITEMS_MAX = 100_000;
+
+/** Error messages crossing a ring or the wire are cut to this many bytes. */
+export const ERROR_MESSAGE_BYTES_MAX = 1024;
+
+/** Smallest power of two ≥ n. */
+export function ceilPowerOfTwo(n: number): number {
+  let p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** Bytes of the largest record a ring must carry for values up to `valueBytesMax`. */
+export function ringRecordBytesMax(valueBytesMax: number): number {
+  // request header + key + value, or a result carrying a stored record; 64 KiB covers every header.
+  return valueBytesMax + KEY_BYTES_MAX + 64 * 1024;
+}
+
+/**
+ * Ring capacity for a value limit: a power of two whose largest payload (capacity/2 − 8, see
+ * src/threads/ring.ts) holds the largest record.
+ */
+export function ringBytesFor(valueBytesMax: number): number {
+  return ceilPowerOfTwo(
+    Math.max(RING_BYTES_MIN, 2 * (ringRecordBytesMax(valueBytesMax) + 2 * RING_RECORD_HEADER_BYTES)),
+  );
+}
+
+assert(FRAGMENT_COUNT_DEFAULT <= FRAGMENT_COUNT_MAX, 'default fragment count exceeds the slot count');
+assert(VALUE_BYTES_MAX_DEFAULT <= VALUE_BYTES_MAX_CEILING, 'default value limit exceeds its ceiling');
+assert(
+  VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + 64 * 1024 <= FRAME_BYTES_MAX,
+  'a maximal record must fit one peer frame',
+);
+assert(ringBytesFor(VALUE_BYTES_MAX_CEILING) <= 2 ** 30, 'ring counters need capacity ≤ 2^30');
+/** Framing bytes of one scan entry in a ring record (u16 key length + u32 record length). */
+export const SCAN_ENTRY_FRAMING_BYTES = 6;
+assert(
+  SCAN_PAGE_BYTES_MAX + SCAN_PAGE_KEYS_MAX * SCAN_ENTRY_FRAMING_BYTES + KEY_BYTES_MAX + 64 <=
+    RING_BYTES_MIN / 2 - 2 * RING_RECORD_HEADER_BYTES,
+  'a full scan page (which stops before the entry that would pass its byte bound) must fit a ring record',
+);
+assert(CLEAN_PAGE_KEYS_MAX <= WORKER_TURN_OPS_MAX, 'a cleaner page must fit in one worker turn');

@@ -1,0 +1,63 @@
+// The vocabulary operations share across the API, the rings and the fragment actor.
+
+/** Scheduling class of an operation (spec §8.1): High is isolated from bulk; Background is rate-limited. */
+export const Priority = { High: 0, Default: 1, Background: 2 } as const;
+export type Priority = (typeof Priority)[keyof typeof Priority];
+export const PRIORITY_NAMES = ['high', 'default', 'background'] as const;
+export type PriorityName = (typeof PRIORITY_NAMES)[number];
+
+/**
+ * When a write is acknowledged (DESIGN.md "Durability"): applied and readable (memory), committed in
+ * the store (store), or fsynced (stable).
+ */
+export const Durability = { Memory: 0, Store: 1, Stable: 2 } as const;
+export type Durability = (typeof Durability)[keyof typeof Durability];
+export const DURABILITY_NAMES = ['memory', 'store', 'stable'] as const;
+export type DurabilityName = (typeof DURABILITY_NAMES)[number];
+
+export const OpKind = {
+  /** Store a record (value or tombstone) under LWW. */
+  Write: 1,
+  /** Read a key's live record. */
+  Read: 2,
+  /** Re-stamp a live value with a new version and deadline (EXPIRE, PERSIST). */
+  Restamp: 3,
+  /** Reply once everything admitted before it has reached a durability level. */
+  Fence: 4,
+} as const;
+export type OpKind = (typeof OpKind)[keyof typeof OpKind];
+
+/** How an operation ended, as the fragment actor reports it. */
+export const Reply = {
+  Applied: 1,
+  AlreadyPresent: 2,
+  Superseded: 3,
+  Expired: 4,
+  Found: 5,
+  NotFound: 6,
+  Backpressure: 7,
+  FenceReached: 8,
+  StorageFailed: 9,
+} as const;
+export type Reply = (typeof Reply)[keyof typeof Reply];
+export const REPLY_NAMES: Record<Reply, string> = {
+  1: 'applied',
+  2: 'already-present',
+  3: 'superseded',
+  4: 'expired',
+  5: 'found',
+  6: 'not-found',
+  7: 'backpressure',
+  8: 'fence-reached',
+  9: 'storage-failed',
+};
+
+export function parsePriority(name: string): Priority | undefined {
+  const i = (PRIORITY_NAMES as readonly string[]).indexOf(name);
+  return i === -1 ? undefined : (i as Priority);
+}
+
+export function parseDurability(name: string): Durability | undefined {
+  const i = (DURABILITY_NAMES as readonly string[]).indexOf(name);
+  return i === -1 ? undefined : (i as Durability);
+}

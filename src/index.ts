@@ -1,0 +1,15 @@
+// Public entry point: `import { Tessera } from 'tessera'`.
+export { ErrorKind, TesseraError, type Winner } from './core/errors.js';
+export type { TesseraOptions } from './main/config.js';
+export {
+  type Entry,
+  type FragmentHealth,
+  type Health,
+  type Key,
+  type ReadOptions,
+  type Settled,
+  Tessera,
+  type Value,
+  type WriteOptions,
+} from './main/node.js';
+export type { ScanOptions, ScanResult } from './main/scanner.js';

@@ -1,0 +1,213 @@
+// Command-line flags of `tessera` (dist/main.js). Every flag also reads from an environment variable
+// (`--data-dir` ↔ `TESSERA_DATA_DIR`); a flag given on the command line wins. Durations accept `250ms`,
+// `2s`, `5m`, `1h` or a bare number of milliseconds; sizes accept `64kb`, `4mb`, `1gb` or bytes.
+
+import { invalidInput } from '../core/errors.js';
+import { DURABILITY_NAMES } from '../core/ops.js';
+import { STORE_KINDS } from '../native-bindings/kv-store.js';
+import type { TesseraOptions } from './config.js';
+
+type FlagKind = 'string' | 'integer' | 'duration' | 'size' | 'boolean';
+
+interface Flag {
+  name: string;
+  kind: FlagKind;
+  /** The TesseraOptions field it sets, if any. */
+  option?: keyof TesseraOptions;
+  help: string;
+}
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+const FLAGS: Flag[] = [
+  {
+    name: 'data-dir',
+    kind: 'string',
+    option: 'dataDir',
+    help: 'where lmdb / level keep their files (default ./data)',
+  },
+  {
+    name: 'store',
+    kind: 'string',
+    option: 'store',
+    help: `storage engine: ${STORE_KINDS.join(' | ')} (default lmdb)`,
+  },
+  {
+    name: 'fragments',
+    kind: 'integer',
+    option: 'fragments',
+    help: 'fragments the keyspace is cut into, 1..16384 (default 16); fixed when the data directory is created',
+  },
+  {
+    name: 'workers',
+    kind: 'integer',
+    option: 'workers',
+    help: 'worker threads (default: cores - 1, at least 1)',
+  },
+  {
+    name: 'durability',
+    kind: 'string',
+    option: 'durability',
+    help: `when writes are acknowledged: ${DURABILITY_NAMES.join(' | ')} (default store)`,
+  },
+  {
+    name: 'node-id',
+    kind: 'string',
+    option: 'nodeId',
+    help: 'node id, 1-255 bytes (default: kept in the data directory)',
+  },
+  {
+    name: 'value-bytes-max',
+    kind: 'size',
+    option: 'valueBytesMax',
+    help: 'largest value (default 4mb, at most 15mb)',
+  },
+  {
+    name: 'max-clock-skew',
+    kind: 'duration',
+    option: 'maxClockSkewMs',
+    help: 'refuse timestamps further ahead of the wall clock (default 5m)',
+  },
+  {
+    name: 'clean-interval',
+    kind: 'duration',
+    option: 'cleanIntervalMs',
+    help: 'period of the TTL cleaner (default 30s)',
+  },
+  {
+    name: 'flush-interval',
+    kind: 'duration',
+    option: 'flushIntervalMs',
+    help: 'longest time memory-durability writes stay uncommitted (default 100ms)',
+  },
+  {
+    name: 'queue-ops-max',
+    kind: 'integer',
+    option: 'queueOpsMax',
+    help: 'queued operations per fragment per priority before backpressure (default 8192)',
+  },
+  {
+    name: 'background-ops-per-sec',
+    kind: 'integer',
+    option: 'backgroundOpsPerSec',
+    help: 'background-priority operations per fragment per second (default 1000)',
+  },
+  {
+    name: 'pool-threads',
+    kind: 'integer',
+    option: 'poolThreads',
+    help: 'background pool threads (default 1)',
+  },
+  {
+    name: 'pool-tasks-per-sec',
+    kind: 'integer',
+    option: 'poolTasksPerSec',
+    help: 'background pool tasks started per second (default 200)',
+  },
+  { name: 'log-level', kind: 'string', help: `log level: ${LOG_LEVELS.join(' | ')} (default info)` },
+  { name: 'help', kind: 'boolean', help: 'print this help and exit' },
+  { name: 'version', kind: 'boolean', help: 'print the version and exit' },
+];
+
+export interface CliArgs {
+  options: TesseraOptions;
+  logLevel: (typeof LOG_LEVELS)[number];
+  help: boolean;
+  version: boolean;
+}
+
+const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
+
+export function parseDuration(text: string): number {
+  const m = /^(\d+)(ms|s|m|h)?$/.exec(text.trim());
+  if (m === null) throw invalidInput(`"${text}" is not a duration (e.g. 250ms, 2s, 5m, or milliseconds)`);
+  return Number(m[1]) * DURATION_UNITS_MS[m[2] ?? 'ms'];
+}
+
+export function parseSize(text: string): number {
+  const m = /^(\d+)(b|kb|mb|gb)?$/i.exec(text.trim());
+  if (m === null) throw invalidInput(`"${text}" is not a size (e.g. 64kb, 4mb, or bytes)`);
+  return Number(m[1]) * SIZE_UNITS[(m[2] ?? 'b').toLowerCase()];
+}
+
+function parseInteger(text: string): number {
+  if (!/^-?\d+$/.test(text.trim())) throw invalidInput(`"${text}" is not an integer`);
+  return Number(text);
+}
+
+export const envName = (flag: string): string => `TESSERA_${flag.toUpperCase().replace(/-/g, '_')}`;
+
+function convert(flag: Flag, raw: string): string | number | boolean {
+  try {
+    switch (flag.kind) {
+      case 'string':
+        return raw;
+      case 'integer':
+        return parseInteger(raw);
+      case 'duration':
+        return parseDuration(raw);
+      case 'size':
+        return parseSize(raw);
+      case 'boolean':
+        if (raw === '' || raw === 'true' || raw === '1') return true;
+        if (raw === 'false' || raw === '0') return false;
+        throw invalidInput(`"${raw}" is not true or false`);
+    }
+  } catch (err) {
+    throw invalidInput(`--${flag.name}: ${(err as Error).message.replace(/^invalid input: /, '')}`);
+  }
+}
+
+/** Parses argv (without node and script) and the environment into node options. */
+export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): CliArgs {
+  const values = new Map<string, string | number | boolean>();
+  for (const flag of FLAGS) {
+    const fromEnv = env[envName(flag.name)];
+    if (fromEnv !== undefined && flag.kind !== 'boolean') values.set(flag.name, convert(flag, fromEnv));
+  }
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (!arg.startsWith('--')) throw invalidInput(`unexpected argument "${arg}" (see --help)`);
+    const eq = arg.indexOf('=');
+    const name = arg.slice(2, eq === -1 ? undefined : eq);
+    const flag = FLAGS.find((f) => f.name === name);
+    if (flag === undefined) throw invalidInput(`unknown flag --${name} (see --help)`);
+    let raw: string;
+    if (eq !== -1) raw = arg.slice(eq + 1);
+    else if (flag.kind === 'boolean') raw = '';
+    else if (i + 1 < argv.length) raw = argv[++i];
+    else throw invalidInput(`--${name} needs a value`);
+    values.set(name, convert(flag, raw));
+  }
+  const options: Record<string, unknown> = {};
+  for (const flag of FLAGS) {
+    if (flag.option !== undefined && values.has(flag.name)) options[flag.option] = values.get(flag.name);
+  }
+  const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
+  if (!LOG_LEVELS.includes(logLevel))
+    throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
+  return {
+    options: options as TesseraOptions,
+    logLevel,
+    help: values.get('help') === true,
+    version: values.get('version') === true,
+  };
+}
+
+export function helpText(): string {
+  const lines = [
+    'Usage: tessera [flags]',
+    '',
+    'Starts a Tessera node. Every flag can also be set with an environment variable, shown after',
+    'it; the flag wins. Durations: 250ms, 2s, 5m, 1h or milliseconds. Sizes: 64kb, 4mb or bytes.',
+    '',
+  ];
+  for (const flag of FLAGS) {
+    const value = flag.kind === 'boolean' ? '' : ` <${flag.kind === 'string' ? 'value' : flag.kind}>`;
+    const env = flag.kind === 'boolean' ? '' : `  [${envName(flag.name)}]`;
+    lines.push(`  --${flag.name}${value}${env}`, `      ${flag.help}`);
+  }
+  lines.push('', 'SIGINT or SIGTERM shuts the node down gracefully: admitted writes finish and are fsynced.');
+  return lines.join('\n');
+}

@@ -1,0 +1,202 @@
+// Options of a node: defaults, and validation that names the option and what it accepts. Every
+// option is checked here, before any thread starts or any file is touched.
+
+import { availableParallelism } from 'node:os';
+import { resolve } from 'node:path';
+import type { Logger } from 'pino';
+import { invalidInput } from '../core/errors.js';
+import {
+  BACKGROUND_OPS_PER_SEC_DEFAULT,
+  CLEAN_INTERVAL_MS_DEFAULT,
+  FLUSH_INTERVAL_MS_DEFAULT,
+  FLUSH_PENDING_BYTES_MAX,
+  FLUSH_PENDING_WRITES_MAX,
+  FRAGMENT_COUNT_DEFAULT,
+  FRAGMENT_COUNT_MAX,
+  MAX_CLOCK_SKEW_MS_DEFAULT,
+  NODE_ID_BYTES_MAX,
+  POOL_TASKS_PER_SEC_DEFAULT,
+  QUEUE_OPS_MAX_DEFAULT,
+  VALUE_BYTES_MAX_CEILING,
+  VALUE_BYTES_MAX_DEFAULT,
+  WORKER_COUNT_MAX,
+} from '../core/limits.js';
+import { DURABILITY_NAMES, type Durability, type DurabilityName, parseDurability } from '../core/ops.js';
+import { STORE_KINDS, type StoreKind } from '../native-bindings/kv-store.js';
+
+/** Options of `Tessera.start`. Everything is optional. */
+export interface TesseraOptions {
+  /** Where lmdb / level keep data (default `./data`); unused by the memory store. */
+  dataDir?: string;
+  /** Storage engine (default `lmdb`). */
+  store?: StoreKind;
+  /** Fragments the keyspace is cut into, 1..16384 (default 16); fixed at first start. */
+  fragments?: number;
+  /** Worker threads (default: available cores − 1, at least 1). */
+  workers?: number;
+  /** Default acknowledgement level of writes (default `store`). */
+  durability?: DurabilityName;
+  /** This node's id, 1–255 bytes (default: kept in the data directory, generated at first start). */
+  nodeId?: string;
+  /** Largest value in bytes (default 4 MiB, at most 15 MiB). */
+  valueBytesMax?: number;
+  /** How far a stored or remote timestamp may be ahead of the wall clock (default 5 min). */
+  maxClockSkewMs?: number;
+  /** Period of the TTL cleaner that turns expired values into tombstones (default 30 s). */
+  cleanIntervalMs?: number;
+  /** Longest time `memory`-durability writes stay uncommitted (default 100 ms). */
+  flushIntervalMs?: number;
+  /** Queued operations per fragment per priority before Backpressure (default 8192). */
+  queueOpsMax?: number;
+  /** Background-priority operations per fragment per second (default 1000). */
+  backgroundOpsPerSec?: number;
+  /** Threads of the background pool for pattern scans (default 1). */
+  poolThreads?: number;
+  /** Background-pool tasks started per second (default 200). */
+  poolTasksPerSec?: number;
+  /** Structured logger (default: silent). */
+  logger?: Logger;
+}
+
+export interface NodeConfig {
+  dataDir: string;
+  store: StoreKind;
+  fragments: number;
+  workers: number;
+  durability: Durability;
+  nodeId: string | undefined;
+  valueBytesMax: number;
+  maxClockSkewMs: number;
+  cleanIntervalMs: number;
+  flushIntervalMs: number;
+  queueOpsMax: number;
+  backgroundOpsPerSec: number;
+  poolThreads: number;
+  poolTasksPerSec: number;
+  flushWritesMax: number;
+  flushBytesMax: number;
+}
+
+const KNOWN_OPTIONS = new Set([
+  'dataDir',
+  'store',
+  'fragments',
+  'workers',
+  'durability',
+  'nodeId',
+  'valueBytesMax',
+  'maxClockSkewMs',
+  'cleanIntervalMs',
+  'flushIntervalMs',
+  'queueOpsMax',
+  'backgroundOpsPerSec',
+  'poolThreads',
+  'poolTasksPerSec',
+  'logger',
+]);
+
+/** One hour: longer periods are almost certainly a unit mistake (seconds for milliseconds). */
+const INTERVAL_MS_MAX = 3_600_000;
+
+export function defaultWorkerCount(): number {
+  return Math.max(1, Math.min(WORKER_COUNT_MAX, availableParallelism() - 1));
+}
+
+function integerIn(name: string, value: unknown, min: number, max: number, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw invalidInput(`${name} must be an integer in ${min}..${max}, got ${JSON.stringify(value)}`);
+  }
+  return value;
+}
+
+export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
+  if (typeof options !== 'object' || options === null) throw invalidInput('options must be an object');
+  for (const name of Object.keys(options)) {
+    if (!KNOWN_OPTIONS.has(name)) throw invalidInput(`unknown option "${name}"`);
+  }
+  const store = options.store ?? 'lmdb';
+  if (!STORE_KINDS.includes(store)) {
+    throw invalidInput(`store must be one of ${STORE_KINDS.join(', ')}, got ${JSON.stringify(store)}`);
+  }
+  const durabilityName = options.durability ?? 'store';
+  const durability = parseDurability(durabilityName);
+  if (durability === undefined) {
+    throw invalidInput(
+      `durability must be one of ${DURABILITY_NAMES.join(', ')}, got ${JSON.stringify(durabilityName)}`,
+    );
+  }
+  if (options.dataDir !== undefined && (typeof options.dataDir !== 'string' || options.dataDir === '')) {
+    throw invalidInput('dataDir must be a non-empty path');
+  }
+  const nodeId = options.nodeId;
+  if (nodeId !== undefined) validateNodeId(nodeId);
+  const flushIntervalMs = integerIn(
+    'flushIntervalMs',
+    options.flushIntervalMs,
+    1,
+    INTERVAL_MS_MAX,
+    FLUSH_INTERVAL_MS_DEFAULT,
+  );
+  return {
+    dataDir: resolve(options.dataDir ?? './data'),
+    store,
+    fragments: integerIn('fragments', options.fragments, 1, FRAGMENT_COUNT_MAX, FRAGMENT_COUNT_DEFAULT),
+    workers: integerIn('workers', options.workers, 1, WORKER_COUNT_MAX, defaultWorkerCount()),
+    durability,
+    nodeId,
+    valueBytesMax: integerIn(
+      'valueBytesMax',
+      options.valueBytesMax,
+      1,
+      VALUE_BYTES_MAX_CEILING,
+      VALUE_BYTES_MAX_DEFAULT,
+    ),
+    maxClockSkewMs: integerIn(
+      'maxClockSkewMs',
+      options.maxClockSkewMs,
+      0,
+      24 * INTERVAL_MS_MAX,
+      MAX_CLOCK_SKEW_MS_DEFAULT,
+    ),
+    cleanIntervalMs: integerIn(
+      'cleanIntervalMs',
+      options.cleanIntervalMs,
+      1,
+      INTERVAL_MS_MAX,
+      CLEAN_INTERVAL_MS_DEFAULT,
+    ),
+    flushIntervalMs,
+    queueOpsMax: integerIn('queueOpsMax', options.queueOpsMax, 1, 1 << 20, QUEUE_OPS_MAX_DEFAULT),
+    backgroundOpsPerSec: integerIn(
+      'backgroundOpsPerSec',
+      options.backgroundOpsPerSec,
+      1,
+      1_000_000_000,
+      BACKGROUND_OPS_PER_SEC_DEFAULT,
+    ),
+    poolThreads: integerIn('poolThreads', options.poolThreads, 1, WORKER_COUNT_MAX, 1),
+    poolTasksPerSec: integerIn(
+      'poolTasksPerSec',
+      options.poolTasksPerSec,
+      1,
+      1_000_000,
+      POOL_TASKS_PER_SEC_DEFAULT,
+    ),
+    flushWritesMax: FLUSH_PENDING_WRITES_MAX,
+    flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+  };
+}
+
+export function validateNodeId(nodeId: unknown): asserts nodeId is string {
+  if (typeof nodeId !== 'string') throw invalidInput('nodeId must be a string');
+  const bytes = Buffer.byteLength(nodeId);
+  if (bytes < 1 || bytes > NODE_ID_BYTES_MAX) {
+    throw invalidInput(`nodeId must be 1..${NODE_ID_BYTES_MAX} bytes, got ${bytes}`);
+  }
+}
+
+/** The durability name of a level, for logs and health. */
+export function durabilityName(d: Durability): DurabilityName {
+  return DURABILITY_NAMES[d];
+}

@@ -1,0 +1,752 @@
+// The embedded API: `Tessera.start(options)` starts a node in this process — worker threads that own
+// the fragments, a background pool for pattern scans — and routes every operation by key → slot →
+// fragment → worker ring. Writes are stamped here, once, with the node's hybrid logical clock.
+
+import pino, { type Logger } from 'pino';
+import { internalError, invalidInput, shuttingDown, storageError, TesseraError } from '../core/errors.js';
+import { HybridLogicalClock } from '../core/hlc.js';
+import { Keyspace } from '../core/keyspace.js';
+import { BATCH_ITEMS_MAX, EXPIRES_AT_MS_MAX, KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
+import {
+  DURABILITY_NAMES,
+  Durability,
+  OpKind,
+  PRIORITY_NAMES,
+  Priority,
+  parseDurability,
+  parsePriority,
+  Reply,
+} from '../core/ops.js';
+import {
+  expiresAtOf,
+  logicalOf,
+  nodeIdOf,
+  RECORD_HEADER_BYTES,
+  recordBytes,
+  valueOffsetOf,
+  wallMsOf,
+  writeRecordHeader,
+} from '../core/record.js';
+import type { StoreLocation } from '../native-bindings/kv-store.js';
+import { bindStore, levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
+import type { WorkerInit } from '../threads/messages.js';
+import {
+  RESULT_HEADER_BYTES,
+  RequestKind,
+  requestBytes,
+  resultDetail,
+  resultStatus,
+  writeRequestHeader,
+} from '../threads/op-codec.js';
+import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
+import { resultError } from './result-error.js';
+import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
+import { type ResultHandler, WorkerLink } from './worker-link.js';
+
+export type Key = string | Uint8Array;
+export type Value = string | Uint8Array;
+
+export interface WriteOptions {
+  /** Time to live in milliseconds (a positive integer). */
+  ttlMs?: number;
+  /** Absolute expiry deadline, wall-clock milliseconds since the epoch (Redis EXAT/PXAT). */
+  expiresAtMs?: number;
+  priority?: (typeof PRIORITY_NAMES)[number];
+  durability?: (typeof DURABILITY_NAMES)[number];
+}
+
+export interface ReadOptions {
+  priority?: (typeof PRIORITY_NAMES)[number];
+}
+
+/** A stored value with its LWW version and deadline. */
+export interface Entry {
+  value: Buffer;
+  /** Hybrid logical clock timestamp of the write: wall milliseconds and logical counter. */
+  wallMs: number;
+  logical: number;
+  /** The node that wrote it. */
+  nodeId: string;
+  /** Absolute deadline in wall-clock ms, or 0 for none. */
+  expiresAtMs: number;
+}
+
+/** One position of a batch result. */
+export type Settled<T> = { ok: true; value: T } | { ok: false; error: TesseraError };
+
+export interface FragmentHealth {
+  fragment: number;
+  worker: number;
+  queued: [high: number, normal: number, background: number];
+  shed: [high: number, normal: number, background: number];
+  unflushed: number;
+  committedGeneration: number;
+  syncedGeneration: number;
+  writes: number;
+  reads: number;
+  expiredSwept: number;
+}
+
+export interface Health {
+  nodeId: string;
+  store: string;
+  durability: string;
+  fragmentCount: number;
+  workers: Array<{ index: number; state: string; restarts: number; pending: number; heapUsedBytes?: number }>;
+  fragments: FragmentHealth[];
+}
+
+/** Test and operations hooks; not part of the stable API. */
+export interface DebugHooks {
+  /** Makes worker `index` throw an uncaught error, as a crash would. */
+  crashWorker(index: number): void;
+  /** Index of the worker that owns `key`. */
+  workerOf(key: Key): number;
+  readonly workerCount: number;
+}
+
+/** A promise whose settlement is driven by a ResultHandler. */
+class Deferred<T> {
+  resolve!: (value: T) => void;
+  reject!: (error: TesseraError) => void;
+  readonly promise = new Promise<T>((resolve, reject) => {
+    this.resolve = resolve;
+    this.reject = reject;
+  });
+}
+
+const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
+
+export class Tessera {
+  readonly nodeId: string;
+  readonly debug: DebugHooks;
+  private readonly nodeIdBytes: Buffer;
+  private readonly keyspace: Keyspace;
+  private readonly clock: HybridLogicalClock;
+  private readonly links: WorkerLink[] = [];
+  /** Link index per fragment. */
+  private readonly linkOfFragment: Uint16Array;
+  private readonly scanner: Scanner;
+  private closing = false;
+  private closed: Promise<void> | undefined;
+  private admittedTasks = 0;
+  private tasksIdle: Array<() => void> = [];
+
+  private constructor(
+    private readonly config: NodeConfig,
+    nodeId: string,
+    private readonly logger: Logger,
+    levelGroupCount: number,
+  ) {
+    this.nodeId = nodeId;
+    this.nodeIdBytes = Buffer.from(nodeId);
+    this.keyspace = new Keyspace(config.fragments);
+    this.clock = new HybridLogicalClock(config.maxClockSkewMs);
+    this.linkOfFragment = new Uint16Array(config.fragments);
+    const owned = assignFragments(config, levelGroupCount);
+    const ringBytes = ringBytesFor(config.valueBytesMax);
+    for (const [worker, fragments] of owned) {
+      const linkIndex = this.links.length;
+      for (const f of fragments) this.linkOfFragment[f] = linkIndex;
+      const location: StoreLocation = {
+        kind: config.store,
+        dataDir: config.dataDir,
+        fragmentCount: config.fragments,
+        levelGroups: levelGroupsOfWorker(worker, levelGroupCount, config.workers),
+        levelGroupCount,
+      };
+      this.links.push(
+        new WorkerLink(linkIndex, {
+          ringBytes,
+          entry: WORKER_ENTRY,
+          logger,
+          makeInit: (index, requestRing, resultRing) =>
+            this.workerInit(index, requestRing, resultRing, location, fragments),
+          onReady: (index, highWaterWallMs) => this.observeStored(index, highWaterWallMs),
+        }),
+      );
+    }
+    this.scanner = new Scanner(config, this.keyspace, {
+      fence: (fragment) => this.fence(fragment, Durability.Store, Priority.Default),
+      scanPage: (request, priority) => this.submitScan(request, priority),
+    });
+    this.debug = {
+      crashWorker: (index) => this.links[index].crash(),
+      workerOf: (key) => this.linkOfFragment[this.keyspace.fragmentOf(toBytes(key))],
+      workerCount: this.links.length,
+    };
+  }
+
+  /** Validates the options, binds the data directory and starts the workers. */
+  static async start(options: TesseraOptions = {}): Promise<Tessera> {
+    const config = resolveConfig(options);
+    const logger = options.logger ?? pino({ level: 'silent' });
+    const binding = await bindStore({
+      kind: config.store,
+      dataDir: config.dataDir,
+      nodeId: config.nodeId,
+      fragmentCount: config.fragments,
+      workerCount: config.workers,
+    });
+    const node = new Tessera(config, binding.nodeId, logger, binding.levelGroupCount);
+    const started = await Promise.allSettled(node.links.map((link) => link.start()));
+    const failure = started.find((r) => r.status === 'rejected');
+    if (failure !== undefined) {
+      await Promise.allSettled(node.links.map((link) => link.close()));
+      throw failure.reason;
+    }
+    logger.info(
+      {
+        nodeId: node.nodeId,
+        store: config.store,
+        dataDir: config.store === 'memory' ? undefined : config.dataDir,
+        fragments: config.fragments,
+        workers: node.links.length,
+        durability: DURABILITY_NAMES[config.durability],
+      },
+      'node started',
+    );
+    return node;
+  }
+
+  // ---- writes -------------------------------------------------------------------------------------
+
+  /** Stores `value` under `key`. Resolves once applied at the requested durability. */
+  put(key: Key, value: Value, options?: WriteOptions): Promise<void> {
+    return this.write(key, value, options, writeHandler).promise as Promise<unknown> as Promise<void>;
+  }
+
+  /** Deletes `key` (writes a tombstone). Resolves to whether a live value existed. */
+  delete(key: Key, options?: WriteOptions): Promise<boolean> {
+    return this.write(key, undefined, options, deleteHandler, OpKind.Write, true).promise;
+  }
+
+  /** Sets a key's time to live; resolves false when the key does not exist. */
+  expire(key: Key, ttlMs: number, options?: Omit<WriteOptions, 'ttlMs' | 'expiresAtMs'>): Promise<boolean> {
+    return this.write(key, undefined, { ...options, ttlMs }, restampHandler, OpKind.Restamp).promise;
+  }
+
+  /** Stores many entries; one result per input, in input order. */
+  async putMany(entries: Iterable<readonly [Key, Value]>, options?: WriteOptions): Promise<Settled<void>[]> {
+    const items = [...entries];
+    if (items.length > BATCH_ITEMS_MAX)
+      throw invalidInput(`putMany takes at most ${BATCH_ITEMS_MAX} entries`);
+    return this.settleAll(items.map(([key, value]) => this.put(key, value, options)));
+  }
+
+  // ---- reads --------------------------------------------------------------------------------------
+
+  /** The live value of `key`, or undefined. */
+  get(key: Key, options?: ReadOptions): Promise<Buffer | undefined> {
+    return this.read(key, options, false, valueHandler);
+  }
+
+  /** The live value of `key` with its version and deadline, or undefined. */
+  getEntry(key: Key, options?: ReadOptions): Promise<Entry | undefined> {
+    return this.read(key, options, false, entryHandler);
+  }
+
+  /** Milliseconds until `key` expires; -1 when it has no expiry, -2 when it does not exist (Redis PTTL). */
+  ttl(key: Key, options?: ReadOptions): Promise<number> {
+    return this.read(key, options, true, ttlHandler);
+  }
+
+  /** Reads many keys; one result per input, in input order. */
+  async getMany(keys: Iterable<Key>, options?: ReadOptions): Promise<Settled<Buffer | undefined>[]> {
+    const list = [...keys];
+    if (list.length > BATCH_ITEMS_MAX) throw invalidInput(`getMany takes at most ${BATCH_ITEMS_MAX} keys`);
+    return this.settleAll(list.map((key) => this.get(key, options)));
+  }
+
+  /**
+   * One page of live entries, fragment by fragment (keys ascend within a fragment). Pass the returned
+   * `cursor` to continue; it is undefined after the last page. Every key that exists for the whole
+   * iteration is returned at least once.
+   */
+  scan(options: ScanOptions = {}): Promise<ScanResult> {
+    return this.task(() => this.scanner.scan(options));
+  }
+
+  // ---- node ---------------------------------------------------------------------------------------
+
+  /** Commits and fsyncs every fragment: everything acknowledged so far is on disk when it resolves. */
+  flush(): Promise<void> {
+    return this.task(() => this.fenceAll(Durability.Stable));
+  }
+
+  /** Per-worker and per-fragment state. */
+  health(): Promise<Health> {
+    return this.task(async () => {
+      const reports = await Promise.all(this.links.map((link) => this.workerHealth(link)));
+      const fragments: FragmentHealth[] = [];
+      const workers: Health['workers'] = [];
+      this.links.forEach((link, index) => {
+        const report = reports[index];
+        workers.push({
+          index,
+          state: link.state,
+          restarts: link.restarts,
+          pending: link.pending,
+          heapUsedBytes: report?.heapUsedBytes,
+        });
+        for (const f of report?.fragments ?? []) fragments.push({ ...f, worker: index });
+      });
+      fragments.sort((a, b) => a.fragment - b.fragment);
+      return {
+        nodeId: this.nodeId,
+        store: this.config.store,
+        durability: DURABILITY_NAMES[this.config.durability],
+        fragmentCount: this.config.fragments,
+        workers,
+        fragments,
+      };
+    });
+  }
+
+  /**
+   * Stops admitting operations (they fail with ShuttingDown), finishes the admitted ones, commits and
+   * fsyncs every fragment, closes the stores and ends the threads. Idempotent.
+   */
+  close(): Promise<void> {
+    if (this.closed === undefined) this.closed = this.shutdown();
+    return this.closed;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.closing = true;
+    await this.whenTasksIdle();
+    await Promise.all(this.links.map((link) => link.whenIdle()));
+    let fenceError: unknown;
+    try {
+      await this.fenceAll(Durability.Stable);
+    } catch (err) {
+      fenceError = err;
+    }
+    const closed = await Promise.allSettled(this.links.map((link) => link.close()));
+    await this.scanner.close();
+    this.logger.info({ nodeId: this.nodeId }, 'node closed');
+    const failure = closed.find((r) => r.status === 'rejected');
+    if (fenceError !== undefined) throw fenceError;
+    if (failure !== undefined) throw failure.reason;
+  }
+
+  // ---- internals ----------------------------------------------------------------------------------
+
+  private workerInit(
+    index: number,
+    requestRing: SharedArrayBuffer,
+    resultRing: SharedArrayBuffer,
+    store: StoreLocation,
+    fragments: number[],
+  ): WorkerInit {
+    const c = this.config;
+    return {
+      index,
+      requestRing,
+      resultRing,
+      store,
+      fragments,
+      fragment: {
+        queueOpsMax: c.queueOpsMax,
+        backgroundOpsPerSec: c.backgroundOpsPerSec,
+        flushIntervalMs: c.flushIntervalMs,
+        flushWritesMax: c.flushWritesMax,
+        flushBytesMax: c.flushBytesMax,
+      },
+      cleanIntervalMs: c.cleanIntervalMs,
+    };
+  }
+
+  /** Seeds the clock with a worker's newest stored timestamp; refuses one too far in the future. */
+  private observeStored(index: number, highWaterWallMs: number): TesseraError | undefined {
+    const nowMs = Date.now();
+    if (highWaterWallMs > 0 && !this.clock.observe(highWaterWallMs, 0, nowMs)) {
+      return storageError(
+        `worker ${index}: a stored timestamp (${highWaterWallMs}) is ${highWaterWallMs - nowMs} ms ahead of the wall ` +
+          `clock, more than maxClockSkewMs=${this.config.maxClockSkewMs}; check the system clock`,
+      );
+    }
+    return undefined;
+  }
+
+  private admit(): TesseraError | undefined {
+    return this.closing ? shuttingDown() : undefined;
+  }
+
+  /** Runs a multi-step operation under admission control, so close() waits for it. */
+  private async task<T>(run: () => Promise<T>): Promise<T> {
+    const refused = this.admit();
+    if (refused !== undefined) throw refused;
+    this.admittedTasks++;
+    try {
+      return await run();
+    } finally {
+      if (--this.admittedTasks === 0) {
+        const waiters = this.tasksIdle;
+        this.tasksIdle = [];
+        for (const wake of waiters) wake();
+      }
+    }
+  }
+
+  private whenTasksIdle(): Promise<void> {
+    if (this.admittedTasks === 0) return Promise.resolve();
+    return new Promise((resolve) => this.tasksIdle.push(resolve));
+  }
+
+  private write<T>(
+    key: Key,
+    value: Value | undefined,
+    options: WriteOptions | undefined,
+    handler: ResultHandler<Deferred<T>>,
+    kind: OpKind = OpKind.Write,
+    wantsPrior = false,
+  ): Deferred<T> {
+    const deferred = new Deferred<T>();
+    const refused = this.admit();
+    if (refused !== undefined) {
+      deferred.reject(refused);
+      return deferred;
+    }
+    const nowMs = Date.now();
+    let keyBytes: Uint8Array;
+    let valueBytes: Uint8Array | undefined;
+    let priority: Priority;
+    let durability: Durability;
+    let expiresAtMs: number;
+    try {
+      keyBytes = checkKey(key);
+      valueBytes = value === undefined ? undefined : this.checkValue(value);
+      priority = priorityOf(options?.priority);
+      durability =
+        options?.durability === undefined ? this.config.durability : durabilityOf(options.durability);
+      expiresAtMs = deadlineOf(options, nowMs, kind === OpKind.Restamp);
+    } catch (err) {
+      deferred.reject(err as TesseraError);
+      return deferred;
+    }
+    const fragment = this.keyspace.fragmentOf(keyBytes);
+    const link = this.links[this.linkOfFragment[fragment]];
+    if (!link.canAccept()) {
+      deferred.reject(link.refusal());
+      return deferred;
+    }
+    this.clock.tick(nowMs);
+    const valueLength = valueBytes?.length ?? 0;
+    const bytes = requestBytes(keyBytes.length, recordBytes(this.nodeIdBytes.length, valueLength));
+    const at = link.begin(handler, deferred, bytes);
+    const buf = link.buffer;
+    let p = writeRequestHeader(
+      buf,
+      at,
+      kind,
+      priority,
+      durability,
+      false,
+      fragment,
+      link.reqId,
+      keyBytes,
+      wantsPrior,
+    );
+    const tombstone = kind === OpKind.Write && value === undefined;
+    p = writeRecordHeader(
+      buf,
+      p,
+      tombstone,
+      this.clock.wallMs,
+      this.clock.logical,
+      expiresAtMs,
+      this.nodeIdBytes,
+    );
+    if (valueLength > 0) buf.set(valueBytes!, p);
+    link.end();
+    return deferred;
+  }
+
+  private read<T>(
+    key: Key,
+    options: ReadOptions | undefined,
+    headerOnly: boolean,
+    handler: ResultHandler<Deferred<T>>,
+  ): Promise<T> {
+    const deferred = new Deferred<T>();
+    const refused = this.admit();
+    if (refused !== undefined) {
+      deferred.reject(refused);
+      return deferred.promise;
+    }
+    let keyBytes: Uint8Array;
+    let priority: Priority;
+    try {
+      keyBytes = checkKey(key);
+      priority = priorityOf(options?.priority);
+    } catch (err) {
+      deferred.reject(err as TesseraError);
+      return deferred.promise;
+    }
+    const fragment = this.keyspace.fragmentOf(keyBytes);
+    const link = this.links[this.linkOfFragment[fragment]];
+    if (!link.canAccept()) {
+      deferred.reject(link.refusal());
+      return deferred.promise;
+    }
+    const at = link.begin(handler, deferred, requestBytes(keyBytes.length, 0));
+    writeRequestHeader(
+      link.buffer,
+      at,
+      OpKind.Read,
+      priority,
+      Durability.Memory,
+      headerOnly,
+      fragment,
+      link.reqId,
+      keyBytes,
+    );
+    link.end();
+    return deferred.promise;
+  }
+
+  private async settleAll<T>(promises: Promise<T>[]): Promise<Settled<T>[]> {
+    const settled = await Promise.allSettled(promises);
+    return settled.map((r) =>
+      r.status === 'fulfilled'
+        ? { ok: true, value: r.value }
+        : { ok: false, error: asTesseraError(r.reason) },
+    );
+  }
+
+  private checkValue(value: Value): Uint8Array {
+    const bytes = toBytes(value);
+    if (bytes.length > this.config.valueBytesMax) {
+      throw invalidInput(
+        `value is ${bytes.length} bytes; the limit is ${this.config.valueBytesMax} (valueBytesMax)`,
+      );
+    }
+    return bytes;
+  }
+
+  /** Resolves once everything admitted to `fragment` before it has reached `durability`. */
+  private fence(fragment: number, durability: Durability, priority: Priority): Promise<void> {
+    const deferred = new Deferred<void>();
+    const link = this.links[this.linkOfFragment[fragment]];
+    if (!link.canAccept()) {
+      deferred.reject(link.refusal());
+      return deferred.promise;
+    }
+    const at = link.begin(fenceHandler, deferred, requestBytes(0, 0));
+    writeRequestHeader(
+      link.buffer,
+      at,
+      OpKind.Fence,
+      priority,
+      durability,
+      false,
+      fragment,
+      link.reqId,
+      EMPTY,
+    );
+    link.end();
+    return deferred.promise;
+  }
+
+  private async fenceAll(durability: Durability): Promise<void> {
+    const fences: Promise<void>[] = [];
+    for (let f = 0; f < this.config.fragments; f++) fences.push(this.fence(f, durability, Priority.High));
+    await Promise.all(fences);
+  }
+
+  private submitScan(request: import('../threads/op-codec.js').ScanRequest, priority: Priority) {
+    return this.scanner.submit(this.links[this.linkOfFragment[request.fragment]], request, priority);
+  }
+
+  private workerHealth(link: WorkerLink): Promise<WorkerHealthReport | undefined> {
+    if (link.state !== 'ready') return Promise.resolve(undefined);
+    const deferred = new Deferred<WorkerHealthReport | undefined>();
+    const at = link.begin(healthHandler, deferred, 8);
+    link.buffer[at] = RequestKind.Health;
+    link.buffer.writeUInt32LE(link.reqId, at + 4);
+    link.end();
+    return deferred.promise;
+  }
+}
+
+interface WorkerHealthReport {
+  heapUsedBytes: number;
+  fragments: Omit<FragmentHealth, 'worker'>[];
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */
+function assignFragments(config: NodeConfig, levelGroupCount: number): Map<number, number[]> {
+  const owned = new Map<number, number[]>();
+  for (let f = 0; f < config.fragments; f++) {
+    const w = workerOfFragment(f, levelGroupCount, config.workers);
+    const list = owned.get(w);
+    if (list === undefined) owned.set(w, [f]);
+    else list.push(f);
+  }
+  return new Map([...owned.entries()].sort(([a], [b]) => a - b));
+}
+
+export function toBytes(v: Key): Uint8Array {
+  if (typeof v === 'string') return Buffer.from(v, 'utf8');
+  if (v instanceof Uint8Array) return v;
+  throw invalidInput('keys and values must be strings or Uint8Arrays');
+}
+
+function checkKey(key: Key): Uint8Array {
+  const bytes = toBytes(key);
+  if (bytes.length > KEY_BYTES_MAX)
+    throw invalidInput(`key is ${bytes.length} bytes; the limit is ${KEY_BYTES_MAX}`);
+  return bytes;
+}
+
+function priorityOf(name: string | undefined): Priority {
+  if (name === undefined) return Priority.Default;
+  const p = parsePriority(name);
+  if (p === undefined)
+    throw invalidInput(`priority must be one of ${PRIORITY_NAMES.join(', ')}, got ${JSON.stringify(name)}`);
+  return p;
+}
+
+function durabilityOf(name: string): Durability {
+  const d = parseDurability(name);
+  if (d === undefined) {
+    throw invalidInput(
+      `durability must be one of ${DURABILITY_NAMES.join(', ')}, got ${JSON.stringify(name)}`,
+    );
+  }
+  return d;
+}
+
+/** The absolute deadline a write carries (0 = none); `required` for EXPIRE. */
+function deadlineOf(options: WriteOptions | undefined, nowMs: number, required: boolean): number {
+  const ttlMs = options?.ttlMs;
+  const expiresAtMs = options?.expiresAtMs;
+  if (ttlMs !== undefined && expiresAtMs !== undefined)
+    throw invalidInput('give ttlMs or expiresAtMs, not both');
+  if (ttlMs !== undefined) {
+    if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0 || nowMs + ttlMs > EXPIRES_AT_MS_MAX) {
+      throw invalidInput(
+        `ttlMs must be a positive integer number of milliseconds (got ${ttlMs}); omit it for no expiry`,
+      );
+    }
+    return nowMs + ttlMs;
+  }
+  if (expiresAtMs !== undefined) {
+    if (!Number.isSafeInteger(expiresAtMs) || expiresAtMs <= 0 || expiresAtMs > EXPIRES_AT_MS_MAX) {
+      throw invalidInput(
+        `expiresAtMs must be a positive integer wall-clock time in milliseconds (got ${expiresAtMs})`,
+      );
+    }
+    return expiresAtMs;
+  }
+  if (required) throw invalidInput('a time to live is required');
+  return 0;
+}
+
+function asTesseraError(err: unknown): TesseraError {
+  return err instanceof TesseraError ? err : internalError(err instanceof Error ? err.message : String(err));
+}
+
+function writeOutcome(buf: Buffer, at: number): boolean | undefined {
+  const status = resultStatus(buf, at);
+  return status === Reply.Applied || status === Reply.AlreadyPresent
+    ? (resultDetail(buf, at) & 1) === 1
+    : undefined;
+}
+
+const writeHandler: ResultHandler<Deferred<unknown>> = {
+  onResult(d, buf, at, length) {
+    if (writeOutcome(buf, at) !== undefined) d.resolve(undefined);
+    else d.reject(resultError(buf, at, length));
+  },
+  onFailure: (d, error) => d.reject(error),
+};
+
+const deleteHandler: ResultHandler<Deferred<boolean>> = {
+  onResult(d, buf, at, length) {
+    const prior = writeOutcome(buf, at);
+    if (prior !== undefined) d.resolve(prior);
+    else d.reject(resultError(buf, at, length));
+  },
+  onFailure: (d, error) => d.reject(error),
+};
+
+const restampHandler: ResultHandler<Deferred<boolean>> = {
+  onResult(d, buf, at, length) {
+    const status = resultStatus(buf, at);
+    if (status === Reply.Applied || status === Reply.AlreadyPresent || status === Reply.Expired)
+      d.resolve(true);
+    else if (status === Reply.NotFound) d.resolve(false);
+    else d.reject(resultError(buf, at, length));
+  },
+  onFailure: (d, error) => d.reject(error),
+};
+
+const valueHandler: ResultHandler<Deferred<Buffer | undefined>> = {
+  onResult(d, buf, at, length) {
+    const status = resultStatus(buf, at);
+    if (status === Reply.Found) {
+      const record = at + RESULT_HEADER_BYTES;
+      const valueAt = record + valueOffsetOf(buf.subarray(record));
+      d.resolve(Buffer.from(buf.subarray(valueAt, at + length)));
+    } else if (status === Reply.NotFound) d.resolve(undefined);
+    else d.reject(resultError(buf, at, length));
+  },
+  onFailure: (d, error) => d.reject(error),
+};
+
+const entryHandler: ResultHandler<Deferred<Entry | undefined>> = {
+  onResult(d, buf, at, length) {
+    const status = resultStatus(buf, at);
+    if (status === Reply.Found) {
+      const r = Buffer.from(buf.subarray(at + RESULT_HEADER_BYTES, at + length));
+      d.resolve({
+        value: r.subarray(valueOffsetOf(r)),
+        wallMs: wallMsOf(r),
+        logical: logicalOf(r),
+        nodeId: Buffer.from(nodeIdOf(r)).toString('utf8'),
+        expiresAtMs: expiresAtOf(r),
+      });
+    } else if (status === Reply.NotFound) d.resolve(undefined);
+    else d.reject(resultError(buf, at, length));
+  },
+  onFailure: (d, error) => d.reject(error),
+};
+
+const ttlHandler: ResultHandler<Deferred<number>> = {
+  onResult(d, buf, at, length) {
+    const status = resultStatus(buf, at);
+    if (status === Reply.Found) {
+      const expiresAt = expiresAtOf(
+        buf.subarray(at + RESULT_HEADER_BYTES, at + RESULT_HEADER_BYTES + RECORD_HEADER_BYTES),
+      );
+      d.resolve(expiresAt === 0 ? -1 : Math.max(0, expiresAt - Date.now()));
+    } else if (status === Reply.NotFound) d.resolve(-2);
+    else d.reject(resultError(buf, at, length));
+  },
+  onFailure: (d, error) => d.reject(error),
+};
+
+const fenceHandler: ResultHandler<Deferred<void>> = {
+  onResult(d, buf, at, length) {
+    if (resultStatus(buf, at) === Reply.FenceReached) d.resolve();
+    else d.reject(resultError(buf, at, length));
+  },
+  onFailure: (d, error) => d.reject(error),
+};
+
+const healthHandler: ResultHandler<Deferred<WorkerHealthReport | undefined>> = {
+  onResult(d, buf, at, length) {
+    try {
+      d.resolve(
+        JSON.parse(buf.toString('utf8', at + RESULT_HEADER_BYTES, at + length)) as WorkerHealthReport,
+      );
+    } catch {
+      d.resolve(undefined);
+    }
+  },
+  onFailure: (d) => d.resolve(undefined),
+};

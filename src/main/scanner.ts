@@ -1,0 +1,312 @@
+// SCAN across fragments: options, cursors, and where each page is read. A page of a fragment is
+// read by its worker after a fence (so every write acknowledged before the scan is in the store),
+// except pattern-filtered pages of an lmdb store, which can examine many keys per match: those run in
+// the background pool (piscina) on a read-only view, so the fragment actor keeps serving meanwhile.
+// The pool is bounded (a full queue answers Backpressure) and rate-limited like the Background queue.
+
+import { Piscina } from 'piscina';
+import { assert } from '../core/assert.js';
+import { backpressure, invalidInput, type TesseraError } from '../core/errors.js';
+import { literalPrefix } from '../core/glob.js';
+import type { Keyspace } from '../core/keyspace.js';
+import {
+  KEY_BYTES_MAX,
+  POOL_QUEUE_TASKS_MAX,
+  SCAN_PAGE_BYTES_MAX,
+  SCAN_PAGE_KEYS_DEFAULT,
+  SCAN_PAGE_KEYS_MAX,
+  SCAN_PATTERN_BYTES_MAX,
+} from '../core/limits.js';
+import { TokenBucket } from '../core/op-queue.js';
+import { PRIORITY_NAMES, Priority, parsePriority } from '../core/ops.js';
+import { valueBytesOf } from '../core/record.js';
+import {
+  RESULT_HEADER_BYTES,
+  ResultKind,
+  readScanPage,
+  resultStatus,
+  type ScanPage,
+  type ScanRequest,
+  scanRequestBytes,
+  writeScanRequest,
+} from '../threads/op-codec.js';
+import type { ScanTask, ScanTaskResult } from '../workers/scan-task.js';
+import type { NodeConfig } from './config.js';
+import { resultError } from './result-error.js';
+import type { ResultHandler, WorkerLink } from './worker-link.js';
+
+export interface ScanOptions {
+  /** Only keys starting with these bytes. */
+  prefix?: string | Uint8Array;
+  /** Only keys ≥ start (byte order). */
+  start?: string | Uint8Array;
+  /** Only keys < end (byte order). */
+  end?: string | Uint8Array;
+  /** Only keys matching this Redis-style glob (`*`, `?`, `[a-z]`, `\x`). */
+  match?: string | Uint8Array;
+  /** Where to continue: the `cursor` of the previous page. */
+  cursor?: string;
+  /** Most entries in this page (default 100, at most 10 000). */
+  limit?: number;
+  /** Return keys without values. */
+  keysOnly?: boolean;
+  priority?: (typeof PRIORITY_NAMES)[number];
+}
+
+export interface ScanResult {
+  entries: Array<{ key: Buffer; value: Buffer | undefined }>;
+  /** Pass to the next call; undefined when the iteration is complete. */
+  cursor: string | undefined;
+}
+
+export interface ScannerDeps {
+  fence(fragment: number): Promise<void>;
+  scanPage(request: ScanRequest, priority: Priority): Promise<ScanPage>;
+}
+
+const CURSOR_VERSION = 1;
+const CURSOR_HEADER_BYTES = 4;
+
+export class Scanner {
+  private pool: Piscina | undefined;
+  private readonly poolTokens: TokenBucket;
+  private poolWaiting = 0;
+
+  constructor(
+    private readonly config: NodeConfig,
+    private readonly keyspace: Keyspace,
+    private readonly deps: ScannerDeps,
+  ) {
+    this.poolTokens = new TokenBucket(
+      config.poolTasksPerSec,
+      Math.max(1, Math.ceil(config.poolTasksPerSec / 10)),
+      Date.now(),
+    );
+  }
+
+  async scan(options: ScanOptions): Promise<ScanResult> {
+    const plan = planScan(options);
+    const entries: ScanResult['entries'] = [];
+    let bytes = 0;
+    let { fragment, resume } = plan.cursor;
+    if (fragment >= this.keyspace.fragmentCount)
+      throw invalidInput('scan cursor names a fragment this node does not have');
+    while (
+      fragment < this.keyspace.fragmentCount &&
+      entries.length < plan.limit &&
+      bytes < SCAN_PAGE_BYTES_MAX
+    ) {
+      const request: ScanRequest = {
+        fragment,
+        start: resume ?? plan.start,
+        startInclusive: resume === undefined,
+        end: plan.end,
+        limit: plan.limit - entries.length,
+        byteLimit: SCAN_PAGE_BYTES_MAX - bytes,
+        pattern: plan.pattern,
+        keysOnly: plan.keysOnly,
+      };
+      const page = await this.readPage(request, plan.priority);
+      for (const e of page.entries) {
+        const value = e.record === undefined ? undefined : Buffer.from(valueBytesOf(e.record));
+        entries.push({ key: e.key, value });
+        bytes += e.key.length + (value?.length ?? 0);
+      }
+      if (page.done) {
+        fragment++;
+        resume = undefined;
+      } else {
+        resume = page.resumeKey;
+        break;
+      }
+    }
+    const cursor = fragment < this.keyspace.fragmentCount ? encodeCursor(fragment, resume) : undefined;
+    return { entries, cursor };
+  }
+
+  /** Sends a scan request to the worker that owns its fragment. */
+  submit(link: WorkerLink, request: ScanRequest, priority: Priority): Promise<ScanPage> {
+    if (!link.canAccept()) return Promise.reject(link.refusal());
+    return new Promise<ScanPage>((resolve, reject) => {
+      const at = link.begin(scanHandler, { resolve, reject }, scanRequestBytes(request));
+      writeScanRequest(link.buffer, at, link.reqId, priority, request);
+      link.end();
+    });
+  }
+
+  async close(): Promise<void> {
+    const pool = this.pool;
+    this.pool = undefined;
+    if (pool !== undefined) await pool.destroy();
+  }
+
+  private async readPage(request: ScanRequest, priority: Priority): Promise<ScanPage> {
+    if (request.pattern === undefined || this.config.store !== 'lmdb')
+      return this.deps.scanPage(request, priority);
+    await this.deps.fence(request.fragment);
+    return this.poolPage(request);
+  }
+
+  private async poolPage(request: ScanRequest): Promise<ScanPage> {
+    if (this.poolWaiting >= POOL_QUEUE_TASKS_MAX) {
+      throw backpressure(`background pool queue is full (${POOL_QUEUE_TASKS_MAX} tasks)`);
+    }
+    this.poolWaiting++;
+    try {
+      for (
+        let wait = this.poolTokens.waitMs(Date.now());
+        wait > 0;
+        wait = this.poolTokens.waitMs(Date.now())
+      ) {
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+      assert(this.poolTokens.tryTake(Date.now()), 'a pool token was just available');
+      const task: ScanTask = { dataDir: this.config.dataDir, fragmentCount: this.config.fragments, request };
+      const result = (await this.getPool().run(task)) as ScanTaskResult;
+      return {
+        done: result.done,
+        resumeKey: result.resumeKey === undefined ? undefined : Buffer.from(result.resumeKey),
+        entries: result.entries.map((e) => ({
+          key: Buffer.from(e.key),
+          record: e.record === undefined ? undefined : Buffer.from(e.record),
+        })),
+      };
+    } catch (err) {
+      if (err instanceof Error && err.message === 'Task queue is at limit') {
+        throw backpressure('background pool queue is full');
+      }
+      throw err;
+    } finally {
+      this.poolWaiting--;
+    }
+  }
+
+  private getPool(): Piscina {
+    if (this.pool === undefined) {
+      this.pool = new Piscina({
+        filename: new URL('../workers/scan-task.js', import.meta.url).href,
+        minThreads: 0,
+        maxThreads: this.config.poolThreads,
+        maxQueue: POOL_QUEUE_TASKS_MAX,
+        idleTimeout: 30_000,
+        atomics: 'disabled',
+      });
+    }
+    return this.pool;
+  }
+}
+
+interface ScanPlan {
+  start: Uint8Array | undefined;
+  end: Uint8Array | undefined;
+  pattern: Uint8Array | undefined;
+  limit: number;
+  keysOnly: boolean;
+  priority: Priority;
+  cursor: { fragment: number; resume: Buffer | undefined };
+}
+
+/** Validates scan options and narrows the key range by the prefix and the pattern's literal prefix. */
+function planScan(options: ScanOptions): ScanPlan {
+  const bytes = (name: string, v: string | Uint8Array | undefined) => {
+    if (v === undefined) return undefined;
+    if (typeof v === 'string') return Buffer.from(v, 'utf8');
+    if (v instanceof Uint8Array) return v;
+    throw invalidInput(`scan ${name} must be a string or Uint8Array`);
+  };
+  const prefix = bytes('prefix', options.prefix);
+  let start = bytes('start', options.start);
+  let end = bytes('end', options.end);
+  const pattern = bytes('match', options.match);
+  if (prefix !== undefined && (start !== undefined || end !== undefined)) {
+    throw invalidInput('give a scan prefix or a start/end range, not both');
+  }
+  for (const [name, v] of [
+    ['prefix', prefix],
+    ['start', start],
+    ['end', end],
+  ] as const) {
+    if (v !== undefined && v.length > KEY_BYTES_MAX)
+      throw invalidInput(`scan ${name} is longer than a key can be`);
+  }
+  if (pattern !== undefined && pattern.length > SCAN_PATTERN_BYTES_MAX) {
+    throw invalidInput(`scan pattern is ${pattern.length} bytes; the limit is ${SCAN_PATTERN_BYTES_MAX}`);
+  }
+  const limit = options.limit ?? SCAN_PAGE_KEYS_DEFAULT;
+  if (!Number.isInteger(limit) || limit < 1 || limit > SCAN_PAGE_KEYS_MAX) {
+    throw invalidInput(`scan limit must be an integer in 1..${SCAN_PAGE_KEYS_MAX}`);
+  }
+  const priority = options.priority === undefined ? Priority.Default : parsePriority(options.priority);
+  if (priority === undefined) throw invalidInput(`priority must be one of ${PRIORITY_NAMES.join(', ')}`);
+  const narrowing = prefix ?? (pattern !== undefined ? literalPrefix(pattern) : undefined);
+  if (narrowing !== undefined && narrowing.length > 0) {
+    const upper = prefixEnd(narrowing);
+    if (start === undefined || Buffer.compare(narrowing, start) > 0) start = narrowing;
+    if (upper !== undefined && (end === undefined || Buffer.compare(upper, end) < 0)) end = upper;
+  }
+  return {
+    start,
+    end,
+    pattern: pattern !== undefined && pattern.length > 0 ? pattern : undefined,
+    limit,
+    keysOnly: options.keysOnly === true,
+    priority,
+    cursor: decodeCursor(options.cursor),
+  };
+}
+
+/** The smallest key greater than every key with this prefix, or undefined if there is none (all 0xff). */
+export function prefixEnd(prefix: Uint8Array): Buffer | undefined {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i] !== 0xff) {
+      end[i]++;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return undefined;
+}
+
+/** Cursor: base64url of [version u8][fragment u16 BE][has resume u8][resume key]. */
+export function encodeCursor(fragment: number, resume: Uint8Array | undefined): string {
+  const buf = Buffer.alloc(CURSOR_HEADER_BYTES + (resume?.length ?? 0));
+  buf[0] = CURSOR_VERSION;
+  buf.writeUInt16BE(fragment, 1);
+  buf[3] = resume === undefined ? 0 : 1;
+  if (resume !== undefined) buf.set(resume, CURSOR_HEADER_BYTES);
+  return buf.toString('base64url');
+}
+
+export function decodeCursor(cursor: string | undefined): { fragment: number; resume: Buffer | undefined } {
+  if (cursor === undefined || cursor === '') return { fragment: 0, resume: undefined };
+  if (typeof cursor !== 'string' || !/^[A-Za-z0-9_-]+$/.test(cursor))
+    throw invalidInput('malformed scan cursor');
+  const buf = Buffer.from(cursor, 'base64url');
+  const resumeBytes = buf.length - CURSOR_HEADER_BYTES;
+  if (
+    buf.length < CURSOR_HEADER_BYTES ||
+    buf[0] !== CURSOR_VERSION ||
+    buf[3] > 1 ||
+    resumeBytes > KEY_BYTES_MAX
+  ) {
+    throw invalidInput('malformed scan cursor');
+  }
+  if (buf[3] === 0 && resumeBytes !== 0) throw invalidInput('malformed scan cursor');
+  return {
+    fragment: buf.readUInt16BE(1),
+    resume: buf[3] === 1 ? buf.subarray(CURSOR_HEADER_BYTES) : undefined,
+  };
+}
+
+type ScanToken = { resolve: (page: ScanPage) => void; reject: (error: TesseraError) => void };
+
+const scanHandler: ResultHandler<ScanToken> = {
+  onResult(token, buf, at, length) {
+    if (resultStatus(buf, at) === ResultKind.ScanPage) {
+      token.resolve(readScanPage(buf, at + RESULT_HEADER_BYTES, at + length));
+    } else {
+      token.reject(resultError(buf, at, length));
+    }
+  },
+  onFailure: (token, error) => token.reject(error),
+};

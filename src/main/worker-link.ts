@@ -1,0 +1,333 @@
+// The main thread's end of one worker: its two rings, the table of requests in flight, and the
+// worker's supervision. A worker that dies is restarted with backoff on fresh rings; the requests it
+// held fail with a clear error instead of hanging; requests sent meanwhile wait in the new ring.
+
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import { backpressure, internalError, shuttingDown, type TesseraError } from '../core/errors.js';
+import {
+  RING_OVERFLOW_RECORDS_MAX,
+  WORKER_RESTART_BACKOFF_MS_MAX,
+  WORKER_RESTART_BACKOFF_MS_MIN,
+  WORKER_START_TIMEOUT_MS,
+} from '../core/limits.js';
+import { isWorkerEvent, type WorkerInit } from '../threads/messages.js';
+import { RESULT_HEADER_BYTES, RequestKind, ResultKind, resultId, resultStatus } from '../threads/op-codec.js';
+import { createRing, type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
+import { RingOutbox } from '../threads/ring-outbox.js';
+
+/** Receives the result of a request; `token` is whatever the sender passed along. */
+export interface ResultHandler<T> {
+  /** `buf[at, at + length)` is ring memory, valid only during the call: copy what you keep. */
+  onResult(token: T, buf: Buffer, at: number, length: number): void;
+  onFailure(token: T, error: TesseraError): void;
+}
+
+/** Consecutive failed restarts after which a worker is given up and its requests fail at once. */
+const WORKER_RESTART_ATTEMPTS_MAX = 8;
+
+export type LinkState = 'starting' | 'ready' | 'restarting' | 'failed' | 'closing' | 'closed';
+
+export interface LinkDeps {
+  ringBytes: number;
+  entry: URL;
+  makeInit(index: number, requestRing: SharedArrayBuffer, resultRing: SharedArrayBuffer): WorkerInit;
+  /** Called with the worker's newest stored timestamp; returns an error to refuse the start. */
+  onReady(index: number, highWaterWallMs: number): TesseraError | undefined;
+  logger: Logger;
+}
+
+export class WorkerLink {
+  state: LinkState = 'starting';
+  restarts = 0;
+  /** Request buffer: encode the payload here at the offset `begin` returned. */
+  buffer!: Buffer;
+  /** Request id of the request being encoded. */
+  reqId = 0;
+
+  private worker: Worker | undefined;
+  private outbox!: RingOutbox;
+  private reader!: RingReader;
+  private drain: DrainLoop | undefined;
+  private requestRing!: SharedArrayBuffer;
+  private resultRing!: SharedArrayBuffer;
+  private readonly handlers: (ResultHandler<unknown> | undefined)[] = [];
+  private readonly tokens: unknown[] = [];
+  private readonly freeSlots: number[] = [];
+  private inFlight = 0;
+  private publishScheduled = false;
+  private readonly publishTask = (): void => {
+    this.publishScheduled = false;
+    this.outbox.publish();
+  };
+  private failures = 0;
+  private failure: TesseraError | undefined;
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(
+    readonly index: number,
+    private readonly deps: LinkDeps,
+  ) {
+    this.newRings();
+  }
+
+  get pending(): number {
+    return this.inFlight;
+  }
+
+  /** Starts the worker; resolves when its stores are open. */
+  start(): Promise<void> {
+    return this.spawn();
+  }
+
+  /** False when the worker is gone for good, or too many requests already wait for ring space. */
+  canAccept(): boolean {
+    return (
+      (this.state === 'ready' || this.state === 'starting' || this.state === 'restarting') &&
+      this.outbox.overflowRecords < RING_OVERFLOW_RECORDS_MAX
+    );
+  }
+
+  /** Why `canAccept` is false. */
+  refusal(): TesseraError {
+    if (this.state === 'failed') return this.failure ?? internalError(`worker ${this.index} failed`);
+    if (this.state === 'closing' || this.state === 'closed') return shuttingDown();
+    return backpressure(
+      `worker ${this.index} is not keeping up: ${RING_OVERFLOW_RECORDS_MAX} requests wait for its ring`,
+    );
+  }
+
+  /**
+   * Registers a request of `bytes` and reserves ring space for it; the caller encodes it into
+   * `this.buffer` at the returned offset using `this.reqId`, then calls `end()`.
+   */
+  begin<T>(handler: ResultHandler<T>, token: T, bytes: number): number {
+    const slot = this.freeSlots.length > 0 ? this.freeSlots.pop()! : this.handlers.length;
+    this.handlers[slot] = handler as ResultHandler<unknown>;
+    this.tokens[slot] = token;
+    this.inFlight++;
+    this.reqId = slot;
+    const at = this.outbox.reserve(bytes);
+    this.buffer = this.outbox.buffer;
+    return at;
+  }
+
+  end(): void {
+    this.outbox.commit();
+    if (!this.publishScheduled) {
+      this.publishScheduled = true;
+      queueMicrotask(this.publishTask);
+    }
+  }
+
+  /** Resolves once no request is in flight. */
+  whenIdle(): Promise<void> {
+    if (this.inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Test hook: makes the worker throw an uncaught error, as a crash would. */
+  crash(): void {
+    const at = this.begin(ignoreResult, undefined, 8);
+    this.buffer[at] = RequestKind.Crash;
+    this.buffer.writeUInt32LE(this.reqId, at + 4);
+    this.end();
+  }
+
+  /** Asks the worker to close its store, then ends the thread. */
+  async close(): Promise<void> {
+    if (this.state === 'closed' || this.state === 'failed') return this.stopThread();
+    this.state = 'closing';
+    const closed = new Promise<TesseraError | undefined>((resolve) => {
+      const at = this.begin(closeHandler, resolve, 8);
+      this.buffer[at] = RequestKind.Close;
+      this.buffer.writeUInt32LE(this.reqId, at + 4);
+      this.end();
+    });
+    const error = await closed;
+    await this.stopThread();
+    if (error !== undefined) throw error;
+  }
+
+  private async stopThread(): Promise<void> {
+    this.state = 'closed';
+    this.drain?.stop();
+    this.drain = undefined;
+    const worker = this.worker;
+    this.worker = undefined;
+    if (worker !== undefined) await worker.terminate();
+  }
+
+  private newRings(): void {
+    this.requestRing = createRing(this.deps.ringBytes);
+    this.resultRing = createRing(this.deps.ringBytes);
+    this.outbox = new RingOutbox(new RingWriter(this.requestRing));
+    this.buffer = this.outbox.buffer;
+    this.reader = new RingReader(this.resultRing);
+  }
+
+  private spawn(): Promise<void> {
+    const init = this.deps.makeInit(this.index, this.requestRing, this.resultRing);
+    const worker = new Worker(this.deps.entry, { workerData: init });
+    this.worker = worker;
+    return new Promise<void>((resolve, reject) => {
+      let settled = false;
+      const timer = setTimeout(() => {
+        settle(
+          internalError(`worker ${this.index} did not open its stores within ${WORKER_START_TIMEOUT_MS} ms`),
+        );
+        void worker.terminate();
+      }, WORKER_START_TIMEOUT_MS);
+      const settle = (error: TesseraError | undefined) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (error === undefined) resolve();
+        else reject(error);
+      };
+      worker.on('message', (message: unknown) => {
+        if (!isWorkerEvent(message)) return;
+        if (message.kind === 'ready') {
+          const refusal = this.deps.onReady(this.index, message.highWaterWallMs);
+          if (refusal !== undefined) {
+            settle(refusal);
+            void worker.terminate();
+            return;
+          }
+          this.state = 'ready';
+          this.failures = 0;
+          this.drain = drainLoop(this.reader, () => this.onResults());
+          settle(undefined);
+        } else if (message.kind === 'fatal') {
+          settle(internalError(`worker ${this.index} could not start: ${message.message}`));
+          void worker.terminate();
+        }
+      });
+      worker.on('error', (err) => {
+        this.deps.logger.error({ worker: this.index, err: err.message }, 'worker error');
+      });
+      worker.on('exit', (code) => {
+        if (this.worker !== worker) return;
+        settle(internalError(`worker ${this.index} exited with code ${code} before it was ready`));
+        this.onExit(code);
+      });
+    });
+  }
+
+  private onResults(): void {
+    const reader = this.reader;
+    const buf = reader.bytes;
+    let at: number;
+    while ((at = reader.next()) !== -1) {
+      const slot = resultId(buf, at);
+      const handler = this.handlers[slot];
+      const token = this.tokens[slot];
+      this.freeSlot(slot);
+      handler?.onResult(token, buf, at, reader.recordBytes);
+    }
+    reader.release();
+    if (this.inFlight === 0 && this.idleWaiters.length > 0) this.wakeIdle();
+  }
+
+  private freeSlot(slot: number): void {
+    this.handlers[slot] = undefined;
+    this.tokens[slot] = undefined;
+    this.freeSlots.push(slot);
+    this.inFlight--;
+  }
+
+  private wakeIdle(): void {
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const wake of waiters) wake();
+  }
+
+  /**
+   * An unexpected exit: fail what the worker held (it may have consumed any of it), switch to fresh
+   * rings, and restart with backoff. A failed restart attempt lands here too; its spawn promise
+   * schedules the next attempt.
+   */
+  private onExit(code: number): void {
+    this.drain?.stop();
+    this.drain = undefined;
+    this.worker = undefined;
+    if (this.state === 'closing' || this.state === 'closed' || this.state === 'failed') return;
+    const wasReady = this.state === 'ready';
+    if (wasReady) this.state = 'restarting';
+    const held: Array<[ResultHandler<unknown>, unknown]> = [];
+    for (let slot = 0; slot < this.handlers.length; slot++) {
+      const handler = this.handlers[slot];
+      if (handler === undefined) continue;
+      held.push([handler, this.tokens[slot]]);
+      this.freeSlot(slot);
+    }
+    this.newRings();
+    const error = internalError(
+      `worker ${this.index} stopped unexpectedly (exit code ${code}); the operation may or may not have been applied`,
+    );
+    for (const [handler, token] of held) handler.onFailure(token, error);
+    this.wakeIdle();
+    if (wasReady) {
+      this.deps.logger.error(
+        { worker: this.index, code, restarts: this.restarts },
+        'worker exited; restarting',
+      );
+      this.scheduleRestart();
+    }
+  }
+
+  private scheduleRestart(): void {
+    const backoffMs = Math.min(
+      WORKER_RESTART_BACKOFF_MS_MAX,
+      WORKER_RESTART_BACKOFF_MS_MIN * 2 ** this.failures,
+    );
+    setTimeout(() => {
+      if (this.state !== 'restarting') return;
+      this.spawn().then(
+        () => {
+          this.restarts++;
+          this.deps.logger.info({ worker: this.index, restarts: this.restarts }, 'worker restarted');
+        },
+        (err: TesseraError) => {
+          this.failures++;
+          this.deps.logger.error(
+            { worker: this.index, err: err.message, failures: this.failures },
+            'restart failed',
+          );
+          if (this.failures >= WORKER_RESTART_ATTEMPTS_MAX) this.giveUp(err);
+          else if (this.state === 'restarting') this.scheduleRestart();
+        },
+      );
+    }, backoffMs);
+  }
+
+  private giveUp(err: TesseraError): void {
+    this.state = 'failed';
+    this.failure = internalError(
+      `worker ${this.index} failed to restart ${this.failures} times: ${err.message}`,
+    );
+    for (let slot = 0; slot < this.handlers.length; slot++) {
+      const handler = this.handlers[slot];
+      if (handler === undefined) continue;
+      const token = this.tokens[slot];
+      this.freeSlot(slot);
+      handler.onFailure(token, this.failure);
+    }
+    this.wakeIdle();
+  }
+}
+
+const ignoreResult: ResultHandler<undefined> = {
+  onResult() {},
+  onFailure() {},
+};
+
+const closeHandler: ResultHandler<(error: TesseraError | undefined) => void> = {
+  onResult(resolve, buf, at, length) {
+    if (resultStatus(buf, at) === ResultKind.Closed) resolve(undefined);
+    else resolve(internalError(buf.toString('utf8', at + RESULT_HEADER_BYTES, at + length)));
+  },
+  onFailure(resolve, error) {
+    resolve(error);
+  },
+};

@@ -1,0 +1,86 @@
+// The storage contract every binding (lmdb, classic-level, memory) fulfils. A worker opens one
+// KvStore and reads and writes the fragments it owns through it; nothing else writes them.
+//
+// Keys here are user keys (0..1024 bytes, the empty key included); each binding maps them to its own
+// stored form. Values are versioned records (src/core/record.ts), opaque to the store.
+//
+// Two fences (DESIGN.md "native-bindings"):
+//   committed — `commit()` has returned (or resolved): the batch survives the process dying.
+//   stable    — `sync()` has resolved: everything committed before the call survives power loss.
+
+export type StoreKind = 'lmdb' | 'level' | 'memory';
+export const STORE_KINDS: readonly StoreKind[] = ['lmdb', 'level', 'memory'];
+
+/** The writes one commit applies to one fragment. */
+export interface FragmentWrites {
+  fragment: number;
+  /** Keys and records to store; a later entry for the same key wins. */
+  puts: Array<[key: Uint8Array, record: Uint8Array]>;
+  /** Keys to remove. */
+  deletes: Uint8Array[];
+  /**
+   * Largest timestamp wall-ms among records ever committed to the fragment, kept beside the data so
+   * a restarted node's clock starts after everything it stored. 0 leaves it unchanged.
+   */
+  highWaterWallMs: number;
+}
+
+/** Where a page of an ordered iteration starts. */
+export interface PageStart {
+  key: Uint8Array;
+  /** True: the page may begin at `key` itself; false: strictly after it (a resumed cursor). */
+  inclusive: boolean;
+}
+
+export interface StoredEntry {
+  key: Buffer;
+  record: Buffer;
+}
+
+export interface KvStore {
+  readonly kind: StoreKind;
+  /**
+   * True when another thread of this process may open a read-only view of the fragments (lmdb), so
+   * the background pool can scan them; false when the store has one owner (LevelDB, memory).
+   */
+  readonly sharesReaders: boolean;
+  /** True when committed data outlives the process (false for memory). */
+  readonly durable: boolean;
+
+  /** Makes a fragment usable, creating its namespace if it is new. */
+  openFragment(fragment: number): Promise<void>;
+  /** Point read; the returned buffer is the caller's to keep. */
+  get(fragment: number, key: Uint8Array): Buffer | undefined;
+  /**
+   * Up to `limit` entries in ascending key order from `start` (or the first key) to `end`
+   * (exclusive; undefined = the fragment's last key).
+   */
+  page(
+    fragment: number,
+    start: PageStart | undefined,
+    end: Uint8Array | undefined,
+    limit: number,
+  ): Promise<StoredEntry[]>;
+  /** Applies the writes of several fragments as one atomic commit; returns at the committed fence. */
+  commit(writes: FragmentWrites[]): void | Promise<void>;
+  /** The stable fence: resolves once everything committed before the call is on disk. */
+  sync(): Promise<void>;
+  /** The fragment's stored high-water timestamp wall-ms (0 if none). */
+  highWaterWallMs(fragment: number): number;
+  /** Removes a fragment's data whole. */
+  dropFragment(fragment: number): Promise<void>;
+  /** Releases the store; later calls fail. */
+  close(): Promise<void>;
+}
+
+/** What a worker needs to open its store. */
+export interface StoreLocation {
+  kind: StoreKind;
+  /** Node data directory (unused for memory). */
+  dataDir: string;
+  fragmentCount: number;
+  /** LevelDB database groups this worker owns (see `levelGroupOf`); unused by the other kinds. */
+  levelGroups: number[];
+  /** LevelDB group count bound at first start (0 for the other kinds). */
+  levelGroupCount: number;
+}

@@ -1,0 +1,372 @@
+// The LevelDB binding (classic-level). LevelDB allows one owner per database, so the node's
+// fragments are spread over `levelGroupCount` databases ("groups", bound at first start) at
+// `<dataDir>/level/group-<g>`; fragment f lives in group f % levelGroupCount, and each worker
+// opens the groups it owns (`location.levelGroups`).
+//
+// Stored key form, so a group's fragments are disjoint, ordered ranges:
+//
+//   [fragment u16 BE][0x00][name]   fragment metadata; `high-water-wall-ms` holds an 8-byte u64 BE
+//   [fragment u16 BE][0x01][key]    a user key; the value is the record, stored as-is
+//
+// Fences (kv-store.ts): a batch written with `sync: false` is in LevelDB's log, which survives the
+// process dying (committed); `sync()` writes a `sync: true` batch, fsyncing the log (stable).
+//
+// A worker that dies without closing its databases does not keep them locked: classic-level closes
+// every database of a thread in the thread's environment-cleanup hook, which runs when a worker
+// thread exits for any reason, so a restarted worker can reopen them.
+
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { ClassicLevel } from 'classic-level';
+import { assert } from '../core/assert.js';
+import { asStorageError, storageError } from '../core/errors.js';
+import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX } from '../core/limits.js';
+import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
+import {
+  checkFragment,
+  checkKey,
+  checkLocation,
+  checkPageLimit,
+  checkWrites,
+  closedError,
+  decodeHighWater,
+  encodeHighWater,
+} from './open-store.js';
+
+const FRAGMENT_BYTES = 2;
+const PREFIX_BYTES = FRAGMENT_BYTES + 1;
+const TAG_META = 0x00;
+const TAG_DATA = 0x01;
+const META_HIGH_WATER_NAME = Buffer.from('high-water-wall-ms', 'latin1');
+/**
+ * The key `sync()` deletes with `sync: true`: deleting a key that is never written still appends a
+ * log record, and so fsyncs the log. Fragment 0xffff does not exist, so it is in no fragment's range.
+ */
+const SYNC_MARKER_KEY = Buffer.from([0xff, 0xff, TAG_META]);
+const LEVEL_DIR = 'level';
+/** LevelDB names its write-ahead logs `<number>.log`; rotated ones wait there for compaction. */
+const LOG_FILE_PATTERN = /^\d+\.log$/;
+
+assert(FRAGMENT_COUNT_MAX < 0xffff, 'fragment ids must fit the u16 key prefix, below the sync marker');
+
+type LevelDb = ClassicLevel<Buffer, Buffer>;
+type LevelOp = { type: 'put'; key: Buffer; value: Buffer } | { type: 'del'; key: Buffer };
+
+interface Group {
+  readonly dir: string;
+  readonly db: LevelDb;
+  /**
+   * The last write issued to this group. Writes are chained so they reach LevelDB in call order:
+   * classic-level runs each batch on the libuv pool, where two batches in flight may swap.
+   */
+  tail: Promise<void>;
+}
+
+export const levelGroupDir = (dataDir: string, group: number): string =>
+  path.join(dataDir, LEVEL_DIR, `group-${group}`);
+
+export async function openLevelStore(location: StoreLocation): Promise<KvStore> {
+  checkLocation(location);
+  const groupCount = location.levelGroupCount;
+  assert(Number.isInteger(groupCount) && groupCount >= 1, 'level group count must be at least 1');
+  assert(groupCount <= location.fragmentCount, 'more level groups than fragments');
+  for (const g of location.levelGroups) {
+    assert(Number.isInteger(g) && g >= 0 && g < groupCount, 'level group out of range');
+  }
+  const groups = new Map<number, Group>();
+  try {
+    await fs.mkdir(path.join(location.dataDir, LEVEL_DIR), { recursive: true });
+    for (const g of location.levelGroups) groups.set(g, await openGroup(location.dataDir, g));
+  } catch (err) {
+    await Promise.allSettled([...groups.values()].map((group) => group.db.close()));
+    throw asStorageError(err);
+  }
+  return new LevelStore(groups, groupCount, location.fragmentCount);
+}
+
+async function openGroup(dataDir: string, g: number): Promise<Group> {
+  const dir = levelGroupDir(dataDir, g);
+  const db: LevelDb = new ClassicLevel<Buffer, Buffer>(dir, {
+    keyEncoding: 'buffer',
+    valueEncoding: 'buffer',
+  });
+  try {
+    await db.open();
+  } catch (err) {
+    if (isLockedError(err)) {
+      throw storageError(
+        `LevelDB group ${g} at ${dir} is locked: another process (or a live worker) has it open`,
+      );
+    }
+    throw asStorageError(err);
+  }
+  return { dir, db, tail: Promise.resolve() };
+}
+
+/** classic-level reports a held LOCK with code LEVEL_LOCKED, as the cause of LEVEL_DATABASE_NOT_OPEN. */
+function isLockedError(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) {
+    if ((e as Error & { code?: unknown }).code === 'LEVEL_LOCKED') return true;
+  }
+  return false;
+}
+
+class LevelStore implements KvStore {
+  readonly kind = 'level';
+  readonly sharesReaders = false;
+  readonly durable = true;
+
+  readonly #groups: Map<number, Group>;
+  readonly #groupCount: number;
+  readonly #fragmentCount: number;
+  /** Open fragments' groups by fragment id; a fragment is used only after `openFragment`. */
+  readonly #fragmentGroups: Array<Group | undefined>;
+  /** The high-water mark per fragment as of the last write issued (writes reach LevelDB in order). */
+  readonly #highWaterWallMs: Float64Array;
+  /** Reusable key for `getSync`, which reads it synchronously; batches get their own keys. */
+  readonly #keyScratch = Buffer.allocUnsafe(PREFIX_BYTES + KEY_BYTES_MAX);
+  #closed = false;
+
+  constructor(groups: Map<number, Group>, groupCount: number, fragmentCount: number) {
+    this.#groups = groups;
+    this.#groupCount = groupCount;
+    this.#fragmentCount = fragmentCount;
+    this.#fragmentGroups = new Array<Group | undefined>(fragmentCount).fill(undefined);
+    this.#highWaterWallMs = new Float64Array(fragmentCount);
+  }
+
+  async openFragment(fragment: number): Promise<void> {
+    this.#checkOpen();
+    checkFragment(fragment, this.#fragmentCount);
+    if (this.#fragmentGroups[fragment] !== undefined) return;
+    const group = this.#groups.get(fragment % this.#groupCount);
+    assert(group !== undefined, 'fragment opened by a worker that does not own its level group');
+    this.#highWaterWallMs[fragment] = this.#readHighWater(group, fragment);
+    this.#fragmentGroups[fragment] = group;
+  }
+
+  get(fragment: number, key: Uint8Array): Buffer | undefined {
+    const group = this.#group(fragment);
+    checkKey(key);
+    try {
+      // classic-level returns a fresh buffer, so the caller may keep it.
+      return group.db.getSync(this.#scratchKey(fragment, TAG_DATA, key));
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  async page(
+    fragment: number,
+    start: PageStart | undefined,
+    end: Uint8Array | undefined,
+    limit: number,
+  ): Promise<StoredEntry[]> {
+    const group = this.#group(fragment);
+    checkPageLimit(limit);
+    if (start !== undefined) checkKey(start.key);
+    if (end !== undefined) checkKey(end);
+    if (limit === 0) return [];
+    const startKey = storedKey(fragment, TAG_DATA, start === undefined ? EMPTY : start.key);
+    const endKey = end === undefined ? tagEnd(fragment, TAG_DATA) : storedKey(fragment, TAG_DATA, end);
+    const exclusive = start !== undefined && !start.inclusive;
+    try {
+      const entries = await group.db
+        .iterator(exclusive ? { gt: startKey, lt: endKey, limit } : { gte: startKey, lt: endKey, limit })
+        .all();
+      const out: StoredEntry[] = new Array(entries.length);
+      for (let i = 0; i < entries.length; i++) {
+        out[i] = { key: entries[i][0].subarray(PREFIX_BYTES), record: entries[i][1] };
+      }
+      return out;
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  commit(writes: FragmentWrites[]): Promise<void> {
+    let batches: Map<Group, LevelOp[]>;
+    try {
+      this.#checkOpen();
+      checkWrites(writes, this.#fragmentCount);
+      batches = this.#stageAll(writes);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const done: Promise<void>[] = [];
+    for (const [group, ops] of batches) {
+      done.push(this.#enqueue(group, () => group.db.batch(ops, { sync: false })));
+    }
+    return Promise.all(done).then(
+      () => undefined,
+      (err: unknown) => this.#recoverHighWater(writes, err),
+    );
+  }
+
+  async sync(): Promise<void> {
+    this.#checkOpen();
+    const done: Promise<void>[] = [];
+    for (const group of this.#groups.values()) done.push(this.#enqueue(group, () => syncGroup(group)));
+    try {
+      await Promise.all(done);
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  highWaterWallMs(fragment: number): number {
+    this.#group(fragment);
+    return this.#highWaterWallMs[fragment];
+  }
+
+  async dropFragment(fragment: number): Promise<void> {
+    const group = this.#group(fragment);
+    // Only the data range goes: the high-water mark stays, since the timestamps it covers were
+    // issued and may live on in other replicas. (LevelDB's range clear is not one atomic write.)
+    const gte = storedKey(fragment, TAG_DATA, EMPTY);
+    const lt = tagEnd(fragment, TAG_DATA);
+    try {
+      await this.#enqueue(group, () => group.db.clear({ gte, lt }));
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#fragmentGroups.fill(undefined);
+    // Let issued writes finish first: closing under them would fail them for no reason.
+    const closing = [...this.#groups.values()].map((g) => g.tail.then(() => g.db.close()));
+    const results = await Promise.allSettled(closing);
+    for (const r of results) if (r.status === 'rejected') throw asStorageError(r.reason);
+  }
+
+  /** One batch of operations per group the writes touch. */
+  #stageAll(writes: FragmentWrites[]): Map<Group, LevelOp[]> {
+    const batches = new Map<Group, LevelOp[]>();
+    for (const w of writes) this.#group(w.fragment);
+    for (const w of writes) {
+      const group = this.#fragmentGroups[w.fragment]!;
+      let ops = batches.get(group);
+      if (ops === undefined) batches.set(group, (ops = []));
+      this.#stage(w, ops);
+    }
+    return batches;
+  }
+
+  /** Appends one fragment's writes to its group's batch, and its new high-water mark if higher. */
+  #stage(w: FragmentWrites, ops: LevelOp[]): void {
+    // Deletes first, then puts: within one batch a put is the later write (FragmentWrites).
+    for (const key of w.deletes) ops.push({ type: 'del', key: storedKey(w.fragment, TAG_DATA, key) });
+    // LevelDB reads the value when the batch runs, after this call returns: keep a private copy.
+    for (const [key, record] of w.puts) {
+      ops.push({ type: 'put', key: storedKey(w.fragment, TAG_DATA, key), value: Buffer.from(record) });
+    }
+    if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment]) {
+      ops.push({ type: 'put', key: highWaterKey(w.fragment), value: encodeHighWater(w.highWaterWallMs) });
+      this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
+    }
+  }
+
+  /** Runs `write` after every write issued to the group before it; the chain survives a failure. */
+  #enqueue(group: Group, write: () => Promise<void>): Promise<void> {
+    const result = group.tail.then(write);
+    group.tail = result.then(ignore, ignore);
+    return result;
+  }
+
+  /** A failed batch may not have stored the marks `#stage` counted on: re-read them, then fail. */
+  #recoverHighWater(writes: FragmentWrites[], err: unknown): never {
+    for (const w of writes) {
+      const group = this.#fragmentGroups[w.fragment];
+      if (group === undefined) continue;
+      try {
+        this.#highWaterWallMs[w.fragment] = this.#readHighWater(group, w.fragment);
+      } catch {
+        // The original error says more than a failed re-read would.
+      }
+    }
+    throw asStorageError(err);
+  }
+
+  #readHighWater(group: Group, fragment: number): number {
+    try {
+      return decodeHighWater(group.db.getSync(highWaterKey(fragment)), fragment);
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  /** The stored key in the scratch buffer; valid until the next call. */
+  #scratchKey(fragment: number, tag: number, key: Uint8Array): Buffer {
+    writePrefix(this.#keyScratch, fragment, tag);
+    this.#keyScratch.set(key, PREFIX_BYTES);
+    return this.#keyScratch.subarray(0, PREFIX_BYTES + key.length);
+  }
+
+  #group(fragment: number): Group {
+    this.#checkOpen();
+    checkFragment(fragment, this.#fragmentCount);
+    const group = this.#fragmentGroups[fragment];
+    assert(group !== undefined, 'fragment used before openFragment');
+    return group;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw closedError('level');
+  }
+}
+
+const EMPTY = new Uint8Array(0);
+const ignore = (): void => {};
+
+function writePrefix(out: Buffer, fragment: number, tag: number): void {
+  out.writeUInt16BE(fragment, 0);
+  out[FRAGMENT_BYTES] = tag;
+}
+
+function storedKey(fragment: number, tag: number, key: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(PREFIX_BYTES + key.length);
+  writePrefix(out, fragment, tag);
+  out.set(key, PREFIX_BYTES);
+  return out;
+}
+
+/** The first key past every key with this fragment and tag. */
+function tagEnd(fragment: number, tag: number): Buffer {
+  const out = Buffer.allocUnsafe(PREFIX_BYTES);
+  writePrefix(out, fragment, tag + 1);
+  return out;
+}
+
+const highWaterKey = (fragment: number): Buffer => storedKey(fragment, TAG_META, META_HIGH_WATER_NAME);
+
+/**
+ * The stable fence for one group. A `sync: true` write fsyncs the current log, but LevelDB never
+ * fsyncs a log it rotates away from (google/leveldb#193): until that log's memtable is compacted
+ * into a table, its writes are only in the page cache. So every log still present is fsynced too,
+ * and the directory, which may hold log files created since the last fence.
+ */
+async function syncGroup(group: Group): Promise<void> {
+  await group.db.batch([{ type: 'del', key: SYNC_MARKER_KEY }], { sync: true });
+  const names = await fs.readdir(group.dir);
+  for (const name of names) if (LOG_FILE_PATTERN.test(name)) await fsyncPath(path.join(group.dir, name));
+  await fsyncPath(group.dir);
+}
+
+/** fsync by path; a log deleted meanwhile was compacted into a table LevelDB has already synced. */
+async function fsyncPath(p: string): Promise<void> {
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(p, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}

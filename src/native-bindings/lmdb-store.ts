@@ -1,0 +1,275 @@
+// The LMDB binding (the default store): one environment per node at `<dataDir>/lmdb`, one named
+// database per fragment, so a fragment is dropped whole and each worker writes only its own.
+//
+// Every worker thread of the process calls `openLmdbStore`; lmdb-js keeps one native MDB_env per
+// path for the whole process and counts the threads holding it, so the workers share one map, one
+// lock table and one write lock, and the env is closed when the last thread closes it (or dies).
+//
+// Stored key form — LMDB refuses the empty key and ours may be empty:
+//
+//   0x00 name   fragment metadata; `high-water-wall-ms` holds an 8-byte u64 BE
+//   0x01 key    a user key; the value is the record, stored as-is
+//
+// Fences (kv-store.ts): the env runs with `noSync` + `useWritemap`, so a committed transaction is
+// in the shared map (it survives the process dying, DESIGN.md "What we measured") and `sync()`
+// — an explicit env fsync — is the stable fence.
+
+import path from 'node:path';
+import { type Database, open, type RootDatabase } from 'lmdb';
+import { assert } from '../core/assert.js';
+import { asStorageError } from '../core/errors.js';
+import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
+import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
+import {
+  checkFragment,
+  checkKey,
+  checkLocation,
+  checkPageLimit,
+  checkWrites,
+  closedError,
+  decodeHighWater,
+  encodeHighWater,
+} from './open-store.js';
+
+/** One named database per fragment, plus headroom for LMDB's own and any future side tables. */
+const LMDB_DBS_MAX = FRAGMENT_COUNT_MAX + 16;
+/**
+ * Reader slots of the env's lock table (LMDB's default is 126). Each thread that reads — up to
+ * WORKER_COUNT_MAX workers, the main thread, the background pool — holds a read transaction, and a
+ * range iterator running across a commit may hold one more.
+ */
+const LMDB_READERS_MAX = 4 * WORKER_COUNT_MAX;
+/**
+ * Initial map size. lmdb-js grows the map on demand (doubling what is used), so this only saves
+ * early remaps; with `useWritemap` the data file is a sparse file of this size.
+ */
+const LMDB_MAP_BYTES_INITIAL = 256 * 1024 * 1024;
+/** LMDB's own key limit with the default page size (lmdb-js caps keys at it). */
+const LMDB_KEY_BYTES_MAX = 1978;
+/** Stored keys are one prefix byte plus the user key (plus one more for an exclusive page start). */
+const PREFIX_BYTES = 1;
+const PREFIX_META = 0x00;
+const PREFIX_DATA = 0x01;
+/** The stored form of the empty key, the first data key: the default start of a page. */
+const DATA_START_KEY = Buffer.from([PREFIX_DATA]);
+/** The first key past every data key: the default end of a page. */
+const DATA_END_KEY = Buffer.from([PREFIX_DATA + 1]);
+const META_HIGH_WATER_KEY = Buffer.concat([
+  Buffer.from([PREFIX_META]),
+  Buffer.from('high-water-wall-ms', 'latin1'),
+]);
+const LMDB_DIR = 'lmdb';
+
+assert(PREFIX_BYTES + KEY_BYTES_MAX + 1 <= LMDB_KEY_BYTES_MAX, 'a prefixed key must fit LMDB');
+
+type FragmentDb = Database<Uint8Array, Uint8Array>;
+
+/** lmdb-js has `sync(callback)` (it calls `env.sync`, an fsync on the libuv pool) but does not type it. */
+interface EnvSync {
+  sync(callback: (error?: Error | null) => void): void;
+}
+
+export const fragmentDbName = (fragment: number): string => `fragment-${String(fragment).padStart(5, '0')}`;
+
+export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
+  checkLocation(location);
+  try {
+    const root = open<Uint8Array, Uint8Array>(path.join(location.dataDir, LMDB_DIR), {
+      maxDbs: LMDB_DBS_MAX,
+      maxReaders: LMDB_READERS_MAX,
+      mapSize: LMDB_MAP_BYTES_INITIAL,
+      noSync: true,
+      useWritemap: true,
+      encoding: 'binary',
+      keyEncoding: 'binary',
+    });
+    return new LmdbStore(root, location.fragmentCount);
+  } catch (err) {
+    throw asStorageError(err);
+  }
+}
+
+class LmdbStore implements KvStore {
+  readonly kind = 'lmdb';
+  readonly sharesReaders = true;
+  readonly durable = true;
+
+  readonly #root: RootDatabase<Uint8Array, Uint8Array>;
+  readonly #fragmentCount: number;
+  /** Open fragment databases by fragment id; a fragment is used only after `openFragment`. */
+  readonly #dbs: Array<FragmentDb | undefined>;
+  /** The stored high-water mark per fragment; this store is the fragment's only writer, so it is current. */
+  readonly #highWaterWallMs: Float64Array;
+  /** One reusable buffer for the prefixed key of a get, put or remove: lmdb-js copies keys at once. */
+  readonly #keyScratch = Buffer.allocUnsafe(PREFIX_BYTES + KEY_BYTES_MAX);
+  /** The batch `#applyPending` applies; set just before the transaction, so no closure per commit. */
+  #pending: FragmentWrites[] = [];
+  readonly #applyPending = (): void => this.#apply(this.#pending);
+  #closed = false;
+
+  constructor(root: RootDatabase<Uint8Array, Uint8Array>, fragmentCount: number) {
+    this.#root = root;
+    this.#fragmentCount = fragmentCount;
+    this.#dbs = new Array<FragmentDb | undefined>(fragmentCount).fill(undefined);
+    this.#highWaterWallMs = new Float64Array(fragmentCount);
+  }
+
+  async openFragment(fragment: number): Promise<void> {
+    this.#checkOpen();
+    checkFragment(fragment, this.#fragmentCount);
+    if (this.#dbs[fragment] !== undefined) return;
+    try {
+      // Opening a named database takes the env's write lock briefly (it may create the database).
+      const db = this.#root.openDB<Uint8Array, Uint8Array>(fragmentDbName(fragment), {
+        encoding: 'binary',
+        keyEncoding: 'binary',
+      });
+      this.#highWaterWallMs[fragment] = decodeHighWater(db.getBinary(META_HIGH_WATER_KEY), fragment);
+      this.#dbs[fragment] = db;
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  get(fragment: number, key: Uint8Array): Buffer | undefined {
+    const db = this.#db(fragment);
+    checkKey(key);
+    try {
+      // getBinary copies out of lmdb's reused read buffer, so the caller may keep the result.
+      return db.getBinary(this.#dataKey(key));
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  async page(
+    fragment: number,
+    start: PageStart | undefined,
+    end: Uint8Array | undefined,
+    limit: number,
+  ): Promise<StoredEntry[]> {
+    const db = this.#db(fragment);
+    checkPageLimit(limit);
+    if (start !== undefined) checkKey(start.key);
+    if (end !== undefined) checkKey(end);
+    const out: StoredEntry[] = [];
+    if (limit === 0) return out;
+    try {
+      const range = db.getRange({
+        start: start === undefined ? DATA_START_KEY : dataKeyOf(start.key),
+        exclusiveStart: start !== undefined && !start.inclusive,
+        end: end === undefined ? DATA_END_KEY : dataKeyOf(end),
+        limit,
+      });
+      // With binary encodings lmdb-js returns keys as fresh Buffer slices and values as fresh Buffer
+      // copies, so the caller may keep both; the prefix is dropped with a view.
+      for (const { key, value } of range)
+        out.push({ key: (key as Buffer).subarray(PREFIX_BYTES), record: value as Buffer });
+    } catch (err) {
+      throw asStorageError(err);
+    }
+    return out;
+  }
+
+  commit(writes: FragmentWrites[]): void {
+    this.#checkOpen();
+    checkWrites(writes, this.#fragmentCount);
+    for (const w of writes) this.#db(w.fragment);
+    this.#pending = writes;
+    try {
+      this.#root.transactionSync(this.#applyPending);
+    } catch (err) {
+      throw asStorageError(err);
+    } finally {
+      this.#pending = [];
+    }
+    // Only now is the new mark stored; a failed transaction left the old one in place.
+    for (const w of writes) {
+      if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment])
+        this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
+    }
+  }
+
+  sync(): Promise<void> {
+    if (this.#closed) return Promise.reject(closedError('lmdb'));
+    return new Promise((resolve, reject) => {
+      (this.#root as unknown as EnvSync).sync((error) => {
+        if (error) reject(asStorageError(error));
+        else resolve();
+      });
+    });
+  }
+
+  highWaterWallMs(fragment: number): number {
+    this.#db(fragment);
+    return this.#highWaterWallMs[fragment];
+  }
+
+  async dropFragment(fragment: number): Promise<void> {
+    const db = this.#db(fragment);
+    const highWater = this.#highWaterWallMs[fragment];
+    try {
+      // Empty the database but keep it: deleting it would close its DBI handle for every thread of
+      // the process (a background reader may hold it). The high-water mark survives the drop: the
+      // timestamps it covers were issued, and may live on in other replicas.
+      this.#root.transactionSync(() => {
+        db.clearSync();
+        if (highWater > 0) db.putSync(META_HIGH_WATER_KEY, encodeHighWater(highWater));
+      });
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    // Named databases are never closed one by one: mdb_dbi_close would invalidate the handle for
+    // every thread sharing the env. Closing the root releases this thread's hold on the env only.
+    this.#dbs.fill(undefined);
+    try {
+      await this.#root.close();
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  #apply(writes: FragmentWrites[]): void {
+    for (const w of writes) {
+      const db = this.#dbs[w.fragment]!;
+      // Deletes first, then puts: within one batch a put is the later write (FragmentWrites).
+      for (const key of w.deletes) db.removeSync(this.#dataKey(key));
+      for (const [key, record] of w.puts) db.putSync(this.#dataKey(key), record);
+      if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment]) {
+        db.putSync(META_HIGH_WATER_KEY, encodeHighWater(w.highWaterWallMs));
+      }
+    }
+  }
+
+  /** The prefixed key in the scratch buffer; valid until the next call. */
+  #dataKey(key: Uint8Array): Buffer {
+    this.#keyScratch[0] = PREFIX_DATA;
+    this.#keyScratch.set(key, PREFIX_BYTES);
+    return this.#keyScratch.subarray(0, PREFIX_BYTES + key.length);
+  }
+
+  #db(fragment: number): FragmentDb {
+    this.#checkOpen();
+    checkFragment(fragment, this.#fragmentCount);
+    const db = this.#dbs[fragment];
+    assert(db !== undefined, 'fragment used before openFragment');
+    return db;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw closedError('lmdb');
+  }
+}
+
+/** A fresh prefixed key: range bounds are held by the iterator, so they cannot share the scratch. */
+function dataKeyOf(key: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(PREFIX_BYTES + key.length);
+  out[0] = PREFIX_DATA;
+  out.set(key, PREFIX_BYTES);
+  return out;
+}

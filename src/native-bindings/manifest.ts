@@ -1,0 +1,243 @@
+// The store identity manifest, `<dataDir>/MANIFEST.json`: what a data directory was created with
+// (format, node id, fragment count, store kind, LevelDB group count). The main thread binds it
+// before any worker opens a store, so a node restarted with other settings is refused with a
+// message saying what differs, instead of reading its data under the wrong layout.
+//
+// Also here: which worker owns which fragment and LevelDB group, since that follows from the
+// bound group count.
+
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { assert } from '../core/assert.js';
+import { asStorageError, storageError, type TesseraError } from '../core/errors.js';
+import { FRAGMENT_COUNT_MAX, NODE_ID_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
+import { STORE_KINDS, type StoreKind } from './kv-store.js';
+
+/** Bumped whenever the stored layout (key forms, meta keys, directory layout) changes incompatibly. */
+export const STORE_FORMAT_VERSION = 1;
+export const MANIFEST_FILE = 'MANIFEST.json';
+/** A fresh node id is `n-` and this many random bytes in hex: 48 bits, unique among any real cluster's nodes. */
+const NODE_ID_RANDOM_BYTES = 6;
+/** A manifest is a few hundred bytes; anything far larger is not one. */
+const MANIFEST_BYTES_MAX = 64 * 1024;
+/** Entries whose presence without a manifest means data of unknown identity. */
+const STORE_DIRS = ['lmdb', 'level'];
+
+export interface Manifest {
+  format: number;
+  nodeId: string;
+  fragmentCount: number;
+  store: StoreKind;
+  levelGroupCount: number;
+}
+
+export interface BindOptions {
+  kind: StoreKind;
+  dataDir: string;
+  /** The operator's `--node-id`, or undefined to use the stored one (or a fresh one at first start). */
+  nodeId: string | undefined;
+  fragmentCount: number;
+  workerCount: number;
+}
+
+export interface Binding {
+  nodeId: string;
+  levelGroupCount: number;
+}
+
+export async function bindStore(opts: BindOptions): Promise<Binding> {
+  assert(
+    Number.isInteger(opts.fragmentCount) &&
+      opts.fragmentCount >= 1 &&
+      opts.fragmentCount <= FRAGMENT_COUNT_MAX,
+    'fragment count out of range',
+  );
+  assert(
+    Number.isInteger(opts.workerCount) && opts.workerCount >= 1 && opts.workerCount <= WORKER_COUNT_MAX,
+    'worker count out of range',
+  );
+  if (opts.kind === 'memory') return { nodeId: opts.nodeId ?? freshNodeId(), levelGroupCount: 0 };
+  try {
+    await fs.mkdir(opts.dataDir, { recursive: true });
+    const existing = await readManifest(opts.dataDir);
+    const manifest = existing ?? (await createManifest(opts));
+    checkManifest(manifest, opts);
+    return { nodeId: manifest.nodeId, levelGroupCount: manifest.levelGroupCount };
+  } catch (err) {
+    throw asStorageError(err);
+  }
+}
+
+export const freshNodeId = (): string => `n-${randomBytes(NODE_ID_RANDOM_BYTES).toString('hex')}`;
+
+/** Which worker owns a fragment: the owner of its LevelDB group, or for the other kinds simply f mod workers. */
+export function workerOfFragment(fragment: number, groupCount: number, workerCount: number): number {
+  assert(Number.isInteger(fragment) && fragment >= 0, 'fragment id out of range');
+  assert(Number.isInteger(workerCount) && workerCount >= 1, 'worker count out of range');
+  const unit = groupCount > 0 ? fragment % groupCount : fragment;
+  return unit % workerCount;
+}
+
+/** The LevelDB groups a worker opens: g with g mod workers = worker (none when groupCount is 0). */
+export function levelGroupsOfWorker(worker: number, groupCount: number, workerCount: number): number[] {
+  assert(Number.isInteger(worker) && worker >= 0 && worker < workerCount, 'worker index out of range');
+  const groups: number[] = [];
+  for (let g = worker; g < groupCount; g += workerCount) groups.push(g);
+  return groups;
+}
+
+async function readManifest(dataDir: string): Promise<Manifest | undefined> {
+  const file = path.join(dataDir, MANIFEST_FILE);
+  let text: string;
+  try {
+    const stat = await fs.stat(file);
+    if (stat.size > MANIFEST_BYTES_MAX)
+      throw malformed(dataDir, `${stat.size} bytes, larger than any manifest`);
+    text = await fs.readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  return parseManifest(dataDir, text);
+}
+
+/** Reads a manifest's text; every field is checked, since a hand-edited file may say anything. */
+export function parseManifest(dataDir: string, text: string): Manifest {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw malformed(dataDir, `not JSON: ${(err as Error).message}`);
+  }
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw malformed(dataDir, 'not a JSON object');
+  const m = raw as Record<string, unknown>;
+  if (!Number.isInteger(m.format) || (m.format as number) < 1) throw malformed(dataDir, 'bad "format"');
+  if (typeof m.nodeId !== 'string' || !isValidNodeId(m.nodeId)) throw malformed(dataDir, 'bad "nodeId"');
+  const fragments = m.fragmentCount;
+  if (
+    !Number.isInteger(fragments) ||
+    (fragments as number) < 1 ||
+    (fragments as number) > FRAGMENT_COUNT_MAX
+  ) {
+    throw malformed(dataDir, 'bad "fragmentCount"');
+  }
+  if (typeof m.store !== 'string' || !STORE_KINDS.includes(m.store as StoreKind))
+    throw malformed(dataDir, 'bad "store"');
+  const groups = m.levelGroupCount;
+  if (!Number.isInteger(groups) || (groups as number) < 0 || (groups as number) > (fragments as number)) {
+    throw malformed(dataDir, 'bad "levelGroupCount"');
+  }
+  if ((m.store === 'level') !== (groups as number) > 0)
+    throw malformed(dataDir, '"levelGroupCount" does not fit "store"');
+  return {
+    format: m.format as number,
+    nodeId: m.nodeId,
+    fragmentCount: fragments as number,
+    store: m.store as StoreKind,
+    levelGroupCount: groups as number,
+  };
+}
+
+function isValidNodeId(id: string): boolean {
+  const bytes = Buffer.byteLength(id, 'utf8');
+  return bytes >= 1 && bytes <= NODE_ID_BYTES_MAX;
+}
+
+/** Refuses a manifest that disagrees with how the node was started; the message says what to do. */
+function checkManifest(m: Manifest, opts: BindOptions): void {
+  const dir = opts.dataDir;
+  if (m.format !== STORE_FORMAT_VERSION) {
+    throw storageError(
+      `data directory ${dir} was written in store format ${m.format}; this version of Tessera reads format ` +
+        `${STORE_FORMAT_VERSION}. Start a Tessera release that reads format ${m.format}, or use a new --data-dir`,
+    );
+  }
+  if (m.store !== opts.kind) {
+    throw storageError(
+      `data directory ${dir} holds a ${m.store} store; this node was started with --store ${opts.kind}. ` +
+        `Start with --store ${m.store}, or use a new --data-dir`,
+    );
+  }
+  if (m.fragmentCount !== opts.fragmentCount) {
+    throw storageError(
+      `data directory ${dir} was created with ${m.fragmentCount} fragments; this node was started with ` +
+        `--fragments ${opts.fragmentCount}. Start with --fragments ${m.fragmentCount}, or use a new --data-dir`,
+    );
+  }
+  if (opts.nodeId !== undefined && m.nodeId !== opts.nodeId) {
+    throw storageError(
+      `data directory ${dir} belongs to node id ${m.nodeId}; this node was started with --node-id ` +
+        `${opts.nodeId}. Start with --node-id ${m.nodeId} (or without --node-id), or use a new --data-dir`,
+    );
+  }
+}
+
+async function createManifest(opts: BindOptions): Promise<Manifest> {
+  await refuseUnmanifestedData(opts.dataDir);
+  const manifest: Manifest = {
+    format: STORE_FORMAT_VERSION,
+    nodeId: opts.nodeId ?? freshNodeId(),
+    fragmentCount: opts.fragmentCount,
+    store: opts.kind,
+    levelGroupCount: opts.kind === 'level' ? Math.min(opts.workerCount, opts.fragmentCount) : 0,
+  };
+  const created = await writeOnce(opts.dataDir, `${JSON.stringify(manifest, null, 2)}\n`);
+  // Lost a race with another process binding the same directory: its manifest is the one.
+  return created ? manifest : ((await readManifest(opts.dataDir)) ?? manifest);
+}
+
+/** Store files without a manifest were written under an unknown identity; reading them could misplace data. */
+async function refuseUnmanifestedData(dataDir: string): Promise<void> {
+  const entries = await fs.readdir(dataDir);
+  const found = STORE_DIRS.filter((d) => entries.includes(d));
+  if (found.length > 0) {
+    throw storageError(
+      `data directory ${dataDir} holds store data (${found.join(', ')}) but no ${MANIFEST_FILE}, so its fragment ` +
+        'count and node id are unknown. Restore the manifest from a backup, or use a new --data-dir',
+    );
+  }
+}
+
+/**
+ * Writes the manifest atomically and only if absent: a temp file is written and fsynced, then
+ * hard-linked into place (fails if a manifest appeared meanwhile), then the directory is fsynced so
+ * the new name survives power loss. Returns false when another manifest won.
+ */
+async function writeOnce(dataDir: string, text: string): Promise<boolean> {
+  const file = path.join(dataDir, MANIFEST_FILE);
+  const temp = path.join(dataDir, `${MANIFEST_FILE}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  const handle = await fs.open(temp, 'wx');
+  try {
+    await handle.writeFile(text, 'utf8');
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+  let created = true;
+  try {
+    await fs.link(temp, file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    created = false;
+  } finally {
+    await fs.rm(temp, { force: true });
+  }
+  await fsyncDir(dataDir);
+  return created;
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  const handle = await fs.open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+const malformed = (dataDir: string, why: string): TesseraError =>
+  storageError(
+    `data directory ${dataDir} has a malformed ${MANIFEST_FILE} (${why}). Restore it from a backup, or use a new --data-dir`,
+  );

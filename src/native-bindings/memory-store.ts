@@ -1,0 +1,158 @@
+// The memory binding: for tests and caches. Nothing outlives the process (`durable = false`), so
+// both fences are reached as soon as a commit returns.
+//
+// A fragment is a Map from the key as a latin1 string (one char per byte, so string order is byte
+// order) to a private copy of the record. Pages walk a sorted key list, rebuilt lazily: only when
+// the fragment changed since the last page.
+
+import { assert } from '../core/assert.js';
+import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
+import {
+  checkFragment,
+  checkKey,
+  checkLocation,
+  checkPageLimit,
+  checkWrites,
+  closedError,
+} from './open-store.js';
+
+interface MemoryFragment {
+  records: Map<string, Buffer>;
+  /** The keys in byte order when `dirty` is false; stale otherwise. */
+  sorted: string[];
+  /** True when a key was added or removed since `sorted` was built. */
+  dirty: boolean;
+  highWaterWallMs: number;
+}
+
+export async function openMemoryStore(location: StoreLocation): Promise<KvStore> {
+  checkLocation(location);
+  return new MemoryStore(location.fragmentCount);
+}
+
+class MemoryStore implements KvStore {
+  readonly kind = 'memory';
+  readonly sharesReaders = false;
+  readonly durable = false;
+
+  readonly #fragmentCount: number;
+  readonly #fragments = new Map<number, MemoryFragment>();
+  #closed = false;
+
+  constructor(fragmentCount: number) {
+    this.#fragmentCount = fragmentCount;
+  }
+
+  async openFragment(fragment: number): Promise<void> {
+    this.#checkOpen();
+    checkFragment(fragment, this.#fragmentCount);
+    if (this.#fragments.has(fragment)) return;
+    this.#fragments.set(fragment, { records: new Map(), sorted: [], dirty: false, highWaterWallMs: 0 });
+  }
+
+  get(fragment: number, key: Uint8Array): Buffer | undefined {
+    const f = this.#fragment(fragment);
+    checkKey(key);
+    const record = f.records.get(latin1(key));
+    return record === undefined ? undefined : Buffer.from(record);
+  }
+
+  async page(
+    fragment: number,
+    start: PageStart | undefined,
+    end: Uint8Array | undefined,
+    limit: number,
+  ): Promise<StoredEntry[]> {
+    const f = this.#fragment(fragment);
+    checkPageLimit(limit);
+    if (start !== undefined) checkKey(start.key);
+    if (end !== undefined) checkKey(end);
+    const sorted = sortedKeys(f);
+    const endKey = end === undefined ? undefined : latin1(end);
+    const out: StoredEntry[] = [];
+    let i = start === undefined ? 0 : firstIndexFrom(sorted, latin1(start.key), start.inclusive);
+    for (; i < sorted.length && out.length < limit; i++) {
+      const key = sorted[i];
+      if (endKey !== undefined && key >= endKey) break;
+      out.push({ key: Buffer.from(key, 'latin1'), record: Buffer.from(f.records.get(key)!) });
+    }
+    return out;
+  }
+
+  commit(writes: FragmentWrites[]): void {
+    this.#checkOpen();
+    checkWrites(writes, this.#fragmentCount);
+    for (const w of writes) this.#fragment(w.fragment);
+    // Nothing below can fail, so the batch applies whole.
+    for (const w of writes) {
+      const f = this.#fragments.get(w.fragment)!;
+      for (const key of w.deletes) {
+        if (f.records.delete(latin1(key))) f.dirty = true;
+      }
+      for (const [key, record] of w.puts) {
+        const k = latin1(key);
+        if (!f.records.has(k)) f.dirty = true;
+        f.records.set(k, Buffer.from(record));
+      }
+      if (w.highWaterWallMs > f.highWaterWallMs) f.highWaterWallMs = w.highWaterWallMs;
+    }
+  }
+
+  async sync(): Promise<void> {
+    this.#checkOpen();
+  }
+
+  highWaterWallMs(fragment: number): number {
+    return this.#fragment(fragment).highWaterWallMs;
+  }
+
+  async dropFragment(fragment: number): Promise<void> {
+    const f = this.#fragment(fragment);
+    // The high-water mark stays, as in the durable stores: its timestamps were issued.
+    f.records.clear();
+    f.sorted = [];
+    f.dirty = false;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#fragments.clear();
+  }
+
+  #fragment(fragment: number): MemoryFragment {
+    this.#checkOpen();
+    checkFragment(fragment, this.#fragmentCount);
+    const f = this.#fragments.get(fragment);
+    assert(f !== undefined, 'fragment used before openFragment');
+    return f;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw closedError('memory');
+  }
+}
+
+const latin1 = (key: Uint8Array): string =>
+  Buffer.from(key.buffer, key.byteOffset, key.length).toString('latin1');
+
+function sortedKeys(f: MemoryFragment): string[] {
+  if (f.dirty) {
+    // Default sort compares UTF-16 code units; latin1 chars are all < 0x100, so this is byte order.
+    f.sorted = [...f.records.keys()].sort();
+    f.dirty = false;
+  }
+  return f.sorted;
+}
+
+/** Index of the first key ≥ `key` (inclusive) or > `key` (exclusive), by binary search. */
+function firstIndexFrom(sorted: string[], key: string, inclusive: boolean): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const before = inclusive ? sorted[mid] < key : sorted[mid] <= key;
+    if (before) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}

@@ -1,0 +1,31 @@
+// The typed control messages between the main thread and a worker (postMessage; never on the hot
+// path, which uses the rings). One startup message goes to each worker, as piscina does.
+
+import type { FragmentConfig } from '../core/fragment.js';
+import type { StoreLocation } from '../native-bindings/kv-store.js';
+
+export interface WorkerInit {
+  index: number;
+  /** Requests main → worker. */
+  requestRing: SharedArrayBuffer;
+  /** Results worker → main. */
+  resultRing: SharedArrayBuffer;
+  store: StoreLocation;
+  fragments: number[];
+  fragment: Omit<FragmentConfig, 'fragment' | 'storedHighWaterWallMs'>;
+  cleanIntervalMs: number;
+}
+
+export type WorkerEvent =
+  /** Stores are open; `highWaterWallMs` is the newest timestamp any of its fragments has stored. */
+  | { kind: 'ready'; highWaterWallMs: number }
+  /** The worker could not start or hit an unrecoverable store error. */
+  | { kind: 'fatal'; message: string }
+  /** Stores closed after a Close request; the worker is exiting. */
+  | { kind: 'closed' };
+
+export function isWorkerEvent(value: unknown): value is WorkerEvent {
+  if (typeof value !== 'object' || value === null) return false;
+  const kind = (value as { kind?: unknown }).kind;
+  return kind === 'ready' || kind === 'fatal' || kind === 'closed';
+}

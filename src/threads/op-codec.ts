@@ -1,0 +1,257 @@
+// Binary layouts of the records that cross the rings: requests main → worker, results worker → main.
+// Encoders write straight into ring memory at an offset; decoders read in place. No JSON on the hot
+// path (only the rare health reply carries JSON).
+//
+// Request (main → worker):
+//   0  u8   kind         OpKind (1..4) or a control kind (RequestKind)
+//   1  u8   flags        bits 0-1 priority, bits 2-3 durability, bit 4 header-only read,
+//                        bit 5 the write wants to know whether a live value existed
+//   2  u16  fragment
+//   4  u32  reqId
+//   8  u16  keyLength
+//   10 …    key, then for Write / Restamp the versioned record (src/core/record.ts) to the end
+//
+// Scan request: the common 8-byte header (flags: bit 0 start inclusive, bit 1 has start, bit 2 has
+// end, bit 3 keys only), then u16 startLength, start, u16 endLength, end, u32 limit, u32 byteLimit,
+// u16 patternLength, pattern.
+//
+// Result (worker → main):
+//   0  u8   status       Reply, or ResultKind.ScanPage / ResultKind.Health / ResultKind.Error
+//   1  u8   detail       bit 0: a live value existed before the write; for Error: the ErrorKind
+//   2  u16  (zero)
+//   4  u32  reqId
+//   8  …    Found / Superseded: a record; Backpressure / StorageFailed / Error: UTF-8 message;
+//           ScanPage: see encodeScanPage; Health: UTF-8 JSON
+
+import { assert } from '../core/assert.js';
+import type { Durability, OpKind, Priority } from '../core/ops.js';
+import { RECORD_HEADER_BYTES } from '../core/record.js';
+
+export const REQUEST_HEADER_BYTES = 10;
+export const RESULT_HEADER_BYTES = 8;
+
+/** Request kinds beyond the fragment ops (OpKind 1..4). */
+export const RequestKind = {
+  Scan: 16,
+  Health: 17,
+  /** Test hook: the worker throws an uncaught error, as a crash would. */
+  Crash: 18,
+  /** Close the store and exit; sent once every fragment is flushed. */
+  Close: 19,
+} as const;
+
+export const ResultKind = {
+  ScanPage: 32,
+  Health: 33,
+  Error: 34,
+  Closed: 35,
+} as const;
+
+const FLAG_HEADER_ONLY = 1 << 4;
+const FLAG_WANTS_PRIOR = 1 << 5;
+export const SCAN_START_INCLUSIVE = 1;
+export const SCAN_HAS_START = 2;
+export const SCAN_HAS_END = 4;
+export const SCAN_KEYS_ONLY = 8;
+
+export function requestBytes(keyBytes: number, recordBytes: number): number {
+  return REQUEST_HEADER_BYTES + keyBytes + recordBytes;
+}
+
+/** Writes a request header and its key; returns the offset where a record (if any) follows. */
+export function writeRequestHeader(
+  buf: Buffer,
+  at: number,
+  kind: number,
+  priority: Priority,
+  durability: Durability,
+  headerOnly: boolean,
+  fragment: number,
+  reqId: number,
+  key: Uint8Array,
+  wantsPrior = false,
+): number {
+  buf[at] = kind;
+  buf[at + 1] =
+    priority | (durability << 2) | (headerOnly ? FLAG_HEADER_ONLY : 0) | (wantsPrior ? FLAG_WANTS_PRIOR : 0);
+  buf.writeUInt16LE(fragment, at + 2);
+  buf.writeUInt32LE(reqId, at + 4);
+  buf.writeUInt16LE(key.length, at + 8);
+  buf.set(key, at + REQUEST_HEADER_BYTES);
+  return at + REQUEST_HEADER_BYTES + key.length;
+}
+
+export const requestKind = (buf: Buffer, at: number): number => buf[at];
+export const requestPriority = (buf: Buffer, at: number): Priority => (buf[at + 1] & 3) as Priority;
+export const requestDurability = (buf: Buffer, at: number): Durability =>
+  ((buf[at + 1] >> 2) & 3) as Durability;
+export const requestHeaderOnly = (buf: Buffer, at: number): boolean => (buf[at + 1] & FLAG_HEADER_ONLY) !== 0;
+export const requestWantsPrior = (buf: Buffer, at: number): boolean => (buf[at + 1] & FLAG_WANTS_PRIOR) !== 0;
+export const requestFragment = (buf: Buffer, at: number): number => buf.readUInt16LE(at + 2);
+export const requestId = (buf: Buffer, at: number): number => buf.readUInt32LE(at + 4);
+export const requestKeyBytes = (buf: Buffer, at: number): number => buf.readUInt16LE(at + 8);
+
+export function isFragmentOpKind(kind: number): kind is OpKind {
+  return kind >= 1 && kind <= 4;
+}
+
+export interface ScanRequest {
+  fragment: number;
+  start: Uint8Array | undefined;
+  startInclusive: boolean;
+  end: Uint8Array | undefined;
+  limit: number;
+  byteLimit: number;
+  pattern: Uint8Array | undefined;
+  keysOnly: boolean;
+}
+
+export function scanRequestBytes(s: ScanRequest): number {
+  return 8 + 2 + (s.start?.length ?? 0) + 2 + (s.end?.length ?? 0) + 8 + 2 + (s.pattern?.length ?? 0);
+}
+
+export function writeScanRequest(
+  buf: Buffer,
+  at: number,
+  reqId: number,
+  priority: Priority,
+  s: ScanRequest,
+): void {
+  buf[at] = RequestKind.Scan;
+  buf[at + 1] =
+    (s.startInclusive ? SCAN_START_INCLUSIVE : 0) |
+    (s.start !== undefined ? SCAN_HAS_START : 0) |
+    (s.end !== undefined ? SCAN_HAS_END : 0) |
+    (s.keysOnly ? SCAN_KEYS_ONLY : 0) |
+    (priority << 4);
+  buf.writeUInt16LE(s.fragment, at + 2);
+  buf.writeUInt32LE(reqId, at + 4);
+  let p = at + 8;
+  p = writeBytes16(buf, p, s.start);
+  p = writeBytes16(buf, p, s.end);
+  buf.writeUInt32LE(s.limit, p);
+  buf.writeUInt32LE(s.byteLimit, p + 4);
+  writeBytes16(buf, p + 8, s.pattern);
+}
+
+/** Decodes a scan request, copying its keys out of ring memory. */
+export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; priority: Priority } {
+  const flags = buf[at + 1];
+  let p = at + 8;
+  const start = readBytes16(buf, p);
+  p += 2 + start.length;
+  const end = readBytes16(buf, p);
+  p += 2 + end.length;
+  const limit = buf.readUInt32LE(p);
+  const byteLimit = buf.readUInt32LE(p + 4);
+  const pattern = readBytes16(buf, p + 8);
+  const scan: ScanRequest = {
+    fragment: buf.readUInt16LE(at + 2),
+    start: flags & SCAN_HAS_START ? start : undefined,
+    startInclusive: (flags & SCAN_START_INCLUSIVE) !== 0,
+    end: flags & SCAN_HAS_END ? end : undefined,
+    limit,
+    byteLimit,
+    pattern: pattern.length > 0 ? pattern : undefined,
+    keysOnly: (flags & SCAN_KEYS_ONLY) !== 0,
+  };
+  return { scan, priority: ((flags >> 4) & 3) as Priority };
+}
+
+function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): number {
+  const n = bytes?.length ?? 0;
+  buf.writeUInt16LE(n, at);
+  if (n > 0) buf.set(bytes!, at + 2);
+  return at + 2 + n;
+}
+
+function readBytes16(buf: Buffer, at: number): Buffer {
+  const n = buf.readUInt16LE(at);
+  return Buffer.from(buf.subarray(at + 2, at + 2 + n));
+}
+
+export function writeResultHeader(
+  buf: Buffer,
+  at: number,
+  status: number,
+  detail: number,
+  reqId: number,
+): number {
+  buf[at] = status;
+  buf[at + 1] = detail;
+  buf.writeUInt16LE(0, at + 2);
+  buf.writeUInt32LE(reqId, at + 4);
+  return at + RESULT_HEADER_BYTES;
+}
+
+export const resultStatus = (buf: Buffer, at: number): number => buf[at];
+export const resultDetail = (buf: Buffer, at: number): number => buf[at + 1];
+export const resultId = (buf: Buffer, at: number): number => buf.readUInt32LE(at + 4);
+
+/** Bytes of a record as a result carries it: whole, or header and node id only. */
+export function resultRecordBytes(record: Uint8Array, headerOnly: boolean): number {
+  return headerOnly ? RECORD_HEADER_BYTES + record[15] : record.length;
+}
+
+/** One live entry of a scan page. */
+export interface ScanEntry {
+  key: Buffer;
+  /** The stored record, or undefined for keys-only scans. */
+  record: Buffer | undefined;
+}
+
+/**
+ * Scan page payload: u8 done, u16 resumeKeyLength, resumeKey (the last key examined: the next page
+ * starts strictly after it), u32 count, then per entry u16 keyLength, key, u32 recordLength, record.
+ */
+export function scanPageBytes(entries: readonly ScanEntry[], resumeKey: Uint8Array | undefined): number {
+  let n = 1 + 2 + (resumeKey?.length ?? 0) + 4;
+  for (const e of entries) n += 2 + e.key.length + 4 + (e.record?.length ?? 0);
+  return n;
+}
+
+export function writeScanPage(
+  buf: Buffer,
+  at: number,
+  done: boolean,
+  resumeKey: Uint8Array | undefined,
+  entries: readonly ScanEntry[],
+): number {
+  buf[at] = done ? 1 : 0;
+  let p = writeBytes16(buf, at + 1, resumeKey);
+  buf.writeUInt32LE(entries.length, p);
+  p += 4;
+  for (const e of entries) {
+    p = writeBytes16(buf, p, e.key);
+    const n = e.record?.length ?? 0;
+    buf.writeUInt32LE(n, p);
+    if (n > 0) buf.set(e.record!, p + 4);
+    p += 4 + n;
+  }
+  return p;
+}
+
+export interface ScanPage {
+  done: boolean;
+  resumeKey: Buffer | undefined;
+  entries: ScanEntry[];
+}
+
+/** Decodes a scan page, copying everything out of ring memory. */
+export function readScanPage(buf: Buffer, at: number, end: number): ScanPage {
+  const done = buf[at] === 1;
+  const resume = readBytes16(buf, at + 1);
+  let p = at + 3 + resume.length;
+  const count = buf.readUInt32LE(p);
+  p += 4;
+  const entries: ScanEntry[] = [];
+  for (let i = 0; i < count; i++) {
+    const key = readBytes16(buf, p);
+    p += 2 + key.length;
+    const n = buf.readUInt32LE(p);
+    entries.push({ key, record: n > 0 ? Buffer.from(buf.subarray(p + 4, p + 4 + n)) : undefined });
+    p += 4 + n;
+  }
+  assert(p === end, 'scan page length does not match its record');
+  return { done, resumeKey: done ? undefined : resume, entries };
+}

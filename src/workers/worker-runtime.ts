@@ -1,0 +1,462 @@
+// The driver of one worker thread: it owns the worker's store and fragment actors (FragmentCore),
+// turns request records into events, carries out the actions — one store transaction for all the
+// commits of a drained batch, one fsync for every stable write waiting (group commit) — and writes
+// results back through the result ring, one publish (one wake-up of the main thread) per batch.
+
+import { assert } from '../core/assert.js';
+import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.js';
+import { type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
+import { globMatch } from '../core/glob.js';
+import { CLEAN_PAGE_KEYS_MAX, SCAN_EXAMINED_KEYS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
+import { Durability, OpKind, Reply } from '../core/ops.js';
+import { isLive } from '../core/record.js';
+import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
+import type { WorkerInit } from '../threads/messages.js';
+import {
+  isFragmentOpKind,
+  REQUEST_HEADER_BYTES,
+  RESULT_HEADER_BYTES,
+  RequestKind,
+  ResultKind,
+  readScanRequest,
+  requestDurability,
+  requestFragment,
+  requestHeaderOnly,
+  requestId,
+  requestKeyBytes,
+  requestPriority,
+  requestWantsPrior,
+  resultRecordBytes,
+  type ScanEntry,
+  type ScanRequest,
+  scanPageBytes,
+  writeResultHeader,
+  writeScanPage,
+} from '../threads/op-codec.js';
+import { type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
+import { RingOutbox } from '../threads/ring-outbox.js';
+
+/** Store pages a scan reads at a time while it fills one result page. */
+const SCAN_STORE_PAGE_KEYS = 256;
+const EMPTY_KEY = Buffer.alloc(0);
+
+type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
+
+export class WorkerRuntime {
+  private readonly cores: (FragmentCore | undefined)[] = [];
+  private readonly fragments: number[];
+  private readonly reader: RingReader;
+  private readonly outbox: RingOutbox;
+  private drain: DrainLoop | undefined;
+  /** Fragments that received requests this batch and must run. */
+  private readonly active = new Set<FragmentCore>();
+  private readonly actions: FragmentAction[] = [];
+  private readonly requestEvent: { kind: 'request'; op: FragmentOp } = { kind: 'request', op: undefined! };
+  /** Scans waiting for their fence (reqId → request). */
+  private readonly scans = new Map<number, ScanRequest>();
+  private syncRequests: Array<{ core: FragmentCore; generation: number }> = [];
+  private syncInFlight = false;
+  private wakeTimer: NodeJS.Timeout | undefined;
+  private wakeAtMs = Number.POSITIVE_INFINITY;
+  private immediatePending = false;
+  private cleanTimer: NodeJS.Timeout | undefined;
+  private sweeping = false;
+  private closing = false;
+
+  constructor(
+    private readonly init: WorkerInit,
+    private readonly store: KvStore,
+  ) {
+    this.fragments = init.fragments;
+    this.reader = new RingReader(init.requestRing);
+    this.outbox = new RingOutbox(new RingWriter(init.resultRing));
+    const nowMs = Date.now();
+    for (const fragment of init.fragments) {
+      const storedHighWaterWallMs = store.highWaterWallMs(fragment);
+      this.cores[fragment] = new FragmentCore(
+        { ...init.fragment, fragment, storedHighWaterWallMs },
+        store,
+        nowMs,
+      );
+    }
+  }
+
+  /** Newest timestamp stored in any of this worker's fragments, to seed the node's clock. */
+  highWaterWallMs(): number {
+    let max = 0;
+    for (const f of this.fragments) max = Math.max(max, this.store.highWaterWallMs(f));
+    return max;
+  }
+
+  start(): void {
+    this.drain = drainLoop(this.reader, () => this.onBatch());
+    this.cleanTimer = setInterval(() => void this.sweepAll(), this.init.cleanIntervalMs);
+  }
+
+  private onBatch(): void {
+    const nowMs = Date.now();
+    const buf = this.reader.bytes;
+    let count = 0;
+    let at: number;
+    while (count < WORKER_TURN_OPS_MAX && (at = this.reader.next()) !== -1) {
+      this.decode(buf, at, this.reader.recordBytes);
+      count++;
+    }
+    this.reader.release();
+    this.runActive(nowMs);
+  }
+
+  private decode(buf: Buffer, at: number, length: number): void {
+    const kind = buf[at];
+    const reqId = requestId(buf, at);
+    if (isFragmentOpKind(kind)) return this.decodeFragmentOp(buf, at, length, kind, reqId);
+    switch (kind) {
+      case RequestKind.Scan:
+        return this.admitScan(buf, at, reqId);
+      case RequestKind.Health:
+        return this.text(ResultKind.Health, 0, reqId, JSON.stringify(this.health()));
+      case RequestKind.Crash:
+        setImmediate(() => {
+          throw new Error(`worker ${this.init.index} crashed on request (test hook)`);
+        });
+        return;
+      case RequestKind.Close:
+        void this.close(reqId);
+        return;
+      default:
+        assert(false, `unknown request kind ${kind}`);
+    }
+  }
+
+  private decodeFragmentOp(buf: Buffer, at: number, length: number, kind: OpKind, reqId: number): void {
+    const fragment = requestFragment(buf, at);
+    const core = this.cores[fragment];
+    if (core === undefined) {
+      return this.error(ErrorKind.Internal, reqId, `fragment ${fragment} is not served by this worker`);
+    }
+    // Copy key and record out of the ring in one allocation: the ring slot is reused after release,
+    // and lmdb keeps pointers to written buffers until commit.
+    const keyBytes = requestKeyBytes(buf, at);
+    const body = Buffer.allocUnsafe(length - REQUEST_HEADER_BYTES);
+    buf.copy(body, 0, at + REQUEST_HEADER_BYTES, at + length);
+    const key = body.subarray(0, keyBytes);
+    const record = body.length > keyBytes ? body.subarray(keyBytes) : undefined;
+    const op = new FragmentOp(
+      kind,
+      reqId,
+      requestPriority(buf, at),
+      requestDurability(buf, at),
+      key,
+      record,
+      requestHeaderOnly(buf, at),
+      requestWantsPrior(buf, at),
+    );
+    this.requestEvent.op = op;
+    core.step(this.requestEvent);
+    this.active.add(core);
+  }
+
+  /** A scan first fences its fragment (commits pending writes), then reads the store in order. */
+  private admitScan(buf: Buffer, at: number, reqId: number): void {
+    const { scan, priority } = readScanRequest(buf, at);
+    const core = this.cores[scan.fragment];
+    if (core === undefined) {
+      return this.error(ErrorKind.Internal, reqId, `fragment ${scan.fragment} is not served by this worker`);
+    }
+    this.scans.set(reqId, scan);
+    const fence = new FragmentOp(
+      OpKind.Fence,
+      reqId,
+      priority,
+      Durability.Store,
+      EMPTY_KEY,
+      undefined,
+      false,
+      false,
+    );
+    this.requestEvent.op = fence;
+    core.step(this.requestEvent);
+    this.active.add(core);
+  }
+
+  private runActive(nowMs: number): void {
+    const budget = Math.max(64, Math.floor(WORKER_TURN_OPS_MAX / Math.max(1, this.active.size)));
+    for (const core of this.active) {
+      core.step({ kind: 'run', nowMs, budget });
+      core.takeActions(this.actions);
+    }
+    this.active.clear();
+    this.carryOut();
+    this.scheduleWake(nowMs);
+  }
+
+  /** Carries out actions until none are left: replies, commits (one transaction), sync requests. */
+  private carryOut(): void {
+    while (this.actions.length > 0) {
+      const commits: CommitAction[] = [];
+      for (const action of this.actions) {
+        if (action.kind === 'reply') this.sendReply(action);
+        else if (action.kind === 'commit') commits.push(action);
+        else this.syncRequests.push({ core: this.cores[action.fragment]!, generation: action.generation });
+      }
+      this.actions.length = 0;
+      if (commits.length > 0) this.commit(commits);
+    }
+    if (this.syncRequests.length > 0 && !this.syncInFlight) this.startSync();
+    this.outbox.publish();
+  }
+
+  private commit(commits: CommitAction[]): void {
+    const writes: FragmentWrites[] = commits.map((c) => ({
+      fragment: c.fragment,
+      puts: c.puts,
+      deletes: [],
+      highWaterWallMs: c.highWaterWallMs,
+    }));
+    let result: void | Promise<void>;
+    try {
+      result = this.store.commit(writes);
+    } catch (err) {
+      return this.committed(commits, err);
+    }
+    if (result === undefined) return this.committed(commits, undefined);
+    result.then(
+      () => this.afterAsync(() => this.committed(commits, undefined)),
+      (err: unknown) => this.afterAsync(() => this.committed(commits, err)),
+    );
+  }
+
+  private committed(commits: CommitAction[], err: unknown): void {
+    const message = err === undefined ? '' : asStorageError(err).message;
+    for (const c of commits) {
+      const core = this.cores[c.fragment]!;
+      if (err === undefined) core.step({ kind: 'committed', generation: c.generation });
+      else core.step({ kind: 'commit-failed', generation: c.generation, message });
+      core.takeActions(this.actions);
+    }
+  }
+
+  /** One fsync for every sync request gathered so far; requests arriving meanwhile wait for the next. */
+  private startSync(): void {
+    const batch = this.syncRequests;
+    this.syncRequests = [];
+    this.syncInFlight = true;
+    const done = (err: unknown) =>
+      this.afterAsync(() => {
+        this.syncInFlight = false;
+        const message = err === undefined ? '' : asStorageError(err).message;
+        for (const { core, generation } of batch) {
+          if (err === undefined) core.step({ kind: 'synced', generation });
+          else core.step({ kind: 'sync-failed', generation, message });
+          core.takeActions(this.actions);
+        }
+      });
+    this.store.sync().then(() => done(undefined), done);
+  }
+
+  /** Runs `fn` from a store callback, then carries out what it produced. */
+  private afterAsync(fn: () => void): void {
+    fn();
+    this.carryOut();
+    this.scheduleWake(Date.now());
+  }
+
+  private sendReply(action: Extract<FragmentAction, { kind: 'reply' }>): void {
+    const { op, reply } = action;
+    const scan = this.scans.get(op.reqId);
+    if (scan !== undefined && op.kind === OpKind.Fence) {
+      this.scans.delete(op.reqId);
+      if (reply === Reply.FenceReached) {
+        void this.runScan(op.reqId, scan);
+        return;
+      }
+    }
+    const detail = action.prior ? 1 : 0;
+    if (action.record !== undefined) {
+      const headerOnly = op.headerOnly || reply === Reply.Superseded;
+      const n = resultRecordBytes(action.record, headerOnly);
+      const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
+      const buf = this.outbox.buffer;
+      const p = writeResultHeader(buf, at, reply, detail, op.reqId);
+      buf.set(action.record.subarray(0, n), p);
+      this.outbox.commit();
+    } else if (action.message !== '') {
+      this.text(reply, detail, op.reqId, action.message);
+    } else {
+      const at = this.outbox.reserve(RESULT_HEADER_BYTES);
+      writeResultHeader(this.outbox.buffer, at, reply, detail, op.reqId);
+      this.outbox.commit();
+    }
+  }
+
+  /** Reads one page of live entries from the (fenced) store, filtered by the pattern. */
+  private async runScan(reqId: number, scan: ScanRequest): Promise<void> {
+    try {
+      const nowMs = Date.now();
+      const entries: ScanEntry[] = [];
+      let bytes = 0;
+      let examined = 0;
+      let resumeKey: Buffer | undefined;
+      let start: PageStart | undefined = scan.start
+        ? { key: scan.start, inclusive: scan.startInclusive }
+        : undefined;
+      let done = false;
+      let full = false;
+      while (!full && examined < SCAN_EXAMINED_KEYS_MAX) {
+        const page = await this.store.page(scan.fragment, start, scan.end, SCAN_STORE_PAGE_KEYS);
+        for (const e of page) {
+          if (isLive(e.record, nowMs) && (scan.pattern === undefined || globMatch(scan.pattern, e.key))) {
+            const size = e.key.length + (scan.keysOnly ? 0 : e.record.length);
+            // Stop before an entry that would pass the byte bound (unless the page is empty), so a
+            // page always fits one ring record; it is the first entry of the next page.
+            if (entries.length > 0 && bytes + size > scan.byteLimit) {
+              full = true;
+              break;
+            }
+            entries.push({ key: e.key, record: scan.keysOnly ? undefined : e.record });
+            bytes += size;
+          }
+          examined++;
+          resumeKey = e.key;
+          if (entries.length >= scan.limit) {
+            full = true;
+            break;
+          }
+        }
+        if (!full && page.length < SCAN_STORE_PAGE_KEYS) {
+          done = true;
+          break;
+        }
+        if (resumeKey !== undefined) start = { key: resumeKey, inclusive: false };
+      }
+      const n = scanPageBytes(entries, resumeKey);
+      const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
+      const buf = this.outbox.buffer;
+      writeScanPage(buf, writeResultHeader(buf, at, ResultKind.ScanPage, 0, reqId), done, resumeKey, entries);
+      this.outbox.commit();
+    } catch (err) {
+      this.error(ErrorKind.Storage, reqId, truncateErrorMessage(asStorageError(err).message));
+    }
+    this.outbox.publish();
+  }
+
+  /** Offers every stored record to the cleaner, a page per event-loop turn, fragment by fragment. */
+  private async sweepAll(): Promise<void> {
+    if (this.sweeping || this.closing) return;
+    this.sweeping = true;
+    try {
+      for (const fragment of this.fragments) {
+        let start: PageStart | undefined;
+        for (;;) {
+          if (this.closing) return;
+          const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
+          if (entries.length === 0) break;
+          const core = this.cores[fragment]!;
+          core.step({ kind: 'sweep', nowMs: Date.now(), entries });
+          core.takeActions(this.actions);
+          this.carryOut();
+          start = { key: entries[entries.length - 1].key, inclusive: false };
+          await new Promise<void>((resolve) => setImmediate(resolve));
+        }
+      }
+    } catch (err) {
+      console.error(`worker ${this.init.index}: TTL sweep failed: ${asStorageError(err).message}`);
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
+  /** Keeps one timer for the earliest fragment deadline, and an immediate when work is runnable now. */
+  private scheduleWake(nowMs: number): void {
+    if (this.closing) return;
+    let wait = Number.POSITIVE_INFINITY;
+    for (const f of this.fragments) {
+      const core = this.cores[f]!;
+      if (core.runnable(nowMs)) {
+        wait = 0;
+        break;
+      }
+      wait = Math.min(wait, core.nextWakeMs(nowMs));
+    }
+    if (wait === 0) {
+      if (!this.immediatePending) {
+        this.immediatePending = true;
+        setImmediate(() => {
+          this.immediatePending = false;
+          this.tickAll();
+        });
+      }
+      return;
+    }
+    if (wait === Number.POSITIVE_INFINITY || nowMs + wait >= this.wakeAtMs) return;
+    if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
+    this.wakeAtMs = nowMs + wait;
+    this.wakeTimer = setTimeout(() => {
+      this.wakeTimer = undefined;
+      this.wakeAtMs = Number.POSITIVE_INFINITY;
+      this.tickAll();
+    }, wait);
+  }
+
+  private tickAll(): void {
+    const nowMs = Date.now();
+    for (const f of this.fragments) {
+      const core = this.cores[f]!;
+      core.step({ kind: 'tick', nowMs });
+      if (core.runnable(nowMs)) this.active.add(core);
+      else core.takeActions(this.actions);
+    }
+    this.runActive(nowMs);
+  }
+
+  /** A result whose payload is UTF-8 text (an error message, or health JSON). */
+  private text(status: number, detail: number, reqId: number, text: string): void {
+    const n = Buffer.byteLength(text);
+    const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
+    const buf = this.outbox.buffer;
+    buf.write(text, writeResultHeader(buf, at, status, detail, reqId), n, 'utf8');
+    this.outbox.commit();
+  }
+
+  private error(kind: ErrorKind, reqId: number, message: string): void {
+    this.text(ResultKind.Error, kind, reqId, truncateErrorMessage(message));
+  }
+
+  private health(): object {
+    return {
+      worker: this.init.index,
+      store: this.store.kind,
+      fragments: this.fragments.map((f) => this.cores[f]!.stats()),
+      syncInFlight: this.syncInFlight,
+      heapUsedBytes: process.memoryUsage().heapUsed,
+    };
+  }
+
+  /**
+   * Closes the store. The main thread sends Close only after every fragment has been fenced at
+   * `stable` with no operation admitted since, so nothing is left to commit.
+   */
+  private async close(reqId: number): Promise<void> {
+    this.closing = true;
+    this.drain?.stop();
+    if (this.cleanTimer !== undefined) clearInterval(this.cleanTimer);
+    if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
+    for (const f of this.fragments) {
+      if (!this.cores[f]!.idle()) console.error(`worker ${this.init.index}: fragment ${f} not idle at close`);
+    }
+    let message = '';
+    try {
+      await this.store.close();
+    } catch (err) {
+      message = asStorageError(err).message;
+    }
+    if (message === '') {
+      const at = this.outbox.reserve(RESULT_HEADER_BYTES);
+      writeResultHeader(this.outbox.buffer, at, ResultKind.Closed, 0, reqId);
+      this.outbox.commit();
+    } else {
+      this.error(ErrorKind.Storage, reqId, message);
+    }
+    this.outbox.publish();
+  }
+}

@@ -1,0 +1,168 @@
+// Golden scripts for the fragment actor's state machine (src/core/fragment.ts): apply, read, expiry,
+// flush fences and queue bounds, driven by scripted events with no worker, store or clock.
+// Scripts: test/data/fragment/*.txt. Commands:
+//   new [queue=N] [background-rate=N] [flush-interval=MS] [flush-writes=N] [now=MS]
+//   store key=K ts=W.L node=N [value=V | tombstone] [exp=MS]       seeds the committed store
+//   write req=R key=K ts=W.L node=N [value=V | tombstone] [exp=MS] [dur=memory|store|stable] [pri=high|default|background]
+//         [prior]   (asks whether a live value existed: reads the store even for the newest version)
+//   read req=R key=K [pri=…]      restamp req=R key=K ts=W.L node=N exp=MS [dur=…]
+//   fence req=R dur=store|stable  run now=MS [budget=N]  tick now=MS
+//   committed gen=G   commit-failed gen=G msg=M   synced gen=G   sync-failed gen=G msg=M
+//   sweep now=MS      (offers every stored record to the cleaner)   state    store-dump
+
+import { basename } from 'node:path';
+import { test } from 'node:test';
+import { describeAction, type FragmentAction, FragmentCore, FragmentOp } from '../../src/core/fragment.js';
+import { Durability, OpKind, Priority, parseDurability, parsePriority } from '../../src/core/ops.js';
+import { describeRecord, encodeRecord, wallMsOf } from '../../src/core/record.js';
+import { type Command, goldenFiles, intArg, runGoldenFile } from './datadriven.js';
+
+class Harness {
+  private store = new Map<string, Buffer>();
+  private core: FragmentCore | undefined;
+  /** The `new` command; the core is built at the first event, once the store is seeded, so its
+   * stored high-water mark covers the seeded records as a real store's does. */
+  private pending: Command | undefined;
+  /** Commits the core asked for, applied to `store` when the script says `committed`. */
+  private commits = new Map<number, Array<[Uint8Array, Uint8Array]>>();
+
+  handle(c: Command): string {
+    switch (c.name) {
+      case 'new':
+        return this.create(c);
+      case 'store':
+        this.store.set(c.args.get('key')!, recordOf(c));
+        return '';
+      case 'store-dump':
+        return [...this.store.entries()]
+          .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+          .map(([k, r]) => `${JSON.stringify(k)}=${describeRecord(r)}`)
+          .join('\n');
+      case 'state':
+        return this.fragment().describe();
+      default:
+        this.fragment().step(this.event(c));
+        return this.drain();
+    }
+  }
+
+  private create(c: Command): string {
+    this.store.clear();
+    this.commits.clear();
+    this.core = undefined;
+    this.pending = c;
+    return '';
+  }
+
+  private build(c: Command): FragmentCore {
+    let storedHighWater = 0;
+    for (const r of this.store.values()) storedHighWater = Math.max(storedHighWater, wallMsOf(r));
+    const reader = {
+      get: (_f: number, key: Uint8Array) => this.store.get(Buffer.from(key).toString('latin1')),
+    };
+    return new FragmentCore(
+      {
+        fragment: 0,
+        storedHighWaterWallMs: storedHighWater,
+        queueOpsMax: intArg(c, 'queue', 16),
+        backgroundOpsPerSec: intArg(c, 'background-rate', 1000),
+        flushIntervalMs: intArg(c, 'flush-interval', 100),
+        flushWritesMax: intArg(c, 'flush-writes', 1000),
+        flushBytesMax: intArg(c, 'flush-bytes', 1 << 20),
+      },
+      reader,
+      intArg(c, 'now', 1000),
+    );
+  }
+
+  private fragment(): FragmentCore {
+    if (this.core === undefined) {
+      if (this.pending === undefined) throw new Error('script must start with "new"');
+      this.core = this.build(this.pending);
+    }
+    return this.core;
+  }
+
+  private event(c: Command): Parameters<FragmentCore['step']>[0] {
+    switch (c.name) {
+      case 'write':
+        return { kind: 'request', op: opOf(c, OpKind.Write, recordOf(c)) };
+      case 'read':
+        return { kind: 'request', op: opOf(c, OpKind.Read, undefined) };
+      case 'restamp':
+        return { kind: 'request', op: opOf(c, OpKind.Restamp, recordOf(c, true)) };
+      case 'fence':
+        return { kind: 'request', op: opOf(c, OpKind.Fence, undefined) };
+      case 'run':
+        return { kind: 'run', nowMs: intArg(c, 'now'), budget: intArg(c, 'budget', 1000) };
+      case 'tick':
+        return { kind: 'tick', nowMs: intArg(c, 'now') };
+      case 'committed': {
+        const generation = intArg(c, 'gen');
+        for (const [k, r] of this.commits.get(generation) ?? []) {
+          this.store.set(Buffer.from(k).toString('latin1'), Buffer.from(r));
+        }
+        this.commits.delete(generation);
+        return { kind: 'committed', generation };
+      }
+      case 'commit-failed':
+        this.commits.delete(intArg(c, 'gen'));
+        return {
+          kind: 'commit-failed',
+          generation: intArg(c, 'gen'),
+          message: c.args.get('msg') ?? 'failed',
+        };
+      case 'synced':
+        return { kind: 'synced', generation: intArg(c, 'gen') };
+      case 'sync-failed':
+        return { kind: 'sync-failed', generation: intArg(c, 'gen'), message: c.args.get('msg') ?? 'failed' };
+      case 'sweep': {
+        const entries = [...this.store.entries()].map(([k, record]) => ({
+          key: Buffer.from(k, 'latin1'),
+          record,
+        }));
+        return { kind: 'sweep', nowMs: intArg(c, 'now'), entries };
+      }
+      default:
+        throw new Error(`unknown command ${c.name}`);
+    }
+  }
+
+  private drain(): string {
+    const actions: FragmentAction[] = [];
+    this.fragment().takeActions(actions);
+    for (const a of actions) if (a.kind === 'commit') this.commits.set(a.generation, a.puts);
+    return actions.map(describeAction).join('\n');
+  }
+}
+
+function opOf(c: Command, kind: OpKind, record: Buffer | undefined): FragmentOp {
+  const key = Buffer.from(c.args.get('key') ?? '', 'latin1');
+  const priority = parsePriority(c.args.get('pri') ?? 'default') ?? Priority.Default;
+  const durability = parseDurability(c.args.get('dur') ?? 'memory') ?? Durability.Memory;
+  return new FragmentOp(
+    kind,
+    intArg(c, 'req'),
+    priority,
+    durability,
+    key,
+    record,
+    false,
+    c.args.has('prior'),
+  );
+}
+
+function recordOf(c: Command, headerOnly = false): Buffer {
+  const [wall, logical] = (c.args.get('ts') ?? '0.0').split('.').map(Number);
+  const node = Buffer.from(c.args.get('node') ?? 'n1');
+  const tombstone = c.args.has('tombstone');
+  const value = headerOnly || tombstone ? undefined : Buffer.from(c.args.get('value') ?? '', 'latin1');
+  return encodeRecord(tombstone, wall, logical ?? 0, intArg(c, 'exp', 0), node, value);
+}
+
+for (const file of goldenFiles('fragment')) {
+  test(`fragment golden: ${basename(file)}`, () => {
+    const harness = new Harness();
+    runGoldenFile(file, (c) => harness.handle(c));
+  });
+}

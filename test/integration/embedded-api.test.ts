@@ -1,0 +1,267 @@
+// The embedded API on 2 workers × 16 fragments, against each store (DESIGN.md "Faces: Embedded";
+// spec §1.1, §2.4–2.9, §8).
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { ErrorKind, TesseraError } from '../../src/core/errors.js';
+import { KEY_BYTES_MAX } from '../../src/core/limits.js';
+import { Tessera } from '../../src/main/node.js';
+import { STORES, sleep, tempDir } from './helpers.js';
+
+const isKind = (kind: ErrorKind) => (err: unknown) => err instanceof TesseraError && err.kind === kind;
+
+for (const store of STORES) {
+  describe(`embedded API on ${store}`, () => {
+    let node: Tessera;
+    let dir: Awaited<ReturnType<typeof tempDir>>;
+
+    before(async () => {
+      dir = await tempDir(`api-${store}`);
+      node = await Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: 16 });
+    });
+    after(async () => {
+      await node.close();
+      await dir.cleanup();
+    });
+
+    test('put, get, delete', async () => {
+      await node.put('alpha', 'one');
+      assert.equal((await node.get('alpha'))?.toString(), 'one');
+      await node.put('alpha', 'two');
+      assert.equal((await node.get('alpha'))?.toString(), 'two');
+      assert.equal(await node.delete('alpha'), true, 'a live value existed');
+      assert.equal(await node.get('alpha'), undefined);
+      assert.equal(await node.delete('alpha'), false, 'deleting again finds nothing live');
+      assert.equal(await node.get('never-written'), undefined);
+    });
+
+    test('binary-safe keys and values, the empty key and the longest key', async () => {
+      const key = Buffer.from([0, 255, 13, 10, 0]);
+      const value = Buffer.from([0, 1, 2, 255, 0, 10]);
+      await node.put(key, value);
+      assert.deepEqual(await node.get(key), value);
+      await node.put('', 'empty key');
+      assert.equal((await node.get(''))?.toString(), 'empty key');
+      await node.put('k', '');
+      assert.deepEqual(await node.get('k'), Buffer.alloc(0), 'an empty value is a value');
+      const longest = 'x'.repeat(KEY_BYTES_MAX);
+      await node.put(longest, 'long');
+      assert.equal((await node.get(longest))?.toString(), 'long');
+      const big = Buffer.alloc(1024 * 1024, 7);
+      await node.put('big', big);
+      assert.deepEqual(await node.get('big'), big);
+    });
+
+    test('bad input is a typed InvalidInput error and nothing is written', async () => {
+      await assert.rejects(node.put('x'.repeat(KEY_BYTES_MAX + 1), 'v'), isKind(ErrorKind.InvalidInput));
+      await assert.rejects(node.put('too-big', Buffer.alloc(4 * 1024 * 1024 + 1)), /valueBytesMax/);
+      await assert.rejects(node.put('ttl', 'v', { ttlMs: 0 }), isKind(ErrorKind.InvalidInput));
+      await assert.rejects(node.put('ttl', 'v', { ttlMs: 1.5 }), isKind(ErrorKind.InvalidInput));
+      await assert.rejects(
+        node.put('ttl', 'v', { ttlMs: 5, expiresAtMs: Date.now() + 5 }),
+        isKind(ErrorKind.InvalidInput),
+      );
+      // @ts-expect-error: an unknown durability from untyped callers
+      await assert.rejects(node.put('d', 'v', { durability: 'eventually' }), /durability must be one of/);
+      // @ts-expect-error: a number is neither a string nor bytes
+      await assert.rejects(node.put(42, 'v'), isKind(ErrorKind.InvalidInput));
+      assert.equal(await node.get('ttl'), undefined);
+      assert.equal(await node.get('too-big'), undefined);
+    });
+
+    test('getEntry reports the version and deadline', async () => {
+      const before = Date.now();
+      await node.put('versioned', 'v', { ttlMs: 60_000 });
+      const entry = await node.getEntry('versioned');
+      assert.ok(entry);
+      assert.equal(entry.value.toString(), 'v');
+      assert.equal(entry.nodeId, node.nodeId);
+      assert.ok(entry.wallMs >= before && entry.wallMs <= Date.now());
+      assert.ok(entry.expiresAtMs >= before + 60_000 && entry.expiresAtMs <= Date.now() + 60_000);
+    });
+
+    test('TTL: a value disappears at its deadline; ttl() follows Redis PTTL', async () => {
+      await node.put('short', 'v', { ttlMs: 150 });
+      const left = await node.ttl('short');
+      assert.ok(left > 0 && left <= 150, `ttl ${left}`);
+      assert.equal(await node.ttl('alpha'), -2, 'missing key');
+      await node.put('forever', 'v');
+      assert.equal(await node.ttl('forever'), -1, 'no expiry');
+      await sleep(200);
+      assert.equal(await node.get('short'), undefined);
+      assert.equal(await node.ttl('short'), -2);
+    });
+
+    test('an absolute deadline in the past is Expired and the key stays absent', async () => {
+      await node.put('late', 'old value');
+      await assert.rejects(
+        node.put('late', 'v', { expiresAtMs: Date.now() - 1000 }),
+        isKind(ErrorKind.Expired),
+      );
+      assert.equal(await node.get('late'), undefined, 'the expiry tombstone replaced the older value');
+    });
+
+    test('expire sets a deadline on an existing key only', async () => {
+      await node.put('to-expire', 'v');
+      assert.equal(await node.expire('to-expire', 100), true);
+      assert.equal(await node.expire('no-such-key', 100), false);
+      const left = await node.ttl('to-expire');
+      assert.ok(left > 0 && left <= 100);
+      await sleep(150);
+      assert.equal(await node.get('to-expire'), undefined);
+    });
+
+    test('putMany / getMany keep input order with an error per position', async () => {
+      const entries: Array<[string, string | Buffer]> = [
+        ['m1', 'a'],
+        ['m2', Buffer.alloc(5 * 1024 * 1024)],
+        ['m3', 'c'],
+      ];
+      const puts = await node.putMany(entries);
+      assert.deepEqual(
+        puts.map((r) => r.ok),
+        [true, false, true],
+      );
+      assert.ok(!puts[1].ok && puts[1].error.kind === ErrorKind.InvalidInput);
+      const gets = await node.getMany(['m3', 'x'.repeat(2000), 'm1', 'm2']);
+      assert.ok(gets[0].ok && gets[0].value?.toString() === 'c');
+      assert.ok(!gets[1].ok && gets[1].error.kind === ErrorKind.InvalidInput);
+      assert.ok(gets[2].ok && gets[2].value?.toString() === 'a');
+      assert.ok(gets[3].ok && gets[3].value === undefined);
+    });
+
+    test('scan pages with a cursor return every key once, across fragments', async () => {
+      const keys = Array.from({ length: 500 }, (_, i) => `scan:${String(i).padStart(4, '0')}`);
+      await node.putMany(keys.map((k) => [k, `v-${k}`]));
+      await node.delete('scan:0007');
+      const seen: string[] = [];
+      let cursor: string | undefined;
+      let pages = 0;
+      do {
+        const page = await node.scan({ prefix: 'scan:', cursor, limit: 37 });
+        assert.ok(page.entries.length <= 37);
+        for (const e of page.entries) {
+          assert.equal(e.value?.toString(), `v-${e.key.toString()}`);
+          seen.push(e.key.toString());
+        }
+        cursor = page.cursor;
+        pages++;
+      } while (cursor !== undefined);
+      assert.ok(pages > 1);
+      const expected = keys.filter((k) => k !== 'scan:0007');
+      assert.deepEqual([...seen].sort(), expected);
+    });
+
+    test('scan by range, by pattern, keys only', async () => {
+      const collect = async (opts: Parameters<Tessera['scan']>[0]) => {
+        const out: string[] = [];
+        let cursor: string | undefined;
+        do {
+          const page = await node.scan({ ...opts, cursor });
+          for (const e of page.entries) out.push(e.key.toString());
+          cursor = page.cursor;
+        } while (cursor !== undefined);
+        return out.sort();
+      };
+      const range = await collect({ start: 'scan:0100', end: 'scan:0110' });
+      assert.deepEqual(
+        range,
+        Array.from({ length: 10 }, (_, i) => `scan:${String(100 + i).padStart(4, '0')}`),
+      );
+      const matched = await collect({ match: 'scan:04[0-2]?', limit: 7 });
+      assert.equal(matched.length, 30);
+      assert.ok(matched.every((k) => /^scan:04[0-2]\d$/.test(k)));
+      const page = await node.scan({ prefix: 'scan:01', keysOnly: true, limit: 5 });
+      assert.ok(page.entries.every((e) => e.value === undefined));
+      await assert.rejects(node.scan({ cursor: '!!' }), isKind(ErrorKind.InvalidInput));
+      await assert.rejects(node.scan({ prefix: 'a', start: 'b' }), isKind(ErrorKind.InvalidInput));
+    });
+
+    test('durability per request and flush', async () => {
+      await node.put('mem', 'v', { durability: 'memory' });
+      await node.put('sto', 'v', { durability: 'store' });
+      await node.put('sta', 'v', { durability: 'stable' });
+      await node.flush();
+      for (const k of ['mem', 'sto', 'sta']) assert.equal((await node.get(k))?.toString(), 'v');
+    });
+
+    test('priorities: every class is served; background is rate-limited, not dropped', async () => {
+      await node.put('p-high', 'h', { priority: 'high' });
+      await node.put('p-bg', 'b', { priority: 'background' });
+      assert.equal((await node.get('p-high', { priority: 'high' }))?.toString(), 'h');
+      assert.equal((await node.get('p-bg', { priority: 'background' }))?.toString(), 'b');
+    });
+
+    test('health reports every fragment on its worker', async () => {
+      const h = await node.health();
+      assert.equal(h.nodeId, node.nodeId);
+      assert.equal(h.store, store);
+      assert.equal(h.workers.length, 2);
+      assert.ok(h.workers.every((w) => w.state === 'ready'));
+      assert.deepEqual(
+        h.fragments.map((f) => f.fragment),
+        Array.from({ length: 16 }, (_, i) => i),
+      );
+      assert.ok(h.fragments.reduce((n, f) => n + f.writes, 0) > 0);
+    });
+  });
+}
+
+describe('admission', () => {
+  test('a full fragment queue answers Backpressure, never an unbounded wait', async () => {
+    const node = await Tessera.start({ store: 'memory', workers: 1, fragments: 1, queueOpsMax: 4 });
+    try {
+      const results = await Promise.allSettled(Array.from({ length: 200 }, (_, i) => node.put(`k${i}`, 'v')));
+      const shed = results.filter((r) => r.status === 'rejected' && isKind(ErrorKind.Backpressure)(r.reason));
+      const ok = results.filter((r) => r.status === 'fulfilled');
+      assert.ok(shed.length > 0, 'some writes were shed');
+      assert.ok(ok.length >= 4, 'the queue admitted its capacity');
+      assert.equal(shed.length + ok.length, 200, 'every write ended one way or the other');
+      const h = await node.health();
+      assert.equal(h.fragments[0].shed[1], shed.length);
+    } finally {
+      await node.close();
+    }
+  });
+
+  test('close stops admission with ShuttingDown, finishes admitted work, and is idempotent', async () => {
+    const dir = await tempDir('close');
+    const node = await Tessera.start({ store: 'lmdb', dataDir: dir.path, workers: 2, fragments: 16 });
+    const admitted = Array.from({ length: 500 }, (_, i) => node.put(`c${i}`, 'v'));
+    const closing = node.close();
+    await assert.rejects(node.put('late', 'v'), isKind(ErrorKind.ShuttingDown));
+    await assert.rejects(node.get('c1'), isKind(ErrorKind.ShuttingDown));
+    await assert.rejects(node.scan(), isKind(ErrorKind.ShuttingDown));
+    const results = await Promise.allSettled(admitted);
+    assert.ok(
+      results.every((r) => r.status === 'fulfilled'),
+      'admitted writes complete',
+    );
+    await closing;
+    await node.close();
+    const reopened = await Tessera.start({ store: 'lmdb', dataDir: dir.path, workers: 2, fragments: 16 });
+    try {
+      assert.equal((await reopened.get('c499'))?.toString(), 'v');
+    } finally {
+      await reopened.close();
+      await dir.cleanup();
+    }
+  });
+
+  test('invalid options are refused with a message naming the option', async () => {
+    await assert.rejects(
+      Tessera.start({ store: 'memory', fragments: 0 }),
+      /fragments must be an integer in 1\.\.16384/,
+    );
+    await assert.rejects(Tessera.start({ store: 'memory', workers: 0 }), /workers must be an integer/);
+    // @ts-expect-error: an unknown store kind from untyped callers
+    await assert.rejects(Tessera.start({ store: 'rocksdb' }), /store must be one of lmdb, level, memory/);
+    // @ts-expect-error: an unknown option
+    await assert.rejects(Tessera.start({ store: 'memory', fragmnets: 4 }), /unknown option "fragmnets"/);
+    await assert.rejects(Tessera.start({ store: 'memory', nodeId: '' }), /nodeId must be 1\.\.255 bytes/);
+    await assert.rejects(
+      Tessera.start({ store: 'memory', valueBytesMax: 64 * 1024 * 1024 }),
+      /valueBytesMax/,
+    );
+  });
+});

@@ -1,0 +1,32 @@
+// Shared helpers for tests that run real nodes on temp directories.
+
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { StoreKind } from '../../src/native-bindings/kv-store.js';
+
+export const STORES: StoreKind[] = ['lmdb', 'level', 'memory'];
+export const DURABLE_STORES: StoreKind[] = ['lmdb', 'level'];
+
+/** A fresh temp directory; `cleanup()` removes it. */
+export async function tempDir(label: string): Promise<{ path: string; cleanup: () => Promise<void> }> {
+  const path = await mkdtemp(join(tmpdir(), `tessera-${label}-`));
+  return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Polls `check` until it returns true or `timeoutMs` passes. */
+export async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await sleep(20);
+  }
+}
+
+/** Root of the compiled test build (.build/), for spawning compiled scripts. */
+export const BUILD_ROOT = new URL('../../', import.meta.url);

@@ -1,0 +1,121 @@
+// Restarts on the same data directory (spec §10.2 identity manifest) and worker supervision
+// (DESIGN.md "Worker threads": a crashed worker is restarted and its fragments reopened).
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { ErrorKind, TesseraError } from '../../src/core/errors.js';
+import { Tessera } from '../../src/main/node.js';
+import { DURABLE_STORES, eventually, tempDir } from './helpers.js';
+
+for (const store of DURABLE_STORES) {
+  describe(`restart on ${store}`, () => {
+    test('every write acknowledged at store survives a restart, and the clock resumes after them', async () => {
+      const dir = await tempDir(`restart-${store}`);
+      try {
+        const first = await Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: 16 });
+        const n = 2000;
+        await Promise.all(
+          Array.from({ length: n }, (_, i) => first.put(`key-${i}`, `value-${i}`, { durability: 'store' })),
+        );
+        await first.delete('key-5');
+        await first.put('ttl-key', 'v', { ttlMs: 3_600_000 });
+        const lastWrite = await first.getEntry('ttl-key');
+        const nodeId = first.nodeId;
+        await first.close();
+
+        const second = await Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: 16 });
+        try {
+          assert.equal(second.nodeId, nodeId, 'the node id is kept in the data directory');
+          const values = await second.getMany(Array.from({ length: n }, (_, i) => `key-${i}`));
+          values.forEach((r, i) => {
+            assert.ok(r.ok);
+            assert.equal(r.value?.toString(), i === 5 ? undefined : `value-${i}`, `key-${i}`);
+          });
+          const ttl = await second.ttl('ttl-key');
+          assert.ok(ttl > 3_500_000, 'the deadline is absolute and survives');
+          await second.put('after-restart', 'v');
+          const entry = await second.getEntry('after-restart');
+          assert.ok(entry && lastWrite);
+          assert.ok(
+            entry.wallMs > lastWrite.wallMs ||
+              (entry.wallMs === lastWrite.wallMs && entry.logical > lastWrite.logical),
+            'new writes order after everything stored',
+          );
+        } finally {
+          await second.close();
+        }
+      } finally {
+        await dir.cleanup();
+      }
+    });
+
+    test('reopening with another fragment count, store or node id is refused with a clear message', async () => {
+      const dir = await tempDir(`identity-${store}`);
+      try {
+        const node = await Tessera.start({
+          store,
+          dataDir: dir.path,
+          workers: 2,
+          fragments: 16,
+          nodeId: 'node-a',
+        });
+        await node.put('k', 'v');
+        await node.close();
+        await assert.rejects(
+          Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: 32 }),
+          (err: unknown) =>
+            err instanceof TesseraError &&
+            err.kind === ErrorKind.Storage &&
+            /16 fragments/.test(err.message) &&
+            /32/.test(err.message),
+        );
+        const other = store === 'lmdb' ? 'level' : 'lmdb';
+        await assert.rejects(Tessera.start({ store: other, dataDir: dir.path, fragments: 16 }), /store/);
+        await assert.rejects(
+          Tessera.start({ store, dataDir: dir.path, fragments: 16, nodeId: 'node-b' }),
+          /node-a/,
+        );
+        const again = await Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: 16 });
+        assert.equal((await again.get('k'))?.toString(), 'v', 'the refused starts changed nothing');
+        await again.close();
+      } finally {
+        await dir.cleanup();
+      }
+    });
+
+    test('a crashed worker is restarted, its requests fail clearly, and the node keeps serving', async () => {
+      const dir = await tempDir(`crash-${store}`);
+      const node = await Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: 16 });
+      try {
+        const keys = Array.from({ length: 200 }, (_, i) => `crash-${i}`);
+        await Promise.all(keys.map((k) => node.put(k, 'before', { durability: 'store' })));
+        const victim = node.debug.workerOf('crash-0');
+        const inFlight = Array.from({ length: 300 }, (_, i) => node.put(`inflight-${i}`, 'v'));
+        node.debug.crashWorker(victim);
+        const settled = await Promise.allSettled(inFlight);
+        for (const r of settled) {
+          if (r.status === 'rejected') {
+            assert.ok(
+              r.reason instanceof TesseraError && r.reason.kind === ErrorKind.Internal,
+              String(r.reason),
+            );
+            assert.match(r.reason.message, /stopped unexpectedly/);
+          }
+        }
+        await eventually(async () => (await node.health()).workers[victim].state === 'ready');
+        const health = await node.health();
+        assert.ok(health.workers[victim].restarts >= 1);
+        const values = await node.getMany(keys);
+        assert.ok(
+          values.every((r) => r.ok && r.value?.toString() === 'before'),
+          'committed data is reopened',
+        );
+        await node.put('crash-0', 'after');
+        assert.equal((await node.get('crash-0'))?.toString(), 'after');
+      } finally {
+        await node.close();
+        await dir.cleanup();
+      }
+    });
+  });
+}

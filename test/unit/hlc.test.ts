@@ -1,0 +1,82 @@
+// Hybrid logical clock (spec §2.3).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { HybridLogicalClock } from '../../src/core/hlc.js';
+
+const stamp = (c: HybridLogicalClock) => [c.wallMs, c.logical];
+
+test('follows the wall clock when it advances', () => {
+  const c = new HybridLogicalClock();
+  c.tick(1000);
+  assert.deepEqual(stamp(c), [1000, 0]);
+  c.tick(1005);
+  assert.deepEqual(stamp(c), [1005, 0]);
+});
+
+test('a burst within one millisecond advances the logical counter', () => {
+  const c = new HybridLogicalClock();
+  for (let i = 0; i < 5; i++) c.tick(1000);
+  assert.deepEqual(stamp(c), [1000, 4]);
+});
+
+test('stays strictly monotonic when the wall clock moves backwards', () => {
+  const c = new HybridLogicalClock();
+  c.tick(5000);
+  c.tick(4000);
+  assert.deepEqual(stamp(c), [5000, 1]);
+  c.tick(4999);
+  assert.deepEqual(stamp(c), [5000, 2]);
+  c.tick(5001);
+  assert.deepEqual(stamp(c), [5001, 0]);
+});
+
+test('logical overflow borrows the next millisecond', () => {
+  const c = new HybridLogicalClock();
+  c.tick(1000);
+  for (let i = 0; i < 0xffff; i++) c.tick(1000);
+  assert.deepEqual(stamp(c), [1000, 0xffff]);
+  c.tick(1000);
+  assert.deepEqual(stamp(c), [1001, 0]);
+  c.tick(1001);
+  assert.deepEqual(stamp(c), [1001, 1]);
+});
+
+test('every tick is greater than the previous (many random clocks)', () => {
+  const c = new HybridLogicalClock();
+  let prev = [0, 0];
+  let wall = 1_000_000;
+  for (let i = 0; i < 20_000; i++) {
+    wall += Math.floor(Math.random() * 7) - 3;
+    c.tick(wall);
+    const cur = stamp(c);
+    assert.ok(cur[0] > prev[0] || (cur[0] === prev[0] && cur[1] > prev[1]), `tick ${i}`);
+    prev = cur;
+  }
+});
+
+test('observe moves the clock past a remote timestamp', () => {
+  const c = new HybridLogicalClock();
+  c.tick(1000);
+  assert.equal(c.observe(1500, 7, 1000), true);
+  c.tick(1000);
+  assert.deepEqual(stamp(c), [1500, 8]);
+});
+
+test('observe of an older timestamp changes nothing', () => {
+  const c = new HybridLogicalClock();
+  c.tick(2000);
+  assert.equal(c.observe(1000, 99, 2000), true);
+  assert.deepEqual(stamp(c), [2000, 0]);
+});
+
+test('observe rejects a timestamp more than maxClockSkew ahead and never stores it', () => {
+  const c = new HybridLogicalClock(5 * 60_000);
+  c.tick(1000);
+  assert.equal(c.observe(1000 + 5 * 60_000 + 1, 0, 1000), false);
+  assert.deepEqual(stamp(c), [1000, 0]);
+  c.tick(1000);
+  assert.deepEqual(stamp(c), [1000, 1]);
+  // Exactly at the bound is accepted.
+  assert.equal(c.observe(1000 + 5 * 60_000, 0, 1000), true);
+  assert.deepEqual(stamp(c), [301_000, 0]);
+});

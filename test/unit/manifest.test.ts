@@ -1,0 +1,215 @@
+// The store identity manifest (DESIGN.md "Data model": F is bound into the store's identity at
+// first start) and the fragment → worker → LevelDB group assignment.
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { ErrorKind, TesseraError } from '../../src/core/errors.js';
+import type { StoreKind } from '../../src/native-bindings/kv-store.js';
+import {
+  type BindOptions,
+  bindStore,
+  levelGroupsOfWorker,
+  MANIFEST_FILE,
+  STORE_FORMAT_VERSION,
+  workerOfFragment,
+} from '../../src/native-bindings/manifest.js';
+
+/** A Storage TesseraError whose message contains every one of `parts`. */
+const storageErrorWith =
+  (...parts: string[]) =>
+  (err: unknown): boolean => {
+    assert.ok(err instanceof TesseraError, `not a TesseraError: ${String(err)}`);
+    assert.equal(err.kind, ErrorKind.Storage);
+    for (const p of parts) assert.ok(err.message.includes(p), `message lacks "${p}": ${err.message}`);
+    return true;
+  };
+
+describe('bindStore', () => {
+  let dir: string;
+  let dataDir: string;
+  const opts = (over: Partial<BindOptions> = {}): BindOptions => ({
+    kind: 'lmdb',
+    dataDir,
+    nodeId: undefined,
+    fragmentCount: 16,
+    workerCount: 3,
+    ...over,
+  });
+  const manifestPath = () => path.join(dataDir, MANIFEST_FILE);
+  const readManifest = async () =>
+    JSON.parse(await fs.readFile(manifestPath(), 'utf8')) as Record<string, unknown>;
+
+  beforeEach(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-manifest-'));
+    dataDir = path.join(dir, 'data'); // not yet there: bindStore creates it
+  });
+  afterEach(async () => {
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  it('writes the manifest at first start, with a fresh node id when none is given', async () => {
+    const bound = await bindStore(opts());
+    assert.match(bound.nodeId, /^n-[0-9a-f]{12}$/);
+    assert.equal(bound.levelGroupCount, 0);
+    assert.deepEqual(await readManifest(), {
+      format: STORE_FORMAT_VERSION,
+      nodeId: bound.nodeId,
+      fragmentCount: 16,
+      store: 'lmdb',
+      levelGroupCount: 0,
+    });
+    // Only the manifest is left behind: the temp file was linked into place and removed.
+    assert.deepEqual(await fs.readdir(dataDir), [MANIFEST_FILE]);
+  });
+
+  it('binds the LevelDB group count at first start: min(workers, fragments)', async () => {
+    assert.equal((await bindStore(opts({ kind: 'level', workerCount: 3 }))).levelGroupCount, 3);
+    // A later start with more workers keeps the bound count.
+    assert.equal((await bindStore(opts({ kind: 'level', workerCount: 8 }))).levelGroupCount, 3);
+    const other = path.join(dir, 'few-fragments');
+    const few = await bindStore(opts({ kind: 'level', dataDir: other, fragmentCount: 2, workerCount: 8 }));
+    assert.equal(few.levelGroupCount, 2);
+  });
+
+  it('keeps the given node id, and returns the stored one on a rebind without one', async () => {
+    const first = await bindStore(opts({ nodeId: 'node-a' }));
+    assert.equal(first.nodeId, 'node-a');
+    assert.deepEqual(await bindStore(opts({ nodeId: 'node-a' })), first);
+    assert.deepEqual(await bindStore(opts({ workerCount: 5 })), first);
+  });
+
+  it('refuses another fragment count, naming both and what to do', async () => {
+    await bindStore(opts());
+    await assert.rejects(
+      bindStore(opts({ fragmentCount: 32 })),
+      storageErrorWith(
+        `data directory ${dataDir} was created with 16 fragments`,
+        '--fragments 32',
+        '--fragments 16',
+        '--data-dir',
+      ),
+    );
+  });
+
+  it('refuses another store kind', async () => {
+    await bindStore(opts({ kind: 'lmdb' }));
+    await assert.rejects(
+      bindStore(opts({ kind: 'level' })),
+      storageErrorWith('lmdb store', '--store level', '--store lmdb'),
+    );
+  });
+
+  it('refuses another node id', async () => {
+    await bindStore(opts({ nodeId: 'node-a' }));
+    await assert.rejects(
+      bindStore(opts({ nodeId: 'node-b' })),
+      storageErrorWith('node id node-a', '--node-id node-b'),
+    );
+  });
+
+  it('refuses another format version', async () => {
+    await bindStore(opts());
+    await fs.writeFile(
+      manifestPath(),
+      JSON.stringify({ ...(await readManifest()), format: STORE_FORMAT_VERSION + 1 }),
+    );
+    await assert.rejects(
+      bindStore(opts()),
+      storageErrorWith(`format ${STORE_FORMAT_VERSION + 1}`, `reads format ${STORE_FORMAT_VERSION}`),
+    );
+  });
+
+  const corrupt: Array<[string, string]> = [
+    ['truncated JSON', '{"format": 1, "nodeId"'],
+    ['not an object', '[1, 2]'],
+    ['empty file', ''],
+    ['a missing field', JSON.stringify({ format: 1, nodeId: 'n', store: 'lmdb', levelGroupCount: 0 })],
+    [
+      'an unknown store',
+      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 16, store: 'rocks', levelGroupCount: 0 }),
+    ],
+    [
+      'a fractional count',
+      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 1.5, store: 'lmdb', levelGroupCount: 0 }),
+    ],
+    [
+      'an empty node id',
+      JSON.stringify({ format: 1, nodeId: '', fragmentCount: 16, store: 'lmdb', levelGroupCount: 0 }),
+    ],
+    [
+      'level without groups',
+      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 16, store: 'level', levelGroupCount: 0 }),
+    ],
+    [
+      'more groups than fragments',
+      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 2, store: 'level', levelGroupCount: 3 }),
+    ],
+  ];
+  for (const [what, text] of corrupt) {
+    it(`refuses a malformed manifest: ${what}`, async () => {
+      await fs.mkdir(dataDir, { recursive: true });
+      await fs.writeFile(manifestPath(), text);
+      await assert.rejects(bindStore(opts()), storageErrorWith('malformed', MANIFEST_FILE, dataDir));
+    });
+  }
+
+  it('refuses store data without a manifest', async () => {
+    await fs.mkdir(path.join(dataDir, 'lmdb'), { recursive: true });
+    await assert.rejects(bindStore(opts()), storageErrorWith('no MANIFEST.json', 'lmdb'));
+  });
+
+  it('binds nothing for the memory store', async () => {
+    const bound = await bindStore(opts({ kind: 'memory', nodeId: 'mem-1' }));
+    assert.deepEqual(bound, { nodeId: 'mem-1', levelGroupCount: 0 });
+    assert.match((await bindStore(opts({ kind: 'memory' }))).nodeId, /^n-[0-9a-f]{12}$/);
+    await assert.rejects(fs.stat(dataDir), { code: 'ENOENT' });
+  });
+});
+
+describe('fragment and group assignment', () => {
+  it('gives every fragment exactly one worker, and every group exactly one worker', () => {
+    for (const fragmentCount of [1, 2, 7, 16, 100]) {
+      for (const workerCount of [1, 2, 3, 8]) {
+        const kinds: Array<[StoreKind, number]> = [
+          ['lmdb', 0],
+          ['level', Math.min(workerCount, fragmentCount)],
+          ['level', Math.max(1, Math.min(fragmentCount, workerCount - 1))], // restarted with more workers
+          ['level', Math.min(fragmentCount, workerCount + 2)], // restarted with fewer workers
+        ];
+        for (const [kind, groups] of kinds) {
+          const owned = new Array<number>(fragmentCount).fill(0);
+          for (let w = 0; w < workerCount; w++) {
+            const myGroups = levelGroupsOfWorker(w, groups, workerCount);
+            for (let f = 0; f < fragmentCount; f++) {
+              if (workerOfFragment(f, groups, workerCount) !== w) continue;
+              owned[f]++;
+              // A worker owns a level fragment only if it opens the fragment's group.
+              if (kind === 'level')
+                assert.ok(myGroups.includes(f % groups), `${kind} F=${fragmentCount} W=${workerCount}`);
+            }
+          }
+          assert.deepEqual(
+            owned,
+            new Array<number>(fragmentCount).fill(1),
+            `${kind} F=${fragmentCount} W=${workerCount}`,
+          );
+          const groupOwners = new Array<number>(groups).fill(0);
+          for (let w = 0; w < workerCount; w++)
+            for (const g of levelGroupsOfWorker(w, groups, workerCount)) groupOwners[g]++;
+          assert.deepEqual(groupOwners, new Array<number>(groups).fill(1));
+        }
+      }
+    }
+  });
+
+  it('spreads fragments round-robin without groups', () => {
+    assert.deepEqual(
+      [0, 1, 2, 3, 4, 5].map((f) => workerOfFragment(f, 0, 4)),
+      [0, 1, 2, 3, 0, 1],
+    );
+    assert.deepEqual(levelGroupsOfWorker(1, 5, 2), [1, 3]);
+    assert.deepEqual(levelGroupsOfWorker(1, 0, 2), []);
+  });
+});
