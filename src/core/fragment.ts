@@ -27,7 +27,7 @@ import {
   wallMsOf,
 } from './record.js';
 
-/** Synchronous point reads of committed records. */
+/** Synchronous point reads of committed records; a result is valid until the next read. */
 export interface RecordReader {
   get(fragment: number, key: Uint8Array): Uint8Array | undefined;
 }
@@ -221,6 +221,11 @@ export class FragmentCore {
     return wait;
   }
 
+  /** True while the fragment holds writes not yet committed to the store. */
+  hasUncommitted(): boolean {
+    return this.unflushed.size > 0 || this.flushing.size > 0;
+  }
+
   /** True when nothing is queued, unflushed, in flight or waiting. */
   idle(): boolean {
     return (
@@ -294,7 +299,9 @@ export class FragmentCore {
   private executeRead(op: FragmentOp): void {
     this.reads++;
     const current = this.lookup(op);
-    if (current !== undefined && isLive(current, this.nowMs)) this.reply(op, Reply.Found, current, false, '');
+    // The store's result is only valid until its next read: the reply keeps a copy.
+    if (current !== undefined && isLive(current, this.nowMs))
+      this.reply(op, Reply.Found, Buffer.from(current), false, '');
     else this.reply(op, Reply.NotFound, undefined, false, '');
   }
 
@@ -323,7 +330,7 @@ export class FragmentCore {
     const prior = current !== undefined && isLive(current, this.nowMs);
     switch (mergeOutcome(current, incoming, this.nowMs)) {
       case ApplyOutcome.Superseded:
-        return this.reply(op, Reply.Superseded, current, prior, '');
+        return this.reply(op, Reply.Superseded, Buffer.from(current!), prior, '');
       case ApplyOutcome.AlreadyPresent:
         return this.await(op, Reply.AlreadyPresent, prior);
       case ApplyOutcome.Expired:

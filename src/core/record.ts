@@ -12,6 +12,7 @@
 //   16+n    …     value        (empty for tombstones)
 
 import { assert } from './assert.js';
+import { readU48BE, writeU48BE } from './bytes.js';
 import { EXPIRES_AT_MS_MAX, HLC_LOGICAL_MAX, HLC_WALL_MS_MAX, NODE_ID_BYTES_MAX } from './limits.js';
 
 export const RECORD_HEADER_BYTES = 16;
@@ -41,9 +42,10 @@ export function writeRecordHeader(
   assert(expiresAtMs >= 0 && expiresAtMs <= EXPIRES_AT_MS_MAX, 'record expiresAtMs out of range');
   assert(nodeId.length >= 1 && nodeId.length <= NODE_ID_BYTES_MAX, 'record node id length out of range');
   buf[offset + FLAGS] = tombstone ? FLAG_TOMBSTONE : 0;
-  buf.writeUIntBE(wallMs, offset + WALL, 6);
-  buf.writeUInt16BE(logical, offset + LOGICAL);
-  buf.writeUIntBE(expiresAtMs, offset + EXPIRES, 6);
+  writeU48BE(buf, offset + WALL, wallMs);
+  buf[offset + LOGICAL] = logical >>> 8;
+  buf[offset + LOGICAL + 1] = logical;
+  writeU48BE(buf, offset + EXPIRES, expiresAtMs);
   buf[offset + NODE_ID_LENGTH] = nodeId.length;
   buf.set(nodeId, offset + RECORD_HEADER_BYTES);
   return offset + RECORD_HEADER_BYTES + nodeId.length;
@@ -75,27 +77,18 @@ export function isWellFormedRecord(bytes: Uint8Array): boolean {
 }
 
 export const isTombstone = (r: Uint8Array): boolean => (r[FLAGS] & FLAG_TOMBSTONE) !== 0;
-export const wallMsOf = (r: Uint8Array): number => readU48(r, WALL);
+export const wallMsOf = (r: Uint8Array): number => readU48BE(r, WALL);
 export const logicalOf = (r: Uint8Array): number => (r[LOGICAL] << 8) | r[LOGICAL + 1];
-export const expiresAtOf = (r: Uint8Array): number => readU48(r, EXPIRES);
+export const expiresAtOf = (r: Uint8Array): number => readU48BE(r, EXPIRES);
 export const nodeIdOf = (r: Uint8Array): Uint8Array =>
   r.subarray(RECORD_HEADER_BYTES, RECORD_HEADER_BYTES + r[NODE_ID_LENGTH]);
 export const valueOffsetOf = (r: Uint8Array): number => RECORD_HEADER_BYTES + r[NODE_ID_LENGTH];
 export const valueBytesOf = (r: Uint8Array): Uint8Array => r.subarray(valueOffsetOf(r));
 
-function readU48(r: Uint8Array, at: number): number {
-  return (
-    r[at] * 2 ** 40 +
-    r[at + 1] * 2 ** 32 +
-    r[at + 2] * 2 ** 24 +
-    ((r[at + 3] << 16) | (r[at + 4] << 8) | r[at + 5])
-  );
-}
-
 /** Live means: a value (not a tombstone) whose deadline, if any, is still ahead of `nowMs`. */
 export function isLive(r: Uint8Array, nowMs: number): boolean {
   if (r[FLAGS] & FLAG_TOMBSTONE) return false;
-  const expiresAt = readU48(r, EXPIRES);
+  const expiresAt = readU48BE(r, EXPIRES);
   return expiresAt === 0 || expiresAt > nowMs;
 }
 
@@ -166,7 +159,7 @@ export function mergeOutcome(
     if (order === 0) return ApplyOutcome.AlreadyPresent;
   }
   if (!(incoming[FLAGS] & FLAG_TOMBSTONE)) {
-    const expiresAt = readU48(incoming, EXPIRES);
+    const expiresAt = readU48BE(incoming, EXPIRES);
     if (expiresAt !== 0 && expiresAt <= nowMs) return ApplyOutcome.Expired;
   }
   return ApplyOutcome.Applied;

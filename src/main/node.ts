@@ -3,7 +3,14 @@
 // fragment → worker ring. Writes are stamped here, once, with the node's hybrid logical clock.
 
 import pino, { type Logger } from 'pino';
-import { internalError, invalidInput, shuttingDown, storageError, TesseraError } from '../core/errors.js';
+import {
+  asStorageError,
+  internalError,
+  invalidInput,
+  shuttingDown,
+  storageError,
+  TesseraError,
+} from '../core/errors.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { BATCH_ITEMS_MAX, EXPIRES_AT_MS_MAX, KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
@@ -19,6 +26,7 @@ import {
 } from '../core/ops.js';
 import {
   expiresAtOf,
+  isLive,
   logicalOf,
   nodeIdOf,
   RECORD_HEADER_BYTES,
@@ -27,8 +35,10 @@ import {
   wallMsOf,
   writeRecordHeader,
 } from '../core/record.js';
-import type { StoreLocation } from '../native-bindings/kv-store.js';
+import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { bindStore, levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
+import { openStore } from '../native-bindings/open-store.js';
+import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
 import {
   RESULT_HEADER_BYTES,
@@ -127,6 +137,12 @@ export class Tessera {
   /** Link index per fragment. */
   private readonly linkOfFragment: Uint16Array;
   private readonly scanner: Scanner;
+  /** Fragment state the workers publish for snapshot reads. */
+  private readonly board: FragmentBoard;
+  /** This thread's read-only use of the store, when the store allows a second reader (lmdb). */
+  private snapshot: KvStore | undefined;
+  /** Commit epoch the snapshot was last renewed at. */
+  private snapshotEpoch = -1;
   private closing = false;
   private closed: Promise<void> | undefined;
   private admittedTasks = 0;
@@ -143,6 +159,7 @@ export class Tessera {
     this.keyspace = new Keyspace(config.fragments);
     this.clock = new HybridLogicalClock(config.maxClockSkewMs);
     this.linkOfFragment = new Uint16Array(config.fragments);
+    this.board = FragmentBoard.create(config.fragments);
     const owned = assignFragments(config, levelGroupCount);
     const ringBytes = ringBytesFor(config.valueBytesMax);
     for (const [worker, fragments] of owned) {
@@ -195,6 +212,12 @@ export class Tessera {
       await Promise.allSettled(node.links.map((link) => link.close()));
       throw failure.reason;
     }
+    try {
+      await node.openSnapshot();
+    } catch (err) {
+      await Promise.allSettled(node.links.map((link) => link.close()));
+      throw err;
+    }
     logger.info(
       {
         nodeId: node.nodeId,
@@ -238,17 +261,17 @@ export class Tessera {
 
   /** The live value of `key`, or undefined. */
   get(key: Key, options?: ReadOptions): Promise<Buffer | undefined> {
-    return this.read(key, options, false, valueHandler);
+    return this.read(key, options, false, valueShape);
   }
 
   /** The live value of `key` with its version and deadline, or undefined. */
   getEntry(key: Key, options?: ReadOptions): Promise<Entry | undefined> {
-    return this.read(key, options, false, entryHandler);
+    return this.read(key, options, false, entryShape);
   }
 
   /** Milliseconds until `key` expires; -1 when it has no expiry, -2 when it does not exist (Redis PTTL). */
   ttl(key: Key, options?: ReadOptions): Promise<number> {
-    return this.read(key, options, true, ttlHandler);
+    return this.read(key, options, true, ttlShape);
   }
 
   /** Reads many keys; one result per input, in input order. */
@@ -312,6 +335,20 @@ export class Tessera {
     return this.closed;
   }
 
+  /** Opens the store for reads on this thread, once the workers have created every fragment. */
+  private async openSnapshot(): Promise<void> {
+    if (this.config.store !== 'lmdb') return;
+    const snapshot = await openStore({
+      kind: 'lmdb',
+      dataDir: this.config.dataDir,
+      fragmentCount: this.config.fragments,
+      levelGroups: [],
+      levelGroupCount: 0,
+    });
+    for (let f = 0; f < this.config.fragments; f++) await snapshot.openFragment(f);
+    this.snapshot = snapshot;
+  }
+
   private async shutdown(): Promise<void> {
     this.closing = true;
     await this.whenTasksIdle();
@@ -322,7 +359,10 @@ export class Tessera {
     } catch (err) {
       fenceError = err;
     }
+    const snapshot = this.snapshot;
+    this.snapshot = undefined;
     const closed = await Promise.allSettled(this.links.map((link) => link.close()));
+    await snapshot?.close();
     await this.scanner.close();
     this.logger.info({ nodeId: this.nodeId }, 'node closed');
     const failure = closed.find((r) => r.status === 'rejected');
@@ -345,6 +385,7 @@ export class Tessera {
       requestRing,
       resultRing,
       store,
+      board: this.board.buffer,
       fragments,
       fragment: {
         queueOpsMax: c.queueOpsMax,
@@ -467,29 +508,30 @@ export class Tessera {
     key: Key,
     options: ReadOptions | undefined,
     headerOnly: boolean,
-    handler: ResultHandler<Deferred<T>>,
+    shape: ReadShape<T>,
   ): Promise<T> {
-    const deferred = new Deferred<T>();
     const refused = this.admit();
-    if (refused !== undefined) {
-      deferred.reject(refused);
-      return deferred.promise;
-    }
+    if (refused !== undefined) return Promise.reject(refused);
     let keyBytes: Uint8Array;
     let priority: Priority;
     try {
       keyBytes = checkKey(key);
       priority = priorityOf(options?.priority);
     } catch (err) {
-      deferred.reject(err as TesseraError);
-      return deferred.promise;
+      return Promise.reject(err);
     }
     const fragment = this.keyspace.fragmentOf(keyBytes);
-    const link = this.links[this.linkOfFragment[fragment]];
-    if (!link.canAccept()) {
-      deferred.reject(link.refusal());
-      return deferred.promise;
+    if (this.snapshot !== undefined && priority !== Priority.Background && this.board.isClean(fragment)) {
+      try {
+        return Promise.resolve(this.readSnapshot(this.snapshot, fragment, keyBytes, shape));
+      } catch (err) {
+        return Promise.reject(asStorageError(err));
+      }
     }
+    const link = this.links[this.linkOfFragment[fragment]];
+    if (!link.canAccept()) return Promise.reject(link.refusal());
+    const deferred = new Deferred<T>();
+    const handler = READ_HANDLERS.get(shape as ReadShape<unknown>) as ResultHandler<Deferred<T>>;
     const at = link.begin(handler, deferred, requestBytes(keyBytes.length, 0));
     writeRequestHeader(
       link.buffer,
@@ -504,6 +546,20 @@ export class Tessera {
     );
     link.end();
     return deferred.promise;
+  }
+
+  /**
+   * Reads a fragment with nothing uncommitted straight from the store's snapshot on this thread, one
+   * cross-thread round trip less (src/threads/fragment-board.ts says why this is safe).
+   */
+  private readSnapshot<T>(snapshot: KvStore, fragment: number, key: Uint8Array, shape: ReadShape<T>): T {
+    const epoch = this.board.epoch();
+    if (epoch !== this.snapshotEpoch) {
+      snapshot.refreshReads();
+      this.snapshotEpoch = epoch;
+    }
+    const record = snapshot.get(fragment, key);
+    return record !== undefined && isLive(record, Date.now()) ? shape.fromRecord(record) : shape.absent;
   }
 
   private async settleAll<T>(promises: Promise<T>[]): Promise<Settled<T>[]> {
@@ -685,50 +741,58 @@ const restampHandler: ResultHandler<Deferred<boolean>> = {
   onFailure: (d, error) => d.reject(error),
 };
 
-const valueHandler: ResultHandler<Deferred<Buffer | undefined>> = {
-  onResult(d, buf, at, length) {
-    const status = resultStatus(buf, at);
-    if (status === Reply.Found) {
-      const record = at + RESULT_HEADER_BYTES;
-      const valueAt = record + valueOffsetOf(buf.subarray(record));
-      d.resolve(Buffer.from(buf.subarray(valueAt, at + length)));
-    } else if (status === Reply.NotFound) d.resolve(undefined);
-    else d.reject(resultError(buf, at, length));
-  },
-  onFailure: (d, error) => d.reject(error),
+/** What a read returns, built from the live record it found (a view, valid only during the call). */
+interface ReadShape<T> {
+  fromRecord(record: Uint8Array): T;
+  readonly absent: T;
+}
+
+const valueShape: ReadShape<Buffer | undefined> = {
+  fromRecord: (r) => Buffer.from(r.subarray(valueOffsetOf(r))),
+  absent: undefined,
 };
 
-const entryHandler: ResultHandler<Deferred<Entry | undefined>> = {
-  onResult(d, buf, at, length) {
-    const status = resultStatus(buf, at);
-    if (status === Reply.Found) {
-      const r = Buffer.from(buf.subarray(at + RESULT_HEADER_BYTES, at + length));
-      d.resolve({
-        value: r.subarray(valueOffsetOf(r)),
-        wallMs: wallMsOf(r),
-        logical: logicalOf(r),
-        nodeId: Buffer.from(nodeIdOf(r)).toString('utf8'),
-        expiresAtMs: expiresAtOf(r),
-      });
-    } else if (status === Reply.NotFound) d.resolve(undefined);
-    else d.reject(resultError(buf, at, length));
+const entryShape: ReadShape<Entry | undefined> = {
+  fromRecord(view) {
+    const r = Buffer.from(view);
+    return {
+      value: r.subarray(valueOffsetOf(r)),
+      wallMs: wallMsOf(r),
+      logical: logicalOf(r),
+      nodeId: Buffer.from(nodeIdOf(r)).toString('utf8'),
+      expiresAtMs: expiresAtOf(r),
+    };
   },
-  onFailure: (d, error) => d.reject(error),
+  absent: undefined,
 };
 
-const ttlHandler: ResultHandler<Deferred<number>> = {
-  onResult(d, buf, at, length) {
-    const status = resultStatus(buf, at);
-    if (status === Reply.Found) {
-      const expiresAt = expiresAtOf(
-        buf.subarray(at + RESULT_HEADER_BYTES, at + RESULT_HEADER_BYTES + RECORD_HEADER_BYTES),
-      );
-      d.resolve(expiresAt === 0 ? -1 : Math.max(0, expiresAt - Date.now()));
-    } else if (status === Reply.NotFound) d.resolve(-2);
-    else d.reject(resultError(buf, at, length));
+const ttlShape: ReadShape<number> = {
+  fromRecord(r) {
+    const expiresAt = expiresAtOf(r);
+    return expiresAt === 0 ? -1 : Math.max(0, expiresAt - Date.now());
   },
-  onFailure: (d, error) => d.reject(error),
+  absent: -2,
 };
+
+function readHandler<T>(shape: ReadShape<T>): ResultHandler<Deferred<T>> {
+  return {
+    onResult(d, buf, at, length) {
+      const status = resultStatus(buf, at);
+      if (status === Reply.Found)
+        d.resolve(shape.fromRecord(buf.subarray(at + RESULT_HEADER_BYTES, at + length)));
+      else if (status === Reply.NotFound) d.resolve(shape.absent);
+      else d.reject(resultError(buf, at, length));
+    },
+    onFailure: (d, error) => d.reject(error),
+  };
+}
+
+const READ_HANDLERS = new Map<ReadShape<unknown>, ResultHandler<Deferred<unknown>>>(
+  [valueShape, entryShape, ttlShape].map((shape) => [
+    shape as ReadShape<unknown>,
+    readHandler(shape as ReadShape<unknown>),
+  ]),
+);
 
 const fenceHandler: ResultHandler<Deferred<void>> = {
   onResult(d, buf, at, length) {

@@ -49,8 +49,16 @@ export interface KvStore {
 
   /** Makes a fragment usable, creating its namespace if it is new. */
   openFragment(fragment: number): Promise<void>;
-  /** Point read; the returned buffer is the caller's to keep. */
+  /**
+   * Point read. The result is a view valid until the next call on this store, and may be the
+   * store's own memory: copy what you keep, never modify it.
+   */
   get(fragment: number, key: Uint8Array): Buffer | undefined;
+  /**
+   * Makes later reads on this thread see every commit made so far by any thread (lmdb keeps a read
+   * snapshot per thread until told otherwise; the other stores always read the latest).
+   */
+  refreshReads(): void;
   /**
    * Up to `limit` entries in ascending key order from `start` (or the first key) to `end`
    * (exclusive; undefined = the fragment's last key).

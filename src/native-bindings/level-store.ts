@@ -156,6 +156,9 @@ class LevelStore implements KvStore {
     }
   }
 
+  /** Reads always see the latest commit. */
+  refreshReads(): void {}
+
   async page(
     fragment: number,
     start: PageStart | undefined,

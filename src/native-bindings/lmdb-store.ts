@@ -135,11 +135,19 @@ class LmdbStore implements KvStore {
     const db = this.#db(fragment);
     checkKey(key);
     try {
-      // getBinary copies out of lmdb's reused read buffer, so the caller may keep the result.
-      return db.getBinary(this.#dataKey(key));
+      // lmdb's reused read buffer (or the map itself for large values): no copy per read. Its
+      // `length` property is patched to the value's size, but its real extent is the whole scratch
+      // buffer, so hand out a view of exactly the value.
+      const view = db.getBinaryFast(this.#dataKey(key));
+      return view === undefined ? undefined : view.subarray(0, view.length);
     } catch (err) {
       throw asStorageError(err);
     }
+  }
+
+  refreshReads(): void {
+    this.#checkOpen();
+    this.#root.resetReadTxn();
   }
 
   async page(

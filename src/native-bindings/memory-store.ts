@@ -57,6 +57,9 @@ class MemoryStore implements KvStore {
     return record === undefined ? undefined : Buffer.from(record);
   }
 
+  /** Reads always see the latest commit. */
+  refreshReads(): void {}
+
   async page(
     fragment: number,
     start: PageStart | undefined,

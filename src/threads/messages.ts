@@ -11,6 +11,8 @@ export interface WorkerInit {
   /** Results worker → main. */
   resultRing: SharedArrayBuffer;
   store: StoreLocation;
+  /** Node-wide fragment board (src/threads/fragment-board.ts). */
+  board: SharedArrayBuffer;
   fragments: number[];
   fragment: Omit<FragmentConfig, 'fragment' | 'storedHighWaterWallMs'>;
   cleanIntervalMs: number;

@@ -24,6 +24,7 @@
 //           ScanPage: see encodeScanPage; Health: UTF-8 JSON
 
 import { assert } from '../core/assert.js';
+import { readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
 import type { Durability, OpKind, Priority } from '../core/ops.js';
 import { RECORD_HEADER_BYTES } from '../core/record.js';
 
@@ -74,9 +75,9 @@ export function writeRequestHeader(
   buf[at] = kind;
   buf[at + 1] =
     priority | (durability << 2) | (headerOnly ? FLAG_HEADER_ONLY : 0) | (wantsPrior ? FLAG_WANTS_PRIOR : 0);
-  buf.writeUInt16LE(fragment, at + 2);
-  buf.writeUInt32LE(reqId, at + 4);
-  buf.writeUInt16LE(key.length, at + 8);
+  writeU16LE(buf, at + 2, fragment);
+  writeU32LE(buf, at + 4, reqId);
+  writeU16LE(buf, at + 8, key.length);
   buf.set(key, at + REQUEST_HEADER_BYTES);
   return at + REQUEST_HEADER_BYTES + key.length;
 }
@@ -87,9 +88,9 @@ export const requestDurability = (buf: Buffer, at: number): Durability =>
   ((buf[at + 1] >> 2) & 3) as Durability;
 export const requestHeaderOnly = (buf: Buffer, at: number): boolean => (buf[at + 1] & FLAG_HEADER_ONLY) !== 0;
 export const requestWantsPrior = (buf: Buffer, at: number): boolean => (buf[at + 1] & FLAG_WANTS_PRIOR) !== 0;
-export const requestFragment = (buf: Buffer, at: number): number => buf.readUInt16LE(at + 2);
-export const requestId = (buf: Buffer, at: number): number => buf.readUInt32LE(at + 4);
-export const requestKeyBytes = (buf: Buffer, at: number): number => buf.readUInt16LE(at + 8);
+export const requestFragment = (buf: Buffer, at: number): number => readU16LE(buf, at + 2);
+export const requestId = (buf: Buffer, at: number): number => readU32LE(buf, at + 4);
+export const requestKeyBytes = (buf: Buffer, at: number): number => readU16LE(buf, at + 8);
 
 export function isFragmentOpKind(kind: number): kind is OpKind {
   return kind >= 1 && kind <= 4;
@@ -179,14 +180,15 @@ export function writeResultHeader(
 ): number {
   buf[at] = status;
   buf[at + 1] = detail;
-  buf.writeUInt16LE(0, at + 2);
-  buf.writeUInt32LE(reqId, at + 4);
+  buf[at + 2] = 0;
+  buf[at + 3] = 0;
+  writeU32LE(buf, at + 4, reqId);
   return at + RESULT_HEADER_BYTES;
 }
 
 export const resultStatus = (buf: Buffer, at: number): number => buf[at];
 export const resultDetail = (buf: Buffer, at: number): number => buf[at + 1];
-export const resultId = (buf: Buffer, at: number): number => buf.readUInt32LE(at + 4);
+export const resultId = (buf: Buffer, at: number): number => readU32LE(buf, at + 4);
 
 /** Bytes of a record as a result carries it: whole, or header and node id only. */
 export function resultRecordBytes(record: Uint8Array, headerOnly: boolean): number {

@@ -11,6 +11,7 @@ import { CLEAN_PAGE_KEYS_MAX, SCAN_EXAMINED_KEYS_MAX, WORKER_TURN_OPS_MAX } from
 import { Durability, OpKind, Reply } from '../core/ops.js';
 import { isLive } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
+import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
 import {
   isFragmentOpKind,
@@ -50,6 +51,9 @@ export class WorkerRuntime {
   private drain: DrainLoop | undefined;
   /** Fragments that received requests this batch and must run. */
   private readonly active = new Set<FragmentCore>();
+  /** Fragments whose uncommitted state may have changed since the board was last updated. */
+  private readonly touched = new Set<FragmentCore>();
+  private readonly board: FragmentBoard;
   private readonly actions: FragmentAction[] = [];
   private readonly requestEvent: { kind: 'request'; op: FragmentOp } = { kind: 'request', op: undefined! };
   /** Scans waiting for their fence (reqId → request). */
@@ -70,6 +74,7 @@ export class WorkerRuntime {
     this.fragments = init.fragments;
     this.reader = new RingReader(init.requestRing);
     this.outbox = new RingOutbox(new RingWriter(init.resultRing));
+    this.board = new FragmentBoard(init.board);
     const nowMs = Date.now();
     for (const fragment of init.fragments) {
       const storedHighWaterWallMs = store.highWaterWallMs(fragment);
@@ -184,6 +189,7 @@ export class WorkerRuntime {
     for (const core of this.active) {
       core.step({ kind: 'run', nowMs, budget });
       core.takeActions(this.actions);
+      this.touched.add(core);
     }
     this.active.clear();
     this.carryOut();
@@ -203,6 +209,10 @@ export class WorkerRuntime {
       if (commits.length > 0) this.commit(commits);
     }
     if (this.syncRequests.length > 0 && !this.syncInFlight) this.startSync();
+    // Before the acknowledgements become visible: an acknowledged write that is not committed must
+    // keep the main thread from reading its fragment from the store.
+    for (const core of this.touched) this.board.setDirty(core.fragment, core.hasUncommitted());
+    this.touched.clear();
     this.outbox.publish();
   }
 
@@ -228,8 +238,10 @@ export class WorkerRuntime {
 
   private committed(commits: CommitAction[], err: unknown): void {
     const message = err === undefined ? '' : asStorageError(err).message;
+    if (err === undefined) this.board.markCommitted();
     for (const c of commits) {
       const core = this.cores[c.fragment]!;
+      this.touched.add(core);
       if (err === undefined) core.step({ kind: 'committed', generation: c.generation });
       else core.step({ kind: 'commit-failed', generation: c.generation, message });
       core.takeActions(this.actions);
@@ -354,6 +366,7 @@ export class WorkerRuntime {
           const core = this.cores[fragment]!;
           core.step({ kind: 'sweep', nowMs: Date.now(), entries });
           core.takeActions(this.actions);
+          this.touched.add(core);
           this.carryOut();
           start = { key: entries[entries.length - 1].key, inclusive: false };
           await new Promise<void>((resolve) => setImmediate(resolve));
@@ -403,6 +416,7 @@ export class WorkerRuntime {
     for (const f of this.fragments) {
       const core = this.cores[f]!;
       core.step({ kind: 'tick', nowMs });
+      this.touched.add(core);
       if (core.runnable(nowMs)) this.active.add(core);
       else core.takeActions(this.actions);
     }

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import { KEY_BYTES_MAX } from '../../src/core/limits.js';
 import { Tessera } from '../../src/main/node.js';
-import { STORES, sleep, tempDir } from './helpers.js';
+import { eventually, STORES, sleep, tempDir } from './helpers.js';
 
 const isKind = (kind: ErrorKind) => (err: unknown) => err instanceof TesseraError && err.kind === kind;
 
@@ -264,4 +264,69 @@ describe('admission', () => {
       /valueBytesMax/,
     );
   });
+});
+
+describe('TTL cleaner', () => {
+  for (const store of STORES) {
+    test(`expired values become tombstones on ${store}`, async () => {
+      const dir = await tempDir(`clean-${store}`);
+      const node = await Tessera.start({
+        store,
+        dataDir: dir.path,
+        workers: 2,
+        fragments: 4,
+        cleanIntervalMs: 100,
+      });
+      try {
+        await node.putMany(
+          Array.from({ length: 50 }, (_, i) => [`exp-${i}`, 'v'] as const),
+          { ttlMs: 50 },
+        );
+        await node.put('keep', 'v');
+        await eventually(async () => {
+          const h = await node.health();
+          return h.fragments.reduce((n, f) => n + f.expiredSwept, 0) === 50;
+        });
+        assert.equal((await node.get('keep'))?.toString(), 'v');
+        const page = await node.scan({ prefix: 'exp-' });
+        assert.deepEqual(page.entries, []);
+      } finally {
+        await node.close();
+        await dir.cleanup();
+      }
+    });
+  }
+});
+
+describe('reads after acknowledged writes', () => {
+  for (const store of STORES) {
+    test(`every read sees the last acknowledged write, at every durability, on ${store}`, async () => {
+      const dir = await tempDir(`ryw-${store}`);
+      // A short flush interval makes memory-durability writes commit between the reads, so reads
+      // switch between the worker and (lmdb) the main thread's snapshot while the test runs.
+      const node = await Tessera.start({
+        store,
+        dataDir: dir.path,
+        workers: 2,
+        fragments: 4,
+        flushIntervalMs: 2,
+      });
+      try {
+        const levels = ['memory', 'store', 'stable'] as const;
+        for (let i = 0; i < 600; i++) {
+          const key = `ryw-${i % 7}`;
+          const background = Array.from({ length: 20 }, (_, j) =>
+            node.put(`noise-${i}-${j}`, 'x', { durability: 'memory' }),
+          );
+          await node.put(key, `v${i}`, { durability: levels[i % 3] });
+          assert.equal((await node.get(key))?.toString(), `v${i}`, `read ${i} of ${key}`);
+          if (i % 50 === 0) await sleep(5);
+          await Promise.all(background);
+        }
+      } finally {
+        await node.close();
+        await dir.cleanup();
+      }
+    });
+  }
 });
