@@ -1,7 +1,9 @@
 // The embedded API against lmdb used directly in the same process and commit mode (commit without
 // fsync: Tessera's `store` durability). Each iteration is a batch of concurrent operations, as a busy
-// application issues them, two batches in flight at a time. Two lmdb baselines: its idiomatic async `put` (batched by lmdb-js, resolved
-// at commit) and the ceiling — synchronous puts in one transaction, no concurrency at all. Reads
+// application issues them, two batches in flight at a time. Three lmdb baselines for writes: its
+// idiomatic async `put` (batched by lmdb-js's write thread, resolved at commit) — the goal's
+// baseline; `putSync` outside a transaction (a commit per put); and the ceiling — synchronous puts in
+// one transaction, no concurrency and no per-operation result at all. Reads
 // compare with lmdb's `getBinary` and with its faster reused-buffer read plus a copy of the value,
 // which is what a Tessera read does on the main thread when the fragment has nothing uncommitted.
 
@@ -52,6 +54,14 @@ export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
         name: 'lmdb put (async, batched by lmdb-js)',
         opsPerCall: BATCH * BATCHES_PER_CALL,
         fn: () => windowed(() => Promise.all(nextKeys().map((k) => raw.put(k, VALUE)))),
+      },
+      {
+        name: 'lmdb putSync, a commit each',
+        opsPerCall: BATCH / 10,
+        fn: () => {
+          const batch = nextKeys();
+          for (let i = 0; i < BATCH / 10; i++) raw.putSync(batch[i], VALUE);
+        },
       },
       {
         name: 'lmdb putSync in one transaction',

@@ -11,6 +11,7 @@ import {
   storageError,
   TesseraError,
 } from '../core/errors.js';
+import type { FragmentStats } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { BATCH_ITEMS_MAX, EXPIRES_AT_MS_MAX, KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
@@ -29,7 +30,6 @@ import {
   isLive,
   logicalOf,
   nodeIdOf,
-  RECORD_HEADER_BYTES,
   recordBytes,
   valueOffsetOf,
   wallMsOf,
@@ -84,18 +84,8 @@ export interface Entry {
 /** One position of a batch result. */
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: TesseraError };
 
-export interface FragmentHealth {
-  fragment: number;
-  worker: number;
-  queued: [high: number, normal: number, background: number];
-  shed: [high: number, normal: number, background: number];
-  unflushed: number;
-  committedGeneration: number;
-  syncedGeneration: number;
-  writes: number;
-  reads: number;
-  expiredSwept: number;
-}
+/** A fragment's queues, shed counts and commit progress, and the worker that owns it. */
+export type FragmentHealth = FragmentStats & { worker: number };
 
 export interface Health {
   nodeId: string;
@@ -395,6 +385,7 @@ export class Tessera {
         flushBytesMax: c.flushBytesMax,
       },
       cleanIntervalMs: c.cleanIntervalMs,
+      logLevel: this.logger.level,
     };
   }
 
@@ -628,7 +619,7 @@ export class Tessera {
 
 interface WorkerHealthReport {
   heapUsedBytes: number;
-  fragments: Omit<FragmentHealth, 'worker'>[];
+  fragments: FragmentStats[];
 }
 
 const EMPTY = Buffer.alloc(0);

@@ -30,7 +30,7 @@ import {
   scanRequestBytes,
   writeScanRequest,
 } from '../threads/op-codec.js';
-import type { ScanTask, ScanTaskResult } from '../workers/scan-task.js';
+import type { ScanTask } from '../workers/scan-task.js';
 import type { NodeConfig } from './config.js';
 import { resultError } from './result-error.js';
 import type { ResultHandler, WorkerLink } from './worker-link.js';
@@ -162,7 +162,7 @@ export class Scanner {
       }
       assert(this.poolTokens.tryTake(Date.now()), 'a pool token was just available');
       const task: ScanTask = { dataDir: this.config.dataDir, fragmentCount: this.config.fragments, request };
-      const result = (await this.getPool().run(task)) as ScanTaskResult;
+      const result = (await this.getPool().run(task)) as ScanPage;
       return {
         done: result.done,
         resumeKey: result.resumeKey === undefined ? undefined : Buffer.from(result.resumeKey),

@@ -26,7 +26,7 @@ import {
   checkFragment,
   checkKey,
   checkLocation,
-  checkPageLimit,
+  checkPageArgs,
   checkWrites,
   closedError,
   decodeHighWater,
@@ -166,9 +166,7 @@ class LevelStore implements KvStore {
     limit: number,
   ): Promise<StoredEntry[]> {
     const group = this.#group(fragment);
-    checkPageLimit(limit);
-    if (start !== undefined) checkKey(start.key);
-    if (end !== undefined) checkKey(end);
+    checkPageArgs(start, end, limit);
     if (limit === 0) return [];
     const startKey = storedKey(fragment, TAG_DATA, start === undefined ? EMPTY : start.key);
     const endKey = end === undefined ? tagEnd(fragment, TAG_DATA) : storedKey(fragment, TAG_DATA, end);

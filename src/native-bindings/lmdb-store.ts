@@ -24,7 +24,7 @@ import {
   checkFragment,
   checkKey,
   checkLocation,
-  checkPageLimit,
+  checkPageArgs,
   checkWrites,
   closedError,
   decodeHighWater,
@@ -157,9 +157,7 @@ class LmdbStore implements KvStore {
     limit: number,
   ): Promise<StoredEntry[]> {
     const db = this.#db(fragment);
-    checkPageLimit(limit);
-    if (start !== undefined) checkKey(start.key);
-    if (end !== undefined) checkKey(end);
+    checkPageArgs(start, end, limit);
     const out: StoredEntry[] = [];
     if (limit === 0) return out;
     try {

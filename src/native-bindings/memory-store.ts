@@ -11,7 +11,7 @@ import {
   checkFragment,
   checkKey,
   checkLocation,
-  checkPageLimit,
+  checkPageArgs,
   checkWrites,
   closedError,
 } from './open-store.js';
@@ -67,9 +67,7 @@ class MemoryStore implements KvStore {
     limit: number,
   ): Promise<StoredEntry[]> {
     const f = this.#fragment(fragment);
-    checkPageLimit(limit);
-    if (start !== undefined) checkKey(start.key);
-    if (end !== undefined) checkKey(end);
+    checkPageArgs(start, end, limit);
     const sorted = sortedKeys(f);
     const endKey = end === undefined ? undefined : latin1(end);
     const out: StoredEntry[] = [];

@@ -12,7 +12,7 @@ import {
   KEY_BYTES_MAX,
   SCAN_EXAMINED_KEYS_MAX,
 } from '../core/limits.js';
-import type { FragmentWrites, KvStore, StoreLocation } from './kv-store.js';
+import type { FragmentWrites, KvStore, PageStart, StoreLocation } from './kv-store.js';
 
 export async function openStore(location: StoreLocation): Promise<KvStore> {
   switch (location.kind) {
@@ -106,6 +106,17 @@ export function checkWrites(writes: FragmentWrites[], fragmentCount: number): vo
 }
 
 /** Page limits are counts the caller chose from its own bounds. */
+/** Checks the arguments of `KvStore.page`. */
+export function checkPageArgs(
+  start: PageStart | undefined,
+  end: Uint8Array | undefined,
+  limit: number,
+): void {
+  checkPageLimit(limit);
+  if (start !== undefined) checkKey(start.key);
+  if (end !== undefined) checkKey(end);
+}
+
 export function checkPageLimit(limit: number): void {
   assert(Number.isInteger(limit) && limit >= 0 && limit <= STORE_PAGE_ENTRIES_MAX, 'page limit out of range');
 }

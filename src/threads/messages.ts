@@ -16,6 +16,8 @@ export interface WorkerInit {
   fragments: number[];
   fragment: Omit<FragmentConfig, 'fragment' | 'storedHighWaterWallMs'>;
   cleanIntervalMs: number;
+  /** pino level of the node's logger; the worker logs JSON lines at the same level. */
+  logLevel: string;
 }
 
 export type WorkerEvent =

@@ -3,13 +3,12 @@
 // commits of a drained batch, one fsync for every stable write waiting (group commit) — and writes
 // results back through the result ring, one publish (one wake-up of the main thread) per batch.
 
+import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.js';
 import { type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
-import { globMatch } from '../core/glob.js';
-import { CLEAN_PAGE_KEYS_MAX, SCAN_EXAMINED_KEYS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
+import { CLEAN_PAGE_KEYS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
-import { isLive } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
@@ -28,7 +27,6 @@ import {
   requestPriority,
   requestWantsPrior,
   resultRecordBytes,
-  type ScanEntry,
   type ScanRequest,
   scanPageBytes,
   writeResultHeader,
@@ -36,9 +34,10 @@ import {
 } from '../threads/op-codec.js';
 import { type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
+import { collectScanPage } from './scan-page.js';
 
 /** Store pages a scan reads at a time while it fills one result page. */
-const SCAN_STORE_PAGE_KEYS = 256;
+const _SCAN_STORE_PAGE_KEYS = 256;
 const EMPTY_KEY = Buffer.alloc(0);
 
 type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
@@ -66,6 +65,7 @@ export class WorkerRuntime {
   private cleanTimer: NodeJS.Timeout | undefined;
   private sweeping = false;
   private closing = false;
+  private readonly logger: Logger;
 
   constructor(
     private readonly init: WorkerInit,
@@ -75,6 +75,7 @@ export class WorkerRuntime {
     this.reader = new RingReader(init.requestRing);
     this.outbox = new RingOutbox(new RingWriter(init.resultRing));
     this.board = new FragmentBoard(init.board);
+    this.logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
     const nowMs = Date.now();
     for (const fragment of init.fragments) {
       const storedHighWaterWallMs = store.highWaterWallMs(fragment);
@@ -304,47 +305,12 @@ export class WorkerRuntime {
   /** Reads one page of live entries from the (fenced) store, filtered by the pattern. */
   private async runScan(reqId: number, scan: ScanRequest): Promise<void> {
     try {
-      const nowMs = Date.now();
-      const entries: ScanEntry[] = [];
-      let bytes = 0;
-      let examined = 0;
-      let resumeKey: Buffer | undefined;
-      let start: PageStart | undefined = scan.start
-        ? { key: scan.start, inclusive: scan.startInclusive }
-        : undefined;
-      let done = false;
-      let full = false;
-      while (!full && examined < SCAN_EXAMINED_KEYS_MAX) {
-        const page = await this.store.page(scan.fragment, start, scan.end, SCAN_STORE_PAGE_KEYS);
-        for (const e of page) {
-          if (isLive(e.record, nowMs) && (scan.pattern === undefined || globMatch(scan.pattern, e.key))) {
-            const size = e.key.length + (scan.keysOnly ? 0 : e.record.length);
-            // Stop before an entry that would pass the byte bound (unless the page is empty), so a
-            // page always fits one ring record; it is the first entry of the next page.
-            if (entries.length > 0 && bytes + size > scan.byteLimit) {
-              full = true;
-              break;
-            }
-            entries.push({ key: e.key, record: scan.keysOnly ? undefined : e.record });
-            bytes += size;
-          }
-          examined++;
-          resumeKey = e.key;
-          if (entries.length >= scan.limit) {
-            full = true;
-            break;
-          }
-        }
-        if (!full && page.length < SCAN_STORE_PAGE_KEYS) {
-          done = true;
-          break;
-        }
-        if (resumeKey !== undefined) start = { key: resumeKey, inclusive: false };
-      }
-      const n = scanPageBytes(entries, resumeKey);
+      const page = await collectScanPage(this.store, scan, Date.now());
+      const n = scanPageBytes(page.entries, page.resumeKey);
       const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
       const buf = this.outbox.buffer;
-      writeScanPage(buf, writeResultHeader(buf, at, ResultKind.ScanPage, 0, reqId), done, resumeKey, entries);
+      const p = writeResultHeader(buf, at, ResultKind.ScanPage, 0, reqId);
+      writeScanPage(buf, p, page.done, page.resumeKey, page.entries);
       this.outbox.commit();
     } catch (err) {
       this.error(ErrorKind.Storage, reqId, truncateErrorMessage(asStorageError(err).message));
@@ -373,7 +339,7 @@ export class WorkerRuntime {
         }
       }
     } catch (err) {
-      console.error(`worker ${this.init.index}: TTL sweep failed: ${asStorageError(err).message}`);
+      this.logger.error({ err: asStorageError(err).message }, 'TTL sweep failed; retrying next interval');
     } finally {
       this.sweeping = false;
     }
@@ -456,7 +422,7 @@ export class WorkerRuntime {
     if (this.cleanTimer !== undefined) clearInterval(this.cleanTimer);
     if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
     for (const f of this.fragments) {
-      if (!this.cores[f]!.idle()) console.error(`worker ${this.init.index}: fragment ${f} not idle at close`);
+      if (!this.cores[f]!.idle()) this.logger.warn({ fragment: f }, 'fragment not idle at close');
     }
     let message = '';
     try {
