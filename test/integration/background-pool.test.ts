@@ -1,0 +1,63 @@
+// The background pool (piscina) that serves pattern scans over lmdb: bounded (a full queue answers
+// Backpressure) and rate-limited like the Background queue (DESIGN.md "piscina").
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ErrorKind, TesseraError } from '../../src/core/errors.js';
+import { POOL_QUEUE_TASKS_MAX } from '../../src/core/limits.js';
+import { Tessera } from '../../src/main/node.js';
+import { tempDir } from './helpers.js';
+
+test('pattern scans past the pool queue bound answer Backpressure; the rest complete', async () => {
+  const dir = await tempDir('pool-bound');
+  const node = await Tessera.start({
+    store: 'lmdb',
+    dataDir: dir.path,
+    workers: 1,
+    fragments: 1,
+    poolThreads: 1,
+  });
+  try {
+    await node.putMany(Array.from({ length: 300 }, (_, i) => [`item:${i}`, 'v'] as const));
+    const scans = Array.from({ length: POOL_QUEUE_TASKS_MAX * 2 }, () =>
+      node.scan({ match: '*:1?', limit: 100 }),
+    );
+    const results = await Promise.allSettled(scans);
+    const shed = results.filter(
+      (r) =>
+        r.status === 'rejected' &&
+        r.reason instanceof TesseraError &&
+        r.reason.kind === ErrorKind.Backpressure,
+    );
+    const done = results.filter((r) => r.status === 'fulfilled');
+    assert.equal(shed.length + done.length, results.length, 'no other failures');
+    assert.ok(shed.length > 0, 'some scans were shed');
+    assert.ok(done.length >= POOL_QUEUE_TASKS_MAX, 'a full queue still completes');
+    for (const r of done) {
+      if (r.status === 'fulfilled') assert.equal(r.value.entries.length, 10, 'item:10 … item:19');
+    }
+  } finally {
+    await node.close();
+    await dir.cleanup();
+  }
+});
+
+test('pool tasks start no faster than poolTasksPerSec', async () => {
+  const dir = await tempDir('pool-rate');
+  const node = await Tessera.start({
+    store: 'lmdb',
+    dataDir: dir.path,
+    workers: 1,
+    fragments: 1,
+    poolTasksPerSec: 4,
+  });
+  try {
+    await node.put('a:1', 'v');
+    const started = Date.now();
+    // Burst of one token at 4/s: the fourth task cannot start before ~750 ms.
+    await Promise.all(Array.from({ length: 4 }, () => node.scan({ match: 'a:*' })));
+    assert.ok(Date.now() - started >= 700, `4 tasks took ${Date.now() - started} ms`);
+  } finally {
+    await node.close();
+    await dir.cleanup();
+  }
+});
