@@ -16,6 +16,7 @@ export async function lwwBench(): Promise<BenchRow[]> {
   const core = new FragmentCore(
     {
       fragment: 0,
+      valueBytesMax: 4 << 20,
       storedHighWaterWallMs: 0,
       queueOpsMax: BATCH * 2,
       backgroundOpsPerSec: 1000,
@@ -36,7 +37,7 @@ export async function lwwBench(): Promise<BenchRow[]> {
       const record = encodeRecord(false, wall++, 0, 0, nodeId, value);
       core.step({
         kind: 'request',
-        op: new FragmentOp(OpKind.Write, i, Priority.Default, Durability.Memory, key, record, false, false),
+        op: new FragmentOp(OpKind.Write, i, Priority.Default, Durability.Memory, key, record),
       });
     }
     core.step({ kind: 'run', nowMs: 0, budget: BATCH });

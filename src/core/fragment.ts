@@ -11,19 +11,17 @@
 
 import { assert } from './assert.js';
 import { HLC_LOGICAL_MAX } from './limits.js';
+import { Modifier, ModifyAnswer, type ModifyRequest, planModify } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
 import {
   ApplyOutcome,
   describeRecord,
-  expiresAtOf,
   expiryTombstoneOf,
   isLive,
   isTombstone,
   logicalOf,
   mergeOutcome,
-  nodeIdOf,
-  restampRecord,
   wallMsOf,
 } from './record.js';
 
@@ -33,8 +31,17 @@ export interface RecordReader {
 }
 
 /** One queued operation, built by the driver from a ring record. */
-export class FragmentOp {
+export class FragmentOp implements ModifyRequest {
   private keyIdCache: string | undefined;
+  /** Read: reply with the record header only (TTL queries need no value). */
+  headerOnly = false;
+  /** Write: report whether a live value existed before (DEL's count); costs a store read. */
+  wantsPrior = false;
+  /** Modify: which read-modify-write, its flags, SETRANGE offset and INCRBY operand. */
+  modifier: Modifier = Modifier.Set;
+  flags = 0;
+  arg = 0;
+  operand: Uint8Array | undefined = undefined;
 
   constructor(
     readonly kind: OpKind,
@@ -43,12 +50,11 @@ export class FragmentOp {
     readonly durability: Durability,
     /** Key bytes the op owns (copied out of the ring). */
     readonly key: Buffer,
-    /** Write: the record to merge. Restamp: a header-only record with the new version and deadline. */
-    readonly record: Buffer | undefined,
-    /** Read: reply with the record header only (TTL queries need no value). */
-    readonly headerOnly: boolean,
-    /** Write: report whether a live value existed before (DEL's count); costs a store read. */
-    readonly wantsPrior: boolean,
+    /**
+     * Write: the record to merge. Modify: the stamp (version, node, deadline) and, for SET, APPEND
+     * and SETRANGE, the value bytes.
+     */
+    readonly record: Buffer,
   ) {}
 
   /** `key` as a latin1 string: the identity of the key in the pending maps, built on first use. */
@@ -60,6 +66,8 @@ export class FragmentOp {
 
 export interface FragmentConfig {
   fragment: number;
+  /** Largest value a modification (APPEND, SETRANGE) may produce. */
+  valueBytesMax: number;
   /** Newest wall-ms the store holds for this fragment (its persisted high-water mark). */
   storedHighWaterWallMs: number;
   queueOpsMax: number;
@@ -88,7 +96,8 @@ export type FragmentAction =
       record: Uint8Array | undefined;
       /** Writes: whether a live value existed before this write. */
       prior: boolean;
-      message: string;
+      /** Integer / Text: the answer; Refused, Backpressure, StorageFailed: the error message. */
+      text: string;
     }
   | {
       kind: 'commit';
@@ -105,7 +114,9 @@ type PendingEntry = [key: Buffer, record: Uint8Array];
 interface Waiter {
   op: FragmentOp;
   reply: Reply;
+  record: Uint8Array | undefined;
   prior: boolean;
+  text: string;
   generation: number;
 }
 
@@ -288,9 +299,9 @@ export class FragmentCore {
       case OpKind.Read:
         return this.executeRead(op);
       case OpKind.Write:
-        return this.executeWrite(op, op.record!);
-      case OpKind.Restamp:
-        return this.executeRestamp(op);
+        return this.executeWrite(op, op.record);
+      case OpKind.Modify:
+        return this.executeModify(op);
       case OpKind.Fence:
         return this.await(op, Reply.FenceReached, false);
     }
@@ -305,20 +316,27 @@ export class FragmentCore {
     else this.reply(op, Reply.NotFound, undefined, false, '');
   }
 
-  private executeRestamp(op: FragmentOp): void {
+  /** A read-modify-write: plan it over the live record, then merge its write (if any) under LWW. */
+  private executeModify(op: FragmentOp): void {
+    this.writes++;
     const current = this.lookup(op);
-    if (current === undefined || !isLive(current, this.nowMs)) {
-      return this.reply(op, Reply.NotFound, undefined, false, '');
+    const live = current !== undefined && isLive(current, this.nowMs) ? current : undefined;
+    const plan = planModify(op, live, this.config.valueBytesMax);
+    // The plan's record is a view of the store's read buffer: copy what the reply keeps.
+    const record = plan.record === undefined ? undefined : Buffer.from(plan.record);
+    const reply = MODIFY_REPLIES[plan.answer];
+    if (plan.write === undefined) return this.reply(op, reply, record, live !== undefined, plan.text);
+    switch (mergeOutcome(current, plan.write, this.nowMs)) {
+      case ApplyOutcome.Superseded:
+        return this.reply(op, Reply.Superseded, Buffer.from(current!), live !== undefined, '');
+      case ApplyOutcome.Expired:
+        // A deadline in the past deletes the key (EXPIRE with a past time, GETEX EXAT in the past).
+        this.putPending(op.key, op.keyId, expiryTombstoneOf(plan.write));
+        break;
+      default:
+        this.putPending(op.key, op.keyId, plan.write);
     }
-    const stamp = op.record!;
-    const restamped = restampRecord(
-      current,
-      wallMsOf(stamp),
-      logicalOf(stamp),
-      expiresAtOf(stamp),
-      nodeIdOf(stamp),
-    );
-    this.executeWrite(op, restamped);
+    this.await(op, reply, live !== undefined, record, plan.text);
   }
 
   private executeWrite(op: FragmentOp, incoming: Uint8Array): void {
@@ -376,17 +394,17 @@ export class FragmentCore {
   }
 
   /** Replies now, or once the op's durability level covers everything admitted so far. */
-  private await(op: FragmentOp, reply: Reply, prior: boolean): void {
-    if (op.durability === Durability.Memory) return this.reply(op, reply, undefined, prior, '');
+  private await(op: FragmentOp, reply: Reply, prior: boolean, record?: Uint8Array, text = ''): void {
+    if (op.durability === Durability.Memory) return this.reply(op, reply, record, prior, text);
     let generation = this.committedGeneration;
     if (this.unflushed.size > 0) generation = this.unflushedGeneration;
     else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
-    const waiter: Waiter = { op, reply, prior, generation };
+    const waiter: Waiter = { op, reply, record, prior, text, generation };
     if (op.durability === Durability.Store) {
-      if (generation <= this.committedGeneration) return this.reply(op, reply, undefined, prior, '');
+      if (generation <= this.committedGeneration) return this.reply(op, reply, record, prior, text);
       this.commitWaiters.push(waiter);
     } else {
-      if (generation <= this.syncedGeneration) return this.reply(op, reply, undefined, prior, '');
+      if (generation <= this.syncedGeneration) return this.reply(op, reply, record, prior, text);
       this.stableWaiters.push(waiter);
       this.maybeSync();
     }
@@ -469,7 +487,7 @@ export class FragmentCore {
     let n = 0;
     while (n < waiters.length && waiters[n].generation <= generation) {
       const w = waiters[n++];
-      this.reply(w.op, w.reply, undefined, w.prior, '');
+      this.reply(w.op, w.reply, w.record, w.prior, w.text);
     }
     waiters.splice(0, n);
   }
@@ -482,14 +500,8 @@ export class FragmentCore {
     waiters.splice(0, n);
   }
 
-  private reply(
-    op: FragmentOp,
-    reply: Reply,
-    record: Uint8Array | undefined,
-    prior: boolean,
-    message: string,
-  ) {
-    this.outbox.push({ kind: 'reply', op, reply, record, prior, message });
+  private reply(op: FragmentOp, reply: Reply, record: Uint8Array | undefined, prior: boolean, text: string) {
+    this.outbox.push({ kind: 'reply', op, reply, record, prior, text });
   }
 
   /** Canonical text of the state, for golden tests. */
@@ -510,12 +522,21 @@ export class FragmentCore {
   }
 }
 
+const MODIFY_REPLIES: Record<ModifyAnswer, Reply> = {
+  [ModifyAnswer.Done]: Reply.Applied,
+  [ModifyAnswer.NotDone]: Reply.NotApplied,
+  [ModifyAnswer.Missing]: Reply.NotFound,
+  [ModifyAnswer.Integer]: Reply.Integer,
+  [ModifyAnswer.Text]: Reply.Text,
+  [ModifyAnswer.Refused]: Reply.Refused,
+};
+
 /** Canonical text of one action, for golden tests. */
 export function describeAction(action: FragmentAction): string {
   switch (action.kind) {
     case 'reply': {
       const extra = action.record !== undefined ? ` ${describeRecord(action.record)}` : '';
-      const message = action.message ? ` (${action.message})` : '';
+      const message = action.text ? ` (${action.text})` : '';
       return `reply req=${action.op.reqId} ${REPLY_NAMES[action.reply]}${action.prior ? ' prior' : ''}${extra}${message}`;
     }
     case 'commit': {

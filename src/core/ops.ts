@@ -20,8 +20,8 @@ export const OpKind = {
   Write: 1,
   /** Read a key's live record. */
   Read: 2,
-  /** Re-stamp a live value with a new version and deadline (EXPIRE, PERSIST). */
-  Restamp: 3,
+  /** Read-modify-write decided in the actor (src/core/modify.ts): SET NX/XX/GET, INCR, EXPIRE… */
+  Modify: 3,
   /** Reply once everything admitted before it has reached a durability level. */
   Fence: 4,
 } as const;
@@ -38,6 +38,14 @@ export const Reply = {
   Backpressure: 7,
   FenceReached: 8,
   StorageFailed: 9,
+  /** A modification's condition did not hold; nothing was written. */
+  NotApplied: 10,
+  /** A modification's integer answer (ASCII text). */
+  Integer: 11,
+  /** A modification's string answer (INCRBYFLOAT). */
+  Text: 12,
+  /** A modification refused with a Redis error (value not an integer…); nothing was written. */
+  Refused: 13,
 } as const;
 export type Reply = (typeof Reply)[keyof typeof Reply];
 export const REPLY_NAMES: Record<Reply, string> = {
@@ -50,6 +58,10 @@ export const REPLY_NAMES: Record<Reply, string> = {
   7: 'backpressure',
   8: 'fence-reached',
   9: 'storage-failed',
+  10: 'not-applied',
+  11: 'integer',
+  12: 'text',
+  13: 'refused',
 };
 
 export function parsePriority(name: string): Priority | undefined {

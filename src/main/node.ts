@@ -3,18 +3,10 @@
 // fragment → worker ring. Writes are stamped here, once, with the node's hybrid logical clock.
 
 import pino, { type Logger } from 'pino';
-import {
-  asStorageError,
-  internalError,
-  invalidInput,
-  shuttingDown,
-  storageError,
-  TesseraError,
-} from '../core/errors.js';
+import { asStorageError, internalError, invalidInput, shuttingDown, TesseraError } from '../core/errors.js';
 import type { FragmentStats } from '../core/fragment.js';
-import { HybridLogicalClock } from '../core/hlc.js';
-import { Keyspace } from '../core/keyspace.js';
-import { BATCH_ITEMS_MAX, EXPIRES_AT_MS_MAX, KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
+import { BATCH_ITEMS_MAX, EXPIRES_AT_MS_MAX, KEY_BYTES_MAX } from '../core/limits.js';
+import { Modifier } from '../core/modify.js';
 import {
   DURABILITY_NAMES,
   Durability,
@@ -25,33 +17,14 @@ import {
   parsePriority,
   Reply,
 } from '../core/ops.js';
-import {
-  expiresAtOf,
-  isLive,
-  logicalOf,
-  nodeIdOf,
-  recordBytes,
-  valueOffsetOf,
-  wallMsOf,
-  writeRecordHeader,
-} from '../core/record.js';
-import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
-import { bindStore, levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
-import { openStore } from '../native-bindings/open-store.js';
-import { FragmentBoard } from '../threads/fragment-board.js';
-import type { WorkerInit } from '../threads/messages.js';
-import {
-  RESULT_HEADER_BYTES,
-  RequestKind,
-  requestBytes,
-  resultDetail,
-  resultStatus,
-  writeRequestHeader,
-} from '../threads/op-codec.js';
+import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
+import { bindStore } from '../native-bindings/manifest.js';
+import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
+import { Dispatcher, NOT_LOCAL, type WriteSpec } from './dispatcher.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
-import { type ResultHandler, WorkerLink } from './worker-link.js';
+import type { ResultHandler } from './worker-link.js';
 
 export type Key = string | Uint8Array;
 export type Value = string | Uint8Array;
@@ -115,24 +88,12 @@ class Deferred<T> {
   });
 }
 
-const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
-
 export class Tessera {
   readonly nodeId: string;
   readonly debug: DebugHooks;
-  private readonly nodeIdBytes: Buffer;
-  private readonly keyspace: Keyspace;
-  private readonly clock: HybridLogicalClock;
-  private readonly links: WorkerLink[] = [];
-  /** Link index per fragment. */
-  private readonly linkOfFragment: Uint16Array;
+  /** The routing core; the RESP server submits through it directly. */
+  readonly dispatcher: Dispatcher;
   private readonly scanner: Scanner;
-  /** Fragment state the workers publish for snapshot reads. */
-  private readonly board: FragmentBoard;
-  /** This thread's read-only use of the store, when the store allows a second reader (lmdb). */
-  private snapshot: KvStore | undefined;
-  /** Commit epoch the snapshot was last renewed at. */
-  private snapshotEpoch = -1;
   private closing = false;
   private closed: Promise<void> | undefined;
   private admittedTasks = 0;
@@ -145,42 +106,12 @@ export class Tessera {
     levelGroupCount: number,
   ) {
     this.nodeId = nodeId;
-    this.nodeIdBytes = Buffer.from(nodeId);
-    this.keyspace = new Keyspace(config.fragments);
-    this.clock = new HybridLogicalClock(config.maxClockSkewMs);
-    this.linkOfFragment = new Uint16Array(config.fragments);
-    this.board = FragmentBoard.create(config.fragments);
-    const owned = assignFragments(config, levelGroupCount);
-    const ringBytes = ringBytesFor(config.valueBytesMax);
-    for (const [worker, fragments] of owned) {
-      const linkIndex = this.links.length;
-      for (const f of fragments) this.linkOfFragment[f] = linkIndex;
-      const location: StoreLocation = {
-        kind: config.store,
-        dataDir: config.dataDir,
-        fragmentCount: config.fragments,
-        levelGroups: levelGroupsOfWorker(worker, levelGroupCount, config.workers),
-        levelGroupCount,
-      };
-      this.links.push(
-        new WorkerLink(linkIndex, {
-          ringBytes,
-          entry: WORKER_ENTRY,
-          logger,
-          makeInit: (index, requestRing, resultRing) =>
-            this.workerInit(index, requestRing, resultRing, location, fragments),
-          onReady: (index, highWaterWallMs) => this.observeStored(index, highWaterWallMs),
-        }),
-      );
-    }
-    this.scanner = new Scanner(config, this.keyspace, {
-      fence: (fragment) => this.fence(fragment, Durability.Store, Priority.Default),
-      scanPage: (request, priority) => this.submitScan(request, priority),
-    });
+    this.dispatcher = new Dispatcher(config, nodeId, logger, levelGroupCount);
+    this.scanner = new Scanner(config, this.dispatcher);
     this.debug = {
-      crashWorker: (index) => this.links[index].crash(),
-      workerOf: (key) => this.linkOfFragment[this.keyspace.fragmentOf(toBytes(key))],
-      workerCount: this.links.length,
+      crashWorker: (index) => this.dispatcher.crashWorker(index),
+      workerOf: (key) => this.dispatcher.linkOf(this.dispatcher.fragmentOf(toBytes(key))).index,
+      workerCount: this.dispatcher.links.length,
     };
   }
 
@@ -196,25 +127,14 @@ export class Tessera {
       workerCount: config.workers,
     });
     const node = new Tessera(config, binding.nodeId, logger, binding.levelGroupCount);
-    const started = await Promise.allSettled(node.links.map((link) => link.start()));
-    const failure = started.find((r) => r.status === 'rejected');
-    if (failure !== undefined) {
-      await Promise.allSettled(node.links.map((link) => link.close()));
-      throw failure.reason;
-    }
-    try {
-      await node.openSnapshot();
-    } catch (err) {
-      await Promise.allSettled(node.links.map((link) => link.close()));
-      throw err;
-    }
+    await node.dispatcher.start();
     logger.info(
       {
         nodeId: node.nodeId,
         store: config.store,
         dataDir: config.store === 'memory' ? undefined : config.dataDir,
         fragments: config.fragments,
-        workers: node.links.length,
+        workers: node.dispatcher.links.length,
         durability: DURABILITY_NAMES[config.durability],
       },
       'node started',
@@ -222,21 +142,31 @@ export class Tessera {
     return node;
   }
 
+  /** Options the node runs with (resolved defaults included). */
+  get settings(): Readonly<NodeConfig> {
+    return this.config;
+  }
+
+  /** False once `close()` has been called: operations fail with ShuttingDown. */
+  get admitting(): boolean {
+    return !this.closing;
+  }
+
   // ---- writes -------------------------------------------------------------------------------------
 
   /** Stores `value` under `key`. Resolves once applied at the requested durability. */
   put(key: Key, value: Value, options?: WriteOptions): Promise<void> {
-    return this.write(key, value, options, writeHandler).promise as Promise<unknown> as Promise<void>;
+    return this.write(key, value, options, writeHandler, false) as Promise<unknown> as Promise<void>;
   }
 
   /** Deletes `key` (writes a tombstone). Resolves to whether a live value existed. */
   delete(key: Key, options?: WriteOptions): Promise<boolean> {
-    return this.write(key, undefined, options, deleteHandler, OpKind.Write, true).promise;
+    return this.write(key, undefined, options, deleteHandler, true);
   }
 
   /** Sets a key's time to live; resolves false when the key does not exist. */
   expire(key: Key, ttlMs: number, options?: Omit<WriteOptions, 'ttlMs' | 'expiresAtMs'>): Promise<boolean> {
-    return this.write(key, undefined, { ...options, ttlMs }, restampHandler, OpKind.Restamp).promise;
+    return this.write(key, undefined, { ...options, ttlMs }, expireHandler, false, Modifier.Expire);
   }
 
   /** Stores many entries; one result per input, in input order. */
@@ -290,10 +220,11 @@ export class Tessera {
   /** Per-worker and per-fragment state. */
   health(): Promise<Health> {
     return this.task(async () => {
-      const reports = await Promise.all(this.links.map((link) => this.workerHealth(link)));
+      const links = this.dispatcher.links;
+      const reports = await Promise.all(links.map((link) => this.dispatcher.workerHealth(link)));
       const fragments: FragmentHealth[] = [];
       const workers: Health['workers'] = [];
-      this.links.forEach((link, index) => {
+      links.forEach((link, index) => {
         const report = reports[index];
         workers.push({
           index,
@@ -325,81 +256,29 @@ export class Tessera {
     return this.closed;
   }
 
-  /** Opens the store for reads on this thread, once the workers have created every fragment. */
-  private async openSnapshot(): Promise<void> {
-    if (this.config.store !== 'lmdb') return;
-    const snapshot = await openStore({
-      kind: 'lmdb',
-      dataDir: this.config.dataDir,
-      fragmentCount: this.config.fragments,
-      levelGroups: [],
-      levelGroupCount: 0,
-    });
-    for (let f = 0; f < this.config.fragments; f++) await snapshot.openFragment(f);
-    this.snapshot = snapshot;
-  }
-
   private async shutdown(): Promise<void> {
     this.closing = true;
     await this.whenTasksIdle();
-    await Promise.all(this.links.map((link) => link.whenIdle()));
+    await this.dispatcher.whenIdle();
     let fenceError: unknown;
     try {
       await this.fenceAll(Durability.Stable);
     } catch (err) {
       fenceError = err;
     }
-    const snapshot = this.snapshot;
-    this.snapshot = undefined;
-    const closed = await Promise.allSettled(this.links.map((link) => link.close()));
-    await snapshot?.close();
+    let closeError: unknown;
+    try {
+      await this.dispatcher.close();
+    } catch (err) {
+      closeError = err;
+    }
     await this.scanner.close();
     this.logger.info({ nodeId: this.nodeId }, 'node closed');
-    const failure = closed.find((r) => r.status === 'rejected');
     if (fenceError !== undefined) throw fenceError;
-    if (failure !== undefined) throw failure.reason;
+    if (closeError !== undefined) throw closeError;
   }
 
   // ---- internals ----------------------------------------------------------------------------------
-
-  private workerInit(
-    index: number,
-    requestRing: SharedArrayBuffer,
-    resultRing: SharedArrayBuffer,
-    store: StoreLocation,
-    fragments: number[],
-  ): WorkerInit {
-    const c = this.config;
-    return {
-      index,
-      requestRing,
-      resultRing,
-      store,
-      board: this.board.buffer,
-      fragments,
-      fragment: {
-        queueOpsMax: c.queueOpsMax,
-        backgroundOpsPerSec: c.backgroundOpsPerSec,
-        flushIntervalMs: c.flushIntervalMs,
-        flushWritesMax: c.flushWritesMax,
-        flushBytesMax: c.flushBytesMax,
-      },
-      cleanIntervalMs: c.cleanIntervalMs,
-      logLevel: this.logger.level,
-    };
-  }
-
-  /** Seeds the clock with a worker's newest stored timestamp; refuses one too far in the future. */
-  private observeStored(index: number, highWaterWallMs: number): TesseraError | undefined {
-    const nowMs = Date.now();
-    if (highWaterWallMs > 0 && !this.clock.observe(highWaterWallMs, 0, nowMs)) {
-      return storageError(
-        `worker ${index}: a stored timestamp (${highWaterWallMs}) is ${highWaterWallMs - nowMs} ms ahead of the wall ` +
-          `clock, more than maxClockSkewMs=${this.config.maxClockSkewMs}; check the system clock`,
-      );
-    }
-    return undefined;
-  }
 
   private admit(): TesseraError | undefined {
     return this.closing ? shuttingDown() : undefined;
@@ -431,68 +310,34 @@ export class Tessera {
     value: Value | undefined,
     options: WriteOptions | undefined,
     handler: ResultHandler<Deferred<T>>,
-    kind: OpKind = OpKind.Write,
-    wantsPrior = false,
-  ): Deferred<T> {
-    const deferred = new Deferred<T>();
+    wantsPrior: boolean,
+    modifier?: Modifier,
+  ): Promise<T> {
     const refused = this.admit();
-    if (refused !== undefined) {
-      deferred.reject(refused);
-      return deferred;
-    }
-    const nowMs = Date.now();
-    let keyBytes: Uint8Array;
-    let valueBytes: Uint8Array | undefined;
-    let priority: Priority;
-    let durability: Durability;
-    let expiresAtMs: number;
+    if (refused !== undefined) return Promise.reject(refused);
+    let spec: WriteSpec;
     try {
-      keyBytes = checkKey(key);
-      valueBytes = value === undefined ? undefined : this.checkValue(value);
-      priority = priorityOf(options?.priority);
-      durability =
-        options?.durability === undefined ? this.config.durability : durabilityOf(options.durability);
-      expiresAtMs = deadlineOf(options, nowMs, kind === OpKind.Restamp);
+      spec = {
+        kind: modifier === undefined ? OpKind.Write : OpKind.Modify,
+        key: checkKey(key),
+        value: value === undefined ? undefined : this.checkValue(value),
+        expiresAtMs: deadlineOf(options, Date.now(), modifier === Modifier.Expire),
+        priority: priorityOf(options?.priority),
+        durability:
+          options?.durability === undefined ? this.config.durability : durabilityOf(options.durability),
+        wantsPrior,
+        modifier: modifier ?? Modifier.Set,
+        flags: 0,
+        arg: 0,
+        operand: undefined,
+      };
     } catch (err) {
-      deferred.reject(err as TesseraError);
-      return deferred;
+      return Promise.reject(err);
     }
-    const fragment = this.keyspace.fragmentOf(keyBytes);
-    const link = this.links[this.linkOfFragment[fragment]];
-    if (!link.canAccept()) {
-      deferred.reject(link.refusal());
-      return deferred;
-    }
-    this.clock.tick(nowMs);
-    const valueLength = valueBytes?.length ?? 0;
-    const bytes = requestBytes(keyBytes.length, recordBytes(this.nodeIdBytes.length, valueLength));
-    const at = link.begin(handler, deferred, bytes);
-    const buf = link.buffer;
-    let p = writeRequestHeader(
-      buf,
-      at,
-      kind,
-      priority,
-      durability,
-      false,
-      fragment,
-      link.reqId,
-      keyBytes,
-      wantsPrior,
-    );
-    const tombstone = kind === OpKind.Write && value === undefined;
-    p = writeRecordHeader(
-      buf,
-      p,
-      tombstone,
-      this.clock.wallMs,
-      this.clock.logical,
-      expiresAtMs,
-      this.nodeIdBytes,
-    );
-    if (valueLength > 0) buf.set(valueBytes!, p);
-    link.end();
-    return deferred;
+    const deferred = new Deferred<T>();
+    const error = this.dispatcher.submitWrite(spec, handler, deferred);
+    if (error !== undefined) deferred.reject(error);
+    return deferred.promise;
   }
 
   private read<T>(
@@ -511,46 +356,21 @@ export class Tessera {
     } catch (err) {
       return Promise.reject(err);
     }
-    const fragment = this.keyspace.fragmentOf(keyBytes);
-    if (this.snapshot !== undefined && priority !== Priority.Background && this.board.isClean(fragment)) {
+    const fragment = this.dispatcher.fragmentOf(keyBytes);
+    if (priority !== Priority.Background) {
       try {
-        return Promise.resolve(this.readSnapshot(this.snapshot, fragment, keyBytes, shape));
+        const local = this.dispatcher.readLocal(fragment, keyBytes);
+        if (local !== NOT_LOCAL)
+          return Promise.resolve(local === undefined ? shape.absent : shape.fromRecord(local));
       } catch (err) {
         return Promise.reject(asStorageError(err));
       }
     }
-    const link = this.links[this.linkOfFragment[fragment]];
-    if (!link.canAccept()) return Promise.reject(link.refusal());
     const deferred = new Deferred<T>();
     const handler = READ_HANDLERS.get(shape as ReadShape<unknown>) as ResultHandler<Deferred<T>>;
-    const at = link.begin(handler, deferred, requestBytes(keyBytes.length, 0));
-    writeRequestHeader(
-      link.buffer,
-      at,
-      OpKind.Read,
-      priority,
-      Durability.Memory,
-      headerOnly,
-      fragment,
-      link.reqId,
-      keyBytes,
-    );
-    link.end();
+    const error = this.dispatcher.submitRead(fragment, keyBytes, priority, headerOnly, handler, deferred);
+    if (error !== undefined) deferred.reject(error);
     return deferred.promise;
-  }
-
-  /**
-   * Reads a fragment with nothing uncommitted straight from the store's snapshot on this thread, one
-   * cross-thread round trip less (src/threads/fragment-board.ts says why this is safe).
-   */
-  private readSnapshot<T>(snapshot: KvStore, fragment: number, key: Uint8Array, shape: ReadShape<T>): T {
-    const epoch = this.board.epoch();
-    if (epoch !== this.snapshotEpoch) {
-      snapshot.refreshReads();
-      this.snapshotEpoch = epoch;
-    }
-    const record = snapshot.get(fragment, key);
-    return record !== undefined && isLive(record, Date.now()) ? shape.fromRecord(record) : shape.absent;
   }
 
   private async settleAll<T>(promises: Promise<T>[]): Promise<Settled<T>[]> {
@@ -572,68 +392,16 @@ export class Tessera {
     return bytes;
   }
 
-  /** Resolves once everything admitted to `fragment` before it has reached `durability`. */
-  private fence(fragment: number, durability: Durability, priority: Priority): Promise<void> {
-    const deferred = new Deferred<void>();
-    const link = this.links[this.linkOfFragment[fragment]];
-    if (!link.canAccept()) {
-      deferred.reject(link.refusal());
-      return deferred.promise;
-    }
-    const at = link.begin(fenceHandler, deferred, requestBytes(0, 0));
-    writeRequestHeader(
-      link.buffer,
-      at,
-      OpKind.Fence,
-      priority,
-      durability,
-      false,
-      fragment,
-      link.reqId,
-      EMPTY,
-    );
-    link.end();
-    return deferred.promise;
-  }
-
   private async fenceAll(durability: Durability): Promise<void> {
     const fences: Promise<void>[] = [];
-    for (let f = 0; f < this.config.fragments; f++) fences.push(this.fence(f, durability, Priority.High));
+    for (let f = 0; f < this.config.fragments; f++) {
+      const deferred = new Deferred<void>();
+      const error = this.dispatcher.submitFence(f, durability, Priority.High, fenceHandler, deferred);
+      if (error !== undefined) deferred.reject(error);
+      fences.push(deferred.promise);
+    }
     await Promise.all(fences);
   }
-
-  private submitScan(request: import('../threads/op-codec.js').ScanRequest, priority: Priority) {
-    return this.scanner.submit(this.links[this.linkOfFragment[request.fragment]], request, priority);
-  }
-
-  private workerHealth(link: WorkerLink): Promise<WorkerHealthReport | undefined> {
-    if (link.state !== 'ready') return Promise.resolve(undefined);
-    const deferred = new Deferred<WorkerHealthReport | undefined>();
-    const at = link.begin(healthHandler, deferred, 8);
-    link.buffer[at] = RequestKind.Health;
-    link.buffer.writeUInt32LE(link.reqId, at + 4);
-    link.end();
-    return deferred.promise;
-  }
-}
-
-interface WorkerHealthReport {
-  heapUsedBytes: number;
-  fragments: FragmentStats[];
-}
-
-const EMPTY = Buffer.alloc(0);
-
-/** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */
-function assignFragments(config: NodeConfig, levelGroupCount: number): Map<number, number[]> {
-  const owned = new Map<number, number[]>();
-  for (let f = 0; f < config.fragments; f++) {
-    const w = workerOfFragment(f, levelGroupCount, config.workers);
-    const list = owned.get(w);
-    if (list === undefined) owned.set(w, [f]);
-    else list.push(f);
-  }
-  return new Map([...owned.entries()].sort(([a], [b]) => a - b));
 }
 
 export function toBytes(v: Key): Uint8Array {
@@ -721,12 +489,9 @@ const deleteHandler: ResultHandler<Deferred<boolean>> = {
   onFailure: (d, error) => d.reject(error),
 };
 
-const restampHandler: ResultHandler<Deferred<boolean>> = {
+const expireHandler: ResultHandler<Deferred<boolean>> = {
   onResult(d, buf, at, length) {
-    const status = resultStatus(buf, at);
-    if (status === Reply.Applied || status === Reply.AlreadyPresent || status === Reply.Expired)
-      d.resolve(true);
-    else if (status === Reply.NotFound) d.resolve(false);
+    if (resultStatus(buf, at) === Reply.Integer) d.resolve(buf[at + RESULT_HEADER_BYTES] === 0x31);
     else d.reject(resultError(buf, at, length));
   },
   onFailure: (d, error) => d.reject(error),
@@ -791,17 +556,4 @@ const fenceHandler: ResultHandler<Deferred<void>> = {
     else d.reject(resultError(buf, at, length));
   },
   onFailure: (d, error) => d.reject(error),
-};
-
-const healthHandler: ResultHandler<Deferred<WorkerHealthReport | undefined>> = {
-  onResult(d, buf, at, length) {
-    try {
-      d.resolve(
-        JSON.parse(buf.toString('utf8', at + RESULT_HEADER_BYTES, at + length)) as WorkerHealthReport,
-      );
-    } catch {
-      d.resolve(undefined);
-    }
-  },
-  onFailure: (d) => d.resolve(undefined),
 };

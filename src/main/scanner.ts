@@ -18,7 +18,7 @@ import {
   SCAN_PATTERN_BYTES_MAX,
 } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
-import { PRIORITY_NAMES, Priority, parsePriority } from '../core/ops.js';
+import { Durability, PRIORITY_NAMES, Priority, parsePriority, Reply } from '../core/ops.js';
 import { valueBytesOf } from '../core/record.js';
 import {
   RESULT_HEADER_BYTES,
@@ -27,13 +27,12 @@ import {
   resultStatus,
   type ScanPage,
   type ScanRequest,
-  scanRequestBytes,
-  writeScanRequest,
 } from '../threads/op-codec.js';
 import type { ScanTask } from '../workers/scan-task.js';
 import type { NodeConfig } from './config.js';
+import type { Dispatcher } from './dispatcher.js';
 import { resultError } from './result-error.js';
-import type { ResultHandler, WorkerLink } from './worker-link.js';
+import type { ResultHandler } from './worker-link.js';
 
 export interface ScanOptions {
   /** Only keys starting with these bytes. */
@@ -59,11 +58,6 @@ export interface ScanResult {
   cursor: string | undefined;
 }
 
-export interface ScannerDeps {
-  fence(fragment: number): Promise<void>;
-  scanPage(request: ScanRequest, priority: Priority): Promise<ScanPage>;
-}
-
 const CURSOR_VERSION = 1;
 const CURSOR_HEADER_BYTES = 4;
 
@@ -72,11 +66,13 @@ export class Scanner {
   private readonly poolTokens: TokenBucket;
   private poolWaiting = 0;
 
+  private readonly keyspace: Keyspace;
+
   constructor(
     private readonly config: NodeConfig,
-    private readonly keyspace: Keyspace,
-    private readonly deps: ScannerDeps,
+    private readonly dispatcher: Dispatcher,
   ) {
+    this.keyspace = dispatcher.keyspace;
     this.poolTokens = new TokenBucket(
       config.poolTasksPerSec,
       Math.max(1, Math.ceil(config.poolTasksPerSec / 10)),
@@ -124,13 +120,22 @@ export class Scanner {
     return { entries, cursor };
   }
 
-  /** Sends a scan request to the worker that owns its fragment. */
-  submit(link: WorkerLink, request: ScanRequest, priority: Priority): Promise<ScanPage> {
-    if (!link.canAccept()) return Promise.reject(link.refusal());
+  /** One page of one fragment, read by the worker that owns it. */
+  private workerPage(request: ScanRequest, priority: Priority): Promise<ScanPage> {
     return new Promise<ScanPage>((resolve, reject) => {
-      const at = link.begin(scanHandler, { resolve, reject }, scanRequestBytes(request));
-      writeScanRequest(link.buffer, at, link.reqId, priority, request);
-      link.end();
+      const error = this.dispatcher.submitScan(request, priority, scanHandler, { resolve, reject });
+      if (error !== undefined) reject(error);
+    });
+  }
+
+  /** Resolves once every write acknowledged to `fragment` is committed (visible to other readers). */
+  private fence(fragment: number): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const error = this.dispatcher.submitFence(fragment, Durability.Store, Priority.Default, fenceHandler, {
+        resolve,
+        reject,
+      });
+      if (error !== undefined) reject(error);
     });
   }
 
@@ -142,8 +147,8 @@ export class Scanner {
 
   private async readPage(request: ScanRequest, priority: Priority): Promise<ScanPage> {
     if (request.pattern === undefined || this.config.store !== 'lmdb')
-      return this.deps.scanPage(request, priority);
-    await this.deps.fence(request.fragment);
+      return this.workerPage(request, priority);
+    await this.fence(request.fragment);
     return this.poolPage(request);
   }
 
@@ -298,15 +303,23 @@ export function decodeCursor(cursor: string | undefined): { fragment: number; re
   };
 }
 
-type ScanToken = { resolve: (page: ScanPage) => void; reject: (error: TesseraError) => void };
+type Settle<T> = { resolve: (value: T) => void; reject: (error: TesseraError) => void };
 
-const scanHandler: ResultHandler<ScanToken> = {
+const scanHandler: ResultHandler<Settle<ScanPage>> = {
   onResult(token, buf, at, length) {
     if (resultStatus(buf, at) === ResultKind.ScanPage) {
       token.resolve(readScanPage(buf, at + RESULT_HEADER_BYTES, at + length));
     } else {
       token.reject(resultError(buf, at, length));
     }
+  },
+  onFailure: (token, error) => token.reject(error),
+};
+
+const fenceHandler: ResultHandler<Settle<void>> = {
+  onResult(token, buf, at, length) {
+    if (resultStatus(buf, at) === Reply.FenceReached) token.resolve();
+    else token.reject(resultError(buf, at, length));
   },
   onFailure: (token, error) => token.reject(error),
 };

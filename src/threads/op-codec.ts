@@ -9,7 +9,14 @@
 //   2  u16  fragment
 //   4  u32  reqId
 //   8  u16  keyLength
-//   10 …    key, then for Write / Restamp the versioned record (src/core/record.ts) to the end
+//   10 …    key, then for Write the versioned record (src/core/record.ts) to the end; for Modify
+//           the modify parameters (below), then the stamp record
+//
+// Modify parameters, after the key:
+//   0  u8   modifier     src/core/modify.ts Modifier
+//   1  u8   flags        ModifyFlag bits
+//   2  u32  arg          SETRANGE offset
+//   6  u16  operandLength, then the operand (INCRBY / INCRBYFLOAT delta as sent)
 //
 // Scan request: the common 8-byte header (flags: bit 0 start inclusive, bit 1 has start, bit 2 has
 // end, bit 3 keys only), then u16 startLength, start, u16 endLength, end, u32 limit, u32 byteLimit,
@@ -25,6 +32,7 @@
 
 import { assert } from '../core/assert.js';
 import { readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
+import type { Modifier } from '../core/modify.js';
 import type { Durability, OpKind, Priority } from '../core/ops.js';
 import { RECORD_HEADER_BYTES } from '../core/record.js';
 
@@ -91,6 +99,49 @@ export const requestWantsPrior = (buf: Buffer, at: number): boolean => (buf[at +
 export const requestFragment = (buf: Buffer, at: number): number => readU16LE(buf, at + 2);
 export const requestId = (buf: Buffer, at: number): number => readU32LE(buf, at + 4);
 export const requestKeyBytes = (buf: Buffer, at: number): number => readU16LE(buf, at + 8);
+
+export const MODIFY_PARAMS_BYTES = 8;
+
+export interface ModifyParams {
+  modifier: Modifier;
+  flags: number;
+  arg: number;
+  operand: Buffer | undefined;
+  /** Offset just past the parameters: where the stamp record starts. */
+  end: number;
+}
+
+/** Writes modify parameters at `at` (right after the key); returns where the stamp record goes. */
+export function writeModifyParams(
+  buf: Buffer,
+  at: number,
+  modifier: Modifier,
+  flags: number,
+  arg: number,
+  operand: Uint8Array | undefined,
+): number {
+  buf[at] = modifier;
+  buf[at + 1] = flags;
+  writeU32LE(buf, at + 2, arg);
+  const n = operand?.length ?? 0;
+  writeU16LE(buf, at + 6, n);
+  if (n > 0) buf.set(operand!, at + MODIFY_PARAMS_BYTES);
+  return at + MODIFY_PARAMS_BYTES + n;
+}
+
+/** Reads modify parameters from a buffer the caller owns (the operand is a view into it). */
+export function readModifyParams(buf: Buffer, at: number): ModifyParams {
+  const n = readU16LE(buf, at + 6);
+  const end = at + MODIFY_PARAMS_BYTES + n;
+  assert(end <= buf.length, 'modify parameters run past their record');
+  return {
+    modifier: buf[at] as Modifier,
+    flags: buf[at + 1],
+    arg: readU32LE(buf, at + 2),
+    operand: n > 0 ? buf.subarray(at + MODIFY_PARAMS_BYTES, end) : undefined,
+    end,
+  };
+}
 
 export function isFragmentOpKind(kind: number): kind is OpKind {
   return kind >= 1 && kind <= 4;

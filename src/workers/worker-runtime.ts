@@ -14,10 +14,12 @@ import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
 import {
   isFragmentOpKind,
+  type ModifyParams,
   REQUEST_HEADER_BYTES,
   RESULT_HEADER_BYTES,
   RequestKind,
   ResultKind,
+  readModifyParams,
   readScanRequest,
   requestDurability,
   requestFragment,
@@ -146,17 +148,22 @@ export class WorkerRuntime {
     const body = Buffer.allocUnsafe(length - REQUEST_HEADER_BYTES);
     buf.copy(body, 0, at + REQUEST_HEADER_BYTES, at + length);
     const key = body.subarray(0, keyBytes);
-    const record = body.length > keyBytes ? body.subarray(keyBytes) : undefined;
-    const op = new FragmentOp(
-      kind,
-      reqId,
-      requestPriority(buf, at),
-      requestDurability(buf, at),
-      key,
-      record,
-      requestHeaderOnly(buf, at),
-      requestWantsPrior(buf, at),
-    );
+    let recordAt = keyBytes;
+    let params: ModifyParams | undefined;
+    if (kind === OpKind.Modify) {
+      params = readModifyParams(body, keyBytes);
+      recordAt = params.end;
+    }
+    const record = recordAt < body.length ? body.subarray(recordAt) : EMPTY_KEY;
+    const op = new FragmentOp(kind, reqId, requestPriority(buf, at), requestDurability(buf, at), key, record);
+    op.headerOnly = requestHeaderOnly(buf, at);
+    op.wantsPrior = requestWantsPrior(buf, at);
+    if (params !== undefined) {
+      op.modifier = params.modifier;
+      op.flags = params.flags;
+      op.arg = params.arg;
+      op.operand = params.operand;
+    }
     this.requestEvent.op = op;
     core.step(this.requestEvent);
     this.active.add(core);
@@ -170,16 +177,7 @@ export class WorkerRuntime {
       return this.error(ErrorKind.Internal, reqId, `fragment ${scan.fragment} is not served by this worker`);
     }
     this.scans.set(reqId, scan);
-    const fence = new FragmentOp(
-      OpKind.Fence,
-      reqId,
-      priority,
-      Durability.Store,
-      EMPTY_KEY,
-      undefined,
-      false,
-      false,
-    );
+    const fence = new FragmentOp(OpKind.Fence, reqId, priority, Durability.Store, EMPTY_KEY, EMPTY_KEY);
     this.requestEvent.op = fence;
     core.step(this.requestEvent);
     this.active.add(core);
@@ -293,8 +291,8 @@ export class WorkerRuntime {
       const p = writeResultHeader(buf, at, reply, detail, op.reqId);
       buf.set(action.record.subarray(0, n), p);
       this.outbox.commit();
-    } else if (action.message !== '') {
-      this.text(reply, detail, op.reqId, action.message);
+    } else if (action.text !== '') {
+      this.text(reply, detail, op.reqId, action.text);
     } else {
       const at = this.outbox.reserve(RESULT_HEADER_BYTES);
       writeResultHeader(this.outbox.buffer, at, reply, detail, op.reqId);

@@ -5,7 +5,9 @@
 //   store key=K ts=W.L node=N [value=V | tombstone] [exp=MS]       seeds the committed store
 //   write req=R key=K ts=W.L node=N [value=V | tombstone] [exp=MS] [dur=memory|store|stable] [pri=high|default|background]
 //         [prior]   (asks whether a live value existed: reads the store even for the newest version)
-//   read req=R key=K [pri=…]      restamp req=R key=K ts=W.L node=N exp=MS [dur=…]
+//   read req=R key=K [pri=…]
+//   modify req=R key=K mod=set|getdel|getex|incrby|incrbyfloat|append|setrange|expire|persist
+//          ts=W.L node=N [value=V] [exp=MS] [flags=nx,xx,gt,lt,get,keep] [arg=N] [operand=S] [dur=…]
 //   fence req=R dur=store|stable  run now=MS [budget=N]  tick now=MS
 //   committed gen=G   commit-failed gen=G msg=M   synced gen=G   sync-failed gen=G msg=M
 //   sweep now=MS      (offers every stored record to the cleaner)   state    store-dump
@@ -13,6 +15,7 @@
 import { basename } from 'node:path';
 import { test } from 'node:test';
 import { describeAction, type FragmentAction, FragmentCore, FragmentOp } from '../../src/core/fragment.js';
+import { Modifier, ModifyFlag } from '../../src/core/modify.js';
 import { Durability, OpKind, Priority, parseDurability, parsePriority } from '../../src/core/ops.js';
 import { describeRecord, encodeRecord, wallMsOf } from '../../src/core/record.js';
 import { type Command, goldenFiles, intArg, runGoldenFile } from './datadriven.js';
@@ -64,6 +67,7 @@ class Harness {
       {
         fragment: 0,
         storedHighWaterWallMs: storedHighWater,
+        valueBytesMax: intArg(c, 'value-bytes-max', 1 << 20),
         queueOpsMax: intArg(c, 'queue', 16),
         backgroundOpsPerSec: intArg(c, 'background-rate', 1000),
         flushIntervalMs: intArg(c, 'flush-interval', 100),
@@ -89,8 +93,8 @@ class Harness {
         return { kind: 'request', op: opOf(c, OpKind.Write, recordOf(c)) };
       case 'read':
         return { kind: 'request', op: opOf(c, OpKind.Read, undefined) };
-      case 'restamp':
-        return { kind: 'request', op: opOf(c, OpKind.Restamp, recordOf(c, true)) };
+      case 'modify':
+        return { kind: 'request', op: modifyOf(c) };
       case 'fence':
         return { kind: 'request', op: opOf(c, OpKind.Fence, undefined) };
       case 'run':
@@ -140,16 +144,41 @@ function opOf(c: Command, kind: OpKind, record: Buffer | undefined): FragmentOp 
   const key = Buffer.from(c.args.get('key') ?? '', 'latin1');
   const priority = parsePriority(c.args.get('pri') ?? 'default') ?? Priority.Default;
   const durability = parseDurability(c.args.get('dur') ?? 'memory') ?? Durability.Memory;
-  return new FragmentOp(
-    kind,
-    intArg(c, 'req'),
-    priority,
-    durability,
-    key,
-    record,
-    false,
-    c.args.has('prior'),
-  );
+  const op = new FragmentOp(kind, intArg(c, 'req'), priority, durability, key, record ?? Buffer.alloc(0));
+  op.wantsPrior = c.args.has('prior');
+  return op;
+}
+
+const MODIFIERS: Record<string, Modifier> = {
+  set: Modifier.Set,
+  getdel: Modifier.GetDel,
+  getex: Modifier.GetEx,
+  incrby: Modifier.IncrBy,
+  incrbyfloat: Modifier.IncrByFloat,
+  append: Modifier.Append,
+  setrange: Modifier.SetRange,
+  expire: Modifier.Expire,
+  persist: Modifier.Persist,
+};
+const FLAGS: Record<string, number> = {
+  nx: ModifyFlag.Nx,
+  xx: ModifyFlag.Xx,
+  gt: ModifyFlag.Gt,
+  lt: ModifyFlag.Lt,
+  get: ModifyFlag.Get,
+  keep: ModifyFlag.KeepDeadline,
+};
+
+function modifyOf(c: Command): FragmentOp {
+  const op = opOf(c, OpKind.Modify, recordOf(c));
+  const name = c.args.get('mod') ?? '';
+  if (!(name in MODIFIERS)) throw new Error(`${c.line}: unknown mod=${name}`);
+  op.modifier = MODIFIERS[name];
+  for (const flag of (c.args.get('flags') ?? '').split(',').filter(Boolean)) op.flags |= FLAGS[flag];
+  op.arg = intArg(c, 'arg', 0);
+  const operand = c.args.get('operand');
+  op.operand = operand === undefined ? undefined : Buffer.from(operand, 'latin1');
+  return op;
 }
 
 function recordOf(c: Command, headerOnly = false): Buffer {

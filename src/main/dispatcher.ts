@@ -1,0 +1,377 @@
+// The node's routing core on the main thread: key → slot → fragment → the owning worker's ring. It
+// stamps every write once with the node's hybrid logical clock, encodes requests straight into ring
+// memory, serves reads of fully committed fragments from an lmdb snapshot on this thread, and owns
+// the workers' lifecycle. The embedded API (node.ts) and the RESP server both submit through it;
+// results come back to a ResultHandler, so neither pays a closure or a promise per operation.
+
+import type { Logger } from 'pino';
+import { assert } from '../core/assert.js';
+import { invalidInput, storageError, type TesseraError } from '../core/errors.js';
+import type { FragmentStats } from '../core/fragment.js';
+import { HybridLogicalClock } from '../core/hlc.js';
+import { Keyspace } from '../core/keyspace.js';
+import { KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
+import type { Modifier } from '../core/modify.js';
+import { Durability, OpKind, type Priority } from '../core/ops.js';
+import { isLive, recordBytes, writeRecordHeader } from '../core/record.js';
+import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
+import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
+import { openStore } from '../native-bindings/open-store.js';
+import { FragmentBoard } from '../threads/fragment-board.js';
+import type { WorkerInit } from '../threads/messages.js';
+import {
+  MODIFY_PARAMS_BYTES,
+  RESULT_HEADER_BYTES,
+  RequestKind,
+  requestBytes,
+  type ScanRequest,
+  scanRequestBytes,
+  writeModifyParams,
+  writeRequestHeader,
+  writeScanRequest,
+} from '../threads/op-codec.js';
+import type { NodeConfig } from './config.js';
+import { type ResultHandler, WorkerLink } from './worker-link.js';
+
+/** A write or read-modify-write, as a caller fills it in (RESP connections reuse one). */
+export interface WriteSpec {
+  kind: typeof OpKind.Write | typeof OpKind.Modify;
+  key: Uint8Array;
+  /** Write: the value, or undefined for a tombstone (delete). Modify: SET / APPEND / SETRANGE bytes. */
+  value: Uint8Array | undefined;
+  /** Absolute deadline in wall ms, 0 for none. */
+  expiresAtMs: number;
+  priority: Priority;
+  durability: Durability;
+  /** Write: report whether a live value existed (costs a store read). */
+  wantsPrior: boolean;
+  modifier: Modifier;
+  flags: number;
+  arg: number;
+  operand: Uint8Array | undefined;
+}
+
+/** Returned by `readLocal` when the fragment must be read through its worker. */
+export const NOT_LOCAL = Symbol('not-local');
+
+export interface WorkerHealthReport {
+  heapUsedBytes: number;
+  fragments: FragmentStats[];
+}
+
+const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
+const EMPTY = Buffer.alloc(0);
+
+export class Dispatcher {
+  readonly keyspace: Keyspace;
+  readonly links: WorkerLink[] = [];
+  private readonly nodeIdBytes: Buffer;
+  private readonly clock: HybridLogicalClock;
+  /** Link index per fragment. */
+  private readonly linkOfFragment: Uint16Array;
+  /** Fragment state the workers publish for snapshot reads. */
+  private readonly board: FragmentBoard;
+  /** This thread's read-only use of the store, when the store allows a second reader (lmdb). */
+  private snapshot: KvStore | undefined;
+  /** Commit epoch the snapshot was last renewed at. */
+  private snapshotEpoch = -1;
+
+  constructor(
+    private readonly config: NodeConfig,
+    nodeId: string,
+    private readonly logger: Logger,
+    levelGroupCount: number,
+  ) {
+    this.nodeIdBytes = Buffer.from(nodeId);
+    this.keyspace = new Keyspace(config.fragments);
+    this.clock = new HybridLogicalClock(config.maxClockSkewMs);
+    this.linkOfFragment = new Uint16Array(config.fragments);
+    this.board = FragmentBoard.create(config.fragments);
+    const ringBytes = ringBytesFor(config.valueBytesMax);
+    for (const [worker, fragments] of assignFragments(config, levelGroupCount)) {
+      const linkIndex = this.links.length;
+      for (const f of fragments) this.linkOfFragment[f] = linkIndex;
+      const location: StoreLocation = {
+        kind: config.store,
+        dataDir: config.dataDir,
+        fragmentCount: config.fragments,
+        levelGroups: levelGroupsOfWorker(worker, levelGroupCount, config.workers),
+        levelGroupCount,
+      };
+      this.links.push(
+        new WorkerLink(linkIndex, {
+          ringBytes,
+          entry: WORKER_ENTRY,
+          logger,
+          makeInit: (index, requestRing, resultRing) =>
+            this.workerInit(index, requestRing, resultRing, location, fragments),
+          onReady: (index, highWaterWallMs) => this.observeStored(index, highWaterWallMs),
+        }),
+      );
+    }
+  }
+
+  /** Starts every worker, then (lmdb) the main thread's snapshot; on failure stops what started. */
+  async start(): Promise<void> {
+    const started = await Promise.allSettled(this.links.map((link) => link.start()));
+    const failure = started.find((r) => r.status === 'rejected');
+    try {
+      if (failure !== undefined) throw failure.reason;
+      await this.openSnapshot();
+    } catch (err) {
+      await Promise.allSettled(this.links.map((link) => link.close()));
+      throw err;
+    }
+  }
+
+  /** Closes the workers (each closes its store) and the snapshot. */
+  async close(): Promise<void> {
+    const snapshot = this.snapshot;
+    this.snapshot = undefined;
+    const closed = await Promise.allSettled(this.links.map((link) => link.close()));
+    await snapshot?.close();
+    const failure = closed.find((r) => r.status === 'rejected');
+    if (failure !== undefined) throw failure.reason;
+  }
+
+  /** Resolves once no request is in flight to any worker. */
+  async whenIdle(): Promise<void> {
+    await Promise.all(this.links.map((link) => link.whenIdle()));
+  }
+
+  fragmentOf(key: Uint8Array): number {
+    return this.keyspace.fragmentOf(key);
+  }
+
+  linkOf(fragment: number): WorkerLink {
+    return this.links[this.linkOfFragment[fragment]];
+  }
+
+  /**
+   * Stamps and sends a write or modification; the result reaches `handler`. Returns an error instead
+   * when the owning worker cannot take it (gone, or too far behind). The caller has checked the
+   * key and value sizes.
+   */
+  submitWrite<T>(spec: WriteSpec, handler: ResultHandler<T>, token: T): TesseraError | undefined {
+    assert(spec.key.length <= KEY_BYTES_MAX, 'key longer than KEY_BYTES_MAX reached the dispatcher');
+    const valueBytes = spec.value?.length ?? 0;
+    assert(valueBytes <= this.config.valueBytesMax, 'value larger than valueBytesMax reached the dispatcher');
+    const fragment = this.keyspace.fragmentOf(spec.key);
+    const link = this.linkOf(fragment);
+    if (!link.canAccept()) return link.refusal();
+    this.clock.tick(Date.now());
+    const modify = spec.kind === OpKind.Modify;
+    const paramBytes = modify ? MODIFY_PARAMS_BYTES + (spec.operand?.length ?? 0) : 0;
+    const bytes = requestBytes(
+      spec.key.length,
+      paramBytes + recordBytes(this.nodeIdBytes.length, valueBytes),
+    );
+    const at = link.begin(handler, token, bytes);
+    const buf = link.buffer;
+    let p = writeRequestHeader(
+      buf,
+      at,
+      spec.kind,
+      spec.priority,
+      spec.durability,
+      false,
+      fragment,
+      link.reqId,
+      spec.key,
+      spec.wantsPrior,
+    );
+    if (modify) p = writeModifyParams(buf, p, spec.modifier, spec.flags, spec.arg, spec.operand);
+    const tombstone = !modify && spec.value === undefined;
+    p = writeRecordHeader(
+      buf,
+      p,
+      tombstone,
+      this.clock.wallMs,
+      this.clock.logical,
+      spec.expiresAtMs,
+      this.nodeIdBytes,
+    );
+    if (valueBytes > 0) buf.set(spec.value!, p);
+    link.end();
+    return undefined;
+  }
+
+  /**
+   * The key's live record straight from this thread's lmdb snapshot — a view valid until the next
+   * read — or undefined when absent; NOT_LOCAL when the fragment holds writes not yet committed (or
+   * the store has no shared readers), so the read must go through the worker.
+   * (src/threads/fragment-board.ts says why this is safe.)
+   */
+  readLocal(fragment: number, key: Uint8Array): Uint8Array | undefined | typeof NOT_LOCAL {
+    const snapshot = this.snapshot;
+    if (snapshot === undefined || !this.board.isClean(fragment)) return NOT_LOCAL;
+    const epoch = this.board.epoch();
+    if (epoch !== this.snapshotEpoch) {
+      snapshot.refreshReads();
+      this.snapshotEpoch = epoch;
+    }
+    const record = snapshot.get(fragment, key);
+    return record !== undefined && isLive(record, Date.now()) ? record : undefined;
+  }
+
+  /** Sends a read to the fragment's worker; `headerOnly` skips the value (TTL queries). */
+  submitRead<T>(
+    fragment: number,
+    key: Uint8Array,
+    priority: Priority,
+    headerOnly: boolean,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const link = this.linkOf(fragment);
+    if (!link.canAccept()) return link.refusal();
+    const at = link.begin(handler, token, requestBytes(key.length, 0));
+    writeRequestHeader(
+      link.buffer,
+      at,
+      OpKind.Read,
+      priority,
+      Durability.Memory,
+      headerOnly,
+      fragment,
+      link.reqId,
+      key,
+    );
+    link.end();
+    return undefined;
+  }
+
+  /** Asks the fragment's worker to answer once everything admitted before has reached `durability`. */
+  submitFence<T>(
+    fragment: number,
+    durability: Durability,
+    priority: Priority,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const link = this.linkOf(fragment);
+    if (!link.canAccept()) return link.refusal();
+    const at = link.begin(handler, token, requestBytes(0, 0));
+    writeRequestHeader(
+      link.buffer,
+      at,
+      OpKind.Fence,
+      priority,
+      durability,
+      false,
+      fragment,
+      link.reqId,
+      EMPTY,
+    );
+    link.end();
+    return undefined;
+  }
+
+  /** Sends one scan page request to the fragment's worker. */
+  submitScan<T>(
+    request: ScanRequest,
+    priority: Priority,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const link = this.linkOf(request.fragment);
+    if (!link.canAccept()) return link.refusal();
+    const at = link.begin(handler, token, scanRequestBytes(request));
+    writeScanRequest(link.buffer, at, link.reqId, priority, request);
+    link.end();
+    return undefined;
+  }
+
+  /** Asks a worker for its fragments' state (undefined when it is not running). */
+  workerHealth(link: WorkerLink): Promise<WorkerHealthReport | undefined> {
+    if (link.state !== 'ready') return Promise.resolve(undefined);
+    return new Promise((resolve) => {
+      const at = link.begin(healthHandler, resolve, RESULT_HEADER_BYTES);
+      link.buffer[at] = RequestKind.Health;
+      link.buffer.writeUInt32LE(link.reqId, at + 4);
+      link.end();
+    });
+  }
+
+  /** Test hook: makes worker `index` throw an uncaught error, as a crash would. */
+  crashWorker(index: number): void {
+    if (index < 0 || index >= this.links.length) throw invalidInput(`no worker ${index}`);
+    this.links[index].crash();
+  }
+
+  private async openSnapshot(): Promise<void> {
+    if (this.config.store !== 'lmdb') return;
+    const snapshot = await openStore({
+      kind: 'lmdb',
+      dataDir: this.config.dataDir,
+      fragmentCount: this.config.fragments,
+      levelGroups: [],
+      levelGroupCount: 0,
+    });
+    for (let f = 0; f < this.config.fragments; f++) await snapshot.openFragment(f);
+    this.snapshot = snapshot;
+  }
+
+  private workerInit(
+    index: number,
+    requestRing: SharedArrayBuffer,
+    resultRing: SharedArrayBuffer,
+    store: StoreLocation,
+    fragments: number[],
+  ): WorkerInit {
+    const c = this.config;
+    return {
+      index,
+      requestRing,
+      resultRing,
+      store,
+      board: this.board.buffer,
+      fragments,
+      fragment: {
+        valueBytesMax: c.valueBytesMax,
+        queueOpsMax: c.queueOpsMax,
+        backgroundOpsPerSec: c.backgroundOpsPerSec,
+        flushIntervalMs: c.flushIntervalMs,
+        flushWritesMax: c.flushWritesMax,
+        flushBytesMax: c.flushBytesMax,
+      },
+      cleanIntervalMs: c.cleanIntervalMs,
+      logLevel: this.logger.level,
+    };
+  }
+
+  /** Seeds the clock with a worker's newest stored timestamp; refuses one too far in the future. */
+  private observeStored(index: number, highWaterWallMs: number): TesseraError | undefined {
+    const nowMs = Date.now();
+    if (highWaterWallMs > 0 && !this.clock.observe(highWaterWallMs, 0, nowMs)) {
+      return storageError(
+        `worker ${index}: a stored timestamp (${highWaterWallMs}) is ${highWaterWallMs - nowMs} ms ahead of ` +
+          `the wall clock, more than maxClockSkewMs=${this.config.maxClockSkewMs}; check the system clock`,
+      );
+    }
+    return undefined;
+  }
+}
+
+/** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */
+function assignFragments(config: NodeConfig, levelGroupCount: number): Map<number, number[]> {
+  const owned = new Map<number, number[]>();
+  for (let f = 0; f < config.fragments; f++) {
+    const w = workerOfFragment(f, levelGroupCount, config.workers);
+    const list = owned.get(w);
+    if (list === undefined) owned.set(w, [f]);
+    else list.push(f);
+  }
+  return new Map([...owned.entries()].sort(([a], [b]) => a - b));
+}
+
+const healthHandler: ResultHandler<(report: WorkerHealthReport | undefined) => void> = {
+  onResult(resolve, buf, at, length) {
+    try {
+      resolve(JSON.parse(buf.toString('utf8', at + RESULT_HEADER_BYTES, at + length)) as WorkerHealthReport);
+    } catch {
+      resolve(undefined);
+    }
+  },
+  onFailure: (resolve) => resolve(undefined),
+};
