@@ -7,6 +7,7 @@ import pino from 'pino';
 import { TesseraError } from './core/errors.js';
 import { helpText, parseCliArgs } from './main/cli-args.js';
 import { Tessera } from './main/node.js';
+import { RespServer } from './main/resp/server.js';
 
 /** The package version, from the package.json above this file (dist/ or a test build). */
 function version(): string {
@@ -49,20 +50,35 @@ async function main(): Promise<number> {
     logger.fatal({ code, err: (err as Error).message }, 'node failed to start');
     return 1;
   }
-  logger.info({ nodeId: node.nodeId, version: version() }, 'ready');
+  let resp: RespServer;
+  try {
+    resp = await RespServer.listen(node, { ...args.resp, logger, version: version() });
+  } catch (err) {
+    logger.fatal(
+      { err: (err as Error).message, port: args.resp.port, bind: args.resp.bind },
+      'RESP port failed to open',
+    );
+    await node.close();
+    return 1;
+  }
+  const { host, port } = resp.address;
+  logger.info({ nodeId: node.nodeId, version: version(), host, port, auth: resp.requiresAuth }, 'ready');
   return new Promise<number>((resolve) => {
     let stopping = false;
     const stop = (signal: NodeJS.Signals) => {
       if (stopping) return;
       stopping = true;
       logger.info({ signal }, 'shutting down');
-      node.close().then(
-        () => resolve(0),
-        (err: Error) => {
-          logger.error({ err: err.message }, 'shutdown failed');
-          resolve(1);
-        },
-      );
+      resp
+        .close()
+        .then(() => node.close())
+        .then(
+          () => resolve(0),
+          (err: Error) => {
+            logger.error({ err: err.message }, 'shutdown failed');
+            resolve(1);
+          },
+        );
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);

@@ -11,17 +11,19 @@
 
 import { assert } from './assert.js';
 import { HLC_LOGICAL_MAX } from './limits.js';
-import { Modifier, ModifyAnswer, type ModifyRequest, planModify } from './modify.js';
+import { decodePairs, Modifier, ModifyAnswer, type ModifyRequest, planModify } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
 import {
   ApplyOutcome,
   describeRecord,
+  encodeRecord,
   expiryTombstoneOf,
   isLive,
   isTombstone,
   logicalOf,
   mergeOutcome,
+  nodeIdOf,
   wallMsOf,
 } from './record.js';
 
@@ -272,6 +274,11 @@ export class FragmentCore {
     return this.reader.get(this.fragment, op.key);
   }
 
+  private lookupKey(key: Buffer, keyId: string): Uint8Array | undefined {
+    const pending = this.unflushed.get(keyId) ?? this.flushing.get(keyId);
+    return pending !== undefined ? pending[1] : this.reader.get(this.fragment, key);
+  }
+
   private admit(op: FragmentOp): void {
     if (this.queues[op.priority].push(op)) return;
     this.shed[op.priority]++;
@@ -318,6 +325,7 @@ export class FragmentCore {
 
   /** A read-modify-write: plan it over the live record, then merge its write (if any) under LWW. */
   private executeModify(op: FragmentOp): void {
+    if (op.modifier === Modifier.SetAllIfNone) return this.executeSetAllIfNone(op);
     this.writes++;
     const current = this.lookup(op);
     const live = current !== undefined && isLive(current, this.nowMs) ? current : undefined;
@@ -337,6 +345,35 @@ export class FragmentCore {
         this.putPending(op.key, op.keyId, plan.write);
     }
     this.await(op, reply, live !== undefined, record, plan.text);
+  }
+
+  /** MSETNX: writes every pair only if none of the keys holds a live value (all keys are ours). */
+  private executeSetAllIfNone(op: FragmentOp): void {
+    const others = decodePairs(op.operand);
+    if (others === undefined)
+      return this.reply(op, Reply.Refused, undefined, false, 'ERR malformed MSETNX pairs');
+    const stamp = op.record;
+    const pairs: Array<[Buffer, Uint8Array]> = [[op.key, stamp]];
+    for (const [key, value] of others) {
+      pairs.push([
+        Buffer.from(key),
+        encodeRecord(false, wallMsOf(stamp), logicalOf(stamp), 0, nodeIdOf(stamp), value),
+      ]);
+    }
+    for (const [key] of pairs) {
+      const current = this.lookupKey(key, key.toString('latin1'));
+      if (current !== undefined && isLive(current, this.nowMs))
+        return this.reply(op, Reply.Integer, undefined, true, '0');
+    }
+    for (const [key, record] of pairs) {
+      const keyId = key.toString('latin1');
+      const current = this.lookupKey(key, keyId);
+      // A newer tombstone or expired value may still be there: LWW decides as for any write.
+      if (mergeOutcome(current, record, this.nowMs) !== ApplyOutcome.Superseded)
+        this.putPending(key, keyId, record);
+      this.writes++;
+    }
+    this.await(op, Reply.Integer, false, undefined, '1');
   }
 
   private executeWrite(op: FragmentOp, incoming: Uint8Array): void {

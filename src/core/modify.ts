@@ -25,6 +25,12 @@ export const Modifier = {
   Expire: 8,
   /** PERSIST: removes the deadline. */
   Persist: 9,
+  /**
+   * MSETNX: the key and record are the first pair, the operand holds the others (`decodePairs`);
+   * all are written, with the stamp's version, only if none of the keys exists. Every key must
+   * belong to this fragment.
+   */
+  SetAllIfNone: 10,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
 
@@ -128,7 +134,32 @@ export function planModify(
       if (live === undefined || expiresAtOf(live) === 0)
         return plan(ModifyAnswer.Integer, undefined, undefined, '0');
       return plan(ModifyAnswer.Integer, withDeadlineOf(req.record, live, 0), undefined, '1');
+    case Modifier.SetAllIfNone:
+      // Multi-key: the fragment decides it (it must look at every key); see FragmentCore.
+      return plan(ModifyAnswer.Refused, undefined, undefined, 'ERR MSETNX must be planned by the fragment');
   }
+}
+
+/** MSETNX's operand: (u16 LE key length, key, u32 LE value length, value)*; undefined if malformed. */
+export function decodePairs(
+  operand: Uint8Array | undefined,
+): Array<[key: Buffer, value: Buffer]> | undefined {
+  const pairs: Array<[Buffer, Buffer]> = [];
+  if (operand === undefined) return pairs;
+  const buf = Buffer.from(operand.buffer, operand.byteOffset, operand.byteLength);
+  let p = 0;
+  while (p < buf.length) {
+    if (p + 2 > buf.length) return undefined;
+    const keyBytes = buf.readUInt16LE(p);
+    if (p + 2 + keyBytes + 4 > buf.length) return undefined;
+    const key = buf.subarray(p + 2, p + 2 + keyBytes);
+    p += 2 + keyBytes;
+    const valueBytes = buf.readUInt32LE(p);
+    if (p + 4 + valueBytes > buf.length) return undefined;
+    pairs.push([key, buf.subarray(p + 4, p + 4 + valueBytes)]);
+    p += 4 + valueBytes;
+  }
+  return pairs;
 }
 
 function planSet(req: ModifyRequest, live: Uint8Array | undefined): ModifyPlan {

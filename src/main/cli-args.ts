@@ -6,6 +6,7 @@ import { invalidInput } from '../core/errors.js';
 import { DURABILITY_NAMES } from '../core/ops.js';
 import { STORE_KINDS } from '../native-bindings/kv-store.js';
 import type { TesseraOptions } from './config.js';
+import { RESP_BIND_DEFAULT, RESP_PORT_DEFAULT } from './resp/server.js';
 
 type FlagKind = 'string' | 'integer' | 'duration' | 'size' | 'boolean';
 
@@ -104,6 +105,17 @@ const FLAGS: Flag[] = [
     option: 'poolTasksPerSec',
     help: 'background pool tasks started per second (default 200)',
   },
+  { name: 'port', kind: 'integer', help: 'RESP (Redis protocol) port; 0 picks a free one (default 6380)' },
+  {
+    name: 'bind',
+    kind: 'string',
+    help: 'address the RESP port listens on (default 127.0.0.1: this machine only)',
+  },
+  {
+    name: 'requirepass',
+    kind: 'string',
+    help: 'clients must AUTH with this password first (also TESSERA_PASSWORD); prefer the variable: flags show in ps',
+  },
   { name: 'log-level', kind: 'string', help: `log level: ${LOG_LEVELS.join(' | ')} (default info)` },
   { name: 'help', kind: 'boolean', help: 'print this help and exit' },
   { name: 'version', kind: 'boolean', help: 'print the version and exit' },
@@ -111,6 +123,7 @@ const FLAGS: Flag[] = [
 
 export interface CliArgs {
   options: TesseraOptions;
+  resp: { port: number; bind: string; password: string | undefined };
   logLevel: (typeof LOG_LEVELS)[number];
   help: boolean;
   version: boolean;
@@ -184,11 +197,17 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   for (const flag of FLAGS) {
     if (flag.option !== undefined && values.has(flag.name)) options[flag.option] = values.get(flag.name);
   }
+  const port = (values.get('port') as number | undefined) ?? RESP_PORT_DEFAULT;
+  if (port < 0 || port > 65535) throw invalidInput(`--port must be in 0..65535, got ${port}`);
+  const password = (values.get('requirepass') as string | undefined) ?? env.TESSERA_PASSWORD;
+  if (password === '') throw invalidInput('--requirepass must not be empty');
+  const resp = { port, bind: (values.get('bind') as string | undefined) ?? RESP_BIND_DEFAULT, password };
   const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
   if (!LOG_LEVELS.includes(logLevel))
     throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
   return {
     options: options as TesseraOptions,
+    resp,
     logLevel,
     help: values.get('help') === true,
     version: values.get('version') === true,

@@ -1,0 +1,116 @@
+// The RESP command table and what every command shares: lookup by name without building strings,
+// arity and authentication checks with Redis's error texts, argument parsing, and the submission
+// of reads and writes through the dispatcher with module-level result handlers (no closure or
+// promise per command).
+
+import { ErrorKind, type TesseraError } from '../../core/errors.js';
+import { CommandTable, commandNameKey, type RespCommand } from '../../core/resp-parser.js';
+import type { RespWriter } from '../../core/resp-writer.js';
+import type { RespConnection } from './connection.js';
+import { KEY_COMMANDS } from './key-commands.js';
+import { SERVER_COMMANDS } from './server-commands.js';
+import { STRING_COMMANDS } from './string-commands.js';
+import { UNSUPPORTED_COMMANDS } from './unsupported-commands.js';
+
+export interface CommandSpec {
+  /** Upper-case name. */
+  name: string;
+  /** Redis arity: n > 0 exactly n arguments (name included), n < 0 at least -n. */
+  arity: number;
+  /** Redis command flags, for COMMAND INFO (e.g. 'write', 'readonly', 'fast', 'no-auth'). */
+  flags: readonly string[];
+  /** Key positions, for COMMAND INFO and cluster clients: first, last (-1: to the end), step. */
+  keys: readonly [first: number, last: number, step: number];
+  /** Runs the command: true when it answered into `w` now, false when it deferred a reply slot. */
+  run(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean;
+}
+
+export const COMMANDS: readonly CommandSpec[] = [
+  ...SERVER_COMMANDS,
+  ...STRING_COMMANDS,
+  ...KEY_COMMANDS,
+  ...UNSUPPORTED_COMMANDS,
+];
+const TABLE = new CommandTable(COMMANDS.map((c) => c.name));
+/** Bytes of each argument an unknown-command error quotes, at most (Redis's 128). */
+const UNKNOWN_ARGS_QUOTED_BYTES_MAX = 128;
+
+export function findCommand(name: Uint8Array): CommandSpec | undefined {
+  const id = TABLE.lookup(name);
+  return id === -1 ? undefined : COMMANDS[id];
+}
+
+/** Executes one parsed command for `conn`; true when answered into `w` now. */
+export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const id = TABLE.lookupCommand(cmd);
+  if (id === -1) {
+    unknownCommand(cmd, w);
+    return true;
+  }
+  const spec = COMMANDS[id];
+  conn.lastCommand = spec.name;
+  if (!arityHolds(spec.arity, cmd.argc)) {
+    w.error(`wrong number of arguments for '${spec.name.toLowerCase()}' command`);
+    return true;
+  }
+  if (!conn.authenticated && !spec.flags.includes('no-auth')) {
+    w.errorCode('NOAUTH', 'Authentication required.');
+    return true;
+  }
+  return spec.run(conn, cmd, w);
+}
+
+export function arityHolds(arity: number, argc: number): boolean {
+  return arity >= 0 ? argc === arity : argc >= -arity;
+}
+
+function unknownCommand(cmd: RespCommand, w: RespWriter): void {
+  let args = '';
+  for (let i = 1; i < cmd.argc && args.length < UNKNOWN_ARGS_QUOTED_BYTES_MAX; i++) {
+    const text = cmd.arg(i).toString('latin1');
+    args += `'${text.slice(0, UNKNOWN_ARGS_QUOTED_BYTES_MAX - args.length)}' `;
+  }
+  const name = cmd.arg(0).toString('latin1').slice(0, UNKNOWN_ARGS_QUOTED_BYTES_MAX);
+  w.error(`unknown command '${name}', with args beginning with: ${args}`);
+}
+
+/** The reply for an error a Tessera operation failed with. */
+export function writeFailure(w: RespWriter, error: TesseraError): void {
+  switch (error.kind) {
+    case ErrorKind.Backpressure:
+      // Clients (ioredis in cluster mode among them) retry TRYAGAIN after a pause.
+      w.errorCode('TRYAGAIN', error.message);
+      return;
+    case ErrorKind.InvalidInput:
+      w.error(error.message.replace(/^invalid input: /, ''));
+      return;
+    default:
+      w.error(error.message);
+  }
+}
+
+/** An error whose text already starts with its code (`ERR …`, `WRONGTYPE …`). */
+export function writeErrorText(w: RespWriter, text: string): void {
+  const space = text.indexOf(' ');
+  const code = space === -1 ? '' : text.slice(0, space);
+  if (/^[A-Z][A-Z0-9_]*$/.test(code)) w.errorCode(code, text.slice(space + 1));
+  else w.error(text);
+}
+
+export const SYNTAX_ERROR = 'syntax error';
+export const NOT_INTEGER = 'value is not an integer or out of range';
+
+/** Argument `i` as a signed 64-bit integer within the safe range, as Redis's string2ll; undefined if not. */
+export function integerArg(cmd: RespCommand, i: number): number | undefined {
+  const n = cmd.argLength(i);
+  if (n === 0 || n > 20) return undefined;
+  const text = cmd.arg(i).toString('latin1');
+  if (!/^-?(0|[1-9][0-9]*)$/.test(text) || text === '-0') return undefined;
+  const value = Number(text);
+  return Number.isSafeInteger(value) ? value : undefined;
+}
+
+/** Upper-case name of argument `i`, for option parsing (the slow path). */
+export function optionName(cmd: RespCommand, i: number): string {
+  return commandNameKey(cmd.arg(i));
+}

@@ -1,0 +1,283 @@
+// One client connection of the RESP server. Commands are parsed from socket chunks, executed in
+// arrival order, and their replies leave in the same order even though fragments answer out of
+// order: a command that completes while earlier ones are still waiting parks its encoded reply in
+// its slot of an ordered queue, and the queue drains as its head completes. Replies of one turn go
+// out in one socket write. A connection that stops reading is disconnected once its unsent replies
+// pass the output limit; a connection with too many commands in flight stops being read until
+// they complete.
+
+import type { Socket } from 'node:net';
+import type { Durability } from '../../core/ops.js';
+import {
+  RESP_CLIENT_BUFFER_BYTES_MAX,
+  type RespCommand,
+  RespParser,
+  RespProtocolError,
+} from '../../core/resp-parser.js';
+import { type RespProtocol, RespWriter } from '../../core/resp-writer.js';
+import { executeCommand } from './commands.js';
+import type { RespServer } from './server.js';
+
+/** Commands in flight per connection before its socket is paused (a pipeline depth no client needs). */
+export const CONNECTION_COMMANDS_IN_FLIGHT_MAX = 4096;
+/** Unsent reply bytes per connection past which the client is considered stuck and disconnected. */
+export const CONNECTION_OUTPUT_BYTES_MAX = 64 * 1024 * 1024;
+
+/**
+ * A reply position in a connection's queue. Multi-key commands count their parts down in it and
+ * gather partial results; `bytes` holds an encoded reply that completed ahead of its turn.
+ */
+export class ReplySlot {
+  next: ReplySlot | null = null;
+  ready = false;
+  bytes: Buffer | null = null;
+  /** Outstanding parts of a multi-key command. */
+  parts = 0;
+  /** Multi-key accumulator (DEL, EXISTS counts). */
+  count = 0;
+  /** MGET values in key order. */
+  values: Array<Buffer | null> | null = null;
+  /** First error of a multi-key command (RESP error text with its code). */
+  error: string | null = null;
+  /** Command-specific reply mode (see commands.ts), and up to two numeric arguments. */
+  mode = 0;
+  a = 0;
+  b = 0;
+  /** Whether this slot is a write the connection counts as in flight. */
+  write = false;
+
+  constructor(readonly conn: RespConnection) {}
+}
+
+export class RespConnection {
+  readonly id: number;
+  readonly createdAtMs = Date.now();
+  name = '';
+  libName = '';
+  libVersion = '';
+  authenticated: boolean;
+  /** Acknowledgement level of this connection's writes (TESSERA.DURABILITY). */
+  durability: Durability;
+  lastCommand = 'NULL';
+  lastCommandAtMs = this.createdAtMs;
+  /** Writes sent to a worker and not yet answered: reads must not bypass them on this thread. */
+  writesInFlight = 0;
+  readonly out: RespWriter;
+  private readonly scratch: RespWriter;
+  private readonly parser = new RespParser();
+  private head: ReplySlot | null = null;
+  private tail: ReplySlot | null = null;
+  private inFlight = 0;
+  private flushScheduled = false;
+  private readonly flushTask = (): void => this.flush();
+  private paused = false;
+  /** Set by QUIT and protocol errors: close once the replies so far are sent. */
+  private closeAfterFlush = false;
+  closed = false;
+
+  constructor(
+    readonly server: RespServer,
+    readonly socket: Socket,
+    id: number,
+  ) {
+    this.id = id;
+    this.authenticated = !server.requiresAuth;
+    this.durability = server.node.settings.durability;
+    this.out = new RespWriter(2);
+    this.scratch = new RespWriter(2);
+    socket.setNoDelay(true);
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('error', () => this.close());
+    socket.on('close', () => this.close());
+  }
+
+  get protocol(): RespProtocol {
+    return this.out.protocol;
+  }
+
+  set protocol(p: RespProtocol) {
+    this.out.protocol = p;
+    this.scratch.protocol = p;
+  }
+
+  get remoteAddress(): string {
+    return `${this.socket.remoteAddress ?? '?'}:${this.socket.remotePort ?? 0}`;
+  }
+
+  get localAddress(): string {
+    return `${this.socket.localAddress ?? '?'}:${this.socket.localPort ?? 0}`;
+  }
+
+  /** Commands parsed but not yet answered. */
+  get commandsInFlight(): number {
+    return this.inFlight;
+  }
+
+  /** Stops reading; the replies already queued are still sent (QUIT). */
+  quitAfterReplies(): void {
+    this.closeAfterFlush = true;
+  }
+
+  /**
+   * Where the reply of the command being executed goes when it is answered right away: straight
+   * out when nothing is waiting ahead of it, else a scratch writer whose bytes are parked.
+   */
+  private syncWriter(): RespWriter {
+    if (this.head === null) return this.out;
+    this.scratch.reset();
+    return this.scratch;
+  }
+
+  /** Reserves the next reply position for a command answered later; pass the slot as the token. */
+  defer(): ReplySlot {
+    const slot = new ReplySlot(this);
+    if (this.tail === null) this.head = slot;
+    else this.tail.next = slot;
+    this.tail = slot;
+    this.inFlight++;
+    return slot;
+  }
+
+  /** The writer for `slot`'s reply: the connection's own when it is next in line. */
+  beginReply(slot: ReplySlot): RespWriter {
+    if (slot === this.head) return this.out;
+    this.scratch.reset();
+    return this.scratch;
+  }
+
+  /** Ends `slot`'s reply (written to the writer `beginReply` gave) and sends what is now in order. */
+  endReply(slot: ReplySlot): void {
+    if (slot.write) this.writesInFlight--;
+    if (slot !== this.head) {
+      slot.bytes = Buffer.from(this.scratch.bytes());
+      slot.ready = true;
+      return;
+    }
+    this.popHead();
+    while (this.head?.ready) {
+      this.out.raw(this.head.bytes!);
+      this.popHead();
+    }
+    this.scheduleFlush();
+  }
+
+  private popHead(): void {
+    const slot = this.head!;
+    this.head = slot.next;
+    if (this.head === null) this.tail = null;
+    slot.next = null;
+    this.inFlight--;
+    if (this.paused && this.inFlight < CONNECTION_COMMANDS_IN_FLIGHT_MAX / 2) this.resume();
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.closed || this.closeAfterFlush) return;
+    this.parser.push(chunk);
+    this.drainCommands();
+  }
+
+  /** Executes every complete command the parser holds, until the in-flight bound pauses reading. */
+  private drainCommands(): void {
+    for (;;) {
+      if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {
+        this.pause();
+        break;
+      }
+      const command = this.parser.next();
+      if (command === null) break;
+      if (command instanceof RespProtocolError) {
+        this.protocolError(command);
+        return;
+      }
+      this.execute(command);
+      if (this.closeAfterFlush || this.closed) break;
+    }
+    if (this.parser.bufferedBytes > RESP_CLIENT_BUFFER_BYTES_MAX) {
+      this.server.logger.warn(
+        { client: this.id, bytes: this.parser.bufferedBytes },
+        'client query buffer too large',
+      );
+      this.close();
+      return;
+    }
+    this.scheduleFlush();
+  }
+
+  private execute(command: RespCommand): void {
+    const w = this.syncWriter();
+    const before = this.tail;
+    const answeredNow = executeCommand(this, command, w);
+    this.lastCommandAtMs = Date.now();
+    if (!answeredNow) return;
+    if (w === this.scratch) {
+      // Answered at once, but behind replies still pending: park it in its own slot.
+      const slot = this.defer();
+      slot.bytes = Buffer.from(this.scratch.bytes());
+      slot.ready = true;
+    }
+    if (before !== this.tail && w === this.out) {
+      // A handler that answered now must not also have deferred.
+      throw new Error('command both answered and deferred');
+    }
+  }
+
+  private protocolError(error: RespProtocolError): void {
+    const w = this.syncWriter();
+    w.error(error.message);
+    if (w === this.scratch) {
+      const slot = this.defer();
+      slot.bytes = Buffer.from(this.scratch.bytes());
+      slot.ready = true;
+    }
+    this.server.logger.info({ client: this.id, err: error.message }, 'closing client after a protocol error');
+    this.closeAfterFlush = true;
+    this.scheduleFlush();
+  }
+
+  scheduleFlush(): void {
+    if (this.flushScheduled || this.closed) return;
+    this.flushScheduled = true;
+    queueMicrotask(this.flushTask);
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    if (this.closed) return;
+    if (this.out.length > 0) this.socket.write(this.out.take());
+    if (this.socket.writableLength > CONNECTION_OUTPUT_BYTES_MAX) {
+      this.server.logger.warn(
+        { client: this.id, bytes: this.socket.writableLength },
+        'client is not reading its replies; disconnecting',
+      );
+      this.close();
+      return;
+    }
+    if (this.closeAfterFlush && this.head === null) {
+      this.socket.end();
+      this.closed = true;
+      this.server.forget(this);
+    }
+  }
+
+  private pause(): void {
+    if (this.paused) return;
+    this.paused = true;
+    this.socket.pause();
+  }
+
+  private resume(): void {
+    this.paused = false;
+    this.socket.resume();
+    // Commands already buffered in the parser need no new data to run.
+    queueMicrotask(() => {
+      if (!this.closed) this.drainCommands();
+    });
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.socket.destroy();
+    this.server.forget(this);
+  }
+}

@@ -1,0 +1,485 @@
+// How RESP commands read and write keys. A read is answered on the main thread from the store's
+// snapshot when the fragment has nothing uncommitted and this connection has no write of its own
+// still in flight (a pipeline must read its own writes); otherwise it travels to the owning worker
+// behind those writes. Results come back to the module-level handlers below with the reply slot as
+// token; each handler formats its command's reply by the slot's `mode`.
+
+import { assert } from '../../core/assert.js';
+import type { TesseraError } from '../../core/errors.js';
+import { KEY_BYTES_MAX } from '../../core/limits.js';
+import { type Modifier, ModifyFlag } from '../../core/modify.js';
+import { OpKind, Priority, Reply } from '../../core/ops.js';
+import { expiresAtOf, valueBytesOf } from '../../core/record.js';
+import type { RespWriter } from '../../core/resp-writer.js';
+import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/op-codec.js';
+import { NOT_LOCAL, type WriteSpec } from '../dispatcher.js';
+import { resultError } from '../result-error.js';
+import type { ResultHandler } from '../worker-link.js';
+import { writeErrorText, writeFailure } from './commands.js';
+import type { ReplySlot, RespConnection } from './connection.js';
+
+/** What a read answers, given the key's live record (or none). */
+export const ReadMode = {
+  Get: 1,
+  Strlen: 2,
+  Type: 3,
+  Exists: 4,
+  Ttl: 5,
+  Pttl: 6,
+  ExpireTime: 7,
+  PexpireTime: 8,
+  GetRange: 9,
+  /** One position of MGET. */
+  MgetPart: 10,
+  /** One position of EXISTS with several keys. */
+  ExistsPart: 11,
+} as const;
+export type ReadMode = (typeof ReadMode)[keyof typeof ReadMode];
+
+const HEADER_ONLY_MODES = new Set<number>([
+  ReadMode.Ttl,
+  ReadMode.Pttl,
+  ReadMode.ExpireTime,
+  ReadMode.PexpireTime,
+  ReadMode.Type,
+  ReadMode.Exists,
+  ReadMode.ExistsPart,
+]);
+
+/** Checks a key argument's size; writes the error and returns false when it is too long. */
+export function keyFits(key: Uint8Array, w: RespWriter): boolean {
+  if (key.length <= KEY_BYTES_MAX) return true;
+  w.error(`key is ${key.length} bytes; the limit is ${KEY_BYTES_MAX}`);
+  return false;
+}
+
+/**
+ * Reads `key` for `mode`. Answers into `w` (returns true) when the snapshot can serve it; otherwise
+ * sends it to the worker with a reply slot and returns false.
+ */
+export function readKey(
+  conn: RespConnection,
+  key: Uint8Array,
+  mode: ReadMode,
+  w: RespWriter,
+  a = 0,
+  b = 0,
+): boolean {
+  const dispatcher = conn.server.node.dispatcher;
+  const fragment = dispatcher.fragmentOf(key);
+  if (conn.writesInFlight === 0) {
+    const local = dispatcher.readLocal(fragment, key);
+    if (local !== NOT_LOCAL) {
+      formatRead(w, mode, local, a, b);
+      return true;
+    }
+  }
+  const slot = conn.defer();
+  slot.mode = mode;
+  slot.a = a;
+  slot.b = b;
+  const error = dispatcher.submitRead(
+    fragment,
+    key,
+    Priority.Default,
+    HEADER_ONLY_MODES.has(mode),
+    readHandler,
+    slot,
+  );
+  if (error !== undefined) failSlot(slot, error);
+  return false;
+}
+
+/**
+ * One position of a multi-key read (MGET, EXISTS): answered from the snapshot into the slot's
+ * accumulator when possible, else sent to the worker as a part of `slot`.
+ */
+export function readPart(
+  conn: RespConnection,
+  slot: ReplySlot,
+  key: Uint8Array,
+  mode: ReadMode,
+  index: number,
+): void {
+  const dispatcher = conn.server.node.dispatcher;
+  const fragment = dispatcher.fragmentOf(key);
+  if (conn.writesInFlight === 0) {
+    const local = dispatcher.readLocal(fragment, key);
+    if (local !== NOT_LOCAL) {
+      accumulate(slot, mode, local, index);
+      return;
+    }
+  }
+  slot.parts++;
+  const part = new PartToken(slot, index, mode);
+  const error = dispatcher.submitRead(
+    fragment,
+    key,
+    Priority.Default,
+    HEADER_ONLY_MODES.has(mode),
+    partReadHandler,
+    part,
+  );
+  if (error !== undefined) {
+    slot.error ??= error.message;
+    slot.parts--;
+  }
+}
+
+/** The shared, reusable spec for writes from the RESP server (filled and submitted synchronously). */
+const spec: WriteSpec = {
+  kind: OpKind.Write,
+  key: Buffer.alloc(0),
+  value: undefined,
+  expiresAtMs: 0,
+  priority: Priority.Default,
+  durability: 1,
+  wantsPrior: false,
+  modifier: 1,
+  flags: 0,
+  arg: 0,
+  operand: undefined,
+};
+
+/** What a write answers (slot.mode for writeHandler). */
+export const WriteMode = {
+  /** +OK (SET, SETEX, PSETEX, MSET parts). */
+  Ok: 1,
+  /** :1 if a live value existed, else :0 (DEL, UNLINK, and their parts). */
+  CountPrior: 2,
+} as const;
+
+/** Sends a plain write (value, or tombstone when `value` is undefined) answered by `mode`. */
+export function writeKey(
+  conn: RespConnection,
+  key: Uint8Array,
+  value: Uint8Array | undefined,
+  expiresAtMs: number,
+  mode: number,
+  wantsPrior: boolean,
+): ReplySlot {
+  const slot = conn.defer();
+  slot.mode = mode;
+  submit(conn, slot, key, value, expiresAtMs, OpKind.Write, wantsPrior, 1, 0, 0, undefined, writeHandler);
+  return slot;
+}
+
+/** One write of a multi-key command (MSET, DEL k1 k2 …) counted into `slot`. */
+export function writePart(
+  conn: RespConnection,
+  slot: ReplySlot,
+  key: Uint8Array,
+  value: Uint8Array | undefined,
+  wantsPrior: boolean,
+): void {
+  slot.parts++;
+  submit(conn, slot, key, value, 0, OpKind.Write, wantsPrior, 1, 0, 0, undefined, partWriteHandler);
+}
+
+/** What a modification answers (slot.mode for modifyHandler). */
+export const ModifyMode = {
+  /** SET with NX/XX/KEEPTTL and without GET: +OK, or a null when the condition failed. */
+  SetOk: 1,
+  /** SET … GET: the old value or a null. */
+  SetGet: 2,
+  /** SETNX, MSETNX: :1 or :0. */
+  SetFlag: 3,
+  /** GETDEL, GETEX: the value or a null. */
+  Value: 4,
+  /** INCR…, APPEND, SETRANGE, EXPIRE…, PERSIST: the integer. */
+  Integer: 5,
+  /** INCRBYFLOAT: the bulk string. */
+  Text: 6,
+} as const;
+
+/** Sends a read-modify-write answered by `mode`. */
+export function modifyKey(
+  conn: RespConnection,
+  key: Uint8Array,
+  modifier: Modifier,
+  flags: number,
+  value: Uint8Array | undefined,
+  expiresAtMs: number,
+  mode: number,
+  arg = 0,
+  operand?: Uint8Array,
+): void {
+  const slot = conn.defer();
+  slot.mode = mode;
+  submit(
+    conn,
+    slot,
+    key,
+    value,
+    expiresAtMs,
+    OpKind.Modify,
+    false,
+    modifier,
+    flags,
+    arg,
+    operand,
+    modifyHandler,
+  );
+}
+
+function submit(
+  conn: RespConnection,
+  slot: ReplySlot,
+  key: Uint8Array,
+  value: Uint8Array | undefined,
+  expiresAtMs: number,
+  kind: typeof OpKind.Write | typeof OpKind.Modify,
+  wantsPrior: boolean,
+  modifier: Modifier,
+  flags: number,
+  arg: number,
+  operand: Uint8Array | undefined,
+  handler: ResultHandler<ReplySlot> | ResultHandler<PartToken>,
+): void {
+  spec.kind = kind;
+  spec.key = key;
+  spec.value = value;
+  spec.expiresAtMs = expiresAtMs;
+  spec.durability = conn.durability;
+  spec.wantsPrior = wantsPrior;
+  spec.modifier = modifier;
+  spec.flags = flags;
+  spec.arg = arg;
+  spec.operand = operand;
+  const token = handler === partWriteHandler ? new PartToken(slot, 0, 0) : slot;
+  const error = conn.server.node.dispatcher.submitWrite(spec, handler as ResultHandler<unknown>, token);
+  spec.key = EMPTY;
+  spec.value = undefined;
+  spec.operand = undefined;
+  if (error !== undefined) {
+    if (token instanceof PartToken) {
+      slot.error ??= error.message;
+      slot.parts--;
+    } else failSlot(slot, error);
+    return;
+  }
+  if (!slot.write) {
+    slot.write = true;
+    conn.writesInFlight++;
+  }
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** Identifies one part of a multi-key command: its slot and position. */
+class PartToken {
+  constructor(
+    readonly slot: ReplySlot,
+    readonly index: number,
+    readonly mode: number,
+  ) {}
+}
+
+/** Formats a read reply from the key's live record (`undefined` when absent). */
+export function formatRead(
+  w: RespWriter,
+  mode: number,
+  record: Uint8Array | undefined,
+  a: number,
+  b: number,
+): void {
+  switch (mode) {
+    case ReadMode.Get:
+      if (record === undefined) w.null();
+      else w.bulk(valueBytesOf(record));
+      return;
+    case ReadMode.Strlen:
+      w.integer(record === undefined ? 0 : valueBytesOf(record).length);
+      return;
+    case ReadMode.Type:
+      w.simple(record === undefined ? 'none' : 'string');
+      return;
+    case ReadMode.Exists:
+      w.integer(record === undefined ? 0 : 1);
+      return;
+    case ReadMode.GetRange:
+      w.bulk(record === undefined ? EMPTY : substring(valueBytesOf(record), a, b));
+      return;
+    default:
+      formatExpiry(w, mode, record);
+  }
+}
+
+/** TTL / PTTL / EXPIRETIME / PEXPIRETIME: -2 for a missing key, -1 for no deadline. */
+function formatExpiry(w: RespWriter, mode: number, record: Uint8Array | undefined): void {
+  if (record === undefined) return w.integer(-2);
+  const expiresAt = expiresAtOf(record);
+  if (expiresAt === 0) return w.integer(-1);
+  const left = Math.max(0, expiresAt - Date.now());
+  switch (mode) {
+    case ReadMode.Ttl:
+      // Redis rounds to the nearest second.
+      return w.integer(Math.floor((left + 500) / 1000));
+    case ReadMode.Pttl:
+      return w.integer(left);
+    case ReadMode.ExpireTime:
+      return w.integer(Math.floor(expiresAt / 1000));
+    default:
+      assert(mode === ReadMode.PexpireTime, `unknown read mode ${mode}`);
+      return w.integer(expiresAt);
+  }
+}
+
+/** GETRANGE's substring: negative offsets count from the end; the end is inclusive. */
+export function substring(value: Uint8Array, start: number, end: number): Uint8Array {
+  const n = value.length;
+  if (start < 0 && end < 0 && start > end) return EMPTY;
+  let from = start < 0 ? Math.max(0, n + start) : start;
+  let to = end < 0 ? n + end : end;
+  if (to >= n) to = n - 1;
+  if (from > to || n === 0) return EMPTY;
+  if (from < 0) from = 0;
+  return value.subarray(from, to + 1);
+}
+
+function accumulate(slot: ReplySlot, mode: number, record: Uint8Array | undefined, index: number): void {
+  if (mode === ReadMode.MgetPart) {
+    slot.values![index] = record === undefined ? null : Buffer.from(valueBytesOf(record));
+  } else if (record !== undefined) {
+    slot.count++;
+  }
+}
+
+/** Answers a slot with an error now (the request never reached a worker). */
+function failSlot(slot: ReplySlot, error: TesseraError | string): void {
+  const w = slot.conn.beginReply(slot);
+  if (typeof error === 'string') w.error(error);
+  else writeFailure(w, error);
+  slot.conn.endReply(slot);
+}
+
+/** Finishes a multi-key command once its last part is in (or when none went to a worker). */
+export function finishParts(slot: ReplySlot): void {
+  if (slot.parts > 0) return;
+  const w = slot.conn.beginReply(slot);
+  if (slot.error !== null)
+    writeErrorText(w, slot.error.startsWith('ERR ') ? slot.error : `ERR ${slot.error}`);
+  else if (slot.values !== null) {
+    w.arrayHeader(slot.values.length);
+    for (const v of slot.values) {
+      if (v === null) w.null();
+      else w.bulk(v);
+    }
+  } else if (slot.mode === WriteMode.Ok) w.ok();
+  else w.integer(slot.count);
+  slot.conn.endReply(slot);
+}
+
+const readHandler: ResultHandler<ReplySlot> = {
+  onResult(slot, buf, at, length) {
+    const w = slot.conn.beginReply(slot);
+    const status = resultStatus(buf, at);
+    if (status === Reply.Found)
+      formatRead(w, slot.mode, buf.subarray(at + RESULT_HEADER_BYTES, at + length), slot.a, slot.b);
+    else if (status === Reply.NotFound) formatRead(w, slot.mode, undefined, slot.a, slot.b);
+    else writeFailure(w, resultError(buf, at, length));
+    slot.conn.endReply(slot);
+  },
+  onFailure(slot, error) {
+    failSlot(slot, error);
+  },
+};
+
+const partReadHandler: ResultHandler<PartToken> = {
+  onResult(part, buf, at, length) {
+    const status = resultStatus(buf, at);
+    if (status === Reply.Found)
+      accumulate(part.slot, part.mode, buf.subarray(at + RESULT_HEADER_BYTES, at + length), part.index);
+    else if (status !== Reply.NotFound) part.slot.error ??= resultError(buf, at, length).message;
+    part.slot.parts--;
+    finishParts(part.slot);
+  },
+  onFailure(part, error) {
+    part.slot.error ??= error.message;
+    part.slot.parts--;
+    finishParts(part.slot);
+  },
+};
+
+/** Whether a write result means the write holds (applied, already there, or expired on arrival). */
+function writeHeld(status: number): boolean {
+  return status === Reply.Applied || status === Reply.AlreadyPresent || status === Reply.Expired;
+}
+
+const writeHandler: ResultHandler<ReplySlot> = {
+  onResult(slot, buf, at, length) {
+    const w = slot.conn.beginReply(slot);
+    const status = resultStatus(buf, at);
+    if (!writeHeld(status)) writeFailure(w, resultError(buf, at, length));
+    else if (slot.mode === WriteMode.Ok) w.ok();
+    else w.integer(resultDetail(buf, at) & 1);
+    slot.conn.endReply(slot);
+  },
+  onFailure(slot, error) {
+    failSlot(slot, error);
+  },
+};
+
+const partWriteHandler: ResultHandler<PartToken> = {
+  onResult(part, buf, at, length) {
+    const status = resultStatus(buf, at);
+    if (!writeHeld(status)) part.slot.error ??= resultError(buf, at, length).message;
+    else if (status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
+    part.slot.parts--;
+    finishParts(part.slot);
+  },
+  onFailure(part, error) {
+    part.slot.error ??= error.message;
+    part.slot.parts--;
+    finishParts(part.slot);
+  },
+};
+
+const modifyHandler: ResultHandler<ReplySlot> = {
+  onResult(slot, buf, at, length) {
+    const w = slot.conn.beginReply(slot);
+    formatModify(w, slot.mode, resultStatus(buf, at), buf, at, length);
+    slot.conn.endReply(slot);
+  },
+  onFailure(slot, error) {
+    failSlot(slot, error);
+  },
+};
+
+function formatModify(
+  w: RespWriter,
+  mode: number,
+  status: number,
+  buf: Buffer,
+  at: number,
+  length: number,
+): void {
+  const payloadAt = at + RESULT_HEADER_BYTES;
+  switch (status) {
+    case Reply.Applied:
+    case Reply.AlreadyPresent:
+    case Reply.Expired:
+    case Reply.NotApplied: {
+      const applied = status !== Reply.NotApplied;
+      if (mode === ModifyMode.SetOk) return applied ? w.ok() : w.null();
+      if (mode === ModifyMode.SetFlag) return w.integer(applied ? 1 : 0);
+      // SET … GET, GETDEL, GETEX: the record the actor returned, if any.
+      if (length > RESULT_HEADER_BYTES) return w.bulk(valueBytesOf(buf.subarray(payloadAt, at + length)));
+      return w.null();
+    }
+    case Reply.NotFound:
+      return w.null();
+    case Reply.Integer: {
+      const text = buf.toString('latin1', payloadAt, at + length);
+      return w.integer(text.length < 16 ? Number(text) : BigInt(text));
+    }
+    case Reply.Text:
+      return w.bulkRange(buf, payloadAt, at + length);
+    case Reply.Refused:
+      return writeErrorText(w, buf.toString('utf8', payloadAt, at + length));
+    default:
+      return writeFailure(w, resultError(buf, at, length));
+  }
+}
+
+export { ModifyFlag };

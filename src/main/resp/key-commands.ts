@@ -1,0 +1,275 @@
+// Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, SCAN, KEYS and DBSIZE.
+
+import { TesseraError } from '../../core/errors.js';
+import { EXPIRES_AT_MS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
+import { Modifier, ModifyFlag } from '../../core/modify.js';
+import type { RespCommand } from '../../core/resp-parser.js';
+import type { RespWriter } from '../../core/resp-writer.js';
+import {
+  type CommandSpec,
+  integerArg,
+  NOT_INTEGER,
+  optionName,
+  SYNTAX_ERROR,
+  writeFailure,
+} from './commands.js';
+import type { RespConnection } from './connection.js';
+import {
+  finishParts,
+  keyFits,
+  ModifyMode,
+  modifyKey,
+  ReadMode,
+  readKey,
+  readPart,
+  WriteMode,
+  writeKey,
+  writePart,
+} from './key-access.js';
+
+/** Keys KEYS may return; past it the command is refused rather than stalling the node. */
+export const KEYS_RESULTS_MAX = 100_000;
+/** Keys a SCAN page returns when COUNT is not given (Redis's default COUNT). */
+export const SCAN_COUNT_DEFAULT = 10;
+/** Keys DBSIZE reads per page while it counts. */
+const COUNT_PAGE_KEYS = 1000;
+
+/** DEL / UNLINK: one tombstone per key; the answer counts the keys that held a live value. */
+function del(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  for (let i = 1; i < cmd.argc; i++) if (!keyFits(cmd.arg(i), w)) return true;
+  if (cmd.argc === 2) {
+    writeKey(conn, cmd.arg(1), undefined, 0, WriteMode.CountPrior, true);
+    return false;
+  }
+  const slot = conn.defer();
+  slot.mode = WriteMode.CountPrior;
+  for (let i = 1; i < cmd.argc; i++) writePart(conn, slot, cmd.arg(i), undefined, true);
+  finishParts(slot);
+  return false;
+}
+
+/** EXISTS counts every key given, repeats included, as Redis does. */
+function exists(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  for (let i = 1; i < cmd.argc; i++) if (!keyFits(cmd.arg(i), w)) return true;
+  if (cmd.argc === 2) return readKey(conn, cmd.arg(1), ReadMode.Exists, w);
+  const slot = conn.defer();
+  for (let i = 1; i < cmd.argc; i++) readPart(conn, slot, cmd.arg(i), ReadMode.ExistsPart, i - 1);
+  finishParts(slot);
+  return false;
+}
+
+function readOne(mode: number) {
+  return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
+    const key = cmd.arg(1);
+    if (!keyFits(key, w)) return true;
+    return readKey(conn, key, mode as Parameters<typeof readKey>[2], w);
+  };
+}
+
+/** EXPIRE / PEXPIRE / EXPIREAT / PEXPIREAT key n [NX | XX | GT | LT] */
+function expire(unit: 'EX' | 'PX' | 'EXAT' | 'PXAT', command: string) {
+  return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
+    const key = cmd.arg(1);
+    if (!keyFits(key, w)) return true;
+    const n = integerArg(cmd, 2);
+    if (n === undefined) {
+      w.error(NOT_INTEGER);
+      return true;
+    }
+    let flags = 0;
+    for (let i = 3; i < cmd.argc; i++) {
+      const option = optionName(cmd, i);
+      if (option === 'NX') flags |= ModifyFlag.Nx;
+      else if (option === 'XX') flags |= ModifyFlag.Xx;
+      else if (option === 'GT') flags |= ModifyFlag.Gt;
+      else if (option === 'LT') flags |= ModifyFlag.Lt;
+      else {
+        w.error(`Unsupported option ${cmd.arg(i).toString('latin1')}`);
+        return true;
+      }
+    }
+    if (flags & ModifyFlag.Nx && flags & (ModifyFlag.Xx | ModifyFlag.Gt | ModifyFlag.Lt)) {
+      w.error('NX and XX, GT or LT options at the same time are not compatible');
+      return true;
+    }
+    if (flags & ModifyFlag.Gt && flags & ModifyFlag.Lt) {
+      w.error('GT and LT options at the same time are not compatible');
+      return true;
+    }
+    const ms = unit === 'EX' || unit === 'EXAT' ? n * 1000 : n;
+    // A deadline at or before now deletes the key, as in Redis; keep it positive for the record.
+    const deadline = unit === 'EX' || unit === 'PX' ? Date.now() + ms : ms;
+    if (!Number.isSafeInteger(ms) || deadline > EXPIRES_AT_MS_MAX) {
+      w.error(`invalid expire time in '${command}' command`);
+      return true;
+    }
+    modifyKey(conn, key, Modifier.Expire, flags, undefined, Math.max(1, deadline), ModifyMode.Integer);
+    return false;
+  };
+}
+
+function persist(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  modifyKey(conn, key, Modifier.Persist, 0, undefined, 0, ModifyMode.Integer);
+  return false;
+}
+
+/** SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]: pages through the scanner, cursors via the table. */
+function scan(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const cursorText = cmd.arg(1).toString('latin1');
+  if (!/^(0|[1-9][0-9]{0,19})$/.test(cursorText)) {
+    w.error('invalid cursor');
+    return true;
+  }
+  let match: Buffer | undefined;
+  let count = SCAN_COUNT_DEFAULT;
+  let type: string | undefined;
+  for (let i = 2; i < cmd.argc; i += 2) {
+    const option = optionName(cmd, i);
+    if (i + 1 >= cmd.argc) return syntaxError(w);
+    if (option === 'MATCH') match = Buffer.from(cmd.arg(i + 1));
+    else if (option === 'COUNT') {
+      const n = integerArg(cmd, i + 1);
+      if (n === undefined) return notInteger(w);
+      if (n < 1) return syntaxError(w);
+      count = Math.min(n, SCAN_PAGE_KEYS_MAX);
+    } else if (option === 'TYPE')
+      type = cmd
+        .arg(i + 1)
+        .toString('latin1')
+        .toLowerCase();
+    else return syntaxError(w);
+  }
+  const server = conn.server;
+  let cursor: string | undefined;
+  if (cursorText !== '0') {
+    cursor = server.cursors.find(Number(cursorText));
+    if (cursor === undefined) {
+      w.error('invalid cursor: it has expired or was never issued; restart the iteration from 0');
+      return true;
+    }
+  }
+  const slot = conn.defer();
+  if (type !== undefined && type !== 'string') {
+    // Tessera stores strings only: no key has any other type.
+    answerScan(slot, '0', []);
+    return false;
+  }
+  server.node.scan({ cursor, match, limit: count, keysOnly: true }).then(
+    (page) =>
+      answerScan(
+        slot,
+        page.cursor === undefined ? '0' : String(server.cursors.open(page.cursor)),
+        page.entries.map((e) => e.key),
+      ),
+    (err: unknown) => answerError(slot, err),
+  );
+  return false;
+}
+
+function answerScan(slot: Parameters<typeof finishParts>[0], cursor: string, keys: Buffer[]): void {
+  const w = slot.conn.beginReply(slot);
+  w.arrayHeader(2);
+  w.bulk(cursor);
+  w.arrayHeader(keys.length);
+  for (const key of keys) w.bulk(key);
+  slot.conn.endReply(slot);
+}
+
+function answerError(slot: Parameters<typeof finishParts>[0], err: unknown): void {
+  const w = slot.conn.beginReply(slot);
+  if (err instanceof TesseraError) writeFailure(w, err);
+  else w.error(err instanceof Error ? err.message : String(err));
+  slot.conn.endReply(slot);
+}
+
+/** KEYS pattern: every matching key, refused once more than KEYS_RESULTS_MAX would be returned. */
+function keys(conn: RespConnection, cmd: RespCommand): boolean {
+  const match = Buffer.from(cmd.arg(1));
+  const slot = conn.defer();
+  collectKeys(conn, match).then(
+    (found) => {
+      const w = slot.conn.beginReply(slot);
+      if (found === undefined) {
+        w.error(`KEYS would return more than ${KEYS_RESULTS_MAX} keys; iterate with SCAN instead`);
+      } else {
+        w.arrayHeader(found.length);
+        for (const key of found) w.bulk(key);
+      }
+      slot.conn.endReply(slot);
+    },
+    (err: unknown) => answerError(slot, err),
+  );
+  return false;
+}
+
+async function collectKeys(conn: RespConnection, match: Buffer): Promise<Buffer[] | undefined> {
+  const found: Buffer[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await conn.server.node.scan({ cursor, match, limit: COUNT_PAGE_KEYS, keysOnly: true });
+    for (const e of page.entries) found.push(e.key);
+    if (found.length > KEYS_RESULTS_MAX) return undefined;
+    cursor = page.cursor;
+  } while (cursor !== undefined);
+  return found;
+}
+
+/** DBSIZE counts live keys by reading every fragment: O(keys), paged, never blocking the node. */
+function dbsize(conn: RespConnection): boolean {
+  const slot = conn.defer();
+  conn.server.countKeys().then(
+    (n) => {
+      const w = slot.conn.beginReply(slot);
+      w.integer(n);
+      slot.conn.endReply(slot);
+    },
+    (err: unknown) => answerError(slot, err),
+  );
+  return false;
+}
+
+function syntaxError(w: RespWriter): true {
+  w.error(SYNTAX_ERROR);
+  return true;
+}
+
+function notInteger(w: RespWriter): true {
+  w.error(NOT_INTEGER);
+  return true;
+}
+
+const FIRST: readonly [number, number, number] = [1, 1, 1];
+const NONE: readonly [number, number, number] = [0, 0, 0];
+
+export const KEY_COMMANDS: CommandSpec[] = [
+  { name: 'DEL', arity: -2, flags: ['write'], keys: [1, -1, 1], run: del },
+  { name: 'UNLINK', arity: -2, flags: ['write', 'fast'], keys: [1, -1, 1], run: del },
+  { name: 'EXISTS', arity: -2, flags: ['readonly', 'fast'], keys: [1, -1, 1], run: exists },
+  { name: 'TYPE', arity: 2, flags: ['readonly', 'fast'], keys: FIRST, run: readOne(ReadMode.Type) },
+  { name: 'TTL', arity: 2, flags: ['readonly', 'fast'], keys: FIRST, run: readOne(ReadMode.Ttl) },
+  { name: 'PTTL', arity: 2, flags: ['readonly', 'fast'], keys: FIRST, run: readOne(ReadMode.Pttl) },
+  {
+    name: 'EXPIRETIME',
+    arity: 2,
+    flags: ['readonly', 'fast'],
+    keys: FIRST,
+    run: readOne(ReadMode.ExpireTime),
+  },
+  {
+    name: 'PEXPIRETIME',
+    arity: 2,
+    flags: ['readonly', 'fast'],
+    keys: FIRST,
+    run: readOne(ReadMode.PexpireTime),
+  },
+  { name: 'EXPIRE', arity: -3, flags: ['write', 'fast'], keys: FIRST, run: expire('EX', 'expire') },
+  { name: 'PEXPIRE', arity: -3, flags: ['write', 'fast'], keys: FIRST, run: expire('PX', 'pexpire') },
+  { name: 'EXPIREAT', arity: -3, flags: ['write', 'fast'], keys: FIRST, run: expire('EXAT', 'expireat') },
+  { name: 'PEXPIREAT', arity: -3, flags: ['write', 'fast'], keys: FIRST, run: expire('PXAT', 'pexpireat') },
+  { name: 'PERSIST', arity: 2, flags: ['write', 'fast'], keys: FIRST, run: persist },
+  { name: 'SCAN', arity: -2, flags: ['readonly'], keys: NONE, run: scan },
+  { name: 'KEYS', arity: 2, flags: ['readonly'], keys: NONE, run: keys },
+  { name: 'DBSIZE', arity: 1, flags: ['readonly', 'fast'], keys: NONE, run: dbsize },
+];

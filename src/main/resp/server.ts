@@ -1,0 +1,269 @@
+// The RESP server: Tessera's Redis face on the main thread. Accepts clients (loopback by default),
+// authenticates them when a password is set (compared in constant time), and answers the
+// server-wide questions commands ask: INFO, CONFIG GET, DBSIZE.
+
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer, type Server, type Socket } from 'node:net';
+import { arch, hostname, platform, release } from 'node:os';
+import type { Logger } from 'pino';
+import { invalidInput } from '../../core/errors.js';
+import { DURABILITY_NAMES } from '../../core/ops.js';
+import { RESP_BULK_BYTES_MAX } from '../../core/resp-parser.js';
+import type { Tessera } from '../node.js';
+import { RespConnection } from './connection.js';
+import { ScanCursors } from './scan-cursors.js';
+
+/** The Redis version whose protocol and command semantics Tessera follows (reported by INFO, HELLO). */
+export const REDIS_VERSION = '7.2.0';
+export const RESP_PORT_DEFAULT = 6380;
+export const RESP_BIND_DEFAULT = '127.0.0.1';
+/** Clients connected at once; more are refused with Redis's error. */
+export const RESP_CLIENTS_MAX = 10_000;
+/** How long a counted DBSIZE stays good enough for INFO's keyspace line. */
+const KEY_COUNT_REUSE_MS = 10_000;
+/** Keys read per page while counting. */
+const COUNT_PAGE_KEYS = 1000;
+
+export interface RespServerOptions {
+  port?: number;
+  bind?: string;
+  /** Clients must AUTH with this password first (Redis `requirepass`). */
+  password?: string;
+  logger: Logger;
+  /** Package version, for INFO. */
+  version?: string;
+}
+
+export class RespServer {
+  readonly cursors = new ScanCursors();
+  readonly logger: Logger;
+  private readonly server: Server;
+  private readonly clients = new Set<RespConnection>();
+  private readonly passwordDigest: Buffer | undefined;
+  private readonly startedAtMs = Date.now();
+  private nextClientId = 1;
+  private connectionsReceived = 0;
+  private connectionsRejected = 0;
+  private keyCount: { value: number; atMs: number } | undefined;
+  private counting: Promise<number> | undefined;
+  private port = 0;
+  private host = '';
+
+  private constructor(
+    readonly node: Tessera,
+    private readonly options: RespServerOptions,
+  ) {
+    this.logger = options.logger;
+    this.passwordDigest =
+      options.password === undefined ? undefined : digest(Buffer.from(options.password, 'utf8'));
+    this.server = createServer((socket) => this.accept(socket));
+  }
+
+  /** Starts listening; resolves once the port is bound. */
+  static async listen(node: Tessera, options: RespServerOptions): Promise<RespServer> {
+    if (options.password !== undefined && options.password.length === 0) {
+      throw invalidInput('the RESP password must not be empty');
+    }
+    const server = new RespServer(node, options);
+    await new Promise<void>((resolve, reject) => {
+      server.server.once('error', reject);
+      server.server.listen(options.port ?? RESP_PORT_DEFAULT, options.bind ?? RESP_BIND_DEFAULT, () => {
+        server.server.off('error', reject);
+        resolve();
+      });
+    });
+    const address = server.server.address();
+    if (address !== null && typeof address === 'object') {
+      server.port = address.port;
+      server.host = address.address;
+    }
+    return server;
+  }
+
+  get address(): { host: string; port: number } {
+    return { host: this.host, port: this.port };
+  }
+
+  get requiresAuth(): boolean {
+    return this.passwordDigest !== undefined;
+  }
+
+  /** Compares in constant time: both sides are hashed to equal length first. */
+  passwordMatches(password: Uint8Array): boolean {
+    if (this.passwordDigest === undefined) return false;
+    return timingSafeEqual(digest(password), this.passwordDigest);
+  }
+
+  connections(): RespConnection[] {
+    return [...this.clients];
+  }
+
+  forget(conn: RespConnection): void {
+    this.clients.delete(conn);
+  }
+
+  /** Stops accepting, closes every client, and resolves once the listener is closed. */
+  async close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    for (const conn of this.clients) conn.close();
+    await closed;
+  }
+
+  private accept(socket: Socket): void {
+    this.connectionsReceived++;
+    if (this.clients.size >= RESP_CLIENTS_MAX) {
+      this.connectionsRejected++;
+      socket.end('-ERR max number of clients reached\r\n');
+      return;
+    }
+    const conn = new RespConnection(this, socket, this.nextClientId++);
+    this.clients.add(conn);
+  }
+
+  /** Live keys, counted by paging through every fragment (keys only). */
+  countKeys(): Promise<number> {
+    if (this.counting !== undefined) return this.counting;
+    const count = async (): Promise<number> => {
+      let n = 0;
+      let cursor: string | undefined;
+      do {
+        const page = await this.node.scan({ cursor, limit: COUNT_PAGE_KEYS, keysOnly: true });
+        n += page.entries.length;
+        cursor = page.cursor;
+      } while (cursor !== undefined);
+      this.keyCount = { value: n, atMs: Date.now() };
+      return n;
+    };
+    this.counting = count().finally(() => {
+      this.counting = undefined;
+    });
+    return this.counting;
+  }
+
+  /** CONFIG GET's view: the Redis settings clients and tools ask for, as this node runs them. */
+  configView(): Map<string, string> {
+    const s = this.node.settings;
+    return new Map([
+      ['port', String(this.port)],
+      ['bind', this.host],
+      ['databases', '1'],
+      ['maxclients', String(RESP_CLIENTS_MAX)],
+      ['maxmemory', '0'],
+      ['maxmemory-policy', 'noeviction'],
+      ['appendonly', s.durability === 0 ? 'no' : 'yes'],
+      ['appendfsync', s.durability === 2 ? 'always' : 'no'],
+      ['save', ''],
+      ['timeout', '0'],
+      ['tcp-keepalive', '0'],
+      ['cluster-enabled', 'no'],
+      ['proto-max-bulk-len', String(Math.min(RESP_BULK_BYTES_MAX, s.valueBytesMax))],
+      ['dir', s.store === 'memory' ? '' : s.dataDir],
+      ['tessera-store', s.store],
+      ['tessera-durability', DURABILITY_NAMES[s.durability]],
+      ['tessera-fragments', String(s.fragments)],
+    ]);
+  }
+
+  /** INFO text for the requested sections (all when none). */
+  async info(sections: string[]): Promise<string> {
+    const all = sections.length === 0 || sections.includes('all') || sections.includes('everything');
+    const wants = (name: string) =>
+      all || sections.includes(name) || (sections.includes('default') && name !== 'tessera');
+    const parts: string[] = [];
+    if (wants('server')) parts.push(this.serverSection());
+    if (wants('clients'))
+      parts.push(
+        section('Clients', [
+          ['connected_clients', this.clients.size],
+          ['maxclients', RESP_CLIENTS_MAX],
+          ['blocked_clients', 0],
+        ]),
+      );
+    if (wants('memory')) parts.push(this.memorySection());
+    if (wants('stats')) parts.push(await this.statsSection());
+    if (wants('replication'))
+      parts.push(
+        section('Replication', [
+          ['role', 'master'],
+          ['connected_slaves', 0],
+        ]),
+      );
+    if (wants('keyspace')) parts.push(await this.keyspaceSection());
+    if (wants('tessera')) parts.push(await this.tesseraSection());
+    return parts.join('\r\n');
+  }
+
+  private serverSection(): string {
+    const uptimeS = Math.floor((Date.now() - this.startedAtMs) / 1000);
+    return section('Server', [
+      ['redis_version', REDIS_VERSION],
+      ['tessera_version', this.options.version ?? 'unknown'],
+      ['redis_mode', 'standalone'],
+      ['os', `${platform()} ${release()} ${arch()}`],
+      ['arch_bits', 64],
+      ['process_id', process.pid],
+      ['tcp_port', this.port],
+      ['uptime_in_seconds', uptimeS],
+      ['uptime_in_days', Math.floor(uptimeS / 86400)],
+      ['executable', process.argv[1] ?? ''],
+      ['hostname', hostname()],
+    ]);
+  }
+
+  private memorySection(): string {
+    const m = process.memoryUsage();
+    return section('Memory', [
+      ['used_memory', m.heapUsed + m.external],
+      ['used_memory_human', `${((m.heapUsed + m.external) / 1048576).toFixed(2)}M`],
+      ['used_memory_rss', m.rss],
+      ['used_memory_rss_human', `${(m.rss / 1048576).toFixed(2)}M`],
+      ['maxmemory', 0],
+      ['maxmemory_policy', 'noeviction'],
+      ['mem_allocator', 'libc'],
+    ]);
+  }
+
+  private async statsSection(): Promise<string> {
+    const health = await this.node.health();
+    const shed = health.fragments.reduce((n, f) => n + f.shed[0] + f.shed[1] + f.shed[2], 0);
+    return section('Stats', [
+      ['total_connections_received', this.connectionsReceived],
+      ['rejected_connections', this.connectionsRejected],
+      ['expired_keys', health.fragments.reduce((n, f) => n + f.expiredSwept, 0)],
+      ['total_writes_processed', health.fragments.reduce((n, f) => n + f.writes, 0)],
+      ['total_reads_processed_by_workers', health.fragments.reduce((n, f) => n + f.reads, 0)],
+      ['shed_operations', shed],
+    ]);
+  }
+
+  private async keyspaceSection(): Promise<string> {
+    const fresh = this.keyCount !== undefined && Date.now() - this.keyCount.atMs < KEY_COUNT_REUSE_MS;
+    const keys = fresh ? this.keyCount!.value : await this.countKeys();
+    return section('Keyspace', keys === 0 ? [] : [['db0', `keys=${keys},expires=0,avg_ttl=0`]]);
+  }
+
+  private async tesseraSection(): Promise<string> {
+    const health = await this.node.health();
+    const s = this.node.settings;
+    const rows: Array<[string, string | number]> = [
+      ['node_id', health.nodeId],
+      ['store', s.store],
+      ['data_dir', s.store === 'memory' ? '' : s.dataDir],
+      ['fragments', s.fragments],
+      ['workers', health.workers.length],
+      ['durability', health.durability],
+    ];
+    for (const w of health.workers) {
+      rows.push([`worker${w.index}`, `state=${w.state},restarts=${w.restarts},pending=${w.pending}`]);
+    }
+    return section('Tessera', rows);
+  }
+}
+
+function section(title: string, rows: Array<[string, string | number]>): string {
+  return `# ${title}\r\n${rows.map(([k, v]) => `${k}:${v}\r\n`).join('')}`;
+}
+
+function digest(bytes: Uint8Array): Buffer {
+  return createHash('sha256').update(bytes).digest();
+}

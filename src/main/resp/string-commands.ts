@@ -1,0 +1,310 @@
+// String commands: GET, SET and its variants, the counters, APPEND and ranges, MGET / MSET.
+// Conditional and read-modify-write forms run inside the owning fragment actor (src/core/modify.ts).
+
+import { slotOf } from '../../core/keyspace.js';
+import { EXPIRES_AT_MS_MAX } from '../../core/limits.js';
+import { ERR_TOO_LARGE, Modifier, ModifyFlag } from '../../core/modify.js';
+import type { RespCommand } from '../../core/resp-parser.js';
+import type { RespWriter } from '../../core/resp-writer.js';
+import {
+  type CommandSpec,
+  integerArg,
+  NOT_INTEGER,
+  optionName,
+  SYNTAX_ERROR,
+  writeErrorText,
+} from './commands.js';
+import type { RespConnection } from './connection.js';
+import {
+  finishParts,
+  keyFits,
+  ModifyMode,
+  modifyKey,
+  ReadMode,
+  readKey,
+  readPart,
+  WriteMode,
+  writeKey,
+  writePart,
+} from './key-access.js';
+
+/** A deadline option parsed from EX / PX / EXAT / PXAT: milliseconds since the epoch. */
+type Deadline = { ok: true; expiresAtMs: number } | { ok: false; error: string };
+
+/** Turns an expiry option's number into an absolute deadline, with Redis's errors. */
+export function deadlineFrom(
+  unit: 'EX' | 'PX' | 'EXAT' | 'PXAT',
+  n: number | undefined,
+  command: string,
+): Deadline {
+  if (n === undefined) return { ok: false, error: NOT_INTEGER };
+  const invalid = { ok: false, error: `invalid expire time in '${command}' command` } as const;
+  if (n <= 0) return invalid;
+  const ms = unit === 'EX' || unit === 'EXAT' ? n * 1000 : n;
+  const expiresAtMs = unit === 'EX' || unit === 'PX' ? Date.now() + ms : ms;
+  if (!Number.isSafeInteger(ms) || expiresAtMs > EXPIRES_AT_MS_MAX) return invalid;
+  return { ok: true, expiresAtMs };
+}
+
+/** Checks a value against the node's limit; writes Redis's error when it is too large. */
+function valueFits(conn: RespConnection, value: Uint8Array, w: RespWriter): boolean {
+  if (value.length <= conn.server.node.settings.valueBytesMax) return true;
+  writeErrorText(w, ERR_TOO_LARGE);
+  return false;
+}
+
+function get(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  return readKey(conn, key, ReadMode.Get, w);
+}
+
+/** SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL] */
+function set(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  const value = cmd.arg(2);
+  if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
+  let flags = 0;
+  let expiresAtMs = 0;
+  let expiry = false;
+  for (let i = 3; i < cmd.argc; i++) {
+    const option = optionName(cmd, i);
+    if (option === 'NX' && !(flags & ModifyFlag.Xx)) flags |= ModifyFlag.Nx;
+    else if (option === 'XX' && !(flags & ModifyFlag.Nx)) flags |= ModifyFlag.Xx;
+    else if (option === 'GET') flags |= ModifyFlag.Get;
+    else if (option === 'KEEPTTL' && !expiry) flags |= ModifyFlag.KeepDeadline;
+    else if (
+      (option === 'EX' || option === 'PX' || option === 'EXAT' || option === 'PXAT') &&
+      !expiry &&
+      !(flags & ModifyFlag.KeepDeadline) &&
+      i + 1 < cmd.argc
+    ) {
+      const deadline = deadlineFrom(option, integerArg(cmd, ++i), 'set');
+      if (!deadline.ok) return answer(w, deadline.error);
+      expiresAtMs = deadline.expiresAtMs;
+      expiry = true;
+    } else return answer(w, SYNTAX_ERROR);
+  }
+  if (flags === 0) writeKey(conn, key, value, expiresAtMs, WriteMode.Ok, false);
+  else {
+    const mode = flags & ModifyFlag.Get ? ModifyMode.SetGet : ModifyMode.SetOk;
+    modifyKey(conn, key, Modifier.Set, flags, value, expiresAtMs, mode);
+  }
+  return false;
+}
+
+function answer(w: RespWriter, error: string): true {
+  w.error(error);
+  return true;
+}
+
+/** SETEX key seconds value / PSETEX key milliseconds value */
+function setWithTtl(unit: 'EX' | 'PX', command: string) {
+  return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
+    const key = cmd.arg(1);
+    const value = cmd.arg(3);
+    if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
+    const deadline = deadlineFrom(unit, integerArg(cmd, 2), command);
+    if (!deadline.ok) return answer(w, deadline.error);
+    writeKey(conn, key, value, deadline.expiresAtMs, WriteMode.Ok, false);
+    return false;
+  };
+}
+
+function setnx(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  const value = cmd.arg(2);
+  if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
+  modifyKey(conn, key, Modifier.Set, ModifyFlag.Nx, value, 0, ModifyMode.SetFlag);
+  return false;
+}
+
+function getdel(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  modifyKey(conn, key, Modifier.GetDel, 0, undefined, 0, ModifyMode.Value);
+  return false;
+}
+
+/** GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST] */
+function getex(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  let flags: number = ModifyFlag.KeepDeadline;
+  let expiresAtMs = 0;
+  for (let i = 2; i < cmd.argc; i++) {
+    const option = optionName(cmd, i);
+    if (flags !== ModifyFlag.KeepDeadline) return answer(w, SYNTAX_ERROR);
+    if (option === 'PERSIST') flags = 0;
+    else if (
+      (option === 'EX' || option === 'PX' || option === 'EXAT' || option === 'PXAT') &&
+      i + 1 < cmd.argc
+    ) {
+      const deadline = deadlineFrom(option, integerArg(cmd, ++i), 'getex');
+      if (!deadline.ok) return answer(w, deadline.error);
+      expiresAtMs = deadline.expiresAtMs;
+      flags = 0;
+    } else return answer(w, SYNTAX_ERROR);
+  }
+  // Without options GETEX is a GET; through the actor all the same, so it orders with writes.
+  modifyKey(conn, key, Modifier.GetEx, flags, undefined, expiresAtMs, ModifyMode.Value);
+  return false;
+}
+
+function mget(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  for (let i = 1; i < cmd.argc; i++) if (!keyFits(cmd.arg(i), w)) return true;
+  const slot = conn.defer();
+  slot.values = new Array<Buffer | null>(cmd.argc - 1).fill(null);
+  for (let i = 1; i < cmd.argc; i++) readPart(conn, slot, cmd.arg(i), ReadMode.MgetPart, i - 1);
+  finishParts(slot);
+  return false;
+}
+
+function mset(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  if (cmd.argc % 2 === 0) return answer(w, "wrong number of arguments for 'mset' command");
+  for (let i = 1; i < cmd.argc; i += 2) {
+    if (!keyFits(cmd.arg(i), w) || !valueFits(conn, cmd.arg(i + 1), w)) return true;
+  }
+  const slot = conn.defer();
+  slot.mode = WriteMode.Ok;
+  for (let i = 1; i < cmd.argc; i += 2) writePart(conn, slot, cmd.arg(i), cmd.arg(i + 1), false);
+  finishParts(slot);
+  return false;
+}
+
+/** MSETNX: all keys must share one hash slot, so one fragment actor decides for all of them. */
+function msetnx(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  if (cmd.argc % 2 === 0) return answer(w, "wrong number of arguments for 'msetnx' command");
+  const slot = slotOf(cmd.arg(1));
+  for (let i = 1; i < cmd.argc; i += 2) {
+    if (!keyFits(cmd.arg(i), w) || !valueFits(conn, cmd.arg(i + 1), w)) return true;
+    if (slotOf(cmd.arg(i)) !== slot) {
+      w.errorCode('CROSSSLOT', "Keys in request don't hash to the same slot");
+      return true;
+    }
+  }
+  const operand = encodePairs(cmd, 3);
+  modifyKey(conn, cmd.arg(1), Modifier.SetAllIfNone, 0, cmd.arg(2), 0, ModifyMode.SetFlag, 0, operand);
+  return false;
+}
+
+/** The key/value pairs from argument `from` on, as MSETNX's operand: (u16 key length, key, u32 value length, value)*. */
+function encodePairs(cmd: RespCommand, from: number): Buffer {
+  let bytes = 0;
+  for (let i = from; i < cmd.argc; i += 2) bytes += 6 + cmd.argLength(i) + cmd.argLength(i + 1);
+  const out = Buffer.allocUnsafe(bytes);
+  let p = 0;
+  for (let i = from; i < cmd.argc; i += 2) {
+    p = out.writeUInt16LE(cmd.argLength(i), p);
+    p += cmd.copyArg(i, out, p);
+    p = out.writeUInt32LE(cmd.argLength(i + 1), p);
+    p += cmd.copyArg(i + 1, out, p);
+  }
+  return out;
+}
+
+function strlen(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  return readKey(conn, key, ReadMode.Strlen, w);
+}
+
+function append(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w) || !valueFits(conn, cmd.arg(2), w)) return true;
+  modifyKey(conn, key, Modifier.Append, 0, cmd.arg(2), 0, ModifyMode.Integer);
+  return false;
+}
+
+function getrange(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  const start = integerArg(cmd, 2);
+  const end = integerArg(cmd, 3);
+  if (start === undefined || end === undefined) return answer(w, NOT_INTEGER);
+  return readKey(conn, key, ReadMode.GetRange, w, start, end);
+}
+
+function setrange(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  const offset = integerArg(cmd, 2);
+  if (offset === undefined) return answer(w, NOT_INTEGER);
+  if (offset < 0) return answer(w, 'offset is out of range');
+  if (offset + cmd.argLength(3) > conn.server.node.settings.valueBytesMax) {
+    writeErrorText(w, ERR_TOO_LARGE);
+    return true;
+  }
+  modifyKey(conn, key, Modifier.SetRange, 0, cmd.arg(3), 0, ModifyMode.Integer, offset);
+  return false;
+}
+
+/** INCR / DECR / INCRBY / DECRBY: the delta travels as decimal text; the actor does the 64-bit math. */
+function counter(sign: 1 | -1, fixed: string | undefined) {
+  return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
+    const key = cmd.arg(1);
+    if (!keyFits(key, w)) return true;
+    let delta = fixed;
+    if (delta === undefined) {
+      const text = cmd.arg(2).toString('latin1');
+      if (
+        !/^-?(0|[1-9][0-9]{0,18})$/.test(text) ||
+        BigInt(text) > 2n ** 63n - 1n ||
+        BigInt(text) < -(2n ** 63n)
+      ) {
+        return answer(w, NOT_INTEGER);
+      }
+      delta = text;
+    }
+    if (sign === -1) {
+      if (delta === '-9223372036854775808') return answer(w, 'decrement would overflow');
+      delta = delta.startsWith('-') ? delta.slice(1) : delta === '0' ? '0' : `-${delta}`;
+    }
+    modifyKey(
+      conn,
+      key,
+      Modifier.IncrBy,
+      0,
+      undefined,
+      0,
+      ModifyMode.Integer,
+      0,
+      Buffer.from(delta, 'latin1'),
+    );
+    return false;
+  };
+}
+
+function incrbyfloat(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  modifyKey(conn, key, Modifier.IncrByFloat, 0, undefined, 0, ModifyMode.Text, 0, cmd.arg(2));
+  return false;
+}
+
+const READ = ['readonly', 'fast'] as const;
+const WRITE = ['write', 'denyoom'] as const;
+const FIRST: readonly [number, number, number] = [1, 1, 1];
+
+export const STRING_COMMANDS: CommandSpec[] = [
+  { name: 'GET', arity: 2, flags: READ, keys: FIRST, run: get },
+  { name: 'SET', arity: -3, flags: WRITE, keys: FIRST, run: set },
+  { name: 'SETEX', arity: 4, flags: WRITE, keys: FIRST, run: setWithTtl('EX', 'setex') },
+  { name: 'PSETEX', arity: 4, flags: WRITE, keys: FIRST, run: setWithTtl('PX', 'psetex') },
+  { name: 'SETNX', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: setnx },
+  { name: 'GETDEL', arity: 2, flags: ['write', 'fast'], keys: FIRST, run: getdel },
+  { name: 'GETEX', arity: -2, flags: ['write', 'fast'], keys: FIRST, run: getex },
+  { name: 'MGET', arity: -2, flags: READ, keys: [1, -1, 1], run: mget },
+  { name: 'MSET', arity: -3, flags: WRITE, keys: [1, -1, 2], run: mset },
+  { name: 'MSETNX', arity: -3, flags: WRITE, keys: [1, -1, 2], run: msetnx },
+  { name: 'STRLEN', arity: 2, flags: READ, keys: FIRST, run: strlen },
+  { name: 'APPEND', arity: 3, flags: WRITE, keys: FIRST, run: append },
+  { name: 'GETRANGE', arity: 4, flags: ['readonly'], keys: FIRST, run: getrange },
+  { name: 'SUBSTR', arity: 4, flags: ['readonly'], keys: FIRST, run: getrange },
+  { name: 'SETRANGE', arity: 4, flags: WRITE, keys: FIRST, run: setrange },
+  { name: 'INCR', arity: 2, flags: [...WRITE, 'fast'], keys: FIRST, run: counter(1, '1') },
+  { name: 'DECR', arity: 2, flags: [...WRITE, 'fast'], keys: FIRST, run: counter(-1, '1') },
+  { name: 'INCRBY', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: counter(1, undefined) },
+  { name: 'DECRBY', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: counter(-1, undefined) },
+  { name: 'INCRBYFLOAT', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: incrbyfloat },
+];
