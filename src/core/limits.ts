@@ -94,6 +94,24 @@ export const POOL_TASKS_PER_SEC_DEFAULT = 200;
 /** Keys and values per putMany / getMany call: a bound on one call's memory. */
 export const BATCH_ITEMS_MAX = 100_000;
 
+/**
+ * Largest bulk argument. Redis allows 512 MiB (proto-max-bulk-len); we store nothing larger than a
+ * value, whose ceiling is 15 MiB, so 16 MiB leaves slack for it and refuses everything else early.
+ */
+export const RESP_BULK_BYTES_MAX = 16 * 1024 * 1024;
+/** Most arguments in one multibulk command: Redis's bound before 7.0 raised it to INT_MAX. */
+export const RESP_MULTIBULK_ARGS_MAX = 1024 * 1024;
+/**
+ * Longest inline command line (before its LF), and longest length line (`*<n>` / `$<n>` before its
+ * CR): Redis's PROTO_INLINE_MAX_SIZE.
+ */
+export const RESP_INLINE_BYTES_MAX = 64 * 1024;
+/**
+ * Unparsed plus partial-command bytes one connection may hold; the driver closes the connection past
+ * it (see `RespParser.bufferedBytes`). Redis's client-query-buffer-limit is 1 GiB; ours only needs
+ * one maximal SET (a 16 MiB bulk, a key, headers) with room for pipelined commands behind it.
+ */
+export const RESP_CLIENT_BUFFER_BYTES_MAX = 32 * 1024 * 1024;
 /** Error messages crossing a ring or the wire are cut to this many bytes. */
 export const ERROR_MESSAGE_BYTES_MAX = 1024;
 
@@ -135,3 +153,8 @@ assert(
   'a full scan page (which stops before the entry that would pass its byte bound) must fit a ring record',
 );
 assert(CLEAN_PAGE_KEYS_MAX <= WORKER_TURN_OPS_MAX, 'a cleaner page must fit in one worker turn');
+assert(RESP_BULK_BYTES_MAX >= VALUE_BYTES_MAX_CEILING, 'a RESP bulk must carry the largest value');
+assert(
+  RESP_CLIENT_BUFFER_BYTES_MAX >= RESP_BULK_BYTES_MAX + KEY_BYTES_MAX + 64,
+  'one maximal SET must fit a client buffer',
+);

@@ -39,36 +39,20 @@
 
 import { assert } from './assert.js';
 import { ErrorKind, TesseraError } from './errors.js';
-import { KEY_BYTES_MAX, VALUE_BYTES_MAX_CEILING } from './limits.js';
+import {
+  RESP_BULK_BYTES_MAX,
+  RESP_CLIENT_BUFFER_BYTES_MAX,
+  RESP_INLINE_BYTES_MAX,
+  RESP_MULTIBULK_ARGS_MAX,
+} from './limits.js';
 
-/**
- * Largest bulk argument. Redis allows 512 MiB (proto-max-bulk-len); we store nothing larger than a
- * value, whose ceiling is 15 MiB, so 16 MiB leaves slack for it and refuses everything else early.
- */
-export const RESP_BULK_BYTES_MAX = 16 * 1024 * 1024;
-/** Most arguments in one multibulk command: Redis's bound before 7.0 raised it to INT_MAX. */
-export const RESP_MULTIBULK_ARGS_MAX = 1024 * 1024;
-/**
- * Longest inline command line (before its LF), and longest length line (`*<n>` / `$<n>` before its
- * CR): Redis's PROTO_INLINE_MAX_SIZE.
- */
-export const RESP_INLINE_BYTES_MAX = 64 * 1024;
-/**
- * Unparsed plus partial-command bytes one connection may hold; the driver closes the connection past
- * it (see `RespParser.bufferedBytes`). Redis's client-query-buffer-limit is 1 GiB; ours only needs
- * one maximal SET (a 16 MiB bulk, a key, headers) with room for pipelined commands behind it.
- */
-export const RESP_CLIENT_BUFFER_BYTES_MAX = 32 * 1024 * 1024;
+export { RESP_BULK_BYTES_MAX, RESP_CLIENT_BUFFER_BYTES_MAX, RESP_INLINE_BYTES_MAX, RESP_MULTIBULK_ARGS_MAX };
+
 /** The spill buffer grows in steps of this, like undici's parse buffer, so small growth is rare. */
 export const RESP_SPILL_GROWTH_STEP_BYTES = 4096;
 /** A spill buffer that grew past this (a big straddling value) is dropped at the next command, so idle connections stay small. */
 export const RESP_SPILL_BYTES_KEEP_MAX = 64 * 1024;
 
-assert(RESP_BULK_BYTES_MAX >= VALUE_BYTES_MAX_CEILING, 'a maximal value must fit one bulk argument');
-assert(
-  RESP_CLIENT_BUFFER_BYTES_MAX >= RESP_BULK_BYTES_MAX + KEY_BYTES_MAX + RESP_INLINE_BYTES_MAX,
-  'one maximal SET must fit in the client buffer',
-);
 assert(RESP_SPILL_BYTES_KEEP_MAX >= RESP_INLINE_BYTES_MAX, 'an inline line must fit a kept spill buffer');
 
 /** Why a request was refused; each maps to one of Redis's error texts. */

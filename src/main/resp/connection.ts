@@ -7,6 +7,7 @@
 // they complete.
 
 import type { Socket } from 'node:net';
+import { assert } from '../../core/assert.js';
 import type { Durability } from '../../core/ops.js';
 import {
   RESP_CLIENT_BUFFER_BYTES_MAX,
@@ -20,8 +21,14 @@ import type { RespServer } from './server.js';
 
 /** Commands in flight per connection before its socket is paused (a pipeline depth no client needs). */
 export const CONNECTION_COMMANDS_IN_FLIGHT_MAX = 4096;
-/** Unsent reply bytes per connection past which the client is considered stuck and disconnected. */
+/**
+ * Reply bytes per connection — sent but not yet taken by the client, plus replies parked behind a
+ * slower one — past which the client is considered stuck and disconnected (Redis's client output
+ * buffer limit).
+ */
 export const CONNECTION_OUTPUT_BYTES_MAX = 64 * 1024 * 1024;
+/** Pending reply bytes that are handed to the socket at once instead of at the end of the turn. */
+const CONNECTION_FLUSH_BYTES = 1024 * 1024;
 
 /**
  * A reply position in a connection's queue. Multi-key commands count their parts down in it and
@@ -71,6 +78,8 @@ export class RespConnection {
   private flushScheduled = false;
   private readonly flushTask = (): void => this.flush();
   private paused = false;
+  /** Bytes of replies parked in slots, waiting for an earlier reply. */
+  private parkedBytes = 0;
   /** Set by QUIT and protocol errors: close once the replies so far are sent. */
   private closeAfterFlush = false;
   closed = false;
@@ -149,16 +158,24 @@ export class RespConnection {
   endReply(slot: ReplySlot): void {
     if (slot.write) this.writesInFlight--;
     if (slot !== this.head) {
-      slot.bytes = Buffer.from(this.scratch.bytes());
-      slot.ready = true;
+      this.park(slot);
       return;
     }
     this.popHead();
     while (this.head?.ready) {
+      this.parkedBytes -= this.head.bytes!.length;
       this.out.raw(this.head.bytes!);
       this.popHead();
     }
     this.scheduleFlush();
+  }
+
+  /** Keeps a reply that is ready before its turn; a client whose parked replies grow too large is cut off. */
+  private park(slot: ReplySlot): void {
+    slot.bytes = Buffer.from(this.scratch.bytes());
+    slot.ready = true;
+    this.parkedBytes += slot.bytes.length;
+    if (this.parkedBytes > CONNECTION_OUTPUT_BYTES_MAX) this.outputOverflow(this.parkedBytes);
   }
 
   private popHead(): void {
@@ -209,33 +226,27 @@ export class RespConnection {
     const answeredNow = executeCommand(this, command, w);
     this.lastCommandAtMs = Date.now();
     if (!answeredNow) return;
-    if (w === this.scratch) {
-      // Answered at once, but behind replies still pending: park it in its own slot.
-      const slot = this.defer();
-      slot.bytes = Buffer.from(this.scratch.bytes());
-      slot.ready = true;
-    }
-    if (before !== this.tail && w === this.out) {
-      // A handler that answered now must not also have deferred.
-      throw new Error('command both answered and deferred');
-    }
+    assert(before === this.tail, 'a command both answered and deferred');
+    // Answered at once, but behind replies still pending: park it in its own slot.
+    if (w === this.scratch) this.park(this.defer());
   }
 
   private protocolError(error: RespProtocolError): void {
     const w = this.syncWriter();
     w.error(error.message);
-    if (w === this.scratch) {
-      const slot = this.defer();
-      slot.bytes = Buffer.from(this.scratch.bytes());
-      slot.ready = true;
-    }
+    if (w === this.scratch) this.park(this.defer());
     this.server.logger.info({ client: this.id, err: error.message }, 'closing client after a protocol error');
     this.closeAfterFlush = true;
     this.scheduleFlush();
   }
 
   scheduleFlush(): void {
-    if (this.flushScheduled || this.closed) return;
+    if (this.closed) return;
+    if (this.out.length >= CONNECTION_FLUSH_BYTES) {
+      this.flush();
+      return;
+    }
+    if (this.flushScheduled) return;
     this.flushScheduled = true;
     queueMicrotask(this.flushTask);
   }
@@ -245,11 +256,7 @@ export class RespConnection {
     if (this.closed) return;
     if (this.out.length > 0) this.socket.write(this.out.take());
     if (this.socket.writableLength > CONNECTION_OUTPUT_BYTES_MAX) {
-      this.server.logger.warn(
-        { client: this.id, bytes: this.socket.writableLength },
-        'client is not reading its replies; disconnecting',
-      );
-      this.close();
+      this.outputOverflow(this.socket.writableLength);
       return;
     }
     if (this.closeAfterFlush && this.head === null) {
@@ -257,6 +264,14 @@ export class RespConnection {
       this.closed = true;
       this.server.forget(this);
     }
+  }
+
+  private outputOverflow(bytes: number): void {
+    this.server.logger.warn(
+      { client: this.id, bytes },
+      'client output buffer limit reached: it is not reading its replies; disconnecting',
+    );
+    this.close();
   }
 
   private pause(): void {
