@@ -82,6 +82,11 @@ export const SCAN_PAGE_KEYS_MAX = 10_000;
 export const SCAN_PAGE_KEYS_DEFAULT = 100;
 /** Keys a pattern-filtered scan examines per page before returning what it has, so no page stalls. */
 export const SCAN_EXAMINED_KEYS_MAX = 100_000;
+/**
+ * Pattern pages over lmdb that may examine more keys than this run in the background pool; smaller
+ * ones (Redis SCAN … COUNT 10) are cheaper in the fragment's own worker than a pool round trip.
+ */
+export const SCAN_POOL_EXAMINED_MIN = 10_000;
 /** Bytes of keys and values one scan page carries (past it a page ends early), so a page fits a ring record. */
 export const SCAN_PAGE_BYTES_MAX = 2 * 1024 * 1024;
 /** Glob patterns are matched by a backtracking matcher; a length bound keeps it cheap. */

@@ -9,7 +9,7 @@ import { encodeRecord, expiresAtOf, logicalOf, nodeIdOf, valueBytesOf, wallMsOf 
 export const Modifier = {
   /** SET with NX / XX / GET / KEEPTTL: the record carries the new value and deadline. */
   Set: 1,
-  /** GETDEL: the record is the tombstone to write. */
+  /** GETDEL: the record carries the stamp of the tombstone to write. */
   GetDel: 2,
   /** GETEX: the record carries the new deadline (flag KEEP_DEADLINE: plain GET semantics). */
   GetEx: 3,
@@ -115,7 +115,8 @@ export function planModify(
     case Modifier.Set:
       return planSet(req, live);
     case Modifier.GetDel:
-      return live === undefined ? plan(ModifyAnswer.Missing) : plan(ModifyAnswer.Done, req.record, live);
+      if (live === undefined) return plan(ModifyAnswer.Missing);
+      return plan(ModifyAnswer.Done, tombstoneOf(req.record), live);
     case Modifier.GetEx:
       if (live === undefined) return plan(ModifyAnswer.Missing);
       if (req.flags & ModifyFlag.KeepDeadline) return plan(ModifyAnswer.Done, undefined, live);
@@ -198,13 +199,13 @@ function planIncrBy(req: ModifyRequest, live: Uint8Array | undefined): ModifyPla
 }
 
 function planIncrByFloat(req: ModifyRequest, live: Uint8Array | undefined): ModifyPlan {
-  const delta = req.operand === undefined ? undefined : parseFloatStrict(req.operand);
-  if (delta === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_FLOAT);
-  const current = live === undefined ? 0 : parseFloatStrict(valueBytesOf(live));
-  if (current === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_FLOAT);
-  const next = current + delta;
-  if (!Number.isFinite(next)) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_FLOAT_RESULT);
-  const text = formatHumanFloat(next);
+  const delta = req.operand === undefined ? undefined : parseDecimal(req.operand);
+  const current = live === undefined ? ZERO : parseDecimal(valueBytesOf(live));
+  if (delta === undefined || current === undefined)
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_FLOAT);
+  if (delta === INFINITE || current === INFINITE)
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_FLOAT_RESULT);
+  const text = formatDecimal(addDecimals(current, delta));
   return plan(ModifyAnswer.Text, withValue(req.record, live, Buffer.from(text, 'latin1')), undefined, text);
 }
 
@@ -249,6 +250,11 @@ function planExpire(req: ModifyRequest, live: Uint8Array | undefined): ModifyPla
 
 const EMPTY = Buffer.alloc(0);
 
+/** A tombstone carrying the stamp's version and node. */
+function tombstoneOf(stamp: Uint8Array): Buffer {
+  return encodeRecord(true, wallMsOf(stamp), logicalOf(stamp), 0, nodeIdOf(stamp), undefined);
+}
+
 /** The stamp's version and node over `live`'s value, with `expiresAtMs` as the deadline. */
 function withDeadlineOf(stamp: Uint8Array, live: Uint8Array, expiresAtMs: number): Buffer {
   return encodeRecord(
@@ -283,35 +289,73 @@ export function parseInt64(bytes: Uint8Array): bigint | undefined {
   return value < INT64_MIN || value > INT64_MAX ? undefined : value;
 }
 
-/** A float as Redis's strtold-based parser accepts it (no spaces, no trailing junk, not NaN). */
-export function parseFloatStrict(bytes: Uint8Array): number | undefined {
-  const text = Buffer.from(bytes).toString('latin1');
-  if (text.length === 0 || text.trim() !== text) return undefined;
-  if (!/^[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf|infinity)$/i.test(text))
-    return undefined;
-  const lower = text.toLowerCase().replace(/^[+-]/, '');
-  if (lower === 'inf' || lower === 'infinity') return text.startsWith('-') ? -Infinity : Infinity;
-  const value = Number(text);
-  return Number.isNaN(value) ? undefined : value;
+/**
+ * INCRBYFLOAT's arithmetic. Redis adds in long double and prints 17 decimals with trailing zeros
+ * removed, so small decimals come out as typed (0.1 + 0.2 = 0.3). Doubles cannot do that; exact
+ * decimal arithmetic can, and agrees with Redis wherever long double is exact to 17 decimals.
+ * value = units / 10^scale
+ */
+interface Decimal {
+  units: bigint;
+  scale: number;
 }
 
-/**
- * Redis's "human" float form (INCRBYFLOAT): plain decimal notation, no exponent, no trailing zeros.
- * JavaScript's shortest round-trip digits stand in for Redis's long double with 17 digits.
- */
-export function formatHumanFloat(value: number): string {
-  if (Object.is(value, -0)) return '0';
-  const text = String(value);
-  if (!/e/i.test(text)) return text;
-  const [mantissa, exponentText] = text.split(/e/i);
-  const exponent = Number(exponentText);
-  const negative = mantissa.startsWith('-');
-  const digits = mantissa.replace('-', '').replace('.', '');
-  const point =
-    (mantissa.replace('-', '').indexOf('.') + 1 || mantissa.replace('-', '').length + 1) - 1 + exponent;
-  let out: string;
-  if (point <= 0) out = `0.${'0'.repeat(-point)}${digits}`;
-  else if (point >= digits.length) out = digits + '0'.repeat(point - digits.length);
-  else out = `${digits.slice(0, point)}.${digits.slice(point)}`;
-  return negative ? `-${out}` : out;
+const ZERO: Decimal = { units: 0n, scale: 0 };
+/** Marks inf / infinity, which Redis parses and then refuses as a result. */
+const INFINITE: Decimal = { units: 0n, scale: -1 };
+/** Decimals INCRBYFLOAT prints (Redis's "%.17Lf"). */
+const FLOAT_DECIMALS = 17;
+/** long double's decimal exponent range: beyond it strtold overflows and Redis says "not a valid float". */
+const FLOAT_EXPONENT_MAX = 4932;
+/** Longest decimal text INCRBYFLOAT parses: long double has ~19 significant digits, so longer text is
+ * only padding, and exact arithmetic on megabytes of digits would stall the actor. */
+const FLOAT_TEXT_BYTES_MAX = 5120;
+const DECIMAL_FORM = /^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/;
+
+/** A decimal as Redis's strtold-based parser accepts it (no spaces, no junk); undefined otherwise. */
+export function parseDecimal(bytes: Uint8Array): Decimal | undefined {
+  if (bytes.length > FLOAT_TEXT_BYTES_MAX) return undefined;
+  const text = Buffer.from(bytes).toString('latin1');
+  const lower = text.toLowerCase().replace(/^[+-]/, '');
+  if (lower === 'inf' || lower === 'infinity') return INFINITE;
+  const m = DECIMAL_FORM.exec(text);
+  if (m === null) return undefined;
+  const [, sign, whole, fraction = '', exponentText] = m;
+  if (whole === '' && fraction === '') return undefined;
+  const exponent = exponentText === undefined ? 0 : Number(exponentText);
+  const digits = (whole + fraction).replace(/^0+(?=\d)/, '');
+  const magnitude = digits.length - fraction.length + exponent;
+  if (/[1-9]/.test(digits) && magnitude > FLOAT_EXPONENT_MAX) return undefined;
+  let units = BigInt(digits === '' ? '0' : digits);
+  let scale = fraction.length - exponent;
+  if (scale < 0) {
+    units *= 10n ** BigInt(-scale);
+    scale = 0;
+  }
+  return { units: sign === '-' ? -units : units, scale };
+}
+
+function addDecimals(a: Decimal, b: Decimal): Decimal {
+  const scale = Math.max(a.scale, b.scale);
+  return {
+    units: a.units * 10n ** BigInt(scale - a.scale) + b.units * 10n ** BigInt(scale - b.scale),
+    scale,
+  };
+}
+
+/** Plain notation rounded to 17 decimals (half away from zero), trailing zeros and dot removed. */
+export function formatDecimal(d: Decimal): string {
+  let { units, scale } = d;
+  if (scale > FLOAT_DECIMALS) {
+    const divisor = 10n ** BigInt(scale - FLOAT_DECIMALS);
+    const half = divisor / 2n;
+    units = (units < 0n ? units - half : units + half) / divisor;
+    scale = FLOAT_DECIMALS;
+  }
+  const negative = units < 0n;
+  let digits = (negative ? -units : units).toString().padStart(scale + 1, '0');
+  let text = scale === 0 ? digits : `${digits.slice(0, -scale)}.${digits.slice(-scale)}`;
+  if (scale > 0) text = text.replace(/0+$/, '').replace(/\.$/, '');
+  digits = text;
+  return negative && digits !== '0' ? `-${digits}` : digits;
 }

@@ -12,6 +12,7 @@ import type { Keyspace } from '../core/keyspace.js';
 import {
   KEY_BYTES_MAX,
   POOL_QUEUE_TASKS_MAX,
+  SCAN_EXAMINED_KEYS_MAX,
   SCAN_PAGE_BYTES_MAX,
   SCAN_PAGE_KEYS_DEFAULT,
   SCAN_PAGE_KEYS_MAX,
@@ -49,6 +50,11 @@ export interface ScanOptions {
   limit?: number;
   /** Return keys without values. */
   keysOnly?: boolean;
+  /**
+   * Most keys this page examines (default 100 000): a pattern scan returns what it found so far, with
+   * a cursor, once it has looked at this many — like Redis's SCAN COUNT.
+   */
+  examineLimit?: number;
   priority?: (typeof PRIORITY_NAMES)[number];
 }
 
@@ -99,6 +105,7 @@ export class Scanner {
         end: plan.end,
         limit: plan.limit - entries.length,
         byteLimit: SCAN_PAGE_BYTES_MAX - bytes,
+        examineLimit: plan.examineLimit,
         pattern: plan.pattern,
         keysOnly: plan.keysOnly,
       };
@@ -202,6 +209,7 @@ export class Scanner {
 }
 
 interface ScanPlan {
+  examineLimit: number;
   start: Uint8Array | undefined;
   end: Uint8Array | undefined;
   pattern: Uint8Array | undefined;
@@ -241,6 +249,10 @@ function planScan(options: ScanOptions): ScanPlan {
   if (!Number.isInteger(limit) || limit < 1 || limit > SCAN_PAGE_KEYS_MAX) {
     throw invalidInput(`scan limit must be an integer in 1..${SCAN_PAGE_KEYS_MAX}`);
   }
+  const examineLimit = options.examineLimit ?? SCAN_EXAMINED_KEYS_MAX;
+  if (!Number.isInteger(examineLimit) || examineLimit < 1 || examineLimit > SCAN_EXAMINED_KEYS_MAX) {
+    throw invalidInput(`scan examineLimit must be an integer in 1..${SCAN_EXAMINED_KEYS_MAX}`);
+  }
   const priority = options.priority === undefined ? Priority.Default : parsePriority(options.priority);
   if (priority === undefined) throw invalidInput(`priority must be one of ${PRIORITY_NAMES.join(', ')}`);
   const narrowing = prefix ?? (pattern !== undefined ? literalPrefix(pattern) : undefined);
@@ -250,6 +262,7 @@ function planScan(options: ScanOptions): ScanPlan {
     if (upper !== undefined && (end === undefined || Buffer.compare(upper, end) < 0)) end = upper;
   }
   return {
+    examineLimit,
     start,
     end,
     pattern: pattern !== undefined && pattern.length > 0 ? pattern : undefined,

@@ -20,6 +20,7 @@
 //
 // Scan request: the common 8-byte header (flags: bit 0 start inclusive, bit 1 has start, bit 2 has
 // end, bit 3 keys only), then u16 startLength, start, u16 endLength, end, u32 limit, u32 byteLimit,
+// u32 examineLimit,
 // u16 patternLength, pattern.
 //
 // Result (worker → main):
@@ -154,12 +155,14 @@ export interface ScanRequest {
   end: Uint8Array | undefined;
   limit: number;
   byteLimit: number;
+  /** Keys the page may examine before it returns what it has (Redis's COUNT is a bound of this kind). */
+  examineLimit: number;
   pattern: Uint8Array | undefined;
   keysOnly: boolean;
 }
 
 export function scanRequestBytes(s: ScanRequest): number {
-  return 8 + 2 + (s.start?.length ?? 0) + 2 + (s.end?.length ?? 0) + 8 + 2 + (s.pattern?.length ?? 0);
+  return 8 + 2 + (s.start?.length ?? 0) + 2 + (s.end?.length ?? 0) + 12 + 2 + (s.pattern?.length ?? 0);
 }
 
 export function writeScanRequest(
@@ -183,7 +186,8 @@ export function writeScanRequest(
   p = writeBytes16(buf, p, s.end);
   buf.writeUInt32LE(s.limit, p);
   buf.writeUInt32LE(s.byteLimit, p + 4);
-  writeBytes16(buf, p + 8, s.pattern);
+  buf.writeUInt32LE(s.examineLimit, p + 8);
+  writeBytes16(buf, p + 12, s.pattern);
 }
 
 /** Decodes a scan request, copying its keys out of ring memory. */
@@ -196,7 +200,8 @@ export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; p
   p += 2 + end.length;
   const limit = buf.readUInt32LE(p);
   const byteLimit = buf.readUInt32LE(p + 4);
-  const pattern = readBytes16(buf, p + 8);
+  const examineLimit = buf.readUInt32LE(p + 8);
+  const pattern = readBytes16(buf, p + 12);
   const scan: ScanRequest = {
     fragment: buf.readUInt16LE(at + 2),
     start: flags & SCAN_HAS_START ? start : undefined,
@@ -204,6 +209,7 @@ export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; p
     end: flags & SCAN_HAS_END ? end : undefined,
     limit,
     byteLimit,
+    examineLimit,
     pattern: pattern.length > 0 ? pattern : undefined,
     keysOnly: (flags & SCAN_KEYS_ONLY) !== 0,
   };

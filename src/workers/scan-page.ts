@@ -3,13 +3,12 @@
 // range ends. Shared by the fragment's worker and the background pool.
 
 import { globMatch } from '../core/glob.js';
-import { SCAN_EXAMINED_KEYS_MAX } from '../core/limits.js';
 import { isLive } from '../core/record.js';
 import type { KvStore, PageStart } from '../native-bindings/kv-store.js';
 import type { ScanPage, ScanRequest } from '../threads/op-codec.js';
 
-/** Store entries read per call while a page fills. */
-const STORE_PAGE_KEYS = 256;
+/** Store entries read per call while a page fills (fewer when the page may examine fewer). */
+const STORE_PAGE_KEYS_MAX = 256;
 
 export async function collectScanPage(
   store: KvStore,
@@ -23,7 +22,8 @@ export async function collectScanPage(
   let start: PageStart | undefined =
     request.start === undefined ? undefined : { key: request.start, inclusive: request.startInclusive };
   for (;;) {
-    const stored = await store.page(request.fragment, start, request.end, STORE_PAGE_KEYS);
+    const want = Math.min(STORE_PAGE_KEYS_MAX, Math.max(1, request.examineLimit - examined));
+    const stored = await store.page(request.fragment, start, request.end, want);
     for (const e of stored) {
       if (isLive(e.record, nowMs) && (pattern === undefined || globMatch(pattern, e.key))) {
         const size = e.key.length + (keysOnly ? 0 : e.record.length);
@@ -37,12 +37,12 @@ export async function collectScanPage(
       page.resumeKey = e.key;
       if (page.entries.length >= request.limit) return page;
     }
-    if (stored.length < STORE_PAGE_KEYS) {
+    if (stored.length < want) {
       page.done = true;
       page.resumeKey = undefined;
       return page;
     }
-    if (examined >= SCAN_EXAMINED_KEYS_MAX) return page;
+    if (examined >= request.examineLimit) return page;
     start = { key: page.resumeKey!, inclusive: false };
   }
 }

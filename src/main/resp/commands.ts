@@ -100,14 +100,27 @@ export function writeErrorText(w: RespWriter, text: string): void {
 export const SYNTAX_ERROR = 'syntax error';
 export const NOT_INTEGER = 'value is not an integer or out of range';
 
-/** Argument `i` as a signed 64-bit integer within the safe range, as Redis's string2ll; undefined if not. */
+const INT64_MAX = 2n ** 63n - 1n;
+const INT64_MIN = -(2n ** 63n);
+
+/**
+ * Argument `i` as Redis's string2ll reads a signed 64-bit integer (canonical digits only), clamped to
+ * JavaScript's safe range — every caller treats magnitudes that large as out of its own range
+ * anyway (deadlines, offsets, counts). Undefined when it is not an int64.
+ */
 export function integerArg(cmd: RespCommand, i: number): number | undefined {
   const n = cmd.argLength(i);
   if (n === 0 || n > 20) return undefined;
   const text = cmd.arg(i).toString('latin1');
   if (!/^-?(0|[1-9][0-9]*)$/.test(text) || text === '-0') return undefined;
-  const value = Number(text);
-  return Number.isSafeInteger(value) ? value : undefined;
+  if (text.length < 16) return Number(text);
+  const big = BigInt(text);
+  if (big > INT64_MAX || big < INT64_MIN) return undefined;
+  return big > BigInt(Number.MAX_SAFE_INTEGER)
+    ? Number.MAX_SAFE_INTEGER
+    : big < BigInt(Number.MIN_SAFE_INTEGER)
+      ? Number.MIN_SAFE_INTEGER
+      : Number(big);
 }
 
 /** Upper-case name of argument `i`, for option parsing (the slow path). */

@@ -260,7 +260,7 @@ export class RespConnection {
       return;
     }
     if (this.closeAfterFlush && this.head === null) {
-      this.socket.end();
+      this.socket.destroySoon();
       this.closed = true;
       this.server.forget(this);
     }

@@ -325,15 +325,16 @@ function formatExpiry(w: RespWriter, mode: number, record: Uint8Array | undefine
   }
 }
 
-/** GETRANGE's substring: negative offsets count from the end; the end is inclusive. */
+/** GETRANGE's substring, exactly as Redis 7.2 computes it: negative offsets count from the end, the end is inclusive. */
 export function substring(value: Uint8Array, start: number, end: number): Uint8Array {
   const n = value.length;
   if (start < 0 && end < 0 && start > end) return EMPTY;
-  let from = start < 0 ? Math.max(0, n + start) : start;
+  let from = start < 0 ? n + start : start;
   let to = end < 0 ? n + end : end;
+  if (from < 0) from = 0;
+  if (to < 0) to = 0;
   if (to >= n) to = n - 1;
   if (from > to || n === 0) return EMPTY;
-  if (from < 0) from = 0;
   return value.subarray(from, to + 1);
 }
 

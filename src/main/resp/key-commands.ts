@@ -1,7 +1,7 @@
 // Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, SCAN, KEYS and DBSIZE.
 
 import { TesseraError } from '../../core/errors.js';
-import { EXPIRES_AT_MS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
+import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
 import { Modifier, ModifyFlag } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
@@ -31,6 +31,11 @@ import {
 export const KEYS_RESULTS_MAX = 100_000;
 /** Keys a SCAN page returns when COUNT is not given (Redis's default COUNT). */
 export const SCAN_COUNT_DEFAULT = 10;
+/**
+ * Keys a SCAN page examines per key it may return: like Redis's COUNT, the work of one call is
+ * bounded whatever the pattern, so a sparse MATCH answers quickly with few keys and a cursor.
+ */
+const SCAN_EXAMINED_PER_COUNT = 10;
 /** Keys DBSIZE reads per page while it counts. */
 const COUNT_PAGE_KEYS = 1000;
 
@@ -156,7 +161,8 @@ function scan(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
     answerScan(slot, '0', []);
     return false;
   }
-  server.node.scan({ cursor, match, limit: count, keysOnly: true }).then(
+  const examineLimit = Math.min(SCAN_EXAMINED_KEYS_MAX, count * SCAN_EXAMINED_PER_COUNT);
+  server.node.scan({ cursor, match, limit: count, keysOnly: true, examineLimit }).then(
     (page) =>
       answerScan(
         slot,

@@ -37,7 +37,8 @@ function auth(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   }
   const user = cmd.argc === 3 ? cmd.arg(1).toString('utf8') : 'default';
   const password = cmd.arg(cmd.argc - 1);
-  if (!conn.server.requiresAuth) {
+  // Redis answers the one-argument form this way when no password is set; `AUTH default x` succeeds.
+  if (!conn.server.requiresAuth && cmd.argc === 2) {
     w.error(
       'AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?',
     );
@@ -48,8 +49,9 @@ function auth(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   return true;
 }
 
+/** Only the default user exists; without a configured password it accepts any password, as Redis's nopass. */
 function authenticate(conn: RespConnection, user: string, password: Uint8Array): boolean {
-  const ok = conn.server.passwordMatches(password) && user === 'default';
+  const ok = user === 'default' && (!conn.server.requiresAuth || conn.server.passwordMatches(password));
   conn.authenticated = ok || conn.authenticated;
   return ok;
 }
@@ -144,8 +146,21 @@ function reset(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean 
 }
 
 /** CLIENT SETNAME / GETNAME / ID / INFO / LIST / SETINFO / NO-EVICT / NO-TOUCH / REPLY ON / HELP */
+/** Exact argument counts of the CLIENT subcommands that take none or fixed ones. */
+const CLIENT_ARITY: Record<string, number> = {
+  GETNAME: 2,
+  ID: 2,
+  INFO: 2,
+  'NO-EVICT': 3,
+  'NO-TOUCH': 3,
+  HELP: 2,
+};
+
 function client(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const sub = optionName(cmd, 1);
+  conn.lastCommand = `CLIENT|${sub}`;
+  const arity = CLIENT_ARITY[sub];
+  if (arity !== undefined && cmd.argc !== arity) return wrongArity(w, `client|${sub.toLowerCase()}`);
   switch (sub) {
     case 'SETNAME': {
       if (cmd.argc !== 3) return wrongArity(w, 'client|setname');
@@ -240,6 +255,8 @@ function command(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
     return true;
   }
   const sub = optionName(cmd, 1);
+  if ((sub === 'COUNT' || sub === 'LIST') && cmd.argc !== 2)
+    return wrongArity(w, `command|${sub.toLowerCase()}`);
   if (sub === 'COUNT') w.integer(COMMANDS.length);
   else if (sub === 'LIST') {
     w.arrayHeader(COMMANDS.length);
@@ -248,7 +265,7 @@ function command(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
     const specs = cmd.argc === 2 ? COMMANDS : namedSpecs(cmd);
     w.arrayHeader(specs.length);
     for (const spec of specs) {
-      if (spec === undefined) w.nullArray();
+      if (spec === undefined) w.null();
       else commandInfo(w, spec);
     }
   } else if (sub === 'DOCS') {

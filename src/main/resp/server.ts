@@ -151,7 +151,8 @@ export class RespServer {
       ['maxmemory', '0'],
       ['maxmemory-policy', 'noeviction'],
       ['appendonly', s.durability === 0 ? 'no' : 'yes'],
-      ['appendfsync', s.durability === 2 ? 'always' : 'no'],
+      // The durability levels' Redis counterparts (README "Durability").
+      ['appendfsync', s.durability === 2 ? 'always' : s.durability === 1 ? 'everysec' : 'no'],
       ['save', ''],
       ['timeout', '0'],
       ['tcp-keepalive', '0'],

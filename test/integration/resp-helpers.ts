@@ -1,0 +1,307 @@
+// Shared helpers for tests of the RESP face: a node with its RESP server on an ephemeral loopback
+// port, ioredis clients that never reconnect behind a test's back, and a raw socket that sends
+// exact bytes and reads exact replies (for RESP3 types, protocol errors and misbehaving clients).
+
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { Redis, type RedisOptions } from 'ioredis';
+import pino from 'pino';
+import type { TesseraOptions } from '../../src/main/config.js';
+import { Tessera } from '../../src/main/node.js';
+import { RespServer } from '../../src/main/resp/server.js';
+import { tempDir } from './helpers.js';
+
+export interface RespFixture {
+  node: Tessera;
+  server: RespServer;
+  port: number;
+  /** An ioredis client on this server, closed by `stop()`. */
+  client(options?: RedisOptions): Promise<Redis>;
+  /** A raw socket on this server, closed by `stop()`. */
+  raw(): Promise<RawClient>;
+  /** Closes every client, the server, the node, and removes the data directory. */
+  stop(): Promise<void>;
+}
+
+export interface RespFixtureOptions {
+  label: string;
+  password?: string;
+  /** Node options over the defaults (lmdb, 2 workers, 16 fragments). */
+  node?: Omit<TesseraOptions, 'dataDir'>;
+}
+
+/** Starts a node and its RESP server on 127.0.0.1, port 0. */
+export async function startResp(options: RespFixtureOptions): Promise<RespFixture> {
+  const dir = await tempDir(options.label);
+  const node = await Tessera.start({
+    store: 'lmdb',
+    workers: 2,
+    fragments: 16,
+    ...options.node,
+    dataDir: dir.path,
+  });
+  const server = await RespServer.listen(node, {
+    port: 0,
+    bind: '127.0.0.1',
+    logger: pino({ level: 'silent' }),
+    password: options.password,
+  });
+  const { port } = server.address;
+  const clients: Redis[] = [];
+  const raws: RawClient[] = [];
+  return {
+    node,
+    server,
+    port,
+    async client(extra?: RedisOptions): Promise<Redis> {
+      const redis = newClient(port, extra);
+      clients.push(redis);
+      await whenReady(redis);
+      return redis;
+    },
+    async raw(): Promise<RawClient> {
+      const client = await RawClient.connect(port);
+      raws.push(client);
+      return client;
+    },
+    async stop(): Promise<void> {
+      for (const c of clients) c.disconnect();
+      for (const r of raws) r.destroy();
+      await server.close();
+      await node.close();
+      await dir.cleanup();
+    },
+  };
+}
+
+/** An ioredis client that fails instead of retrying or reconnecting, so a test sees every error. */
+export function newClient(port: number, extra?: RedisOptions): Redis {
+  const redis = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    reconnectOnError: () => false,
+    ...extra,
+  });
+  // Errors surface through the commands; an 'error' event without a listener would crash the test.
+  redis.on('error', () => {});
+  return redis;
+}
+
+/** Resolves once `redis` is ready; rejects if its connection ends first. */
+export function whenReady(redis: Redis): Promise<void> {
+  if (redis.status === 'ready') return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const onReady = () => {
+      redis.off('end', onEnd);
+      resolve();
+    };
+    const onEnd = () => {
+      redis.off('ready', onReady);
+      reject(new Error('the client connection ended before it was ready'));
+    };
+    redis.once('ready', onReady);
+    redis.once('end', onEnd);
+  });
+}
+
+/** Asserts that `promise` rejects with a Redis error whose text is `expected` (or matches it). */
+export async function rejectsWith(promise: Promise<unknown>, expected: string | RegExp): Promise<void> {
+  let error: unknown;
+  try {
+    await promise;
+  } catch (err) {
+    error = err;
+  }
+  if (!(error instanceof Error)) assert.fail(`expected the error ${String(expected)}, got a reply`);
+  if (typeof expected === 'string') assert.equal(error.message, expected);
+  else assert.match(error.message, expected);
+}
+
+/** A RESP request as bytes: an array of bulk strings. */
+export function encodeCommand(args: ReadonlyArray<string | Uint8Array>): Buffer {
+  const parts: Buffer[] = [Buffer.from(`*${args.length}\r\n`)];
+  for (const arg of args) {
+    const bytes = typeof arg === 'string' ? Buffer.from(arg, 'utf8') : Buffer.from(arg);
+    parts.push(Buffer.from(`$${bytes.length}\r\n`), bytes, Buffer.from('\r\n'));
+  }
+  return Buffer.concat(parts);
+}
+
+/**
+ * Length of the first complete RESP2/RESP3 reply in `buf` from `at`, or -1 when it is incomplete.
+ * Understands every RESP3 type, attributes and pushes included.
+ */
+export function replyLength(buf: Buffer, at = 0): number {
+  if (at >= buf.length) return -1;
+  const lineEnd = buf.indexOf('\r\n', at);
+  if (lineEnd === -1) return -1;
+  const type = String.fromCharCode(buf[at]);
+  const header = buf.toString('latin1', at + 1, lineEnd);
+  const afterLine = lineEnd + 2 - at;
+  switch (type) {
+    case '+':
+    case '-':
+    case ':':
+    case '_':
+    case ',':
+    case '#':
+    case '(':
+      return afterLine;
+    case '$':
+    case '!':
+    case '=': {
+      const n = Number(header);
+      if (n < 0) return afterLine;
+      return buf.length - at >= afterLine + n + 2 ? afterLine + n + 2 : -1;
+    }
+    case '*':
+    case '~':
+    case '>':
+    case '%':
+    case '|': {
+      const count = Number(header);
+      if (count < 0) return afterLine;
+      const elements = type === '%' || type === '|' ? count * 2 : count;
+      let length = afterLine;
+      for (let i = 0; i < elements; i++) {
+        const n = replyLength(buf, at + length);
+        if (n === -1) return -1;
+        length += n;
+      }
+      // An attribute precedes the reply it describes.
+      if (type === '|') {
+        const n = replyLength(buf, at + length);
+        return n === -1 ? -1 : length + n;
+      }
+      return length;
+    }
+    default:
+      throw new Error(
+        `not a RESP reply at byte ${at}: ${JSON.stringify(buf.toString('latin1', at, at + 40))}`,
+      );
+  }
+}
+
+/** A plain TCP client: send bytes, read whole replies as text or bytes. */
+export class RawClient {
+  /** Received bytes not yet read as replies: `buffered`, then `chunks` not yet joined to it. */
+  private buffered: Buffer = Buffer.alloc(0);
+  private chunks: Buffer[] = [];
+  private chunkBytes = 0;
+  /** Bytes received since the connection opened. */
+  receivedBytes = 0;
+  private waiter: (() => void) | undefined;
+  closed = false;
+  /** Resolves when the server closes the connection (or it errors). */
+  readonly whenClosed: Promise<void>;
+
+  private constructor(readonly socket: Socket) {
+    socket.on('data', (chunk: Buffer) => {
+      // Joined only when a reply is looked for, so a flood of data costs no repeated copying.
+      this.chunks.push(chunk);
+      this.chunkBytes += chunk.length;
+      this.receivedBytes += chunk.length;
+      this.wake();
+    });
+    this.whenClosed = new Promise((resolve) => {
+      socket.on('close', () => {
+        this.closed = true;
+        this.wake();
+        resolve();
+      });
+    });
+    socket.on('error', () => {});
+  }
+
+  static connect(port: number): Promise<RawClient> {
+    return new Promise((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1');
+      socket.once('error', reject);
+      socket.once('connect', () => {
+        socket.off('error', reject);
+        socket.setNoDelay(true);
+        resolve(new RawClient(socket));
+      });
+    });
+  }
+
+  /** Resolves when the server has closed the connection; rejects if it is still open after `timeoutMs`. */
+  async closedWithin(timeoutMs = 5000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`the connection is still open after ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+    });
+    try {
+      await Promise.race([this.whenClosed, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  send(bytes: Uint8Array | string): void {
+    this.socket.write(bytes);
+  }
+
+  /** Sends one command as a RESP array. */
+  sendCommand(...args: Array<string | Uint8Array>): void {
+    this.socket.write(encodeCommand(args));
+  }
+
+  /** Sends `args` and reads its reply as latin1 text (exact bytes, one char per byte). */
+  async call(...args: Array<string | Uint8Array>): Promise<string> {
+    this.sendCommand(...args);
+    return (await this.readReply()).toString('latin1');
+  }
+
+  /** The next whole reply's bytes; rejects if the connection closes or `timeoutMs` passes first. */
+  async readReply(timeoutMs = 5000): Promise<Buffer> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      this.join();
+      const n = replyLength(this.buffered);
+      if (n !== -1) {
+        const reply = this.buffered.subarray(0, n);
+        this.buffered = this.buffered.subarray(n);
+        return reply;
+      }
+      if (this.closed) throw new Error('connection closed before a whole reply arrived');
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no whole reply within ${timeoutMs} ms`);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        this.waiter = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+  }
+
+  /** Bytes received and not yet read as replies. */
+  get pendingBytes(): number {
+    return this.buffered.length + this.chunkBytes;
+  }
+
+  private join(): void {
+    if (this.chunks.length === 0) return;
+    this.buffered = Buffer.concat([this.buffered, ...this.chunks]);
+    this.chunks = [];
+    this.chunkBytes = 0;
+  }
+
+  destroy(): void {
+    this.socket.destroy();
+  }
+
+  private wake(): void {
+    const waiter = this.waiter;
+    this.waiter = undefined;
+    waiter?.();
+  }
+}
