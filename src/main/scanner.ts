@@ -17,6 +17,7 @@ import {
   SCAN_PAGE_KEYS_DEFAULT,
   SCAN_PAGE_KEYS_MAX,
   SCAN_PATTERN_BYTES_MAX,
+  SCAN_POOL_EXAMINED_MIN,
 } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, PRIORITY_NAMES, Priority, parsePriority, Reply } from '../core/ops.js';
@@ -153,8 +154,10 @@ export class Scanner {
   }
 
   private async readPage(request: ScanRequest, priority: Priority): Promise<ScanPage> {
-    if (request.pattern === undefined || this.config.store !== 'lmdb')
+    const large = request.examineLimit > SCAN_POOL_EXAMINED_MIN;
+    if (request.pattern === undefined || this.config.store !== 'lmdb' || !large) {
       return this.workerPage(request, priority);
+    }
     await this.fence(request.fragment);
     return this.poolPage(request);
   }
