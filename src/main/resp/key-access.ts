@@ -386,20 +386,25 @@ const readHandler: ResultHandler<ReplySlot> = {
   },
 };
 
+/** One part of a multi-key command is in (with its error, if it failed); the last one answers. */
+function partDone(slot: ReplySlot, error: string | undefined): void {
+  if (error !== undefined) slot.error ??= error;
+  slot.parts--;
+  finishParts(slot);
+}
+
 const partReadHandler: ResultHandler<PartToken> = {
   onResult(part, buf, at, length) {
     const status = resultStatus(buf, at);
-    if (status === Reply.Found)
+    if (status === Reply.Found) {
       accumulate(part.slot, part.mode, buf.subarray(at + RESULT_HEADER_BYTES, at + length), part.index);
-    else if (status !== Reply.NotFound) part.slot.error ??= resultError(buf, at, length).message;
-    part.slot.parts--;
-    finishParts(part.slot);
+    }
+    partDone(
+      part.slot,
+      status === Reply.Found || status === Reply.NotFound ? undefined : resultError(buf, at, length).message,
+    );
   },
-  onFailure(part, error) {
-    part.slot.error ??= error.message;
-    part.slot.parts--;
-    finishParts(part.slot);
-  },
+  onFailure: (part, error) => partDone(part.slot, error.message),
 };
 
 /** Whether a write result means the write holds (applied, already there, or expired on arrival). */
@@ -424,16 +429,10 @@ const writeHandler: ResultHandler<ReplySlot> = {
 const partWriteHandler: ResultHandler<PartToken> = {
   onResult(part, buf, at, length) {
     const status = resultStatus(buf, at);
-    if (!writeHeld(status)) part.slot.error ??= resultError(buf, at, length).message;
-    else if (status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
-    part.slot.parts--;
-    finishParts(part.slot);
+    if (writeHeld(status) && status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
+    partDone(part.slot, writeHeld(status) ? undefined : resultError(buf, at, length).message);
   },
-  onFailure(part, error) {
-    part.slot.error ??= error.message;
-    part.slot.parts--;
-    finishParts(part.slot);
-  },
+  onFailure: (part, error) => partDone(part.slot, error.message),
 };
 
 const modifyHandler: ResultHandler<ReplySlot> = {
