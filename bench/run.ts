@@ -2,12 +2,13 @@
 // ratio to its baseline from the same run. `--json FILE` also writes the rows.
 //
 //   TESSERA_BENCH_MS   time per task in ms (default 1000)
-//   --only SUITE[,…]   run only these suites (ring, codec, resp, lww, store, embedded)
+//   --only SUITE[,…]   run only these suites (ring, codec, keyspace, resp, lww, store, embedded)
 
 import { writeFileSync } from 'node:fs';
 import { codecBench } from './codec.bench.js';
 import { BENCH_TIME_MS, type BenchRow, formatTable } from './common.js';
 import { embeddedBench } from './embedded.bench.js';
+import { keyspaceBench } from './keyspace.bench.js';
 import { lwwBench } from './lww.bench.js';
 import { respBench } from './resp.bench.js';
 import { runRingBench } from './ring.bench.js';
@@ -29,6 +30,7 @@ async function ringRows(): Promise<BenchRow[]> {
 const SUITES: Record<string, () => Promise<BenchRow[]>> = {
   ring: ringRows,
   codec: codecBench,
+  keyspace: keyspaceBench,
   resp: respBench,
   lww: lwwBench,
   store: storeBench,
