@@ -71,7 +71,13 @@ async function main(): Promise<number> {
       logger.info({ signal }, 'shutting down');
       resp
         .close()
-        .then(() => node.close())
+        .then(() =>
+          node.close(
+            node.cluster !== undefined && args.drainTimeoutMs > 0
+              ? { drainReplication: { timeoutMs: args.drainTimeoutMs } }
+              : {},
+          ),
+        )
         .then(
           () => resolve(0),
           (err: Error) => {

@@ -44,6 +44,13 @@ export class FragmentOp implements ModifyRequest {
   flags = 0;
   arg = 0;
   operand: Uint8Array | undefined = undefined;
+  /**
+   * Write: the record came from a replica (replication or anti-entropy), so it is not replicated
+   * again from here.
+   */
+  replicated = false;
+  /** Where the reply goes when the worker itself issued the op (replication), instead of the ring. */
+  sink: ReplySink | undefined = undefined;
 
   constructor(
     readonly kind: OpKind,
@@ -66,8 +73,15 @@ export class FragmentOp implements ModifyRequest {
   }
 }
 
+/** Receives the replies of ops the worker issued itself (a replicated batch and its fence). */
+export interface ReplySink {
+  onReply(op: FragmentOp, reply: Reply, text: string): void;
+}
+
 export interface FragmentConfig {
   fragment: number;
+  /** The fragment has other replicas: keep the writes this actor applies for its senders. */
+  replicates?: boolean;
   /** Largest value a modification (APPEND, SETRANGE) may produce. */
   valueBytesMax: number;
   /** Newest wall-ms the store holds for this fragment (its persisted high-water mark). */
@@ -161,6 +175,8 @@ export class FragmentCore {
   private readonly commitWaiters: Waiter[] = [];
   private readonly stableWaiters: Waiter[] = [];
 
+  /** Writes applied from clients since the driver last took them, for the replication senders. */
+  private replicationLog: Array<[key: Buffer, record: Uint8Array]> = [];
   private readonly shed: [number, number, number] = [0, 0, 0];
   private writes = 0;
   private reads = 0;
@@ -340,9 +356,11 @@ export class FragmentCore {
       case ApplyOutcome.Expired:
         // A deadline in the past deletes the key (EXPIRE with a past time, GETEX EXAT in the past).
         this.putPending(op.key, op.keyId, expiryTombstoneOf(plan.write));
+        this.logForReplicas(op, op.key, plan.write);
         break;
       default:
         this.putPending(op.key, op.keyId, plan.write);
+        this.logForReplicas(op, op.key, plan.write);
     }
     this.await(op, reply, live !== undefined, record, plan.text);
   }
@@ -369,8 +387,10 @@ export class FragmentCore {
       const keyId = key.toString('latin1');
       const current = this.lookupKey(key, keyId);
       // A newer tombstone or expired value may still be there: LWW decides as for any write.
-      if (mergeOutcome(current, record, this.nowMs) !== ApplyOutcome.Superseded)
+      if (mergeOutcome(current, record, this.nowMs) !== ApplyOutcome.Superseded) {
         this.putPending(key, keyId, record);
+        this.logForReplicas(op, key, record);
+      }
       this.writes++;
     }
     this.await(op, Reply.Integer, false, undefined, '1');
@@ -387,14 +407,18 @@ export class FragmentCore {
       case ApplyOutcome.Superseded:
         return this.reply(op, Reply.Superseded, Buffer.from(current!), prior, '');
       case ApplyOutcome.AlreadyPresent:
+        // A retried write: the replicas may still lack it (spec §5.2 replicates it again).
+        this.logForReplicas(op, op.key, incoming);
         return this.await(op, Reply.AlreadyPresent, prior);
       case ApplyOutcome.Expired:
         // The deadline passed before the write arrived: install its expiry tombstone so no older
         // replica can bring the key back, and report Expired (spec §2.4).
         this.putPending(op.key, op.keyId, expiryTombstoneOf(incoming));
+        this.logForReplicas(op, op.key, incoming);
         return this.reply(op, Reply.Expired, undefined, prior, '');
       case ApplyOutcome.Applied:
         this.putPending(op.key, op.keyId, incoming);
+        this.logForReplicas(op, op.key, incoming);
         return this.await(op, Reply.Applied, prior);
     }
   }
@@ -407,6 +431,26 @@ export class FragmentCore {
     if (isTombstone(stored) || isLive(stored, this.nowMs)) return;
     this.putPending(key, keyId, expiryTombstoneOf(stored));
     this.expiredSwept++;
+  }
+
+  /**
+   * Keeps a client write for the replication senders. Replicas receive the record as written (an
+   * expired one becomes their own expiry tombstone by the same rule).
+   */
+  private logForReplicas(op: FragmentOp, key: Buffer, record: Uint8Array): void {
+    if (this.config.replicates === true && !op.replicated) this.replicationLog.push([key, record]);
+  }
+
+  /** Moves the writes kept for the replication senders into the caller's hands. */
+  takeReplicated(): Array<[key: Buffer, record: Uint8Array]> {
+    const log = this.replicationLog;
+    if (log.length > 0) this.replicationLog = [];
+    return log;
+  }
+
+  /** The freshest record of `key` — pending, then stored — a view valid until the next read. */
+  current(key: Buffer): Uint8Array | undefined {
+    return this.lookupKey(key, key.toString('latin1'));
   }
 
   private putPending(key: Buffer, keyId: string, record: Uint8Array): void {

@@ -19,6 +19,47 @@ export const VALUE_BYTES_MAX_CEILING = 15 * 1024 * 1024;
 /** Hard limit of one peer frame (spec §4.6). */
 export const FRAME_BYTES_MAX = 16 * 1024 * 1024;
 
+/** Largest frame accepted before the peer handshake completes: only Hello and HelloAuth fit (spec §4.1). */
+export const PREAUTH_FRAME_BYTES_MAX = 4 * 1024;
+/** Both handshake flights must complete within this (spec §4.3). */
+export const HANDSHAKE_TIMEOUT_MS = 5_000;
+/** A cluster secret shorter than this is refused: the HMAC proof is only as strong as the secret. */
+export const CLUSTER_SECRET_BYTES_MIN = 32;
+/** Redial backoff of a peer connection: doubles from the base to the maximum, plus 0–50 % jitter. */
+export const PEER_RECONNECT_MS_BASE = 100;
+export const PEER_RECONNECT_MS_MAX = 30_000;
+/** Connection attempt timeout of a dial. */
+export const PEER_CONNECT_TIMEOUT_MS = 5_000;
+/**
+ * Bytes queued for one peer socket beyond which the connection is closed (fail-closed, as the seed
+ * does): senders replay after the reconnect, and forwarded operations fail with a Network error.
+ */
+export const PEER_OUTBOUND_BYTES_MAX = 64 * 1024 * 1024;
+/** A forwarded operation chain stops after this many nodes (spec §5.7). */
+export const MAX_FORWARD_HOPS = 4;
+/** A forwarded operation without a result after this long fails with a Network error. */
+export const FORWARD_TIMEOUT_MS = 5_000;
+/** Forwarded operations one node may have waiting on its peers; past it callers get Backpressure. */
+export const FORWARD_IN_FLIGHT_MAX = 65_536;
+/** Replication: ops and bytes per ReplicateBatch, and how long a partial batch waits. */
+export const REPLICATION_BATCH_OPS_MAX = 512;
+export const REPLICATION_BATCH_BYTES_MAX = 1024 * 1024;
+export const REPLICATION_BATCH_INTERVAL_MS = 2;
+/** A sender's backlog bound (ops and bytes, buffered plus in flight); past it the backlog is dropped and anti-entropy repairs. */
+export const REPLICATION_BUFFER_OPS_MAX = 100_000;
+export const REPLICATION_BUFFER_BYTES_MAX = 64 * 1024 * 1024;
+/** An unacknowledged batch is replayed in a new session after this long (spec §5.3: 30 s). */
+export const REPLICATION_ACK_TIMEOUT_MS = 30_000;
+/** After a NACK or a failed anti-entropy round a sender waits this long before it retries (seed: ~1 s). */
+export const REPLICATION_RETRY_FLOOR_MS = 1_000;
+/** Default period of anti-entropy rounds per (fragment, peer). */
+export const ANTI_ENTROPY_INTERVAL_MS_DEFAULT = 60_000;
+/** An anti-entropy round without progress for this long is abandoned and retried. */
+export const ANTI_ENTROPY_ROUND_TIMEOUT_MS = 10_000;
+/** Summaries per anti-entropy page (spec §6: 256) and the soft byte target of a page (≈1 MiB). */
+export const RECONCILE_PAGE_ITEMS_MAX = 256;
+export const RECONCILE_PAGE_BYTES_MAX = 1024 * 1024;
+
 /** Node ids are 1–255 bytes, as the seed's wire format and error texts say (spec §2.1). */
 export const NODE_ID_BYTES_MAX = 255;
 

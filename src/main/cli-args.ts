@@ -105,6 +105,65 @@ const FLAGS: Flag[] = [
     option: 'poolTasksPerSec',
     help: 'background pool tasks started per second (default 200)',
   },
+  {
+    name: 'peers',
+    kind: 'string',
+    option: 'peers',
+    help: 'cluster members as id@host:port (their peer ports), comma-separated; may include this node',
+  },
+  {
+    name: 'peer-port',
+    kind: 'integer',
+    option: 'peerPort',
+    help: "port this node listens on for peers (default: this node's entry in --peers)",
+  },
+  {
+    name: 'peer-bind',
+    kind: 'string',
+    option: 'peerBind',
+    help: 'address the peer port listens on (default 127.0.0.1)',
+  },
+  {
+    name: 'replicas',
+    kind: 'integer',
+    option: 'replicas',
+    help: 'copies of each fragment (default min(3, members))',
+  },
+  {
+    name: 'cluster-secret',
+    kind: 'string',
+    option: 'clusterSecret',
+    help: 'shared secret (at least 32 bytes) peers prove in the handshake; prefer the variable or a file',
+  },
+  {
+    name: 'cluster-secret-file',
+    kind: 'string',
+    option: 'clusterSecretFile',
+    help: 'file holding the cluster secret',
+  },
+  {
+    name: 'insecure',
+    kind: 'boolean',
+    option: 'insecure',
+    help: 'allow peers on non-loopback addresses without a cluster secret (plaintext, unauthenticated)',
+  },
+  {
+    name: 'replication-ack',
+    kind: 'string',
+    option: 'replicationAck',
+    help: `level a replica reaches before it acknowledges a batch: ${DURABILITY_NAMES.join(' | ')} (default store)`,
+  },
+  {
+    name: 'anti-entropy-interval',
+    kind: 'duration',
+    option: 'antiEntropyIntervalMs',
+    help: 'period of anti-entropy rounds per fragment and peer (default 60s)',
+  },
+  {
+    name: 'drain-timeout',
+    kind: 'duration',
+    help: 'on shutdown, wait this long for replicas to acknowledge every write (default 5s; 0 skips)',
+  },
   { name: 'port', kind: 'integer', help: 'RESP (Redis protocol) port; 0 picks a free one (default 6380)' },
   {
     name: 'bind',
@@ -123,11 +182,16 @@ const FLAGS: Flag[] = [
 
 export interface CliArgs {
   options: TesseraOptions;
+  /** Replication drain on shutdown (cluster nodes), in ms. */
+  drainTimeoutMs: number;
   resp: { port: number; bind: string; password: string | undefined };
   logLevel: (typeof LOG_LEVELS)[number];
   help: boolean;
   version: boolean;
 }
+
+/** How long a cluster node waits for its replicas on shutdown unless told otherwise. */
+const DRAIN_TIMEOUT_MS_DEFAULT = 5_000;
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
@@ -205,8 +269,10 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
   if (!LOG_LEVELS.includes(logLevel))
     throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
+  if (options.peers !== undefined) (options as TesseraOptions).clientPort = port;
   return {
     options: options as TesseraOptions,
+    drainTimeoutMs: (values.get('drain-timeout') as number | undefined) ?? DRAIN_TIMEOUT_MS_DEFAULT,
     resp,
     logLevel,
     help: values.get('help') === true,

@@ -23,9 +23,15 @@ import {
 } from '../core/limits.js';
 import { DURABILITY_NAMES, type Durability, type DurabilityName, parseDurability } from '../core/ops.js';
 import { STORE_KINDS, type StoreKind } from '../native-bindings/kv-store.js';
+import {
+  CLUSTER_OPTION_NAMES,
+  type ClusterConfig,
+  type ClusterOptions,
+  resolveClusterConfig,
+} from './cluster-config.js';
 
-/** Options of `Tessera.start`. Everything is optional. */
-export interface TesseraOptions {
+/** Options of `Tessera.start`. Everything is optional; `peers` makes the node part of a cluster. */
+export interface TesseraOptions extends ClusterOptions {
   /** Where lmdb / level keep data (default `./data`); unused by the memory store. */
   dataDir?: string;
   /** Storage engine (default `lmdb`). */
@@ -75,6 +81,8 @@ export interface NodeConfig {
   poolTasksPerSec: number;
   flushWritesMax: number;
   flushBytesMax: number;
+  /** Set when the node is part of a cluster. */
+  cluster: ClusterConfig | undefined;
 }
 
 const KNOWN_OPTIONS = new Set([
@@ -93,6 +101,7 @@ const KNOWN_OPTIONS = new Set([
   'poolThreads',
   'poolTasksPerSec',
   'logger',
+  ...CLUSTER_OPTION_NAMES,
 ]);
 
 /** One hour: longer periods are almost certainly a unit mistake (seconds for milliseconds). */
@@ -138,10 +147,12 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     INTERVAL_MS_MAX,
     FLUSH_INTERVAL_MS_DEFAULT,
   );
+  const fragments = integerIn('fragments', options.fragments, 1, FRAGMENT_COUNT_MAX, FRAGMENT_COUNT_DEFAULT);
   return {
+    cluster: resolveClusterConfig(options, nodeId, fragments),
     dataDir: resolve(options.dataDir ?? './data'),
     store,
-    fragments: integerIn('fragments', options.fragments, 1, FRAGMENT_COUNT_MAX, FRAGMENT_COUNT_DEFAULT),
+    fragments,
     workers: integerIn('workers', options.workers, 1, WORKER_COUNT_MAX, defaultWorkerCount()),
     durability,
     nodeId,

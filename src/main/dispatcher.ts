@@ -14,11 +14,12 @@ import { KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
 import type { Modifier } from '../core/modify.js';
 import { Durability, OpKind, type Priority } from '../core/ops.js';
 import { isLive, recordBytes, writeRecordHeader } from '../core/record.js';
+import type { SenderReport } from '../core/replication-sender.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
 import { openStore } from '../native-bindings/open-store.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
-import type { WorkerInit } from '../threads/messages.js';
+import type { ClusterInit, WorkerInit } from '../threads/messages.js';
 import {
   MODIFY_PARAMS_BYTES,
   RESULT_HEADER_BYTES,
@@ -54,9 +55,34 @@ export interface WriteSpec {
 /** Returned by `readLocal` when the fragment must be read through its worker. */
 export const NOT_LOCAL = Symbol('not-local');
 
+/** Where operations of a fragment go: its worker here, a peer, or nowhere reachable. */
+export interface OpLink {
+  readonly buffer: Buffer;
+  readonly reqId: number;
+  canAccept(): boolean;
+  refusal(): TesseraError;
+  begin<T>(handler: ResultHandler<T>, token: T, bytes: number): number;
+  end(): void;
+}
+
+/** Routing by placement, when the node is part of a cluster (src/main/mesh/cluster.ts). */
+export interface ClusterRouter {
+  /** The link of the fragment's first serving replica; undefined when that is this node. */
+  routeOf(fragment: number): OpLink | undefined;
+  /** True when this node is one of the fragment's replicas. */
+  holds(fragment: number): boolean;
+  /** What the workers need to know of the cluster. */
+  workerInit(): ClusterInit;
+  onPeerFrame(member: number, buf: Buffer, start: number, end: number): void;
+  onPeerClose(member: number, reason: string): void;
+  onWorkerServing(link: WorkerLink): void;
+}
+
 export interface WorkerHealthReport {
   heapUsedBytes: number;
   fragments: FragmentStats[];
+  /** The worker's replication senders (empty outside a cluster). */
+  replication: SenderReport[];
 }
 
 const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
@@ -75,6 +101,7 @@ export class Dispatcher {
   private snapshot: KvStore | undefined;
   /** Commit epoch the snapshot was last renewed at. */
   private snapshotEpoch = -1;
+  private cluster: ClusterRouter | undefined;
 
   constructor(
     private readonly config: NodeConfig,
@@ -106,6 +133,9 @@ export class Dispatcher {
           makeInit: (index, requestRing, resultRing) =>
             this.workerInit(index, requestRing, resultRing, location, fragments),
           onReady: (index, highWaterWallMs) => this.observeStored(index, highWaterWallMs),
+          onPeerFrame: (member, buf, start, end) => this.cluster?.onPeerFrame(member, buf, start, end),
+          onPeerClose: (member, reason) => this.cluster?.onPeerClose(member, reason),
+          onServing: (index) => this.cluster?.onWorkerServing(this.links[index]),
         }),
       );
     }
@@ -143,8 +173,48 @@ export class Dispatcher {
     return this.keyspace.fragmentOf(key);
   }
 
-  linkOf(fragment: number): WorkerLink {
+  /** Joins a cluster: operations route by placement from now on. Call before `start`. */
+  attachCluster(cluster: ClusterRouter): void {
+    this.cluster = cluster;
+  }
+
+  /** The worker here that owns `fragment` (whether or not this node serves it now). */
+  workerLinkOf(fragment: number): WorkerLink {
     return this.links[this.linkOfFragment[fragment]];
+  }
+
+  /** Where operations on `fragment` go now: this node's worker or the first serving replica. */
+  linkOf(fragment: number): OpLink {
+    return this.cluster?.routeOf(fragment) ?? this.links[this.linkOfFragment[fragment]];
+  }
+
+  /** True when this node holds a copy of `fragment` (always, outside a cluster). */
+  holds(fragment: number): boolean {
+    return this.cluster === undefined || this.cluster.holds(fragment);
+  }
+
+  /** True when this node serves `fragment` itself (always, outside a cluster). */
+  servesHere(fragment: number): boolean {
+    return this.cluster === undefined || this.cluster.routeOf(fragment) === undefined;
+  }
+
+  /**
+   * Sends an encoded request (from a peer, or one being retried) to this node's worker for its
+   * fragment; the request's id is replaced with the link's own.
+   */
+  submitEncoded<T>(
+    fragment: number,
+    request: Uint8Array,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const link = this.workerLinkOf(fragment);
+    if (!link.canAccept()) return link.refusal();
+    const at = link.begin(handler, token, request.length);
+    link.buffer.set(request, at);
+    link.buffer.writeUInt32LE(link.reqId, at + 4);
+    link.end();
+    return undefined;
   }
 
   /**
@@ -202,9 +272,10 @@ export class Dispatcher {
    * the store has no shared readers), so the read must go through the worker.
    * (src/threads/fragment-board.ts says why this is safe.)
    */
-  readLocal(fragment: number, key: Uint8Array): Uint8Array | undefined | typeof NOT_LOCAL {
+  readLocal(fragment: number, key: Uint8Array, replica = false): Uint8Array | undefined | typeof NOT_LOCAL {
     const snapshot = this.snapshot;
     if (snapshot === undefined || !this.board.isClean(fragment)) return NOT_LOCAL;
+    if (!(replica && this.holds(fragment)) && !this.servesHere(fragment)) return NOT_LOCAL;
     const epoch = this.board.epoch();
     if (epoch !== this.snapshotEpoch) {
       snapshot.refreshReads();
@@ -214,7 +285,10 @@ export class Dispatcher {
     return record !== undefined && isLive(record, Date.now()) ? record : undefined;
   }
 
-  /** Sends a read to the fragment's worker; `headerOnly` skips the value (TTL queries). */
+  /**
+   * Sends a read to the fragment's serving replica; `headerOnly` skips the value (TTL queries);
+   * `replica` reads this node's copy when it holds one (READONLY), even if another replica serves.
+   */
   submitRead<T>(
     fragment: number,
     key: Uint8Array,
@@ -222,8 +296,9 @@ export class Dispatcher {
     headerOnly: boolean,
     handler: ResultHandler<T>,
     token: T,
+    replica = false,
   ): TesseraError | undefined {
-    const link = this.linkOf(fragment);
+    const link = replica && this.holds(fragment) ? this.workerLinkOf(fragment) : this.linkOf(fragment);
     if (!link.canAccept()) return link.refusal();
     const at = link.begin(handler, token, requestBytes(key.length, 0));
     writeRequestHeader(
@@ -241,15 +316,19 @@ export class Dispatcher {
     return undefined;
   }
 
-  /** Asks the fragment's worker to answer once everything admitted before has reached `durability`. */
+  /**
+   * Asks the fragment's serving replica (`here`: this node's worker) to answer once everything
+   * admitted before has reached `durability`.
+   */
   submitFence<T>(
     fragment: number,
     durability: Durability,
     priority: Priority,
     handler: ResultHandler<T>,
     token: T,
+    here = false,
   ): TesseraError | undefined {
-    const link = this.linkOf(fragment);
+    const link = here ? this.workerLinkOf(fragment) : this.linkOf(fragment);
     if (!link.canAccept()) return link.refusal();
     const at = link.begin(handler, token, requestBytes(0, 0));
     writeRequestHeader(
@@ -280,6 +359,15 @@ export class Dispatcher {
     writeScanRequest(link.buffer, at, link.reqId, priority, request);
     link.end();
     return undefined;
+  }
+
+  get maxClockSkewMs(): number {
+    return this.config.maxClockSkewMs;
+  }
+
+  /** Observes a peer's timestamp; false when it is too far ahead of this node's clock. */
+  observeRemote(wallMs: number): boolean {
+    return this.clock.observe(wallMs, 0, Date.now());
   }
 
   /** Asks a worker for its fragments' state (undefined when it is not running). */
@@ -337,6 +425,7 @@ export class Dispatcher {
       },
       cleanIntervalMs: c.cleanIntervalMs,
       logLevel: this.logger.level,
+      cluster: this.cluster?.workerInit(),
     };
   }
 

@@ -3,8 +3,16 @@
 // fragment → worker ring. Writes are stamped here, once, with the node's hybrid logical clock.
 
 import pino, { type Logger } from 'pino';
-import { asStorageError, internalError, invalidInput, shuttingDown, TesseraError } from '../core/errors.js';
+import {
+  asStorageError,
+  internalError,
+  invalidInput,
+  networkError,
+  shuttingDown,
+  TesseraError,
+} from '../core/errors.js';
 import type { FragmentStats } from '../core/fragment.js';
+import { slotRange } from '../core/keyspace.js';
 import { BATCH_ITEMS_MAX, EXPIRES_AT_MS_MAX, KEY_BYTES_MAX } from '../core/limits.js';
 import { Modifier } from '../core/modify.js';
 import {
@@ -18,10 +26,12 @@ import {
   Reply,
 } from '../core/ops.js';
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
+import type { SenderReport } from '../core/replication-sender.js';
 import { bindStore } from '../native-bindings/manifest.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
 import { Dispatcher, NOT_LOCAL, type WriteSpec } from './dispatcher.js';
+import { Cluster } from './mesh/cluster.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
 import type { ResultHandler } from './worker-link.js';
@@ -67,6 +77,29 @@ export interface Health {
   fragmentCount: number;
   workers: Array<{ index: number; state: string; restarts: number; pending: number; heapUsedBytes?: number }>;
   fragments: FragmentHealth[];
+  /** Set when the node is part of a cluster. */
+  cluster?: ClusterHealth;
+}
+
+export interface ClusterHealth {
+  members: string[];
+  replicas: number;
+  peers: Array<{ id: string; connected: boolean; forwardsInFlight: number }>;
+  /** One per (fragment, peer) this node replicates to: state, backlog, lag. */
+  senders: SenderReport[];
+}
+
+/** Where one fragment lives (static placement). */
+export interface FragmentPlacement {
+  fragment: number;
+  /** Redis Cluster slots it covers, inclusive. */
+  slots: [first: number, last: number];
+  /** Replica node ids, most preferred first. */
+  replicas: string[];
+  /** The first replica serving now (this node's view), or undefined when none is reachable. */
+  serving: string | undefined;
+  /** This node holds a copy. */
+  local: boolean;
 }
 
 /** Test and operations hooks; not part of the stable API. */
@@ -77,6 +110,17 @@ export interface DebugHooks {
   workerOf(key: Key): number;
   readonly workerCount: number;
 }
+
+export interface CloseOptions {
+  /**
+   * Before the local shutdown, wait up to `timeoutMs` for every write this node replicates to be
+   * acknowledged by its replicas; `close` rejects (after shutting down) if some were not.
+   */
+  drainReplication?: { timeoutMs: number };
+}
+
+/** How often a replication drain checks the senders. */
+const DRAIN_POLL_MS = 50;
 
 /** A promise whose settlement is driven by a ResultHandler. */
 class Deferred<T> {
@@ -94,6 +138,8 @@ export class Tessera {
   /** The routing core; the RESP server submits through it directly. */
   readonly dispatcher: Dispatcher;
   private readonly scanner: Scanner;
+  /** This node's place in its cluster; undefined for a single node. */
+  readonly cluster: Cluster | undefined;
   private closing = false;
   private closed: Promise<void> | undefined;
   private admittedTasks = 0;
@@ -107,10 +153,14 @@ export class Tessera {
   ) {
     this.nodeId = nodeId;
     this.dispatcher = new Dispatcher(config, nodeId, logger, levelGroupCount);
+    if (config.cluster !== undefined) {
+      this.cluster = new Cluster(config.cluster, this.dispatcher, logger, config.valueBytesMax);
+      this.dispatcher.attachCluster(this.cluster);
+    }
     this.scanner = new Scanner(config, this.dispatcher);
     this.debug = {
       crashWorker: (index) => this.dispatcher.crashWorker(index),
-      workerOf: (key) => this.dispatcher.linkOf(this.dispatcher.fragmentOf(toBytes(key))).index,
+      workerOf: (key) => this.dispatcher.workerLinkOf(this.dispatcher.fragmentOf(toBytes(key))).index,
       workerCount: this.dispatcher.links.length,
     };
   }
@@ -128,6 +178,24 @@ export class Tessera {
     });
     const node = new Tessera(config, binding.nodeId, logger, binding.levelGroupCount);
     await node.dispatcher.start();
+    if (node.cluster !== undefined) {
+      try {
+        const peerPort = await node.cluster.start();
+        logger.info(
+          {
+            nodeId: node.nodeId,
+            peerPort,
+            members: config.cluster!.members,
+            replicas: config.cluster!.replicas,
+          },
+          'peer mesh listening',
+        );
+      } catch (err) {
+        await node.cluster.close();
+        await node.dispatcher.close();
+        throw invalidInput(`cannot listen for peers: ${(err as Error).message}`);
+      }
+    }
     logger.info(
       {
         nodeId: node.nodeId,
@@ -236,6 +304,7 @@ export class Tessera {
         for (const f of report?.fragments ?? []) fragments.push({ ...f, worker: index });
       });
       fragments.sort((a, b) => a.fragment - b.fragment);
+      const cluster = this.cluster;
       return {
         nodeId: this.nodeId,
         store: this.config.store,
@@ -243,26 +312,77 @@ export class Tessera {
         fragmentCount: this.config.fragments,
         workers,
         fragments,
+        cluster:
+          cluster === undefined
+            ? undefined
+            : {
+                members: cluster.config.members,
+                replicas: cluster.config.replicas,
+                peers: cluster.config.members
+                  .map((id, m) => ({ id, m }))
+                  .filter(({ m }) => m !== cluster.config.selfIndex)
+                  .map(({ id, m }) => ({
+                    id,
+                    connected: cluster.isUp(m),
+                    forwardsInFlight: cluster.forwardsInFlight(m),
+                  })),
+                senders: reports.flatMap((r) => r?.replication ?? []),
+              },
       };
     });
+  }
+
+  /** Where every fragment lives and which replica serves it now (one entry per fragment). */
+  placementReport(): FragmentPlacement[] {
+    const out: FragmentPlacement[] = [];
+    for (let f = 0; f < this.config.fragments; f++) {
+      const [first, end] = slotRange(f, this.config.fragments);
+      const cluster = this.cluster;
+      if (cluster === undefined) {
+        out.push({
+          fragment: f,
+          slots: [first, end - 1],
+          replicas: [this.nodeId],
+          serving: this.nodeId,
+          local: true,
+        });
+        continue;
+      }
+      const { members, placement, selfIndex } = cluster.config;
+      const serving = cluster.servingMember(f);
+      out.push({
+        fragment: f,
+        slots: [first, end - 1],
+        replicas: placement.replicas[f].map((m) => members[m]),
+        serving: serving === -1 ? undefined : members[serving],
+        local: placement.replicas[f].includes(selfIndex),
+      });
+    }
+    return out;
   }
 
   /**
    * Stops admitting operations (they fail with ShuttingDown), finishes the admitted ones, commits and
    * fsyncs every fragment, closes the stores and ends the threads. Idempotent.
    */
-  close(): Promise<void> {
-    if (this.closed === undefined) this.closed = this.shutdown();
+  close(options: CloseOptions = {}): Promise<void> {
+    if (this.closed === undefined) this.closed = this.shutdown(options);
     return this.closed;
   }
 
-  private async shutdown(): Promise<void> {
+  private async shutdown(options: CloseOptions): Promise<void> {
     this.closing = true;
     await this.whenTasksIdle();
     await this.dispatcher.whenIdle();
+    let drainError: TesseraError | undefined;
+    if (this.cluster !== undefined) {
+      const timeoutMs = options.drainReplication?.timeoutMs;
+      if (timeoutMs !== undefined) drainError = await this.drainReplication(timeoutMs);
+      await this.cluster.close();
+    }
     let fenceError: unknown;
     try {
-      await this.fenceAll(Durability.Stable);
+      await this.fenceAll(Durability.Stable, true);
     } catch (err) {
       fenceError = err;
     }
@@ -276,6 +396,38 @@ export class Tessera {
     this.logger.info({ nodeId: this.nodeId }, 'node closed');
     if (fenceError !== undefined) throw fenceError;
     if (closeError !== undefined) throw closeError;
+    if (drainError !== undefined) throw drainError;
+  }
+
+  /**
+   * Waits until every replication sender has its backlog acknowledged (spec §8.7); the error says
+   * what was left when `timeoutMs` ran out.
+   */
+  private async drainReplication(timeoutMs: number): Promise<TesseraError | undefined> {
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 0) {
+      return invalidInput(`drainReplication.timeoutMs must be a non-negative integer, got ${timeoutMs}`);
+    }
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const senders = await this.senderReports();
+      const pending = senders.filter((s) => s.buffered + s.inFlight > 0);
+      if (pending.length === 0) return undefined;
+      if (Date.now() >= deadline) {
+        const ops = pending.reduce((n, s) => n + s.buffered + s.inFlight, 0);
+        const peers = [...new Set(pending.map((s) => s.peer))].join(', ');
+        return networkError(
+          `replication drain timed out after ${timeoutMs} ms: ${ops} writes not acknowledged by ${peers}`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+    }
+  }
+
+  private async senderReports(): Promise<SenderReport[]> {
+    const reports = await Promise.all(
+      this.dispatcher.links.map((link) => this.dispatcher.workerHealth(link)),
+    );
+    return reports.flatMap((r) => r?.replication ?? []);
   }
 
   // ---- internals ----------------------------------------------------------------------------------
@@ -392,11 +544,12 @@ export class Tessera {
     return bytes;
   }
 
-  private async fenceAll(durability: Durability): Promise<void> {
+  /** Fences every fragment at its serving replica, or (`here`) every fragment in this node's workers. */
+  private async fenceAll(durability: Durability, here = false): Promise<void> {
     const fences: Promise<void>[] = [];
     for (let f = 0; f < this.config.fragments; f++) {
       const deferred = new Deferred<void>();
-      const error = this.dispatcher.submitFence(f, durability, Priority.High, fenceHandler, deferred);
+      const error = this.dispatcher.submitFence(f, durability, Priority.High, fenceHandler, deferred, here);
       if (error !== undefined) deferred.reject(error);
       fences.push(deferred.promise);
     }

@@ -155,7 +155,8 @@ export class Scanner {
 
   private async readPage(request: ScanRequest, priority: Priority): Promise<ScanPage> {
     const large = request.examineLimit > SCAN_POOL_EXAMINED_MIN;
-    if (request.pattern === undefined || this.config.store !== 'lmdb' || !large) {
+    const here = this.dispatcher.servesHere(request.fragment);
+    if (request.pattern === undefined || this.config.store !== 'lmdb' || !large || !here) {
       return this.workerPage(request, priority);
     }
     await this.fence(request.fragment);

@@ -12,7 +12,16 @@ import {
   WORKER_START_TIMEOUT_MS,
 } from '../core/limits.js';
 import { isWorkerEvent, type WorkerInit } from '../threads/messages.js';
-import { RESULT_HEADER_BYTES, RequestKind, ResultKind, resultId, resultStatus } from '../threads/op-codec.js';
+import {
+  PEER_HEADER_BYTES,
+  peerOf,
+  RESULT_HEADER_BYTES,
+  RequestKind,
+  ResultKind,
+  resultId,
+  resultStatus,
+  writePeerHeader,
+} from '../threads/op-codec.js';
 import { createRing, type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
 
@@ -34,6 +43,12 @@ export interface LinkDeps {
   makeInit(index: number, requestRing: SharedArrayBuffer, resultRing: SharedArrayBuffer): WorkerInit;
   /** Called with the worker's newest stored timestamp; returns an error to refuse the start. */
   onReady(index: number, highWaterWallMs: number): TesseraError | undefined;
+  /** A frame the worker wrote for peer `member`: `buf[start, end)` is ring memory, valid during the call. */
+  onPeerFrame?(member: number, buf: Buffer, start: number, end: number): void;
+  /** The worker found peer `member` breaking the protocol. */
+  onPeerClose?(member: number, reason: string): void;
+  /** The worker (re)started and serves its rings. */
+  onServing?(index: number): void;
   logger: Logger;
 }
 
@@ -110,6 +125,22 @@ export class WorkerLink {
     const at = this.outbox.reserve(bytes);
     this.buffer = this.outbox.buffer;
     return at;
+  }
+
+  /** Hands the worker a peer frame (envelope bytes) for one of its fragments. */
+  sendPeerFrame(member: number, envelope: Uint8Array): void {
+    const at = this.outbox.reserve(PEER_HEADER_BYTES + envelope.length);
+    this.buffer = this.outbox.buffer;
+    this.buffer.set(envelope, writePeerHeader(this.buffer, at, RequestKind.PeerFrame, 0, member));
+    this.end();
+  }
+
+  /** Tells the worker a peer connection came up or went down. */
+  sendPeerState(member: number, up: boolean): void {
+    const at = this.outbox.reserve(PEER_HEADER_BYTES);
+    this.buffer = this.outbox.buffer;
+    writePeerHeader(this.buffer, at, RequestKind.PeerState, up ? 1 : 0, member);
+    this.end();
   }
 
   end(): void {
@@ -198,6 +229,7 @@ export class WorkerLink {
           this.failures = 0;
           this.drain = drainLoop(this.reader, () => this.onResults());
           settle(undefined);
+          this.deps.onServing?.(this.index);
         } else if (message.kind === 'fatal') {
           settle(internalError(`worker ${this.index} could not start: ${message.message}`));
           void worker.terminate();
@@ -219,6 +251,16 @@ export class WorkerLink {
     const buf = reader.bytes;
     let at: number;
     while ((at = reader.next()) !== -1) {
+      const status = resultStatus(buf, at);
+      if (status === ResultKind.PeerFrame) {
+        this.deps.onPeerFrame?.(peerOf(buf, at), buf, at + PEER_HEADER_BYTES, at + reader.recordBytes);
+        continue;
+      }
+      if (status === ResultKind.PeerClose) {
+        const reason = buf.toString('utf8', at + PEER_HEADER_BYTES, at + reader.recordBytes);
+        this.deps.onPeerClose?.(peerOf(buf, at), reason);
+        continue;
+      }
       const slot = resultId(buf, at);
       const handler = this.handlers[slot];
       const token = this.tokens[slot];

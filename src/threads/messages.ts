@@ -18,6 +18,21 @@ export interface WorkerInit {
   cleanIntervalMs: number;
   /** pino level of the node's logger; the worker logs JSON lines at the same level. */
   logLevel: string;
+  /** Set when the node is part of a cluster: whom the worker's fragments replicate to. */
+  cluster: ClusterInit | undefined;
+}
+
+/** What a worker knows of the cluster (static placement, src/core/placement.ts). */
+export interface ClusterInit {
+  /** Member node ids, sorted: peers are named by their index here. */
+  members: string[];
+  selfIndex: number;
+  /** Per fragment (all of them), its replica member indices, most preferred first. */
+  replicas: number[][];
+  /** ACK level replication batches ask for (src/core/replication-sender.ts AckLevel). */
+  requiredAck: number;
+  antiEntropyIntervalMs: number;
+  maxClockSkewMs: number;
 }
 
 export type WorkerEvent =

@@ -48,6 +48,10 @@ export const RequestKind = {
   Crash: 18,
   /** Close the store and exit; sent once every fragment is flushed. */
   Close: 19,
+  /** A peer frame for one of the worker's fragments: byte 1 unused, u16 peer member index, then the envelope. */
+  PeerFrame: 20,
+  /** A peer connection came up (byte 1 = 1) or went down (0): u16 peer member index. */
+  PeerState: 21,
 } as const;
 
 export const ResultKind = {
@@ -55,7 +59,22 @@ export const ResultKind = {
   Health: 33,
   Error: 34,
   Closed: 35,
+  /** A frame for a peer (u16 member index at 2, no reqId), then the encoded envelope. */
+  PeerFrame: 36,
+  /** The peer broke the protocol: close its connection (u16 member index at 2), then the UTF-8 reason. */
+  PeerClose: 37,
 } as const;
+
+/** Writes the header of a peer record (request or result); returns where the payload starts. */
+export function writePeerHeader(buf: Buffer, at: number, kind: number, flag: number, peer: number): number {
+  buf[at] = kind;
+  buf[at + 1] = flag;
+  writeU16LE(buf, at + 2, peer);
+  writeU32LE(buf, at + 4, 0);
+  return at + PEER_HEADER_BYTES;
+}
+export const PEER_HEADER_BYTES = 8;
+export const peerOf = (buf: Buffer, at: number): number => readU16LE(buf, at + 2);
 
 const FLAG_HEADER_ONLY = 1 << 4;
 const FLAG_WANTS_PRIOR = 1 << 5;

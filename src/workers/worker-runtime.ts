@@ -15,6 +15,8 @@ import type { WorkerInit } from '../threads/messages.js';
 import {
   isFragmentOpKind,
   type ModifyParams,
+  PEER_HEADER_BYTES,
+  peerOf,
   REQUEST_HEADER_BYTES,
   RESULT_HEADER_BYTES,
   RequestKind,
@@ -31,11 +33,13 @@ import {
   resultRecordBytes,
   type ScanRequest,
   scanPageBytes,
+  writePeerHeader,
   writeResultHeader,
   writeScanPage,
 } from '../threads/op-codec.js';
 import { type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
+import { WorkerReplication } from './replication.js';
 import { collectScanPage } from './scan-page.js';
 
 /** Store pages a scan reads at a time while it fills one result page. */
@@ -68,6 +72,12 @@ export class WorkerRuntime {
   private sweeping = false;
   private closing = false;
   private readonly logger: Logger;
+  private readonly replication: WorkerReplication | undefined;
+  private publishScheduled = false;
+  private readonly publishTask = (): void => {
+    this.publishScheduled = false;
+    this.outbox.publish();
+  };
 
   constructor(
     private readonly init: WorkerInit,
@@ -79,10 +89,27 @@ export class WorkerRuntime {
     this.board = new FragmentBoard(init.board);
     this.logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
     const nowMs = Date.now();
+    const replication =
+      init.cluster === undefined
+        ? undefined
+        : new WorkerReplication(init.cluster, init.fragments, init.store.fragmentCount, {
+            core: (fragment) => this.cores[fragment],
+            submit: (core, op) => {
+              this.requestEvent.op = op;
+              core.step(this.requestEvent);
+              this.active.add(core);
+            },
+            sendFrame: (member, envelope) => this.sendPeerFrame(member, envelope),
+            closePeer: (member, reason) => this.closePeer(member, reason),
+            store,
+            logger: this.logger,
+          });
+    this.replication = replication;
     for (const fragment of init.fragments) {
       const storedHighWaterWallMs = store.highWaterWallMs(fragment);
+      const replicates = replication?.replicates(fragment) ?? false;
       this.cores[fragment] = new FragmentCore(
-        { ...init.fragment, fragment, storedHighWaterWallMs },
+        { ...init.fragment, fragment, storedHighWaterWallMs, replicates },
         store,
         nowMs,
       );
@@ -130,6 +157,16 @@ export class WorkerRuntime {
         return;
       case RequestKind.Close:
         void this.close(reqId);
+        return;
+      case RequestKind.PeerFrame:
+        // Copied: the ring slot is reused after release, and pages are served asynchronously.
+        this.replication?.onFrame(
+          peerOf(buf, at),
+          Buffer.from(buf.subarray(at + PEER_HEADER_BYTES, at + length)),
+        );
+        return;
+      case RequestKind.PeerState:
+        this.replication?.onPeerState(peerOf(buf, at), buf[at + 1] === 1);
         return;
       default:
         assert(false, `unknown request kind ${kind}`);
@@ -190,6 +227,7 @@ export class WorkerRuntime {
       core.takeActions(this.actions);
       this.touched.add(core);
     }
+    this.replication?.afterRun(this.active);
     this.active.clear();
     this.carryOut();
     this.scheduleWake(nowMs);
@@ -274,6 +312,7 @@ export class WorkerRuntime {
 
   private sendReply(action: Extract<FragmentAction, { kind: 'reply' }>): void {
     const { op, reply } = action;
+    if (op.sink !== undefined) return op.sink.onReply(op, reply, action.text);
     const scan = this.scans.get(op.reqId);
     if (scan !== undefined && op.kind === OpKind.Fence) {
       this.scans.delete(op.reqId);
@@ -387,6 +426,31 @@ export class WorkerRuntime {
     this.runActive(nowMs);
   }
 
+  private sendPeerFrame(member: number, envelope: Uint8Array): void {
+    const at = this.outbox.reserve(PEER_HEADER_BYTES + envelope.length);
+    const buf = this.outbox.buffer;
+    buf.set(envelope, writePeerHeader(buf, at, ResultKind.PeerFrame, 0, member));
+    this.outbox.commit();
+    this.schedulePublish();
+  }
+
+  private closePeer(member: number, reason: string): void {
+    const text = truncateErrorMessage(reason);
+    const n = Buffer.byteLength(text);
+    const at = this.outbox.reserve(PEER_HEADER_BYTES + n);
+    const buf = this.outbox.buffer;
+    buf.write(text, writePeerHeader(buf, at, ResultKind.PeerClose, 0, member), n, 'utf8');
+    this.outbox.commit();
+    this.schedulePublish();
+  }
+
+  /** Frames produced outside a ring batch (timers, store callbacks) still leave promptly. */
+  private schedulePublish(): void {
+    if (this.publishScheduled) return;
+    this.publishScheduled = true;
+    queueMicrotask(this.publishTask);
+  }
+
   /** A result whose payload is UTF-8 text (an error message, or health JSON). */
   private text(status: number, detail: number, reqId: number, text: string): void {
     const n = Buffer.byteLength(text);
@@ -406,6 +470,7 @@ export class WorkerRuntime {
       store: this.store.kind,
       fragments: this.fragments.map((f) => this.cores[f]!.stats()),
       syncInFlight: this.syncInFlight,
+      replication: this.replication?.reports() ?? [],
       heapUsedBytes: process.memoryUsage().heapUsed,
     };
   }
@@ -417,6 +482,7 @@ export class WorkerRuntime {
   private async close(reqId: number): Promise<void> {
     this.closing = true;
     this.drain?.stop();
+    this.replication?.close();
     if (this.cleanTimer !== undefined) clearInterval(this.cleanTimer);
     if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
     for (const f of this.fragments) {

@@ -69,6 +69,8 @@ export class RespConnection {
   lastCommandAtMs = this.createdAtMs;
   /** Writes sent to a worker and not yet answered: reads must not bypass them on this thread. */
   writesInFlight = 0;
+  /** READONLY: reads may be served from this node's copy even when another replica serves the fragment. */
+  readReplica = false;
   readonly out: RespWriter;
   private readonly scratch: RespWriter;
   private readonly parser = new RespParser();

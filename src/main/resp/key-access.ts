@@ -68,7 +68,7 @@ export function readKey(
   const dispatcher = conn.server.node.dispatcher;
   const fragment = dispatcher.fragmentOf(key);
   if (conn.writesInFlight === 0) {
-    const local = dispatcher.readLocal(fragment, key);
+    const local = dispatcher.readLocal(fragment, key, conn.readReplica);
     if (local !== NOT_LOCAL) {
       formatRead(w, mode, local, a, b);
       return true;
@@ -85,6 +85,7 @@ export function readKey(
     HEADER_ONLY_MODES.has(mode),
     readHandler,
     slot,
+    conn.readReplica,
   );
   if (error !== undefined) failSlot(slot, error);
   return false;
@@ -104,7 +105,7 @@ export function readPart(
   const dispatcher = conn.server.node.dispatcher;
   const fragment = dispatcher.fragmentOf(key);
   if (conn.writesInFlight === 0) {
-    const local = dispatcher.readLocal(fragment, key);
+    const local = dispatcher.readLocal(fragment, key, conn.readReplica);
     if (local !== NOT_LOCAL) {
       accumulate(slot, mode, local, index);
       return;
@@ -119,6 +120,7 @@ export function readPart(
     HEADER_ONLY_MODES.has(mode),
     partReadHandler,
     part,
+    conn.readReplica,
   );
   if (error !== undefined) {
     slot.error ??= error.message;

@@ -156,7 +156,7 @@ export class RespServer {
       ['save', ''],
       ['timeout', '0'],
       ['tcp-keepalive', '0'],
-      ['cluster-enabled', 'no'],
+      ['cluster-enabled', this.node.cluster === undefined ? 'no' : 'yes'],
       ['proto-max-bulk-len', String(Math.min(RESP_BULK_BYTES_MAX, s.valueBytesMax))],
       ['dir', s.store === 'memory' ? '' : s.dataDir],
       ['tessera-store', s.store],
@@ -182,13 +182,9 @@ export class RespServer {
       );
     if (wants('memory')) parts.push(this.memorySection());
     if (wants('stats')) parts.push(await this.statsSection());
-    if (wants('replication'))
-      parts.push(
-        section('Replication', [
-          ['role', 'master'],
-          ['connected_slaves', 0],
-        ]),
-      );
+    if (wants('replication')) parts.push(await this.replicationSection());
+    if (wants('cluster'))
+      parts.push(section('Cluster', [['cluster_enabled', this.node.cluster === undefined ? 0 : 1]]));
     if (wants('keyspace')) parts.push(await this.keyspaceSection());
     if (wants('tessera')) parts.push(await this.tesseraSection());
     return parts.join('\r\n');
@@ -199,7 +195,7 @@ export class RespServer {
     return section('Server', [
       ['redis_version', REDIS_VERSION],
       ['tessera_version', this.options.version ?? 'unknown'],
-      ['redis_mode', 'standalone'],
+      ['redis_mode', this.node.cluster === undefined ? 'standalone' : 'cluster'],
       ['os', `${platform()} ${release()} ${arch()}`],
       ['arch_bits', 64],
       ['process_id', process.pid],
@@ -241,6 +237,47 @@ export class RespServer {
     const fresh = this.keyCount !== undefined && Date.now() - this.keyCount.atMs < KEY_COUNT_REUSE_MS;
     const keys = fresh ? this.keyCount!.value : await this.countKeys();
     return section('Keyspace', keys === 0 ? [] : [['db0', `keys=${keys},expires=0,avg_ttl=0`]]);
+  }
+
+  /**
+   * Redis's role fields, then one line per peer and per replication sender (fragment → peer): its
+   * state, backlog and lag, so an operator can watch replication catch up.
+   */
+  private async replicationSection(): Promise<string> {
+    const rows: Array<[string, string | number]> = [['role', 'master']];
+    const cluster = (await this.node.health()).cluster;
+    if (cluster === undefined) {
+      rows.push(['connected_slaves', 0]);
+      return section('Replication', rows);
+    }
+    const senders = cluster.senders;
+    rows.push(['connected_slaves', cluster.peers.filter((p) => p.connected).length]);
+    let backlog = 0;
+    let lagMs = 0;
+    for (const s of senders) {
+      backlog += s.buffered + s.inFlight;
+      lagMs = Math.max(lagMs, s.lagMs);
+    }
+    rows.push(['replication_backlog_ops', backlog], ['replication_lag_ms', lagMs]);
+    for (const p of cluster.peers) {
+      const mine = senders.filter((s) => s.peer === p.id);
+      const ops = mine.reduce((n, s) => n + s.buffered + s.inFlight, 0);
+      const lag = mine.reduce((n, s) => Math.max(n, s.lagMs), 0);
+      const acked = mine.reduce((n, s) => n + s.opsAcked, 0);
+      const state = p.connected ? 'online' : 'offline';
+      rows.push([
+        `peer_${p.id}`,
+        `state=${state},senders=${mine.length},backlog=${ops},lag_ms=${lag},acked=${acked}`,
+      ]);
+    }
+    for (const s of senders) {
+      rows.push([
+        `sender_${s.fragment}_${s.peer}`,
+        `state=${s.state},session=${s.sessionId},buffered=${s.buffered},in_flight=${s.inFlight},lag_ms=${s.lagMs},` +
+          `acked=${s.opsAcked},rounds=${s.reconcileRounds},resets=${s.resets}`,
+      ]);
+    }
+    return section('Replication', rows);
   }
 
   private async tesseraSection(): Promise<string> {

@@ -1,0 +1,184 @@
+// Peer frames (proto/peer.proto): a u32 big-endian length, then one encoded Envelope. This module
+// cuts a byte stream into frames under the size limits, and reads the few fields the main thread
+// needs to route a frame — which message it is, and the fragment it concerns — without decoding the
+// rest (DESIGN.md: never decode what you only forward).
+
+import { PREAUTH_FRAME_BYTES_MAX } from './limits.js';
+
+export const FRAME_PREFIX_BYTES = 4;
+
+/** Envelope field numbers (proto/peer.proto `Envelope.msg`). */
+export const EnvelopeField = {
+  Hello: 1,
+  HelloAuth: 2,
+  ForwardedOp: 3,
+  ForwardedResult: 4,
+  SessionStart: 5,
+  ReplicateBatch: 6,
+  BatchAck: 7,
+  BatchNack: 8,
+  ReconcileRequest: 11,
+  ReconcileResponse: 12,
+  ReconcileFetch: 13,
+  ReconcileData: 14,
+} as const;
+export type EnvelopeField = (typeof EnvelopeField)[keyof typeof EnvelopeField];
+
+/** Messages the main thread hands to the worker owning their fragment, as bytes. */
+export function isFragmentMessage(field: number): boolean {
+  return (
+    field >= EnvelopeField.SessionStart && field <= EnvelopeField.ReconcileData && field !== 9 && field !== 10
+  );
+}
+
+/**
+ * Accumulates socket bytes and cuts them into frames. `limit` is the largest frame body accepted
+ * now (4 KiB until the handshake completes); a larger length prefix is a protocol error.
+ */
+export class FrameReader {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  limit = PREAUTH_FRAME_BYTES_MAX;
+
+  push(chunk: Buffer): void {
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+  }
+
+  /**
+   * The next complete frame body, undefined when more bytes are needed, or an Error (with the
+   * reason) when the stream announces a frame over the limit.
+   */
+  next(): Buffer | undefined | Error {
+    if (this.buffered < FRAME_PREFIX_BYTES) return undefined;
+    const head = this.contiguous(FRAME_PREFIX_BYTES);
+    const length = head.readUInt32BE(0);
+    if (length > this.limit) {
+      return new Error(`frame of ${length} bytes exceeds the ${this.limit}-byte limit`);
+    }
+    if (this.buffered < FRAME_PREFIX_BYTES + length) return undefined;
+    const all = this.contiguous(FRAME_PREFIX_BYTES + length);
+    const body = all.subarray(FRAME_PREFIX_BYTES, FRAME_PREFIX_BYTES + length);
+    this.consume(FRAME_PREFIX_BYTES + length);
+    return body;
+  }
+
+  get bufferedBytes(): number {
+    return this.buffered;
+  }
+
+  /** Joins chunks until the first holds at least `n` bytes; returns it. */
+  private contiguous(n: number): Buffer {
+    if (this.chunks[0].length < n) {
+      const joined = Buffer.concat(this.chunks, this.buffered);
+      this.chunks = [joined];
+    }
+    return this.chunks[0];
+  }
+
+  private consume(n: number): void {
+    const first = this.chunks[0];
+    if (first.length === n) this.chunks.shift();
+    else this.chunks[0] = first.subarray(n);
+    this.buffered -= n;
+  }
+}
+
+/** Prefixes an encoded envelope with its length. */
+export function frameOf(envelope: Uint8Array): Buffer {
+  const frame = Buffer.allocUnsafe(FRAME_PREFIX_BYTES + envelope.length);
+  frame.writeUInt32BE(envelope.length, 0);
+  frame.set(envelope, FRAME_PREFIX_BYTES);
+  return frame;
+}
+
+/** Where an envelope's message lies: its field number and the byte range of its body. */
+export interface EnvelopePeek {
+  field: number;
+  start: number;
+  end: number;
+}
+
+/**
+ * Reads the envelope's one message field without decoding it. Undefined when the bytes are not one
+ * well-formed length-delimited field spanning the whole envelope (an empty envelope included).
+ */
+export function peekEnvelope(bytes: Uint8Array): EnvelopePeek | undefined {
+  const tag = readVarint(bytes, 0);
+  if (tag === undefined || (tag.value & 7) !== 2) return undefined;
+  const length = readVarint(bytes, tag.next);
+  if (length === undefined || length.next + length.value !== bytes.length) return undefined;
+  return { field: Math.floor(tag.value / 8), start: length.next, end: bytes.length };
+}
+
+/** The routing fields of a fragment message: its fragment, and its newest timestamp if it carries one. */
+export interface FragmentPeek {
+  fragment: number;
+  /** The `max_wall_ms` double (ReplicateBatch field 5, ReconcileData field 8), 0 when absent. */
+  maxWallMs: number;
+}
+
+/** Field number of `max_wall_ms` in the messages that carry records. */
+export function maxWallMsField(field: number): number {
+  if (field === EnvelopeField.ReplicateBatch) return 5;
+  if (field === EnvelopeField.ReconcileData) return 8;
+  return 0;
+}
+
+/**
+ * Reads field 1 (the fragment; 0 when absent, as proto3 leaves zero out) and, when `wallField` is
+ * set, that 64-bit double field of the message in `bytes[start, end)`, skipping everything else.
+ * Undefined when the message is malformed.
+ */
+export function peekFragment(
+  bytes: Uint8Array,
+  start: number,
+  end: number,
+  wallField = 0,
+): FragmentPeek | undefined {
+  const out: FragmentPeek = { fragment: 0, maxWallMs: 0 };
+  let p = start;
+  while (p < end) {
+    const tag = readVarint(bytes, p);
+    if (tag === undefined) return undefined;
+    const field = Math.floor(tag.value / 8);
+    const wire = tag.value & 7;
+    p = tag.next;
+    if (wire === 0) {
+      const v = readVarint(bytes, p);
+      if (v === undefined) return undefined;
+      if (field === 1) out.fragment = v.value;
+      p = v.next;
+    } else if (wire === 2) {
+      const n = readVarint(bytes, p);
+      if (n === undefined) return undefined;
+      p = n.next + n.value;
+    } else if (wire === 1) {
+      if (field === wallField && p + 8 <= end) {
+        out.maxWallMs = Buffer.from(bytes.buffer, bytes.byteOffset + p, 8).readDoubleLE(0);
+      }
+      p += 8;
+    } else if (wire === 5) {
+      p += 4;
+    } else {
+      return undefined;
+    }
+    if (p > end) return undefined;
+  }
+  return out;
+}
+
+/** A protobuf varint up to 2^53 at `at`; undefined when truncated or longer than 8 bytes. */
+function readVarint(bytes: Uint8Array, at: number): { value: number; next: number } | undefined {
+  let value = 0;
+  let scale = 1;
+  for (let i = 0; i < 8; i++) {
+    const p = at + i;
+    if (p >= bytes.length) return undefined;
+    const b = bytes[p];
+    value += (b & 0x7f) * scale;
+    if ((b & 0x80) === 0) return { value, next: p + 1 };
+    scale *= 128;
+  }
+  return undefined;
+}

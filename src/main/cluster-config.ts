@@ -1,0 +1,205 @@
+// Cluster options (DESIGN.md "Cluster"): the static member list, this node's peer listener, the
+// replica count, the cluster secret and the replication ACK level — validated with messages that
+// name the option, before anything starts.
+
+import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { invalidInput } from '../core/errors.js';
+import {
+  ANTI_ENTROPY_INTERVAL_MS_DEFAULT,
+  CLUSTER_SECRET_BYTES_MIN,
+  NODE_ID_BYTES_MAX,
+} from '../core/limits.js';
+import { DURABILITY_NAMES, type DurabilityName, parseDurability } from '../core/ops.js';
+import { computePlacement, type Placement, REPLICAS_DEFAULT_MAX, sortMembers } from '../core/placement.js';
+import { AckLevel } from '../core/replication-sender.js';
+
+export interface PeerAddress {
+  host: string;
+  port: number;
+}
+
+/** Cluster options of `Tessera.start` (all optional; `peers` turns cluster mode on). */
+export interface ClusterOptions {
+  /** Members as `id@host:port` (peer ports), comma-separated or as a list; may include this node. */
+  peers?: string | string[];
+  /** Port this node listens on for peers (default: its own entry in `peers`). */
+  peerPort?: number;
+  /** Address the peer listener binds (default 127.0.0.1). */
+  peerBind?: string;
+  /** Replicas per fragment (default min(3, members)). */
+  replicas?: number;
+  /** Shared cluster secret, at least 32 bytes. */
+  clusterSecret?: string;
+  /** File holding the cluster secret (trailing newline ignored). */
+  clusterSecretFile?: string;
+  /** Allow peers on a non-loopback address without a secret. */
+  insecure?: boolean;
+  /** Level a replica must reach before it acknowledges a batch (default store). */
+  replicationAck?: DurabilityName;
+  /** Period of anti-entropy rounds per fragment and peer (default 60 s). */
+  antiEntropyIntervalMs?: number;
+  /** RESP port this node tells peers (for CLUSTER SLOTS); set by the CLI. */
+  clientPort?: number;
+  /** Host clients should use to reach this node (default: its host in `peers`, else peerBind). */
+  clientHost?: string;
+}
+
+export const CLUSTER_OPTION_NAMES = [
+  'peers',
+  'peerPort',
+  'peerBind',
+  'replicas',
+  'clusterSecret',
+  'clusterSecretFile',
+  'insecure',
+  'replicationAck',
+  'antiEntropyIntervalMs',
+  'clientPort',
+  'clientHost',
+] as const;
+
+export interface ClusterConfig {
+  selfId: string;
+  members: string[];
+  selfIndex: number;
+  addresses: Array<PeerAddress | undefined>;
+  peerPort: number;
+  peerBind: string;
+  placement: Placement;
+  replicas: number;
+  secret: Uint8Array | undefined;
+  requiredAck: AckLevel;
+  antiEntropyIntervalMs: number;
+  clientPort: number;
+  clientHost: string;
+}
+
+const ACK_OF_DURABILITY = [AckLevel.Memory, AckLevel.Store, AckLevel.Stable] as const;
+
+/** Parses `id@host:port`; the host may be a name, an IPv4 address or `[IPv6]`. */
+export function parsePeer(entry: string): { id: string; address: PeerAddress } {
+  const at = entry.lastIndexOf('@');
+  const colon = entry.lastIndexOf(':');
+  if (at < 1 || colon < at + 2) throw invalidInput(`peers: "${entry}" is not id@host:port`);
+  const id = entry.slice(0, at);
+  let host = entry.slice(at + 1, colon);
+  if (host.startsWith('[') && host.endsWith(']')) host = host.slice(1, -1);
+  const port = Number(entry.slice(colon + 1));
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw invalidInput(`peers: "${entry}" has no valid port (1..65535)`);
+  }
+  const bytes = Buffer.byteLength(id);
+  if (bytes > NODE_ID_BYTES_MAX)
+    throw invalidInput(`peers: node id "${id}" exceeds ${NODE_ID_BYTES_MAX} bytes`);
+  return { id, address: { host, port } };
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
+}
+
+function readSecret(options: ClusterOptions): Uint8Array | undefined {
+  if (options.clusterSecret !== undefined && options.clusterSecretFile !== undefined) {
+    throw invalidInput('give clusterSecret or clusterSecretFile, not both');
+  }
+  let secret = options.clusterSecret;
+  if (options.clusterSecretFile !== undefined) {
+    try {
+      secret = readFileSync(options.clusterSecretFile, 'utf8').replace(/\r?\n$/, '');
+    } catch (err) {
+      throw invalidInput(`clusterSecretFile: ${(err as Error).message}`);
+    }
+  }
+  if (secret === undefined) return undefined;
+  const bytes = Buffer.from(secret, 'utf8');
+  if (bytes.length < CLUSTER_SECRET_BYTES_MIN) {
+    throw invalidInput(
+      `the cluster secret must be at least ${CLUSTER_SECRET_BYTES_MIN} bytes, got ${bytes.length}`,
+    );
+  }
+  return bytes;
+}
+
+/** Validates cluster options; undefined when `peers` is absent (a single node). */
+export function resolveClusterConfig(
+  options: ClusterOptions,
+  nodeId: string | undefined,
+  fragments: number,
+): ClusterConfig | undefined {
+  const list =
+    options.peers === undefined
+      ? []
+      : (Array.isArray(options.peers) ? options.peers : options.peers.split(','))
+          .map((p) => p.trim())
+          .filter((p) => p !== '');
+  if (list.length === 0) {
+    for (const name of CLUSTER_OPTION_NAMES) {
+      if (name !== 'clientPort' && name !== 'clientHost' && options[name] !== undefined)
+        throw invalidInput(`${name} needs peers (the cluster's members)`);
+    }
+    return undefined;
+  }
+  if (nodeId === undefined) throw invalidInput('a cluster node needs nodeId (--node-id)');
+  const parsed = list.map(parsePeer);
+  const byId = new Map<string, PeerAddress>();
+  for (const { id, address } of parsed) {
+    if (byId.has(id)) throw invalidInput(`peers: node id "${id}" is listed twice`);
+    byId.set(id, address);
+  }
+  const own = byId.get(nodeId);
+  const peerPort = options.peerPort ?? own?.port;
+  if (peerPort === undefined || !Number.isInteger(peerPort) || peerPort < 0 || peerPort > 65535) {
+    throw invalidInput('peerPort (--peer-port) is required unless peers lists this node');
+  }
+  const peerBind = options.peerBind ?? '127.0.0.1';
+  const members = sortMembers([nodeId, ...byId.keys()]);
+  if (members.length < 2) throw invalidInput('peers names no node other than this one');
+  const replicas = options.replicas ?? Math.min(REPLICAS_DEFAULT_MAX, members.length);
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > members.length) {
+    throw invalidInput(`replicas must be an integer in 1..${members.length} (the members), got ${replicas}`);
+  }
+  const secret = readSecret(options);
+  if (secret === undefined && options.insecure !== true) {
+    const exposed = [peerBind, ...parsed.map((p) => p.address.host)].filter((h) => !isLoopback(h));
+    if (exposed.length > 0) {
+      throw invalidInput(
+        `peers on ${exposed[0]} would talk in plaintext without authentication: give a cluster secret ` +
+          '(--cluster-secret, TESSERA_CLUSTER_SECRET or --cluster-secret-file) or --insecure',
+      );
+    }
+  }
+  const ackName = options.replicationAck ?? 'store';
+  const ack = parseDurability(ackName);
+  if (ack === undefined) {
+    throw invalidInput(
+      `replicationAck must be one of ${DURABILITY_NAMES.join(', ')}, got ${JSON.stringify(ackName)}`,
+    );
+  }
+  const antiEntropyIntervalMs = options.antiEntropyIntervalMs ?? ANTI_ENTROPY_INTERVAL_MS_DEFAULT;
+  if (
+    !Number.isInteger(antiEntropyIntervalMs) ||
+    antiEntropyIntervalMs < 10 ||
+    antiEntropyIntervalMs > 86_400_000
+  ) {
+    throw invalidInput(
+      `antiEntropyIntervalMs must be an integer in 10..86400000, got ${antiEntropyIntervalMs}`,
+    );
+  }
+  const selfIndex = members.indexOf(nodeId);
+  return {
+    selfId: nodeId,
+    members,
+    selfIndex,
+    addresses: members.map((id) => (id === nodeId ? undefined : byId.get(id))),
+    peerPort,
+    peerBind,
+    placement: computePlacement(members, fragments, replicas),
+    replicas,
+    secret,
+    requiredAck: ACK_OF_DURABILITY[ack],
+    antiEntropyIntervalMs,
+    clientPort: options.clientPort ?? 0,
+    clientHost: options.clientHost ?? own?.host ?? peerBind,
+  };
+}

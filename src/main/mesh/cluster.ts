@@ -1,0 +1,290 @@
+// The node's place in the cluster, on the main thread: the mesh, a link per peer for forwarded
+// operations, and the routing of peer frames. Placement is static (src/core/placement.ts); the first
+// serving replica of a fragment — the first in its list that is this node or a connected peer —
+// applies its writes and serves its reads. Frames about a fragment's replication and anti-entropy go
+// to the worker that owns the fragment as bytes; only their routing fields are read here.
+
+import type { Logger } from 'pino';
+import { readU16LE } from '../../core/bytes.js';
+import { networkError, type TesseraError, truncateErrorMessage } from '../../core/errors.js';
+import { KEY_BYTES_MAX, MAX_FORWARD_HOPS, ringRecordBytesMax } from '../../core/limits.js';
+import { OpKind } from '../../core/ops.js';
+import {
+  EnvelopeField,
+  type EnvelopePeek,
+  isFragmentMessage,
+  maxWallMsField,
+  peekFragment,
+} from '../../core/peer-frame.js';
+import { firstServingReplica } from '../../core/placement.js';
+import { isWellFormedRecord } from '../../core/record.js';
+import type { ClusterInit } from '../../threads/messages.js';
+import { isFragmentOpKind, REQUEST_HEADER_BYTES, RequestKind, ResultKind } from '../../threads/op-codec.js';
+import { decodeEnvelope, ENVELOPE_FIELD_NAMES, encodeEnvelope } from '../../threads/peer-messages.js';
+import type { ClusterConfig } from '../cluster-config.js';
+import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
+import type { ResultHandler, WorkerLink } from '../worker-link.js';
+import { Mesh } from './mesh.js';
+import { PeerLink, type PeerLinkHost } from './peer-link.js';
+
+/** A forwarded operation this node serves (or relays): whom to answer. */
+interface Origin {
+  member: number;
+  reqId: number;
+  fragment: number;
+}
+
+/** Fails every operation: no replica of the fragment is reachable. */
+class UnreachableLink implements OpLink {
+  readonly buffer = Buffer.alloc(0);
+  readonly reqId = 0;
+  constructor(private readonly error: TesseraError) {}
+  canAccept(): boolean {
+    return false;
+  }
+  refusal(): TesseraError {
+    return this.error;
+  }
+  begin(): number {
+    throw new Error('begin on an unreachable link');
+  }
+  end(): void {}
+}
+
+export class Cluster implements ClusterRouter, PeerLinkHost {
+  readonly mesh: Mesh;
+  private readonly peerLinks: (PeerLink | undefined)[];
+  private readonly unreachable: UnreachableLink[] = [];
+  private readonly answerOrigin: ResultHandler<Origin>;
+  private readonly frameBytesMax: number;
+
+  constructor(
+    readonly config: ClusterConfig,
+    private readonly dispatcher: Dispatcher,
+    private readonly logger: Logger,
+    valueBytesMax: number,
+  ) {
+    this.frameBytesMax = ringRecordBytesMax(valueBytesMax);
+    this.peerLinks = config.members.map((id, m) =>
+      m === config.selfIndex ? undefined : new PeerLink(m, id, this),
+    );
+    this.mesh = new Mesh(
+      {
+        selfId: config.selfId,
+        members: config.members,
+        addresses: config.addresses,
+        bindHost: config.peerBind,
+        port: config.peerPort,
+        secret: config.secret,
+        clientPort: config.clientPort,
+        logger,
+      },
+      {
+        onPeerUp: (m) => this.onPeerState(m, true),
+        onPeerDown: (m) => this.onPeerState(m, false),
+        onFrame: (m, peek, bytes) => this.onFrame(m, peek, bytes),
+      },
+    );
+    const send = (origin: Origin, result: Uint8Array) =>
+      this.mesh.send(
+        origin.member,
+        encodeEnvelope({ forwardedResult: { fragment: origin.fragment, reqId: origin.reqId, result } }),
+      );
+    this.answerOrigin = {
+      onResult: (origin, buf, at, length) => send(origin, buf.subarray(at, at + length)),
+      onFailure: (origin, error) => send(origin, errorResult(error)),
+    };
+  }
+
+  /** Listens for peers and starts dialing; resolves with the peer port once listening. */
+  start(): Promise<number> {
+    return this.mesh.start();
+  }
+
+  async close(): Promise<void> {
+    for (const link of this.peerLinks) link?.close();
+    await this.mesh.close();
+  }
+
+  /** Member index of the fragment's first serving replica (-1 when none is reachable). */
+  servingMember(fragment: number): number {
+    return firstServingReplica(this.config.placement, fragment, this.config.selfIndex, (m) =>
+      this.mesh.isUp(m),
+    );
+  }
+
+  isUp(member: number): boolean {
+    return this.mesh.isUp(member);
+  }
+
+  /** Operations forwarded to `member` and not yet answered. */
+  forwardsInFlight(member: number): number {
+    return this.peerLinks[member]?.pending ?? 0;
+  }
+
+  // --- ClusterRouter -----------------------------------------------------------------------------
+
+  routeOf(fragment: number): OpLink | undefined {
+    const member = this.servingMember(fragment);
+    if (member === this.config.selfIndex) return undefined;
+    if (member === -1) {
+      this.unreachable[fragment] ??= new UnreachableLink(
+        networkError(`no replica of fragment ${fragment} is reachable`),
+      );
+      return this.unreachable[fragment];
+    }
+    return this.peerLinks[member];
+  }
+
+  holds(fragment: number): boolean {
+    return this.config.placement.replicas[fragment].includes(this.config.selfIndex);
+  }
+
+  workerInit(): ClusterInit {
+    const c = this.config;
+    return {
+      members: c.members,
+      selfIndex: c.selfIndex,
+      replicas: c.placement.replicas.map((r) => [...r]),
+      requiredAck: c.requiredAck,
+      antiEntropyIntervalMs: c.antiEntropyIntervalMs,
+      maxClockSkewMs: this.dispatcher.maxClockSkewMs,
+    };
+  }
+
+  onPeerFrame(member: number, buf: Buffer, start: number, end: number): void {
+    // The envelope goes out framed; the copy leaves ring memory free for the worker.
+    this.mesh.send(member, buf.subarray(start, end));
+  }
+
+  onPeerClose(member: number, reason: string): void {
+    this.logger.warn({ peer: this.config.members[member], reason }, 'closing peer connection');
+    this.mesh.drop(member, reason);
+  }
+
+  onWorkerServing(link: WorkerLink): void {
+    for (let m = 0; m < this.config.members.length; m++) if (this.mesh.isUp(m)) link.sendPeerState(m, true);
+  }
+
+  // --- PeerLinkHost ------------------------------------------------------------------------------
+
+  send(member: number, envelope: Uint8Array): boolean {
+    return this.mesh.send(member, envelope);
+  }
+
+  resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void {
+    const link = this.routeOf(fragment);
+    if (link === undefined) {
+      const error = this.dispatcher.submitEncoded(fragment, request, handler, token);
+      if (error !== undefined) handler.onFailure(token, error);
+    } else if (link instanceof PeerLink) {
+      link.forward(request, 0, handler, token);
+    } else {
+      handler.onFailure(token, link.refusal());
+    }
+  }
+
+  // --- inbound -----------------------------------------------------------------------------------
+
+  private onPeerState(member: number, up: boolean): void {
+    for (const link of this.dispatcher.links) link.sendPeerState(member, up);
+    if (!up) this.peerLinks[member]?.onDisconnect();
+  }
+
+  private onFrame(member: number, peek: EnvelopePeek, bytes: Buffer): void {
+    if (isFragmentMessage(peek.field)) return this.routeFragmentFrame(member, peek, bytes);
+    if (peek.field === EnvelopeField.ForwardedOp || peek.field === EnvelopeField.ForwardedResult) {
+      let envelope: ReturnType<typeof decodeEnvelope>;
+      try {
+        envelope = decodeEnvelope(bytes);
+      } catch (err) {
+        return this.mesh.drop(
+          member,
+          `malformed ${ENVELOPE_FIELD_NAMES[peek.field]}: ${(err as Error).message}`,
+        );
+      }
+      if (envelope.forwardedOp !== undefined) return this.serveForwarded(member, envelope.forwardedOp);
+      if (envelope.forwardedResult !== undefined) {
+        const { reqId, result } = envelope.forwardedResult;
+        if (result.length < 8) return this.mesh.drop(member, 'malformed forwarded result');
+        return this.peerLinks[member]?.onResult(reqId, Buffer.from(result));
+      }
+    }
+    this.mesh.drop(member, `unexpected message (field ${peek.field})`);
+  }
+
+  /** Replication and anti-entropy frames go, as bytes, to the worker owning their fragment. */
+  private routeFragmentFrame(member: number, peek: EnvelopePeek, bytes: Buffer): void {
+    const fields = peekFragment(bytes, peek.start, peek.end, maxWallMsField(peek.field));
+    if (fields === undefined) return this.mesh.drop(member, 'malformed fragment message');
+    if (fields.fragment >= this.dispatcher.keyspace.fragmentCount) {
+      return this.mesh.drop(member, `fragment ${fields.fragment} out of range`);
+    }
+    if (bytes.length > this.frameBytesMax) {
+      return this.mesh.drop(
+        member,
+        `replication frame of ${bytes.length} bytes exceeds ${this.frameBytesMax}`,
+      );
+    }
+    // The clock must order later local writes after what arrives, and must never take a timestamp
+    // too far ahead (spec §2.3): such a peer is cut off, its frame never applied.
+    if (fields.maxWallMs > 0 && !this.dispatcher.observeRemote(fields.maxWallMs)) {
+      return this.mesh.drop(member, `timestamp ${fields.maxWallMs} is too far ahead of this node's clock`);
+    }
+    this.dispatcher.workerLinkOf(fields.fragment).sendPeerFrame(member, bytes);
+  }
+
+  private serveForwarded(
+    member: number,
+    f: { fragment: number; reqId: number; hops: number; op: Uint8Array },
+  ): void {
+    const reason = checkForwardedRequest(f.op, f.fragment, this.dispatcher.keyspace.fragmentCount);
+    if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
+    const origin: Origin = { member, reqId: f.reqId, fragment: f.fragment };
+    if (this.config.placement.replicas[f.fragment].includes(this.config.selfIndex)) {
+      const error = this.dispatcher.submitEncoded(f.fragment, f.op, this.answerOrigin, origin);
+      if (error !== undefined) this.answerOrigin.onFailure(origin, error);
+      return;
+    }
+    // Placement differs between the nodes (misconfiguration): pass it on, a bounded number of times.
+    const next = this.routeOf(f.fragment);
+    if (f.hops + 1 >= MAX_FORWARD_HOPS || !(next instanceof PeerLink) || next.member === member) {
+      this.answerOrigin.onFailure(
+        origin,
+        networkError(
+          `node ${this.config.selfId} does not serve fragment ${f.fragment} and cannot forward it (hops ${f.hops}); ` +
+            'check that every node has the same --peers and --replicas',
+        ),
+      );
+      return;
+    }
+    next.forward(Buffer.from(f.op), f.hops + 1, this.answerOrigin as ResultHandler<unknown>, origin);
+  }
+}
+
+/** A result record carrying an error (as a worker writes one). */
+function errorResult(error: TesseraError): Buffer {
+  const text = truncateErrorMessage(error.message);
+  const out = Buffer.alloc(8 + Buffer.byteLength(text));
+  out[0] = ResultKind.Error;
+  out[1] = error.kind;
+  out.write(text, 8, 'utf8');
+  return out;
+}
+
+/** Checks what a worker assumes of a request before it reaches one; a reason when it is malformed. */
+function checkForwardedRequest(op: Uint8Array, fragment: number, fragmentCount: number): string | undefined {
+  if (op.length < REQUEST_HEADER_BYTES) return 'request shorter than its header';
+  const kind = op[0];
+  if (!isFragmentOpKind(kind) && kind !== RequestKind.Scan) return `request kind ${kind} cannot be forwarded`;
+  const opFragment = readU16LE(op, 2);
+  if (opFragment !== fragment || fragment >= fragmentCount) return `fragment ${opFragment} does not match`;
+  if (isFragmentOpKind(kind)) {
+    const keyBytes = readU16LE(op, 8);
+    if (keyBytes > KEY_BYTES_MAX || REQUEST_HEADER_BYTES + keyBytes > op.length) return 'bad key length';
+    if (kind === OpKind.Write && !isWellFormedRecord(op.subarray(REQUEST_HEADER_BYTES + keyBytes))) {
+      return 'malformed record';
+    }
+  }
+  return undefined;
+}

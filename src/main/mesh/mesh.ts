@@ -1,0 +1,228 @@
+// The peer mesh (DESIGN.md "Peer mesh", spec §4, A12): a listener for peers, one dial supervisor per
+// other member (jittered exponential backoff, 100 ms → 30 s), and one authenticated connection per
+// peer pair. When both ends dial at once, both keep the connection of higher rank
+// (src/core/handshake.ts) and close the other, so they agree without depending on arrival order.
+
+import { createServer, type Server, Socket } from 'node:net';
+import type { Logger } from 'pino';
+import { compareRank } from '../../core/handshake.js';
+import { PEER_CONNECT_TIMEOUT_MS, PEER_RECONNECT_MS_BASE, PEER_RECONNECT_MS_MAX } from '../../core/limits.js';
+import type { EnvelopePeek } from '../../core/peer-frame.js';
+import type { PeerAddress } from '../cluster-config.js';
+import { PeerConnection, type PeerConnectionEvents } from './peer-connection.js';
+
+export interface MeshOptions {
+  selfId: string;
+  /** Every member, self included, sorted; peers are named by index. */
+  members: readonly string[];
+  /** Where to dial each member (undefined for self). */
+  addresses: ReadonlyArray<PeerAddress | undefined>;
+  bindHost: string;
+  port: number;
+  secret: Uint8Array | undefined;
+  clientPort: number;
+  logger: Logger;
+}
+
+export interface MeshEvents {
+  onPeerUp(member: number): void;
+  onPeerDown(member: number): void;
+  onFrame(member: number, peek: EnvelopePeek, bytes: Buffer): void;
+}
+
+export class Mesh implements PeerConnectionEvents {
+  private readonly connections: (PeerConnection | undefined)[];
+  private readonly pending = new Set<PeerConnection>();
+  private server: Server | undefined;
+  private closing = false;
+  private readonly dialTimers = new Map<number, NodeJS.Timeout>();
+  private readonly backoffMs: number[];
+  /** Dial supervisors waiting for a peer that is connected through its own dial to go down. */
+  private readonly parked = new Set<number>();
+  readonly selfIndex: number;
+
+  constructor(
+    private readonly options: MeshOptions,
+    private readonly events: MeshEvents,
+  ) {
+    this.connections = options.members.map(() => undefined);
+    this.backoffMs = options.members.map(() => PEER_RECONNECT_MS_BASE);
+    this.selfIndex = options.members.indexOf(options.selfId);
+  }
+
+  /** Listens for peers, then starts dialing every other member. Resolves once listening. */
+  async start(): Promise<number> {
+    const server = createServer((socket) => this.accept(socket));
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.options.port, this.options.bindHost, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    for (let m = 0; m < this.options.members.length; m++) if (m !== this.selfIndex) this.dial(m);
+    const address = server.address();
+    return typeof address === 'object' && address !== null ? address.port : this.options.port;
+  }
+
+  isUp(member: number): boolean {
+    return this.connections[member]?.established === true;
+  }
+
+  clientPortOf(member: number): number {
+    return this.connections[member]?.peerClientPort ?? 0;
+  }
+
+  /** Sends an envelope to a connected peer; false when it is not connected. */
+  send(member: number, envelope: Uint8Array): boolean {
+    const conn = this.connections[member];
+    if (conn === undefined || !conn.established) return false;
+    conn.send(envelope);
+    return true;
+  }
+
+  /** Closes the connection to `member` for a protocol violation (it will be redialed). */
+  drop(member: number, reason: string): void {
+    this.connections[member]?.close(reason);
+  }
+
+  async close(): Promise<void> {
+    this.closing = true;
+    for (const timer of this.dialTimers.values()) clearTimeout(timer);
+    this.dialTimers.clear();
+    for (const conn of [...this.connections, ...this.pending]) conn?.close('node is shutting down');
+    const server = this.server;
+    this.server = undefined;
+    if (server !== undefined) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  // --- PeerConnectionEvents --------------------------------------------------------------------
+
+  onEstablished(conn: PeerConnection): void {
+    this.pending.delete(conn);
+    const member = this.options.members.indexOf(conn.peerId!);
+    if (member === -1) {
+      return conn.close(`peer "${conn.peerId}" is not a configured member`);
+    }
+    const existing = this.connections[member];
+    if (existing !== undefined && existing !== conn && existing.established) {
+      if (compareRank(existing.rank!, conn.rank!) >= 0) {
+        return conn.close('authenticated duplicate connection lost election');
+      }
+      this.connections[member] = conn;
+      existing.close('replaced by a connection of higher rank');
+      this.events.onPeerDown(member);
+    } else {
+      this.connections[member] = conn;
+    }
+    this.backoffMs[member] = PEER_RECONNECT_MS_BASE;
+    this.options.logger.info({ peer: conn.peerId, remote: conn.remote }, 'peer connected');
+    this.events.onPeerUp(member);
+  }
+
+  onFrame(conn: PeerConnection, peek: EnvelopePeek, bytes: Buffer): void {
+    const member = this.options.members.indexOf(conn.peerId!);
+    if (this.connections[member] !== conn) return;
+    this.events.onFrame(member, peek, bytes);
+  }
+
+  onClose(conn: PeerConnection, reason: string): void {
+    this.pending.delete(conn);
+    const member = conn.peerId === undefined ? -1 : this.options.members.indexOf(conn.peerId);
+    const current = member !== -1 && this.connections[member] === conn;
+    if (current) {
+      this.connections[member] = undefined;
+      this.options.logger.warn({ peer: conn.peerId, reason }, 'peer disconnected');
+      this.events.onPeerDown(member);
+      // A supervisor parked behind this connection redials now.
+      if (this.parked.delete(member)) this.scheduleDial(member, 0);
+    } else if (!this.closing) {
+      this.options.logger.warn({ peer: conn.peerId, remote: conn.remote, reason }, 'peer connection closed');
+    }
+  }
+
+  // --- connections -------------------------------------------------------------------------------
+
+  private accept(socket: Socket): void {
+    if (this.closing) {
+      socket.destroy();
+      return;
+    }
+    const conn = new PeerConnection(socket, this.connectionOptions(false, undefined), this);
+    this.pending.add(conn);
+  }
+
+  private connectionOptions(weDialed: boolean, expectedPeerId: string | undefined) {
+    const o = this.options;
+    return {
+      localId: o.selfId,
+      secret: o.secret,
+      weDialed,
+      expectedPeerId,
+      clientPort: o.clientPort,
+      logger: o.logger,
+    };
+  }
+
+  /** One dial attempt to `member`; on failure or loss the supervisor schedules the next. */
+  private dial(member: number): void {
+    if (this.closing) return;
+    if (this.isUp(member)) {
+      // Connected through the peer's own dial: wait until that connection goes away.
+      this.parked.add(member);
+      return;
+    }
+    const address = this.options.addresses[member]!;
+    const socket = new Socket();
+    const timeout = setTimeout(() => socket.destroy(new Error('connect timed out')), PEER_CONNECT_TIMEOUT_MS);
+    const events: PeerConnectionEvents = {
+      onEstablished: (c) => this.onEstablished(c),
+      onFrame: (c, peek, bytes) => this.onFrame(c, peek, bytes),
+      onClose: (c, reason) => {
+        this.onClose(c, reason);
+        this.afterDial(member);
+      },
+    };
+    const onConnectError = () => {
+      clearTimeout(timeout);
+      this.afterDial(member, socket);
+    };
+    socket.once('error', onConnectError);
+    socket.once('connect', () => {
+      clearTimeout(timeout);
+      socket.off('error', onConnectError);
+      const conn = new PeerConnection(
+        socket,
+        this.connectionOptions(true, this.options.members[member]),
+        events,
+      );
+      this.pending.add(conn);
+    });
+    socket.connect(address.port, address.host);
+  }
+
+  /** After a dial ends (failed, lost the election, or disconnected): back off and dial again. */
+  private afterDial(member: number, failed?: Socket): void {
+    failed?.destroy();
+    if (this.closing || this.dialTimers.has(member)) return;
+    if (this.isUp(member)) {
+      this.parked.add(member);
+      return;
+    }
+    const base = this.backoffMs[member];
+    this.backoffMs[member] = Math.min(PEER_RECONNECT_MS_MAX, base * 2);
+    this.scheduleDial(member, base + Math.floor(Math.random() * (base / 2 + 1)));
+  }
+
+  private scheduleDial(member: number, delayMs: number): void {
+    if (this.closing || this.dialTimers.has(member)) return;
+    this.dialTimers.set(
+      member,
+      setTimeout(() => {
+        this.dialTimers.delete(member);
+        this.dial(member);
+      }, delayMs),
+    );
+  }
+}

@@ -1,0 +1,300 @@
+// CLUSTER INFO / SLOTS / SHARDS / NODES / MYID / KEYSLOT / COUNTKEYSINSLOT, READONLY and READWRITE.
+// Every node answers every key (it forwards to the fragment's first serving replica), so these
+// describe fragments as slot ranges with that replica as the primary, and cluster-mode clients
+// (ioredis Cluster, redis-cli -c) route straight to it. A single node reports one shard.
+
+import { createHash } from 'node:crypto';
+import { slotOf, slotRange } from '../../core/keyspace.js';
+import { SLOT_COUNT } from '../../core/limits.js';
+import type { RespCommand } from '../../core/resp-parser.js';
+import type { RespWriter } from '../../core/resp-writer.js';
+import { decodeCursor, encodeCursor } from '../scanner.js';
+import { type CommandSpec, integerArg } from './commands.js';
+import type { RespConnection } from './connection.js';
+
+/** Keys COUNTKEYSINSLOT examines at most (like KEYS, it walks the slot's fragment). */
+const COUNT_KEYS_IN_SLOT_EXAMINED_MAX = 1_000_000;
+const COUNT_PAGE_KEYS = 10_000;
+
+/** One node as clients see it. */
+interface ClusterNodeView {
+  /** 40 hex characters, as Redis node ids are: SHA-1 of the Tessera node id. */
+  id: string;
+  nodeId: string;
+  host: string;
+  port: number;
+  self: boolean;
+  up: boolean;
+}
+
+/** One fragment as a shard: its slots, its primary (first serving replica) and the other replicas. */
+interface ShardView {
+  first: number;
+  last: number;
+  primary: ClusterNodeView | undefined;
+  replicas: ClusterNodeView[];
+}
+
+export function redisNodeId(nodeId: string): string {
+  return createHash('sha1').update(nodeId).digest('hex');
+}
+
+function nodesOf(conn: RespConnection): ClusterNodeView[] {
+  const node = conn.server.node;
+  const { host, port } = conn.server.address;
+  const cluster = node.cluster;
+  if (cluster === undefined) {
+    return [{ id: redisNodeId(node.nodeId), nodeId: node.nodeId, host, port, self: true, up: true }];
+  }
+  const c = cluster.config;
+  return c.members.map((nodeId, m) => {
+    const self = m === c.selfIndex;
+    return {
+      id: redisNodeId(nodeId),
+      nodeId,
+      host: self ? c.clientHost : (c.addresses[m]?.host ?? ''),
+      port: self ? port : cluster.mesh.clientPortOf(m),
+      self,
+      up: self || cluster.isUp(m),
+    };
+  });
+}
+
+function shardsOf(conn: RespConnection, nodes: ClusterNodeView[]): ShardView[] {
+  const node = conn.server.node;
+  const fragments = node.settings.fragments;
+  const out: ShardView[] = [];
+  for (let f = 0; f < fragments; f++) {
+    const [first, end] = slotRange(f, fragments);
+    const cluster = node.cluster;
+    if (cluster === undefined) {
+      out.push({ first, last: end - 1, primary: nodes[0], replicas: [] });
+      continue;
+    }
+    const serving = cluster.servingMember(f);
+    const replicas = cluster.config.placement.replicas[f]
+      .filter((m) => m !== serving && nodes[m].up && nodes[m].port > 0)
+      .map((m) => nodes[m]);
+    out.push({ first, last: end - 1, primary: serving === -1 ? undefined : nodes[serving], replicas });
+  }
+  return out;
+}
+
+function writeEndpoint(w: RespWriter, n: ClusterNodeView): void {
+  w.arrayHeader(3);
+  w.bulk(n.host);
+  w.integer(n.port);
+  w.bulk(n.id);
+}
+
+function clusterSlots(conn: RespConnection, w: RespWriter): void {
+  const shards = shardsOf(conn, nodesOf(conn)).filter((s) => s.primary !== undefined);
+  w.arrayHeader(shards.length);
+  for (const s of shards) {
+    w.arrayHeader(3 + s.replicas.length);
+    w.integer(s.first);
+    w.integer(s.last);
+    writeEndpoint(w, s.primary!);
+    for (const r of s.replicas) writeEndpoint(w, r);
+  }
+}
+
+function clusterShards(conn: RespConnection, w: RespWriter): void {
+  const shards = shardsOf(conn, nodesOf(conn));
+  w.arrayHeader(shards.length);
+  for (const s of shards) {
+    const members = [...(s.primary === undefined ? [] : [s.primary]), ...s.replicas];
+    w.mapHeader(2);
+    w.bulk('slots');
+    w.arrayHeader(2);
+    w.integer(s.first);
+    w.integer(s.last);
+    w.bulk('nodes');
+    w.arrayHeader(members.length);
+    for (const n of members) {
+      w.mapHeader(7);
+      w.bulk('id');
+      w.bulk(n.id);
+      w.bulk('port');
+      w.integer(n.port);
+      w.bulk('ip');
+      w.bulk(n.host);
+      w.bulk('endpoint');
+      w.bulk(n.host);
+      w.bulk('role');
+      w.bulk(n === s.primary ? 'master' : 'replica');
+      w.bulk('replication-offset');
+      w.integer(0);
+      w.bulk('health');
+      w.bulk(n.up ? 'online' : 'failed');
+    }
+  }
+}
+
+function clusterNodes(conn: RespConnection): string {
+  const nodes = nodesOf(conn);
+  const shards = shardsOf(conn, nodes);
+  const lines: string[] = [];
+  for (const n of nodes) {
+    const ranges = shards
+      .filter((s) => s.primary === n)
+      .map((s) => (s.first === s.last ? `${s.first}` : `${s.first}-${s.last}`));
+    const flags = [n.self ? 'myself' : '', 'master', n.up ? '' : 'fail'].filter((x) => x !== '').join(',');
+    const link = n.up ? 'connected' : 'disconnected';
+    lines.push(
+      `${n.id} ${n.host}:${n.port}@0,${n.nodeId} ${flags} - 0 0 1 ${link}${ranges.map((r) => ` ${r}`).join('')}`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+function clusterInfo(conn: RespConnection): string {
+  const nodes = nodesOf(conn);
+  const shards = shardsOf(conn, nodes);
+  let slotsOk = 0;
+  for (const s of shards) if (s.primary !== undefined) slotsOk += s.last - s.first + 1;
+  const primaries = new Set(shards.map((s) => s.primary?.id).filter((id) => id !== undefined));
+  const rows: Array<[string, string | number]> = [
+    ['cluster_enabled', conn.server.node.cluster === undefined ? 0 : 1],
+    ['cluster_state', slotsOk === SLOT_COUNT ? 'ok' : 'fail'],
+    ['cluster_slots_assigned', SLOT_COUNT],
+    ['cluster_slots_ok', slotsOk],
+    ['cluster_slots_pfail', 0],
+    ['cluster_slots_fail', SLOT_COUNT - slotsOk],
+    ['cluster_known_nodes', nodes.length],
+    ['cluster_size', primaries.size],
+    ['cluster_current_epoch', 1],
+    ['cluster_my_epoch', 1],
+    ['tessera_fragments', shards.length],
+    ['tessera_replicas', conn.server.node.cluster?.config.replicas ?? 1],
+  ];
+  return rows.map(([k, v]) => `${k}:${v}\r\n`).join('');
+}
+
+/** Counts the keys of one slot by walking its fragment (keys only), answering into a reply slot. */
+function countKeysInSlot(conn: RespConnection, slot: number): void {
+  const node = conn.server.node;
+  const fragment = node.dispatcher.keyspace.fragmentOfSlot(slot);
+  const reply = conn.defer();
+  const count = async (): Promise<number> => {
+    let n = 0;
+    let examined = 0;
+    let cursor: string | undefined = encodeCursor(fragment, undefined);
+    while (cursor !== undefined && decodeCursor(cursor).fragment === fragment) {
+      const page = await node.scan({ cursor, limit: COUNT_PAGE_KEYS, keysOnly: true });
+      for (const e of page.entries) if (slotOf(e.key) === slot) n++;
+      examined += page.entries.length;
+      if (examined > COUNT_KEYS_IN_SLOT_EXAMINED_MAX) {
+        throw new Error(
+          `COUNTKEYSINSLOT examines at most ${COUNT_KEYS_IN_SLOT_EXAMINED_MAX} keys of a fragment`,
+        );
+      }
+      cursor = page.cursor;
+    }
+    return n;
+  };
+  count().then(
+    (n) => {
+      const out = reply.conn.beginReply(reply);
+      out.integer(n);
+      reply.conn.endReply(reply);
+    },
+    (err: unknown) => {
+      const out = reply.conn.beginReply(reply);
+      out.error(err instanceof Error ? err.message : String(err));
+      reply.conn.endReply(reply);
+    },
+  );
+}
+
+const HELP = [
+  'CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'INFO',
+  '    Return information about the cluster.',
+  'SLOTS',
+  '    Return the slot ranges (one per fragment) and the nodes that serve them.',
+  'SHARDS',
+  '    Return each fragment as a shard with its replicas.',
+  'NODES',
+  '    Return the members in Redis CLUSTER NODES format.',
+  'MYID',
+  "    Return this node's id (SHA-1 of its Tessera node id).",
+  'KEYSLOT <key>',
+  '    Return the hash slot of <key>.',
+  'COUNTKEYSINSLOT <slot>',
+  '    Return the number of keys in <slot>.',
+  'HELP',
+  '    Print this help.',
+];
+
+function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const sub = cmd.arg(1).toString('latin1').toUpperCase();
+  const wrongArity = () => w.error(`wrong number of arguments for 'cluster|${sub.toLowerCase()}' command`);
+  switch (sub) {
+    case 'INFO':
+      if (cmd.argc !== 2) wrongArity();
+      else w.verbatim(clusterInfo(conn));
+      return true;
+    case 'SLOTS':
+      if (cmd.argc !== 2) wrongArity();
+      else clusterSlots(conn, w);
+      return true;
+    case 'SHARDS':
+      if (cmd.argc !== 2) wrongArity();
+      else clusterShards(conn, w);
+      return true;
+    case 'NODES':
+      if (cmd.argc !== 2) wrongArity();
+      else w.verbatim(clusterNodes(conn));
+      return true;
+    case 'MYID':
+      if (cmd.argc !== 2) wrongArity();
+      else w.bulk(redisNodeId(conn.server.node.nodeId));
+      return true;
+    case 'KEYSLOT':
+      if (cmd.argc !== 3) wrongArity();
+      else w.integer(slotOf(cmd.arg(2)));
+      return true;
+    case 'COUNTKEYSINSLOT': {
+      if (cmd.argc !== 3) {
+        wrongArity();
+        return true;
+      }
+      const slot = integerArg(cmd, 2);
+      if (slot === undefined || slot < 0 || slot >= SLOT_COUNT) {
+        w.error('Invalid slot');
+        return true;
+      }
+      countKeysInSlot(conn, slot);
+      return false;
+    }
+    case 'HELP':
+      w.arrayHeader(HELP.length);
+      for (const line of HELP) w.simple(line);
+      return true;
+    default:
+      w.error(`unknown subcommand '${cmd.arg(1).toString('latin1')}'. Try CLUSTER HELP.`);
+      return true;
+  }
+}
+
+/** READONLY: reads of fragments this node holds a copy of are served from that copy (maybe stale). */
+function readOnly(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
+  conn.readReplica = true;
+  w.simple('OK');
+  return true;
+}
+
+function readWrite(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
+  conn.readReplica = false;
+  w.simple('OK');
+  return true;
+}
+
+const NONE = [0, 0, 0] as const;
+
+export const CLUSTER_COMMANDS: readonly CommandSpec[] = [
+  { name: 'CLUSTER', arity: -2, flags: [], keys: NONE, run: cluster },
+  { name: 'READONLY', arity: 1, flags: ['fast'], keys: NONE, run: readOnly },
+  { name: 'READWRITE', arity: 1, flags: ['fast'], keys: NONE, run: readWrite },
+];

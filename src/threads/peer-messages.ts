@@ -1,0 +1,109 @@
+// The peer protocol's messages (proto/peer.proto), compiled at load time by protobufjs. The main
+// thread encodes handshakes and forwarded operations; workers encode and decode replication and
+// anti-entropy messages. The interfaces mirror the .proto file (protobufjs yields these shapes).
+
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import protobuf from 'protobufjs';
+import { EnvelopeField } from '../core/peer-frame.js';
+
+/** Finds proto/peer.proto from here, whether running from dist/ or from the test build. */
+function protoPath(): string {
+  for (const up of ['../../proto/peer.proto', '../../../proto/peer.proto']) {
+    const path = fileURLToPath(new URL(up, import.meta.url));
+    if (existsSync(path)) return path;
+  }
+  throw new Error('proto/peer.proto not found next to the package');
+}
+
+const root = protobuf.loadSync(protoPath());
+const EnvelopeType = root.lookupType('tessera.peer.v1.Envelope');
+
+export interface HelloMessage {
+  nodeId: string;
+  authTag: Uint8Array;
+  minProtocolVersion: number;
+  maxProtocolVersion: number;
+  capabilities: number;
+  challenge: Uint8Array;
+  clientPort: number;
+}
+export interface ReplicatedOpMessage {
+  key: Uint8Array;
+  record: Uint8Array;
+}
+export interface ReplicateBatchMessage {
+  fragment: number;
+  sessionId: number;
+  batchSeq: number;
+  requiredAckLevel: number;
+  maxWallMs: number;
+  ops: ReplicatedOpMessage[];
+}
+export interface KeySummaryMessage {
+  key: Uint8Array;
+  stamp: Uint8Array;
+}
+
+/** One decoded envelope: exactly one field set, named as in the .proto (camelCase). */
+export interface Envelope {
+  hello?: HelloMessage;
+  helloAuth?: { authTag: Uint8Array };
+  forwardedOp?: { fragment: number; reqId: number; hops: number; op: Uint8Array };
+  forwardedResult?: { fragment: number; reqId: number; result: Uint8Array };
+  sessionStart?: { fragment: number; sessionId: number };
+  replicateBatch?: ReplicateBatchMessage;
+  batchAck?: { fragment: number; sessionId: number; batchSeq: number; level: number };
+  batchNack?: { fragment: number; sessionId: number; batchSeq: number; error: string };
+  reconcileRequest?: {
+    fragment: number;
+    sessionId: number;
+    roundId: number;
+    pageSeq: number;
+    afterKey: Uint8Array;
+  };
+  reconcileResponse?: {
+    fragment: number;
+    sessionId: number;
+    roundId: number;
+    pageSeq: number;
+    summaries: KeySummaryMessage[];
+    done: boolean;
+  };
+  reconcileFetch?: {
+    fragment: number;
+    sessionId: number;
+    roundId: number;
+    chunkSeq: number;
+    keys: Uint8Array[];
+  };
+  reconcileData?: {
+    fragment: number;
+    sessionId: number;
+    roundId: number;
+    chunkSeq: number;
+    pageSeq: number;
+    entries: ReplicatedOpMessage[];
+    done: boolean;
+    maxWallMs: number;
+  };
+}
+
+/** Encodes an envelope (without the frame's length prefix). */
+export function encodeEnvelope(envelope: Envelope): Uint8Array {
+  return EnvelopeType.encode(EnvelopeType.fromObject(envelope)).finish();
+}
+
+/**
+ * Decodes an envelope; throws on malformed input (the caller closes the connection). Missing
+ * scalar fields read as their defaults, repeated fields as empty arrays.
+ */
+export function decodeEnvelope(bytes: Uint8Array): Envelope {
+  const message = EnvelopeType.decode(bytes);
+  return EnvelopeType.toObject(message, { defaults: true, arrays: true, oneofs: false }) as Envelope;
+}
+
+/** Field number → name of the message, for logs. */
+export const ENVELOPE_FIELD_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(EnvelopeField).map(([name, field]) => [field, name]),
+);

@@ -1,0 +1,232 @@
+// Three-node clusters as child processes on 127.0.0.1: routing, replication, anti-entropy after a
+// crash and after a split, replication drain on shutdown, and cluster-mode clients.
+
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, describe, test } from 'node:test';
+import { Cluster as RedisCluster } from 'ioredis';
+import { type ClusterFixture, infoOf, localValues, startCluster } from './cluster-helpers.js';
+import { eventually, sleep } from './helpers.js';
+
+const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+
+describe('a three-node cluster', () => {
+  let cluster: ClusterFixture;
+  before(async () => {
+    cluster = await startCluster('cluster-basic', ['a', 'b', 'c'], ['--anti-entropy-interval', '1s']);
+  });
+  after(async () => {
+    await cluster?.stop();
+  });
+
+  test('a write at any node is readable at every replica, and replication lag returns to 0', async () => {
+    const keys = keysOf('any:', 300);
+    for (const [i, node] of cluster.nodes.entries()) {
+      const redis = await node.client();
+      for (let k = i; k < keys.length; k += 3) assert.equal(await redis.set(keys[k], `v${k}`), 'OK');
+    }
+    const expected = keys.map((_, k) => `v${k}`);
+    // Every node answers every key at once: reads go to the replica that applied the write.
+    for (const node of cluster.nodes) {
+      const redis = await node.client();
+      assert.deepEqual(await redis.mget(...keys), expected);
+    }
+    for (const node of cluster.nodes) {
+      await eventually(async () => {
+        const values = await localValues(node, keys);
+        return values.every((v, k) => v === expected[k]);
+      }, 15_000);
+    }
+    for (const node of cluster.nodes) {
+      await eventually(
+        async () => (await infoOf(node, 'replication')).get('replication_backlog_ops') === '0',
+      );
+      const info = await infoOf(node, 'replication');
+      assert.equal(info.get('connected_slaves'), '2');
+      assert.match(info.get('peer_a') ?? info.get('peer_b') ?? '', /state=online/);
+    }
+  });
+
+  test('read-modify-writes run at the serving replica and replicate their result', async () => {
+    const a = await cluster.nodes[0].client();
+    const b = await cluster.nodes[1].client();
+    for (let i = 0; i < 10; i++) await (i % 2 === 0 ? a : b).incr('counter');
+    assert.equal(await a.get('counter'), '10');
+    assert.equal(await b.append('counter', '!'), 3);
+    for (const node of cluster.nodes) {
+      await eventually(async () => (await localValues(node, ['counter']))[0] === '10!');
+    }
+  });
+
+  test('CLUSTER SLOTS covers every slot once, and ioredis Cluster reads and writes through it', async () => {
+    const a = await cluster.nodes[0].client();
+    const slots = (await a.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, string]]>;
+    const covered = new Array(16384).fill(0);
+    for (const [first, last, primary] of slots) {
+      for (let s = first; s <= last; s++) covered[s]++;
+      assert.ok(
+        cluster.nodes.some((n) => n.respPort === primary[1]),
+        'the primary is a member',
+      );
+    }
+    assert.ok(
+      covered.every((n) => n === 1),
+      'every slot exactly once',
+    );
+    assert.match((await a.call('CLUSTER', 'INFO')) as string, /cluster_state:ok/);
+    assert.equal(await a.call('CLUSTER', 'KEYSLOT', 'foo'), 12182);
+    const nodes = (await a.call('CLUSTER', 'NODES')) as string;
+    assert.equal(nodes.trim().split('\n').length, 3);
+
+    const rc = new RedisCluster([{ host: '127.0.0.1', port: cluster.nodes[2].respPort }], {
+      enableOfflineQueue: true,
+      clusterRetryStrategy: () => null,
+    });
+    try {
+      for (let i = 0; i < 50; i++) assert.equal(await rc.set(`rc:${i}`, `x${i}`), 'OK');
+      for (let i = 0; i < 50; i++) assert.equal(await rc.get(`rc:${i}`), `x${i}`);
+    } finally {
+      rc.disconnect();
+    }
+    const counted = await a.call(
+      'CLUSTER',
+      'COUNTKEYSINSLOT',
+      String(await a.call('CLUSTER', 'KEYSLOT', 'rc:1')),
+    );
+    assert.ok((counted as number) >= 1);
+  });
+
+  test('redis-cli -c reads and writes through any node', (t) => {
+    const probe = spawnSync('redis-cli', ['--version'], { encoding: 'utf8' });
+    if (probe.status !== 0) {
+      if (process.env.TESSERA_REQUIRE_REDIS_TOOLS === '1') assert.fail('redis-cli is required but missing');
+      t.skip('redis-cli is not installed');
+      return;
+    }
+    const port = String(cluster.nodes[1].respPort);
+    const set = spawnSync('redis-cli', ['-c', '-p', port, 'SET', 'cli:key', 'cli-value'], {
+      encoding: 'utf8',
+    });
+    assert.equal(set.stdout.trim(), 'OK');
+    const get = spawnSync('redis-cli', ['-c', '-p', String(cluster.nodes[2].respPort), 'GET', 'cli:key'], {
+      encoding: 'utf8',
+    });
+    assert.equal(get.stdout.trim(), 'cli-value');
+  });
+});
+
+describe('failures', () => {
+  test('SIGKILL of a replica during a write stream: writes continue, and after restart it converges', async () => {
+    const cluster = await startCluster('cluster-crash', ['a', 'b', 'c'], ['--anti-entropy-interval', '1s']);
+    try {
+      const [a, b, c] = cluster.nodes;
+      const writerA = await a.client();
+      const writerB = await b.client();
+      const keys = keysOf('crash:', 2000);
+      let failed = 0;
+      const acked: number[] = [];
+      const stream = (async () => {
+        for (let i = 0; i < keys.length; i++) {
+          try {
+            await (i % 2 === 0 ? writerA : writerB).set(keys[i], `v${i}`);
+            acked.push(i);
+          } catch {
+            failed++;
+          }
+        }
+      })();
+      await sleep(150);
+      await c.stop('SIGKILL');
+      await stream;
+      assert.equal(failed, 0, 'every write of the stream succeeded');
+      assert.equal(acked.length, keys.length);
+      // Writes while c is down land on a and b only; c must repair them by anti-entropy.
+      for (let i = 0; i < 200; i++) await writerA.set(`down:${i}`, `d${i}`);
+      await writerA.del('crash:5', 'crash:6');
+      await c.start();
+      await cluster.connected();
+      const universe = [...keys, ...keysOf('down:', 200)];
+      const survivors = await localValues(a, universe);
+      assert.deepEqual(await localValues(b, universe), survivors, 'the survivors agree');
+      await eventually(async () => {
+        const values = await localValues(c, universe);
+        return values.every((v, i) => v === survivors[i]);
+      }, 20_000);
+      assert.equal(survivors[5], null, 'the delete is kept');
+    } finally {
+      await cluster.stop();
+    }
+  });
+
+  test('a split: both sides write the same keys; after rejoining every node holds the LWW winner', async () => {
+    const cluster = await startCluster('cluster-split', ['a', 'b', 'c'], ['--anti-entropy-interval', '1s']);
+    try {
+      const [a, b, c] = cluster.nodes;
+      const keys = keysOf('split:', 100);
+      const base = await a.client();
+      for (const k of keys) await base.set(k, 'base');
+      await eventually(async () => (await localValues(c, keys)).every((v) => v === 'base'));
+
+      // Side one: a and b, with c down.
+      await c.stop('SIGKILL');
+      const one = await a.client();
+      for (let i = 0; i < 50; i++) await one.set(keys[i], 'A');
+      await one.del(...keys.slice(50, 60));
+      await sleep(20);
+
+      // Side two: c alone, later in time.
+      await a.stop('SIGKILL');
+      await b.stop('SIGKILL');
+      await c.start();
+      const two = await c.client();
+      for (let i = 20; i < 40; i++) await two.set(keys[i], 'C');
+      await two.del(...keys.slice(0, 10));
+      for (let i = 50; i < 55; i++) await two.set(keys[i], 'C');
+
+      await a.start();
+      await b.start();
+      await cluster.connected();
+      const expected = keys.map((_, i) => {
+        if (i < 10) return null;
+        if (i >= 20 && i < 40) return 'C';
+        if (i < 50) return 'A';
+        if (i < 55) return 'C';
+        if (i < 60) return null;
+        return 'base';
+      });
+      for (const node of cluster.nodes) {
+        await eventually(async () => {
+          const values = await localValues(node, keys);
+          return values.every((v, i) => v === expected[i]);
+        }, 20_000);
+      }
+    } finally {
+      await cluster.stop();
+    }
+  });
+
+  test('shutdown with replication drain loses no acknowledged write', async () => {
+    // No periodic anti-entropy: whatever b holds after a is gone came through a's senders.
+    const cluster = await startCluster('cluster-drain', ['a', 'b'], ['--anti-entropy-interval', '1h']);
+    try {
+      const [a, b] = cluster.nodes;
+      const writer = await a.client();
+      const keys = keysOf('drain:', 3000);
+      const pipeline = writer.pipeline();
+      for (const k of keys) pipeline.set(k, `value-of-${k}`);
+      const results = await pipeline.exec();
+      assert.ok(results!.every(([err]) => err === null));
+      await a.stop('SIGTERM');
+      assert.match(a.log, /"msg":"node closed"/);
+      assert.doesNotMatch(a.log, /replication drain timed out/);
+      const values = await localValues(b, keys);
+      assert.deepEqual(
+        values.map((v, i) => v === `value-of-${keys[i]}`).filter((ok) => !ok).length,
+        0,
+        'b holds every acknowledged write',
+      );
+    } finally {
+      await cluster.stop();
+    }
+  });
+});
