@@ -1,0 +1,162 @@
+// Peer frames and static placement: the frame reader's limits, routing fields read without
+// decoding, and rendezvous placement's determinism, balance and small movement on membership change.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import {
+  EnvelopeField,
+  FrameReader,
+  frameOf,
+  maxWallMsField,
+  peekEnvelope,
+  peekFragment,
+} from '../../src/core/peer-frame.js';
+import { computePlacement, firstServingReplica } from '../../src/core/placement.js';
+import { resolveClusterConfig } from '../../src/main/cluster-config.js';
+import { decodeEnvelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
+
+describe('frames', () => {
+  test('the reader cuts frames across chunk boundaries and enforces the limit', () => {
+    const a = frameOf(Buffer.from('hello'));
+    const b = frameOf(Buffer.alloc(300, 7));
+    const stream = Buffer.concat([a, b]);
+    const reader = new FrameReader();
+    const out: Buffer[] = [];
+    for (let i = 0; i < stream.length; i += 3) {
+      reader.push(stream.subarray(i, i + 3));
+      for (let f = reader.next(); f instanceof Buffer; f = reader.next()) out.push(Buffer.from(f));
+    }
+    assert.deepEqual(out, [Buffer.from('hello'), Buffer.alloc(300, 7)]);
+    assert.equal(reader.bufferedBytes, 0);
+
+    const big = new FrameReader();
+    const header = Buffer.alloc(4);
+    header.writeUInt32BE(4097);
+    big.push(header);
+    const error = big.next();
+    assert.ok(error instanceof Error && /4097 bytes exceeds the 4096-byte limit/.test(error.message));
+    big.limit = 16 * 1024 * 1024;
+    assert.equal(big.next(), undefined, 'after the handshake the same frame is merely incomplete');
+  });
+
+  test('routing fields are read without decoding the rest, zero fragments included', () => {
+    const batch = encodeEnvelope({
+      replicateBatch: {
+        fragment: 9,
+        sessionId: 3,
+        batchSeq: 1,
+        requiredAckLevel: 2,
+        maxWallMs: 1_764_500_000_123,
+        ops: [{ key: Buffer.from('k'), record: Buffer.alloc(40, 1) }],
+      },
+    });
+    const peek = peekEnvelope(batch)!;
+    assert.equal(peek.field, EnvelopeField.ReplicateBatch);
+    assert.deepEqual(peekFragment(batch, peek.start, peek.end, maxWallMsField(peek.field)), {
+      fragment: 9,
+      maxWallMs: 1_764_500_000_123,
+    });
+    const start = encodeEnvelope({ sessionStart: { fragment: 0, sessionId: 5 } });
+    const p2 = peekEnvelope(start)!;
+    assert.deepEqual(peekFragment(start, p2.start, p2.end), { fragment: 0, maxWallMs: 0 });
+    assert.equal(decodeEnvelope(start).sessionStart?.sessionId, 5);
+  });
+
+  test('malformed envelopes are recognised', () => {
+    assert.equal(peekEnvelope(new Uint8Array(0)), undefined);
+    assert.equal(peekEnvelope(Buffer.from([0x08, 0x01])), undefined, 'a varint is not a message');
+    assert.equal(peekEnvelope(Buffer.from([0x32, 0x05, 0x08])), undefined, 'truncated body');
+    assert.equal(peekFragment(Buffer.from([0x08]), 0, 1), undefined, 'truncated varint');
+    assert.equal(peekFragment(Buffer.from([0x0f, 0x00]), 0, 2), undefined, 'unknown wire type');
+    assert.throws(() => decodeEnvelope(Buffer.from([0x32, 0x05, 0x08])));
+  });
+});
+
+describe('placement', () => {
+  test('every node computes the same lists, whatever order it lists the members in', () => {
+    const one = computePlacement(['c', 'a', 'b', 'd'], 64, 3);
+    const two = computePlacement(['d', 'b', 'a', 'c'], 64, 3);
+    assert.deepEqual(one, two);
+    for (const replicas of one.replicas) {
+      assert.equal(new Set(replicas).size, 3, 'distinct replicas');
+    }
+  });
+
+  test('first replicas spread over the members', () => {
+    const p = computePlacement(['a', 'b', 'c', 'd'], 1024, 2);
+    const firsts = [0, 0, 0, 0];
+    for (const r of p.replicas) firsts[r[0]]++;
+    for (const n of firsts) assert.ok(n > 1024 / 4 - 100 && n < 1024 / 4 + 100, `balanced: ${firsts}`);
+  });
+
+  test('adding a member moves only the fragments it takes', () => {
+    const before = computePlacement(['a', 'b', 'c'], 1024, 1);
+    const after = computePlacement(['a', 'b', 'c', 'd'], 1024, 1);
+    let moved = 0;
+    for (let f = 0; f < 1024; f++) {
+      const was = before.members[before.replicas[f][0]];
+      const now = after.members[after.replicas[f][0]];
+      if (was !== now) {
+        moved++;
+        assert.equal(now, 'd', 'a fragment only moves to the new member');
+      }
+    }
+    assert.ok(moved > 150 && moved < 360, `about a quarter moved: ${moved}`);
+  });
+
+  test('the first serving replica skips members that are down', () => {
+    const p = computePlacement(['a', 'b', 'c'], 8, 3);
+    const f = 3;
+    const [first, second, third] = p.replicas[f];
+    const self = third;
+    assert.equal(
+      firstServingReplica(p, f, self, () => true),
+      first,
+    );
+    assert.equal(
+      firstServingReplica(p, f, self, (m) => m !== first),
+      second,
+    );
+    assert.equal(
+      firstServingReplica(p, f, self, () => false),
+      self,
+    );
+    const stranger = computePlacement(['a', 'b', 'c'], 8, 1);
+    const owner = stranger.replicas[f][0];
+    const notOwner = (owner + 1) % 3;
+    assert.equal(
+      firstServingReplica(stranger, f, notOwner, () => false),
+      -1,
+    );
+  });
+});
+
+describe('cluster options', () => {
+  const peers = 'a@127.0.0.1:7001,b@127.0.0.1:7002,c@127.0.0.1:7003';
+  test('defaults and the member list', () => {
+    const c = resolveClusterConfig({ peers }, 'b', 16)!;
+    assert.deepEqual(c.members, ['a', 'b', 'c']);
+    assert.equal(c.selfIndex, 1);
+    assert.equal(c.peerPort, 7002);
+    assert.equal(c.replicas, 3);
+    assert.equal(c.addresses[1], undefined);
+    assert.equal(resolveClusterConfig({}, 'b', 16), undefined);
+  });
+
+  test('bad options are refused with a message that names them', () => {
+    assert.throws(() => resolveClusterConfig({ peers }, undefined, 16), /needs nodeId/);
+    assert.throws(() => resolveClusterConfig({ peers: 'a@127.0.0.1' }, 'a', 16), /not id@host:port/);
+    assert.throws(() => resolveClusterConfig({ peers, replicas: 4 }, 'a', 16), /replicas must be/);
+    assert.throws(
+      () => resolveClusterConfig({ peers, clusterSecret: 'short' }, 'a', 16),
+      /at least 32 bytes/,
+    );
+    assert.throws(() => resolveClusterConfig({ peers: 'a@10.0.0.1:1,b@10.0.0.2:1' }, 'a', 16), /plaintext/);
+    assert.ok(resolveClusterConfig({ peers: 'a@10.0.0.1:1,b@10.0.0.2:1', insecure: true }, 'a', 16));
+    assert.throws(() => resolveClusterConfig({ replicas: 2 }, 'a', 16), /needs peers/);
+    assert.throws(
+      () => resolveClusterConfig({ peers: 'a@127.0.0.1:1,a@127.0.0.1:2' }, 'a', 16),
+      /listed twice/,
+    );
+  });
+});
