@@ -134,8 +134,11 @@ export function resolveClusterConfig(
           .map((p) => p.trim())
           .filter((p) => p !== '');
   if (list.length === 0) {
+    // A secret or client address without peers is harmless (often set for every node by the
+    // environment); the rest would silently do nothing.
+    const harmless = new Set(['clientPort', 'clientHost', 'clusterSecret', 'clusterSecretFile']);
     for (const name of CLUSTER_OPTION_NAMES) {
-      if (name !== 'clientPort' && name !== 'clientHost' && options[name] !== undefined)
+      if (!harmless.has(name) && options[name] !== undefined)
         throw invalidInput(`${name} needs peers (the cluster's members)`);
     }
     return undefined;

@@ -84,7 +84,15 @@ export interface Health {
 export interface ClusterHealth {
   members: string[];
   replicas: number;
-  peers: Array<{ id: string; connected: boolean; forwardsInFlight: number }>;
+  peers: Array<{
+    id: string;
+    connected: boolean;
+    forwardsInFlight: number;
+    /** Bytes this node sent the peer: all of them, replication's, and anti-entropy's. */
+    bytesSent: number;
+    replicationBytesSent: number;
+    antiEntropyBytesSent: number;
+  }>;
   /** One per (fragment, peer) this node replicates to: state, backlog, lag. */
   senders: SenderReport[];
 }
@@ -325,6 +333,7 @@ export class Tessera {
                     id,
                     connected: cluster.isUp(m),
                     forwardsInFlight: cluster.forwardsInFlight(m),
+                    ...cluster.trafficTo(m),
                   })),
                 senders: reports.flatMap((r) => r?.replication ?? []),
               },

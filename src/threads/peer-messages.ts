@@ -38,7 +38,7 @@ export interface ReplicateBatchMessage {
   batchSeq: number;
   requiredAckLevel: number;
   maxWallMs: number;
-  ops: ReplicatedOpMessage[];
+  ops: readonly ReplicatedOpMessage[];
 }
 export interface KeySummaryMessage {
   key: Uint8Array;
@@ -67,7 +67,7 @@ export interface Envelope {
     sessionId: number;
     roundId: number;
     pageSeq: number;
-    summaries: KeySummaryMessage[];
+    summaries: readonly KeySummaryMessage[];
     done: boolean;
   };
   reconcileFetch?: {
@@ -83,7 +83,7 @@ export interface Envelope {
     roundId: number;
     chunkSeq: number;
     pageSeq: number;
-    entries: ReplicatedOpMessage[];
+    entries: readonly ReplicatedOpMessage[];
     done: boolean;
     maxWallMs: number;
   };

@@ -13,9 +13,16 @@ import { randomInt } from 'node:crypto';
 import type { Logger } from 'pino';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { KEY_BYTES_MAX, RECONCILE_PAGE_BYTES_MAX, RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
+import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
-import { compareVersions, isWellFormedRecord, RECORD_HEADER_BYTES, wallMsOf } from '../core/record.js';
+import {
+  checkRecords,
+  ReconcileResponder,
+  ReconcileRound,
+  type RecordCheck,
+  type RoundStep,
+} from '../core/reconciler.js';
+import { wallMsOf } from '../core/record.js';
 import {
   AckLevel,
   ReplicationSender,
@@ -51,26 +58,6 @@ const ACK_DURABILITY: Record<AckLevel, Durability> = {
   [AckLevel.Store]: Durability.Store,
   [AckLevel.Stable]: Durability.Stable,
 };
-
-/** A round this node runs against one peer: which summary page and fetch chunk it waits for. */
-interface Round {
-  sessionId: number;
-  roundId: number;
-  pageSeq: number;
-  /** Last key of the current page: the next page starts after it. */
-  lastKey: Buffer | undefined;
-  pageDone: boolean;
-  /** Fetch chunk awaited (0 = none). */
-  chunkSeq: number;
-  nextChunkSeq: number;
-}
-
-/** What this node serves one peer's round: the keys it may fetch and the page it may ask next. */
-interface Served {
-  roundId: number;
-  nextPageSeq: number;
-  advertised: Set<string>;
-}
 
 /** A replicated batch being applied: replies of its ops, then the fence that acknowledges it. */
 class BatchApply implements ReplySink {
@@ -108,10 +95,9 @@ export class WorkerReplication {
   private readonly senders = new Map<number, SenderSlot[]>();
   private readonly peersOf = new Map<number, number[]>();
   private readonly up: boolean[];
-  /** Inbound session per (member, fragment), set by SessionStart. */
-  private readonly inbound = new Map<string, number>();
-  private readonly rounds = new Map<string, Round>();
-  private readonly served = new Map<string, Served>();
+  /** Rounds this node runs, and the serving side of peers' rounds, per (member, fragment). */
+  private readonly rounds = new Map<string, ReconcileRound>();
+  private readonly responders = new Map<string, ReconcileResponder>();
   private readonly actions: SenderAction[] = [];
   private readonly keyspace: Keyspace;
   private timer: NodeJS.Timeout | undefined;
@@ -188,8 +174,7 @@ export class WorkerReplication {
       this.pump(slot, nowMs);
     }
     if (!up) {
-      for (const key of this.served.keys()) if (key.startsWith(`${member}/`)) this.served.delete(key);
-      for (const key of this.inbound.keys()) if (key.startsWith(`${member}/`)) this.inbound.delete(key);
+      for (const key of this.responders.keys()) if (key.startsWith(`${member}/`)) this.responders.delete(key);
     }
     this.schedule(nowMs);
   }
@@ -205,10 +190,8 @@ export class WorkerReplication {
     const nowMs = Date.now();
     if (envelope.sessionStart !== undefined) {
       const { fragment, sessionId } = envelope.sessionStart;
-      if (sessionId !== 0 && this.host.core(fragment) !== undefined) {
-        this.inbound.set(roundKey(member, fragment), sessionId);
-        this.served.delete(roundKey(member, fragment));
-      }
+      if (sessionId !== 0 && this.host.core(fragment) !== undefined)
+        this.responderOf(member, fragment).onSessionStart(sessionId);
     } else if (envelope.replicateBatch !== undefined) {
       this.applyBatch(member, envelope.replicateBatch, nowMs);
     } else if (envelope.batchAck !== undefined) {
@@ -241,7 +224,7 @@ export class WorkerReplication {
     } else if (envelope.reconcileFetch !== undefined) {
       this.serveFetch(member, envelope.reconcileFetch);
     } else if (envelope.reconcileResponse !== undefined) {
-      this.onSummaries(member, envelope.reconcileResponse, nowMs);
+      this.onSummaries(member, envelope.reconcileResponse);
     } else if (envelope.reconcileData !== undefined) {
       this.onData(member, envelope.reconcileData, nowMs);
     }
@@ -301,17 +284,9 @@ export class WorkerReplication {
         return;
       }
       case 'start-round': {
-        const round: Round = {
-          sessionId: action.sessionId,
-          roundId: action.roundId,
-          pageSeq: 0,
-          lastKey: undefined,
-          pageDone: false,
-          chunkSeq: 0,
-          nextChunkSeq: 1,
-        };
+        const round = new ReconcileRound(action.sessionId, action.roundId);
         this.rounds.set(roundKey(member, fragment), round);
-        this.requestPage(member, fragment, round);
+        this.step(member, fragment, round, round.start());
         return;
       }
       case 'log':
@@ -365,7 +340,7 @@ export class WorkerReplication {
   private applyBatch(member: number, b: Envelope['replicateBatch'] & object, nowMs: number): void {
     const key = roundKey(member, b.fragment);
     // A batch of a session that is not the current one is stale: ignored, not refused (spec A6).
-    if (this.inbound.get(key) !== b.sessionId || b.sessionId === 0) return;
+    if (this.responders.get(key)?.sessionId !== b.sessionId || b.sessionId === 0) return;
     const core = this.host.core(b.fragment);
     const level = b.requiredAckLevel as AckLevel;
     const refuse = (error: string) =>
@@ -375,7 +350,7 @@ export class WorkerReplication {
     if (core === undefined) return refuse(`receiver does not host fragment ${b.fragment}`);
     if (!(level >= AckLevel.Memory && level <= AckLevel.Stable))
       return refuse('replication batch omitted a valid ACK requirement');
-    const invalid = this.checkOps(b.fragment, b.ops, nowMs);
+    const invalid = checkRecords(b.ops, this.recordCheck(b.fragment, nowMs));
     if (invalid !== undefined) {
       this.host.logger.warn(
         { peer: this.name(member), fragment: b.fragment, reason: invalid },
@@ -390,19 +365,13 @@ export class WorkerReplication {
     this.host.submit(core, fence);
   }
 
-  /** Checks keys, records and timestamps before anything of a batch or page is applied. */
-  private checkOps(fragment: number, ops: readonly ReplicatedOpMessage[], nowMs: number): string | undefined {
-    for (const op of ops) {
-      if (op.key.length > KEY_BYTES_MAX)
-        return `replicated key of ${op.key.length} bytes exceeds ${KEY_BYTES_MAX}`;
-      if (this.keyspace.fragmentOf(op.key) !== fragment)
-        return `replicated key does not belong to declared fragment ${fragment}`;
-      if (!isWellFormedRecord(op.record)) return 'malformed replicated record';
-      const wallMs = wallMsOf(op.record);
-      if (wallMs > nowMs + this.cluster.maxClockSkewMs)
-        return `replicated timestamp ${wallMs} is ${wallMs - nowMs} ms ahead of this node's clock (max skew ${this.cluster.maxClockSkewMs} ms)`;
-    }
-    return undefined;
+  private recordCheck(fragment: number, nowMs: number): RecordCheck {
+    return {
+      fragment,
+      fragmentOf: (key) => this.keyspace.fragmentOf(key),
+      nowMs,
+      maxClockSkewMs: this.cluster.maxClockSkewMs,
+    };
   }
 
   private submitReplicated(core: FragmentCore, op: ReplicatedOpMessage, sink: ReplySink): void {
@@ -421,110 +390,83 @@ export class WorkerReplication {
 
   // --- anti-entropy: the requesting side ----------------------------------------------------------
 
-  private requestPage(member: number, fragment: number, round: Round): void {
-    this.send(member, {
-      reconcileRequest: {
-        fragment,
-        sessionId: round.sessionId,
-        roundId: round.roundId,
-        pageSeq: round.pageSeq,
-        afterKey: round.lastKey ?? EMPTY,
-      },
-    });
+  private responderOf(member: number, fragment: number): ReconcileResponder {
+    const key = roundKey(member, fragment);
+    let responder = this.responders.get(key);
+    if (responder === undefined) {
+      responder = new ReconcileResponder();
+      this.responders.set(key, responder);
+    }
+    return responder;
   }
 
-  private onSummaries(member: number, r: Envelope['reconcileResponse'] & object, nowMs: number): void {
-    const key = roundKey(member, r.fragment);
-    const round = this.rounds.get(key);
-    if (round === undefined || round.sessionId !== r.sessionId || round.roundId !== r.roundId) return;
-    if (r.pageSeq !== round.pageSeq || round.chunkSeq !== 0) {
-      return this.host.closePeer(member, 'unexpected anti-entropy page');
+  /** Carries out one step of a round this node runs. */
+  private step(member: number, fragment: number, round: ReconcileRound, step: RoundStep): void {
+    const { sessionId, roundId } = round;
+    const nowMs = Date.now();
+    switch (step.kind) {
+      case 'request-page':
+        this.send(member, { reconcileRequest: { fragment, sessionId, roundId, ...step } });
+        return;
+      case 'fetch':
+        this.progress(member, fragment, round, 'round-progress', nowMs);
+        this.send(member, {
+          reconcileFetch: { fragment, sessionId, roundId, chunkSeq: step.chunkSeq, keys: step.keys },
+        });
+        return;
+      case 'merge': {
+        this.progress(member, fragment, round, 'round-progress', nowMs);
+        const core = this.host.core(fragment)!;
+        for (const entry of step.entries) this.submitReplicated(core, entry, ignoreReplies);
+        if (step.next !== undefined) this.step(member, fragment, round, step.next);
+        return;
+      }
+      case 'done':
+        this.rounds.delete(roundKey(member, fragment));
+        this.progress(member, fragment, round, 'round-done', nowMs);
+        return;
+      case 'violation':
+        this.host.closePeer(member, step.reason);
+        return;
+      case 'ignore':
+        return;
     }
-    if (r.summaries.length > RECONCILE_PAGE_ITEMS_MAX) {
-      return this.host.closePeer(member, `anti-entropy page of ${r.summaries.length} summaries`);
-    }
-    this.senderOf(r.fragment, member)!.sender.step({
-      kind: 'round-progress',
-      sessionId: r.sessionId,
-      roundId: r.roundId,
-      nowMs,
-    });
-    const core = this.host.core(r.fragment)!;
-    const wanted: Buffer[] = [];
-    for (const s of r.summaries) {
-      const k = Buffer.from(s.key);
-      if (s.stamp.length < RECORD_HEADER_BYTES)
-        return this.host.closePeer(member, 'malformed anti-entropy stamp');
-      const local = core.current(k);
-      if (local === undefined || compareVersions(s.stamp, local) > 0) wanted.push(k);
-    }
-    round.pageDone = r.done;
-    if (r.summaries.length > 0) round.lastKey = Buffer.from(r.summaries[r.summaries.length - 1].key);
-    if (wanted.length > 0) {
-      round.chunkSeq = round.nextChunkSeq++;
-      this.send(member, {
-        reconcileFetch: {
-          fragment: r.fragment,
-          sessionId: round.sessionId,
-          roundId: round.roundId,
-          chunkSeq: round.chunkSeq,
-          keys: wanted,
-        },
-      });
-      return;
-    }
-    this.nextPage(member, r.fragment, round, nowMs);
   }
 
-  private onData(member: number, d: Envelope['reconcileData'] & object, nowMs: number): void {
-    const key = roundKey(member, d.fragment);
-    const round = this.rounds.get(key);
-    if (round === undefined || round.sessionId !== d.sessionId || round.roundId !== d.roundId) return;
-    if (d.chunkSeq !== round.chunkSeq)
-      return this.host.closePeer(member, 'unexpected anti-entropy data page');
-    const invalid = this.checkOps(d.fragment, d.entries, nowMs);
-    if (invalid !== undefined) return this.host.closePeer(member, invalid);
-    this.senderOf(d.fragment, member)!.sender.step({
-      kind: 'round-progress',
-      sessionId: d.sessionId,
-      roundId: d.roundId,
-      nowMs,
-    });
-    const core = this.host.core(d.fragment)!;
-    for (const entry of d.entries) this.submitReplicated(core, entry, ignoreReplies);
-    if (!d.done) return;
-    round.chunkSeq = 0;
-    this.nextPage(member, d.fragment, round, nowMs);
+  private progress(
+    member: number,
+    fragment: number,
+    round: ReconcileRound,
+    kind: 'round-progress' | 'round-done',
+    nowMs: number,
+  ): void {
+    const slot = this.senderOf(fragment, member);
+    if (slot === undefined) return;
+    slot.sender.step({ kind, sessionId: round.sessionId, roundId: round.roundId, nowMs });
+    if (kind === 'round-done') this.pump(slot, nowMs);
   }
 
-  private nextPage(member: number, fragment: number, round: Round, nowMs: number): void {
-    const slot = this.senderOf(fragment, member)!;
-    if (round.pageDone) {
-      this.rounds.delete(roundKey(member, fragment));
-      slot.sender.step({ kind: 'round-done', sessionId: round.sessionId, roundId: round.roundId, nowMs });
-      this.pump(slot, nowMs);
-      return;
-    }
-    round.pageSeq++;
-    this.requestPage(member, fragment, round);
+  private onSummaries(member: number, page: Envelope['reconcileResponse'] & object): void {
+    const round = this.rounds.get(roundKey(member, page.fragment));
+    const core = this.host.core(page.fragment);
+    if (round === undefined || core === undefined) return;
+    this.step(member, page.fragment, round, round.onSummaries(page, core));
   }
 
-  // --- anti-entropy: the serving side -------------------------------------------------------------
+  private onData(member: number, page: Envelope['reconcileData'] & object, nowMs: number): void {
+    const round = this.rounds.get(roundKey(member, page.fragment));
+    if (round === undefined) return;
+    this.step(member, page.fragment, round, round.onData(page, this.recordCheck(page.fragment, nowMs)));
+  }
 
   /** One page of (key, version) summaries in key order, from the committed store. */
   private async serveSummaries(member: number, q: Envelope['reconcileRequest'] & object): Promise<void> {
-    const key = roundKey(member, q.fragment);
-    if (q.sessionId === 0 || q.roundId === 0 || this.inbound.get(key) !== q.sessionId) return;
     if (this.host.core(q.fragment) === undefined) return;
-    let served = this.served.get(key);
-    if (q.pageSeq === 0) {
-      if (q.afterKey.length > 0) return this.host.closePeer(member, 'first anti-entropy page with a cursor');
-      served = { roundId: q.roundId, nextPageSeq: 0, advertised: new Set() };
-      this.served.set(key, served);
-    } else if (served === undefined || served.roundId !== q.roundId || served.nextPageSeq !== q.pageSeq) {
-      return this.host.closePeer(member, 'unexpected anti-entropy continuation');
-    }
-    const start = q.pageSeq === 0 ? undefined : { key: q.afterKey, inclusive: false };
+    const responder = this.responderOf(member, q.fragment);
+    const step = responder.onRequest(q);
+    if (step.kind === 'violation') return this.host.closePeer(member, step.reason);
+    if (step.kind !== 'read-page') return;
+    const start = step.afterKey === undefined ? undefined : { key: step.afterKey, inclusive: false };
     let entries: Awaited<ReturnType<KvStore['page']>>;
     try {
       entries = await this.host.store.page(q.fragment, start, undefined, RECONCILE_PAGE_ITEMS_MAX);
@@ -535,72 +477,26 @@ export class WorkerReplication {
       );
       return;
     }
-    // The session may have changed while the store read.
-    if (this.inbound.get(key) !== q.sessionId || this.served.get(key) !== served) return;
-    served.nextPageSeq = q.pageSeq + 1;
-    served.advertised = new Set(entries.map((e) => e.key.toString('latin1')));
-    this.send(member, {
-      reconcileResponse: {
-        fragment: q.fragment,
-        sessionId: q.sessionId,
-        roundId: q.roundId,
-        pageSeq: q.pageSeq,
-        summaries: entries.map((e) => ({
-          key: e.key,
-          stamp: e.record.subarray(0, RECORD_HEADER_BYTES + e.record[15]),
-        })),
-        done: entries.length < RECONCILE_PAGE_ITEMS_MAX,
-      },
-    });
+    // The peer may have gone, or opened another session, while the store read.
+    if (this.responders.get(roundKey(member, q.fragment)) !== responder) return;
+    const page = responder.pageRead(q, entries);
+    if (page !== undefined) this.send(member, { reconcileResponse: { fragment: q.fragment, ...page } });
   }
 
   /** The records of advertised keys, freshest first (pending writes included), in byte-bounded pages. */
   private serveFetch(member: number, f: Envelope['reconcileFetch'] & object): void {
-    const key = roundKey(member, f.fragment);
-    if (f.sessionId === 0 || this.inbound.get(key) !== f.sessionId) return;
-    const served = this.served.get(key);
     const core = this.host.core(f.fragment);
-    if (served === undefined || core === undefined || served.roundId !== f.roundId) return;
-    if (f.keys.length === 0 || f.keys.length > RECONCILE_PAGE_ITEMS_MAX) {
-      return this.host.closePeer(member, `anti-entropy fetch of ${f.keys.length} keys`);
+    if (core === undefined) return;
+    const pages = this.responderOf(member, f.fragment).onFetch(f, core);
+    if (!Array.isArray(pages)) {
+      if (pages.kind === 'violation') this.host.closePeer(member, pages.reason);
+      return;
     }
-    for (const k of f.keys) {
-      if (!served.advertised.delete(Buffer.from(k).toString('latin1'))) {
-        return this.host.closePeer(member, 'unadvertised or repeated anti-entropy fetch');
-      }
+    for (const [pageSeq, page] of pages.entries()) {
+      let maxWallMs = 0;
+      for (const e of page.entries) maxWallMs = Math.max(maxWallMs, wallMsOf(e.record));
+      this.send(member, { reconcileData: { fragment: f.fragment, pageSeq, ...page, maxWallMs } });
     }
-    let page: ReplicatedOpMessage[] = [];
-    let pageBytes = 0;
-    let pageSeq = 0;
-    let maxWallMs = 0;
-    const flush = (done: boolean) => {
-      this.send(member, {
-        reconcileData: {
-          fragment: f.fragment,
-          sessionId: f.sessionId,
-          roundId: f.roundId,
-          chunkSeq: f.chunkSeq,
-          pageSeq: pageSeq++,
-          entries: page,
-          done,
-          maxWallMs,
-        },
-      });
-      page = [];
-      pageBytes = 0;
-      maxWallMs = 0;
-    };
-    for (const k of f.keys) {
-      const view = core.current(Buffer.from(k));
-      if (view === undefined) continue;
-      const record = Buffer.from(view);
-      const bytes = k.length + record.length;
-      if (page.length > 0 && pageBytes + bytes > RECONCILE_PAGE_BYTES_MAX) flush(false);
-      page.push({ key: k, record });
-      pageBytes += bytes;
-      maxWallMs = Math.max(maxWallMs, wallMsOf(record));
-    }
-    flush(true);
   }
 }
 

@@ -117,6 +117,25 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return this.mesh.isUp(member);
   }
 
+  /** Bytes sent to `member`: all, replication (sessions, batches, ACKs), anti-entropy. */
+  trafficTo(member: number): {
+    bytesSent: number;
+    replicationBytesSent: number;
+    antiEntropyBytesSent: number;
+  } {
+    const b = this.mesh.bytesSentTo(member);
+    const sum = (from: number, to: number) => {
+      let n = 0;
+      for (let f = from; f <= to; f++) n += b[f];
+      return n;
+    };
+    return {
+      bytesSent: sum(0, 15),
+      replicationBytesSent: sum(EnvelopeField.SessionStart, EnvelopeField.BatchNack),
+      antiEntropyBytesSent: sum(EnvelopeField.ReconcileRequest, EnvelopeField.ReconcileData),
+    };
+  }
+
   /** Operations forwarded to `member` and not yet answered. */
   forwardsInFlight(member: number): number {
     return this.peerLinks[member]?.pending ?? 0;

@@ -37,9 +37,13 @@ export class Mesh implements PeerConnectionEvents {
   private closing = false;
   private readonly dialTimers = new Map<number, NodeJS.Timeout>();
   private readonly backoffMs: number[];
+  /** Bytes sent to each member, by envelope field number. */
+  private readonly bytesOut: Float64Array[];
   /** Dial supervisors waiting for a peer that is connected through its own dial to go down. */
   private readonly parked = new Set<number>();
   readonly selfIndex: number;
+  /** Bytes sent on accepted connections before the peer identified itself (its Hello). */
+  private readonly unattributed = new Float64Array(16);
 
   constructor(
     private readonly options: MeshOptions,
@@ -47,6 +51,7 @@ export class Mesh implements PeerConnectionEvents {
   ) {
     this.connections = options.members.map(() => undefined);
     this.backoffMs = options.members.map(() => PEER_RECONNECT_MS_BASE);
+    this.bytesOut = options.members.map(() => new Float64Array(16));
     this.selfIndex = options.members.indexOf(options.selfId);
   }
 
@@ -68,6 +73,11 @@ export class Mesh implements PeerConnectionEvents {
 
   isUp(member: number): boolean {
     return this.connections[member]?.established === true;
+  }
+
+  /** Bytes sent to `member` so far, by envelope field number. */
+  bytesSentTo(member: number): Float64Array {
+    return this.bytesOut[member];
   }
 
   clientPortOf(member: number): number {
@@ -150,12 +160,18 @@ export class Mesh implements PeerConnectionEvents {
       return;
     }
     const conn = new PeerConnection(socket, this.connectionOptions(false, undefined), this);
+    // Counted as the peer's once it says who it is.
+    conn.onIdentified = (id) => {
+      const m = this.options.members.indexOf(id);
+      if (m !== -1) conn.countInto(this.bytesOut[m]);
+    };
     this.pending.add(conn);
   }
 
-  private connectionOptions(weDialed: boolean, expectedPeerId: string | undefined) {
+  private connectionOptions(weDialed: boolean, expectedPeerId: string | undefined, member = -1) {
     const o = this.options;
     return {
+      bytesOut: member === -1 ? this.unattributed : this.bytesOut[member],
       localId: o.selfId,
       secret: o.secret,
       weDialed,
@@ -194,7 +210,7 @@ export class Mesh implements PeerConnectionEvents {
       socket.off('error', onConnectError);
       const conn = new PeerConnection(
         socket,
-        this.connectionOptions(true, this.options.members[member]),
+        this.connectionOptions(true, this.options.members[member], member),
         events,
       );
       this.pending.add(conn);

@@ -16,6 +16,7 @@ import { FRAME_BYTES_MAX, HANDSHAKE_TIMEOUT_MS, PEER_OUTBOUND_BYTES_MAX } from '
 import {
   EnvelopeField,
   type EnvelopePeek,
+  FRAME_PREFIX_BYTES,
   FrameReader,
   frameOf,
   peekEnvelope,
@@ -31,6 +32,8 @@ export interface PeerConnectionOptions {
   /** Our RESP port, told to peers for CLUSTER SLOTS. */
   clientPort: number;
   logger: Logger;
+  /** Bytes sent, by envelope field number (the mesh keeps one per peer across reconnects). */
+  bytesOut: Float64Array;
 }
 
 export interface PeerConnectionEvents {
@@ -50,6 +53,9 @@ export class PeerConnection {
   private readonly handshake: HandshakeMachine;
   private handshakeTimer: NodeJS.Timeout | undefined;
   private corked = false;
+  private bytesOut: Float64Array;
+  /** Called once the peer's Hello names it (listener side). */
+  onIdentified: ((peerId: string) => void) | undefined;
 
   constructor(
     readonly socket: Socket,
@@ -65,6 +71,7 @@ export class PeerConnection {
       expectedPeerId: options.expectedPeerId,
       localHello: freshHello(options.localId, challenge),
     });
+    this.bytesOut = options.bytesOut;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', (err) => this.close(`socket error: ${err.message}`));
@@ -100,7 +107,14 @@ export class PeerConnection {
         this.socket.uncork();
       });
     }
+    // Every message field number is below 16, so the envelope's first byte is its tag.
+    this.bytesOut[envelope[0] >> 3] += envelope.length + FRAME_PREFIX_BYTES;
     this.socket.write(frameOf(envelope));
+  }
+
+  /** Counts later bytes into `counters` (the identified peer's). */
+  countInto(counters: Float64Array): void {
+    this.bytesOut = counters;
   }
 
   close(reason: string): void {
@@ -143,6 +157,7 @@ export class PeerConnection {
     }
     if (envelope.hello !== undefined) {
       this.peerClientPort = envelope.hello.clientPort;
+      this.onIdentified?.(envelope.hello.nodeId);
       this.carryOut(this.handshake.onHello(envelope.hello));
     } else if (envelope.helloAuth !== undefined) {
       this.carryOut(this.handshake.onHelloAuth(envelope.helloAuth.authTag));

@@ -267,7 +267,9 @@ export class RespServer {
       const state = p.connected ? 'online' : 'offline';
       rows.push([
         `peer_${p.id}`,
-        `state=${state},senders=${mine.length},backlog=${ops},lag_ms=${lag},acked=${acked}`,
+        `state=${state},senders=${mine.length},backlog=${ops},lag_ms=${lag},acked=${acked},` +
+          `bytes_sent=${p.bytesSent},replication_bytes_sent=${p.replicationBytesSent},` +
+          `anti_entropy_bytes_sent=${p.antiEntropyBytesSent}`,
       ]);
     }
     for (const s of senders) {

@@ -1,0 +1,285 @@
+// Cluster benchmarks (`npm run bench:cluster`): real `tessera` processes on loopback, driven by the
+// load harness. Everything is a ratio or a count measured in one run on one machine:
+//
+//   1. replicated write throughput at R=2 and R=3 as a ratio of a single node's (SET, closed loop,
+//      all clients on node a, which forwards what other nodes serve);
+//   2. replication lag under steady load: a 3-node cluster at half its own peak (open loop), the
+//      age of the oldest unacknowledged replicated write, sampled every 100 ms on every node;
+//   3. anti-entropy repair: 2 nodes hold BENCH_AE_KEYS keys; 1 % of them change on one node while
+//      the other is down and the first restarts (so no sender backlog remembers them); time until
+//      the other holds every change, and anti-entropy bytes sent as a multiple of the changed data.
+//
+// Environment: BENCH_CLUSTER_SECONDS (per throughput run, default 5), BENCH_AE_KEYS (default
+// 200000), BENCH_CLUSTER_WORKERS (worker threads per node, default 1: three nodes share the cores).
+
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { parseOptions } from './load/options.js';
+import { buildReport } from './load/report.js';
+import { runLoad } from './load/run.js';
+
+const MAIN = fileURLToPath(new URL('../../dist/main.js', import.meta.url));
+const SECONDS = Number(process.env.BENCH_CLUSTER_SECONDS ?? 5);
+const AE_KEYS = Number(process.env.BENCH_AE_KEYS ?? 200_000);
+const WORKERS = String(process.env.BENCH_CLUSTER_WORKERS ?? 1);
+const SECRET = 'bench-cluster-secret-of-at-least-32-bytes';
+
+const log = (line: string) => process.stderr.write(`${line}\n`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (typeof address !== 'object' || address === null) throw new Error('no free port');
+  return address.port;
+}
+
+class BenchNode {
+  child: ChildProcess | undefined;
+  private output = '';
+  constructor(
+    readonly id: string,
+    readonly port: number,
+    readonly peerPort: number,
+    readonly dataDir: string,
+    private readonly args: string[],
+  ) {}
+
+  async start(): Promise<void> {
+    const from = this.output.length;
+    const child = spawn(
+      process.execPath,
+      [MAIN, '--node-id', this.id, '--port', String(this.port), '--data-dir', this.dataDir, ...this.args],
+      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TESSERA_CLUSTER_SECRET: SECRET } },
+    );
+    this.child = child;
+    child.stdout!.on('data', (c: Buffer) => {
+      this.output += c.toString();
+    });
+    child.stderr!.on('data', (c: Buffer) => {
+      this.output += c.toString();
+    });
+    for (let waited = 0; !this.output.includes('"msg":"ready"', from); waited += 50) {
+      if (child.exitCode !== null || waited > 60_000)
+        throw new Error(`${this.id} did not start:\n${this.output}`);
+      await sleep(50);
+    }
+  }
+
+  async stop(signal: NodeJS.Signals): Promise<void> {
+    const child = this.child;
+    this.child = undefined;
+    if (child === undefined || child.exitCode !== null) return;
+    const exited = new Promise((r) => child.once('exit', r));
+    child.kill(signal);
+    await exited;
+  }
+}
+
+/** Starts `n` nodes as one cluster (no peers when n = 1). */
+async function startNodes(
+  label: string,
+  n: number,
+  extra: string[],
+): Promise<{ nodes: BenchNode[]; dir: string }> {
+  const dir = await mkdtemp(join(tmpdir(), `tessera-bench-${label}-`));
+  const ids = ['a', 'b', 'c'].slice(0, n);
+  const ports: Array<[number, number]> = [];
+  for (const _ of ids) ports.push([await freePort(), await freePort()]);
+  const peers = ids.map((id, i) => `${id}@127.0.0.1:${ports[i][1]}`).join(',');
+  const nodes = ids.map(
+    (id, i) =>
+      new BenchNode(id, ports[i][0], ports[i][1], join(dir, id), [
+        '--workers',
+        WORKERS,
+        '--log-level',
+        'info',
+        ...(n > 1 ? ['--peers', peers] : []),
+        ...extra,
+      ]),
+  );
+  await Promise.all(nodes.map((node) => node.start()));
+  if (n > 1) await waitFor(async () => (await connectedPeers(nodes[0])) === n - 1, 20_000);
+  return { nodes, dir };
+}
+
+async function stopAll(nodes: BenchNode[], dir: string): Promise<void> {
+  await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
+  await rm(dir, { recursive: true, force: true });
+}
+
+async function waitFor(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await sleep(50);
+  }
+}
+
+async function replicationInfo(node: BenchNode): Promise<Map<string, string>> {
+  const redis = new Redis({ port: node.port, lazyConnect: true, maxRetriesPerRequest: 0 });
+  try {
+    await redis.connect();
+    const text = (await redis.info('replication')) as string;
+    return new Map(
+      text
+        .split('\r\n')
+        .filter((l) => l.includes(':'))
+        .map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1)] as [string, string]),
+    );
+  } finally {
+    redis.disconnect();
+  }
+}
+
+async function connectedPeers(node: BenchNode): Promise<number> {
+  return Number((await replicationInfo(node)).get('connected_slaves') ?? 0);
+}
+
+function field(info: Map<string, string>, key: string, name: string): number {
+  const m = new RegExp(`(?:^|,)${name}=(\\d+)`).exec(info.get(key) ?? '');
+  return m === null ? 0 : Number(m[1]);
+}
+
+/** One closed-loop (or, with `rate`, open-loop) SET run against `port`. */
+async function setLoad(port: number, rate?: number) {
+  const argv = ['--port', String(port), '--workload', 'set', '--connections', '50', '--pipeline', '16'];
+  argv.push('--duration', `${SECONDS}s`, '--keys', '100000', '--quiet');
+  if (rate !== undefined) argv.push('--rate', String(Math.round(rate)), '--pipeline', '1');
+  const options = parseOptions(argv)!;
+  return buildReport(await runLoad(options));
+}
+
+async function throughput(): Promise<Array<[string, number, number]>> {
+  const rows: Array<[string, number, number]> = [];
+  for (const n of [1, 2, 3]) {
+    const { nodes, dir } = await startNodes(`r${n}`, n, []);
+    try {
+      const report = await setLoad(nodes[0].port);
+      const label = n === 1 ? 'single node' : `R=${n} (${n} nodes)`;
+      log(`${label}: ${Math.round(report.totals.opsPerSec)} SET/s, errors ${report.totals.errors}`);
+      rows.push([label, report.totals.opsPerSec, report.all.latencyUs.p99]);
+    } finally {
+      await stopAll(nodes, dir);
+    }
+  }
+  return rows;
+}
+
+async function lag(peak: number): Promise<{ rate: number; p99Ms: number; maxMs: number; samples: number }> {
+  const { nodes, dir } = await startNodes('lag', 3, []);
+  try {
+    const samples: number[] = [];
+    let running = true;
+    const sampler = (async () => {
+      while (running) {
+        for (const node of nodes)
+          samples.push(Number((await replicationInfo(node)).get('replication_lag_ms') ?? 0));
+        await sleep(100);
+      }
+    })();
+    const rate = peak / 2;
+    await setLoad(nodes[0].port, rate);
+    running = false;
+    await sampler;
+    samples.sort((x, y) => x - y);
+    const p99Ms = samples[Math.min(samples.length - 1, Math.floor(samples.length * 0.99))];
+    return { rate, p99Ms, maxMs: samples[samples.length - 1], samples: samples.length };
+  } finally {
+    await stopAll(nodes, dir);
+  }
+}
+
+async function antiEntropy(): Promise<{
+  keys: number;
+  changed: number;
+  seconds: number;
+  bytes: number;
+  data: number;
+}> {
+  const { nodes, dir } = await startNodes('ae', 2, ['--anti-entropy-interval', '1h']);
+  const [a, b] = nodes;
+  try {
+    const writer = new Redis({ port: a.port, maxRetriesPerRequest: 0 });
+    const value = 'x'.repeat(100);
+    for (let i = 0; i < AE_KEYS; i += 10_000) {
+      const p = writer.pipeline();
+      for (let k = i; k < Math.min(AE_KEYS, i + 10_000); k++) p.set(`ae:${k}`, value);
+      await p.exec();
+    }
+    await waitFor(async () => (await replicationInfo(a)).get('replication_backlog_ops') === '0', 60_000);
+    await b.stop('SIGTERM');
+    const changed = Math.floor(AE_KEYS / 100);
+    const keys: string[] = [];
+    const p = writer.pipeline();
+    for (let i = 0; i < changed; i++) {
+      const key = `ae:${Math.floor((i * AE_KEYS) / changed)}`;
+      keys.push(key);
+      p.set(key, `changed-${i}-${value}`);
+    }
+    await p.exec();
+    writer.disconnect();
+    // a forgets its backlog for b: only anti-entropy can repair b now.
+    await a.stop('SIGKILL');
+    await a.start();
+    const before = field(await replicationInfo(a), 'peer_b', 'anti_entropy_bytes_sent');
+    const startedAt = Date.now();
+    await b.start();
+    const reader = new Redis({ port: b.port, maxRetriesPerRequest: 0 });
+    await reader.call('READONLY');
+    await waitFor(async () => {
+      const values = await reader.mget(...keys);
+      return values.every((v, i) => v === `changed-${i}-${value}`);
+    }, 300_000);
+    const seconds = (Date.now() - startedAt) / 1000;
+    reader.disconnect();
+    // Let the rounds in both directions finish before counting their bytes.
+    await sleep(2000);
+    const fromA = field(await replicationInfo(a), 'peer_b', 'anti_entropy_bytes_sent') - before;
+    const fromB = field(await replicationInfo(b), 'peer_a', 'anti_entropy_bytes_sent');
+    // What differed: each changed key and its new record (16-byte header, node id "a", value).
+    const data = keys.reduce((n, k, i) => n + k.length + 16 + 1 + `changed-${i}-${value}`.length, 0);
+    return { keys: AE_KEYS, changed, seconds, bytes: fromA + fromB, data };
+  } finally {
+    await stopAll(nodes, dir);
+  }
+}
+
+async function main(): Promise<void> {
+  log(
+    `bench:cluster: ${SECONDS}s per throughput run, ${AE_KEYS} keys for anti-entropy, ${WORKERS} worker(s) per node`,
+  );
+  const rows = await throughput();
+  const single = rows[0][1];
+  const out: string[] = [];
+  out.push('| setup | SET/s | ratio to single node | p99 ms |', '|---|---:|---:|---:|');
+  for (const [label, ops, p99] of rows) {
+    out.push(`| ${label} | ${Math.round(ops)} | ${(ops / single).toFixed(2)} | ${(p99 / 1000).toFixed(2)} |`);
+  }
+  const l = await lag(rows[2][1]);
+  out.push(
+    '',
+    `Replication lag, 3 nodes at ${Math.round(l.rate)} SET/s (half of R=3 peak), ${l.samples} samples: ` +
+      `p99 ${l.p99Ms} ms, max ${l.maxMs} ms.`,
+  );
+  const ae = await antiEntropy();
+  out.push(
+    '',
+    `Anti-entropy repair of ${ae.changed} changed keys of ${ae.keys} (1 %): ${ae.seconds.toFixed(1)} s; ` +
+      `${ae.bytes} bytes of anti-entropy traffic (both directions) for ${ae.data} bytes of changed data ` +
+      `= ${(ae.bytes / ae.data).toFixed(1)}×.`,
+  );
+  process.stdout.write(`${out.join('\n')}\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench:cluster: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exitCode = 1;
+});

@@ -1,0 +1,290 @@
+// Anti-entropy state machines without sockets or stores: a requester and a responder over two maps
+// converge to the LWW winner; the responder refuses out-of-order pages and unadvertised fetches; the
+// requester refuses pages and records that break the protocol.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { Keyspace } from '../../src/core/keyspace.js';
+import { RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
+import {
+  type DataPage,
+  type KeyRecord,
+  ReconcileResponder,
+  ReconcileRound,
+  type RecordCheck,
+  type RoundStep,
+  type VersionReader,
+} from '../../src/core/reconciler.js';
+import { ApplyOutcome, encodeRecord, mergeOutcome } from '../../src/core/record.js';
+
+const NODE_A = Buffer.from('a');
+const NODE_B = Buffer.from('b');
+const keyspace = new Keyspace(1);
+
+/** One replica's copy of fragment 0: sorted keys, records. */
+class Replica implements VersionReader {
+  readonly data = new Map<string, Buffer>();
+  put(key: string, wallMs: number, node: Buffer, value: string | undefined): void {
+    const tombstone = value === undefined;
+    this.data.set(key, encodeRecord(tombstone, wallMs, 0, 0, node, Buffer.from(value ?? '')));
+  }
+  current(key: Buffer): Uint8Array | undefined {
+    return this.data.get(key.toString('latin1'));
+  }
+  /** What the store would return for a page after `afterKey`. */
+  page(afterKey: Uint8Array | undefined): KeyRecord[] {
+    const keys = [...this.data.keys()].sort();
+    const from =
+      afterKey === undefined ? keys : keys.filter((k) => k > Buffer.from(afterKey).toString('latin1'));
+    return from
+      .slice(0, RECONCILE_PAGE_ITEMS_MAX)
+      .map((k) => ({ key: Buffer.from(k, 'latin1'), record: this.data.get(k)! }));
+  }
+  merge(entries: readonly KeyRecord[]): void {
+    for (const e of entries) {
+      const key = Buffer.from(e.key).toString('latin1');
+      const mine = this.data.get(key);
+      if (mergeOutcome(mine, e.record, 0) !== ApplyOutcome.Superseded)
+        this.data.set(key, Buffer.from(e.record));
+    }
+  }
+  values(): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const [k, r] of [...this.data.entries()].sort()) out[k] = r.toString('latin1', 17);
+    return out;
+  }
+}
+
+const check = (nowMs = 1_000_000): RecordCheck => ({
+  fragment: 0,
+  fragmentOf: (key) => keyspace.fragmentOf(key),
+  nowMs,
+  maxClockSkewMs: 300_000,
+});
+
+/** Runs one whole round of `local` pulling from `remote`; returns the messages exchanged. */
+function pull(local: Replica, remote: Replica): { messages: number; repaired: number } {
+  const responder = new ReconcileResponder();
+  responder.onSessionStart(7);
+  const round = new ReconcileRound(7, 1);
+  let step: RoundStep | undefined = round.start();
+  let messages = 0;
+  while (step !== undefined) {
+    messages++;
+    switch (step.kind) {
+      case 'request-page': {
+        const q = { sessionId: 7, roundId: 1, pageSeq: step.pageSeq, afterKey: step.afterKey };
+        const serve = responder.onRequest(q);
+        assert.equal(serve.kind, 'read-page');
+        const page = responder.pageRead(
+          q,
+          remote.page(serve.kind === 'read-page' ? serve.afterKey : undefined),
+        )!;
+        step = round.onSummaries(page, local);
+        break;
+      }
+      case 'fetch': {
+        const pages = responder.onFetch(
+          { sessionId: 7, roundId: 1, chunkSeq: step.chunkSeq, keys: step.keys },
+          remote,
+        );
+        assert.ok(Array.isArray(pages));
+        step = undefined;
+        for (const page of pages as DataPage[]) {
+          const next = round.onData(page, check());
+          assert.equal(next.kind, 'merge');
+          if (next.kind === 'merge') {
+            local.merge(next.entries);
+            step = next.next;
+          }
+        }
+        break;
+      }
+      case 'done':
+        step = undefined;
+        break;
+      default:
+        assert.fail(`unexpected step ${step.kind}`);
+    }
+  }
+  return { messages, repaired: round.repaired };
+}
+
+describe('anti-entropy rounds', () => {
+  test('two diverged replicas converge to the LWW winner, tombstones included, in both directions', () => {
+    const a = new Replica();
+    const b = new Replica();
+    for (let i = 0; i < 600; i++) {
+      const key = `k${String(i).padStart(4, '0')}`;
+      a.put(key, 100, NODE_A, 'same');
+      b.put(key, 100, NODE_A, 'same');
+    }
+    a.put('k0001', 200, NODE_A, 'newer-on-a');
+    b.put('k0001', 150, NODE_B, 'older-on-b');
+    b.put('k0002', 300, NODE_B, 'newer-on-b');
+    b.put('k0003', 300, NODE_B, undefined);
+    a.put('only-a', 100, NODE_A, 'x');
+    b.put('only-b', 100, NODE_B, 'y');
+    const ab = pull(a, b);
+    const ba = pull(b, a);
+    assert.deepEqual(a.values(), b.values());
+    assert.equal(a.values().k0001, 'newer-on-a');
+    assert.equal(a.values().k0002, 'newer-on-b');
+    assert.equal(a.data.get('k0003')![0] & 1, 1, 'the delete wins and is kept as a tombstone');
+    assert.equal(ab.repaired, 3, 'a fetched exactly k0002, k0003 and only-b');
+    assert.equal(ba.repaired, 2, 'b fetched exactly k0001 and only-a');
+    assert.ok(ab.messages >= 3, 'three summary pages of 256');
+  });
+
+  test('equal replicas fetch nothing', () => {
+    const a = new Replica();
+    const b = new Replica();
+    for (let i = 0; i < 300; i++) {
+      a.put(`k${i}`, 100, NODE_A, 'v');
+      b.put(`k${i}`, 100, NODE_A, 'v');
+    }
+    assert.equal(pull(a, b).repaired, 0);
+  });
+
+  test('an empty peer is one page', () => {
+    const a = new Replica();
+    a.put('k', 1, NODE_A, 'v');
+    assert.deepEqual(pull(a, new Replica()), { messages: 2, repaired: 0 });
+  });
+});
+
+describe('the responder refuses', () => {
+  const remote = new Replica();
+  for (let i = 0; i < 300; i++) remote.put(`k${String(i).padStart(3, '0')}`, 1, NODE_B, 'v');
+
+  test('stale sessions (ignored), a first page with a cursor, and a page out of order', () => {
+    const r = new ReconcileResponder();
+    r.onSessionStart(5);
+    assert.equal(
+      r.onRequest({ sessionId: 4, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) }).kind,
+      'ignore',
+    );
+    assert.equal(
+      r.onRequest({ sessionId: 0, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) }).kind,
+      'ignore',
+    );
+    assert.equal(
+      r.onRequest({ sessionId: 5, roundId: 1, pageSeq: 0, afterKey: Buffer.from('x') }).kind,
+      'violation',
+    );
+    const q = { sessionId: 5, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) };
+    assert.equal(r.onRequest(q).kind, 'read-page');
+    r.pageRead(q, remote.page(undefined));
+    assert.equal(
+      r.onRequest({ sessionId: 5, roundId: 1, pageSeq: 2, afterKey: Buffer.from('k255') }).kind,
+      'violation',
+    );
+    assert.equal(
+      r.onRequest({ sessionId: 5, roundId: 9, pageSeq: 1, afterKey: Buffer.from('k255') }).kind,
+      'violation',
+    );
+  });
+
+  test('fetches of keys it did not advertise, twice, or too many', () => {
+    const r = new ReconcileResponder();
+    r.onSessionStart(5);
+    const q = { sessionId: 5, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) };
+    r.onRequest(q);
+    r.pageRead(q, remote.page(undefined));
+    const fetch = (keys: string[]) =>
+      r.onFetch({ sessionId: 5, roundId: 1, chunkSeq: 1, keys: keys.map((k) => Buffer.from(k)) }, remote);
+    assert.equal((fetch(['k299']) as { kind: string }).kind, 'violation', 'k299 is on the next page');
+    const ok = fetch(['k001', 'k002']);
+    assert.ok(Array.isArray(ok) && ok.length === 1 && ok[0].done && ok[0].entries.length === 2);
+    assert.equal((fetch(['k001']) as { kind: string }).kind, 'violation', 'fetched already');
+    assert.equal((fetch([]) as { kind: string }).kind, 'violation');
+    r.onSessionStart(6);
+    assert.equal((fetch(['k003']) as { kind: string }).kind, 'ignore', 'the old session is over');
+  });
+
+  test('large records are cut into pages of about a megabyte', () => {
+    const big = new Replica();
+    for (let i = 0; i < 5; i++) big.put(`big${i}`, 1, NODE_B, 'x'.repeat(400_000));
+    const r = new ReconcileResponder();
+    r.onSessionStart(1);
+    const q = { sessionId: 1, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) };
+    r.onRequest(q);
+    r.pageRead(q, big.page(undefined));
+    const pages = r.onFetch(
+      { sessionId: 1, roundId: 1, chunkSeq: 1, keys: [0, 1, 2, 3, 4].map((i) => Buffer.from(`big${i}`)) },
+      big,
+    ) as DataPage[];
+    assert.deepEqual(
+      pages.map((p) => p.entries.length),
+      [2, 2, 1],
+    );
+    assert.deepEqual(
+      pages.map((p) => p.done),
+      [false, false, true],
+    );
+  });
+});
+
+describe('the requester refuses', () => {
+  const stamp = encodeRecord(false, 1, 0, 0, NODE_B, Buffer.alloc(0));
+  test('a page out of order, summaries out of key order, a malformed stamp, data without a fetch', () => {
+    const round = new ReconcileRound(3, 4);
+    const local = new Replica();
+    round.start();
+    const page = (pageSeq: number, keys: string[], s = stamp) => ({
+      sessionId: 3,
+      roundId: 4,
+      pageSeq,
+      done: false,
+      summaries: keys.map((k) => ({ key: Buffer.from(k), stamp: s })),
+    });
+    assert.equal(round.onSummaries({ ...page(0, []), sessionId: 2 }, local).kind, 'ignore');
+    assert.equal(round.onSummaries(page(1, ['a']), local).kind, 'violation');
+    assert.equal(new ReconcileRound(3, 4).onSummaries(page(0, ['b', 'a']), local).kind, 'violation');
+    assert.equal(
+      new ReconcileRound(3, 4).onSummaries(page(0, ['a'], Buffer.alloc(3)), local).kind,
+      'violation',
+    );
+    const data = { sessionId: 3, roundId: 4, chunkSeq: 1, entries: [], done: true };
+    assert.equal(new ReconcileRound(3, 4).onData(data, check()).kind, 'violation');
+  });
+
+  test('records from the future, or of another fragment', () => {
+    const round = new ReconcileRound(3, 4);
+    const fetch = round.onSummaries(
+      { sessionId: 3, roundId: 4, pageSeq: 0, done: true, summaries: [{ key: Buffer.from('k'), stamp }] },
+      new Replica(),
+    );
+    assert.equal(fetch.kind, 'fetch');
+    const future = encodeRecord(false, 1_000_000 + 600_000, 0, 0, NODE_B, Buffer.from('v'));
+    const step = round.onData(
+      {
+        sessionId: 3,
+        roundId: 4,
+        chunkSeq: 1,
+        entries: [{ key: Buffer.from('k'), record: future }],
+        done: true,
+      },
+      check(),
+    );
+    assert.equal(step.kind, 'violation');
+    assert.match((step as { reason: string }).reason, /ahead of this node's clock/);
+    const other = { ...check(), fragmentOf: () => 1 };
+    const round2 = new ReconcileRound(3, 4);
+    round2.onSummaries(
+      { sessionId: 3, roundId: 4, pageSeq: 0, done: true, summaries: [{ key: Buffer.from('k'), stamp }] },
+      new Replica(),
+    );
+    const wrong = round2.onData(
+      {
+        sessionId: 3,
+        roundId: 4,
+        chunkSeq: 1,
+        entries: [{ key: Buffer.from('k'), record: stamp }],
+        done: true,
+      },
+      other,
+    );
+    assert.equal(wrong.kind, 'violation');
+  });
+});
