@@ -11,8 +11,8 @@ export const FRAME_PREFIX_BYTES = 4;
 export const EnvelopeField = {
   Hello: 1,
   HelloAuth: 2,
-  ForwardedOp: 3,
-  ForwardedResult: 4,
+  ForwardedOps: 3,
+  ForwardedResults: 4,
   SessionStart: 5,
   ReplicateBatch: 6,
   BatchAck: 7,
@@ -166,6 +166,127 @@ export function peekFragment(
     if (p > end) return undefined;
   }
   return out;
+}
+
+/** Bytes of `n` as a protobuf varint (n < 2^32). */
+export function varintBytes(n: number): number {
+  return n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5;
+}
+
+/** Writes `n` (< 2^32) as a protobuf varint at `at`; returns the offset after it. */
+export function writeVarint(buf: Uint8Array, at: number, n: number): number {
+  let p = at;
+  while (n >= 0x80) {
+    buf[p++] = (n & 0x7f) | 0x80;
+    n = Math.floor(n / 128);
+  }
+  buf[p++] = n;
+  return p;
+}
+
+/**
+ * Calls `visit(start, end)` for each length-delimited occurrence of `field` in the message at
+ * `bytes[start, end)`, and `scalar(field, value)` for each varint; false when the message is
+ * malformed (visited fields may already have been handed over).
+ */
+export function forEachField(
+  bytes: Uint8Array,
+  start: number,
+  end: number,
+  field: number,
+  visit: (start: number, end: number) => void,
+  scalar?: (field: number, value: number) => void,
+): boolean {
+  let p = start;
+  while (p < end) {
+    const tag = readVarint(bytes, p);
+    if (tag === undefined) return false;
+    const f = Math.floor(tag.value / 8);
+    const wire = tag.value & 7;
+    p = tag.next;
+    if (wire === 0) {
+      const v = readVarint(bytes, p);
+      if (v === undefined) return false;
+      scalar?.(f, v.value);
+      p = v.next;
+    } else if (wire === 2) {
+      const n = readVarint(bytes, p);
+      if (n === undefined || n.next + n.value > end) return false;
+      if (f === field) visit(n.next, n.next + n.value);
+      p = n.next + n.value;
+    } else if (wire === 1) {
+      p += 8;
+    } else if (wire === 5) {
+      p += 4;
+    } else {
+      return false;
+    }
+    if (p > end) return false;
+  }
+  return true;
+}
+
+/**
+ * Builds one frame holding an envelope whose message is a list of length-delimited items
+ * (ForwardedOps, ForwardedResults), appended one at a time; `finish` writes the headers in front.
+ * The buffer is reused between frames.
+ */
+export class ListFrameBuilder {
+  private buf = Buffer.allocUnsafe(64 * 1024);
+  /** Items start after room for the longest headers: prefix, two tags, two lengths, a varint field. */
+  private static readonly HEAD = FRAME_PREFIX_BYTES + 2 * (1 + 5) + 6;
+  private end = ListFrameBuilder.HEAD;
+  count = 0;
+
+  constructor(
+    private readonly envelopeField: number,
+    private readonly itemField: number,
+  ) {}
+
+  get bytes(): number {
+    return this.end - ListFrameBuilder.HEAD;
+  }
+
+  /** Reserves an item of `length` bytes; write it into `buffer` at the returned offset. */
+  reserve(length: number): number {
+    const need = this.end + 1 + 5 + length;
+    if (need > this.buf.length) {
+      const grown = Buffer.allocUnsafe(Math.max(need, this.buf.length * 2));
+      this.buf.copy(grown, 0, 0, this.end);
+      this.buf = grown;
+    }
+    this.buf[this.end] = (this.itemField << 3) | 2;
+    const at = writeVarint(this.buf, this.end + 1, length);
+    this.end = at + length;
+    this.count++;
+    return at;
+  }
+
+  get buffer(): Buffer {
+    return this.buf;
+  }
+
+  /** The finished frame (a fresh copy), with `varintField = value` first when value > 0; resets. */
+  finish(varintField = 0, value = 0): Buffer {
+    const items = this.end - ListFrameBuilder.HEAD;
+    const scalar = value > 0 ? 1 + varintBytes(value) : 0;
+    const message = scalar + items;
+    const envelope = 1 + varintBytes(message) + message;
+    const start = ListFrameBuilder.HEAD - scalar - 1 - varintBytes(message) - FRAME_PREFIX_BYTES;
+    let p = start;
+    this.buf.writeUInt32BE(envelope, p);
+    p += FRAME_PREFIX_BYTES;
+    this.buf[p++] = (this.envelopeField << 3) | 2;
+    p = writeVarint(this.buf, p, message);
+    if (scalar > 0) {
+      this.buf[p++] = varintField << 3;
+      p = writeVarint(this.buf, p, value);
+    }
+    const frame = Buffer.from(this.buf.subarray(start, this.end));
+    this.end = ListFrameBuilder.HEAD;
+    this.count = 0;
+    return frame;
+  }
 }
 
 /** A protobuf varint up to 2^53 at `at`; undefined when truncated or longer than 8 bytes. */

@@ -49,8 +49,8 @@ export interface KeySummaryMessage {
 export interface Envelope {
   hello?: HelloMessage;
   helloAuth?: { authTag: Uint8Array };
-  forwardedOp?: { fragment: number; reqId: number; hops: number; op: Uint8Array };
-  forwardedResult?: { fragment: number; reqId: number; result: Uint8Array };
+  forwardedOps?: { hops: number; ops: readonly Uint8Array[] };
+  forwardedResults?: { results: readonly Uint8Array[] };
   sessionStart?: { fragment: number; sessionId: number };
   replicateBatch?: ReplicateBatchMessage;
   batchAck?: { fragment: number; sessionId: number; batchSeq: number; level: number };

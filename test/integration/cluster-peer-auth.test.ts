@@ -26,7 +26,8 @@ class FakePeer {
     this.reader.limit = 16 * 1024 * 1024;
     socket.on('data', (chunk: Buffer) => {
       this.reader.push(chunk);
-      for (let f = this.reader.next(); f instanceof Buffer; f = this.reader.next()) this.frames.push(decodeEnvelope(f));
+      for (let f = this.reader.next(); f instanceof Buffer; f = this.reader.next())
+        this.frames.push(decodeEnvelope(f));
       this.wake();
     });
     this.whenClosed = new Promise((resolve) =>
@@ -153,7 +154,9 @@ describe('the peer port refuses', () => {
     const early = await FakePeer.connect(port);
     early.send({ sessionStart: { fragment: 1, sessionId: 1 } });
     await early.whenClosed;
-    await eventually(() => cluster.nodes[0].log.includes('rejecting application frame before handshake completion'));
+    await eventually(() =>
+      cluster.nodes[0].log.includes('rejecting application frame before handshake completion'),
+    );
   });
 
   test('a peer whose clock is ten minutes ahead: its batch is refused and never applied', async () => {

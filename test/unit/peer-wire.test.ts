@@ -6,7 +6,9 @@ import { describe, test } from 'node:test';
 import {
   EnvelopeField,
   FrameReader,
+  forEachField,
   frameOf,
+  ListFrameBuilder,
   maxWallMsField,
   peekEnvelope,
   peekFragment,
@@ -60,6 +62,43 @@ describe('frames', () => {
     const p2 = peekEnvelope(start)!;
     assert.deepEqual(peekFragment(start, p2.start, p2.end), { fragment: 0, maxWallMs: 0 });
     assert.equal(decodeEnvelope(start).sessionStart?.sessionId, 5);
+  });
+
+  test('list frames built by hand decode as protobuf, and read back without it', () => {
+    const builder = new ListFrameBuilder(EnvelopeField.ForwardedOps, 2);
+    const items = [Buffer.from('first'), Buffer.alloc(200, 9), Buffer.alloc(0)];
+    for (const item of items) builder.buffer.set(item, builder.reserve(item.length));
+    const frame = builder.finish(1, 3);
+    assert.equal(frame.readUInt32BE(0), frame.length - 4);
+    const envelope = frame.subarray(4);
+    assert.deepEqual(decodeEnvelope(envelope).forwardedOps, { hops: 3, ops: items });
+    const peek = peekEnvelope(envelope)!;
+    const seen: Buffer[] = [];
+    let hops = 0;
+    const ok = forEachField(
+      envelope,
+      peek.start,
+      peek.end,
+      2,
+      (a, b) => seen.push(Buffer.from(envelope.subarray(a, b))),
+      (f, v) => {
+        if (f === 1) hops = v;
+      },
+    );
+    assert.equal(ok, true);
+    assert.deepEqual(seen, items);
+    assert.equal(hops, 3);
+    // The builder is reused: the next frame holds only what was added since.
+    builder.buffer.set(Buffer.from('x'), builder.reserve(1));
+    assert.deepEqual(decodeEnvelope(builder.finish().subarray(4)).forwardedOps, {
+      hops: 0,
+      ops: [Buffer.from('x')],
+    });
+    assert.equal(
+      forEachField(Buffer.from([0x12, 0x05, 0x01]), 0, 3, 2, () => {}),
+      false,
+      'truncated item',
+    );
   });
 
   test('malformed envelopes are recognised', () => {

@@ -5,14 +5,16 @@
 // to the worker that owns the fragment as bytes; only their routing fields are read here.
 
 import type { Logger } from 'pino';
-import { readU16LE } from '../../core/bytes.js';
+import { readU16LE, readU32LE, writeU32LE } from '../../core/bytes.js';
 import { networkError, type TesseraError, truncateErrorMessage } from '../../core/errors.js';
 import { KEY_BYTES_MAX, MAX_FORWARD_HOPS, ringRecordBytesMax } from '../../core/limits.js';
 import { OpKind } from '../../core/ops.js';
 import {
   EnvelopeField,
   type EnvelopePeek,
+  forEachField,
   isFragmentMessage,
+  ListFrameBuilder,
   maxWallMsField,
   peekFragment,
 } from '../../core/peer-frame.js';
@@ -20,18 +22,17 @@ import { firstServingReplica } from '../../core/placement.js';
 import { isWellFormedRecord } from '../../core/record.js';
 import type { ClusterInit } from '../../threads/messages.js';
 import { isFragmentOpKind, REQUEST_HEADER_BYTES, RequestKind, ResultKind } from '../../threads/op-codec.js';
-import { decodeEnvelope, ENVELOPE_FIELD_NAMES, encodeEnvelope } from '../../threads/peer-messages.js';
+
 import type { ClusterConfig } from '../cluster-config.js';
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { Mesh } from './mesh.js';
-import { PeerLink, type PeerLinkHost } from './peer-link.js';
+import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
 
-/** A forwarded operation this node serves (or relays): whom to answer. */
+/** A forwarded operation this node serves (or relays): whom to answer, under which request id. */
 interface Origin {
   member: number;
   reqId: number;
-  fragment: number;
 }
 
 /** Fails every operation: no replica of the fragment is reachable. */
@@ -57,6 +58,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly unreachable: UnreachableLink[] = [];
   private readonly answerOrigin: ResultHandler<Origin>;
   private readonly frameBytesMax: number;
+  /** Results of forwarded operations, one frame per origin per event-loop turn. */
+  private readonly results: ListFrameBuilder[];
+  private resultsFlushScheduled = false;
+  private readonly flushResultsTask = (): void => this.flushResults();
 
   constructor(
     readonly config: ClusterConfig,
@@ -85,14 +90,15 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         onFrame: (m, peek, bytes) => this.onFrame(m, peek, bytes),
       },
     );
-    const send = (origin: Origin, result: Uint8Array) =>
-      this.mesh.send(
-        origin.member,
-        encodeEnvelope({ forwardedResult: { fragment: origin.fragment, reqId: origin.reqId, result } }),
-      );
+    this.results = config.members.map(
+      () => new ListFrameBuilder(EnvelopeField.ForwardedResults, RESULTS_FIELD),
+    );
     this.answerOrigin = {
-      onResult: (origin, buf, at, length) => send(origin, buf.subarray(at, at + length)),
-      onFailure: (origin, error) => send(origin, errorResult(error)),
+      onResult: (origin, buf, at, length) => this.answer(origin, buf, at, length),
+      onFailure: (origin, error) => {
+        const result = errorResult(error);
+        this.answer(origin, result, 0, result.length);
+      },
     };
   }
 
@@ -187,8 +193,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   // --- PeerLinkHost ------------------------------------------------------------------------------
 
-  send(member: number, envelope: Uint8Array): boolean {
-    return this.mesh.send(member, envelope);
+  sendFrame(member: number, frame: Buffer): boolean {
+    return this.mesh.sendFrame(member, frame);
   }
 
   resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void {
@@ -212,22 +218,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   private onFrame(member: number, peek: EnvelopePeek, bytes: Buffer): void {
     if (isFragmentMessage(peek.field)) return this.routeFragmentFrame(member, peek, bytes);
-    if (peek.field === EnvelopeField.ForwardedOp || peek.field === EnvelopeField.ForwardedResult) {
-      let envelope: ReturnType<typeof decodeEnvelope>;
-      try {
-        envelope = decodeEnvelope(bytes);
-      } catch (err) {
-        return this.mesh.drop(
-          member,
-          `malformed ${ENVELOPE_FIELD_NAMES[peek.field]}: ${(err as Error).message}`,
-        );
-      }
-      if (envelope.forwardedOp !== undefined) return this.serveForwarded(member, envelope.forwardedOp);
-      if (envelope.forwardedResult !== undefined) {
-        const { reqId, result } = envelope.forwardedResult;
-        if (result.length < 8) return this.mesh.drop(member, 'malformed forwarded result');
-        return this.peerLinks[member]?.onResult(reqId, Buffer.from(result));
-      }
+    if (peek.field === EnvelopeField.ForwardedOps) return this.serveForwarded(member, bytes, peek);
+    if (peek.field === EnvelopeField.ForwardedResults) {
+      const link = this.peerLinks[member];
+      if (link?.onResults(bytes, peek.start, peek.end)) return;
+      return this.mesh.drop(member, 'malformed forwarded results');
     }
     this.mesh.drop(member, `unexpected message (field ${peek.field})`);
   }
@@ -253,31 +248,71 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.dispatcher.workerLinkOf(fields.fragment).sendPeerFrame(member, bytes);
   }
 
-  private serveForwarded(
-    member: number,
-    f: { fragment: number; reqId: number; hops: number; op: Uint8Array },
-  ): void {
-    const reason = checkForwardedRequest(f.op, f.fragment, this.dispatcher.keyspace.fragmentCount);
-    if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
-    const origin: Origin = { member, reqId: f.reqId, fragment: f.fragment };
-    if (this.config.placement.replicas[f.fragment].includes(this.config.selfIndex)) {
-      const error = this.dispatcher.submitEncoded(f.fragment, f.op, this.answerOrigin, origin);
-      if (error !== undefined) this.answerOrigin.onFailure(origin, error);
-      return;
+  /** Runs forwarded operations here (or passes them on when this node holds no copy). */
+  private serveForwarded(member: number, bytes: Buffer, peek: EnvelopePeek): void {
+    let hops = 0;
+    const ops: Array<[number, number]> = [];
+    const wellFormed = forEachField(
+      bytes,
+      peek.start,
+      peek.end,
+      2,
+      (start, end) => ops.push([start, end]),
+      (field, value) => {
+        if (field === 1) hops = value;
+      },
+    );
+    if (!wellFormed) return this.mesh.drop(member, 'malformed forwarded operations');
+    const fragmentCount = this.dispatcher.keyspace.fragmentCount;
+    for (const [start, end] of ops) {
+      const op = bytes.subarray(start, end);
+      const reason = checkForwardedRequest(op, fragmentCount);
+      if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
+      const fragment = readU16LE(op, 2);
+      const origin: Origin = { member, reqId: readU32LE(op, 4) };
+      if (this.holds(fragment)) {
+        const error = this.dispatcher.submitEncoded(fragment, op, this.answerOrigin, origin);
+        if (error !== undefined) this.answerOrigin.onFailure(origin, error);
+      } else {
+        this.relay(fragment, op, hops, origin);
+      }
     }
-    // Placement differs between the nodes (misconfiguration): pass it on, a bounded number of times.
-    const next = this.routeOf(f.fragment);
-    if (f.hops + 1 >= MAX_FORWARD_HOPS || !(next instanceof PeerLink) || next.member === member) {
+  }
+
+  /** Placement differs between the nodes (misconfiguration): pass it on, a bounded number of times. */
+  private relay(fragment: number, op: Buffer, hops: number, origin: Origin): void {
+    const next = this.routeOf(fragment);
+    if (hops + 1 >= MAX_FORWARD_HOPS || !(next instanceof PeerLink) || next.member === origin.member) {
       this.answerOrigin.onFailure(
         origin,
         networkError(
-          `node ${this.config.selfId} does not serve fragment ${f.fragment} and cannot forward it (hops ${f.hops}); ` +
+          `node ${this.config.selfId} does not serve fragment ${fragment} and cannot forward it (hops ${hops}); ` +
             'check that every node has the same --peers and --replicas',
         ),
       );
       return;
     }
-    next.forward(Buffer.from(f.op), f.hops + 1, this.answerOrigin as ResultHandler<unknown>, origin);
+    next.forward(Buffer.from(op), hops + 1, this.answerOrigin as ResultHandler<unknown>, origin);
+  }
+
+  /** Queues a result for its origin, under the origin's request id. */
+  private answer(origin: Origin, buf: Buffer, at: number, length: number): void {
+    const batch = this.results[origin.member];
+    const p = batch.reserve(length);
+    buf.copy(batch.buffer, p, at, at + length);
+    writeU32LE(batch.buffer, p + 4, origin.reqId);
+    if (!this.resultsFlushScheduled) {
+      this.resultsFlushScheduled = true;
+      queueMicrotask(this.flushResultsTask);
+    }
+  }
+
+  private flushResults(): void {
+    this.resultsFlushScheduled = false;
+    for (const [member, batch] of this.results.entries()) {
+      // An origin that went away retries elsewhere; its results are dropped with the frame.
+      if (batch.count > 0) this.mesh.sendFrame(member, batch.finish());
+    }
   }
 }
 
@@ -292,12 +327,12 @@ function errorResult(error: TesseraError): Buffer {
 }
 
 /** Checks what a worker assumes of a request before it reaches one; a reason when it is malformed. */
-function checkForwardedRequest(op: Uint8Array, fragment: number, fragmentCount: number): string | undefined {
+function checkForwardedRequest(op: Uint8Array, fragmentCount: number): string | undefined {
   if (op.length < REQUEST_HEADER_BYTES) return 'request shorter than its header';
   const kind = op[0];
   if (!isFragmentOpKind(kind) && kind !== RequestKind.Scan) return `request kind ${kind} cannot be forwarded`;
-  const opFragment = readU16LE(op, 2);
-  if (opFragment !== fragment || fragment >= fragmentCount) return `fragment ${opFragment} does not match`;
+  const fragment = readU16LE(op, 2);
+  if (fragment >= fragmentCount) return `fragment ${fragment} out of range`;
   if (isFragmentOpKind(kind)) {
     const keyBytes = readU16LE(op, 8);
     if (keyBytes > KEY_BYTES_MAX || REQUEST_HEADER_BYTES + keyBytes > op.length) return 'bad key length';

@@ -92,6 +92,14 @@ export class Mesh implements PeerConnectionEvents {
     return true;
   }
 
+  /** Sends a finished frame (length prefix included); false when `member` is not connected. */
+  sendFrame(member: number, frame: Buffer): boolean {
+    const conn = this.connections[member];
+    if (conn === undefined || !conn.established) return false;
+    conn.sendFrame(frame);
+    return true;
+  }
+
   /** Closes the connection to `member` for a protocol violation (it will be redialed). */
   drop(member: number, reason: string): void {
     this.connections[member]?.close(reason);

@@ -93,6 +93,11 @@ export class PeerConnection {
 
   /** Sends one encoded envelope; closes the connection when the peer does not keep up. */
   send(envelope: Uint8Array): void {
+    this.sendFrame(frameOf(envelope));
+  }
+
+  /** Sends a finished frame (length prefix included). */
+  sendFrame(frame: Buffer): void {
     if (this.closed) return;
     if (this.socket.writableLength > PEER_OUTBOUND_BYTES_MAX) {
       this.close(`peer is not reading: more than ${PEER_OUTBOUND_BYTES_MAX} bytes queued`);
@@ -108,8 +113,8 @@ export class PeerConnection {
       });
     }
     // Every message field number is below 16, so the envelope's first byte is its tag.
-    this.bytesOut[envelope[0] >> 3] += envelope.length + FRAME_PREFIX_BYTES;
-    this.socket.write(frameOf(envelope));
+    this.bytesOut[frame[FRAME_PREFIX_BYTES] >> 3] += frame.length;
+    this.socket.write(frame);
   }
 
   /** Counts later bytes into `counters` (the identified peer's). */

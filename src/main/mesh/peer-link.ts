@@ -1,22 +1,24 @@
 // The main thread's end of operations forwarded to one peer (DESIGN.md "Placement": any node
 // accepts any request and forwards it to the first serving replica). It looks like a worker link to
-// the dispatcher — the request is encoded the same way — and carries each request to the peer as a
-// ForwardedOp, whose ForwardedResult holds the worker's exact result record.
+// the dispatcher — each request is encoded the same way, straight into the frame being built — and
+// every request of one event-loop turn leaves in one ForwardedOps frame; results come back in
+// ForwardedResults frames and reach their handlers in place, without a copy.
 //
 // When the peer goes away, writes and reads it held are retried down the replica list with the same
 // stamped version (an applied write answers AlreadyPresent the second time); read-modify-writes fail
 // with a Network error, since they may or may not have been applied.
 
-import { readU16LE } from '../../core/bytes.js';
+import { readU16LE, readU32LE, writeU32LE } from '../../core/bytes.js';
 import { backpressure, networkError, type TesseraError } from '../../core/errors.js';
 import { FORWARD_IN_FLIGHT_MAX, FORWARD_TIMEOUT_MS } from '../../core/limits.js';
 import { OpKind } from '../../core/ops.js';
-import { encodeEnvelope } from '../../threads/peer-messages.js';
+import { EnvelopeField, forEachField, ListFrameBuilder } from '../../core/peer-frame.js';
 import type { ResultHandler } from '../worker-link.js';
 
 /** What a peer link needs from the cluster around it. */
 export interface PeerLinkHost {
-  send(member: number, envelope: Uint8Array): boolean;
+  /** Sends a finished frame; false when the peer is not connected. */
+  sendFrame(member: number, frame: Buffer): boolean;
   isUp(member: number): boolean;
   /** Sends a request (already encoded, stamped) again, to the fragment's current first replica. */
   resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void;
@@ -25,22 +27,33 @@ export interface PeerLinkHost {
 interface InFlight {
   handler: ResultHandler<unknown>;
   token: unknown;
+  /** A copy of the request, for a retry elsewhere. */
   request: Buffer;
   sentAtMs: number;
 }
 
-const INITIAL_SCRATCH_BYTES = 64 * 1024;
+/** ForwardedOps.ops and ForwardedResults.results field numbers; ForwardedOps.hops. */
+const OPS_FIELD = 2;
+const HOPS_FIELD = 1;
+export const RESULTS_FIELD = 1;
 /** How often forwarded requests are checked against FORWARD_TIMEOUT_MS. */
 const TIMEOUT_CHECK_MS = 500;
+/** A batch past this many bytes leaves at once rather than at the end of the turn. */
+const BATCH_BYTES_FLUSH = 1024 * 1024;
 
 export class PeerLink {
-  /** Request buffer: the dispatcher encodes at the offset `begin` returned (always 0). */
-  buffer = Buffer.allocUnsafe(INITIAL_SCRATCH_BYTES);
+  /** Request buffer: the dispatcher encodes at the offset `begin` returned. */
+  buffer: Buffer;
   reqId = 0;
   private nextReqId = 1;
+  private readonly batch = new ListFrameBuilder(EnvelopeField.ForwardedOps, OPS_FIELD);
+  private readonly relays = new ListFrameBuilder(EnvelopeField.ForwardedOps, OPS_FIELD);
+  private pendingAt = 0;
   private pendingBytes = 0;
   private pendingHandler: ResultHandler<unknown> | undefined;
   private pendingToken: unknown;
+  private flushScheduled = false;
+  private readonly flushTask = (): void => this.flush();
   private readonly inFlight = new Map<number, InFlight>();
   private timer: NodeJS.Timeout | undefined;
 
@@ -48,7 +61,9 @@ export class PeerLink {
     readonly member: number,
     readonly peerId: string,
     private readonly host: PeerLinkHost,
-  ) {}
+  ) {
+    this.buffer = this.batch.buffer;
+  }
 
   get pending(): number {
     return this.inFlight.size;
@@ -64,57 +79,60 @@ export class PeerLink {
   }
 
   begin<T>(handler: ResultHandler<T>, token: T, bytes: number): number {
-    if (this.buffer.length < bytes) this.buffer = Buffer.allocUnsafe(Math.max(bytes, this.buffer.length * 2));
-    this.reqId = this.nextReqId;
-    this.nextReqId = this.nextReqId >= 0xffffffff ? 1 : this.nextReqId + 1;
+    this.pendingAt = this.batch.reserve(bytes);
+    this.buffer = this.batch.buffer;
+    this.reqId = this.takeId();
     this.pendingBytes = bytes;
     this.pendingHandler = handler as ResultHandler<unknown>;
     this.pendingToken = token;
-    return 0;
+    return this.pendingAt;
   }
 
   end(): void {
-    const request = Buffer.from(this.buffer.subarray(0, this.pendingBytes));
-    this.forward(request, 0, this.pendingHandler!, this.pendingToken);
+    const request = Buffer.from(this.buffer.subarray(this.pendingAt, this.pendingAt + this.pendingBytes));
+    this.track(this.reqId, this.pendingHandler!, this.pendingToken, request);
     this.pendingHandler = undefined;
     this.pendingToken = undefined;
+    this.scheduleFlush();
   }
 
-  /** Sends an encoded request; `hops` counts the nodes it already passed. */
+  /**
+   * Sends an encoded request (a retry, hops 0, or a relay, hops > 0) under a fresh request id; the
+   * request's own bytes are left as they are.
+   */
   forward(request: Buffer, hops: number, handler: ResultHandler<unknown>, token: unknown): void {
-    const reqId = this.reqId === 0 ? this.nextId() : this.reqId;
-    this.reqId = 0;
-    const fragment = readU16LE(request, 2);
-    this.inFlight.set(reqId, { handler, token, request, sentAtMs: Date.now() });
-    const sent = this.host.send(
-      this.member,
-      encodeEnvelope({ forwardedOp: { fragment, reqId, hops, op: request } }),
-    );
-    if (!sent) {
-      this.inFlight.delete(reqId);
-      handler.onFailure(token, networkError(`peer ${this.peerId} is not connected`));
-      return;
-    }
-    if (this.timer === undefined) this.timer = setInterval(() => this.expire(), TIMEOUT_CHECK_MS);
+    const reqId = this.takeId();
+    const builder = hops === 0 ? this.batch : this.relays;
+    const at = builder.reserve(request.length);
+    builder.buffer.set(request, at);
+    writeU32LE(builder.buffer, at + 4, reqId);
+    const copy = Buffer.from(builder.buffer.subarray(at, at + request.length));
+    this.track(reqId, handler, token, copy);
+    if (hops === 0) this.scheduleFlush();
+    else this.send(this.relays.finish(HOPS_FIELD, hops));
   }
 
-  /** The result of request `reqId`, from the peer. */
-  onResult(reqId: number, result: Buffer): void {
-    const entry = this.inFlight.get(reqId);
-    if (entry === undefined) return;
-    this.inFlight.delete(reqId);
+  /** A ForwardedResults message (`bytes[start, end)`) from the peer; false when malformed. */
+  onResults(bytes: Buffer, start: number, end: number): boolean {
+    const ok = forEachField(bytes, start, end, RESULTS_FIELD, (at, stop) => {
+      if (stop - at < 8) return;
+      const entry = this.inFlight.get(readU32LE(bytes, at + 4));
+      if (entry === undefined) return;
+      this.inFlight.delete(readU32LE(bytes, at + 4));
+      entry.handler.onResult(entry.token, bytes, at, stop - at);
+    });
     this.stopTimerIfIdle();
-    entry.handler.onResult(entry.token, result, 0, result.length);
+    return ok;
   }
 
   /** The connection went away: retry what can be retried elsewhere, fail the rest. */
   onDisconnect(): void {
+    if (this.batch.count > 0) this.batch.finish();
     const held = [...this.inFlight.values()];
     this.inFlight.clear();
     this.stopTimerIfIdle();
     for (const entry of held) {
-      const kind = entry.request[0];
-      if (kind === OpKind.Modify) {
+      if (entry.request[0] === OpKind.Modify) {
         entry.handler.onFailure(
           entry.token,
           networkError(`peer ${this.peerId} disconnected; the operation may or may not have been applied`),
@@ -130,10 +148,32 @@ export class PeerLink {
     this.timer = undefined;
   }
 
-  private nextId(): number {
+  private takeId(): number {
     const id = this.nextReqId;
     this.nextReqId = this.nextReqId >= 0xffffffff ? 1 : this.nextReqId + 1;
     return id;
+  }
+
+  private track(reqId: number, handler: ResultHandler<unknown>, token: unknown, request: Buffer): void {
+    this.inFlight.set(reqId, { handler, token, request, sentAtMs: Date.now() });
+    if (this.timer === undefined) this.timer = setInterval(() => this.expire(), TIMEOUT_CHECK_MS);
+  }
+
+  private scheduleFlush(): void {
+    if (this.batch.bytes >= BATCH_BYTES_FLUSH) return this.flush();
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    queueMicrotask(this.flushTask);
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    if (this.batch.count > 0) this.send(this.batch.finish());
+  }
+
+  /** A frame that cannot leave fails over like a disconnect (the mesh reports that one too). */
+  private send(frame: Buffer): void {
+    if (!this.host.sendFrame(this.member, frame)) this.onDisconnect();
   }
 
   private expire(): void {
