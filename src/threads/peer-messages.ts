@@ -61,6 +61,8 @@ export interface Envelope {
     roundId: number;
     pageSeq: number;
     afterKey: Uint8Array;
+    ranges: ReadonlyArray<{ lastKey: Uint8Array; digest: Uint8Array }>;
+    openEnd: boolean;
   };
   reconcileResponse?: {
     fragment: number;
@@ -69,6 +71,7 @@ export interface Envelope {
     pageSeq: number;
     summaries: readonly KeySummaryMessage[];
     done: boolean;
+    nextAfterKey: Uint8Array;
   };
   reconcileFetch?: {
     fragment: number;

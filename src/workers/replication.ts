@@ -17,6 +17,7 @@ import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import {
   checkRecords,
+  describePage,
   ReconcileResponder,
   ReconcileRound,
   type RecordCheck,
@@ -38,6 +39,7 @@ import {
   encodeEnvelope,
   type ReplicatedOpMessage,
 } from '../threads/peer-messages.js';
+import { readSpan } from './reconcile-span.js';
 
 /** What the driver needs from the worker runtime. */
 export interface ReplicationHost {
@@ -406,7 +408,7 @@ export class WorkerReplication {
     const nowMs = Date.now();
     switch (step.kind) {
       case 'request-page':
-        this.send(member, { reconcileRequest: { fragment, sessionId, roundId, ...step } });
+        void this.requestPage(member, fragment, round, step.pageSeq, step.afterKey);
         return;
       case 'fetch':
         this.progress(member, fragment, round, 'round-progress', nowMs);
@@ -460,16 +462,45 @@ export class WorkerReplication {
   }
 
   /** One page of (key, version) summaries in key order, from the committed store. */
+  /** Describes this node's next page of keys as range digests and asks the peer for its differences. */
+  private async requestPage(
+    member: number,
+    fragment: number,
+    round: ReconcileRound,
+    pageSeq: number,
+    afterKey: Buffer,
+  ): Promise<void> {
+    const start = pageSeq === 0 ? undefined : { key: afterKey, inclusive: false };
+    let mine: Awaited<ReturnType<KvStore['page']>>;
+    try {
+      mine = await this.host.store.page(fragment, start, undefined, RECONCILE_PAGE_ITEMS_MAX);
+    } catch (err) {
+      this.host.logger.warn({ fragment, err: (err as Error).message }, 'anti-entropy page failed');
+      return;
+    }
+    if (this.rounds.get(roundKey(member, fragment)) !== round) return;
+    const { sessionId, roundId } = round;
+    const { ranges, openEnd } = describePage(mine);
+    this.send(member, {
+      reconcileRequest: { fragment, sessionId, roundId, pageSeq, afterKey, ranges, openEnd },
+    });
+  }
+
+  /** Answers a page: digests this node's keys over the requester's ranges, lists those that differ. */
   private async serveSummaries(member: number, q: Envelope['reconcileRequest'] & object): Promise<void> {
     if (this.host.core(q.fragment) === undefined) return;
     const responder = this.responderOf(member, q.fragment);
     const step = responder.onRequest(q);
     if (step.kind === 'violation') return this.host.closePeer(member, step.reason);
     if (step.kind !== 'read-page') return;
-    const start = step.afterKey === undefined ? undefined : { key: step.afterKey, inclusive: false };
-    let entries: Awaited<ReturnType<KvStore['page']>>;
+    let span: Awaited<ReturnType<typeof readSpan>>;
     try {
-      entries = await this.host.store.page(q.fragment, start, undefined, RECONCILE_PAGE_ITEMS_MAX);
+      const store = this.host.store;
+      span = await readSpan(
+        (start, limit) => store.page(q.fragment, start, undefined, limit),
+        step.afterKey,
+        q,
+      );
     } catch (err) {
       this.host.logger.warn(
         { fragment: q.fragment, err: (err as Error).message },
@@ -479,7 +510,7 @@ export class WorkerReplication {
     }
     // The peer may have gone, or opened another session, while the store read.
     if (this.responders.get(roundKey(member, q.fragment)) !== responder) return;
-    const page = responder.pageRead(q, entries);
+    const page = responder.pageRead(q, span.entries, span.truncated);
     if (page !== undefined) this.send(member, { reconcileResponse: { fragment: q.fragment, ...page } });
   }
 

@@ -1,6 +1,7 @@
 // Anti-entropy state machines without sockets or stores: a requester and a responder over two maps
-// converge to the LWW winner; the responder refuses out-of-order pages and unadvertised fetches; the
-// requester refuses pages and records that break the protocol.
+// converge to the LWW winner while listing only the ranges whose digests differ; the responder
+// refuses out-of-order pages and unadvertised fetches; the requester refuses pages and records that
+// break the protocol.
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -8,7 +9,9 @@ import { Keyspace } from '../../src/core/keyspace.js';
 import { RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
 import {
   type DataPage,
+  describePage,
   type KeyRecord,
+  type PageRequest,
   ReconcileResponder,
   ReconcileRound,
   type RecordCheck,
@@ -16,41 +19,49 @@ import {
   type VersionReader,
 } from '../../src/core/reconciler.js';
 import { ApplyOutcome, encodeRecord, mergeOutcome } from '../../src/core/record.js';
+import { type PageReader, readSpan } from '../../src/workers/reconcile-span.js';
 
 const NODE_A = Buffer.from('a');
 const NODE_B = Buffer.from('b');
 const keyspace = new Keyspace(1);
+type Start = { key: Uint8Array; inclusive: boolean } | undefined;
 
-/** One replica's copy of fragment 0: sorted keys, records. */
+/** One replica's copy of fragment 0. */
 class Replica implements VersionReader {
   readonly data = new Map<string, Buffer>();
   put(key: string, wallMs: number, node: Buffer, value: string | undefined): void {
-    const tombstone = value === undefined;
-    this.data.set(key, encodeRecord(tombstone, wallMs, 0, 0, node, Buffer.from(value ?? '')));
+    this.data.set(key, encodeRecord(value === undefined, wallMs, 0, 0, node, Buffer.from(value ?? '')));
   }
   current(key: Buffer): Uint8Array | undefined {
     return this.data.get(key.toString('latin1'));
   }
-  /** What the store would return for a page after `afterKey`. */
-  page(afterKey: Uint8Array | undefined): KeyRecord[] {
-    const keys = [...this.data.keys()].sort();
-    const from =
-      afterKey === undefined ? keys : keys.filter((k) => k > Buffer.from(afterKey).toString('latin1'));
-    return from
-      .slice(0, RECONCILE_PAGE_ITEMS_MAX)
+  /** What the store returns for a page from `start`. */
+  page(start: Start, limit: number): Array<{ key: Buffer; record: Buffer }> {
+    const keys = [...this.data.keys()].sort((x, y) =>
+      Buffer.compare(Buffer.from(x, 'latin1'), Buffer.from(y, 'latin1')),
+    );
+    const after = (k: string) => {
+      if (start === undefined) return true;
+      const c = Buffer.compare(Buffer.from(k, 'latin1'), Buffer.from(start.key));
+      return start.inclusive ? c >= 0 : c > 0;
+    };
+    return keys
+      .filter(after)
+      .slice(0, limit)
       .map((k) => ({ key: Buffer.from(k, 'latin1'), record: this.data.get(k)! }));
   }
+  readonly read: PageReader = async (start, limit) => this.page(start, limit);
   merge(entries: readonly KeyRecord[]): void {
     for (const e of entries) {
       const key = Buffer.from(e.key).toString('latin1');
-      const mine = this.data.get(key);
-      if (mergeOutcome(mine, e.record, 0) !== ApplyOutcome.Superseded)
+      if (mergeOutcome(this.data.get(key), e.record, 0) !== ApplyOutcome.Superseded)
         this.data.set(key, Buffer.from(e.record));
     }
   }
   values(): Record<string, string> {
     const out: Record<string, string> = {};
-    for (const [k, r] of [...this.data.entries()].sort()) out[k] = r.toString('latin1', 17);
+    for (const [k, r] of [...this.data.entries()].sort())
+      out[k] = `${r[0] & 1 ? '(deleted)' : ''}${r.toString('latin1', 17)}`;
     return out;
   }
 }
@@ -62,56 +73,60 @@ const check = (nowMs = 1_000_000): RecordCheck => ({
   maxClockSkewMs: 300_000,
 });
 
-/** Runs one whole round of `local` pulling from `remote`; returns the messages exchanged. */
-function pull(local: Replica, remote: Replica): { messages: number; repaired: number } {
+/** One whole round of `local` pulling from `remote`: messages, summaries listed, keys repaired. */
+async function pull(
+  local: Replica,
+  remote: Replica,
+): Promise<{ messages: number; repaired: number; summaries: number }> {
   const responder = new ReconcileResponder();
   responder.onSessionStart(7);
   const round = new ReconcileRound(7, 1);
   let step: RoundStep | undefined = round.start();
   let messages = 0;
+  let summaries = 0;
   while (step !== undefined) {
     messages++;
-    switch (step.kind) {
-      case 'request-page': {
-        const q = { sessionId: 7, roundId: 1, pageSeq: step.pageSeq, afterKey: step.afterKey };
-        const serve = responder.onRequest(q);
-        assert.equal(serve.kind, 'read-page');
-        const page = responder.pageRead(
-          q,
-          remote.page(serve.kind === 'read-page' ? serve.afterKey : undefined),
-        )!;
-        step = round.onSummaries(page, local);
-        break;
-      }
-      case 'fetch': {
-        const pages = responder.onFetch(
-          { sessionId: 7, roundId: 1, chunkSeq: step.chunkSeq, keys: step.keys },
-          remote,
-        );
-        assert.ok(Array.isArray(pages));
-        step = undefined;
-        for (const page of pages as DataPage[]) {
-          const next = round.onData(page, check());
-          assert.equal(next.kind, 'merge');
-          if (next.kind === 'merge') {
-            local.merge(next.entries);
-            step = next.next;
-          }
+    if (step.kind === 'request-page') {
+      const start = step.pageSeq === 0 ? undefined : { key: step.afterKey, inclusive: false };
+      const q: PageRequest = {
+        sessionId: 7,
+        roundId: 1,
+        pageSeq: step.pageSeq,
+        afterKey: step.afterKey,
+        ...describePage(local.page(start, RECONCILE_PAGE_ITEMS_MAX)),
+      };
+      const serve = responder.onRequest(q);
+      assert.equal(serve.kind, 'read-page');
+      const span = await readSpan(remote.read, serve.kind === 'read-page' ? serve.afterKey : undefined, q);
+      const page = responder.pageRead(q, span.entries, span.truncated)!;
+      summaries += page.summaries.length;
+      step = round.onSummaries(page, local);
+    } else if (step.kind === 'fetch') {
+      const pages = responder.onFetch(
+        { sessionId: 7, roundId: 1, chunkSeq: step.chunkSeq, keys: step.keys },
+        remote,
+      );
+      assert.ok(Array.isArray(pages));
+      step = undefined;
+      for (const page of pages as DataPage[]) {
+        const next = round.onData(page, check());
+        assert.equal(next.kind, 'merge');
+        if (next.kind === 'merge') {
+          local.merge(next.entries);
+          step = next.next;
         }
-        break;
       }
-      case 'done':
-        step = undefined;
-        break;
-      default:
-        assert.fail(`unexpected step ${step.kind}`);
+    } else if (step.kind === 'done') {
+      step = undefined;
+    } else {
+      assert.fail(`unexpected step ${step.kind}`);
     }
   }
-  return { messages, repaired: round.repaired };
+  return { messages, repaired: round.repaired, summaries };
 }
 
 describe('anti-entropy rounds', () => {
-  test('two diverged replicas converge to the LWW winner, tombstones included, in both directions', () => {
+  test('two diverged replicas converge to the LWW winner, tombstones included, in both directions', async () => {
     const a = new Replica();
     const b = new Replica();
     for (let i = 0; i < 600; i++) {
@@ -125,72 +140,98 @@ describe('anti-entropy rounds', () => {
     b.put('k0003', 300, NODE_B, undefined);
     a.put('only-a', 100, NODE_A, 'x');
     b.put('only-b', 100, NODE_B, 'y');
-    const ab = pull(a, b);
-    const ba = pull(b, a);
+    const ab = await pull(a, b);
+    const ba = await pull(b, a);
     assert.deepEqual(a.values(), b.values());
     assert.equal(a.values().k0001, 'newer-on-a');
     assert.equal(a.values().k0002, 'newer-on-b');
-    assert.equal(a.data.get('k0003')![0] & 1, 1, 'the delete wins and is kept as a tombstone');
+    assert.equal(a.values().k0003, '(deleted)', 'the delete wins and is kept as a tombstone');
     assert.equal(ab.repaired, 3, 'a fetched exactly k0002, k0003 and only-b');
     assert.equal(ba.repaired, 2, 'b fetched exactly k0001 and only-a');
-    assert.ok(ab.messages >= 3, 'three summary pages of 256');
+    assert.ok(ab.messages >= 3, 'three pages of 256');
+    assert.ok(
+      ab.summaries <= 3 * 16,
+      `only differing ranges are listed (${ab.summaries} summaries for 602 keys)`,
+    );
   });
 
-  test('equal replicas fetch nothing', () => {
+  test('equal replicas fetch nothing and list nothing', async () => {
     const a = new Replica();
     const b = new Replica();
     for (let i = 0; i < 300; i++) {
       a.put(`k${i}`, 100, NODE_A, 'v');
       b.put(`k${i}`, 100, NODE_A, 'v');
     }
-    assert.equal(pull(a, b).repaired, 0);
+    assert.deepEqual(await pull(a, b), { messages: 3, repaired: 0, summaries: 0 });
   });
 
-  test('an empty peer is one page', () => {
+  test('a replica missing a long run of keys gets all of them, a page at a time', async () => {
+    const a = new Replica();
+    const b = new Replica();
+    for (let i = 0; i < 5000; i++) b.put(`k${String(i).padStart(5, '0')}`, 1, NODE_B, 'v');
+    a.put('k00000', 1, NODE_B, 'v');
+    a.put('k04999', 1, NODE_B, 'v');
+    a.put('zzz', 1, NODE_A, 'only-a');
+    assert.equal((await pull(a, b)).repaired, 4998);
+    assert.equal((await pull(b, a)).repaired, 1);
+    assert.deepEqual(a.values(), b.values());
+  });
+
+  test('the empty key is a key like any other', async () => {
+    const a = new Replica();
+    const b = new Replica();
+    b.put('', 5, NODE_B, 'empty');
+    b.put('x', 5, NODE_B, 'x');
+    await pull(a, b);
+    assert.deepEqual(a.values(), b.values());
+  });
+
+  test('an empty peer is one page', async () => {
     const a = new Replica();
     a.put('k', 1, NODE_A, 'v');
-    assert.deepEqual(pull(a, new Replica()), { messages: 2, repaired: 0 });
+    assert.deepEqual(await pull(a, new Replica()), { messages: 2, repaired: 0, summaries: 0 });
   });
 });
 
 describe('the responder refuses', () => {
   const remote = new Replica();
   for (let i = 0; i < 300; i++) remote.put(`k${String(i).padStart(3, '0')}`, 1, NODE_B, 'v');
+  const first = (sessionId: number): PageRequest => ({
+    sessionId,
+    roundId: 1,
+    pageSeq: 0,
+    afterKey: Buffer.alloc(0),
+    ranges: [],
+    openEnd: true,
+  });
 
   test('stale sessions (ignored), a first page with a cursor, and a page out of order', () => {
     const r = new ReconcileResponder();
     r.onSessionStart(5);
-    assert.equal(
-      r.onRequest({ sessionId: 4, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) }).kind,
-      'ignore',
-    );
-    assert.equal(
-      r.onRequest({ sessionId: 0, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) }).kind,
-      'ignore',
-    );
-    assert.equal(
-      r.onRequest({ sessionId: 5, roundId: 1, pageSeq: 0, afterKey: Buffer.from('x') }).kind,
-      'violation',
-    );
-    const q = { sessionId: 5, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) };
+    assert.equal(r.onRequest(first(4)).kind, 'ignore');
+    assert.equal(r.onRequest(first(0)).kind, 'ignore');
+    assert.equal(r.onRequest({ ...first(5), afterKey: Buffer.from('x') }).kind, 'violation');
+    const q = first(5);
     assert.equal(r.onRequest(q).kind, 'read-page');
-    r.pageRead(q, remote.page(undefined));
+    const page = r.pageRead(q, remote.page(undefined, 300), true)!;
+    assert.equal(page.summaries.length, RECONCILE_PAGE_ITEMS_MAX, 'an open page lists up to a page of keys');
+    const next = { ...first(5), pageSeq: 1, afterKey: page.nextAfterKey };
+    assert.equal(r.onRequest({ ...next, pageSeq: 2 }).kind, 'violation');
+    assert.equal(r.onRequest({ ...next, roundId: 9 }).kind, 'violation');
     assert.equal(
-      r.onRequest({ sessionId: 5, roundId: 1, pageSeq: 2, afterKey: Buffer.from('k255') }).kind,
+      r.onRequest({ ...next, afterKey: Buffer.from('k100') }).kind,
       'violation',
+      'a cursor it did not give',
     );
-    assert.equal(
-      r.onRequest({ sessionId: 5, roundId: 9, pageSeq: 1, afterKey: Buffer.from('k255') }).kind,
-      'violation',
-    );
+    assert.equal(r.onRequest(next).kind, 'read-page');
   });
 
   test('fetches of keys it did not advertise, twice, or too many', () => {
     const r = new ReconcileResponder();
     r.onSessionStart(5);
-    const q = { sessionId: 5, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) };
+    const q = first(5);
     r.onRequest(q);
-    r.pageRead(q, remote.page(undefined));
+    r.pageRead(q, remote.page(undefined, 300), true);
     const fetch = (keys: string[]) =>
       r.onFetch({ sessionId: 5, roundId: 1, chunkSeq: 1, keys: keys.map((k) => Buffer.from(k)) }, remote);
     assert.equal((fetch(['k299']) as { kind: string }).kind, 'violation', 'k299 is on the next page');
@@ -207,13 +248,11 @@ describe('the responder refuses', () => {
     for (let i = 0; i < 5; i++) big.put(`big${i}`, 1, NODE_B, 'x'.repeat(400_000));
     const r = new ReconcileResponder();
     r.onSessionStart(1);
-    const q = { sessionId: 1, roundId: 1, pageSeq: 0, afterKey: Buffer.alloc(0) };
+    const q = first(1);
     r.onRequest(q);
-    r.pageRead(q, big.page(undefined));
-    const pages = r.onFetch(
-      { sessionId: 1, roundId: 1, chunkSeq: 1, keys: [0, 1, 2, 3, 4].map((i) => Buffer.from(`big${i}`)) },
-      big,
-    ) as DataPage[];
+    r.pageRead(q, big.page(undefined, 300), false);
+    const keys = [0, 1, 2, 3, 4].map((i) => Buffer.from(`big${i}`));
+    const pages = r.onFetch({ sessionId: 1, roundId: 1, chunkSeq: 1, keys }, big) as DataPage[];
     assert.deepEqual(
       pages.map((p) => p.entries.length),
       [2, 2, 1],
@@ -227,17 +266,19 @@ describe('the responder refuses', () => {
 
 describe('the requester refuses', () => {
   const stamp = encodeRecord(false, 1, 0, 0, NODE_B, Buffer.alloc(0));
+  const page = (pageSeq: number, keys: string[], s: Uint8Array = stamp) => ({
+    sessionId: 3,
+    roundId: 4,
+    pageSeq,
+    done: false,
+    nextAfterKey: Buffer.from(keys[keys.length - 1] ?? 'z'),
+    summaries: keys.map((k) => ({ key: Buffer.from(k), stamp: s })),
+  });
+
   test('a page out of order, summaries out of key order, a malformed stamp, data without a fetch', () => {
     const round = new ReconcileRound(3, 4);
     const local = new Replica();
     round.start();
-    const page = (pageSeq: number, keys: string[], s = stamp) => ({
-      sessionId: 3,
-      roundId: 4,
-      pageSeq,
-      done: false,
-      summaries: keys.map((k) => ({ key: Buffer.from(k), stamp: s })),
-    });
     assert.equal(round.onSummaries({ ...page(0, []), sessionId: 2 }, local).kind, 'ignore');
     assert.equal(round.onSummaries(page(1, ['a']), local).kind, 'violation');
     assert.equal(new ReconcileRound(3, 4).onSummaries(page(0, ['b', 'a']), local).kind, 'violation');
@@ -249,12 +290,18 @@ describe('the requester refuses', () => {
     assert.equal(new ReconcileRound(3, 4).onData(data, check()).kind, 'violation');
   });
 
+  test('a page that does not advance', () => {
+    const round = new ReconcileRound(3, 4);
+    assert.equal(round.onSummaries(page(0, []), new Replica()).kind, 'request-page');
+    assert.equal(
+      round.onSummaries({ ...page(1, []), nextAfterKey: Buffer.from('z') }, new Replica()).kind,
+      'violation',
+    );
+  });
+
   test('records from the future, or of another fragment', () => {
     const round = new ReconcileRound(3, 4);
-    const fetch = round.onSummaries(
-      { sessionId: 3, roundId: 4, pageSeq: 0, done: true, summaries: [{ key: Buffer.from('k'), stamp }] },
-      new Replica(),
-    );
+    const fetch = round.onSummaries({ ...page(0, ['k']), done: true }, new Replica());
     assert.equal(fetch.kind, 'fetch');
     const future = encodeRecord(false, 1_000_000 + 600_000, 0, 0, NODE_B, Buffer.from('v'));
     const step = round.onData(
@@ -269,12 +316,8 @@ describe('the requester refuses', () => {
     );
     assert.equal(step.kind, 'violation');
     assert.match((step as { reason: string }).reason, /ahead of this node's clock/);
-    const other = { ...check(), fragmentOf: () => 1 };
     const round2 = new ReconcileRound(3, 4);
-    round2.onSummaries(
-      { sessionId: 3, roundId: 4, pageSeq: 0, done: true, summaries: [{ key: Buffer.from('k'), stamp }] },
-      new Replica(),
-    );
+    round2.onSummaries({ ...page(0, ['k']), done: true }, new Replica());
     const wrong = round2.onData(
       {
         sessionId: 3,
@@ -283,7 +326,7 @@ describe('the requester refuses', () => {
         entries: [{ key: Buffer.from('k'), record: stamp }],
         done: true,
       },
-      other,
+      { ...check(), fragmentOf: () => 1 },
     );
     assert.equal(wrong.kind, 'violation');
   });
