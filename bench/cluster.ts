@@ -166,7 +166,8 @@ function redisBenchmark(port: number, cluster: boolean): { ops: number; p99Ms: n
   args.push('-n', String(REQUESTS), '--csv', ...(cluster ? ['--cluster'] : []));
   const run = spawnSync('redis-benchmark', args, { encoding: 'utf8', timeout: 600_000 });
   const lines = run.stdout.trim().split('\n');
-  const header = lines[0].split(',').map((h) => h.replace(/"/g, ''));
+  // In cluster mode the CSV follows a list of the masters it found.
+  const header = (lines.find((l) => l.startsWith('"test"')) ?? '').split(',').map((h) => h.replace(/"/g, ''));
   const row = lines
     .at(-1)!
     .split(',')

@@ -52,6 +52,14 @@ export interface WriteSpec {
   operand: Uint8Array | undefined;
 }
 
+/** Runs an anti-entropy span read in the background pool. */
+export type PoolSpanRunner = (task: {
+  fragment: number;
+  afterKey: Uint8Array | undefined;
+  lastKey: Uint8Array | undefined;
+  openEnd: boolean;
+}) => Promise<{ keys: Uint8Array[]; stamps: Uint8Array[]; truncated: boolean }>;
+
 /** Returned by `readLocal` when the fragment must be read through its worker. */
 export const NOT_LOCAL = Symbol('not-local');
 
@@ -136,6 +144,7 @@ export class Dispatcher {
           onPeerFrame: (member, buf, start, end) => this.cluster?.onPeerFrame(member, buf, start, end),
           onPeerClose: (member, reason) => this.cluster?.onPeerClose(member, reason),
           onServing: (index) => this.cluster?.onWorkerServing(this.links[index]),
+          onPoolSpan: (index, buf, at) => this.runPoolSpan(this.links[index], buf, at),
         }),
       );
     }
@@ -172,6 +181,9 @@ export class Dispatcher {
   fragmentOf(key: Uint8Array): number {
     return this.keyspace.fragmentOf(key);
   }
+
+  /** Reads anti-entropy spans in the background pool (set by the node, which owns the pool). */
+  poolSpanRunner: PoolSpanRunner | undefined;
 
   /** Joins a cluster: operations route by placement from now on. Call before `start`. */
   attachCluster(cluster: ClusterRouter): void {
@@ -363,6 +375,27 @@ export class Dispatcher {
 
   get maxClockSkewMs(): number {
     return this.config.maxClockSkewMs;
+  }
+
+  /** A worker's PoolSpan request: run it in the pool and answer the same worker. */
+  private runPoolSpan(link: WorkerLink, buf: Buffer, at: number): void {
+    const flags = buf[at + 1];
+    const fragment = buf.readUInt16LE(at + 2);
+    const taskId = buf.readUInt32LE(at + 4);
+    let p = at + 8;
+    const keys: Array<Buffer | undefined> = [];
+    for (const given of [(flags & 1) !== 0, (flags & 2) !== 0]) {
+      const n = buf.readUInt16LE(p);
+      keys.push(given ? Buffer.from(buf.subarray(p + 2, p + 2 + n)) : undefined);
+      p += 2 + n;
+    }
+    const runner = this.poolSpanRunner;
+    if (runner === undefined) return link.sendPoolSpanResult(taskId, undefined);
+    // A worker that restarted meanwhile does not know the task id and ignores the answer.
+    runner({ fragment, afterKey: keys[0], lastKey: keys[1], openEnd: (flags & 4) !== 0 }).then(
+      (span) => link.sendPoolSpanResult(taskId, span),
+      () => link.sendPoolSpanResult(taskId, undefined),
+    );
   }
 
   /** Observes a peer's timestamp; false when it is too far ahead of this node's clock. */

@@ -166,6 +166,7 @@ export class Tessera {
       this.dispatcher.attachCluster(this.cluster);
     }
     this.scanner = new Scanner(config, this.dispatcher);
+    if (config.store === 'lmdb') this.dispatcher.poolSpanRunner = (task) => this.scanner.poolSpan(task);
     this.debug = {
       crashWorker: (index) => this.dispatcher.crashWorker(index),
       workerOf: (key) => this.dispatcher.workerLinkOf(this.dispatcher.fragmentOf(toBytes(key))).index,

@@ -30,7 +30,7 @@ import {
   type ScanPage,
   type ScanRequest,
 } from '../threads/op-codec.js';
-import type { ScanTask } from '../workers/scan-task.js';
+import type { ScanTask, SpanResult, SpanTask } from '../workers/scan-task.js';
 import type { NodeConfig } from './config.js';
 import type { Dispatcher } from './dispatcher.js';
 import { resultError } from './result-error.js';
@@ -163,7 +163,33 @@ export class Scanner {
     return this.poolPage(request);
   }
 
+  /**
+   * Reads an anti-entropy span in the background pool (lmdb only), under the pool's bounds and
+   * rate; rejects with Backpressure when it is full.
+   */
+  async poolSpan(task: Omit<SpanTask, 'kind' | 'dataDir' | 'fragmentCount'>): Promise<SpanResult> {
+    return (await this.runPoolTask({
+      ...task,
+      kind: 'span',
+      dataDir: this.config.dataDir,
+      fragmentCount: this.config.fragments,
+    })) as SpanResult;
+  }
+
   private async poolPage(request: ScanRequest): Promise<ScanPage> {
+    const task: ScanTask = { dataDir: this.config.dataDir, fragmentCount: this.config.fragments, request };
+    const result = (await this.runPoolTask(task)) as ScanPage;
+    return {
+      done: result.done,
+      resumeKey: result.resumeKey === undefined ? undefined : Buffer.from(result.resumeKey),
+      entries: result.entries.map((e) => ({
+        key: Buffer.from(e.key),
+        record: e.record === undefined ? undefined : Buffer.from(e.record),
+      })),
+    };
+  }
+
+  private async runPoolTask(task: ScanTask | SpanTask): Promise<ScanPage | SpanResult> {
     if (this.poolWaiting >= POOL_QUEUE_TASKS_MAX) {
       throw backpressure(`background pool queue is full (${POOL_QUEUE_TASKS_MAX} tasks)`);
     }
@@ -177,16 +203,7 @@ export class Scanner {
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
       assert(this.poolTokens.tryTake(Date.now()), 'a pool token was just available');
-      const task: ScanTask = { dataDir: this.config.dataDir, fragmentCount: this.config.fragments, request };
-      const result = (await this.getPool().run(task)) as ScanPage;
-      return {
-        done: result.done,
-        resumeKey: result.resumeKey === undefined ? undefined : Buffer.from(result.resumeKey),
-        entries: result.entries.map((e) => ({
-          key: Buffer.from(e.key),
-          record: e.record === undefined ? undefined : Buffer.from(e.record),
-        })),
-      };
+      return (await this.getPool().run(task)) as ScanPage | SpanResult;
     } catch (err) {
       if (err instanceof Error && err.message === 'Task queue is at limit') {
         throw backpressure('background pool queue is full');

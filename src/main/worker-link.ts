@@ -49,6 +49,8 @@ export interface LinkDeps {
   onPeerClose?(member: number, reason: string): void;
   /** The worker (re)started and serves its rings. */
   onServing?(index: number): void;
+  /** The worker asks for an anti-entropy span from the background pool (ResultKind.PoolSpan). */
+  onPoolSpan?(index: number, buf: Buffer, at: number, length: number): void;
   logger: Logger;
 }
 
@@ -132,6 +134,32 @@ export class WorkerLink {
     const at = this.outbox.reserve(PEER_HEADER_BYTES + envelope.length);
     this.buffer = this.outbox.buffer;
     this.buffer.set(envelope, writePeerHeader(this.buffer, at, RequestKind.PeerFrame, 0, member));
+    this.end();
+  }
+
+  /** Answers a PoolSpan: the span's keys and stamps, or undefined when the pool failed. */
+  sendPoolSpanResult(
+    taskId: number,
+    span: { keys: Uint8Array[]; stamps: Uint8Array[]; truncated: boolean } | undefined,
+  ): void {
+    let n = 8;
+    if (span !== undefined)
+      for (let i = 0; i < span.keys.length; i++) n += 4 + span.keys[i].length + span.stamps[i].length;
+    const at = this.outbox.reserve(n);
+    const buf = this.outbox.buffer;
+    this.buffer = buf;
+    buf[at] = RequestKind.PoolSpanResult;
+    buf[at + 1] = span === undefined ? 2 : span.truncated ? 1 : 0;
+    buf.writeUInt16LE(0, at + 2);
+    buf.writeUInt32LE(taskId, at + 4);
+    let p = at + 8;
+    for (let i = 0; span !== undefined && i < span.keys.length; i++) {
+      for (const part of [span.keys[i], span.stamps[i]]) {
+        buf.writeUInt16LE(part.length, p);
+        buf.set(part, p + 2);
+        p += 2 + part.length;
+      }
+    }
     this.end();
   }
 
@@ -254,6 +282,10 @@ export class WorkerLink {
       const status = resultStatus(buf, at);
       if (status === ResultKind.PeerFrame) {
         this.deps.onPeerFrame?.(peerOf(buf, at), buf, at + PEER_HEADER_BYTES, at + reader.recordBytes);
+        continue;
+      }
+      if (status === ResultKind.PoolSpan) {
+        this.deps.onPoolSpan?.(this.index, buf, at, reader.recordBytes);
         continue;
       }
       if (status === ResultKind.PeerClose) {

@@ -52,6 +52,11 @@ export const RequestKind = {
   PeerFrame: 20,
   /** A peer connection came up (byte 1 = 1) or went down (0): u16 peer member index. */
   PeerState: 21,
+  /**
+   * The background pool's answer to a PoolSpan (reqId = its task id; byte 1: bit 0 truncated, bit 1
+   * failed), then per entry u16 key length, key, u16 stamp length, stamp.
+   */
+  PoolSpanResult: 22,
 } as const;
 
 export const ResultKind = {
@@ -63,6 +68,12 @@ export const ResultKind = {
   PeerFrame: 36,
   /** The peer broke the protocol: close its connection (u16 member index at 2), then the UTF-8 reason. */
   PeerClose: 37,
+  /**
+   * Read an anti-entropy span in the background pool: u16 fragment at 2, task id at 4; byte 1: bit 0
+   * after-key given, bit 1 last-key given, bit 2 open end; then u16 length + after key, u16 length +
+   * last key.
+   */
+  PoolSpan: 38,
 } as const;
 
 /** Writes the header of a peer record (request or result); returns where the payload starts. */

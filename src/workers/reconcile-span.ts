@@ -13,6 +13,19 @@ export type PageReader = (
   limit: number,
 ) => Promise<StoredEntry[]>;
 
+/** What bounds a span: the requester's ranges (only the last key matters) and whether it is open. */
+export interface SpanQuery {
+  ranges: ReadonlyArray<{ lastKey: Uint8Array }>;
+  openEnd: boolean;
+}
+
+export interface Span {
+  /** Keys with their records (or just stamps, from the pool), in key order. */
+  entries: Array<{ key: Buffer; record: Buffer }>;
+  /** More keys follow that the span did not take. */
+  truncated: boolean;
+}
+
 /** Keys read at a time while a responder reads a span. */
 const SPAN_READ_KEYS = 512;
 
@@ -23,8 +36,8 @@ const SPAN_READ_KEYS = 512;
 export async function readSpan(
   read: PageReader,
   afterKey: Uint8Array | undefined,
-  q: { ranges: ReadonlyArray<{ lastKey: Uint8Array }>; openEnd: boolean },
-): Promise<{ entries: Array<{ key: Buffer; record: Buffer }>; truncated: boolean }> {
+  q: SpanQuery,
+): Promise<Span> {
   const last = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
   // Past the requester's last range, an open page lists up to a page of keys; a closed one needs none.
   const extra = q.openEnd ? RECONCILE_PAGE_ITEMS_MAX : 0;

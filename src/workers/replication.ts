@@ -39,7 +39,7 @@ import {
   encodeEnvelope,
   type ReplicatedOpMessage,
 } from '../threads/peer-messages.js';
-import { readSpan } from './reconcile-span.js';
+import { readSpan, type Span, type SpanQuery } from './reconcile-span.js';
 
 /** What the driver needs from the worker runtime. */
 export interface ReplicationHost {
@@ -50,6 +50,12 @@ export interface ReplicationHost {
   sendFrame(member: number, envelope: Uint8Array): void;
   /** Asks the main thread to close the connection to `member`, which broke the protocol. */
   closePeer(member: number, reason: string): void;
+  /**
+   * Reads a responder's span in the background pool, so the fragment's actor keeps serving while it
+   * is compared; undefined when the store has one owner (LevelDB, memory). Rejects when the pool
+   * cannot take it.
+   */
+  poolSpan: ((fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery) => Promise<Span>) | undefined;
   readonly store: KvStore;
   readonly logger: Logger;
 }
@@ -496,11 +502,20 @@ export class WorkerReplication {
     let span: Awaited<ReturnType<typeof readSpan>>;
     try {
       const store = this.host.store;
-      span = await readSpan(
-        (start, limit) => store.page(q.fragment, start, undefined, limit),
-        step.afterKey,
-        q,
-      );
+      const afterKey = step.afterKey;
+      const inline = () =>
+        readSpan((start, limit) => store.page(q.fragment, start, undefined, limit), afterKey, q);
+      // The pool reads committed data beside the actor; when it cannot take the task, read here.
+      span =
+        this.host.poolSpan === undefined
+          ? await inline()
+          : await this.host.poolSpan(q.fragment, afterKey, q).catch((err: Error) => {
+              this.host.logger.warn(
+                { fragment: q.fragment, err: err.message },
+                'anti-entropy page read in the worker',
+              );
+              return inline();
+            });
     } catch (err) {
       this.host.logger.warn(
         { fragment: q.fragment, err: (err as Error).message },

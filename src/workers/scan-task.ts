@@ -1,23 +1,48 @@
-// Background-pool task (piscina): one pattern-filtered scan page of one fragment, read from the lmdb
-// environment as a reader beside the fragment's writer. The main thread fences the fragment first, so
-// every write acknowledged before the scan is committed and visible here.
+// Background-pool tasks (piscina), read from the lmdb environment as a reader beside the fragments'
+// writers: one pattern-filtered scan page of one fragment (the main thread fences the fragment
+// first, so every write acknowledged before the scan is committed and visible here), or the span of
+// keys and versions an anti-entropy responder compares (src/workers/reconcile-span.ts).
 
+import { stampOf } from '../core/reconciler.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { openStore } from '../native-bindings/open-store.js';
 import type { ScanPage, ScanRequest } from '../threads/op-codec.js';
+import { readSpan } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
 
 export interface ScanTask {
+  kind?: 'scan';
   dataDir: string;
   fragmentCount: number;
   request: ScanRequest;
+}
+
+/** An anti-entropy span: keys after `afterKey` (undefined: from the first) per readSpan's rules. */
+export interface SpanTask {
+  kind: 'span';
+  dataDir: string;
+  fragmentCount: number;
+  fragment: number;
+  afterKey: Uint8Array | undefined;
+  lastKey: Uint8Array | undefined;
+  openEnd: boolean;
+}
+
+/** The span's keys with their versions (stamps: records without values), in key order. */
+export interface SpanResult {
+  keys: Uint8Array[];
+  stamps: Uint8Array[];
+  truncated: boolean;
 }
 
 /** One read-only view per pool thread, opened on first use and kept: opening an environment is not free. */
 let view: Promise<KvStore> | undefined;
 const openedFragments = new Set<number>();
 
-async function storeFor(task: ScanTask): Promise<KvStore> {
+async function storeFor(
+  task: { dataDir: string; fragmentCount: number },
+  fragment: number,
+): Promise<KvStore> {
   view ??= openStore({
     kind: 'lmdb',
     dataDir: task.dataDir,
@@ -26,13 +51,28 @@ async function storeFor(task: ScanTask): Promise<KvStore> {
     levelGroupCount: 0,
   });
   const store = await view;
-  if (!openedFragments.has(task.request.fragment)) {
-    await store.openFragment(task.request.fragment);
-    openedFragments.add(task.request.fragment);
+  if (!openedFragments.has(fragment)) {
+    await store.openFragment(fragment);
+    openedFragments.add(fragment);
   }
   return store;
 }
 
-export default async function scanTask(task: ScanTask): Promise<ScanPage> {
-  return collectScanPage(await storeFor(task), task.request, Date.now());
+export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanPage | SpanResult> {
+  if (task.kind !== 'span')
+    return collectScanPage(await storeFor(task, task.request.fragment), task.request, Date.now());
+  const store = await storeFor(task, task.fragment);
+  // A snapshot per task: the fragment's writer commits between tasks.
+  store.refreshReads();
+  const ranges = task.lastKey === undefined ? [] : [{ lastKey: task.lastKey }];
+  const span = await readSpan(
+    (start, limit) => store.page(task.fragment, start, undefined, limit),
+    task.afterKey,
+    { ranges, openEnd: task.openEnd },
+  );
+  return {
+    keys: span.entries.map((e) => e.key),
+    stamps: span.entries.map((e) => stampOf(e.record)),
+    truncated: span.truncated,
+  };
 }

@@ -39,6 +39,7 @@ import {
 } from '../threads/op-codec.js';
 import { type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
+import type { Span, SpanQuery } from './reconcile-span.js';
 import { WorkerReplication } from './replication.js';
 import { collectScanPage } from './scan-page.js';
 
@@ -74,6 +75,8 @@ export class WorkerRuntime {
   private readonly logger: Logger;
   private readonly replication: WorkerReplication | undefined;
   private publishScheduled = false;
+  private nextPoolTask = 1;
+  private readonly poolTasks = new Map<number, { resolve(span: Span): void; reject(err: Error): void }>();
   private readonly publishTask = (): void => {
     this.publishScheduled = false;
     this.outbox.publish();
@@ -101,6 +104,7 @@ export class WorkerRuntime {
             },
             sendFrame: (member, envelope) => this.sendPeerFrame(member, envelope),
             closePeer: (member, reason) => this.closePeer(member, reason),
+            poolSpan: store.sharesReaders ? (f, afterKey, q) => this.poolSpan(f, afterKey, q) : undefined,
             store,
             logger: this.logger,
           });
@@ -168,6 +172,8 @@ export class WorkerRuntime {
       case RequestKind.PeerState:
         this.replication?.onPeerState(peerOf(buf, at), buf[at + 1] === 1);
         return;
+      case RequestKind.PoolSpanResult:
+        return this.onPoolSpan(reqId, buf, at, length);
       default:
         assert(false, `unknown request kind ${kind}`);
     }
@@ -432,6 +438,46 @@ export class WorkerRuntime {
     buf.set(envelope, writePeerHeader(buf, at, ResultKind.PeerFrame, 0, member));
     this.outbox.commit();
     this.schedulePublish();
+  }
+
+  /** Asks the main thread to read a span in the background pool; the answer comes as PoolSpanResult. */
+  private poolSpan(fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery): Promise<Span> {
+    const taskId = this.nextPoolTask++;
+    const last = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
+    const n = 8 + 2 + (afterKey?.length ?? 0) + 2 + (last?.length ?? 0);
+    const at = this.outbox.reserve(n);
+    const buf = this.outbox.buffer;
+    buf[at] = ResultKind.PoolSpan;
+    buf[at + 1] = (afterKey !== undefined ? 1 : 0) | (last !== undefined ? 2 : 0) | (q.openEnd ? 4 : 0);
+    buf.writeUInt16LE(fragment, at + 2);
+    buf.writeUInt32LE(taskId, at + 4);
+    let p = at + 8;
+    for (const key of [afterKey, last]) {
+      buf.writeUInt16LE(key?.length ?? 0, p);
+      if (key !== undefined) buf.set(key, p + 2);
+      p += 2 + (key?.length ?? 0);
+    }
+    this.outbox.commit();
+    this.schedulePublish();
+    return new Promise<Span>((resolve, reject) => this.poolTasks.set(taskId, { resolve, reject }));
+  }
+
+  private onPoolSpan(taskId: number, buf: Buffer, at: number, length: number): void {
+    const task = this.poolTasks.get(taskId);
+    if (task === undefined) return;
+    this.poolTasks.delete(taskId);
+    if ((buf[at + 1] & 2) !== 0) return task.reject(new Error('background pool could not read the span'));
+    const entries: Span['entries'] = [];
+    const end = at + length;
+    for (let p = at + 8; p < end; ) {
+      const keyBytes = buf.readUInt16LE(p);
+      const key = Buffer.from(buf.subarray(p + 2, p + 2 + keyBytes));
+      p += 2 + keyBytes;
+      const stampBytes = buf.readUInt16LE(p);
+      entries.push({ key, record: Buffer.from(buf.subarray(p + 2, p + 2 + stampBytes)) });
+      p += 2 + stampBytes;
+    }
+    task.resolve({ entries, truncated: (buf[at + 1] & 1) !== 0 });
   }
 
   private closePeer(member: number, reason: string): void {
