@@ -10,9 +10,10 @@
 //      the other is down and the first restarts (so no sender backlog remembers them); time until
 //      the other holds every change, and anti-entropy bytes sent as a multiple of the changed data.
 //
-// Environment: BENCH_CLUSTER_SECONDS (per harness run, default 5), BENCH_CLUSTER_N (requests per
-// redis-benchmark run, default 300000), BENCH_AE_KEYS (default 200000), BENCH_CLUSTER_WORKERS
-// (worker threads per node, default 1: three nodes share the cores).
+// Environment: BENCH_CLUSTER_SECONDS (per harness run, default 10), BENCH_CLUSTER_N (requests per
+// redis-benchmark run, default 1000000: a cluster's first seconds run slower while it warms up),
+// BENCH_AE_KEYS (default 200000), BENCH_CLUSTER_WORKERS (worker threads per node, default 1: three
+// nodes share the cores).
 
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -26,9 +27,9 @@ import { buildReport } from './load/report.js';
 import { runLoad } from './load/run.js';
 
 const MAIN = fileURLToPath(new URL('../../dist/main.js', import.meta.url));
-const SECONDS = Number(process.env.BENCH_CLUSTER_SECONDS ?? 5);
+const SECONDS = Number(process.env.BENCH_CLUSTER_SECONDS ?? 10);
 const AE_KEYS = Number(process.env.BENCH_AE_KEYS ?? 200_000);
-const REQUESTS = Number(process.env.BENCH_CLUSTER_N ?? 300_000);
+const REQUESTS = Number(process.env.BENCH_CLUSTER_N ?? 1_000_000);
 const WORKERS = String(process.env.BENCH_CLUSTER_WORKERS ?? 1);
 const SECRET = 'bench-cluster-secret-of-at-least-32-bytes';
 
