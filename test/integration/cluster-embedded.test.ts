@@ -1,0 +1,62 @@
+// Two embedded nodes in one process form a cluster: the embedded API routes across them, reports
+// placement and replication, and closes with a replication drain.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Tessera } from '../../src/main/node.js';
+import { CLUSTER_SECRET, freePort } from './cluster-helpers.js';
+import { eventually, tempDir } from './helpers.js';
+
+test('embedded cluster: routing, placementReport, health and close with drain', async () => {
+  const dir = await tempDir('cluster-embedded');
+  const ports = [await freePort(), await freePort()];
+  const peers = `a@127.0.0.1:${ports[0]},b@127.0.0.1:${ports[1]}`;
+  const common = {
+    peers,
+    clusterSecret: CLUSTER_SECRET,
+    fragments: 8,
+    workers: 1,
+    antiEntropyIntervalMs: 3_600_000,
+  };
+  const a = await Tessera.start({ ...common, nodeId: 'a', dataDir: `${dir.path}/a` });
+  const b = await Tessera.start({ ...common, nodeId: 'b', dataDir: `${dir.path}/b` });
+  try {
+    await eventually(async () => (await a.health()).cluster?.peers[0].connected === true);
+    await eventually(async () => (await b.health()).cluster?.peers[0].connected === true);
+
+    const placement = a.placementReport();
+    assert.equal(placement.length, 8);
+    assert.deepEqual(placement, b.placementReport(), 'both nodes see the same placement');
+    assert.deepEqual(placement.at(-1)!.slots, [14336, 16383]);
+    for (const f of placement) {
+      assert.equal(f.replicas.length, 2);
+      assert.equal(f.serving, f.replicas[0]);
+      assert.equal(f.local, true);
+    }
+    assert.ok(new Set(placement.map((f) => f.serving)).size === 2, 'both nodes serve some fragments');
+
+    for (let i = 0; i < 200; i++) await a.put(`k${i}`, `v${i}`);
+    for (let i = 0; i < 200; i++) assert.equal((await b.get(`k${i}`))?.toString(), `v${i}`);
+    const results = await b.getMany(['k1', 'missing', 'k2']);
+    assert.deepEqual(
+      results.map((r) => (r.ok ? r.value?.toString() : r.error.code)),
+      ['v1', undefined, 'v2'],
+    );
+
+    const health = await a.health();
+    assert.equal(health.cluster!.members.length, 2);
+    assert.ok(health.cluster!.senders.length > 0, 'a replicates the fragments it serves to b');
+    await eventually(async () =>
+      (await a.health()).cluster!.senders.every((s) => s.buffered + s.inFlight === 0),
+    );
+    assert.ok((await a.health()).cluster!.peers[0].replicationBytesSent > 0);
+  } finally {
+    await a.close({ drainReplication: { timeoutMs: 5_000 } });
+    // b alone now serves every fragment, from what it holds itself.
+    for (let i = 0; i < 200; i++) assert.equal((await b.get(`k${i}`))?.toString(), `v${i}`);
+    // With its only peer gone, a drain cannot complete: close says so, after closing.
+    await b.put('after-a', 'x');
+    await assert.rejects(b.close({ drainReplication: { timeoutMs: 300 } }), /replication drain timed out/);
+    await dir.cleanup();
+  }
+});
