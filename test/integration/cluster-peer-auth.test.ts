@@ -159,6 +159,19 @@ describe('the peer port refuses', () => {
     );
   });
 
+  test('a peer that never completes the handshake (5 s), and a Hello after it', async () => {
+    const silent = await FakePeer.connect(port);
+    const startedAt = Date.now();
+    await silent.whenClosed;
+    assert.ok(Date.now() - startedAt >= 4_500, 'held until the handshake deadline');
+    await eventually(() => cluster.nodes[0].log.includes('handshake not completed within 5000 ms'));
+    const { peer, accepted, ourHello } = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    assert.equal(accepted, true);
+    peer.send({ hello: { ...ourHello, clientPort: 0 } });
+    await peer.whenClosed;
+    await eventually(() => cluster.nodes[0].log.includes('duplicate or post-handshake Hello'));
+  });
+
   test('a peer whose clock is ten minutes ahead: its batch is refused and never applied', async () => {
     const { peer, accepted } = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
     assert.equal(accepted, true);
