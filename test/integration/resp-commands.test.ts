@@ -67,6 +67,13 @@ describe('connection commands', () => {
     assert.equal(await r.set('select:after', 'v'), 'OK', 'the connection still works');
   });
 
+  test('a node without peers answers CLUSTER and READONLY as Redis without cluster support', async () => {
+    await rejectsWith(r.call('CLUSTER', 'SLOTS'), 'ERR This instance has cluster support disabled');
+    await rejectsWith(r.call('CLUSTER', 'KEYSLOT', 'x'), 'ERR This instance has cluster support disabled');
+    await rejectsWith(r.call('READONLY'), 'ERR This instance has cluster support disabled');
+    assert.match((await r.info('cluster')) as string, /cluster_enabled:0/);
+  });
+
   test('QUIT answers OK, closes the connection, and runs nothing pipelined after it', async () => {
     const raw = await fx.raw();
     raw.send(

@@ -1,13 +1,16 @@
 // CLUSTER INFO / SLOTS / SHARDS / NODES / MYID / KEYSLOT / COUNTKEYSINSLOT, READONLY and READWRITE.
 // Every node answers every key (it forwards to the fragment's first serving replica), so these
 // describe fragments as slot ranges with that replica as the primary, and cluster-mode clients
-// (ioredis Cluster, redis-cli -c) route straight to it. A single node reports one shard.
+// (ioredis Cluster, redis-cli -c) route straight to it. A node started without peers answers as a
+// Redis without cluster support does.
 
 import { createHash } from 'node:crypto';
+import { assert } from '../../core/assert.js';
 import { slotOf, slotRange } from '../../core/keyspace.js';
 import { SLOT_COUNT } from '../../core/limits.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
+import type { Cluster } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
 import { type CommandSpec, integerArg } from './commands.js';
 import type { RespConnection } from './connection.js';
@@ -39,13 +42,16 @@ export function redisNodeId(nodeId: string): string {
   return createHash('sha1').update(nodeId).digest('hex');
 }
 
+/** The node's cluster (CLUSTER commands answer an error before reaching here without one). */
+function clusterOf(conn: RespConnection): Cluster {
+  const cluster = conn.server.node.cluster;
+  assert(cluster !== undefined, 'cluster command on a node without a cluster');
+  return cluster;
+}
+
 function nodesOf(conn: RespConnection): ClusterNodeView[] {
-  const node = conn.server.node;
-  const { host, port } = conn.server.address;
-  const cluster = node.cluster;
-  if (cluster === undefined) {
-    return [{ id: redisNodeId(node.nodeId), nodeId: node.nodeId, host, port, self: true, up: true }];
-  }
+  const { port } = conn.server.address;
+  const cluster = clusterOf(conn);
   const c = cluster.config;
   return c.members.map((nodeId, m) => {
     const self = m === c.selfIndex;
@@ -61,16 +67,11 @@ function nodesOf(conn: RespConnection): ClusterNodeView[] {
 }
 
 function shardsOf(conn: RespConnection, nodes: ClusterNodeView[]): ShardView[] {
-  const node = conn.server.node;
-  const fragments = node.settings.fragments;
+  const fragments = conn.server.node.settings.fragments;
+  const cluster = clusterOf(conn);
   const out: ShardView[] = [];
   for (let f = 0; f < fragments; f++) {
     const [first, end] = slotRange(f, fragments);
-    const cluster = node.cluster;
-    if (cluster === undefined) {
-      out.push({ first, last: end - 1, primary: nodes[0], replicas: [] });
-      continue;
-    }
     const serving = cluster.servingMember(f);
     const replicas = cluster.config.placement.replicas[f]
       .filter((m) => m !== serving && nodes[m].up && nodes[m].port > 0)
@@ -155,7 +156,7 @@ function clusterInfo(conn: RespConnection): string {
   for (const s of shards) if (s.primary !== undefined) slotsOk += s.last - s.first + 1;
   const primaries = new Set(shards.map((s) => s.primary?.id).filter((id) => id !== undefined));
   const rows: Array<[string, string | number]> = [
-    ['cluster_enabled', conn.server.node.cluster === undefined ? 0 : 1],
+    ['cluster_enabled', 1],
     ['cluster_state', slotsOk === SLOT_COUNT ? 'ok' : 'fail'],
     ['cluster_slots_assigned', SLOT_COUNT],
     ['cluster_slots_ok', slotsOk],
@@ -166,7 +167,7 @@ function clusterInfo(conn: RespConnection): string {
     ['cluster_current_epoch', 1],
     ['cluster_my_epoch', 1],
     ['tessera_fragments', shards.length],
-    ['tessera_replicas', conn.server.node.cluster?.config.replicas ?? 1],
+    ['tessera_replicas', clusterOf(conn).config.replicas],
   ];
   return rows.map(([k, v]) => `${k}:${v}\r\n`).join('');
 }
@@ -229,6 +230,10 @@ const HELP = [
 
 function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const sub = cmd.arg(1).toString('latin1').toUpperCase();
+  if (conn.server.node.cluster === undefined && sub !== 'HELP') {
+    w.error('This instance has cluster support disabled');
+    return true;
+  }
   const wrongArity = () => w.error(`wrong number of arguments for 'cluster|${sub.toLowerCase()}' command`);
   switch (sub) {
     case 'INFO':
@@ -280,6 +285,10 @@ function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
 
 /** READONLY: reads of fragments this node holds a copy of are served from that copy (maybe stale). */
 function readOnly(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
+  if (conn.server.node.cluster === undefined) {
+    w.error('This instance has cluster support disabled');
+    return true;
+  }
   conn.readReplica = true;
   w.simple('OK');
   return true;
