@@ -17,6 +17,7 @@ export const EnvelopeField = {
   ReplicateBatch: 6,
   BatchAck: 7,
   BatchNack: 8,
+  SessionReset: 9,
   ReconcileRequest: 11,
   ReconcileResponse: 12,
   ReconcileFetch: 13,
@@ -26,9 +27,7 @@ export type EnvelopeField = (typeof EnvelopeField)[keyof typeof EnvelopeField];
 
 /** Messages the main thread hands to the worker owning their fragment, as bytes. */
 export function isFragmentMessage(field: number): boolean {
-  return (
-    field >= EnvelopeField.SessionStart && field <= EnvelopeField.ReconcileData && field !== 9 && field !== 10
-  );
+  return field >= EnvelopeField.SessionStart && field <= EnvelopeField.ReconcileData && field !== 10;
 }
 
 /**

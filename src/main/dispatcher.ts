@@ -138,8 +138,8 @@ export class Dispatcher {
           ringBytes,
           entry: WORKER_ENTRY,
           logger,
-          makeInit: (index, requestRing, resultRing) =>
-            this.workerInit(index, requestRing, resultRing, location, fragments),
+          makeInit: (index, requestRing, resultRing, restarted) =>
+            this.workerInit(index, requestRing, resultRing, location, fragments, restarted),
           onReady: (index, highWaterWallMs) => this.observeStored(index, highWaterWallMs),
           onPeerFrame: (member, buf, start, end) => this.cluster?.onPeerFrame(member, buf, start, end),
           onPeerClose: (member, reason) => this.cluster?.onPeerClose(member, reason),
@@ -439,6 +439,7 @@ export class Dispatcher {
     resultRing: SharedArrayBuffer,
     store: StoreLocation,
     fragments: number[],
+    restarted: boolean,
   ): WorkerInit {
     const c = this.config;
     return {
@@ -459,6 +460,7 @@ export class Dispatcher {
       cleanIntervalMs: c.cleanIntervalMs,
       logLevel: this.logger.level,
       cluster: this.cluster?.workerInit(),
+      restarted,
     };
   }
 

@@ -40,7 +40,12 @@ export type LinkState = 'starting' | 'ready' | 'restarting' | 'failed' | 'closin
 export interface LinkDeps {
   ringBytes: number;
   entry: URL;
-  makeInit(index: number, requestRing: SharedArrayBuffer, resultRing: SharedArrayBuffer): WorkerInit;
+  makeInit(
+    index: number,
+    requestRing: SharedArrayBuffer,
+    resultRing: SharedArrayBuffer,
+    restarted: boolean,
+  ): WorkerInit;
   /** Called with the worker's newest stored timestamp; returns an error to refuse the start. */
   onReady(index: number, highWaterWallMs: number): TesseraError | undefined;
   /** A frame the worker wrote for peer `member`: `buf[start, end)` is ring memory, valid during the call. */
@@ -226,7 +231,12 @@ export class WorkerLink {
   }
 
   private spawn(): Promise<void> {
-    const init = this.deps.makeInit(this.index, this.requestRing, this.resultRing);
+    const init = this.deps.makeInit(
+      this.index,
+      this.requestRing,
+      this.resultRing,
+      this.state === 'restarting',
+    );
     const worker = new Worker(this.deps.entry, { workerData: init });
     this.worker = worker;
     return new Promise<void>((resolve, reject) => {

@@ -20,6 +20,8 @@ export interface WorkerInit {
   logLevel: string;
   /** Set when the node is part of a cluster: whom the worker's fragments replicate to. */
   cluster: ClusterInit | undefined;
+  /** A replacement for a worker that died: peers' sessions toward it are gone and must be reopened. */
+  restarted: boolean;
 }
 
 /** What a worker knows of the cluster (static placement, src/core/placement.ts). */

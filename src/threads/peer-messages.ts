@@ -55,6 +55,7 @@ export interface Envelope {
   replicateBatch?: ReplicateBatchMessage;
   batchAck?: { fragment: number; sessionId: number; batchSeq: number; level: number };
   batchNack?: { fragment: number; sessionId: number; batchSeq: number; error: string };
+  sessionReset?: { fragment: number };
   reconcileRequest?: {
     fragment: number;
     sessionId: number;

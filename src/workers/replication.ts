@@ -111,11 +111,15 @@ export class WorkerReplication {
   private timer: NodeJS.Timeout | undefined;
   private timerAtMs = Number.POSITIVE_INFINITY;
   private readonly ids = { next: (): number => randomInt(1, 2 ** 31) };
+  /** Peers told of this worker's restart. */
+  private readonly resetSent = new Set<number>();
 
   constructor(
     private readonly cluster: ClusterInit,
     fragments: readonly number[],
     fragmentCount: number,
+    /** This worker replaces one that died: each peer is told, once, to reopen its sessions. */
+    private readonly restarted: boolean,
     private readonly host: ReplicationHost,
   ) {
     this.keyspace = new Keyspace(fragmentCount);
@@ -183,6 +187,11 @@ export class WorkerReplication {
     }
     if (!up) {
       for (const key of this.responders.keys()) if (key.startsWith(`${member}/`)) this.responders.delete(key);
+    } else if (this.restarted && !this.resetSent.has(member)) {
+      this.resetSent.add(member);
+      for (const [f, peers] of this.peersOf) {
+        if (peers.includes(member)) this.send(member, { sessionReset: { fragment: f } });
+      }
     }
     this.schedule(nowMs);
   }
@@ -200,6 +209,15 @@ export class WorkerReplication {
       const { fragment, sessionId } = envelope.sessionStart;
       if (sessionId !== 0 && this.host.core(fragment) !== undefined)
         this.responderOf(member, fragment).onSessionStart(sessionId);
+    } else if (envelope.sessionReset !== undefined) {
+      // The peer's worker restarted and forgot our session: open a new one (replaying what it lacks).
+      const slot = this.senderOf(envelope.sessionReset.fragment, member);
+      if (slot !== undefined && this.up[member]) {
+        this.rounds.delete(roundKey(member, slot.fragment));
+        slot.sender.step({ kind: 'disconnected', nowMs });
+        slot.sender.step({ kind: 'connected', nowMs });
+        this.pump(slot, nowMs);
+      }
     } else if (envelope.replicateBatch !== undefined) {
       this.applyBatch(member, envelope.replicateBatch, nowMs);
     } else if (envelope.batchAck !== undefined) {

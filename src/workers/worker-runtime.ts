@@ -95,7 +95,7 @@ export class WorkerRuntime {
     const replication =
       init.cluster === undefined
         ? undefined
-        : new WorkerReplication(init.cluster, init.fragments, init.store.fragmentCount, {
+        : new WorkerReplication(init.cluster, init.fragments, init.store.fragmentCount, init.restarted, {
             core: (fragment) => this.cores[fragment],
             submit: (core, op) => {
               this.requestEvent.op = op;

@@ -50,6 +50,16 @@ test('embedded cluster: routing, placementReport, health and close with drain', 
       (await a.health()).cluster!.senders.every((s) => s.buffered + s.inFlight === 0),
     );
     assert.ok((await a.health()).cluster!.peers[0].replicationBytesSent > 0);
+
+    // b's worker dies and restarts: it tells a to reopen its sessions, so replication resumes at
+    // once rather than after a's 30 s ACK timeout.
+    b.debug.crashWorker(0);
+    await eventually(async () => (await b.health()).workers[0].restarts === 1);
+    for (let i = 0; i < 200; i++) await a.put(`after-crash:${i}`, `w${i}`);
+    await eventually(async () => {
+      const senders = (await a.health()).cluster!.senders;
+      return senders.some((s) => s.opsAcked > 0) && senders.every((s) => s.buffered + s.inFlight === 0);
+    }, 5_000);
   } finally {
     await a.close({ drainReplication: { timeoutMs: 5_000 } });
     // b alone now serves every fragment, from what it holds itself.
