@@ -136,35 +136,21 @@ export function peekFragment(
   wallField = 0,
 ): FragmentPeek | undefined {
   const out: FragmentPeek = { fragment: 0, maxWallMs: 0 };
-  let p = start;
-  while (p < end) {
-    const tag = readVarint(bytes, p);
-    if (tag === undefined) return undefined;
-    const field = Math.floor(tag.value / 8);
-    const wire = tag.value & 7;
-    p = tag.next;
-    if (wire === 0) {
-      const v = readVarint(bytes, p);
-      if (v === undefined) return undefined;
-      if (field === 1) out.fragment = v.value;
-      p = v.next;
-    } else if (wire === 2) {
-      const n = readVarint(bytes, p);
-      if (n === undefined) return undefined;
-      p = n.next + n.value;
-    } else if (wire === 1) {
-      if (field === wallField && p + 8 <= end) {
-        out.maxWallMs = Buffer.from(bytes.buffer, bytes.byteOffset + p, 8).readDoubleLE(0);
-      }
-      p += 8;
-    } else if (wire === 5) {
-      p += 4;
-    } else {
-      return undefined;
-    }
-    if (p > end) return undefined;
-  }
-  return out;
+  const wellFormed = forEachField(
+    bytes,
+    start,
+    end,
+    0,
+    () => {},
+    (field, value) => {
+      if (field === 1) out.fragment = value;
+    },
+    (field, at) => {
+      if (field === wallField)
+        out.maxWallMs = Buffer.from(bytes.buffer, bytes.byteOffset + at, 8).readDoubleLE(0);
+    },
+  );
+  return wellFormed ? out : undefined;
 }
 
 /** Bytes of `n` as a protobuf varint (n < 2^32). */
@@ -185,8 +171,9 @@ export function writeVarint(buf: Uint8Array, at: number, n: number): number {
 
 /**
  * Calls `visit(start, end)` for each length-delimited occurrence of `field` in the message at
- * `bytes[start, end)`, and `scalar(field, value)` for each varint; false when the message is
- * malformed (visited fields may already have been handed over).
+ * `bytes[start, end)`, `scalar(field, value)` for each varint and `fixed64(field, offset)` for each
+ * 64-bit field; false when the message is malformed (visited fields may already have been handed
+ * over).
  */
 export function forEachField(
   bytes: Uint8Array,
@@ -195,6 +182,7 @@ export function forEachField(
   field: number,
   visit: (start: number, end: number) => void,
   scalar?: (field: number, value: number) => void,
+  fixed64?: (field: number, at: number) => void,
 ): boolean {
   let p = start;
   while (p < end) {
@@ -214,6 +202,7 @@ export function forEachField(
       if (f === field) visit(n.next, n.next + n.value);
       p = n.next + n.value;
     } else if (wire === 1) {
+      if (p + 8 <= end) fixed64?.(f, p);
       p += 8;
     } else if (wire === 5) {
       p += 4;

@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
+import type { Hello } from '../core/handshake.js';
 import { EnvelopeField } from '../core/peer-frame.js';
 
 /** Finds proto/peer.proto from here, whether running from dist/ or from the test build. */
@@ -19,13 +20,8 @@ function protoPath(): string {
 const root = protobuf.loadSync(protoPath());
 const EnvelopeType = root.lookupType('tessera.peer.v1.Envelope');
 
-export interface HelloMessage {
-  nodeId: string;
-  authTag: Uint8Array;
-  minProtocolVersion: number;
-  maxProtocolVersion: number;
-  capabilities: number;
-  challenge: Uint8Array;
+/** A Hello as it travels: the handshake's fields and the client port (outside the proof). */
+export interface HelloMessage extends Hello {
   clientPort: number;
 }
 export interface ReplicatedOpMessage {
