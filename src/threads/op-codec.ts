@@ -33,9 +33,16 @@
 
 import { assert } from '../core/assert.js';
 import { readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
-import type { Modifier } from '../core/modify.js';
-import type { Durability, OpKind, Priority } from '../core/ops.js';
-import { RECORD_HEADER_BYTES } from '../core/record.js';
+import {
+  KEY_BYTES_MAX,
+  SCAN_EXAMINED_KEYS_MAX,
+  SCAN_PAGE_BYTES_MAX,
+  SCAN_PAGE_KEYS_MAX,
+  SCAN_PATTERN_BYTES_MAX,
+} from '../core/limits.js';
+import { decodePairs, Modifier } from '../core/modify.js';
+import { type Durability, OpKind, type Priority } from '../core/ops.js';
+import { isWellFormedRecord, RECORD_HEADER_BYTES } from '../core/record.js';
 
 export const REQUEST_HEADER_BYTES = 10;
 export const RESULT_HEADER_BYTES = 8;
@@ -172,6 +179,70 @@ export function readModifyParams(buf: Buffer, at: number): ModifyParams {
     operand: n > 0 ? buf.subarray(at + MODIFY_PARAMS_BYTES, end) : undefined,
     end,
   };
+}
+
+/**
+ * Why a request from outside this process (a peer's forwarded operation) cannot be handed to a
+ * worker — whose decoders assume well-formed requests — or undefined when it can.
+ */
+export function checkRequest(
+  op: Buffer,
+  fragmentCount: number,
+  fragmentOf: (key: Uint8Array) => number,
+): string | undefined {
+  if (op.length < REQUEST_HEADER_BYTES) return 'request shorter than its header';
+  const kind = op[0];
+  const fragment = readU16LE(op, 2);
+  if (fragment >= fragmentCount) return `fragment ${fragment} out of range`;
+  if (kind === RequestKind.Scan) return checkScanRequest(op);
+  if (!isFragmentOpKind(kind)) return `request kind ${kind} cannot be forwarded`;
+  if ((op[1] & 3) > 2 || ((op[1] >> 2) & 3) > 2) return 'bad priority or durability';
+  const keyBytes = readU16LE(op, 8);
+  const rest = REQUEST_HEADER_BYTES + keyBytes;
+  if (keyBytes > KEY_BYTES_MAX || rest > op.length) return 'bad key length';
+  if (kind !== OpKind.Write && kind !== OpKind.Modify)
+    return rest === op.length ? undefined : 'trailing bytes';
+  // A request carries its key once the fragment is known: the key must be the fragment's.
+  if (fragmentOf(op.subarray(REQUEST_HEADER_BYTES, rest)) !== fragment) return 'key of another fragment';
+  if (kind === OpKind.Write) return isWellFormedRecord(op.subarray(rest)) ? undefined : 'malformed record';
+  if (rest + MODIFY_PARAMS_BYTES > op.length) return 'modify parameters cut short';
+  const modifier = op[rest];
+  if (modifier < Modifier.Set || modifier > Modifier.SetAllIfNone) return `unknown modifier ${modifier}`;
+  const end = rest + MODIFY_PARAMS_BYTES + readU16LE(op, rest + 6);
+  if (end > op.length || !isWellFormedRecord(op.subarray(end))) return 'malformed modify parameters';
+  if (modifier === Modifier.SetAllIfNone) {
+    const pairs = decodePairs(op.subarray(rest + MODIFY_PARAMS_BYTES, end));
+    if (
+      pairs === undefined ||
+      pairs.some(([key]) => key.length > KEY_BYTES_MAX || fragmentOf(key) !== fragment)
+    ) {
+      return 'malformed MSETNX pairs';
+    }
+  }
+  return undefined;
+}
+
+function checkScanRequest(op: Buffer): string | undefined {
+  let p = 8;
+  for (let i = 0; i < 2; i++) {
+    if (p + 2 > op.length) return 'scan request cut short';
+    const n = readU16LE(op, p);
+    if (n > KEY_BYTES_MAX) return 'scan bound longer than a key';
+    p += 2 + n;
+  }
+  if (p + 14 > op.length) return 'scan request cut short';
+  const limit = readU32LE(op, p);
+  const examine = readU32LE(op, p + 8);
+  if (
+    limit > SCAN_PAGE_KEYS_MAX ||
+    readU32LE(op, p + 4) > SCAN_PAGE_BYTES_MAX ||
+    examine > SCAN_EXAMINED_KEYS_MAX
+  ) {
+    return 'scan limits out of range';
+  }
+  const pattern = readU16LE(op, p + 12);
+  if (pattern > SCAN_PATTERN_BYTES_MAX || p + 14 + pattern !== op.length) return 'bad scan pattern';
+  return undefined;
 }
 
 export function isFragmentOpKind(kind: number): kind is OpKind {

@@ -3,6 +3,9 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { Keyspace } from '../../src/core/keyspace.js';
+import { Modifier } from '../../src/core/modify.js';
+import { Durability, OpKind, Priority } from '../../src/core/ops.js';
 import {
   EnvelopeField,
   FrameReader,
@@ -14,7 +17,9 @@ import {
   peekFragment,
 } from '../../src/core/peer-frame.js';
 import { computePlacement, firstServingReplica } from '../../src/core/placement.js';
+import { encodeRecord } from '../../src/core/record.js';
 import { resolveClusterConfig } from '../../src/main/cluster-config.js';
+import { checkRequest, writeModifyParams, writeRequestHeader } from '../../src/threads/op-codec.js';
 import { decodeEnvelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
 
 describe('frames', () => {
@@ -197,5 +202,59 @@ describe('cluster options', () => {
       () => resolveClusterConfig({ peers: 'a@127.0.0.1:1,a@127.0.0.1:2' }, 'a', 16),
       /listed twice/,
     );
+  });
+});
+
+describe('requests from peers', () => {
+  const keyspace = new Keyspace(16);
+  const fragmentOf = (key: Uint8Array) => keyspace.fragmentOf(key);
+  const key = Buffer.from('user:1');
+  const fragment = fragmentOf(key);
+  const stamp = encodeRecord(false, 1000, 0, 0, Buffer.from('a'), Buffer.from('value'));
+
+  function request(kind: number, body: (buf: Buffer, at: number) => number): Buffer {
+    const buf = Buffer.alloc(4096);
+    const at = writeRequestHeader(buf, 0, kind, Priority.Default, Durability.Store, false, fragment, 9, key);
+    return buf.subarray(0, body(buf, at));
+  }
+  const write = () => request(OpKind.Write, (buf, at) => at + stamp.copy(buf, at));
+  const modify = (modifier: number, operand?: Buffer) =>
+    request(OpKind.Modify, (buf, at) => {
+      const p = writeModifyParams(buf, at, modifier as Modifier, 0, 0, operand);
+      return p + stamp.copy(buf, p);
+    });
+
+  test('well-formed requests pass', () => {
+    assert.equal(checkRequest(write(), 16, fragmentOf), undefined);
+    assert.equal(
+      checkRequest(
+        request(OpKind.Read, (_b, at) => at),
+        16,
+        fragmentOf,
+      ),
+      undefined,
+    );
+    assert.equal(checkRequest(modify(Modifier.IncrBy, Buffer.from('5')), 16, fragmentOf), undefined);
+  });
+
+  test('malformed requests are named, before any worker sees them', () => {
+    const cases: Array<[string, Buffer]> = [
+      ['shorter than its header', write().subarray(0, 6)],
+      ['record', write().subarray(0, 20)],
+      ['unknown modifier', modify(99)],
+      ['trailing bytes', Buffer.concat([request(OpKind.Read, (_b, at) => at), Buffer.from('x')])],
+    ];
+    const otherFragment = write();
+    otherFragment.writeUInt16LE((fragment + 1) % 16, 2);
+    cases.push(['another fragment', otherFragment]);
+    const badLength = modify(Modifier.IncrBy, Buffer.from('5'));
+    badLength.writeUInt16LE(500, 10 + key.length + 6);
+    cases.push(['modify parameters', badLength]);
+    const kind = write();
+    kind[0] = 17;
+    cases.push(['cannot be forwarded', kind]);
+    for (const [reason, op] of cases) {
+      assert.match(checkRequest(op, 16, fragmentOf) ?? 'accepted', new RegExp(reason), reason);
+    }
   });
 });

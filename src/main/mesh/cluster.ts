@@ -7,8 +7,7 @@
 import type { Logger } from 'pino';
 import { readU16LE, readU32LE, writeU32LE } from '../../core/bytes.js';
 import { networkError, type TesseraError, truncateErrorMessage } from '../../core/errors.js';
-import { KEY_BYTES_MAX, MAX_FORWARD_HOPS, ringRecordBytesMax } from '../../core/limits.js';
-import { OpKind } from '../../core/ops.js';
+import { MAX_FORWARD_HOPS, ringRecordBytesMax } from '../../core/limits.js';
 import {
   EnvelopeField,
   type EnvelopePeek,
@@ -19,9 +18,8 @@ import {
   peekFragment,
 } from '../../core/peer-frame.js';
 import { firstServingReplica } from '../../core/placement.js';
-import { isWellFormedRecord } from '../../core/record.js';
 import type { ClusterInit } from '../../threads/messages.js';
-import { isFragmentOpKind, REQUEST_HEADER_BYTES, RequestKind, ResultKind } from '../../threads/op-codec.js';
+import { checkRequest, ResultKind } from '../../threads/op-codec.js';
 
 import type { ClusterConfig } from '../cluster-config.js';
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
@@ -58,6 +56,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly unreachable: UnreachableLink[] = [];
   private readonly answerOrigin: ResultHandler<Origin>;
   private readonly frameBytesMax: number;
+  private readonly fragmentOf = (key: Uint8Array): number => this.dispatcher.keyspace.fragmentOf(key);
   /** Results of forwarded operations, one frame per origin per event-loop turn. */
   private readonly results: ListFrameBuilder[];
   private resultsFlushScheduled = false;
@@ -266,7 +265,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const fragmentCount = this.dispatcher.keyspace.fragmentCount;
     for (const [start, end] of ops) {
       const op = bytes.subarray(start, end);
-      const reason = checkForwardedRequest(op, fragmentCount);
+      const reason = checkRequest(op, fragmentCount, this.fragmentOf);
       if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
       const fragment = readU16LE(op, 2);
       const origin: Origin = { member, reqId: readU32LE(op, 4) };
@@ -324,21 +323,4 @@ function errorResult(error: TesseraError): Buffer {
   out[1] = error.kind;
   out.write(text, 8, 'utf8');
   return out;
-}
-
-/** Checks what a worker assumes of a request before it reaches one; a reason when it is malformed. */
-function checkForwardedRequest(op: Uint8Array, fragmentCount: number): string | undefined {
-  if (op.length < REQUEST_HEADER_BYTES) return 'request shorter than its header';
-  const kind = op[0];
-  if (!isFragmentOpKind(kind) && kind !== RequestKind.Scan) return `request kind ${kind} cannot be forwarded`;
-  const fragment = readU16LE(op, 2);
-  if (fragment >= fragmentCount) return `fragment ${fragment} out of range`;
-  if (isFragmentOpKind(kind)) {
-    const keyBytes = readU16LE(op, 8);
-    if (keyBytes > KEY_BYTES_MAX || REQUEST_HEADER_BYTES + keyBytes > op.length) return 'bad key length';
-    if (kind === OpKind.Write && !isWellFormedRecord(op.subarray(REQUEST_HEADER_BYTES + keyBytes))) {
-      return 'malformed record';
-    }
-  }
-  return undefined;
 }
