@@ -121,7 +121,7 @@ const FLAGS: Flag[] = [
     name: 'peer-bind',
     kind: 'string',
     option: 'peerBind',
-    help: 'address the peer port listens on (default 127.0.0.1)',
+    help: "address the peer port listens on (default: this node's host in --peers, else 127.0.0.1)",
   },
   {
     name: 'replicas',

@@ -25,7 +25,7 @@ export interface ClusterOptions {
   peers?: string | string[];
   /** Port this node listens on for peers (default: its own entry in `peers`). */
   peerPort?: number;
-  /** Address the peer listener binds (default 127.0.0.1). */
+  /** Address the peer listener binds (default: this node's host in `peers`, else 127.0.0.1). */
   peerBind?: string;
   /** Replicas per fragment (default min(3, members)). */
   replicas?: number;
@@ -155,7 +155,7 @@ export function resolveClusterConfig(
   if (peerPort === undefined || !Number.isInteger(peerPort) || peerPort < 0 || peerPort > 65535) {
     throw invalidInput('peerPort (--peer-port) is required unless peers lists this node');
   }
-  const peerBind = options.peerBind ?? '127.0.0.1';
+  const peerBind = options.peerBind ?? own?.host ?? '127.0.0.1';
   const members = sortMembers([nodeId, ...byId.keys()]);
   if (members.length < 2) throw invalidInput('peers names no node other than this one');
   const replicas = options.replicas ?? Math.min(REPLICAS_DEFAULT_MAX, members.length);
