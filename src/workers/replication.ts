@@ -168,7 +168,7 @@ export class WorkerReplication {
       for (const [key, record] of log) {
         for (const slot of senders) slot.sender.step({ kind: 'enqueue', key, record, nowMs });
       }
-      if (log.length > 0) for (const slot of senders) this.pump(slot, nowMs);
+      if (log.length > 0) for (const slot of senders) this.pump(slot);
     }
     this.schedule(nowMs);
   }
@@ -183,7 +183,7 @@ export class WorkerReplication {
       const slot = this.senders.get(f)![i];
       if (!up) this.rounds.delete(roundKey(member, f));
       slot.sender.step({ kind: up ? 'connected' : 'disconnected', nowMs });
-      this.pump(slot, nowMs);
+      this.pump(slot);
     }
     if (!up) {
       for (const key of this.responders.keys()) if (key.startsWith(`${member}/`)) this.responders.delete(key);
@@ -216,7 +216,7 @@ export class WorkerReplication {
         this.rounds.delete(roundKey(member, slot.fragment));
         slot.sender.step({ kind: 'disconnected', nowMs });
         slot.sender.step({ kind: 'connected', nowMs });
-        this.pump(slot, nowMs);
+        this.pump(slot);
       }
     } else if (envelope.replicateBatch !== undefined) {
       this.applyBatch(member, envelope.replicateBatch, nowMs);
@@ -226,7 +226,7 @@ export class WorkerReplication {
       if (slot !== undefined && a.level >= AckLevel.Memory && a.level <= AckLevel.Stable) {
         const level = a.level as AckLevel;
         slot.sender.step({ kind: 'ack', sessionId: a.sessionId, batchSeq: a.batchSeq, level, nowMs });
-        this.pump(slot, nowMs);
+        this.pump(slot);
       }
     } else if (envelope.batchNack !== undefined) {
       const n = envelope.batchNack;
@@ -243,7 +243,7 @@ export class WorkerReplication {
           error: n.error,
           nowMs,
         });
-        this.pump(slot, nowMs);
+        this.pump(slot);
       }
     } else if (envelope.reconcileRequest !== undefined) {
       void this.serveSummaries(member, envelope.reconcileRequest);
@@ -277,11 +277,10 @@ export class WorkerReplication {
 
   // --- sending ---------------------------------------------------------------------------------
 
-  private pump(slot: SenderSlot, nowMs: number): void {
+  private pump(slot: SenderSlot): void {
     slot.sender.takeActions(this.actions);
     for (const action of this.actions) this.carryOut(slot, action);
     this.actions.length = 0;
-    void nowMs;
   }
 
   private carryOut(slot: SenderSlot, action: SenderAction): void {
@@ -355,7 +354,7 @@ export class WorkerReplication {
     for (const senders of this.senders.values()) {
       for (const s of senders) {
         s.sender.step({ kind: 'tick', nowMs });
-        this.pump(s, nowMs);
+        this.pump(s);
       }
     }
     this.schedule(nowMs);
@@ -469,7 +468,7 @@ export class WorkerReplication {
     const slot = this.senderOf(fragment, member);
     if (slot === undefined) return;
     slot.sender.step({ kind, sessionId: round.sessionId, roundId: round.roundId, nowMs });
-    if (kind === 'round-done') this.pump(slot, nowMs);
+    if (kind === 'round-done') this.pump(slot);
   }
 
   private onSummaries(member: number, page: Envelope['reconcileResponse'] & object): void {
