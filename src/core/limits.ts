@@ -58,6 +58,12 @@ export const ANTI_ENTROPY_INTERVAL_MS_DEFAULT = 60_000;
 export const ANTI_ENTROPY_ROUND_TIMEOUT_MS = 10_000;
 /** Summaries per anti-entropy page (spec §6: 256) and the soft byte target of a page (≈1 MiB). */
 export const RECONCILE_PAGE_ITEMS_MAX = 256;
+/**
+ * Anti-entropy pages waiting for the background pool; past it a page is read in the fragment's
+ * worker. Rounds bound themselves (one page in flight per round and per served round), so this only
+ * caps a burst, such as every fragment's first round when a peer connects.
+ */
+export const ANTI_ENTROPY_POOL_TASKS_MAX = 256;
 export const RECONCILE_PAGE_BYTES_MAX = 1024 * 1024;
 
 /** Node ids are 1–255 bytes, as the seed's wire format and error texts say (spec §2.1). */

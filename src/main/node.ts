@@ -95,6 +95,8 @@ export interface ClusterHealth {
   }>;
   /** One per (fragment, peer) this node replicates to: state, backlog, lag. */
   senders: SenderReport[];
+  /** Anti-entropy pages read by the background pool (the rest were read in the workers). */
+  antiEntropyPoolPages: number;
 }
 
 /** Where one fragment lives (static placement). */
@@ -337,6 +339,7 @@ export class Tessera {
                     ...cluster.trafficTo(m),
                   })),
                 senders: reports.flatMap((r) => r?.replication ?? []),
+                antiEntropyPoolPages: this.scanner.spansServed,
               },
       };
     });

@@ -10,6 +10,7 @@ import { backpressure, invalidInput, type TesseraError } from '../core/errors.js
 import { literalPrefix } from '../core/glob.js';
 import type { Keyspace } from '../core/keyspace.js';
 import {
+  ANTI_ENTROPY_POOL_TASKS_MAX,
   KEY_BYTES_MAX,
   POOL_QUEUE_TASKS_MAX,
   SCAN_EXAMINED_KEYS_MAX,
@@ -72,6 +73,9 @@ export class Scanner {
   private pool: Piscina | undefined;
   private readonly poolTokens: TokenBucket;
   private poolWaiting = 0;
+  private spansWaiting = 0;
+  /** Anti-entropy pages the pool has read (INFO replication). */
+  spansServed = 0;
 
   private readonly keyspace: Keyspace;
 
@@ -168,17 +172,29 @@ export class Scanner {
    * rate; rejects with Backpressure when it is full.
    */
   async poolSpan(task: Omit<SpanTask, 'kind' | 'dataDir' | 'fragmentCount'>): Promise<SpanResult> {
-    return (await this.runPoolTask({
-      ...task,
-      kind: 'span',
-      dataDir: this.config.dataDir,
-      fragmentCount: this.config.fragments,
-    })) as SpanResult;
+    // Not rate-limited like scans: rounds pace themselves, a page at a time.
+    if (this.spansWaiting >= ANTI_ENTROPY_POOL_TASKS_MAX) {
+      throw backpressure(`background pool holds ${ANTI_ENTROPY_POOL_TASKS_MAX} anti-entropy pages`);
+    }
+    this.spansWaiting++;
+    try {
+      const span: SpanTask = {
+        ...task,
+        kind: 'span',
+        dataDir: this.config.dataDir,
+        fragmentCount: this.config.fragments,
+      };
+      const result = (await this.getPool().run(span)) as SpanResult;
+      this.spansServed++;
+      return result;
+    } finally {
+      this.spansWaiting--;
+    }
   }
 
   private async poolPage(request: ScanRequest): Promise<ScanPage> {
     const task: ScanTask = { dataDir: this.config.dataDir, fragmentCount: this.config.fragments, request };
-    const result = (await this.runPoolTask(task)) as ScanPage;
+    const result = await this.runPoolTask(task);
     return {
       done: result.done,
       resumeKey: result.resumeKey === undefined ? undefined : Buffer.from(result.resumeKey),
@@ -189,7 +205,7 @@ export class Scanner {
     };
   }
 
-  private async runPoolTask(task: ScanTask | SpanTask): Promise<ScanPage | SpanResult> {
+  private async runPoolTask(task: ScanTask): Promise<ScanPage> {
     if (this.poolWaiting >= POOL_QUEUE_TASKS_MAX) {
       throw backpressure(`background pool queue is full (${POOL_QUEUE_TASKS_MAX} tasks)`);
     }
@@ -203,7 +219,7 @@ export class Scanner {
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
       assert(this.poolTokens.tryTake(Date.now()), 'a pool token was just available');
-      return (await this.getPool().run(task)) as ScanPage | SpanResult;
+      return (await this.getPool().run(task)) as ScanPage;
     } catch (err) {
       if (err instanceof Error && err.message === 'Task queue is at limit') {
         throw backpressure('background pool queue is full');
@@ -220,7 +236,7 @@ export class Scanner {
         filename: new URL('../workers/scan-task.js', import.meta.url).href,
         minThreads: 0,
         maxThreads: this.config.poolThreads,
-        maxQueue: POOL_QUEUE_TASKS_MAX,
+        maxQueue: POOL_QUEUE_TASKS_MAX + ANTI_ENTROPY_POOL_TASKS_MAX,
         idleTimeout: 30_000,
         atomics: 'disabled',
       });

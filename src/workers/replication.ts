@@ -13,7 +13,6 @@ import { randomInt } from 'node:crypto';
 import type { Logger } from 'pino';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import {
   checkRecords,
@@ -493,19 +492,35 @@ export class WorkerReplication {
     pageSeq: number,
     afterKey: Buffer,
   ): Promise<void> {
-    const start = pageSeq === 0 ? undefined : { key: afterKey, inclusive: false };
-    let mine: Awaited<ReturnType<KvStore['page']>>;
+    let mine: Span;
     try {
-      mine = await this.host.store.page(fragment, start, undefined, RECONCILE_PAGE_ITEMS_MAX);
+      // This node's next page: a span with no ranges, open-ended, is exactly that.
+      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, NEXT_PAGE);
     } catch (err) {
       this.host.logger.warn({ fragment, err: (err as Error).message }, 'anti-entropy page failed');
       return;
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
     const { sessionId, roundId } = round;
-    const { ranges, openEnd } = describePage(mine);
+    const { ranges, openEnd } = describePage(mine.entries);
     this.send(member, {
       reconcileRequest: { fragment, sessionId, roundId, pageSeq, afterKey, ranges, openEnd },
+    });
+  }
+
+  /**
+   * Reads a span of this node's keys and versions: in the background pool when the store allows a
+   * second reader (lmdb), so the fragment's actor keeps serving; here otherwise, or when the pool
+   * cannot take it.
+   */
+  private async readSpan(fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery): Promise<Span> {
+    const store = this.host.store;
+    const inline = () =>
+      readSpan((start, limit) => store.page(fragment, start, undefined, limit), afterKey, q);
+    if (this.host.poolSpan === undefined) return inline();
+    return this.host.poolSpan(fragment, afterKey, q).catch((err: Error) => {
+      this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');
+      return inline();
     });
   }
 
@@ -516,23 +531,9 @@ export class WorkerReplication {
     const step = responder.onRequest(q);
     if (step.kind === 'violation') return this.host.closePeer(member, step.reason);
     if (step.kind !== 'read-page') return;
-    let span: Awaited<ReturnType<typeof readSpan>>;
+    let span: Span;
     try {
-      const store = this.host.store;
-      const afterKey = step.afterKey;
-      const inline = () =>
-        readSpan((start, limit) => store.page(q.fragment, start, undefined, limit), afterKey, q);
-      // The pool reads committed data beside the actor; when it cannot take the task, read here.
-      span =
-        this.host.poolSpan === undefined
-          ? await inline()
-          : await this.host.poolSpan(q.fragment, afterKey, q).catch((err: Error) => {
-              this.host.logger.warn(
-                { fragment: q.fragment, err: err.message },
-                'anti-entropy page read in the worker',
-              );
-              return inline();
-            });
+      span = await this.readSpan(q.fragment, step.afterKey, q);
     } catch (err) {
       this.host.logger.warn(
         { fragment: q.fragment, err: (err as Error).message },
@@ -562,6 +563,9 @@ export class WorkerReplication {
     }
   }
 }
+
+/** A span with no ranges, open-ended: the next page of keys. */
+const NEXT_PAGE: SpanQuery = { ranges: [], openEnd: true };
 
 function roundKey(member: number, fragment: number): string {
   return `${member}/${fragment}`;

@@ -258,7 +258,11 @@ export class RespServer {
       backlog += s.buffered + s.inFlight;
       lagMs = Math.max(lagMs, s.lagMs);
     }
-    rows.push(['replication_backlog_ops', backlog], ['replication_lag_ms', lagMs]);
+    rows.push(
+      ['replication_backlog_ops', backlog],
+      ['replication_lag_ms', lagMs],
+      ['anti_entropy_pool_pages', cluster.antiEntropyPoolPages],
+    );
     for (const p of cluster.peers) {
       const mine = senders.filter((s) => s.peer === p.id);
       const ops = mine.reduce((n, s) => n + s.buffered + s.inFlight, 0);
