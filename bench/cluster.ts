@@ -13,7 +13,7 @@
 // Environment: BENCH_CLUSTER_SECONDS (per harness run, default 10), BENCH_CLUSTER_N (requests per
 // redis-benchmark run, default 1000000: a cluster's first seconds run slower while it warms up),
 // BENCH_AE_KEYS (default 200000), BENCH_CLUSTER_WORKERS (worker threads per node, default 1: three
-// nodes share the cores).
+// nodes share the cores), BENCH_CLUSTER_PARTS (any of throughput,lag,ae; default all).
 
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -31,6 +31,10 @@ const SECONDS = Number(process.env.BENCH_CLUSTER_SECONDS ?? 10);
 const AE_KEYS = Number(process.env.BENCH_AE_KEYS ?? 200_000);
 const REQUESTS = Number(process.env.BENCH_CLUSTER_N ?? 1_000_000);
 const WORKERS = String(process.env.BENCH_CLUSTER_WORKERS ?? 1);
+/** Which parts run: throughput, lag, ae (default all). */
+const PARTS = new Set((process.env.BENCH_CLUSTER_PARTS ?? 'throughput,lag,ae').split(','));
+/** The lag run's rate when the throughput part does not run to find the peak. */
+const LAG_RATE_DEFAULT = 5000;
 const SECRET = 'bench-cluster-secret-of-at-least-32-bytes';
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -289,32 +293,42 @@ async function main(): Promise<void> {
   log(
     `bench:cluster: ${SECONDS}s per throughput run, ${AE_KEYS} keys for anti-entropy, ${WORKERS} worker(s) per node`,
   );
-  const rows = await throughput();
   const out: string[] = [];
-  out.push(
-    '| setup | routed by slot: SET/s | ratio | p99 ms | all via node a: SET/s | ratio | p99 ms |',
-    '|---|---:|---:|---:|---:|---:|---:|',
-  );
-  const cell = (x: { ops: number; p99Ms: number } | undefined, base: { ops: number } | undefined) =>
-    x === undefined || base === undefined
-      ? '– | – | –'
-      : `${Math.round(x.ops)} | ${(x.ops / base.ops).toFixed(2)} | ${x.p99Ms.toFixed(2)}`;
-  for (const r of rows) {
-    out.push(`| ${r.label} | ${cell(r.routed, rows[0].routed)} | ${cell(r.forwarded, rows[0].forwarded)} |`);
+  let peak = LAG_RATE_DEFAULT * 2;
+  if (PARTS.has('throughput')) {
+    const rows = await throughput();
+    out.push(
+      '| setup | routed by slot: SET/s | ratio | p99 ms | all via node a: SET/s | ratio | p99 ms |',
+      '|---|---:|---:|---:|---:|---:|---:|',
+    );
+    const cell = (x: { ops: number; p99Ms: number } | undefined, base: { ops: number } | undefined) =>
+      x === undefined || base === undefined
+        ? '– | – | –'
+        : `${Math.round(x.ops)} | ${(x.ops / base.ops).toFixed(2)} | ${x.p99Ms.toFixed(2)}`;
+    for (const r of rows) {
+      out.push(
+        `| ${r.label} | ${cell(r.routed, rows[0].routed)} | ${cell(r.forwarded, rows[0].forwarded)} |`,
+      );
+    }
+    peak = rows[2].forwarded.ops;
   }
-  const l = await lag(rows[2].forwarded.ops);
-  out.push(
-    '',
-    `Replication lag, 3 nodes at ${Math.round(l.rate)} SET/s (half of R=3 peak), ${l.samples} samples: ` +
-      `p99 ${l.p99Ms} ms, max ${l.maxMs} ms.`,
-  );
-  const ae = await antiEntropy();
-  out.push(
-    '',
-    `Anti-entropy repair of ${ae.changed} changed keys of ${ae.keys} (1 %): ${ae.seconds.toFixed(1)} s; ` +
-      `${ae.bytes} bytes of anti-entropy traffic (both directions) for ${ae.data} bytes of changed data ` +
-      `= ${(ae.bytes / ae.data).toFixed(1)}×.`,
-  );
+  if (PARTS.has('lag')) {
+    const l = await lag(peak);
+    out.push(
+      '',
+      `Replication lag, 3 nodes at ${Math.round(l.rate)} SET/s (half of R=3 peak), ${l.samples} samples: ` +
+        `p99 ${l.p99Ms} ms, max ${l.maxMs} ms.`,
+    );
+  }
+  if (PARTS.has('ae')) {
+    const ae = await antiEntropy();
+    out.push(
+      '',
+      `Anti-entropy repair of ${ae.changed} changed keys of ${ae.keys} (1 %): ${ae.seconds.toFixed(1)} s; ` +
+        `${ae.bytes} bytes of anti-entropy traffic (both directions) for ${ae.data} bytes of changed data ` +
+        `= ${(ae.bytes / ae.data).toFixed(1)}×.`,
+    );
+  }
   process.stdout.write(`${out.join('\n')}\n`);
 }
 
