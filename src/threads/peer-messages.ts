@@ -6,7 +6,6 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
 import type { Hello } from '../core/handshake.js';
-import { EnvelopeField } from '../core/peer-frame.js';
 
 /** Finds proto/peer.proto from here, whether running from dist/ or from the test build. */
 function protoPath(): string {
@@ -102,8 +101,3 @@ export function decodeEnvelope(bytes: Uint8Array): Envelope {
   const message = EnvelopeType.decode(bytes);
   return EnvelopeType.toObject(message, { defaults: true, arrays: true, oneofs: false }) as Envelope;
 }
-
-/** Field number → name of the message, for logs. */
-export const ENVELOPE_FIELD_NAMES: Record<number, string> = Object.fromEntries(
-  Object.entries(EnvelopeField).map(([name, field]) => [field, name]),
-);
