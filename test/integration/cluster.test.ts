@@ -43,6 +43,12 @@ describe('a three-node cluster', () => {
       );
       const info = await infoOf(node, 'replication');
       assert.equal(info.get('connected_slaves'), '2');
+      // Redis's per-replica lines name the other nodes' client ports.
+      const others = cluster.nodes.filter((n) => n !== node).map((n) => n.respPort);
+      for (const line of [info.get('slave0'), info.get('slave1')]) {
+        const m = /^ip=127\.0\.0\.1,port=(\d+),state=online,offset=\d+,lag=\d+$/.exec(line ?? '');
+        assert.ok(m !== null && others.includes(Number(m[1])), `slave line: ${line}`);
+      }
       assert.match(info.get('peer_a') ?? info.get('peer_b') ?? '', /state=online/);
     }
   });

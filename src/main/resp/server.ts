@@ -251,28 +251,39 @@ export class RespServer {
       return section('Replication', rows);
     }
     const senders = cluster.senders;
-    rows.push(['connected_slaves', cluster.peers.filter((p) => p.connected).length]);
-    let backlog = 0;
-    let lagMs = 0;
-    for (const s of senders) {
-      backlog += s.buffered + s.inFlight;
-      lagMs = Math.max(lagMs, s.lagMs);
+    const peers = cluster.peers.map((p) => {
+      const mine = senders.filter((s) => s.peer === p.id);
+      return {
+        ...p,
+        senders: mine.length,
+        backlog: mine.reduce((n, s) => n + s.buffered + s.inFlight, 0),
+        lagMs: mine.reduce((n, s) => Math.max(n, s.lagMs), 0),
+        acked: mine.reduce((n, s) => n + s.opsAcked, 0),
+      };
+    });
+    const connected = peers.filter((p) => p.connected);
+    rows.push(['connected_slaves', connected.length]);
+    // Redis's per-replica lines, for tools that read them: offset counts the writes it acknowledged.
+    const config = this.node.cluster!.config;
+    for (const [i, p] of connected.entries()) {
+      const m = config.members.indexOf(p.id);
+      const port = this.node.cluster!.mesh.clientPortOf(m);
+      const ip = config.addresses[m]?.host ?? '';
+      rows.push([
+        `slave${i}`,
+        `ip=${ip},port=${port},state=online,offset=${p.acked},lag=${Math.floor(p.lagMs / 1000)}`,
+      ]);
     }
     rows.push(
-      ['replication_backlog_ops', backlog],
-      ['replication_lag_ms', lagMs],
+      ['replication_backlog_ops', peers.reduce((n, p) => n + p.backlog, 0)],
+      ['replication_lag_ms', peers.reduce((n, p) => Math.max(n, p.lagMs), 0)],
       ['anti_entropy_pool_pages', cluster.antiEntropyPoolPages],
     );
-    for (const p of cluster.peers) {
-      const mine = senders.filter((s) => s.peer === p.id);
-      const ops = mine.reduce((n, s) => n + s.buffered + s.inFlight, 0);
-      const lag = mine.reduce((n, s) => Math.max(n, s.lagMs), 0);
-      const acked = mine.reduce((n, s) => n + s.opsAcked, 0);
-      const state = p.connected ? 'online' : 'offline';
+    for (const p of peers) {
       rows.push([
         `peer_${p.id}`,
-        `state=${state},senders=${mine.length},backlog=${ops},lag_ms=${lag},acked=${acked},` +
-          `bytes_sent=${p.bytesSent},replication_bytes_sent=${p.replicationBytesSent},` +
+        `state=${p.connected ? 'online' : 'offline'},senders=${p.senders},backlog=${p.backlog},lag_ms=${p.lagMs},` +
+          `acked=${p.acked},bytes_sent=${p.bytesSent},replication_bytes_sent=${p.replicationBytesSent},` +
           `anti_entropy_bytes_sent=${p.antiEntropyBytesSent}`,
       ]);
     }
