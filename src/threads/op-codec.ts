@@ -33,6 +33,7 @@
 
 import { assert } from '../core/assert.js';
 import { readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
+import { isErrorKind } from '../core/errors.js';
 import {
   KEY_BYTES_MAX,
   SCAN_EXAMINED_KEYS_MAX,
@@ -41,7 +42,7 @@ import {
   SCAN_PATTERN_BYTES_MAX,
 } from '../core/limits.js';
 import { decodePairs, Modifier } from '../core/modify.js';
-import { type Durability, OpKind, type Priority } from '../core/ops.js';
+import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import { isWellFormedRecord, RECORD_HEADER_BYTES } from '../core/record.js';
 
 export const REQUEST_HEADER_BYTES = 10;
@@ -395,6 +396,41 @@ export interface ScanPage {
   done: boolean;
   resumeKey: Buffer | undefined;
   entries: ScanEntry[];
+}
+
+/**
+ * Why a result from outside this process (a peer's answer to a forwarded operation) cannot be handed
+ * to the handlers — which assume well-formed results — or undefined when it can.
+ */
+export function checkResult(buf: Buffer, at: number, length: number): string | undefined {
+  if (length < RESULT_HEADER_BYTES) return 'result shorter than its header';
+  const end = at + length;
+  const status = buf[at];
+  if (status === Reply.Found || status === Reply.Superseded) {
+    return isWellFormedRecord(buf.subarray(at + RESULT_HEADER_BYTES, end)) ? undefined : 'malformed record';
+  }
+  if (status === ResultKind.Error) return isErrorKind(buf[at + 1]) ? undefined : 'unknown error kind';
+  if (status === ResultKind.ScanPage) return checkScanPage(buf, at + RESULT_HEADER_BYTES, end);
+  return status >= Reply.Applied && status <= Reply.Refused ? undefined : `unknown result status ${status}`;
+}
+
+function checkScanPage(buf: Buffer, at: number, end: number): string | undefined {
+  if (at + 7 > end) return 'scan page cut short';
+  let p = at + 3 + buf.readUInt16LE(at + 1);
+  if (p + 4 > end) return 'scan page cut short';
+  const count = buf.readUInt32LE(p);
+  p += 4;
+  for (let i = 0; i < count; i++) {
+    if (p + 2 > end) return 'scan page cut short';
+    p += 2 + buf.readUInt16LE(p);
+    if (p + 4 > end) return 'scan page cut short';
+    const n = buf.readUInt32LE(p);
+    if (p + 4 + n > end || (n > 0 && !isWellFormedRecord(buf.subarray(p + 4, p + 4 + n)))) {
+      return 'malformed scan entry';
+    }
+    p += 4 + n;
+  }
+  return p === end ? undefined : 'scan page length does not match';
 }
 
 /** Decodes a scan page, copying everything out of ring memory. */

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Keyspace } from '../../src/core/keyspace.js';
 import { Modifier } from '../../src/core/modify.js';
-import { Durability, OpKind, Priority } from '../../src/core/ops.js';
+import { Durability, OpKind, Priority, Reply } from '../../src/core/ops.js';
 import {
   EnvelopeField,
   FrameReader,
@@ -19,7 +19,17 @@ import {
 import { computePlacement, firstServingReplica } from '../../src/core/placement.js';
 import { encodeRecord } from '../../src/core/record.js';
 import { resolveClusterConfig } from '../../src/main/cluster-config.js';
-import { checkRequest, writeModifyParams, writeRequestHeader } from '../../src/threads/op-codec.js';
+import {
+  checkRequest,
+  checkResult,
+  RESULT_HEADER_BYTES,
+  ResultKind,
+  scanPageBytes,
+  writeModifyParams,
+  writeRequestHeader,
+  writeResultHeader,
+  writeScanPage,
+} from '../../src/threads/op-codec.js';
 import { decodeEnvelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
 
 describe('frames', () => {
@@ -256,5 +266,40 @@ describe('requests from peers', () => {
     for (const [reason, op] of cases) {
       assert.match(checkRequest(op, 16, fragmentOf) ?? 'accepted', new RegExp(reason), reason);
     }
+  });
+});
+
+describe('results from peers', () => {
+  const record = encodeRecord(false, 1000, 0, 0, Buffer.from('a'), Buffer.from('value'));
+  const result = (status: number, payload: Buffer, detail = 0) => {
+    const buf = Buffer.alloc(RESULT_HEADER_BYTES + payload.length);
+    writeResultHeader(buf, 0, status, detail, 7);
+    payload.copy(buf, RESULT_HEADER_BYTES);
+    return buf;
+  };
+  const scanPage = (entries: Array<{ key: Buffer; record: Buffer | undefined }>) => {
+    const buf = Buffer.alloc(scanPageBytes(entries, undefined));
+    writeScanPage(buf, 0, true, undefined, entries);
+    return buf;
+  };
+  const check = (buf: Buffer) => checkResult(buf, 0, buf.length);
+
+  test('well-formed results pass', () => {
+    assert.equal(check(result(Reply.Found, record)), undefined);
+    assert.equal(check(result(Reply.NotFound, Buffer.alloc(0))), undefined);
+    assert.equal(check(result(ResultKind.Error, Buffer.from('no'), 7)), undefined);
+    assert.equal(
+      check(result(ResultKind.ScanPage, scanPage([{ key: Buffer.from('k'), record }]))),
+      undefined,
+    );
+  });
+
+  test('malformed results are named', () => {
+    assert.match(check(result(Reply.Found, record.subarray(0, 10))) ?? '', /malformed record/);
+    assert.match(check(result(99, Buffer.alloc(0))) ?? '', /unknown result status/);
+    assert.match(check(result(ResultKind.Error, Buffer.alloc(0), 42)) ?? '', /unknown error kind/);
+    const page = scanPage([{ key: Buffer.from('k'), record }]);
+    assert.match(check(result(ResultKind.ScanPage, page.subarray(0, page.length - 3))) ?? '', /scan/);
+    assert.match(check(Buffer.alloc(4)) ?? '', /shorter than its header/);
   });
 });

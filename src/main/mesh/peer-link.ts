@@ -13,6 +13,7 @@ import { backpressure, networkError, type TesseraError } from '../../core/errors
 import { FORWARD_IN_FLIGHT_MAX, FORWARD_TIMEOUT_MS } from '../../core/limits.js';
 import { OpKind } from '../../core/ops.js';
 import { EnvelopeField, forEachField, ListFrameBuilder } from '../../core/peer-frame.js';
+import { checkResult } from '../../threads/op-codec.js';
 import type { ResultHandler } from '../worker-link.js';
 
 /** What a peer link needs from the cluster around it. */
@@ -114,15 +115,19 @@ export class PeerLink {
 
   /** A ForwardedResults message (`bytes[start, end)`) from the peer; false when malformed. */
   onResults(bytes: Buffer, start: number, end: number): boolean {
+    let malformed = false;
     const ok = forEachField(bytes, start, end, RESULTS_FIELD, (at, stop) => {
-      if (stop - at < 8) return;
+      if (malformed || checkResult(bytes, at, stop - at) !== undefined) {
+        malformed = true;
+        return;
+      }
       const entry = this.inFlight.get(readU32LE(bytes, at + 4));
       if (entry === undefined) return;
       this.inFlight.delete(readU32LE(bytes, at + 4));
       entry.handler.onResult(entry.token, bytes, at, stop - at);
     });
     this.stopTimerIfIdle();
-    return ok;
+    return ok && !malformed;
   }
 
   /** The connection went away: retry what can be retried elsewhere, fail the rest. */
