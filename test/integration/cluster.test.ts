@@ -30,6 +30,9 @@ describe('a three-node cluster', () => {
     for (const node of cluster.nodes) {
       const redis = await node.client();
       assert.deepEqual(await redis.mget(...keys), expected);
+      // Whole-keyspace commands walk every fragment at its serving replica.
+      assert.equal(await redis.dbsize(), keys.length);
+      assert.equal((await redis.keys('any:*')).length, keys.length);
     }
     for (const node of cluster.nodes) {
       await eventually(async () => {
