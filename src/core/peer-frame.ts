@@ -6,6 +6,8 @@
 import { PREAUTH_FRAME_BYTES_MAX } from './limits.js';
 
 export const FRAME_PREFIX_BYTES = 4;
+/** `forEachField`: visit every length-delimited field. */
+export const ANY_FIELD = -1;
 
 /** Envelope field numbers (proto/peer.proto `Envelope.msg`). */
 export const EnvelopeField = {
@@ -170,17 +172,17 @@ export function writeVarint(buf: Uint8Array, at: number, n: number): number {
 }
 
 /**
- * Calls `visit(start, end)` for each length-delimited occurrence of `field` in the message at
- * `bytes[start, end)`, `scalar(field, value)` for each varint and `fixed64(field, offset)` for each
- * 64-bit field; false when the message is malformed (visited fields may already have been handed
- * over).
+ * Calls `visit(start, end, field)` for each length-delimited occurrence of `field` (every one when
+ * `field` is ANY_FIELD) in the message at `bytes[start, end)`, `scalar(field, value)` for each varint
+ * and `fixed64(field, offset)` for each 64-bit field; false when the message is malformed (visited
+ * fields may already have been handed over).
  */
 export function forEachField(
   bytes: Uint8Array,
   start: number,
   end: number,
   field: number,
-  visit: (start: number, end: number) => void,
+  visit: (start: number, end: number, field: number) => void,
   scalar?: (field: number, value: number) => void,
   fixed64?: (field: number, at: number) => void,
 ): boolean {
@@ -199,7 +201,7 @@ export function forEachField(
     } else if (wire === 2) {
       const n = readVarint(bytes, p);
       if (n === undefined || n.next + n.value > end) return false;
-      if (f === field) visit(n.next, n.next + n.value);
+      if (f === field || field === ANY_FIELD) visit(n.next, n.next + n.value, f);
       p = n.next + n.value;
     } else if (wire === 1) {
       if (p + 8 <= end) fixed64?.(f, p);

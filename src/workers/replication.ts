@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
+import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
 import {
   checkRecords,
   describePage,
@@ -30,14 +31,15 @@ import {
   type SenderAction,
   type SenderReport,
 } from '../core/replication-sender.js';
+import {
+  encodeReplicateBatch,
+  type ReplicateBatchView,
+  type ReplicatedOpView,
+  readReplicateBatch,
+} from '../core/replication-wire.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
-import {
-  decodeEnvelope,
-  type Envelope,
-  encodeEnvelope,
-  type ReplicatedOpMessage,
-} from '../threads/peer-messages.js';
+import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
 import { readSpan, type Span, type SpanQuery } from './reconcile-span.js';
 
 /** What the driver needs from the worker runtime. */
@@ -197,6 +199,14 @@ export class WorkerReplication {
 
   /** A frame from peer `member` about one of this worker's fragments. */
   onFrame(member: number, bytes: Uint8Array): void {
+    // The one message whose size grows with the write rate is read by hand (src/core/replication-wire.ts).
+    if (peekEnvelope(bytes)?.field === EnvelopeField.ReplicateBatch) {
+      const batch = readReplicateBatch(bytes);
+      if (batch === undefined) return this.host.closePeer(member, 'malformed replication batch');
+      const nowMs = Date.now();
+      this.applyBatch(member, batch, nowMs);
+      return this.schedule(nowMs);
+    }
     let envelope: Envelope;
     try {
       envelope = decodeEnvelope(bytes);
@@ -217,8 +227,6 @@ export class WorkerReplication {
         slot.sender.step({ kind: 'connected', nowMs });
         this.pump(slot);
       }
-    } else if (envelope.replicateBatch !== undefined) {
-      this.applyBatch(member, envelope.replicateBatch, nowMs);
     } else if (envelope.batchAck !== undefined) {
       const a = envelope.batchAck;
       const slot = this.senderOf(a.fragment, member);
@@ -290,21 +298,17 @@ export class WorkerReplication {
         return;
       case 'batch': {
         let maxWallMs = 0;
-        const ops: ReplicatedOpMessage[] = [];
+        const ops: ReplicatedOpView[] = [];
         for (const [key, record] of action.ops) {
           maxWallMs = Math.max(maxWallMs, wallMsOf(record));
           ops.push({ key, record });
         }
-        this.send(member, {
-          replicateBatch: {
-            fragment,
-            sessionId: action.sessionId,
-            batchSeq: action.batchSeq,
-            requiredAckLevel: action.requiredAck,
-            maxWallMs,
-            ops,
-          },
-        });
+        if (!this.up[member]) return;
+        const { sessionId, batchSeq, requiredAck: requiredAckLevel } = action;
+        this.host.sendFrame(
+          member,
+          encodeReplicateBatch({ fragment, sessionId, batchSeq, requiredAckLevel, maxWallMs, ops }),
+        );
         return;
       }
       case 'start-round': {
@@ -361,7 +365,7 @@ export class WorkerReplication {
 
   // --- receiving replicated batches ---------------------------------------------------------------
 
-  private applyBatch(member: number, b: Envelope['replicateBatch'] & object, nowMs: number): void {
+  private applyBatch(member: number, b: ReplicateBatchView, nowMs: number): void {
     const key = roundKey(member, b.fragment);
     // A batch of a session that is not the current one is stale: ignored, not refused (spec A6).
     if (this.responders.get(key)?.sessionId !== b.sessionId || b.sessionId === 0) return;
@@ -398,7 +402,7 @@ export class WorkerReplication {
     };
   }
 
-  private submitReplicated(core: FragmentCore, op: ReplicatedOpMessage, sink: ReplySink): void {
+  private submitReplicated(core: FragmentCore, op: ReplicatedOpView, sink: ReplySink): void {
     const write = new FragmentOp(
       OpKind.Write,
       0,
