@@ -402,14 +402,18 @@ export class WorkerReplication {
     };
   }
 
+  /**
+   * Merges a record from a peer through the fragment's actor. Key and record stay views into the
+   * frame, which this worker copied out of its ring and keeps for as long as the op needs it.
+   */
   private submitReplicated(core: FragmentCore, op: ReplicatedOpView, sink: ReplySink): void {
     const write = new FragmentOp(
       OpKind.Write,
       0,
       Priority.Default,
       Durability.Memory,
-      Buffer.from(op.key),
-      Buffer.from(op.record),
+      asBuffer(op.key),
+      asBuffer(op.record),
     );
     write.replicated = true;
     write.sink = sink;
@@ -570,6 +574,10 @@ export class WorkerReplication {
 
 /** A span with no ranges, open-ended: the next page of keys. */
 const NEXT_PAGE: SpanQuery = { ranges: [], openEnd: true };
+
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+}
 
 function roundKey(member: number, fragment: number): string {
   return `${member}/${fragment}`;
