@@ -25,7 +25,11 @@ test('kill -9 and restart nodes under writes: no acknowledged write is lost on a
   const failures = new Map<string, number>();
   let stop = false;
   try {
-    const writer = async (index: number) => {
+    /**
+     * Runs `step` over and over through node `index` until the end, waiting while the node is down
+     * and reconnecting after a failed step (which `step` has already counted or ignored).
+     */
+    const through = async (index: number, step: (client: Redis, i: number) => Promise<void>) => {
       let client: Redis | undefined;
       for (let i = 0; !stop; i++) {
         if (down[index]) {
@@ -35,6 +39,17 @@ test('kill -9 and restart nodes under writes: no acknowledged write is lost on a
           continue;
         }
         client ??= newClient(cluster.nodes[index].respPort);
+        try {
+          await step(client, i);
+        } catch {
+          client.disconnect();
+          client = undefined;
+        }
+      }
+      client?.disconnect();
+    };
+    const writer = (index: number) =>
+      through(index, async (client, i) => {
         const key = `chaos:${index}:${i}`;
         const value = `v${i}`;
         attempted++;
@@ -45,35 +60,17 @@ test('kill -9 and restart nodes under writes: no acknowledged write is lost on a
           // Not acknowledged (the node or the serving replica died): it may or may not be stored.
           const reason = (err as Error).message.slice(0, 60);
           failures.set(reason, (failures.get(reason) ?? 0) + 1);
-          client.disconnect();
-          client = undefined;
+          throw err;
         }
-      }
-      client?.disconnect();
-    };
+      });
     /** Overwrites and deletes of a few hot keys through every node: the replicas must agree at the end. */
     const hot = Array.from({ length: 20 }, (_, i) => `hot:${i}`);
-    const contender = async (index: number) => {
-      let client: Redis | undefined;
-      for (let i = 0; !stop; i++) {
-        if (down[index]) {
-          client?.disconnect();
-          client = undefined;
-          await sleep(50);
-          continue;
-        }
-        client ??= newClient(cluster.nodes[index].respPort);
+    const contender = (index: number) =>
+      through(index, async (client, i) => {
         const key = hot[(i * 7 + index) % hot.length];
-        try {
-          if (i % 5 === 4) await client.del(key);
-          else await client.set(key, `${index}:${i}`);
-        } catch {
-          client.disconnect();
-          client = undefined;
-        }
-      }
-      client?.disconnect();
-    };
+        if (i % 5 === 4) await client.del(key);
+        else await client.set(key, `${index}:${i}`);
+      });
     const writers = [0, 1, 2].map((i) => writer(i));
     const contenders = [0, 1, 2].map((i) => contender(i));
     for (let round = 0; round < CHAOS_ROUNDS; round++) {
