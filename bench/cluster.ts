@@ -16,6 +16,7 @@
 // nodes share the cores), BENCH_CLUSTER_PARTS (any of throughput,lag,ae; default all).
 
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -186,6 +187,20 @@ interface ThroughputRow {
   label: string;
   routed: { ops: number; p99Ms: number } | undefined;
   forwarded: { ops: number; p99Ms: number };
+  /** CPU ms each node spent per 1000 client writes of the routed run (Linux /proc), if measured. */
+  cpuMsPerKWrites: number[] | undefined;
+}
+
+/** CPU time of a process (all its threads) in ms, from /proc; undefined where there is none. */
+function cpuMs(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    // utime and stime (fields 14 and 15 of the whole line), in clock ticks of 10 ms.
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  } catch {
+    return undefined;
+  }
 }
 
 async function throughput(): Promise<ThroughputRow[]> {
@@ -196,13 +211,20 @@ async function throughput(): Promise<ThroughputRow[]> {
     const { nodes, dir } = await startNodes(`r${n}`, n, []);
     try {
       const label = n === 1 ? 'single node' : `R=${n} (${n} nodes)`;
+      const before = nodes.map((node) => cpuMs(node.child?.pid));
       const routed = haveTools ? redisBenchmark(nodes[0].port, n > 1) : undefined;
+      const after = nodes.map((node) => cpuMs(node.child?.pid));
+      const measured =
+        routed !== undefined && before.every((x) => x !== undefined) && after.every((x) => x !== undefined);
+      const cpuMsPerKWrites = measured
+        ? after.map((x, i) => ((x! - before[i]!) * 1000) / REQUESTS)
+        : undefined;
       const report = await setLoad(nodes[0].port);
       const forwarded = { ops: report.totals.opsPerSec, p99Ms: report.all.latencyUs.p99 / 1000 };
       log(
         `${label}: ${Math.round(routed?.ops ?? 0)} SET/s routed by slot, ${Math.round(forwarded.ops)} SET/s via node a`,
       );
-      rows.push({ label, routed, forwarded });
+      rows.push({ label, routed, forwarded, cpuMsPerKWrites });
     } finally {
       await stopAll(nodes, dir);
     }
@@ -311,6 +333,25 @@ async function main(): Promise<void> {
       );
     }
     peak = rows[2].forwarded.ops;
+    const single = rows[0].cpuMsPerKWrites?.[0];
+    if (single !== undefined) {
+      out.push(
+        '',
+        'CPU per 1000 client writes in the routed run (all threads of each node), and the throughput ratio it',
+        'projects where every node has cores of its own (single node CPU per write ÷ the busiest node’s):',
+        '',
+        '| setup | CPU ms per 1000 writes, per node | busiest | projected ratio |',
+        '|---|---|--:|--:|',
+      );
+      for (const r of rows) {
+        const cpu = r.cpuMsPerKWrites;
+        if (cpu === undefined) continue;
+        const busiest = Math.max(...cpu);
+        out.push(
+          `| ${r.label} | ${cpu.map((x) => x.toFixed(1)).join(' / ')} | ${busiest.toFixed(1)} | ${(single / busiest).toFixed(2)} |`,
+        );
+      }
+    }
   }
   if (PARTS.has('lag')) {
     const l = await lag(peak);
