@@ -22,8 +22,11 @@ import { FragmentBoard } from '../threads/fragment-board.js';
 import type { ClusterInit, WorkerInit } from '../threads/messages.js';
 import {
   MODIFY_PARAMS_BYTES,
+  type PoolSpanRequest,
+  type PoolSpanResult,
   RESULT_HEADER_BYTES,
   RequestKind,
+  readPoolSpanRequest,
   requestBytes,
   type ScanRequest,
   scanRequestBytes,
@@ -53,12 +56,7 @@ export interface WriteSpec {
 }
 
 /** Runs an anti-entropy span read in the background pool. */
-export type PoolSpanRunner = (task: {
-  fragment: number;
-  afterKey: Uint8Array | undefined;
-  lastKey: Uint8Array | undefined;
-  openEnd: boolean;
-}) => Promise<{ keys: Uint8Array[]; stamps: Uint8Array[]; truncated: boolean }>;
+export type PoolSpanRunner = (request: PoolSpanRequest) => Promise<PoolSpanResult>;
 
 /** Returned by `readLocal` when the fragment must be read through its worker. */
 export const NOT_LOCAL = Symbol('not-local');
@@ -379,20 +377,11 @@ export class Dispatcher {
 
   /** A worker's PoolSpan request: run it in the pool and answer the same worker. */
   private runPoolSpan(link: WorkerLink, buf: Buffer, at: number): void {
-    const flags = buf[at + 1];
-    const fragment = buf.readUInt16LE(at + 2);
-    const taskId = buf.readUInt32LE(at + 4);
-    let p = at + 8;
-    const keys: Array<Buffer | undefined> = [];
-    for (const given of [(flags & 1) !== 0, (flags & 2) !== 0]) {
-      const n = buf.readUInt16LE(p);
-      keys.push(given ? Buffer.from(buf.subarray(p + 2, p + 2 + n)) : undefined);
-      p += 2 + n;
-    }
+    const { taskId, request } = readPoolSpanRequest(buf, at);
     const runner = this.poolSpanRunner;
     if (runner === undefined) return link.sendPoolSpanResult(taskId, undefined);
     // A worker that restarted meanwhile does not know the task id and ignores the answer.
-    runner({ fragment, afterKey: keys[0], lastKey: keys[1], openEnd: (flags & 4) !== 0 }).then(
+    runner(request).then(
       (span) => link.sendPoolSpanResult(taskId, span),
       () => link.sendPoolSpanResult(taskId, undefined),
     );

@@ -24,6 +24,8 @@ import { TokenBucket } from '../core/op-queue.js';
 import { Durability, PRIORITY_NAMES, Priority, parsePriority, Reply } from '../core/ops.js';
 import { valueBytesOf } from '../core/record.js';
 import {
+  type PoolSpanRequest,
+  type PoolSpanResult,
   RESULT_HEADER_BYTES,
   ResultKind,
   readScanPage,
@@ -31,7 +33,7 @@ import {
   type ScanPage,
   type ScanRequest,
 } from '../threads/op-codec.js';
-import type { ScanTask, SpanResult, SpanTask } from '../workers/scan-task.js';
+import type { ScanTask, SpanTask } from '../workers/scan-task.js';
 import type { NodeConfig } from './config.js';
 import type { Dispatcher } from './dispatcher.js';
 import { resultError } from './result-error.js';
@@ -171,7 +173,7 @@ export class Scanner {
    * Reads an anti-entropy span in the background pool (lmdb only), under the pool's bounds and
    * rate; rejects with Backpressure when it is full.
    */
-  async poolSpan(task: Omit<SpanTask, 'kind' | 'dataDir' | 'fragmentCount'>): Promise<SpanResult> {
+  async poolSpan(request: PoolSpanRequest): Promise<PoolSpanResult> {
     // Not rate-limited like scans: rounds pace themselves, a page at a time.
     if (this.spansWaiting >= ANTI_ENTROPY_POOL_TASKS_MAX) {
       throw backpressure(`background pool holds ${ANTI_ENTROPY_POOL_TASKS_MAX} anti-entropy pages`);
@@ -179,12 +181,12 @@ export class Scanner {
     this.spansWaiting++;
     try {
       const span: SpanTask = {
-        ...task,
+        ...request,
         kind: 'span',
         dataDir: this.config.dataDir,
         fragmentCount: this.config.fragments,
       };
-      const result = (await this.getPool().run(span)) as SpanResult;
+      const result = (await this.getPool().run(span)) as PoolSpanResult;
       this.spansServed++;
       return result;
     } finally {

@@ -14,13 +14,16 @@ import {
 import { isWorkerEvent, type WorkerInit } from '../threads/messages.js';
 import {
   PEER_HEADER_BYTES,
+  type PoolSpanResult,
   peerOf,
+  poolSpanResultBytes,
   RESULT_HEADER_BYTES,
   RequestKind,
   ResultKind,
   resultId,
   resultStatus,
   writePeerHeader,
+  writePoolSpanResult,
 } from '../threads/op-codec.js';
 import { createRing, type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
@@ -143,28 +146,10 @@ export class WorkerLink {
   }
 
   /** Answers a PoolSpan: the span's keys and stamps, or undefined when the pool failed. */
-  sendPoolSpanResult(
-    taskId: number,
-    span: { keys: Uint8Array[]; stamps: Uint8Array[]; truncated: boolean } | undefined,
-  ): void {
-    let n = 8;
-    if (span !== undefined)
-      for (let i = 0; i < span.keys.length; i++) n += 4 + span.keys[i].length + span.stamps[i].length;
-    const at = this.outbox.reserve(n);
-    const buf = this.outbox.buffer;
-    this.buffer = buf;
-    buf[at] = RequestKind.PoolSpanResult;
-    buf[at + 1] = span === undefined ? 2 : span.truncated ? 1 : 0;
-    buf.writeUInt16LE(0, at + 2);
-    buf.writeUInt32LE(taskId, at + 4);
-    let p = at + 8;
-    for (let i = 0; span !== undefined && i < span.keys.length; i++) {
-      for (const part of [span.keys[i], span.stamps[i]]) {
-        buf.writeUInt16LE(part.length, p);
-        buf.set(part, p + 2);
-        p += 2 + part.length;
-      }
-    }
+  sendPoolSpanResult(taskId: number, span: PoolSpanResult | undefined): void {
+    const at = this.outbox.reserve(poolSpanResultBytes(span));
+    this.buffer = this.outbox.buffer;
+    writePoolSpanResult(this.buffer, at, taskId, span);
     this.end();
   }
 

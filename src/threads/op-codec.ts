@@ -318,6 +318,102 @@ export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; p
   return { scan, priority: ((flags >> 4) & 3) as Priority };
 }
 
+/** What a worker asks the background pool to read for anti-entropy (src/workers/reconcile-span.ts). */
+export interface PoolSpanRequest {
+  fragment: number;
+  /** Undefined: from the first key. */
+  afterKey: Uint8Array | undefined;
+  /** The requester's last range key; undefined when it has none. */
+  lastKey: Uint8Array | undefined;
+  openEnd: boolean;
+}
+
+/** The span's keys with their versions (stamps: records without values), in key order. */
+export interface PoolSpanResult {
+  keys: Uint8Array[];
+  stamps: Uint8Array[];
+  truncated: boolean;
+}
+
+const SPAN_AFTER_KEY = 1;
+const SPAN_LAST_KEY = 2;
+const SPAN_OPEN_END = 4;
+const SPAN_TRUNCATED = 1;
+const SPAN_FAILED = 2;
+
+export function poolSpanRequestBytes(r: PoolSpanRequest): number {
+  return 8 + 2 + (r.afterKey?.length ?? 0) + 2 + (r.lastKey?.length ?? 0);
+}
+
+/** ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys. */
+export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r: PoolSpanRequest): void {
+  buf[at] = ResultKind.PoolSpan;
+  buf[at + 1] =
+    (r.afterKey !== undefined ? SPAN_AFTER_KEY : 0) |
+    (r.lastKey !== undefined ? SPAN_LAST_KEY : 0) |
+    (r.openEnd ? SPAN_OPEN_END : 0);
+  writeU16LE(buf, at + 2, r.fragment);
+  writeU32LE(buf, at + 4, taskId);
+  writeBytes16(buf, writeBytes16(buf, at + 8, r.afterKey), r.lastKey);
+}
+
+/** Decodes a PoolSpan request, copying its keys out of ring memory. */
+export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; request: PoolSpanRequest } {
+  const flags = buf[at + 1];
+  const afterKey = readBytes16(buf, at + 8);
+  const lastKey = readBytes16(buf, at + 10 + afterKey.length);
+  return {
+    taskId: readU32LE(buf, at + 4),
+    request: {
+      fragment: readU16LE(buf, at + 2),
+      afterKey: flags & SPAN_AFTER_KEY ? afterKey : undefined,
+      lastKey: flags & SPAN_LAST_KEY ? lastKey : undefined,
+      openEnd: (flags & SPAN_OPEN_END) !== 0,
+    },
+  };
+}
+
+export function poolSpanResultBytes(span: PoolSpanResult | undefined): number {
+  let n = 8;
+  for (let i = 0; span !== undefined && i < span.keys.length; i++)
+    n += 4 + span.keys[i].length + span.stamps[i].length;
+  return n;
+}
+
+/** RequestKind.PoolSpanResult (main → worker): the span, or `undefined` when the pool failed. */
+export function writePoolSpanResult(
+  buf: Buffer,
+  at: number,
+  taskId: number,
+  span: PoolSpanResult | undefined,
+): void {
+  buf[at] = RequestKind.PoolSpanResult;
+  buf[at + 1] = span === undefined ? SPAN_FAILED : span.truncated ? SPAN_TRUNCATED : 0;
+  writeU16LE(buf, at + 2, 0);
+  writeU32LE(buf, at + 4, taskId);
+  let p = at + 8;
+  for (let i = 0; span !== undefined && i < span.keys.length; i++) {
+    p = writeBytes16(buf, writeBytes16(buf, p, span.keys[i]), span.stamps[i]);
+  }
+}
+
+/** Decodes a PoolSpanResult, copying out of ring memory; undefined when the pool failed. */
+export function readPoolSpanResult(
+  buf: Buffer,
+  at: number,
+  end: number,
+): { entries: Array<{ key: Buffer; record: Buffer }>; truncated: boolean } | undefined {
+  if ((buf[at + 1] & SPAN_FAILED) !== 0) return undefined;
+  const entries: Array<{ key: Buffer; record: Buffer }> = [];
+  for (let p = at + 8; p < end; ) {
+    const key = readBytes16(buf, p);
+    const record = readBytes16(buf, p + 2 + key.length);
+    entries.push({ key, record });
+    p += 4 + key.length + record.length;
+  }
+  return { entries, truncated: (buf[at + 1] & SPAN_TRUNCATED) !== 0 };
+}
+
 function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): number {
   const n = bytes?.length ?? 0;
   buf.writeUInt16LE(n, at);

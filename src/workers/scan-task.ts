@@ -6,7 +6,7 @@
 import { stampOf } from '../core/reconciler.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { openStore } from '../native-bindings/open-store.js';
-import type { ScanPage, ScanRequest } from '../threads/op-codec.js';
+import type { PoolSpanRequest, PoolSpanResult, ScanPage, ScanRequest } from '../threads/op-codec.js';
 import { readSpan } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
 
@@ -18,21 +18,10 @@ export interface ScanTask {
 }
 
 /** An anti-entropy span: keys after `afterKey` (undefined: from the first) per readSpan's rules. */
-export interface SpanTask {
+export interface SpanTask extends PoolSpanRequest {
   kind: 'span';
   dataDir: string;
   fragmentCount: number;
-  fragment: number;
-  afterKey: Uint8Array | undefined;
-  lastKey: Uint8Array | undefined;
-  openEnd: boolean;
-}
-
-/** The span's keys with their versions (stamps: records without values), in key order. */
-export interface SpanResult {
-  keys: Uint8Array[];
-  stamps: Uint8Array[];
-  truncated: boolean;
 }
 
 /** One read-only view per pool thread, opened on first use and kept: opening an environment is not free. */
@@ -58,7 +47,7 @@ async function storeFor(
   return store;
 }
 
-export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanPage | SpanResult> {
+export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanPage | PoolSpanResult> {
   if (task.kind !== 'span')
     return collectScanPage(await storeFor(task, task.request.fragment), task.request, Date.now());
   const store = await storeFor(task, task.fragment);

@@ -17,11 +17,13 @@ import {
   type ModifyParams,
   PEER_HEADER_BYTES,
   peerOf,
+  poolSpanRequestBytes,
   REQUEST_HEADER_BYTES,
   RESULT_HEADER_BYTES,
   RequestKind,
   ResultKind,
   readModifyParams,
+  readPoolSpanResult,
   readScanRequest,
   requestDurability,
   requestFragment,
@@ -34,6 +36,7 @@ import {
   type ScanRequest,
   scanPageBytes,
   writePeerHeader,
+  writePoolSpanRequest,
   writeResultHeader,
   writeScanPage,
 } from '../threads/op-codec.js';
@@ -443,20 +446,10 @@ export class WorkerRuntime {
   /** Asks the main thread to read a span in the background pool; the answer comes as PoolSpanResult. */
   private poolSpan(fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery): Promise<Span> {
     const taskId = this.nextPoolTask++;
-    const last = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
-    const n = 8 + 2 + (afterKey?.length ?? 0) + 2 + (last?.length ?? 0);
-    const at = this.outbox.reserve(n);
-    const buf = this.outbox.buffer;
-    buf[at] = ResultKind.PoolSpan;
-    buf[at + 1] = (afterKey !== undefined ? 1 : 0) | (last !== undefined ? 2 : 0) | (q.openEnd ? 4 : 0);
-    buf.writeUInt16LE(fragment, at + 2);
-    buf.writeUInt32LE(taskId, at + 4);
-    let p = at + 8;
-    for (const key of [afterKey, last]) {
-      buf.writeUInt16LE(key?.length ?? 0, p);
-      if (key !== undefined) buf.set(key, p + 2);
-      p += 2 + (key?.length ?? 0);
-    }
+    const lastKey = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
+    const request = { fragment, afterKey, lastKey, openEnd: q.openEnd };
+    const at = this.outbox.reserve(poolSpanRequestBytes(request));
+    writePoolSpanRequest(this.outbox.buffer, at, taskId, request);
     this.outbox.commit();
     this.schedulePublish();
     return new Promise<Span>((resolve, reject) => this.poolTasks.set(taskId, { resolve, reject }));
@@ -466,18 +459,9 @@ export class WorkerRuntime {
     const task = this.poolTasks.get(taskId);
     if (task === undefined) return;
     this.poolTasks.delete(taskId);
-    if ((buf[at + 1] & 2) !== 0) return task.reject(new Error('background pool could not read the span'));
-    const entries: Span['entries'] = [];
-    const end = at + length;
-    for (let p = at + 8; p < end; ) {
-      const keyBytes = buf.readUInt16LE(p);
-      const key = Buffer.from(buf.subarray(p + 2, p + 2 + keyBytes));
-      p += 2 + keyBytes;
-      const stampBytes = buf.readUInt16LE(p);
-      entries.push({ key, record: Buffer.from(buf.subarray(p + 2, p + 2 + stampBytes)) });
-      p += 2 + stampBytes;
-    }
-    task.resolve({ entries, truncated: (buf[at + 1] & 1) !== 0 });
+    const span = readPoolSpanResult(buf, at, at + length);
+    if (span === undefined) task.reject(new Error('background pool could not read the span'));
+    else task.resolve(span);
   }
 
   private closePeer(member: number, reason: string): void {

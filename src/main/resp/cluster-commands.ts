@@ -12,7 +12,7 @@ import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import type { Cluster } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
-import { type CommandSpec, integerArg } from './commands.js';
+import { answerLater, type CommandSpec, integerArg } from './commands.js';
 import type { RespConnection } from './connection.js';
 
 /** Keys COUNTKEYSINSLOT examines at most (like KEYS, it walks the slot's fragment). */
@@ -173,10 +173,9 @@ function clusterInfo(conn: RespConnection): string {
 }
 
 /** Counts the keys of one slot by walking its fragment (keys only), answering into a reply slot. */
-function countKeysInSlot(conn: RespConnection, slot: number): void {
+function countKeysInSlot(conn: RespConnection, slot: number): false {
   const node = conn.server.node;
   const fragment = node.dispatcher.keyspace.fragmentOfSlot(slot);
-  const reply = conn.defer();
   const count = async (): Promise<number> => {
     let n = 0;
     let examined = 0;
@@ -194,18 +193,7 @@ function countKeysInSlot(conn: RespConnection, slot: number): void {
     }
     return n;
   };
-  count().then(
-    (n) => {
-      const out = reply.conn.beginReply(reply);
-      out.integer(n);
-      reply.conn.endReply(reply);
-    },
-    (err: unknown) => {
-      const out = reply.conn.beginReply(reply);
-      out.error(err instanceof Error ? err.message : String(err));
-      reply.conn.endReply(reply);
-    },
-  );
+  return answerLater(conn, count(), (w, n) => w.integer(n));
 }
 
 const HELP = [
@@ -228,12 +216,16 @@ const HELP = [
   '    Print this help.',
 ];
 
+/** A node started without peers answers cluster commands as Redis without cluster support. */
+function clusterDisabled(conn: RespConnection, w: RespWriter): boolean {
+  if (conn.server.node.cluster !== undefined) return false;
+  w.error('This instance has cluster support disabled');
+  return true;
+}
+
 function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const sub = cmd.arg(1).toString('latin1').toUpperCase();
-  if (conn.server.node.cluster === undefined && sub !== 'HELP') {
-    w.error('This instance has cluster support disabled');
-    return true;
-  }
+  if (sub !== 'HELP' && clusterDisabled(conn, w)) return true;
   const wrongArity = () => w.error(`wrong number of arguments for 'cluster|${sub.toLowerCase()}' command`);
   switch (sub) {
     case 'INFO':
@@ -270,8 +262,7 @@ function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
         w.error('Invalid slot');
         return true;
       }
-      countKeysInSlot(conn, slot);
-      return false;
+      return countKeysInSlot(conn, slot);
     }
     case 'HELP':
       w.arrayHeader(HELP.length);
@@ -285,10 +276,7 @@ function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
 
 /** READONLY: reads of fragments this node holds a copy of are served from that copy (maybe stale). */
 function readOnly(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
-  if (conn.server.node.cluster === undefined) {
-    w.error('This instance has cluster support disabled');
-    return true;
-  }
+  if (clusterDisabled(conn, w)) return true;
   conn.readReplica = true;
   w.simple('OK');
   return true;

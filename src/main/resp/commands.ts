@@ -3,7 +3,7 @@
 // of reads and writes through the dispatcher with module-level result handlers (no closure or
 // promise per command).
 
-import { ErrorKind, type TesseraError } from '../../core/errors.js';
+import { ErrorKind, TesseraError } from '../../core/errors.js';
 import { CommandTable, commandNameKey, type RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { CLUSTER_COMMANDS } from './cluster-commands.js';
@@ -77,6 +77,31 @@ function unknownCommand(cmd: RespCommand, w: RespWriter): void {
 }
 
 /** The reply for an error a Tessera operation failed with. */
+/**
+ * Answers a command whose result comes later (a scan, a count, INFO) in its place in the reply
+ * order: `write` gets the value; a failure is written as an error.
+ */
+export function answerLater<T>(
+  conn: RespConnection,
+  result: Promise<T>,
+  write: (w: RespWriter, value: T) => void,
+): false {
+  const slot = conn.defer();
+  result.then(
+    (value) => {
+      write(slot.conn.beginReply(slot), value);
+      slot.conn.endReply(slot);
+    },
+    (err: unknown) => {
+      const w = slot.conn.beginReply(slot);
+      if (err instanceof TesseraError) writeFailure(w, err);
+      else w.error(err instanceof Error ? err.message : String(err));
+      slot.conn.endReply(slot);
+    },
+  );
+  return false;
+}
+
 export function writeFailure(w: RespWriter, error: TesseraError): void {
   switch (error.kind) {
     case ErrorKind.Backpressure:

@@ -1,17 +1,16 @@
 // Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, SCAN, KEYS and DBSIZE.
 
-import { TesseraError } from '../../core/errors.js';
 import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
 import { Modifier, ModifyFlag } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import {
+  answerLater,
   type CommandSpec,
   integerArg,
   NOT_INTEGER,
   optionName,
   SYNTAX_ERROR,
-  writeFailure,
 } from './commands.js';
 import type { RespConnection } from './connection.js';
 import {
@@ -155,59 +154,39 @@ function scan(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
       return true;
     }
   }
-  const slot = conn.defer();
   if (type !== undefined && type !== 'string') {
     // Tessera stores strings only: no key has any other type.
-    answerScan(slot, '0', []);
-    return false;
+    writeScanReply(w, '0', []);
+    return true;
   }
   const examineLimit = Math.min(SCAN_EXAMINED_KEYS_MAX, count * SCAN_EXAMINED_PER_COUNT);
-  server.node.scan({ cursor, match, limit: count, keysOnly: true, examineLimit }).then(
-    (page) =>
-      answerScan(
-        slot,
-        page.cursor === undefined ? '0' : String(server.cursors.open(page.cursor)),
-        page.entries.map((e) => e.key),
-      ),
-    (err: unknown) => answerError(slot, err),
+  const page = server.node.scan({ cursor, match, limit: count, keysOnly: true, examineLimit });
+  return answerLater(conn, page, (out, p) =>
+    writeScanReply(
+      out,
+      p.cursor === undefined ? '0' : String(server.cursors.open(p.cursor)),
+      p.entries.map((e) => e.key),
+    ),
   );
-  return false;
 }
 
-function answerScan(slot: Parameters<typeof finishParts>[0], cursor: string, keys: Buffer[]): void {
-  const w = slot.conn.beginReply(slot);
+function writeScanReply(w: RespWriter, cursor: string, keys: Buffer[]): void {
   w.arrayHeader(2);
   w.bulk(cursor);
   w.arrayHeader(keys.length);
   for (const key of keys) w.bulk(key);
-  slot.conn.endReply(slot);
-}
-
-function answerError(slot: Parameters<typeof finishParts>[0], err: unknown): void {
-  const w = slot.conn.beginReply(slot);
-  if (err instanceof TesseraError) writeFailure(w, err);
-  else w.error(err instanceof Error ? err.message : String(err));
-  slot.conn.endReply(slot);
 }
 
 /** KEYS pattern: every matching key, refused once more than KEYS_RESULTS_MAX would be returned. */
 function keys(conn: RespConnection, cmd: RespCommand): boolean {
-  const match = Buffer.from(cmd.arg(1));
-  const slot = conn.defer();
-  collectKeys(conn, match).then(
-    (found) => {
-      const w = slot.conn.beginReply(slot);
-      if (found === undefined) {
-        w.error(`KEYS would return more than ${KEYS_RESULTS_MAX} keys; iterate with SCAN instead`);
-      } else {
-        w.arrayHeader(found.length);
-        for (const key of found) w.bulk(key);
-      }
-      slot.conn.endReply(slot);
-    },
-    (err: unknown) => answerError(slot, err),
-  );
-  return false;
+  return answerLater(conn, collectKeys(conn, Buffer.from(cmd.arg(1))), (w, found) => {
+    if (found === undefined) {
+      w.error(`KEYS would return more than ${KEYS_RESULTS_MAX} keys; iterate with SCAN instead`);
+    } else {
+      w.arrayHeader(found.length);
+      for (const key of found) w.bulk(key);
+    }
+  });
 }
 
 async function collectKeys(conn: RespConnection, match: Buffer): Promise<Buffer[] | undefined> {
@@ -224,16 +203,7 @@ async function collectKeys(conn: RespConnection, match: Buffer): Promise<Buffer[
 
 /** DBSIZE counts live keys by reading every fragment: O(keys), paged, never blocking the node. */
 function dbsize(conn: RespConnection): boolean {
-  const slot = conn.defer();
-  conn.server.countKeys().then(
-    (n) => {
-      const w = slot.conn.beginReply(slot);
-      w.integer(n);
-      slot.conn.endReply(slot);
-    },
-    (err: unknown) => answerError(slot, err),
-  );
-  return false;
+  return answerLater(conn, conn.server.countKeys(), (w, n) => w.integer(n));
 }
 
 function syntaxError(w: RespWriter): true {

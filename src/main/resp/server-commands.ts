@@ -6,6 +6,7 @@ import { DURABILITY_NAMES, parseDurability } from '../../core/ops.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import {
+  answerLater,
   COMMANDS,
   type CommandSpec,
   findCommand,
@@ -323,21 +324,8 @@ function config(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
 function info(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const sections: string[] = [];
   for (let i = 1; i < cmd.argc; i++) sections.push(cmd.arg(i).toString('latin1').toLowerCase());
-  const slot = conn.defer();
-  conn.server.info(sections).then(
-    (text) => {
-      const out = slot.conn.beginReply(slot);
-      out.verbatim(text);
-      slot.conn.endReply(slot);
-    },
-    (err: unknown) => {
-      const out = slot.conn.beginReply(slot);
-      out.error(err instanceof Error ? err.message : String(err));
-      slot.conn.endReply(slot);
-    },
-  );
   void w;
-  return false;
+  return answerLater(conn, conn.server.info(sections), (out, text) => out.verbatim(text));
 }
 
 function time(_conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
