@@ -1,7 +1,9 @@
 // The record codec: encoding a write request (header + versioned record) into ring memory, and
-// decoding the fields the worker reads back out.
+// decoding the fields the worker reads back out; and the replication batch, encoded and read by
+// hand (src/core/replication-wire.ts) against protobufjs on the same bytes.
 
 import { RECORD_HEADER_BYTES, recordBytes, wallMsOf, writeRecordHeader } from '../src/core/record.js';
+import { encodeReplicateBatch, readReplicateBatch } from '../src/core/replication-wire.js';
 import {
   requestBytes,
   requestFragment,
@@ -9,6 +11,7 @@ import {
   requestKeyBytes,
   writeRequestHeader,
 } from '../src/threads/op-codec.js';
+import { decodeEnvelope, encodeEnvelope } from '../src/threads/peer-messages.js';
 import { type BenchRow, formatTable, isMain, runTasks } from './common.js';
 
 const BATCH = 1000;
@@ -59,6 +62,42 @@ export async function codecBench(): Promise<BenchRow[]> {
     { name: 'decode request header', opsPerCall: BATCH, fn: decode, baseline: 'JSON encode+decode' },
     { name: 'JSON encode+decode', opsPerCall: BATCH, fn: json },
   ]);
+  // A full replication batch: 512 writes of a 16-byte key and a 130-byte record (ops/s = writes).
+  const ops = Array.from({ length: 512 }, (_, i) => ({
+    key: Buffer.from(`user:${String(i).padStart(11, '0')}`),
+    record: Buffer.alloc(130, i),
+  }));
+  const batch = {
+    fragment: 3,
+    sessionId: 5,
+    batchSeq: 9,
+    requiredAckLevel: 2,
+    maxWallMs: 1_800_000_000_000,
+    ops,
+  };
+  const encoded = encodeReplicateBatch(batch);
+  rows.push(
+    ...(await runTasks('replication batch', [
+      {
+        name: 'encode by hand',
+        opsPerCall: ops.length,
+        fn: () => encodeReplicateBatch(batch),
+        baseline: 'encode with protobufjs',
+      },
+      {
+        name: 'encode with protobufjs',
+        opsPerCall: ops.length,
+        fn: () => encodeEnvelope({ replicateBatch: batch }),
+      },
+      {
+        name: 'read by hand',
+        opsPerCall: ops.length,
+        fn: () => readReplicateBatch(encoded),
+        baseline: 'decode with protobufjs',
+      },
+      { name: 'decode with protobufjs', opsPerCall: ops.length, fn: () => decodeEnvelope(encoded) },
+    ])),
+  );
   if (sink === -1) console.log(sink);
   return rows;
 }

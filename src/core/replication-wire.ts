@@ -40,48 +40,51 @@ function varintFieldBytes(value: number): number {
 
 /** The encoded Envelope { replicate_batch } (without the frame's length prefix). */
 export function encodeReplicateBatch(b: ReplicateBatchView): Uint8Array {
-  const opBytes: number[] = [];
   let body =
     varintFieldBytes(b.fragment) +
     varintFieldBytes(b.sessionId) +
     varintFieldBytes(b.batchSeq) +
     varintFieldBytes(b.requiredAckLevel) +
     (b.maxWallMs === 0 ? 0 : 9);
-  for (const op of b.ops) {
-    const n = lengthDelimitedBytes(op.key.length) + lengthDelimitedBytes(op.record.length);
-    opBytes.push(n);
-    body += lengthDelimitedBytes(n);
-  }
+  for (const op of b.ops) body += lengthDelimitedBytes(opBytes(op));
   const out = Buffer.allocUnsafe(lengthDelimitedBytes(body));
   out[0] = (EnvelopeField.ReplicateBatch << 3) | 2;
   let p = writeVarint(out, 1, body);
-  const scalar = (field: number, value: number) => {
-    if (value === 0) return;
-    out[p++] = field << 3;
-    p = writeVarint(out, p, value);
-  };
-  scalar(F.fragment, b.fragment);
-  scalar(F.sessionId, b.sessionId);
-  scalar(F.batchSeq, b.batchSeq);
-  scalar(F.requiredAckLevel, b.requiredAckLevel);
+  p = writeVarintField(out, p, F.fragment, b.fragment);
+  p = writeVarintField(out, p, F.sessionId, b.sessionId);
+  p = writeVarintField(out, p, F.batchSeq, b.batchSeq);
+  p = writeVarintField(out, p, F.requiredAckLevel, b.requiredAckLevel);
   if (b.maxWallMs !== 0) {
     out[p++] = (F.maxWallMs << 3) | 1;
     out.writeDoubleLE(b.maxWallMs, p);
     p += 8;
   }
-  const bytesField = (field: number, bytes: Uint8Array) => {
-    out[p++] = (field << 3) | 2;
-    p = writeVarint(out, p, bytes.length);
-    out.set(bytes, p);
-    p += bytes.length;
-  };
-  for (const [i, op] of b.ops.entries()) {
+  for (const op of b.ops) {
     out[p++] = (F.ops << 3) | 2;
-    p = writeVarint(out, p, opBytes[i]);
-    bytesField(1, op.key);
-    bytesField(2, op.record);
+    p = writeVarint(out, p, opBytes(op));
+    p = writeBytesField(out, p, 1, op.key);
+    p = writeBytesField(out, p, 2, op.record);
   }
   return out;
+}
+
+/** Bytes of one ReplicatedOp message. */
+function opBytes(op: ReplicatedOpView): number {
+  return lengthDelimitedBytes(op.key.length) + lengthDelimitedBytes(op.record.length);
+}
+
+/** Writes a varint field unless it is zero (proto3 leaves zeros out); returns the next offset. */
+function writeVarintField(out: Buffer, p: number, field: number, value: number): number {
+  if (value === 0) return p;
+  out[p] = field << 3;
+  return writeVarint(out, p + 1, value);
+}
+
+function writeBytesField(out: Buffer, p: number, field: number, bytes: Uint8Array): number {
+  out[p] = (field << 3) | 2;
+  const at = writeVarint(out, p + 1, bytes.length);
+  out.set(bytes, at);
+  return at + bytes.length;
 }
 
 /** Reads an encoded Envelope { replicate_batch }; undefined when it is not one or is malformed. */
