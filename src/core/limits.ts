@@ -98,6 +98,18 @@ export const FLUSH_PENDING_BYTES_MAX = 16 * 1024 * 1024;
  */
 export const STABLE_GROUP_WINDOW_MS = 2;
 
+/**
+ * One stable-log frame (src/core/stable-log.ts) at most: the writes committed between two group
+ * syncs. Past it the worker stops logging and its next sync is a full checkpoint (an fsync of the
+ * store), so a stream of `store` writes with no stable write in sight holds at most this much.
+ */
+export const STABLE_LOG_FRAME_BYTES_MAX = 16 * 1024 * 1024;
+/**
+ * A stable log file grows to at most about this much before the next sync checkpoints it (fsyncs
+ * the store, then empties the log): bounds the disk it takes and the replay at the next start.
+ */
+export const STABLE_LOG_FILE_BYTES_MAX = 64 * 1024 * 1024;
+
 /** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
 export const QUEUE_OPS_MAX_DEFAULT = 8192;
 /** Background-priority operations each fragment admits per second (the seed's default, spec §1.3). */
@@ -191,6 +203,10 @@ export function ringBytesFor(valueBytesMax: number): number {
 }
 
 assert(FRAGMENT_COUNT_DEFAULT <= FRAGMENT_COUNT_MAX, 'default fragment count exceeds the slot count');
+assert(
+  VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + NODE_ID_BYTES_MAX + 64 <= STABLE_LOG_FRAME_BYTES_MAX,
+  'a stable log frame must hold the largest write',
+);
 assert(VALUE_BYTES_MAX_DEFAULT <= VALUE_BYTES_MAX_CEILING, 'default value limit exceeds its ceiling');
 assert(
   VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + 64 * 1024 <= FRAME_BYTES_MAX,

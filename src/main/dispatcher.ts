@@ -130,6 +130,7 @@ export class Dispatcher {
         fragmentCount: config.fragments,
         levelGroups: levelGroupsOfWorker(worker, levelGroupCount, config.workers),
         levelGroupCount,
+        stableLog: config.store === 'lmdb' ? worker : undefined,
       };
       this.links.push(
         new WorkerLink(linkIndex, {

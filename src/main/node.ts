@@ -28,6 +28,7 @@ import {
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
 import { bindStore } from '../native-bindings/manifest.js';
+import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
 import { Dispatcher, NOT_LOCAL, type WriteSpec } from './dispatcher.js';
@@ -187,6 +188,14 @@ export class Tessera {
       fragmentCount: config.fragments,
       workerCount: config.workers,
     });
+    const replay = await recoverStore({
+      kind: config.store,
+      dataDir: config.dataDir,
+      fragmentCount: config.fragments,
+      levelGroups: [],
+      levelGroupCount: binding.levelGroupCount,
+    });
+    if (replay !== undefined && replay.files > 0) logger.info(replay, 'stable logs replayed');
     const node = new Tessera(config, binding.nodeId, logger, binding.levelGroupCount);
     await node.dispatcher.start();
     if (node.cluster !== undefined) {

@@ -91,4 +91,9 @@ export interface StoreLocation {
   levelGroups: number[];
   /** LevelDB group count bound at first start (0 for the other kinds). */
   levelGroupCount: number;
+  /**
+   * lmdb: the worker whose stable log this store keeps (stable-log-file.ts), so stable fences
+   * append to it instead of syncing the env. Undefined for readers and tools.
+   */
+  stableLog?: number;
 }

@@ -11,8 +11,10 @@
 //   0x01 key    a user key; the value is the record, stored as-is
 //
 // Fences (kv-store.ts): the env runs with `noSync` + `useWritemap`, so a committed transaction is
-// in the shared map (it survives the process dying, DESIGN.md "What we measured") and `sync()`
-// — an explicit env fsync — is the stable fence.
+// in the shared map (it survives the process dying, DESIGN.md "What we measured"). The stable
+// fence of a worker's store is its stable log (stable-log-file.ts): one O_DSYNC append per group,
+// with an env fsync only at checkpoints. A store opened without a log (readers, tools) fences with
+// an env fsync each time.
 
 import path from 'node:path';
 import { type Database, open, type RootDatabase } from 'lmdb';
@@ -30,6 +32,7 @@ import {
   decodeHighWater,
   encodeHighWater,
 } from './open-store.js';
+import { replayStableLogs, StableLogFile, type StableLogReplay, stableLogFiles } from './stable-log-file.js';
 
 /** One named database per fragment, plus headroom for LMDB's own and any future side tables. */
 const LMDB_DBS_MAX = FRAGMENT_COUNT_MAX + 16;
@@ -83,9 +86,30 @@ export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
       encoding: 'binary',
       keyEncoding: 'binary',
     });
-    return new LmdbStore(root, location.fragmentCount);
+    const envDir = path.join(location.dataDir, LMDB_DIR);
+    const log = location.stableLog === undefined ? undefined : StableLogFile.open(envDir, location.stableLog);
+    return new LmdbStore(root, location.fragmentCount, log);
   } catch (err) {
     throw asStorageError(err);
+  }
+}
+
+/**
+ * Replays the stable logs workers left in the node's env (after a crash or power loss) into the
+ * store, before any worker opens it. Returns what it found; a fresh directory has nothing to do.
+ */
+export async function recoverStableLogs(location: StoreLocation): Promise<StableLogReplay> {
+  const envDir = path.join(location.dataDir, LMDB_DIR);
+  const files = await stableLogFiles(envDir);
+  if (files.length === 0) return { files: 0, entries: 0, applied: 0, tornBytes: 0 };
+  const store = await openLmdbStore({ ...location, stableLog: undefined });
+  try {
+    for (let f = 0; f < location.fragmentCount; f++) await store.openFragment(f);
+    return await replayStableLogs(envDir, files, store, location.fragmentCount);
+  } catch (err) {
+    throw asStorageError(err);
+  } finally {
+    await store.close();
   }
 }
 
@@ -105,10 +129,19 @@ class LmdbStore implements KvStore {
   /** The batch `#applyPending` applies; set just before the transaction, so no closure per commit. */
   #pending: FragmentWrites[] = [];
   readonly #applyPending = (): void => this.#apply(this.#pending);
+  /** This worker's stable log; undefined: every stable fence is an env fsync. */
+  readonly #log: StableLogFile | undefined;
+  /** Fences run one after another: a log frame is written at one offset, a checkpoint truncates. */
+  #fences: Promise<void> = Promise.resolve();
   #closed = false;
 
-  constructor(root: RootDatabase<Uint8Array, Uint8Array>, fragmentCount: number) {
+  constructor(
+    root: RootDatabase<Uint8Array, Uint8Array>,
+    fragmentCount: number,
+    log: StableLogFile | undefined,
+  ) {
     this.#root = root;
+    this.#log = log;
     this.#fragmentCount = fragmentCount;
     this.#dbs = new Array<FragmentDb | undefined>(fragmentCount).fill(undefined);
     this.#highWaterWallMs = new Float64Array(fragmentCount);
@@ -194,10 +227,48 @@ class LmdbStore implements KvStore {
       if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment])
         this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
     }
+    const log = this.#log;
+    if (log === undefined) return;
+    for (const w of writes) {
+      // The log holds records only; a removal is made stable by the next checkpoint.
+      if (w.deletes.length > 0) log.markIncomplete();
+      for (const [key, record] of w.puts) log.record(w.fragment, key, record);
+    }
   }
 
   sync(): Promise<void> {
     if (this.#closed) return Promise.reject(closedError('lmdb'));
+    const fence = this.#fences.then(this.#fence);
+    this.#fences = fence.catch(ignore);
+    return fence;
+  }
+
+  readonly #fence = async (): Promise<void> => {
+    const log = this.#log;
+    if (log === undefined) return this.#syncEnv();
+    if (!log.needsCheckpoint()) {
+      try {
+        return await log.flush();
+      } catch (err) {
+        throw asStorageError(err);
+      }
+    }
+    log.beginCheckpoint();
+    try {
+      await this.#syncEnv();
+    } catch (err) {
+      log.markIncomplete();
+      throw err;
+    }
+    try {
+      await log.endCheckpoint();
+    } catch (err) {
+      // The env is synced, so nothing acknowledged depends on the file; it is simply longer.
+      throw asStorageError(err);
+    }
+  };
+
+  #syncEnv(): Promise<void> {
     return new Promise((resolve, reject) => {
       (this.#root as unknown as EnvSync).sync((error) => {
         if (error) reject(asStorageError(error));
@@ -222,6 +293,8 @@ class LmdbStore implements KvStore {
         db.clearSync();
         if (highWater > 0) db.putSync(META_HIGH_WATER_KEY, encodeHighWater(highWater));
       });
+      // Replaying the log must not bring the dropped records back: the next fence checkpoints.
+      this.#log?.markIncomplete();
     } catch (err) {
       throw asStorageError(err);
     }
@@ -230,6 +303,9 @@ class LmdbStore implements KvStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // A fence in flight finishes first; the log keeps what it holds for the next start's replay.
+    await this.#fences;
+    this.#log?.close();
     // Named databases are never closed one by one: mdb_dbi_close would invalidate the handle for
     // every thread sharing the env. Closing the root releases this thread's hold on the env only.
     this.#dbs.fill(undefined);
@@ -271,6 +347,8 @@ class LmdbStore implements KvStore {
     if (this.#closed) throw closedError('lmdb');
   }
 }
+
+function ignore(): void {}
 
 /** A fresh prefixed key: range bounds are held by the iterator, so they cannot share the scratch. */
 function dataKeyOf(key: Uint8Array): Buffer {

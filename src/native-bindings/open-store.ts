@@ -13,6 +13,7 @@ import {
   SCAN_EXAMINED_KEYS_MAX,
 } from '../core/limits.js';
 import type { FragmentWrites, KvStore, PageStart, StoreLocation } from './kv-store.js';
+import type { StableLogReplay } from './stable-log-file.js';
 
 export async function openStore(location: StoreLocation): Promise<KvStore> {
   switch (location.kind) {
@@ -29,6 +30,17 @@ export async function openStore(location: StoreLocation): Promise<KvStore> {
       return openMemoryStore(location);
     }
   }
+}
+
+/**
+ * Brings a store to its last stable state before any worker opens it: for lmdb, replays the stable
+ * logs a crash or power loss left behind (stable-log-file.ts). Undefined for the other kinds, whose
+ * stable fence needs no recovery of ours.
+ */
+export async function recoverStore(location: StoreLocation): Promise<StableLogReplay | undefined> {
+  if (location.kind !== 'lmdb') return undefined;
+  const { recoverStableLogs } = await import('./lmdb-store.js');
+  return recoverStableLogs(location);
 }
 
 /**

@@ -81,15 +81,21 @@ async function tempDir(tag: string): Promise<string> {
   return fs.mkdtemp(path.join(os.tmpdir(), `tessera-${tag}-`));
 }
 
-for (const kind of STORE_KINDS) {
-  describe(`KvStore contract: ${kind}`, () => {
+/** Every binding, and lmdb once more as a worker opens it: with its stable log as the stable fence. */
+const CONTRACT_RUNS = [
+  ...STORE_KINDS.map((kind) => ({ kind, stableLog: undefined, name: kind })),
+  { kind: 'lmdb' as const, stableLog: 3, name: 'lmdb with a stable log' },
+];
+
+for (const { kind, stableLog, name } of CONTRACT_RUNS) {
+  describe(`KvStore contract: ${name}`, () => {
     let dir: string;
     let location: StoreLocation;
     let store: KvStore;
 
     beforeEach(async () => {
       dir = await tempDir(kind);
-      location = locationFor(kind, dir);
+      location = { ...locationFor(kind, dir), stableLog };
       store = await openAll(location);
     });
     afterEach(async () => {

@@ -1,0 +1,219 @@
+// The stable log of one lmdb worker: how `stable` writes reach the disk without syncing the map.
+//
+// The env runs with `noSync` + `useWritemap`, so making a commit survive power loss by syncing the
+// env writes back every page the commits since the last sync dirtied — for random keys, a page or
+// more per write, several milliseconds under load. Instead each worker keeps an append-only file
+// (`<dataDir>/lmdb/stable-<worker>.log`, opened O_DSYNC): every transaction it commits is also
+// copied into an in-memory tail (src/core/stable-log.ts), and a stable fence writes that tail as one
+// frame, which is on disk when the write returns — a few KiB appended per group instead of the map.
+//
+// A checkpoint syncs the env and empties the file. The first fence after opening, a log grown past
+// STABLE_LOG_FILE_BYTES_MAX, and a tail that overflowed (a long run of `store` writes with no
+// stable one) each make the next fence a checkpoint. A node starting up replays every log into the
+// store before its workers open it (`replayStableLogs`): records carry their LWW versions, so
+// replaying what the store already holds changes nothing.
+
+import fs from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { storageError } from '../core/errors.js';
+import { FRAGMENT_COUNT_MAX, STABLE_LOG_FILE_BYTES_MAX } from '../core/limits.js';
+import { compareVersions, isWellFormedRecord, wallMsOf } from '../core/record.js';
+import { readStableLog, StableLogCorrupt, StableLogTail } from '../core/stable-log.js';
+import type { FragmentWrites, KvStore } from './kv-store.js';
+
+const write = promisify(fs.write);
+const ftruncate = promisify(fs.ftruncate);
+const fsync = promisify(fs.fsync);
+
+const LOG_FILE_PATTERN = /^stable-(\d+)\.log$/;
+/** Replayed entries per store commit: bounds one replay transaction. */
+const REPLAY_COMMIT_ENTRIES_MAX = 4096;
+
+export const stableLogFileName = (worker: number): string => `stable-${worker}.log`;
+
+export class StableLogFile {
+  readonly #fd: number;
+  readonly #dir: string;
+  readonly #tail = new StableLogTail();
+  /**
+   * True while every commit since the last checkpoint is in the file or the tail. False at open
+   * (a previous holder of the file may have logged writes the env has not synced) and after the
+   * tail overflowed or a frame failed to write: the next fence must then be a checkpoint.
+   */
+  #complete = false;
+  #fileBytes = 0;
+  #dirSynced = false;
+
+  private constructor(fd: number, dir: string) {
+    this.#fd = fd;
+    this.#dir = dir;
+  }
+
+  /** Opens (creating) a worker's log without truncating it: its contents wait for a checkpoint. */
+  static open(dir: string, worker: number): StableLogFile {
+    const { O_WRONLY, O_CREAT, O_DSYNC } = fs.constants;
+    const fd = fs.openSync(path.join(dir, stableLogFileName(worker)), O_WRONLY | O_CREAT | O_DSYNC, 0o644);
+    return new StableLogFile(fd, dir);
+  }
+
+  /** Records one committed write; a no-op until the next checkpoint once the log is incomplete. */
+  record(fragment: number, key: Uint8Array, record: Uint8Array): void {
+    if (!this.#complete) return;
+    if (!this.#tail.append(fragment, key, record)) {
+      this.#complete = false;
+      this.#tail.clear();
+    }
+  }
+
+  needsCheckpoint(): boolean {
+    return !this.#complete || this.#fileBytes >= STABLE_LOG_FILE_BYTES_MAX;
+  }
+
+  /**
+   * Called just before the store's own fsync starts: what is committed so far is the fsync's to
+   * cover, and every later commit is logged again.
+   */
+  beginCheckpoint(): void {
+    this.#tail.clear();
+    this.#complete = true;
+  }
+
+  /**
+   * Some committed change cannot be replayed from the log (a removal, a failed store fsync): the
+   * next fence is a checkpoint.
+   */
+  markIncomplete(): void {
+    this.#complete = false;
+  }
+
+  /** After the store's fsync: the file's frames are covered, so it starts over. */
+  async endCheckpoint(): Promise<void> {
+    await ftruncate(this.#fd, 0);
+    this.#fileBytes = 0;
+    if (!this.#dirSynced) {
+      // The file may be new: its name must survive power loss before its frames are relied on.
+      await fsyncDirectory(this.#dir);
+      this.#dirSynced = true;
+    }
+  }
+
+  /** Writes the tail as one frame; when it returns, every logged commit is on disk. */
+  async flush(): Promise<void> {
+    const frame = this.#tail.seal();
+    if (frame === undefined) return;
+    try {
+      await write(this.#fd, frame, 0, frame.length, this.#fileBytes);
+    } catch (err) {
+      // The frame may be half on disk; the next checkpoint covers its writes instead.
+      this.#complete = false;
+      throw err;
+    }
+    this.#fileBytes += frame.length;
+  }
+
+  close(): void {
+    fs.closeSync(this.#fd);
+  }
+}
+
+async function fsyncDirectory(dir: string): Promise<void> {
+  const fd = fs.openSync(dir, 'r');
+  try {
+    await fsync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+export interface StableLogReplay {
+  files: number;
+  /** Entries read from whole frames. */
+  entries: number;
+  /** Entries newer than what the store held, now written to it. */
+  applied: number;
+  /** Bytes of torn frames at the ends of the files (writes never acknowledged). */
+  tornBytes: number;
+}
+
+/** The stable logs in an env directory (absent directory: none). */
+export async function stableLogFiles(dir: string): Promise<string[]> {
+  try {
+    return (await fs.promises.readdir(dir)).filter((name) => LOG_FILE_PATTERN.test(name)).sort();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw err;
+  }
+}
+
+/**
+ * Merges the stable logs `files` of `dir` into `store` (opened without a log of its own, every fragment
+ * open), syncs the store, then removes the logs. A log whose checksummed contents are malformed
+ * stops the start with a storage error naming it: it is kept for the operator.
+ */
+export async function replayStableLogs(
+  dir: string,
+  files: string[],
+  store: KvStore,
+  fragmentCount: number,
+): Promise<StableLogReplay> {
+  const report: StableLogReplay = { files: 0, entries: 0, applied: 0, tornBytes: 0 };
+  for (const name of files) {
+    const file = path.join(dir, name);
+    const bytes = await fs.promises.readFile(file);
+    let contents: ReturnType<typeof readStableLog>;
+    try {
+      contents = readStableLog(bytes);
+    } catch (err) {
+      if (err instanceof StableLogCorrupt)
+        throw storageError(`stable log ${file} is corrupt: ${err.message}`);
+      throw err;
+    }
+    report.files++;
+    report.entries += contents.entries.length;
+    report.tornBytes += contents.tornBytes;
+    for (let at = 0; at < contents.entries.length; at += REPLAY_COMMIT_ENTRIES_MAX) {
+      const chunk = contents.entries.slice(at, at + REPLAY_COMMIT_ENTRIES_MAX);
+      report.applied += await mergeChunk(store, chunk, fragmentCount, file);
+    }
+  }
+  if (files.length === 0) return report;
+  await store.sync();
+  for (const name of files) await fs.promises.rm(path.join(dir, name));
+  await fsyncDirectory(dir);
+  return report;
+}
+
+/** Commits the entries of `chunk` that are newer than the store's records; returns how many. */
+async function mergeChunk(
+  store: KvStore,
+  chunk: ReturnType<typeof readStableLog>['entries'],
+  fragmentCount: number,
+  file: string,
+): Promise<number> {
+  // Within a chunk a later entry for a key is compared with the earlier one staged, not the store.
+  const staged = new Map<string, Uint8Array>();
+  const writes = new Map<number, FragmentWrites>();
+  let applied = 0;
+  for (const { fragment, key, record } of chunk) {
+    if (fragment >= fragmentCount || fragment >= FRAGMENT_COUNT_MAX || !isWellFormedRecord(record)) {
+      throw storageError(
+        `stable log ${file} holds an entry for fragment ${fragment} that this store cannot take`,
+      );
+    }
+    const id = `${fragment}:${key.toString('latin1')}`;
+    const current = staged.get(id) ?? store.get(fragment, key);
+    if (current !== undefined && compareVersions(record, current) <= 0) continue;
+    staged.set(id, record);
+    let w = writes.get(fragment);
+    if (w === undefined) {
+      w = { fragment, puts: [], deletes: [], highWaterWallMs: 0 };
+      writes.set(fragment, w);
+    }
+    w.puts.push([key, record]);
+    w.highWaterWallMs = Math.max(w.highWaterWallMs, wallMsOf(record));
+    applied++;
+  }
+  if (writes.size > 0) await store.commit([...writes.values()]);
+  return applied;
+}
