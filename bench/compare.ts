@@ -24,7 +24,7 @@
 //   BENCH_COMPARE_KEYS          harness keys (preloaded before its first run)   [100000 | 10000]
 //   BENCH_COMPARE_BENCH_MS      tinybench time per embedded task (ms)           [1000 | 200]
 //   BENCH_COMPARE_CLIENTS       connections, both tools                         [50]
-//   BENCH_COMPARE_WORKERS       Tessera worker threads for the redis pairs      [2]
+//   BENCH_COMPARE_WORKERS       Tessera worker threads for the redis pairs      [a node's default: cores − 1]
 //   BENCH_COMPARE_PAIRS         subset of memory,store,stable                   [all]
 //   BENCH_COMPARE_WORKLOADS     harness workloads                               [a,b,c,set]
 //   BENCH_COMPARE_ONLY          subset of redis-benchmark,load,embedded,workers [all]
@@ -50,6 +50,7 @@ import { createConnection, createServer } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { defaultWorkerCount } from '../src/main/config.js';
 import type { BenchRow } from './common.js';
 import type { LoadReport } from './load/report.js';
 
@@ -135,7 +136,7 @@ function settings(env: NodeJS.ProcessEnv): Settings {
     keys: int('BENCH_COMPARE_KEYS', 100_000, 10_000),
     benchMs: int('BENCH_COMPARE_BENCH_MS', 1000, 200, 10),
     clients: int('BENCH_COMPARE_CLIENTS', 50, 50),
-    workers: int('BENCH_COMPARE_WORKERS', 2, 2),
+    workers: int('BENCH_COMPARE_WORKERS', defaultWorkerCount(), defaultWorkerCount()),
     pairs: list('BENCH_COMPARE_PAIRS', PAIRS, PAIRS),
     workloads: list('BENCH_COMPARE_WORKLOADS', workloads, ['a', 'b', 'c', 'set']),
     sections: new Set(list('BENCH_COMPARE_ONLY', SECTIONS, SECTIONS)),
@@ -678,7 +679,7 @@ async function main(): Promise<number> {
 
   if (s.sections.has('redis-benchmark') || s.sections.has('load')) {
     for (const pair of s.pairs) {
-      const tessera = `${pair}, ${s.workers} workers`;
+      const tessera = `${pair}, ${s.workers} worker${s.workers === 1 ? '' : 's'}`;
       const pairRows: Row[] = [];
       const rowFor = (test: string) => {
         let row = pairRows.find((r) => r.test === test);

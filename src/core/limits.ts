@@ -85,18 +85,15 @@ export const CLEAN_PAGE_KEYS_MAX = 512;
 
 /**
  * How long `memory`-durability writes may stay unflushed before the actor commits them anyway;
- * bounds what a process crash can lose at that level.
+ * bounds what a process crash can lose at that level. Short: a pending write held longer outlives
+ * the young generation and costs a major GC, and the larger commit stalls the worker — at 100 ms
+ * pipelined SETs ran ~20% slower with a 3× p99 than at 1–2 ms (bench/RESULTS.md "Memory flush").
  */
-export const FLUSH_INTERVAL_MS_DEFAULT = 100;
+export const FLUSH_INTERVAL_MS_DEFAULT = 2;
 /** Unflushed writes per fragment that force a commit regardless of the interval. */
 export const FLUSH_PENDING_WRITES_MAX = 4096;
 /** Unflushed bytes per fragment that force a commit. */
 export const FLUSH_PENDING_BYTES_MAX = 16 * 1024 * 1024;
-/**
- * A stable write waits at most this long for a group fsync to start, so writes arriving together
- * share one fsync (DESIGN.md "Durability").
- */
-export const STABLE_GROUP_WINDOW_MS = 2;
 
 /**
  * One stable-log frame (src/core/stable-log.ts) at most: the writes committed between two group

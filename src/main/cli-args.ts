@@ -79,7 +79,7 @@ const FLAGS: Flag[] = [
     name: 'flush-interval',
     kind: 'duration',
     option: 'flushIntervalMs',
-    help: 'longest time memory-durability writes stay uncommitted (default 100ms)',
+    help: 'longest time memory-durability writes stay uncommitted (default 2ms)',
   },
   {
     name: 'queue-ops-max',

@@ -50,7 +50,7 @@ export interface TesseraOptions extends ClusterOptions {
   maxClockSkewMs?: number;
   /** Period of the TTL cleaner that turns expired values into tombstones (default 30 s). */
   cleanIntervalMs?: number;
-  /** Longest time `memory`-durability writes stay uncommitted (default 100 ms). */
+  /** Longest time `memory`-durability writes stay uncommitted (default 2 ms). */
   flushIntervalMs?: number;
   /** Queued operations per fragment per priority before Backpressure (default 8192). */
   queueOpsMax?: number;
