@@ -40,6 +40,9 @@ import type { ResultHandler } from './worker-link.js';
 export type Key = string | Uint8Array;
 export type Value = string | Uint8Array;
 
+/** Keys `deleteAll` deletes per page: one scan page, its deletes in flight together. */
+const DELETE_ALL_PAGE_KEYS = 1000;
+
 export interface WriteOptions {
   /** Time to live in milliseconds (a positive integer). */
   ttlMs?: number;
@@ -250,6 +253,23 @@ export class Tessera {
   /** Deletes `key` (writes a tombstone). Resolves to whether a live value existed. */
   delete(key: Key, options?: WriteOptions): Promise<boolean> {
     return this.write(key, undefined, options, deleteHandler, true);
+  }
+
+  /**
+   * Deletes every key live when it starts — a tombstone each, stamped and replicated like any delete
+   * — and resolves to how many it deleted. O(keys), a page of keys at a time. Not atomic: a key
+   * written while it runs may survive it.
+   */
+  async deleteAll(options?: Omit<WriteOptions, 'ttlMs' | 'expiresAtMs'>): Promise<number> {
+    let deleted = 0;
+    let cursor: string | undefined;
+    do {
+      const page = await this.scan({ cursor, limit: DELETE_ALL_PAGE_KEYS, keysOnly: true });
+      const existed = await Promise.all(page.entries.map((e) => this.delete(e.key, options)));
+      for (const live of existed) if (live) deleted++;
+      cursor = page.cursor;
+    } while (cursor !== undefined);
+    return deleted;
   }
 
   /** Sets a key's time to live; resolves false when the key does not exist. */

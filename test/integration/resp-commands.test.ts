@@ -934,7 +934,7 @@ describe('errors', () => {
       [['HSET', 'h', 'f', 'v'], /^-ERR HSET is not supported\b.*strings only/],
       [['SUBSCRIBE', 'ch'], /^-ERR SUBSCRIBE is not supported\b.*pub\/sub/],
       [['RENAME', 'a', 'b'], /^-ERR RENAME is not supported\b.*renamed/],
-      [['FLUSHALL'], /^-ERR FLUSHALL is not supported\b/],
+      [['SWAPDB', '0', '1'], /^-ERR SWAPDB is not supported\b/],
     ];
     for (const [args, expected] of cases) {
       const reply = await raw.call(...args);

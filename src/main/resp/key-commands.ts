@@ -1,7 +1,9 @@
-// Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, SCAN, KEYS and DBSIZE.
+// Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, SCAN, KEYS, DBSIZE and
+// FLUSHALL / FLUSHDB.
 
 import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
 import { Modifier, ModifyFlag } from '../../core/modify.js';
+import { DURABILITY_NAMES } from '../../core/ops.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import {
@@ -206,6 +208,22 @@ function dbsize(conn: RespConnection): boolean {
   return answerLater(conn, conn.server.countKeys(), (w, n) => w.integer(n));
 }
 
+/**
+ * FLUSHALL / FLUSHDB [ASYNC | SYNC]: deletes every key (one database here, so both are the same).
+ * Answers once every key live at the start holds a tombstone at the connection's durability, ASYNC
+ * included: a client that flushes expects an empty keyspace after the reply. Not atomic like
+ * Redis's: a key written while it runs may survive.
+ */
+function flushAll(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  if (cmd.argc > 2) return syntaxError(w);
+  if (cmd.argc === 2) {
+    const mode = optionName(cmd, 1);
+    if (mode !== 'ASYNC' && mode !== 'SYNC') return syntaxError(w);
+  }
+  const done = conn.server.node.deleteAll({ durability: DURABILITY_NAMES[conn.durability] });
+  return answerLater(conn, done, (reply) => reply.simple('OK'));
+}
+
 function syntaxError(w: RespWriter): true {
   w.error(SYNTAX_ERROR);
   return true;
@@ -248,4 +266,6 @@ export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'SCAN', arity: -2, flags: ['readonly'], keys: NONE, run: scan },
   { name: 'KEYS', arity: 2, flags: ['readonly'], keys: NONE, run: keys },
   { name: 'DBSIZE', arity: 1, flags: ['readonly', 'fast'], keys: NONE, run: dbsize },
+  { name: 'FLUSHALL', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
+  { name: 'FLUSHDB', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
 ];

@@ -177,7 +177,6 @@ const REASONS: Record<string, readonly string[]> = {
     'RANDOMKEY',
     'TOUCH',
   ],
-  'it is not supported: dropping the whole keyspace is not offered over RESP yet': ['FLUSHALL', 'FLUSHDB'],
   'it is not supported: persistence is continuous and configured at start': [
     'SAVE',
     'BGSAVE',
