@@ -86,9 +86,14 @@ export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
       encoding: 'binary',
       keyEncoding: 'binary',
     });
-    const envDir = path.join(location.dataDir, LMDB_DIR);
-    const log = location.stableLog === undefined ? undefined : StableLogFile.open(envDir, location.stableLog);
-    return new LmdbStore(root, location.fragmentCount, log);
+    if (location.stableLog === undefined) return new LmdbStore(root, location.fragmentCount, undefined);
+    try {
+      const log = await StableLogFile.open(path.join(location.dataDir, LMDB_DIR), location.stableLog);
+      return new LmdbStore(root, location.fragmentCount, log);
+    } catch (err) {
+      await root.close();
+      throw err;
+    }
   } catch (err) {
     throw asStorageError(err);
   }
@@ -305,7 +310,7 @@ class LmdbStore implements KvStore {
     this.#closed = true;
     // A fence in flight finishes first; the log keeps what it holds for the next start's replay.
     await this.#fences;
-    this.#log?.close();
+    await this.#log?.close();
     // Named databases are never closed one by one: mdb_dbi_close would invalidate the handle for
     // every thread sharing the env. Closing the root releases this thread's hold on the env only.
     this.#dbs.fill(undefined);

@@ -22,8 +22,6 @@ import { compareVersions, isWellFormedRecord, wallMsOf } from '../core/record.js
 import { readStableLog, StableLogCorrupt, StableLogTail } from '../core/stable-log.js';
 import type { FragmentWrites, KvStore } from './kv-store.js';
 
-const write = promisify(fs.write);
-const ftruncate = promisify(fs.ftruncate);
 const fsync = promisify(fs.fsync);
 
 const LOG_FILE_PATTERN = /^stable-(\d+)\.log$/;
@@ -33,7 +31,8 @@ const REPLAY_COMMIT_ENTRIES_MAX = 4096;
 export const stableLogFileName = (worker: number): string => `stable-${worker}.log`;
 
 export class StableLogFile {
-  readonly #fd: number;
+  /** A FileHandle, not a bare fd: a worker thread that dies closes it with its environment. */
+  readonly #file: fs.promises.FileHandle;
   readonly #dir: string;
   readonly #tail = new StableLogTail();
   /**
@@ -45,16 +44,20 @@ export class StableLogFile {
   #fileBytes = 0;
   #dirSynced = false;
 
-  private constructor(fd: number, dir: string) {
-    this.#fd = fd;
+  private constructor(file: fs.promises.FileHandle, dir: string) {
+    this.#file = file;
     this.#dir = dir;
   }
 
   /** Opens (creating) a worker's log without truncating it: its contents wait for a checkpoint. */
-  static open(dir: string, worker: number): StableLogFile {
+  static async open(dir: string, worker: number): Promise<StableLogFile> {
     const { O_WRONLY, O_CREAT, O_DSYNC } = fs.constants;
-    const fd = fs.openSync(path.join(dir, stableLogFileName(worker)), O_WRONLY | O_CREAT | O_DSYNC, 0o644);
-    return new StableLogFile(fd, dir);
+    const file = await fs.promises.open(
+      path.join(dir, stableLogFileName(worker)),
+      O_WRONLY | O_CREAT | O_DSYNC,
+      0o644,
+    );
+    return new StableLogFile(file, dir);
   }
 
   /** Records one committed write; a no-op until the next checkpoint once the log is incomplete. */
@@ -89,7 +92,7 @@ export class StableLogFile {
 
   /** After the store's fsync: the file's frames are covered, so it starts over. */
   async endCheckpoint(): Promise<void> {
-    await ftruncate(this.#fd, 0);
+    await this.#file.truncate(0);
     this.#fileBytes = 0;
     if (!this.#dirSynced) {
       // The file may be new: its name must survive power loss before its frames are relied on.
@@ -103,7 +106,10 @@ export class StableLogFile {
     const frame = this.#tail.seal();
     if (frame === undefined) return;
     try {
-      await write(this.#fd, frame, 0, frame.length, this.#fileBytes);
+      const { bytesWritten } = await this.#file.write(frame, 0, frame.length, this.#fileBytes);
+      if (bytesWritten !== frame.length) {
+        throw new Error(`stable log write stopped at ${bytesWritten} of ${frame.length} bytes`);
+      }
     } catch (err) {
       // The frame may be half on disk; the next checkpoint covers its writes instead.
       this.#complete = false;
@@ -112,8 +118,8 @@ export class StableLogFile {
     this.#fileBytes += frame.length;
   }
 
-  close(): void {
-    fs.closeSync(this.#fd);
+  close(): Promise<void> {
+    return this.#file.close();
   }
 }
 
