@@ -11,19 +11,22 @@
 
 import { assert } from './assert.js';
 import { HLC_LOGICAL_MAX } from './limits.js';
-import { decodePairs, Modifier, ModifyAnswer, type ModifyRequest, planModify } from './modify.js';
+import { decodePairs, Modifier, ModifyAnswer, ModifyFlag, type ModifyRequest, planModify } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
 import {
   ApplyOutcome,
+  compareVersions,
   describeRecord,
   encodeRecord,
+  expiresAtOf,
   expiryTombstoneOf,
   isLive,
   isTombstone,
   logicalOf,
   mergeOutcome,
   nodeIdOf,
+  valueBytesOf,
   wallMsOf,
 } from './record.js';
 
@@ -342,6 +345,7 @@ export class FragmentCore {
   /** A read-modify-write: plan it over the live record, then merge its write (if any) under LWW. */
   private executeModify(op: FragmentOp): void {
     if (op.modifier === Modifier.SetAllIfNone) return this.executeSetAllIfNone(op);
+    if (op.modifier === Modifier.Rename) return this.executeRename(op);
     this.writes++;
     const current = this.lookup(op);
     const live = current !== undefined && isLive(current, this.nowMs) ? current : undefined;
@@ -394,6 +398,42 @@ export class FragmentCore {
       this.writes++;
     }
     this.await(op, Reply.Integer, false, undefined, '1');
+  }
+
+  /**
+   * RENAME / RENAMENX (flag Nx): the live value and its deadline move to the target key (the
+   * operand, ours too) under the stamp's version, and the key gets a tombstone — both or neither:
+   * if either record already there is newer than the stamp, nothing is written.
+   */
+  private executeRename(op: FragmentOp): void {
+    const found = this.lookup(op);
+    if (found === undefined || !isLive(found, this.nowMs))
+      return this.reply(op, Reply.Refused, undefined, false, 'ERR no such key');
+    const onlyIfNone = (op.flags & ModifyFlag.Nx) !== 0;
+    const target = op.operand === undefined ? Buffer.alloc(0) : Buffer.from(op.operand);
+    if (target.equals(op.key))
+      return this.reply(op, onlyIfNone ? Reply.NotApplied : Reply.Applied, undefined, true, '');
+    // The store's read result is valid until its next read: keep a copy across the second lookup.
+    const source = Buffer.from(found);
+    const targetId = target.toString('latin1');
+    const existing = this.lookupKey(target, targetId);
+    if (onlyIfNone && existing !== undefined && isLive(existing, this.nowMs))
+      return this.reply(op, Reply.NotApplied, undefined, true, '');
+    const stamp = op.record;
+    const wallMs = wallMsOf(stamp);
+    const logical = logicalOf(stamp);
+    const nodeId = nodeIdOf(stamp);
+    const moved = encodeRecord(false, wallMs, logical, expiresAtOf(source), nodeId, valueBytesOf(source));
+    const removed = encodeRecord(true, wallMs, logical, 0, nodeId, undefined);
+    if (compareVersions(removed, source) <= 0) return this.reply(op, Reply.Superseded, source, true, '');
+    if (existing !== undefined && compareVersions(moved, existing) <= 0)
+      return this.reply(op, Reply.Superseded, Buffer.from(existing), true, '');
+    this.writes += 2;
+    this.putPending(op.key, op.keyId, removed);
+    this.logForReplicas(op, op.key, removed);
+    this.putPending(target, targetId, moved);
+    this.logForReplicas(op, target, moved);
+    this.await(op, Reply.Applied, true);
   }
 
   private executeWrite(op: FragmentOp, incoming: Uint8Array): void {

@@ -31,8 +31,16 @@ export const Modifier = {
    * belong to this fragment.
    */
   SetAllIfNone: 10,
+  /**
+   * RENAME / RENAMENX (flag Nx): the operand is the new key, which must belong to this fragment; the
+   * record carries the stamp. The value and its deadline move to the new key under the stamp's
+   * version and the old key gets a tombstone, both or neither.
+   */
+  Rename: 11,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
+/** The highest Modifier: decoders refuse anything past it. */
+export const MODIFIER_MAX: Modifier = Modifier.Rename;
 
 /** Modifier flags (a bit set). */
 export const ModifyFlag = {
@@ -136,8 +144,14 @@ export function planModify(
         return plan(ModifyAnswer.Integer, undefined, undefined, '0');
       return plan(ModifyAnswer.Integer, withDeadlineOf(req.record, live, 0), undefined, '1');
     case Modifier.SetAllIfNone:
+    case Modifier.Rename:
       // Multi-key: the fragment decides it (it must look at every key); see FragmentCore.
-      return plan(ModifyAnswer.Refused, undefined, undefined, 'ERR MSETNX must be planned by the fragment');
+      return plan(
+        ModifyAnswer.Refused,
+        undefined,
+        undefined,
+        'ERR a multi-key command must be planned by the fragment',
+      );
   }
 }
 

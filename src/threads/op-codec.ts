@@ -41,7 +41,7 @@ import {
   SCAN_PAGE_KEYS_MAX,
   SCAN_PATTERN_BYTES_MAX,
 } from '../core/limits.js';
-import { decodePairs, Modifier } from '../core/modify.js';
+import { decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import { isWellFormedRecord, RECORD_HEADER_BYTES } from '../core/record.js';
 
@@ -208,9 +208,13 @@ export function checkRequest(
   if (kind === OpKind.Write) return isWellFormedRecord(op.subarray(rest)) ? undefined : 'malformed record';
   if (rest + MODIFY_PARAMS_BYTES > op.length) return 'modify parameters cut short';
   const modifier = op[rest];
-  if (modifier < Modifier.Set || modifier > Modifier.SetAllIfNone) return `unknown modifier ${modifier}`;
+  if (modifier < Modifier.Set || modifier > MODIFIER_MAX) return `unknown modifier ${modifier}`;
   const end = rest + MODIFY_PARAMS_BYTES + readU16LE(op, rest + 6);
   if (end > op.length || !isWellFormedRecord(op.subarray(end))) return 'malformed modify parameters';
+  if (modifier === Modifier.Rename) {
+    const target = op.subarray(rest + MODIFY_PARAMS_BYTES, end);
+    if (target.length > KEY_BYTES_MAX || fragmentOf(target) !== fragment) return 'malformed RENAME target';
+  }
   if (modifier === Modifier.SetAllIfNone) {
     const pairs = decodePairs(op.subarray(rest + MODIFY_PARAMS_BYTES, end));
     if (

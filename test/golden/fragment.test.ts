@@ -6,7 +6,7 @@
 //   write req=R key=K ts=W.L node=N [value=V | tombstone] [exp=MS] [dur=memory|store|stable] [pri=high|default|background]
 //         [prior]   (asks whether a live value existed: reads the store even for the newest version)
 //   read req=R key=K [pri=…]
-//   modify req=R key=K mod=set|getdel|getex|incrby|incrbyfloat|append|setrange|expire|persist
+//   modify req=R key=K mod=set|getdel|getex|incrby|incrbyfloat|append|setrange|expire|persist|rename
 //          ts=W.L node=N [value=V] [exp=MS] [flags=nx,xx,gt,lt,get,keep] [arg=N] [operand=S] [dur=…]
 //   fence req=R dur=store|stable  run now=MS [budget=N]  tick now=MS
 //   committed gen=G   commit-failed gen=G msg=M   synced gen=G   sync-failed gen=G msg=M
@@ -159,6 +159,7 @@ const MODIFIERS: Record<string, Modifier> = {
   setrange: Modifier.SetRange,
   expire: Modifier.Expire,
   persist: Modifier.Persist,
+  rename: Modifier.Rename,
 };
 const FLAGS: Record<string, number> = {
   nx: ModifyFlag.Nx,

@@ -394,6 +394,39 @@ describe('multi-key string commands', () => {
     await rejectsWith(r.call('UNLINK'), arity('unlink'));
   });
 
+  test('RENAME and RENAMENX move the value and its deadline within one hash slot', async () => {
+    await r.set('{rn}a', 'value', 'PX', 100_000);
+    assert.equal(await r.rename('{rn}a', '{rn}b'), 'OK');
+    assert.equal(await r.exists('{rn}a'), 0, 'the old key is gone');
+    assert.equal(await r.get('{rn}b'), 'value');
+    assertPttlNear(await r.pttl('{rn}b'), 100_000);
+    await r.set('{rn}c', 'overwritten', 'EX', 50);
+    assert.equal(await r.rename('{rn}b', '{rn}c'), 'OK', 'RENAME overwrites the target');
+    assert.equal(await r.get('{rn}c'), 'value');
+    assertPttlNear(await r.pttl('{rn}c'), 100_000);
+    await r.set('{rn}plain', 'p');
+    assert.equal(await r.rename('{rn}plain', '{rn}d'), 'OK');
+    assert.equal(await r.pttl('{rn}d'), -1, 'no deadline moves as no deadline');
+    assert.equal(await r.rename('{rn}d', '{rn}d'), 'OK', 'renaming a key to itself changes nothing');
+    assert.equal(await r.get('{rn}d'), 'p');
+
+    assert.equal(await r.renamenx('{rn}c', '{rn}d'), 0, 'RENAMENX leaves an existing target alone');
+    assert.equal(await r.get('{rn}c'), 'value');
+    assert.equal(await r.get('{rn}d'), 'p');
+    assert.equal(await r.renamenx('{rn}c', '{rn}e'), 1);
+    assert.deepEqual(await r.mget('{rn}c', '{rn}e'), [null, 'value']);
+    assert.equal(await r.renamenx('{rn}e', '{rn}e'), 0);
+
+    await rejectsWith(r.rename('{rn}missing', '{rn}x'), 'ERR no such key');
+    await rejectsWith(r.renamenx('{rn}missing', '{rn}x'), 'ERR no such key');
+    await rejectsWith(
+      r.rename('{rn}e', 'elsewhere'),
+      "CROSSSLOT Keys in request don't hash to the same slot",
+    );
+    assert.equal(await r.get('{rn}e'), 'value', 'a refused RENAME moves nothing');
+    await rejectsWith(r.call('RENAME', '{rn}e'), arity('rename'));
+  });
+
   test('EXISTS counts every key named, repeats included', async () => {
     await r.set('exists:a', '1');
     assert.equal(await r.exists('exists:a'), 1);
@@ -933,7 +966,7 @@ describe('errors', () => {
       [['LPUSH', 'l', 'a'], /^-ERR LPUSH is not supported\b.*strings only/],
       [['HSET', 'h', 'f', 'v'], /^-ERR HSET is not supported\b.*strings only/],
       [['SUBSCRIBE', 'ch'], /^-ERR SUBSCRIBE is not supported\b.*pub\/sub/],
-      [['RENAME', 'a', 'b'], /^-ERR RENAME is not supported\b.*renamed/],
+      [['COPY', 'a', 'b'], /^-ERR COPY is not supported\b.*copied/],
       [['SWAPDB', '0', '1'], /^-ERR SWAPDB is not supported\b/],
     ];
     for (const [args, expected] of cases) {

@@ -245,6 +245,10 @@ describe('requests from peers', () => {
       undefined,
     );
     assert.equal(checkRequest(modify(Modifier.IncrBy, Buffer.from('5')), 16, fragmentOf), undefined);
+    assert.equal(
+      checkRequest(modify(Modifier.Rename, Buffer.from('{user:1}.old')), 16, fragmentOf),
+      undefined,
+    );
   });
 
   test('malformed requests are named, before any worker sees them', () => {
@@ -252,6 +256,7 @@ describe('requests from peers', () => {
       ['shorter than its header', write().subarray(0, 6)],
       ['record', write().subarray(0, 20)],
       ['unknown modifier', modify(99)],
+      ['RENAME target', modify(Modifier.Rename, Buffer.from('x'.repeat(1025)))],
       ['trailing bytes', Buffer.concat([request(OpKind.Read, (_b, at) => at), Buffer.from('x')])],
     ];
     const otherFragment = write();
@@ -260,6 +265,10 @@ describe('requests from peers', () => {
     const badLength = modify(Modifier.IncrBy, Buffer.from('5'));
     badLength.writeUInt16LE(500, 10 + key.length + 6);
     cases.push(['modify parameters', badLength]);
+    // A RENAME whose target another fragment owns would plant the key where no reader looks.
+    let foreign = 'other:0';
+    for (let i = 1; fragmentOf(Buffer.from(foreign)) === fragment; i++) foreign = `other:${i}`;
+    cases.push(['RENAME target', modify(Modifier.Rename, Buffer.from(foreign))]);
     const kind = write();
     kind[0] = 17;
     cases.push(['cannot be forwarded', kind]);

@@ -1,6 +1,7 @@
-// Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, SCAN, KEYS, DBSIZE and
-// FLUSHALL / FLUSHDB.
+// Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, RENAME / RENAMENX, SCAN,
+// KEYS, DBSIZE and FLUSHALL / FLUSHDB.
 
+import { slotOf } from '../../core/keyspace.js';
 import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
 import { Modifier, ModifyFlag } from '../../core/modify.js';
 import { DURABILITY_NAMES } from '../../core/ops.js';
@@ -224,6 +225,27 @@ function flushAll(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   return answerLater(conn, done, (reply) => reply.simple('OK'));
 }
 
+/**
+ * RENAME / RENAMENX key newkey: both keys must share a hash slot (as in Redis Cluster), so the one
+ * fragment actor that owns them moves the value, its deadline included, and deletes the old key in
+ * one step.
+ */
+function rename(onlyIfNone: boolean) {
+  return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
+    const key = cmd.arg(1);
+    const target = cmd.arg(2);
+    if (!keyFits(key, w) || !keyFits(target, w)) return true;
+    if (slotOf(key) !== slotOf(target)) {
+      w.errorCode('CROSSSLOT', "Keys in request don't hash to the same slot");
+      return true;
+    }
+    const mode = onlyIfNone ? ModifyMode.SetFlag : ModifyMode.SetOk;
+    const flags = onlyIfNone ? ModifyFlag.Nx : 0;
+    modifyKey(conn, key, Modifier.Rename, flags, undefined, 0, mode, 0, target);
+    return false;
+  };
+}
+
 function syntaxError(w: RespWriter): true {
   w.error(SYNTAX_ERROR);
   return true;
@@ -267,5 +289,7 @@ export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'KEYS', arity: 2, flags: ['readonly'], keys: NONE, run: keys },
   { name: 'DBSIZE', arity: 1, flags: ['readonly', 'fast'], keys: NONE, run: dbsize },
   { name: 'FLUSHALL', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
+  { name: 'RENAME', arity: 3, flags: ['write'], keys: [1, 2, 1], run: rename(false) },
+  { name: 'RENAMENX', arity: 3, flags: ['write', 'fast'], keys: [1, 2, 1], run: rename(true) },
   { name: 'FLUSHDB', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
 ];

@@ -164,9 +164,7 @@ const REASONS: Record<string, readonly string[]> = {
     'SORT',
     'SORT_RO',
   ],
-  'it is not supported: keys cannot be renamed, copied or moved between databases': [
-    'RENAME',
-    'RENAMENX',
+  'it is not supported: keys cannot be copied or moved between databases': [
     'COPY',
     'MOVE',
     'SWAPDB',
