@@ -345,7 +345,7 @@ export class FragmentCore {
   /** A read-modify-write: plan it over the live record, then merge its write (if any) under LWW. */
   private executeModify(op: FragmentOp): void {
     if (op.modifier === Modifier.SetAllIfNone) return this.executeSetAllIfNone(op);
-    if (op.modifier === Modifier.Rename) return this.executeRename(op);
+    if (op.modifier === Modifier.Rename || op.modifier === Modifier.Copy) return this.executeTransfer(op);
     this.writes++;
     const current = this.lookup(op);
     const live = current !== undefined && isLive(current, this.nowMs) ? current : undefined;
@@ -401,18 +401,24 @@ export class FragmentCore {
   }
 
   /**
-   * RENAME / RENAMENX (flag Nx): the live value and its deadline move to the target key (the
-   * operand, ours too) under the stamp's version, and the key gets a tombstone — both or neither:
-   * if either record already there is newer than the stamp, nothing is written.
+   * RENAME / RENAMENX / COPY: the live value and its deadline are written to the target key (the
+   * operand, ours too) under the stamp's version, and RENAME gives the key a tombstone — all or
+   * nothing: if a record already there is newer than the stamp, nothing is written. Flag Nx: only
+   * if the target holds no live value.
    */
-  private executeRename(op: FragmentOp): void {
+  private executeTransfer(op: FragmentOp): void {
+    const copy = op.modifier === Modifier.Copy;
     const found = this.lookup(op);
-    if (found === undefined || !isLive(found, this.nowMs))
+    if (found === undefined || !isLive(found, this.nowMs)) {
+      if (copy) return this.reply(op, Reply.NotApplied, undefined, false, '');
       return this.reply(op, Reply.Refused, undefined, false, 'ERR no such key');
+    }
     const onlyIfNone = (op.flags & ModifyFlag.Nx) !== 0;
     const target = op.operand === undefined ? Buffer.alloc(0) : Buffer.from(op.operand);
-    if (target.equals(op.key))
+    if (target.equals(op.key)) {
+      if (copy) return this.reply(op, Reply.Refused, undefined, true, SAME_OBJECT);
       return this.reply(op, onlyIfNone ? Reply.NotApplied : Reply.Applied, undefined, true, '');
+    }
     // The store's read result is valid until its next read: keep a copy across the second lookup.
     const source = Buffer.from(found);
     const targetId = target.toString('latin1');
@@ -423,16 +429,20 @@ export class FragmentCore {
     const wallMs = wallMsOf(stamp);
     const logical = logicalOf(stamp);
     const nodeId = nodeIdOf(stamp);
-    const moved = encodeRecord(false, wallMs, logical, expiresAtOf(source), nodeId, valueBytesOf(source));
-    const removed = encodeRecord(true, wallMs, logical, 0, nodeId, undefined);
-    if (compareVersions(removed, source) <= 0) return this.reply(op, Reply.Superseded, source, true, '');
-    if (existing !== undefined && compareVersions(moved, existing) <= 0)
+    const written = encodeRecord(false, wallMs, logical, expiresAtOf(source), nodeId, valueBytesOf(source));
+    const removed = copy ? undefined : encodeRecord(true, wallMs, logical, 0, nodeId, undefined);
+    if (removed !== undefined && compareVersions(removed, source) <= 0)
+      return this.reply(op, Reply.Superseded, source, true, '');
+    if (existing !== undefined && compareVersions(written, existing) <= 0)
       return this.reply(op, Reply.Superseded, Buffer.from(existing), true, '');
-    this.writes += 2;
-    this.putPending(op.key, op.keyId, removed);
-    this.logForReplicas(op, op.key, removed);
-    this.putPending(target, targetId, moved);
-    this.logForReplicas(op, target, moved);
+    if (removed !== undefined) {
+      this.writes++;
+      this.putPending(op.key, op.keyId, removed);
+      this.logForReplicas(op, op.key, removed);
+    }
+    this.writes++;
+    this.putPending(target, targetId, written);
+    this.logForReplicas(op, target, written);
     this.await(op, Reply.Applied, true);
   }
 
@@ -642,6 +652,9 @@ export class FragmentCore {
     return lines.join('\n');
   }
 }
+
+/** COPY onto itself, in Redis's words. */
+const SAME_OBJECT = 'ERR source and destination objects are the same';
 
 const MODIFY_REPLIES: Record<ModifyAnswer, Reply> = {
   [ModifyAnswer.Done]: Reply.Applied,

@@ -37,10 +37,12 @@ export const Modifier = {
    * version and the old key gets a tombstone, both or neither.
    */
   Rename: 11,
+  /** COPY (flag Nx unless REPLACE): as Rename, but the key keeps its value. */
+  Copy: 12,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
 /** The highest Modifier: decoders refuse anything past it. */
-export const MODIFIER_MAX: Modifier = Modifier.Rename;
+export const MODIFIER_MAX: Modifier = Modifier.Copy;
 
 /** Modifier flags (a bit set). */
 export const ModifyFlag = {
@@ -145,6 +147,7 @@ export function planModify(
       return plan(ModifyAnswer.Integer, withDeadlineOf(req.record, live, 0), undefined, '1');
     case Modifier.SetAllIfNone:
     case Modifier.Rename:
+    case Modifier.Copy:
       // Multi-key: the fragment decides it (it must look at every key); see FragmentCore.
       return plan(
         ModifyAnswer.Refused,

@@ -211,9 +211,10 @@ export function checkRequest(
   if (modifier < Modifier.Set || modifier > MODIFIER_MAX) return `unknown modifier ${modifier}`;
   const end = rest + MODIFY_PARAMS_BYTES + readU16LE(op, rest + 6);
   if (end > op.length || !isWellFormedRecord(op.subarray(end))) return 'malformed modify parameters';
-  if (modifier === Modifier.Rename) {
+  if (modifier === Modifier.Rename || modifier === Modifier.Copy) {
     const target = op.subarray(rest + MODIFY_PARAMS_BYTES, end);
-    if (target.length > KEY_BYTES_MAX || fragmentOf(target) !== fragment) return 'malformed RENAME target';
+    if (target.length > KEY_BYTES_MAX || fragmentOf(target) !== fragment)
+      return 'malformed RENAME or COPY target';
   }
   if (modifier === Modifier.SetAllIfNone) {
     const pairs = decodePairs(op.subarray(rest + MODIFY_PARAMS_BYTES, end));

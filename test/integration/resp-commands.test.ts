@@ -427,6 +427,28 @@ describe('multi-key string commands', () => {
     await rejectsWith(r.call('RENAME', '{rn}e'), arity('rename'));
   });
 
+  test('COPY copies the value and its deadline within one hash slot, REPLACE overwriting', async () => {
+    await r.set('{cp}a', 'value', 'PX', 100_000);
+    assert.equal(await r.copy('{cp}a', '{cp}b'), 1);
+    assert.deepEqual(await r.mget('{cp}a', '{cp}b'), ['value', 'value'], 'the source stays');
+    assertPttlNear(await r.pttl('{cp}b'), 100_000);
+    await r.set('{cp}c', 'other');
+    assert.equal(await r.copy('{cp}c', '{cp}b'), 0, 'a live target is kept without REPLACE');
+    assert.equal(await r.get('{cp}b'), 'value');
+    assert.equal(await r.call('COPY', '{cp}c', '{cp}b', 'REPLACE'), 1);
+    assert.equal(await r.get('{cp}b'), 'other');
+    assert.equal(await r.pttl('{cp}b'), -1, 'the copy takes the source’s (absent) deadline');
+    assert.equal(await r.call('COPY', '{cp}c', '{cp}d', 'DB', '0'), 1);
+    assert.equal(await r.copy('{cp}missing', '{cp}e'), 0, 'an absent source copies nothing');
+    assert.equal(await r.exists('{cp}e'), 0);
+    await rejectsWith(r.copy('{cp}a', '{cp}a'), 'ERR source and destination objects are the same');
+    await rejectsWith(r.call('COPY', '{cp}a', '{cp}f', 'DB', '1'), 'ERR DB index is out of range');
+    await rejectsWith(r.call('COPY', '{cp}a', '{cp}f', 'DB', 'x'), NOT_INTEGER);
+    await rejectsWith(r.call('COPY', '{cp}a', '{cp}f', 'NOW'), SYNTAX);
+    await rejectsWith(r.copy('{cp}a', 'elsewhere'), "CROSSSLOT Keys in request don't hash to the same slot");
+    await rejectsWith(r.call('COPY', '{cp}a'), arity('copy'));
+  });
+
   test('EXISTS counts every key named, repeats included', async () => {
     await r.set('exists:a', '1');
     assert.equal(await r.exists('exists:a'), 1);
@@ -966,7 +988,7 @@ describe('errors', () => {
       [['LPUSH', 'l', 'a'], /^-ERR LPUSH is not supported\b.*strings only/],
       [['HSET', 'h', 'f', 'v'], /^-ERR HSET is not supported\b.*strings only/],
       [['SUBSCRIBE', 'ch'], /^-ERR SUBSCRIBE is not supported\b.*pub\/sub/],
-      [['COPY', 'a', 'b'], /^-ERR COPY is not supported\b.*copied/],
+      [['MOVE', 'a', '1'], /^-ERR MOVE is not supported\b.*moved/],
       [['SWAPDB', '0', '1'], /^-ERR SWAPDB is not supported\b/],
     ];
     for (const [args, expected] of cases) {

@@ -256,7 +256,7 @@ describe('requests from peers', () => {
       ['shorter than its header', write().subarray(0, 6)],
       ['record', write().subarray(0, 20)],
       ['unknown modifier', modify(99)],
-      ['RENAME target', modify(Modifier.Rename, Buffer.from('x'.repeat(1025)))],
+      ['RENAME or COPY target', modify(Modifier.Rename, Buffer.from('x'.repeat(1025)))],
       ['trailing bytes', Buffer.concat([request(OpKind.Read, (_b, at) => at), Buffer.from('x')])],
     ];
     const otherFragment = write();
@@ -268,7 +268,7 @@ describe('requests from peers', () => {
     // A RENAME whose target another fragment owns would plant the key where no reader looks.
     let foreign = 'other:0';
     for (let i = 1; fragmentOf(Buffer.from(foreign)) === fragment; i++) foreign = `other:${i}`;
-    cases.push(['RENAME target', modify(Modifier.Rename, Buffer.from(foreign))]);
+    cases.push(['RENAME or COPY target', modify(Modifier.Rename, Buffer.from(foreign))]);
     const kind = write();
     kind[0] = 17;
     cases.push(['cannot be forwarded', kind]);

@@ -1,5 +1,5 @@
-// Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, RENAME / RENAMENX, SCAN,
-// KEYS, DBSIZE and FLUSHALL / FLUSHDB.
+// Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, RENAME / RENAMENX / COPY,
+// SCAN, KEYS, DBSIZE and FLUSHALL / FLUSHDB.
 
 import { slotOf } from '../../core/keyspace.js';
 import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
@@ -246,6 +246,42 @@ function rename(onlyIfNone: boolean) {
   };
 }
 
+/** COPY source destination [DB 0] [REPLACE]: :1 when copied, :0 when not (absent source, or a live target without REPLACE). */
+function copy(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  const target = cmd.arg(2);
+  let replace = false;
+  for (let i = 3; i < cmd.argc; i++) {
+    const option = optionName(cmd, i);
+    if (option === 'REPLACE') replace = true;
+    else if (option === 'DB' && i + 1 < cmd.argc) {
+      const db = integerArg(cmd, ++i);
+      if (db === undefined) return notInteger(w);
+      if (db !== 0) {
+        w.error('DB index is out of range');
+        return true;
+      }
+    } else return syntaxError(w);
+  }
+  if (!keyFits(key, w) || !keyFits(target, w)) return true;
+  if (slotOf(key) !== slotOf(target)) {
+    w.errorCode('CROSSSLOT', "Keys in request don't hash to the same slot");
+    return true;
+  }
+  modifyKey(
+    conn,
+    key,
+    Modifier.Copy,
+    replace ? 0 : ModifyFlag.Nx,
+    undefined,
+    0,
+    ModifyMode.SetFlag,
+    0,
+    target,
+  );
+  return false;
+}
+
 function syntaxError(w: RespWriter): true {
   w.error(SYNTAX_ERROR);
   return true;
@@ -291,5 +327,6 @@ export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'FLUSHALL', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
   { name: 'RENAME', arity: 3, flags: ['write'], keys: [1, 2, 1], run: rename(false) },
   { name: 'RENAMENX', arity: 3, flags: ['write', 'fast'], keys: [1, 2, 1], run: rename(true) },
+  { name: 'COPY', arity: -3, flags: ['write'], keys: [1, 2, 1], run: copy },
   { name: 'FLUSHDB', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
 ];

@@ -164,8 +164,7 @@ const REASONS: Record<string, readonly string[]> = {
     'SORT',
     'SORT_RO',
   ],
-  'it is not supported: keys cannot be copied or moved between databases': [
-    'COPY',
+  'it is not supported: keys cannot be moved between databases': [
     'MOVE',
     'SWAPDB',
     'MIGRATE',
