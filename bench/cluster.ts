@@ -11,7 +11,9 @@
 //      the other holds every change, and anti-entropy bytes sent as a multiple of the changed data.
 //
 // Environment: BENCH_CLUSTER_SECONDS (per harness run, default 10), BENCH_CLUSTER_N (requests per
-// redis-benchmark run, default 1000000: a cluster's first seconds run slower while it warms up),
+// measured redis-benchmark run, default 600000; each setup first gets an unmeasured warm-up run of
+// BENCH_CLUSTER_WARMUP_N, default 200000: a fresh node's first seconds run far slower — JIT, first
+// inserts — and would weigh on whichever setup warms up slowest),
 // BENCH_AE_KEYS (default 200000), BENCH_CLUSTER_WORKERS (worker threads per node, default 1: three
 // nodes share the cores), BENCH_CLUSTER_PARTS (any of throughput,lag,ae; default all).
 
@@ -30,7 +32,8 @@ import { runLoad } from './load/run.js';
 const MAIN = fileURLToPath(new URL('../../dist/main.js', import.meta.url));
 const SECONDS = Number(process.env.BENCH_CLUSTER_SECONDS ?? 10);
 const AE_KEYS = Number(process.env.BENCH_AE_KEYS ?? 200_000);
-const REQUESTS = Number(process.env.BENCH_CLUSTER_N ?? 1_000_000);
+const REQUESTS = Number(process.env.BENCH_CLUSTER_N ?? 600_000);
+const WARMUP_REQUESTS = Number(process.env.BENCH_CLUSTER_WARMUP_N ?? 200_000);
 const WORKERS = String(process.env.BENCH_CLUSTER_WORKERS ?? 1);
 /** Which parts run: throughput, lag, ae (default all). */
 const PARTS = new Set((process.env.BENCH_CLUSTER_PARTS ?? 'throughput,lag,ae').split(','));
@@ -167,9 +170,9 @@ async function setLoad(port: number, rate?: number) {
 }
 
 /** redis-benchmark SET, pipelined; `cluster` routes each key to its slot's primary. Ops/s and p99 ms. */
-function redisBenchmark(port: number, cluster: boolean): { ops: number; p99Ms: number } {
+function redisBenchmark(port: number, cluster: boolean, requests = REQUESTS): { ops: number; p99Ms: number } {
   const args = ['-p', String(port), '-t', 'set', '-P', '16', '-c', '50', '-r', '100000', '-d', '100'];
-  args.push('-n', String(REQUESTS), '--csv', ...(cluster ? ['--cluster'] : []));
+  args.push('-n', String(requests), '--csv', ...(cluster ? ['--cluster'] : []));
   const run = spawnSync('redis-benchmark', args, { encoding: 'utf8', timeout: 600_000 });
   const lines = run.stdout.trim().split('\n');
   // In cluster mode the CSV follows a list of the masters it found.
@@ -189,6 +192,33 @@ interface ThroughputRow {
   forwarded: { ops: number; p99Ms: number };
   /** CPU ms each node spent per 1000 client writes of the routed run (Linux /proc), if measured. */
   cpuMsPerKWrites: number[] | undefined;
+  /** Replication buffers that overflowed into anti-entropy, all senders of all nodes, by the end. */
+  bufferResets: number;
+}
+
+/**
+ * Waits until every replication sender of every node finished its first anti-entropy round (each
+ * runs one when its peer connects): a round running under the measured load would compare pages
+ * that replication is still filling, which is the rejoin case, not the steady state measured here.
+ */
+async function firstRoundsDone(nodes: BenchNode[]): Promise<void> {
+  await waitFor(async () => {
+    for (const node of nodes) {
+      for (const [name, value] of await replicationInfo(node)) {
+        if (name.startsWith('sender_') && Number(/rounds=(\d+)/.exec(value)?.[1] ?? 0) < 1) return false;
+      }
+    }
+    return true;
+  }, 60_000);
+}
+
+/** Sum of the `resets=` of every replication sender a node reports. */
+async function senderResets(node: BenchNode): Promise<number> {
+  let resets = 0;
+  for (const [name, value] of await replicationInfo(node)) {
+    if (name.startsWith('sender_')) resets += Number(/resets=(\d+)/.exec(value)?.[1] ?? 0);
+  }
+  return resets;
 }
 
 /** CPU time of a process (all its threads) in ms, from /proc; undefined where there is none. */
@@ -211,6 +241,8 @@ async function throughput(): Promise<ThroughputRow[]> {
     const { nodes, dir } = await startNodes(`r${n}`, n, []);
     try {
       const label = n === 1 ? 'single node' : `R=${n} (${n} nodes)`;
+      if (n > 1) await firstRoundsDone(nodes);
+      if (haveTools && WARMUP_REQUESTS > 0) redisBenchmark(nodes[0].port, n > 1, WARMUP_REQUESTS);
       const before = nodes.map((node) => cpuMs(node.child?.pid));
       const routed = haveTools ? redisBenchmark(nodes[0].port, n > 1) : undefined;
       const after = nodes.map((node) => cpuMs(node.child?.pid));
@@ -221,10 +253,12 @@ async function throughput(): Promise<ThroughputRow[]> {
         : undefined;
       const report = await setLoad(nodes[0].port);
       const forwarded = { ops: report.totals.opsPerSec, p99Ms: report.all.latencyUs.p99 / 1000 };
+      let bufferResets = 0;
+      if (n > 1) for (const node of nodes) bufferResets += await senderResets(node);
       log(
         `${label}: ${Math.round(routed?.ops ?? 0)} SET/s routed by slot, ${Math.round(forwarded.ops)} SET/s via node a`,
       );
-      rows.push({ label, routed, forwarded, cpuMsPerKWrites });
+      rows.push({ label, routed, forwarded, cpuMsPerKWrites, bufferResets });
     } finally {
       await stopAll(nodes, dir);
     }
@@ -340,15 +374,15 @@ async function main(): Promise<void> {
         'CPU per 1000 client writes in the routed run (all threads of each node), and the throughput ratio it',
         'projects where every node has cores of its own (single node CPU per write ÷ the busiest node’s):',
         '',
-        '| setup | CPU ms per 1000 writes, per node | busiest | projected ratio |',
-        '|---|---|--:|--:|',
+        '| setup | CPU ms per 1000 writes, per node | busiest | projected ratio | replication buffer resets |',
+        '|---|---|--:|--:|--:|',
       );
       for (const r of rows) {
         const cpu = r.cpuMsPerKWrites;
         if (cpu === undefined) continue;
         const busiest = Math.max(...cpu);
         out.push(
-          `| ${r.label} | ${cpu.map((x) => x.toFixed(1)).join(' / ')} | ${busiest.toFixed(1)} | ${(single / busiest).toFixed(2)} |`,
+          `| ${r.label} | ${cpu.map((x) => x.toFixed(1)).join(' / ')} | ${busiest.toFixed(1)} | ${(single / busiest).toFixed(2)} | ${r.bufferResets} |`,
         );
       }
     }

@@ -41,8 +41,15 @@ export const MAX_FORWARD_HOPS = 4;
 export const FORWARD_TIMEOUT_MS = 5_000;
 /** Forwarded operations one node may have waiting on its peers; past it callers get Backpressure. */
 export const FORWARD_IN_FLIGHT_MAX = 65_536;
-/** Replication: ops and bytes per ReplicateBatch, and how long a partial batch waits. */
-export const REPLICATION_BATCH_OPS_MAX = 512;
+/**
+ * Replication: ops and bytes per ReplicateBatch, and how long a partial batch waits. A sender has
+ * one batch in flight, so one fragment replicates at most a batch per round trip: with 512 a hot
+ * fragment (hash tags, or redis-benchmark --cluster, which sends each client's keys to one slot)
+ * outran its sender under load until the backlog overflowed into anti-entropy; 2048 carries the
+ * same load with no overflow and a third less CPU per write (bench/RESULTS.md "Cluster"), and
+ * stays well inside the fragment queue a receiver applies a batch through (QUEUE_OPS_MAX_DEFAULT).
+ */
+export const REPLICATION_BATCH_OPS_MAX = 2048;
 export const REPLICATION_BATCH_BYTES_MAX = 1024 * 1024;
 export const REPLICATION_BATCH_INTERVAL_MS = 2;
 /** A sender's backlog bound (ops and bytes, buffered plus in flight); past it the backlog is dropped and anti-entropy repairs. */
@@ -203,6 +210,10 @@ assert(FRAGMENT_COUNT_DEFAULT <= FRAGMENT_COUNT_MAX, 'default fragment count exc
 assert(
   VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + NODE_ID_BYTES_MAX + 64 <= STABLE_LOG_FRAME_BYTES_MAX,
   'a stable log frame must hold the largest write',
+);
+assert(
+  REPLICATION_BATCH_OPS_MAX * 2 <= QUEUE_OPS_MAX_DEFAULT,
+  'a replicated batch must fit a fragment queue with room for clients',
 );
 assert(VALUE_BYTES_MAX_DEFAULT <= VALUE_BYTES_MAX_CEILING, 'default value limit exceeds its ceiling');
 assert(
