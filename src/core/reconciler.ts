@@ -13,6 +13,11 @@
 //
 // A round pulls: it repairs this node from the peer. The peer's own round toward this node repairs
 // the peer, so both converge to the LWW winner.
+//
+// A round compares the replicas as of its start (`horizonMs`): records stamped later are left out
+// of both sides' digests and summaries. Under a write load every range would otherwise differ by
+// the writes replication is still carrying, and the round would list and fetch them a second time;
+// what it leaves out, replication delivers — or the next round, whose horizon is later.
 
 import { createHash } from 'node:crypto';
 import { KEY_BYTES_MAX, RECONCILE_PAGE_BYTES_MAX, RECONCILE_PAGE_ITEMS_MAX } from './limits.js';
@@ -68,13 +73,24 @@ export interface PageRequest {
   ranges: readonly RangeDigest[];
   /** The requester has no keys after its last range: the page extends to the end. */
   openEnd: boolean;
+  /** Records stamped after this wall ms are left out of digests and summaries (0: none are). */
+  horizonMs: number;
 }
 
-/** The digest of a run of entries: SHA-256 over each key and stamp, length-prefixed, cut to 8 bytes. */
-export function digestOf(entries: readonly KeyRecord[], from: number, to: number): Buffer {
+/** True when a round with this horizon leaves `record` out (see the top of this file). */
+export function pastHorizon(record: Uint8Array, horizonMs: number): boolean {
+  return horizonMs > 0 && wallMsOf(record) > horizonMs;
+}
+
+/**
+ * The digest of a run of entries: SHA-256 over each key and stamp, length-prefixed, cut to 8 bytes;
+ * entries past the horizon are left out.
+ */
+export function digestOf(entries: readonly KeyRecord[], from: number, to: number, horizonMs = 0): Buffer {
   const hash = createHash('sha256');
   const lengths = Buffer.allocUnsafe(3);
   for (let i = from; i < to; i++) {
+    if (pastHorizon(entries[i].record, horizonMs)) continue;
     const stamp = stampOf(entries[i].record);
     lengths.writeUInt16LE(entries[i].key.length, 0);
     lengths[2] = stamp.length;
@@ -83,12 +99,18 @@ export function digestOf(entries: readonly KeyRecord[], from: number, to: number
   return hash.digest().subarray(0, DIGEST_BYTES);
 }
 
-/** The requester's page (its next keys, in order) as range digests. */
-export function describePage(entries: readonly KeyRecord[]): { ranges: RangeDigest[]; openEnd: boolean } {
+/**
+ * The requester's page (its next keys, in order) as range digests. Ranges are cut from every key,
+ * so the page advances as without a horizon; only the digests leave records past it out.
+ */
+export function describePage(
+  entries: readonly KeyRecord[],
+  horizonMs = 0,
+): { ranges: RangeDigest[]; openEnd: boolean } {
   const ranges: RangeDigest[] = [];
   for (let from = 0; from < entries.length; from += DIGEST_RANGE_KEYS) {
     const to = Math.min(entries.length, from + DIGEST_RANGE_KEYS);
-    ranges.push({ lastKey: entries[to - 1].key, digest: digestOf(entries, from, to) });
+    ranges.push({ lastKey: entries[to - 1].key, digest: digestOf(entries, from, to, horizonMs) });
   }
   return { ranges, openEnd: entries.length < RECONCILE_PAGE_ITEMS_MAX };
 }
@@ -97,7 +119,8 @@ export function describePage(entries: readonly KeyRecord[]): { ranges: RangeDige
  * The responder's answer to a page: `span` holds its keys after the request's start, in order (at
  * most RECONCILE_SPAN_KEYS_MAX; `spanTruncated` when more exist). Summaries are listed for every
  * range whose digest differs — and, with `openEnd`, for the keys past the last range — up to
- * RECONCILE_PAGE_ITEMS_MAX; the page ends early, after the last listed key, when that bound is hit.
+ * RECONCILE_PAGE_ITEMS_MAX; the page ends early, after the last key it handled (listed, or left out
+ * as past the horizon), when that bound is hit.
  */
 export function answerPage(
   q: PageRequest,
@@ -107,30 +130,35 @@ export function answerPage(
   const listed: KeyRecord[] = [];
   let i = 0;
   let end: Uint8Array = q.afterKey;
-  /** Lists span[from, to); false when the page filled up (the page then ends after the last listed). */
+  /** The last span key `list` listed or left out: where a page cut short ends. */
+  let handled: Uint8Array | undefined;
+  /** Lists span[from, to); false when the page filled up (the page then ends after `handled`). */
   const list = (from: number, to: number): boolean => {
     for (let k = from; k < to; k++) {
-      if (listed.length === RECONCILE_PAGE_ITEMS_MAX) return false;
-      listed.push(span[k]);
+      if (!pastHorizon(span[k].record, q.horizonMs)) {
+        if (listed.length === RECONCILE_PAGE_ITEMS_MAX) return false;
+        listed.push(span[k]);
+      }
+      handled = span[k].key;
     }
     return true;
   };
-  const cut = () => ({ listed, nextAfterKey: listed[listed.length - 1].key, done: false });
+  const cut = () => ({ listed, nextAfterKey: handled!, done: false });
   for (const r of q.ranges) {
     let j = i;
     while (j < span.length && Buffer.compare(span[j].key, r.lastKey) <= 0) j++;
     if (j === span.length && spanTruncated) {
       // The span ends inside this range: what was read is listed, the rest comes next page.
-      if (!list(i, j) || listed.length > 0) return cut();
+      if (!list(i, j) || handled !== undefined) return cut();
       break;
     }
-    if (!digestOf(span, i, j).equals(r.digest) && !list(i, j)) return cut();
+    if (!digestOf(span, i, j, q.horizonMs).equals(r.digest) && !list(i, j)) return cut();
     end = r.lastKey;
     i = j;
   }
   if (!q.openEnd) return { listed, nextAfterKey: end, done: false };
   if (!list(i, span.length) || spanTruncated)
-    return listed.length > 0 ? cut() : { listed, nextAfterKey: end, done: false };
+    return handled !== undefined ? cut() : { listed, nextAfterKey: end, done: false };
   return { listed, nextAfterKey: listed.length > 0 ? listed[listed.length - 1].key : end, done: true };
 }
 export interface FetchRequest {
@@ -192,6 +220,8 @@ export class ReconcileRound {
   constructor(
     readonly sessionId: number,
     readonly roundId: number,
+    /** Wall ms the round compares the replicas as of (0: everything); its page requests carry it. */
+    readonly horizonMs = 0,
   ) {}
 
   start(): RoundStep {

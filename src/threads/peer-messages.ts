@@ -59,6 +59,7 @@ export interface Envelope {
     afterKey: Uint8Array;
     ranges: ReadonlyArray<{ lastKey: Uint8Array; digest: Uint8Array }>;
     openEnd: boolean;
+    horizonMs: number;
   };
   reconcileResponse?: {
     fragment: number;

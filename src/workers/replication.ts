@@ -312,7 +312,7 @@ export class WorkerReplication {
         return;
       }
       case 'start-round': {
-        const round = new ReconcileRound(action.sessionId, action.roundId);
+        const round = new ReconcileRound(action.sessionId, action.roundId, Date.now());
         this.rounds.set(roundKey(member, fragment), round);
         this.step(member, fragment, round, round.start());
         return;
@@ -509,10 +509,10 @@ export class WorkerReplication {
       return;
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
-    const { sessionId, roundId } = round;
-    const { ranges, openEnd } = describePage(mine.entries);
+    const { sessionId, roundId, horizonMs } = round;
+    const { ranges, openEnd } = describePage(mine.entries, horizonMs);
     this.send(member, {
-      reconcileRequest: { fragment, sessionId, roundId, pageSeq, afterKey, ranges, openEnd },
+      reconcileRequest: { fragment, sessionId, roundId, pageSeq, afterKey, ranges, openEnd, horizonMs },
     });
   }
 

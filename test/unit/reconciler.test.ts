@@ -77,10 +77,11 @@ const check = (nowMs = 1_000_000): RecordCheck => ({
 async function pull(
   local: Replica,
   remote: Replica,
+  horizonMs = 0,
 ): Promise<{ messages: number; repaired: number; summaries: number }> {
   const responder = new ReconcileResponder();
   responder.onSessionStart(7);
-  const round = new ReconcileRound(7, 1);
+  const round = new ReconcileRound(7, 1, horizonMs);
   let step: RoundStep | undefined = round.start();
   let messages = 0;
   let summaries = 0;
@@ -93,7 +94,8 @@ async function pull(
         roundId: 1,
         pageSeq: step.pageSeq,
         afterKey: step.afterKey,
-        ...describePage(local.page(start, RECONCILE_PAGE_ITEMS_MAX)),
+        ...describePage(local.page(start, RECONCILE_PAGE_ITEMS_MAX), round.horizonMs),
+        horizonMs: round.horizonMs,
       };
       const serve = responder.onRequest(q);
       assert.equal(serve.kind, 'read-page');
@@ -186,6 +188,58 @@ describe('anti-entropy rounds', () => {
     assert.deepEqual(a.values(), b.values());
   });
 
+  test('a round compares the replicas as of its horizon: later writes are neither listed nor fetched', async () => {
+    const a = new Replica();
+    const b = new Replica();
+    for (let i = 0; i < 600; i++) {
+      const key = `k${String(i).padStart(4, '0')}`;
+      a.put(key, 100, NODE_A, 'same');
+      b.put(key, 100, NODE_A, 'same');
+    }
+    // Before the horizon: a real difference, repaired as ever.
+    b.put('k0100', 150, NODE_B, 'older-than-the-round');
+    // After it: writes replication is still carrying, on both sides, new keys and overwrites.
+    for (let i = 0; i < 600; i += 3) b.put(`k${String(i).padStart(4, '0')}`, 500, NODE_B, 'in flight');
+    for (let i = 0; i < 100; i++) b.put(`new${String(i).padStart(3, '0')}`, 500, NODE_B, 'in flight');
+    for (let i = 1; i < 600; i += 7) a.put(`k${String(i).padStart(4, '0')}`, 501, NODE_A, 'local, in flight');
+    const result = await pull(a, b, 200);
+    assert.equal(result.repaired, 1, 'only the difference older than the round');
+    assert.equal(a.values().k0100, 'older-than-the-round');
+    assert.equal(a.values().new000, undefined, 'left to replication');
+    assert.equal(a.values().k0003, 'same', 'left to replication');
+    // Without a horizon the same replicas list and fetch the in-flight writes too.
+    const c = new Replica();
+    for (const [k, r] of a.data) c.data.set(k, r);
+    assert.ok((await pull(c, b)).repaired > 100);
+  });
+
+  test('keys inserted after the horizon leave the ranges equal: nothing is listed for them', async () => {
+    const a = new Replica();
+    const b = new Replica();
+    for (let i = 0; i < 600; i++) {
+      const key = `k${String(i).padStart(4, '0')}`;
+      a.put(key, 100, NODE_A, 'same');
+      b.put(key, 100, NODE_A, 'same');
+    }
+    for (let i = 0; i < 600; i += 2) b.put(`k${String(i).padStart(4, '0')}x`, 500, NODE_B, 'in flight');
+    assert.deepEqual(await pull(a, b, 200), { messages: 4, repaired: 0, summaries: 0 });
+    assert.ok((await pull(a, b)).summaries >= 300, 'without a horizon every range differs');
+  });
+
+  test('a span of keys all past the horizon still advances the round', async () => {
+    const a = new Replica();
+    const b = new Replica();
+    a.put('a', 100, NODE_A, 'v');
+    a.put('z', 100, NODE_A, 'v');
+    b.put('a', 100, NODE_A, 'v');
+    b.put('z', 150, NODE_B, 'older-than-the-round');
+    // More keys than one responder span between two of the requester's keys, all in flight.
+    for (let i = 0; i < 5000; i++) b.put(`m${String(i).padStart(5, '0')}`, 500, NODE_B, 'in flight');
+    const result = await pull(a, b, 200);
+    assert.equal(a.values().z, 'older-than-the-round');
+    assert.equal(result.repaired, 1);
+  });
+
   test('an empty peer is one page', async () => {
     const a = new Replica();
     a.put('k', 1, NODE_A, 'v');
@@ -203,6 +257,7 @@ describe('the responder refuses', () => {
     afterKey: Buffer.alloc(0),
     ranges: [],
     openEnd: true,
+    horizonMs: 0,
   });
 
   test('stale sessions (ignored), a first page with a cursor, and a page out of order', () => {
