@@ -127,15 +127,21 @@ async function pull(
   return { messages, repaired: round.repaired, summaries };
 }
 
+/** Two replicas holding the same `count` keys k0000… at one version. */
+function twins(count: number): [Replica, Replica] {
+  const a = new Replica();
+  const b = new Replica();
+  for (let i = 0; i < count; i++) {
+    const key = `k${String(i).padStart(4, '0')}`;
+    a.put(key, 100, NODE_A, 'same');
+    b.put(key, 100, NODE_A, 'same');
+  }
+  return [a, b];
+}
+
 describe('anti-entropy rounds', () => {
   test('two diverged replicas converge to the LWW winner, tombstones included, in both directions', async () => {
-    const a = new Replica();
-    const b = new Replica();
-    for (let i = 0; i < 600; i++) {
-      const key = `k${String(i).padStart(4, '0')}`;
-      a.put(key, 100, NODE_A, 'same');
-      b.put(key, 100, NODE_A, 'same');
-    }
+    const [a, b] = twins(600);
     a.put('k0001', 200, NODE_A, 'newer-on-a');
     b.put('k0001', 150, NODE_B, 'older-on-b');
     b.put('k0002', 300, NODE_B, 'newer-on-b');
@@ -189,13 +195,7 @@ describe('anti-entropy rounds', () => {
   });
 
   test('a round compares the replicas as of its horizon: later writes are neither listed nor fetched', async () => {
-    const a = new Replica();
-    const b = new Replica();
-    for (let i = 0; i < 600; i++) {
-      const key = `k${String(i).padStart(4, '0')}`;
-      a.put(key, 100, NODE_A, 'same');
-      b.put(key, 100, NODE_A, 'same');
-    }
+    const [a, b] = twins(600);
     // Before the horizon: a real difference, repaired as ever.
     b.put('k0100', 150, NODE_B, 'older-than-the-round');
     // After it: writes replication is still carrying, on both sides, new keys and overwrites.
@@ -214,13 +214,7 @@ describe('anti-entropy rounds', () => {
   });
 
   test('keys inserted after the horizon leave the ranges equal: nothing is listed for them', async () => {
-    const a = new Replica();
-    const b = new Replica();
-    for (let i = 0; i < 600; i++) {
-      const key = `k${String(i).padStart(4, '0')}`;
-      a.put(key, 100, NODE_A, 'same');
-      b.put(key, 100, NODE_A, 'same');
-    }
+    const [a, b] = twins(600);
     for (let i = 0; i < 600; i += 2) b.put(`k${String(i).padStart(4, '0')}x`, 500, NODE_B, 'in flight');
     assert.deepEqual(await pull(a, b, 200), { messages: 4, repaired: 0, summaries: 0 });
     assert.ok((await pull(a, b)).summaries >= 300, 'without a horizon every range differs');
