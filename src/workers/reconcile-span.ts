@@ -26,6 +26,9 @@ export interface Span {
   truncated: boolean;
 }
 
+/** A span with no ranges, open-ended: the next page of keys (RECONCILE_PAGE_ITEMS_MAX of them). */
+export const NEXT_PAGE: SpanQuery = { ranges: [], openEnd: true };
+
 /** Keys read at a time while a responder reads a span. */
 const SPAN_READ_KEYS = 512;
 

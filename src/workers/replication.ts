@@ -40,7 +40,7 @@ import {
 import type { KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
-import { readSpan, type Span, type SpanQuery } from './reconcile-span.js';
+import { NEXT_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
 
 /** What the driver needs from the worker runtime. */
 export interface ReplicationHost {
@@ -571,9 +571,6 @@ export class WorkerReplication {
     }
   }
 }
-
-/** A span with no ranges, open-ended: the next page of keys. */
-const NEXT_PAGE: SpanQuery = { ranges: [], openEnd: true };
 
 function asBuffer(bytes: Uint8Array): Buffer {
   return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);

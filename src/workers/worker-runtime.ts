@@ -9,6 +9,7 @@ import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.
 import { type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
 import { CLEAN_PAGE_KEYS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
+import { isLive, isTombstone } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
@@ -42,7 +43,7 @@ import {
 } from '../threads/op-codec.js';
 import { type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
-import type { Span, SpanQuery } from './reconcile-span.js';
+import { NEXT_PAGE, type Span, type SpanQuery } from './reconcile-span.js';
 import { WorkerReplication } from './replication.js';
 import { collectScanPage } from './scan-page.js';
 
@@ -370,6 +371,7 @@ export class WorkerRuntime {
     this.sweeping = true;
     try {
       for (const fragment of this.fragments) {
+        if (this.store.sharesReaders && (await this.sweepFromPool(fragment))) continue;
         let start: PageStart | undefined;
         for (;;) {
           if (this.closing) return;
@@ -388,6 +390,41 @@ export class WorkerRuntime {
       this.logger.error({ err: asStorageError(err).message }, 'TTL sweep failed; retrying next interval');
     } finally {
       this.sweeping = false;
+    }
+  }
+
+  /**
+   * A fragment's TTL sweep with the reading done in the background pool (lmdb): the pool pages
+   * through keys and stamps — no values — from a read-only view, and this thread looks only at the
+   * candidates already expired, each against its current record (it may have changed since the pool
+   * read it). False when the pool would not take a page: the caller then sweeps in this thread.
+   */
+  private async sweepFromPool(fragment: number): Promise<boolean> {
+    const core = this.cores[fragment]!;
+    let afterKey: Uint8Array | undefined;
+    for (;;) {
+      let span: Span;
+      try {
+        span = await this.poolSpan(fragment, afterKey, NEXT_PAGE);
+      } catch {
+        return false;
+      }
+      if (this.closing) return true;
+      const nowMs = Date.now();
+      const entries: Array<{ key: Buffer; record: Buffer }> = [];
+      for (const e of span.entries) {
+        if (isTombstone(e.record) || isLive(e.record, nowMs)) continue;
+        const current = core.current(e.key);
+        if (current !== undefined) entries.push({ key: e.key, record: Buffer.from(current) });
+      }
+      if (entries.length > 0) {
+        core.step({ kind: 'sweep', nowMs, entries });
+        core.takeActions(this.actions);
+        this.touched.add(core);
+        this.carryOut();
+      }
+      if (!span.truncated || span.entries.length === 0) return true;
+      afterKey = span.entries[span.entries.length - 1].key;
     }
   }
 
