@@ -15,13 +15,17 @@
 // BENCH_CLUSTER_WARMUP_N, default 200000: a fresh node's first seconds run far slower — JIT, first
 // inserts — and would weigh on whichever setup warms up slowest),
 // BENCH_AE_KEYS (default 200000), BENCH_CLUSTER_WORKERS (worker threads per node, default 1: three
-// nodes share the cores), BENCH_CLUSTER_PARTS (any of throughput,lag,ae; default all).
+// nodes share the cores), BENCH_CLUSTER_PARTS (any of throughput,lag,ae; default all),
+// BENCH_CLUSTER_CORES_PER_NODE (default 0: no pinning; k: node i runs on cores i·k … i·k+k−1 and
+// redis-benchmark on the cores after the third node's, through `taskset`, so each node has cores of
+// its own as in a real cluster — it needs 3k+1 cores; run the harness's process on the spare cores
+// too, e.g. `taskset -c 8-15 npm run bench:cluster`).
 
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
@@ -35,6 +39,18 @@ const AE_KEYS = Number(process.env.BENCH_AE_KEYS ?? 200_000);
 const REQUESTS = Number(process.env.BENCH_CLUSTER_N ?? 600_000);
 const WARMUP_REQUESTS = Number(process.env.BENCH_CLUSTER_WARMUP_N ?? 200_000);
 const WORKERS = String(process.env.BENCH_CLUSTER_WORKERS ?? 1);
+const CORES_PER_NODE = Number(process.env.BENCH_CLUSTER_CORES_PER_NODE ?? 0);
+/** Cores of node `index` (`a-b` for taskset), or undefined when nodes are not pinned. */
+const nodeCores = (index: number): string | undefined =>
+  CORES_PER_NODE > 0 ? `${index * CORES_PER_NODE}-${(index + 1) * CORES_PER_NODE - 1}` : undefined;
+/** The cores left to clients once three nodes are pinned. */
+const clientCores = (): string | undefined =>
+  CORES_PER_NODE > 0 ? `${3 * CORES_PER_NODE}-${availableParallelism() - 1}` : undefined;
+
+/** Runs `command` pinned to `cores` through taskset, or as it is. */
+function pinned(cores: string | undefined, command: string, args: string[]): [string, string[]] {
+  return cores === undefined ? [command, args] : ['taskset', ['-c', cores, command, ...args]];
+}
 /** Which parts run: throughput, lag, ae (default all). */
 const PARTS = new Set((process.env.BENCH_CLUSTER_PARTS ?? 'throughput,lag,ae').split(','));
 /** The lag run's rate when the throughput part does not run to find the peak. */
@@ -62,15 +78,27 @@ class BenchNode {
     readonly peerPort: number,
     readonly dataDir: string,
     private readonly args: string[],
+    /** Cores the node is pinned to (taskset), if any. */
+    private readonly cores: string | undefined,
   ) {}
 
   async start(): Promise<void> {
     const from = this.output.length;
-    const child = spawn(
-      process.execPath,
-      [MAIN, '--node-id', this.id, '--port', String(this.port), '--data-dir', this.dataDir, ...this.args],
-      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TESSERA_CLUSTER_SECRET: SECRET } },
-    );
+    // taskset execs the node in its own process, so the pid stays the node's (CPU is read from it).
+    const [command, argv] = pinned(this.cores, process.execPath, [
+      MAIN,
+      '--node-id',
+      this.id,
+      '--port',
+      String(this.port),
+      '--data-dir',
+      this.dataDir,
+      ...this.args,
+    ]);
+    const child = spawn(command, argv, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, TESSERA_CLUSTER_SECRET: SECRET },
+    });
     this.child = child;
     child.stdout!.on('data', (c: Buffer) => {
       this.output += c.toString();
@@ -108,14 +136,14 @@ async function startNodes(
   const peers = ids.map((id, i) => `${id}@127.0.0.1:${ports[i][1]}`).join(',');
   const nodes = ids.map(
     (id, i) =>
-      new BenchNode(id, ports[i][0], ports[i][1], join(dir, id), [
-        '--workers',
-        WORKERS,
-        '--log-level',
-        'info',
-        ...(n > 1 ? ['--peers', peers] : []),
-        ...extra,
-      ]),
+      new BenchNode(
+        id,
+        ports[i][0],
+        ports[i][1],
+        join(dir, id),
+        ['--workers', WORKERS, '--log-level', 'info', ...(n > 1 ? ['--peers', peers] : []), ...extra],
+        nodeCores(i),
+      ),
   );
   await Promise.all(nodes.map((node) => node.start()));
   if (n > 1) await waitFor(async () => (await connectedPeers(nodes[0])) === n - 1, 20_000);
@@ -173,7 +201,8 @@ async function setLoad(port: number, rate?: number) {
 function redisBenchmark(port: number, cluster: boolean, requests = REQUESTS): { ops: number; p99Ms: number } {
   const args = ['-p', String(port), '-t', 'set', '-P', '16', '-c', '50', '-r', '100000', '-d', '100'];
   args.push('-n', String(requests), '--csv', ...(cluster ? ['--cluster'] : []));
-  const run = spawnSync('redis-benchmark', args, { encoding: 'utf8', timeout: 600_000 });
+  const [command, argv] = pinned(clientCores(), 'redis-benchmark', args);
+  const run = spawnSync(command, argv, { encoding: 'utf8', timeout: 600_000 });
   const lines = run.stdout.trim().split('\n');
   // In cluster mode the CSV follows a list of the masters it found.
   const header = (lines.find((l) => l.startsWith('"test"')) ?? '').split(',').map((h) => h.replace(/"/g, ''));
@@ -346,6 +375,13 @@ async function antiEntropy(): Promise<{
 }
 
 async function main(): Promise<void> {
+  if (CORES_PER_NODE > 0 && availableParallelism() < 3 * CORES_PER_NODE + 1) {
+    log(
+      `bench:cluster: BENCH_CLUSTER_CORES_PER_NODE=${CORES_PER_NODE} needs ${3 * CORES_PER_NODE + 1} cores; this machine has ${availableParallelism()}`,
+    );
+    process.exitCode = 2;
+    return;
+  }
   log(
     `bench:cluster: ${SECONDS}s per throughput run, ${AE_KEYS} keys for anti-entropy, ${WORKERS} worker(s) per node`,
   );
