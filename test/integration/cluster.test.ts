@@ -168,7 +168,11 @@ describe('failures', () => {
         }, 20_000);
       }
       // lmdb nodes read the pages they compare in the background pool, not in the fragment's worker.
-      assert.ok(Number((await infoOf(c, 'replication')).get('anti_entropy_pool_pages')) > 0);
+      // (The senders' replay may converge c before its first round has read a page: wait for one.)
+      await eventually(
+        async () => Number((await infoOf(c, 'replication')).get('anti_entropy_pool_pages')) > 0,
+        20_000,
+      );
     } finally {
       await cluster.stop();
     }
