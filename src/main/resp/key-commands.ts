@@ -299,6 +299,8 @@ export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'DEL', arity: -2, flags: ['write'], keys: [1, -1, 1], run: del },
   { name: 'UNLINK', arity: -2, flags: ['write', 'fast'], keys: [1, -1, 1], run: del },
   { name: 'EXISTS', arity: -2, flags: ['readonly', 'fast'], keys: [1, -1, 1], run: exists },
+  // No eviction here, so there is no access time to refresh: TOUCH only counts the keys that exist.
+  { name: 'TOUCH', arity: -2, flags: ['readonly', 'fast'], keys: [1, -1, 1], run: exists },
   { name: 'TYPE', arity: 2, flags: ['readonly', 'fast'], keys: FIRST, run: readOne(ReadMode.Type) },
   { name: 'TTL', arity: 2, flags: ['readonly', 'fast'], keys: FIRST, run: readOne(ReadMode.Ttl) },
   { name: 'PTTL', arity: 2, flags: ['readonly', 'fast'], keys: FIRST, run: readOne(ReadMode.Pttl) },

@@ -164,15 +164,16 @@ const REASONS: Record<string, readonly string[]> = {
     'SORT',
     'SORT_RO',
   ],
-  'it is not supported: keys cannot be moved between databases': [
+  'it is not supported: there is one database, and keys move between nodes only by placement': [
     'MOVE',
     'SWAPDB',
     'MIGRATE',
+  ],
+  'it is not supported: values are not exported in the Redis serialization format, nor keys sampled': [
     'DUMP',
     'RESTORE',
     'OBJECT',
     'RANDOMKEY',
-    'TOUCH',
   ],
   'it is not supported: persistence is continuous and configured at start': [
     'SAVE',
