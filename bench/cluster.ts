@@ -232,22 +232,15 @@ interface ThroughputRow {
  */
 async function firstRoundsDone(nodes: BenchNode[]): Promise<void> {
   await waitFor(async () => {
-    for (const node of nodes) {
-      for (const [name, value] of await replicationInfo(node)) {
-        if (name.startsWith('sender_') && Number(/rounds=(\d+)/.exec(value)?.[1] ?? 0) < 1) return false;
-      }
-    }
+    for (const node of nodes) if ((await senderFields(node, 'rounds')).some((r) => r < 1)) return false;
     return true;
   }, 60_000);
 }
 
-/** Sum of the `resets=` of every replication sender a node reports. */
-async function senderResets(node: BenchNode): Promise<number> {
-  let resets = 0;
-  for (const [name, value] of await replicationInfo(node)) {
-    if (name.startsWith('sender_')) resets += Number(/resets=(\d+)/.exec(value)?.[1] ?? 0);
-  }
-  return resets;
+/** One numeric field of every replication sender line a node reports (`sender_<f>_<peer>`). */
+async function senderFields(node: BenchNode, name: string): Promise<number[]> {
+  const info = await replicationInfo(node);
+  return [...info.keys()].filter((key) => key.startsWith('sender_')).map((key) => field(info, key, name));
 }
 
 /** CPU time of a process (all its threads) in ms, from /proc; undefined where there is none. */
@@ -283,7 +276,9 @@ async function throughput(): Promise<ThroughputRow[]> {
       const report = await setLoad(nodes[0].port);
       const forwarded = { ops: report.totals.opsPerSec, p99Ms: report.all.latencyUs.p99 / 1000 };
       let bufferResets = 0;
-      if (n > 1) for (const node of nodes) bufferResets += await senderResets(node);
+      if (n > 1) {
+        for (const node of nodes) for (const r of await senderFields(node, 'resets')) bufferResets += r;
+      }
       log(
         `${label}: ${Math.round(routed?.ops ?? 0)} SET/s routed by slot, ${Math.round(forwarded.ops)} SET/s via node a`,
       );

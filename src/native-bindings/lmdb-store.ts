@@ -233,7 +233,8 @@ class LmdbStore implements KvStore {
         this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
     }
     const log = this.#log;
-    if (log === undefined) return;
+    // Without a stable fence since the last checkpoint (a `store`-only workload) nothing is recorded.
+    if (log === undefined || !log.recording) return;
     for (const w of writes) {
       // The log holds records only; a removal is made stable by the next checkpoint.
       if (w.deletes.length > 0) log.markIncomplete();

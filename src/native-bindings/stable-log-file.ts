@@ -17,9 +17,15 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { storageError } from '../core/errors.js';
-import { FRAGMENT_COUNT_MAX, STABLE_LOG_FILE_BYTES_MAX } from '../core/limits.js';
+import { STABLE_LOG_FILE_BYTES_MAX } from '../core/limits.js';
 import { compareVersions, isWellFormedRecord, wallMsOf } from '../core/record.js';
-import { readStableLog, StableLogCorrupt, StableLogTail } from '../core/stable-log.js';
+import {
+  readStableLog,
+  type StableLogContents,
+  StableLogCorrupt,
+  type StableLogEntry,
+  StableLogTail,
+} from '../core/stable-log.js';
 import type { FragmentWrites, KvStore } from './kv-store.js';
 
 const fsync = promisify(fs.fsync);
@@ -58,6 +64,11 @@ export class StableLogFile {
       0o644,
     );
     return new StableLogFile(file, dir);
+  }
+
+  /** False until the next checkpoint once the log is incomplete: commits need not be recorded. */
+  get recording(): boolean {
+    return this.#complete;
   }
 
   /** Records one committed write; a no-op until the next checkpoint once the log is incomplete. */
@@ -142,14 +153,22 @@ export interface StableLogReplay {
   tornBytes: number;
 }
 
-/** The stable logs in an env directory (absent directory: none). */
+/**
+ * The stable logs in an env directory that hold anything (absent directory: none). Every worker
+ * creates its log when it opens the store, so an empty one is the common case and needs no replay.
+ */
 export async function stableLogFiles(dir: string): Promise<string[]> {
+  let names: string[];
   try {
-    return (await fs.promises.readdir(dir)).filter((name) => LOG_FILE_PATTERN.test(name)).sort();
+    names = (await fs.promises.readdir(dir)).filter((name) => LOG_FILE_PATTERN.test(name)).sort();
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
     throw err;
   }
+  const sizes = await Promise.all(
+    names.map(async (name) => (await fs.promises.stat(path.join(dir, name))).size),
+  );
+  return names.filter((_, i) => sizes[i] > 0);
 }
 
 /**
@@ -167,7 +186,7 @@ export async function replayStableLogs(
   for (const name of files) {
     const file = path.join(dir, name);
     const bytes = await fs.promises.readFile(file);
-    let contents: ReturnType<typeof readStableLog>;
+    let contents: StableLogContents;
     try {
       contents = readStableLog(bytes);
     } catch (err) {
@@ -193,7 +212,7 @@ export async function replayStableLogs(
 /** Commits the entries of `chunk` that are newer than the store's records; returns how many. */
 async function mergeChunk(
   store: KvStore,
-  chunk: ReturnType<typeof readStableLog>['entries'],
+  chunk: readonly StableLogEntry[],
   fragmentCount: number,
   file: string,
 ): Promise<number> {
@@ -202,7 +221,7 @@ async function mergeChunk(
   const writes = new Map<number, FragmentWrites>();
   let applied = 0;
   for (const { fragment, key, record } of chunk) {
-    if (fragment >= fragmentCount || fragment >= FRAGMENT_COUNT_MAX || !isWellFormedRecord(record)) {
+    if (fragment >= fragmentCount || !isWellFormedRecord(record)) {
       throw storageError(
         `stable log ${file} holds an entry for fragment ${fragment} that this store cannot take`,
       );

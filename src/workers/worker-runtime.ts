@@ -377,11 +377,7 @@ export class WorkerRuntime {
           if (this.closing) return;
           const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
           if (entries.length === 0) break;
-          const core = this.cores[fragment]!;
-          core.step({ kind: 'sweep', nowMs: Date.now(), entries });
-          core.takeActions(this.actions);
-          this.touched.add(core);
-          this.carryOut();
+          this.sweepPage(this.cores[fragment]!, Date.now(), entries);
           start = { key: entries[entries.length - 1].key, inclusive: false };
           await new Promise<void>((resolve) => setImmediate(resolve));
         }
@@ -391,6 +387,18 @@ export class WorkerRuntime {
     } finally {
       this.sweeping = false;
     }
+  }
+
+  /** Offers a page of stored records to the fragment's cleaner and carries out what it decides. */
+  private sweepPage(
+    core: FragmentCore,
+    nowMs: number,
+    entries: Array<{ key: Buffer; record: Buffer }>,
+  ): void {
+    core.step({ kind: 'sweep', nowMs, entries });
+    core.takeActions(this.actions);
+    this.touched.add(core);
+    this.carryOut();
   }
 
   /**
@@ -417,12 +425,7 @@ export class WorkerRuntime {
         const current = core.current(e.key);
         if (current !== undefined) entries.push({ key: e.key, record: Buffer.from(current) });
       }
-      if (entries.length > 0) {
-        core.step({ kind: 'sweep', nowMs, entries });
-        core.takeActions(this.actions);
-        this.touched.add(core);
-        this.carryOut();
-      }
+      if (entries.length > 0) this.sweepPage(core, nowMs, entries);
       if (!span.truncated || span.entries.length === 0) return true;
       afterKey = span.entries[span.entries.length - 1].key;
     }

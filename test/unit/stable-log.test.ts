@@ -117,10 +117,27 @@ describe('stable log: an lmdb store after a power loss', () => {
     for (const d of dirs) await fs.rm(d, { recursive: true, force: true });
   });
 
-  async function openLogged(dataDir: string): Promise<KvStore> {
-    const store = await openStore(location(dataDir, 0));
+  /** A new data directory, removed after the suite. */
+  async function freshDataDir(): Promise<string> {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-stable-log-'));
+    dirs.push(dataDir);
+    return dataDir;
+  }
+  /** The store with every fragment open: as a worker opens it (its stable log 0), or as a reader. */
+  async function openAll(dataDir: string, stableLog: number | undefined): Promise<KvStore> {
+    const store = await openStore(location(dataDir, stableLog));
     for (let f = 0; f < FRAGMENTS; f++) await store.openFragment(f);
     return store;
+  }
+  const openLogged = (dataDir: string) => openAll(dataDir, 0);
+  /** Runs `check` on a reader of the store (no log of its own), then closes it. */
+  async function withReader(dataDir: string, check: (reader: KvStore) => void): Promise<void> {
+    const reader = await openAll(dataDir, undefined);
+    try {
+      check(reader);
+    } finally {
+      await reader.close();
+    }
   }
   const location = (dataDir: string, stableLog: number | undefined): StoreLocation => ({
     kind: 'lmdb',
@@ -136,8 +153,7 @@ describe('stable log: an lmdb store after a power loss', () => {
     ]);
 
   it('replays every write a stable fence acknowledged over the map of the last checkpoint', async () => {
-    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-stable-log-'));
-    dirs.push(dataDir);
+    const dataDir = await freshDataDir();
     const mapFile = path.join(dataDir, 'lmdb', 'data.mdb');
     let store = await openLogged(dataDir);
     await put(
@@ -174,9 +190,7 @@ describe('stable log: an lmdb store after a power loss', () => {
       [],
     );
 
-    const reader = await openStore(location(dataDir, undefined));
-    for (let f = 0; f < FRAGMENTS; f++) await reader.openFragment(f);
-    try {
+    await withReader(dataDir, (reader) => {
       assert.deepEqual(reader.get(0, b('a')), rec(200, 'a2'));
       assert.deepEqual(reader.get(0, b('b')), rec(300, 'b2'));
       assert.deepEqual(reader.get(0, b('c')), rec(150, 'c0'));
@@ -186,14 +200,11 @@ describe('stable log: an lmdb store after a power loss', () => {
       // The clock's floor moves with the replayed records.
       assert.equal(reader.highWaterWallMs(0), 300);
       assert.equal(reader.highWaterWallMs(2), 201);
-    } finally {
-      await reader.close();
-    }
+    });
   });
 
   it('never replaces a newer record with an older logged one', async () => {
-    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-stable-log-'));
-    dirs.push(dataDir);
+    const dataDir = await freshDataDir();
     let store = await openLogged(dataDir);
     await store.sync();
     await put(
@@ -208,27 +219,21 @@ describe('stable log: an lmdb store after a power loss', () => {
     await store.sync(); // logged
     await store.close();
     // Without the log the store moved on (as it does when only the process died).
-    store = await openStore(location(dataDir, undefined));
-    await store.openFragment(0);
+    store = await openAll(dataDir, undefined);
     await put(store, 0, [['k', rec(500, 'new')]], 500);
     await store.close();
 
     const replay = await recoverStore(location(dataDir, undefined));
     assert.deepEqual(replay, { files: 1, entries: 2, applied: 0, tornBytes: 0 });
-    const reader = await openStore(location(dataDir, undefined));
-    await reader.openFragment(0);
-    try {
+    await withReader(dataDir, (reader) => {
       const k = reader.get(0, b('k'));
       assert.ok(k !== undefined && compareVersions(k, rec(500, 'new')) === 0);
       assert.deepEqual(reader.get(0, b('same')), rec(100, 's'));
-    } finally {
-      await reader.close();
-    }
+    });
   });
 
   it('ignores a torn last frame and stops the start on a corrupt one', async () => {
-    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-stable-log-'));
-    dirs.push(dataDir);
+    const dataDir = await freshDataDir();
     const store = await openLogged(dataDir);
     await store.sync();
     await store.close();

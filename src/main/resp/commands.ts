@@ -116,6 +116,12 @@ export function writeFailure(w: RespWriter, error: TesseraError): void {
   }
 }
 
+/** Redis Cluster's answer to a command whose keys span hash slots. */
+export function crossSlot(w: RespWriter): true {
+  w.errorCode('CROSSSLOT', "Keys in request don't hash to the same slot");
+  return true;
+}
+
 /** An error whose text already starts with its code (`ERR …`, `WRONGTYPE …`). */
 export function writeErrorText(w: RespWriter, text: string): void {
   const space = text.indexOf(' ');

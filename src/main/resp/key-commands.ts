@@ -10,6 +10,7 @@ import type { RespWriter } from '../../core/resp-writer.js';
 import {
   answerLater,
   type CommandSpec,
+  crossSlot,
   integerArg,
   NOT_INTEGER,
   optionName,
@@ -225,6 +226,12 @@ function flushAll(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   return answerLater(conn, done, (reply) => reply.simple('OK'));
 }
 
+/** Both keys fit and share a hash slot; otherwise writes Redis's error and answers false. */
+function inOneSlot(key: Uint8Array, target: Uint8Array, w: RespWriter): boolean {
+  if (!keyFits(key, w) || !keyFits(target, w)) return false;
+  return slotOf(key) === slotOf(target) || !crossSlot(w);
+}
+
 /**
  * RENAME / RENAMENX key newkey: both keys must share a hash slot (as in Redis Cluster), so the one
  * fragment actor that owns them moves the value, its deadline included, and deletes the old key in
@@ -234,11 +241,7 @@ function rename(onlyIfNone: boolean) {
   return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
     const key = cmd.arg(1);
     const target = cmd.arg(2);
-    if (!keyFits(key, w) || !keyFits(target, w)) return true;
-    if (slotOf(key) !== slotOf(target)) {
-      w.errorCode('CROSSSLOT', "Keys in request don't hash to the same slot");
-      return true;
-    }
+    if (!inOneSlot(key, target, w)) return true;
     const mode = onlyIfNone ? ModifyMode.SetFlag : ModifyMode.SetOk;
     const flags = onlyIfNone ? ModifyFlag.Nx : 0;
     modifyKey(conn, key, Modifier.Rename, flags, undefined, 0, mode, 0, target);
@@ -263,11 +266,7 @@ function copy(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
       }
     } else return syntaxError(w);
   }
-  if (!keyFits(key, w) || !keyFits(target, w)) return true;
-  if (slotOf(key) !== slotOf(target)) {
-    w.errorCode('CROSSSLOT', "Keys in request don't hash to the same slot");
-    return true;
-  }
+  if (!inOneSlot(key, target, w)) return true;
   modifyKey(
     conn,
     key,

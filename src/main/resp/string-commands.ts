@@ -8,6 +8,7 @@ import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import {
   type CommandSpec,
+  crossSlot,
   integerArg,
   NOT_INTEGER,
   optionName,
@@ -178,10 +179,7 @@ function msetnx(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
   const slot = slotOf(cmd.arg(1));
   for (let i = 1; i < cmd.argc; i += 2) {
     if (!keyFits(cmd.arg(i), w) || !valueFits(conn, cmd.arg(i + 1), w)) return true;
-    if (slotOf(cmd.arg(i)) !== slot) {
-      w.errorCode('CROSSSLOT', "Keys in request don't hash to the same slot");
-      return true;
-    }
+    if (slotOf(cmd.arg(i)) !== slot) return crossSlot(w);
   }
   const operand = encodePairs(cmd, 3);
   modifyKey(conn, cmd.arg(1), Modifier.SetAllIfNone, 0, cmd.arg(2), 0, ModifyMode.SetFlag, 0, operand);
