@@ -129,13 +129,13 @@ export type FragmentAction =
 
 type PendingEntry = [key: Buffer, record: Uint8Array];
 
-/** A reply held back until its generation reaches a durability level. */
-interface Waiter {
-  op: FragmentOp;
-  reply: Reply;
-  record: Uint8Array | undefined;
-  prior: boolean;
-  text: string;
+type ReplyAction = Extract<FragmentAction, { kind: 'reply' }>;
+
+/**
+ * A reply held back until its generation reaches a durability level; released as the reply action
+ * itself (no second object per write).
+ */
+interface Waiter extends ReplyAction {
   generation: number;
 }
 
@@ -530,7 +530,7 @@ export class FragmentCore {
     let generation = this.committedGeneration;
     if (this.unflushed.size > 0) generation = this.unflushedGeneration;
     else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
-    const waiter: Waiter = { op, reply, record, prior, text, generation };
+    const waiter: Waiter = { kind: 'reply', op, reply, record, prior, text, generation };
     if (op.durability === Durability.Store) {
       if (generation <= this.committedGeneration) return this.reply(op, reply, record, prior, text);
       this.commitWaiters.push(waiter);
@@ -616,10 +616,7 @@ export class FragmentCore {
   /** Replies to the waiters (oldest first, generations ascending) whose generation is ≤ `generation`. */
   private release(waiters: Waiter[], generation: number): void {
     let n = 0;
-    while (n < waiters.length && waiters[n].generation <= generation) {
-      const w = waiters[n++];
-      this.reply(w.op, w.reply, w.record, w.prior, w.text);
-    }
+    while (n < waiters.length && waiters[n].generation <= generation) this.outbox.push(waiters[n++]);
     waiters.splice(0, n);
   }
 

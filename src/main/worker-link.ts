@@ -6,10 +6,12 @@ import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { backpressure, internalError, shuttingDown, type TesseraError } from '../core/errors.js';
 import {
+  REQUEST_PUBLISH_RECORDS,
   RING_OVERFLOW_RECORDS_MAX,
   WORKER_RESTART_BACKOFF_MS_MAX,
   WORKER_RESTART_BACKOFF_MS_MIN,
   WORKER_START_TIMEOUT_MS,
+  WORKER_YOUNG_GENERATION_MB,
 } from '../core/limits.js';
 import { isWorkerEvent, type WorkerInit } from '../threads/messages.js';
 import {
@@ -210,7 +212,7 @@ export class WorkerLink {
   private newRings(): void {
     this.requestRing = createRing(this.deps.ringBytes);
     this.resultRing = createRing(this.deps.ringBytes);
-    this.outbox = new RingOutbox(new RingWriter(this.requestRing));
+    this.outbox = new RingOutbox(new RingWriter(this.requestRing), REQUEST_PUBLISH_RECORDS);
     this.buffer = this.outbox.buffer;
     this.reader = new RingReader(this.resultRing);
   }
@@ -222,7 +224,10 @@ export class WorkerLink {
       this.resultRing,
       this.state === 'restarting',
     );
-    const worker = new Worker(this.deps.entry, { workerData: init });
+    const worker = new Worker(this.deps.entry, {
+      workerData: init,
+      resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MB },
+    });
     this.worker = worker;
     return new Promise<void>((resolve, reject) => {
       let settled = false;

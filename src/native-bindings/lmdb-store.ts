@@ -131,6 +131,8 @@ class LmdbStore implements KvStore {
   readonly #highWaterWallMs: Float64Array;
   /** One reusable buffer for the prefixed key of a get, put or remove: lmdb-js copies keys at once. */
   readonly #keyScratch = Buffer.allocUnsafe(PREFIX_BYTES + KEY_BYTES_MAX);
+  /** Views of the scratch by length, made on first use: a put or get creates no Buffer for its key. */
+  readonly #keyViews: Array<Buffer | undefined> = new Array(PREFIX_BYTES + KEY_BYTES_MAX + 1).fill(undefined);
   /** The batch `#applyPending` applies; set just before the transaction, so no closure per commit. */
   #pending: FragmentWrites[] = [];
   readonly #applyPending = (): void => this.#apply(this.#pending);
@@ -336,9 +338,16 @@ class LmdbStore implements KvStore {
 
   /** The prefixed key in the scratch buffer; valid until the next call. */
   #dataKey(key: Uint8Array): Buffer {
-    this.#keyScratch[0] = PREFIX_DATA;
-    this.#keyScratch.set(key, PREFIX_BYTES);
-    return this.#keyScratch.subarray(0, PREFIX_BYTES + key.length);
+    const scratch = this.#keyScratch;
+    scratch[0] = PREFIX_DATA;
+    scratch.set(key, PREFIX_BYTES);
+    const n = PREFIX_BYTES + key.length;
+    let view = this.#keyViews[n];
+    if (view === undefined) {
+      view = scratch.subarray(0, n);
+      this.#keyViews[n] = view;
+    }
+    return view;
   }
 
   #db(fragment: number): FragmentDb {

@@ -15,7 +15,15 @@ export class RingOutbox {
   private draining = false;
   private published = 0;
 
-  constructor(readonly writer: RingWriter) {
+  /**
+   * `publishEvery`: records after which a commit publishes at once instead of waiting for the
+   * caller's publish, so a long burst reaches the consumer in parts it can work on while the rest is
+   * still being encoded. 0: only the caller publishes (it must order publishing with other state).
+   */
+  constructor(
+    readonly writer: RingWriter,
+    private readonly publishEvery = 0,
+  ) {
     this.buffer = writer.bytes;
   }
 
@@ -43,7 +51,7 @@ export class RingOutbox {
   commit(): void {
     if (!this.spilled) {
       this.writer.commit(this.reservedBytes);
-      this.published++;
+      if (++this.published === this.publishEvery) this.publish();
       return;
     }
     this.overflow.push(this.buffer);

@@ -50,6 +50,8 @@ import { collectScanPage } from './scan-page.js';
 /** Store pages a scan reads at a time while it fills one result page. */
 const _SCAN_STORE_PAGE_KEYS = 256;
 const EMPTY_KEY = Buffer.alloc(0);
+/** Bytes of one arena that request bodies are copied into out of the ring (see `copyOut`). */
+const BODY_ARENA_BYTES = 64 * 1024;
 
 type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
 
@@ -61,6 +63,8 @@ export class WorkerRuntime {
   private drain: DrainLoop | undefined;
   /** Fragments that received requests this batch and must run. */
   private readonly active = new Set<FragmentCore>();
+  private arena = Buffer.allocUnsafeSlow(BODY_ARENA_BYTES);
+  private arenaAt = 0;
   /** Fragments whose uncommitted state may have changed since the board was last updated. */
   private readonly touched = new Set<FragmentCore>();
   private readonly board: FragmentBoard;
@@ -189,19 +193,20 @@ export class WorkerRuntime {
     if (core === undefined) {
       return this.error(ErrorKind.Internal, reqId, `fragment ${fragment} is not served by this worker`);
     }
-    // Copy key and record out of the ring in one allocation: the ring slot is reused after release,
-    // and lmdb keeps pointers to written buffers until commit.
+    // Copy key and record out of the ring: the ring slot is reused after release, and lmdb keeps
+    // pointers to written buffers until commit.
     const keyBytes = requestKeyBytes(buf, at);
-    const body = Buffer.allocUnsafe(length - REQUEST_HEADER_BYTES);
-    buf.copy(body, 0, at + REQUEST_HEADER_BYTES, at + length);
-    const key = body.subarray(0, keyBytes);
+    const bodyBytes = length - REQUEST_HEADER_BYTES;
+    const bodyAt = this.copyOut(buf, at + REQUEST_HEADER_BYTES, bodyBytes);
+    const arena = this.arena;
+    const key = arena.subarray(bodyAt, bodyAt + keyBytes);
     let recordAt = keyBytes;
     let params: ModifyParams | undefined;
     if (kind === OpKind.Modify) {
-      params = readModifyParams(body, keyBytes);
+      params = readModifyParams(arena.subarray(bodyAt, bodyAt + bodyBytes), keyBytes);
       recordAt = params.end;
     }
-    const record = recordAt < body.length ? body.subarray(recordAt) : EMPTY_KEY;
+    const record = recordAt < bodyBytes ? arena.subarray(bodyAt + recordAt, bodyAt + bodyBytes) : EMPTY_KEY;
     const op = new FragmentOp(kind, reqId, requestPriority(buf, at), requestDurability(buf, at), key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = requestWantsPrior(buf, at);
@@ -214,6 +219,21 @@ export class WorkerRuntime {
     this.requestEvent.op = op;
     core.step(this.requestEvent);
     this.active.add(core);
+  }
+
+  /**
+   * Copies `bytes` of ring memory into the current arena and returns where they start. Requests share
+   * arenas instead of taking a Buffer each; an arena lives while any view into it does.
+   */
+  private copyOut(buf: Buffer, start: number, bytes: number): number {
+    if (this.arenaAt + bytes > this.arena.length) {
+      this.arena = Buffer.allocUnsafeSlow(Math.max(BODY_ARENA_BYTES, bytes));
+      this.arenaAt = 0;
+    }
+    const at = this.arenaAt;
+    buf.copy(this.arena, at, start, start + bytes);
+    this.arenaAt = at + bytes;
+    return at;
   }
 
   /** A scan first fences its fragment (commits pending writes), then reads the store in order. */
@@ -323,8 +343,8 @@ export class WorkerRuntime {
   private sendReply(action: Extract<FragmentAction, { kind: 'reply' }>): void {
     const { op, reply } = action;
     if (op.sink !== undefined) return op.sink.onReply(op, reply, action.text);
-    const scan = this.scans.get(op.reqId);
-    if (scan !== undefined && op.kind === OpKind.Fence) {
+    const scan = op.kind === OpKind.Fence ? this.scans.get(op.reqId) : undefined;
+    if (scan !== undefined) {
       this.scans.delete(op.reqId);
       if (reply === Reply.FenceReached) {
         void this.runScan(op.reqId, scan);

@@ -20,6 +20,7 @@ import {
   ringRecordBytes,
   WRITE_INDEX,
 } from '../../src/threads/ring.js';
+import { RingOutbox } from '../../src/threads/ring-outbox.js';
 
 interface Pair {
   writer: RingWriter;
@@ -188,6 +189,32 @@ function ringTests(): void {
       checkRecord(reader, reader.next(), seq, seq % 17);
       reader.release();
     }
+  });
+
+  test('an outbox with publishEvery shows each full group of records without waiting for publish', () => {
+    const { writer, reader } = ringPair(256);
+    const outbox = new RingOutbox(writer, 3);
+    const put = (seq: number) => {
+      const at = outbox.reserve(4);
+      outbox.buffer.writeUInt32LE(seq, at);
+      outbox.commit();
+    };
+    put(0);
+    put(1);
+    assert.equal(reader.next(), -1, 'two records: still unpublished');
+    put(2);
+    for (let seq = 0; seq < 3; seq++) assert.equal(reader.bytes.readUInt32LE(reader.next()), seq);
+    put(3);
+    assert.equal(reader.next(), -1, 'the count starts again after a publish');
+    outbox.publish();
+    assert.equal(reader.bytes.readUInt32LE(reader.next()), 3);
+    const plain = ringPair(256);
+    const unbatched = new RingOutbox(plain.writer);
+    for (let seq = 0; seq < 10; seq++) {
+      unbatched.reserve(4);
+      unbatched.commit();
+    }
+    assert.equal(plain.reader.next(), -1, 'without publishEvery only the caller publishes');
   });
 
   test('a corrupted length prefix fails the read-side assertion', () => {
