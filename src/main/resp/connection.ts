@@ -78,7 +78,6 @@ export class RespConnection {
   private tail: ReplySlot | null = null;
   private inFlight = 0;
   private flushScheduled = false;
-  private readonly flushTask = (): void => this.flush();
   private paused = false;
   /** Bytes of replies parked in slots, waiting for an earlier reply. */
   private parkedBytes = 0;
@@ -250,10 +249,11 @@ export class RespConnection {
     }
     if (this.flushScheduled) return;
     this.flushScheduled = true;
-    queueMicrotask(this.flushTask);
+    this.server.flushSoon(this);
   }
 
-  private flush(): void {
+  /** Writes the replies in order so far (the server calls it for a scheduled flush). */
+  flush(): void {
     this.flushScheduled = false;
     if (this.closed) return;
     if (this.out.length > 0) this.socket.write(this.out.take());

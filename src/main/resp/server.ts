@@ -39,6 +39,9 @@ export class RespServer {
   readonly logger: Logger;
   private readonly server: Server;
   private readonly clients = new Set<RespConnection>();
+  /** Connections with replies to send at the end of this turn (`flushSoon`), and the spare list. */
+  private flushQueue: RespConnection[] = [];
+  private spareFlushQueue: RespConnection[] = [];
   private readonly passwordDigest: Buffer | undefined;
   private readonly startedAtMs = Date.now();
   private nextClientId = 1;
@@ -101,6 +104,24 @@ export class RespServer {
   forget(conn: RespConnection): void {
     this.clients.delete(conn);
   }
+
+  /**
+   * Sends `conn`'s replies once this event-loop turn has handled all its I/O, together with every
+   * other connection's (as Redis writes replies before it sleeps): a client reading many sockets is
+   * woken once for the burst instead of once per socket.
+   */
+  flushSoon(conn: RespConnection): void {
+    this.flushQueue.push(conn);
+    if (this.flushQueue.length === 1) setImmediate(this.flushAll);
+  }
+
+  private readonly flushAll = (): void => {
+    const queue = this.flushQueue;
+    this.flushQueue = this.spareFlushQueue;
+    this.spareFlushQueue = queue;
+    for (const conn of queue) conn.flush();
+    queue.length = 0;
+  };
 
   /** Stops accepting, closes every client, and resolves once the listener is closed. */
   async close(): Promise<void> {
