@@ -85,14 +85,17 @@ export function ringClosedError(): TesseraError {
 //
 //   waiter (consumer)                        publisher (producer)
 //   W1 store CONSUMER_WAITING = 1            P1 store WRITE = w'
-//   W2 waitAsync(WRITE, expected = w)        P2 load CONSUMER_WAITING; if 1: notify(WRITE)
+//   W2 waitAsync(WRITE, expected = w)        P2 exchange CONSUMER_WAITING with 0; if it was 1: notify(WRITE)
 //      (an SC load of WRITE + enqueue in one critical section of the waiter list)
 //
 // All four are sequentially consistent Atomics, so they fall into one total order. If P2 reads 0, then P2
 // precedes W1, hence P1 < P2 < W1 < W2 and W2 loads w' ≠ w: waitAsync returns `not-equal` at once. If P2
 // reads 1, the producer notifies after P1: either the waiter enqueued before that notify (it is woken), or
 // its critical section came after the notify's and its load sees w'. The flag only saves notify calls
-// when nobody sleeps; a stale 1 costs one needless notify, never a missed one.
+// when nobody sleeps; a stale 1 costs one needless notify, never a missed one. P2 takes the flag down
+// itself, so a burst of publishes to a sleeping thread sends one wake-up, not one each until the thread
+// runs: a later publish that reads 0 came after a notify that already wakes the waiter (or after W2
+// found the counter moved).
 //
 // Close stores CLOSED then notifies both counters. A waiter checks CLOSED after it has enqueued: if the
 // closer's notify ran before the enqueue, that check sees CLOSED (store < notify < enqueue < check), and the
@@ -233,7 +236,7 @@ export class RingWriter extends RingEnd {
     if (this.head === this.published) return;
     this.published = this.head;
     Atomics.store(this.header, WRITE_INDEX, this.head | 0);
-    if (Atomics.load(this.header, CONSUMER_WAITING_INDEX) !== 0) this.notify(WRITE_INDEX);
+    if (Atomics.exchange(this.header, CONSUMER_WAITING_INDEX, 0) !== 0) this.notify(WRITE_INDEX);
   }
 
   /**
@@ -334,7 +337,7 @@ export class RingReader extends RingEnd {
     if (this.cursor === this.released) return;
     this.released = this.cursor;
     Atomics.store(this.header, READ_INDEX, this.cursor | 0);
-    if (Atomics.load(this.header, PRODUCER_WAITING_INDEX) !== 0) this.notify(READ_INDEX);
+    if (Atomics.exchange(this.header, PRODUCER_WAITING_INDEX, 0) !== 0) this.notify(READ_INDEX);
   }
 
   /**

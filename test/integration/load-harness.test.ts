@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { type LoadOptions, parseOptions } from '../../bench/load/options.js';
 import { Random } from '../../bench/load/random.js';
 import { REPLY_ERROR, REPLY_NULL, REPLY_OK, ReplyParser } from '../../bench/load/reply-parser.js';
-import { buildReport, type LoadReport } from '../../bench/load/report.js';
+import { buildReport, type LoadReport, OPEN_LOOP_ACHIEVED_SHARE_MIN } from '../../bench/load/report.js';
 import { renderSvg } from '../../bench/load/report-svg.js';
 import { runLoad } from '../../bench/load/run.js';
 import { WORKLOAD_NAMES } from '../../bench/load/workloads.js';
@@ -162,7 +162,11 @@ describe('against a Tessera node', () => {
     assert.equal(r.openLoop.intendedOps, 4000);
     // Sending stops at the deadline: an operation due in its last moments may find all 8 slots busy.
     assert.ok(r.openLoop.sentOps <= 4000 && r.openLoop.sentOps >= 3600, `${r.openLoop.sentOps} sent`);
-    assert.equal(r.openLoop.fellShort, false);
+    // The report's verdict follows from its own numbers (a last operation left unsent counts).
+    assert.equal(
+      r.openLoop.fellShort,
+      r.openLoop.sentOps < 4000 || r.openLoop.achievedRate < OPEN_LOOP_ACHIEVED_SHARE_MIN * 2000,
+    );
     assert.ok(Math.abs(r.openLoop.achievedRate - 2000) <= 200, `achieved ${r.openLoop.achievedRate} ops/s`);
     assert.ok(Math.abs(r.series.ops[0] - 2000) <= 200, `first second: ${r.series.ops[0]} ops`);
   });

@@ -244,6 +244,19 @@ function ringTests(): void {
     assert.equal(writer.notifyCount, 1, 'nothing new: no store, no notify');
   });
 
+  test('a burst of publishes to a sleeping consumer wakes it once', async () => {
+    const { writer, reader, header } = ringPair(64);
+    const data = reader.waitForData();
+    for (let seq = 0; seq < 3; seq++) {
+      writeRecord(writer, seq, 4);
+      writer.publish();
+    }
+    assert.equal(writer.notifyCount, 1, 'the first publish takes the flag down and notifies');
+    assert.equal(Atomics.load(header, CONSUMER_WAITING_INDEX), 0);
+    await data;
+    for (let seq = 0; seq < 3; seq++) checkRecord(reader, reader.next(), seq, 4);
+  });
+
   test('waitForData resolves at once when data is there', async () => {
     const { writer, reader } = ringPair(64);
     writeRecord(writer, 0, 4);
