@@ -50,8 +50,8 @@ import { collectScanPage } from './scan-page.js';
 /** Store pages a scan reads at a time while it fills one result page. */
 const _SCAN_STORE_PAGE_KEYS = 256;
 const EMPTY_KEY = Buffer.alloc(0);
-/** Bytes of one arena that request bodies are copied into out of the ring (see `copyOut`). */
-const BODY_ARENA_BYTES = 64 * 1024;
+/** Records up to this size are copied out of the ring together with their neighbours (`takeTurn`). */
+const SHARED_COPY_RECORD_BYTES_MAX = 16 * 1024;
 
 type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
 
@@ -63,8 +63,11 @@ export class WorkerRuntime {
   private drain: DrainLoop | undefined;
   /** Fragments that received requests this batch and must run. */
   private readonly active = new Set<FragmentCore>();
-  private arena = Buffer.allocUnsafeSlow(BODY_ARENA_BYTES);
-  private arenaAt = 0;
+  /** This turn's records (takeTurn): ring offset and length, then the copy each lies in and where. */
+  private readonly turnAt = new Int32Array(WORKER_TURN_OPS_MAX);
+  private readonly turnBytes = new Int32Array(WORKER_TURN_OPS_MAX);
+  private readonly turnCopies = new Array<Buffer | undefined>(WORKER_TURN_OPS_MAX).fill(undefined);
+  private readonly turnOffsets = new Int32Array(WORKER_TURN_OPS_MAX);
   /** Fragments whose uncommitted state may have changed since the board was last updated. */
   private readonly touched = new Set<FragmentCore>();
   private readonly board: FragmentBoard;
@@ -142,15 +145,60 @@ export class WorkerRuntime {
 
   private onBatch(): void {
     const nowMs = Date.now();
-    const buf = this.reader.bytes;
+    const count = this.takeTurn();
+    const copies = this.turnCopies;
+    for (let i = 0; i < count; i++) {
+      this.decode(copies[i]!, this.turnOffsets[i], this.turnBytes[i]);
+      copies[i] = undefined;
+    }
+    this.runActive(nowMs);
+  }
+
+  /**
+   * Reads up to a turn's records, copies them out of the ring and releases its space. The requests
+   * then own their bytes (lmdb keeps pointers to written buffers until commit; peer frames are
+   * served asynchronously). Neighbouring records share one copy; a large one gets its own, so a small
+   * record kept long (in a replication backlog) never holds a large one's memory.
+   */
+  private takeTurn(): number {
+    const reader = this.reader;
+    const at = this.turnAt;
+    const bytes = this.turnBytes;
     let count = 0;
-    let at: number;
-    while (count < WORKER_TURN_OPS_MAX && (at = this.reader.next()) !== -1) {
-      this.decode(buf, at, this.reader.recordBytes);
+    let next: number;
+    while (count < WORKER_TURN_OPS_MAX && (next = reader.next()) !== -1) {
+      at[count] = next;
+      bytes[count] = reader.recordBytes;
       count++;
     }
-    this.reader.release();
-    this.runActive(nowMs);
+    let run = 0;
+    for (let i = 0; i < count; i++) {
+      const large = bytes[i] > SHARED_COPY_RECORD_BYTES_MAX;
+      // A record before its predecessor: the ring wrapped, and the run cannot continue across it.
+      if (i > run && (large || at[i] < at[i - 1])) {
+        this.copyRun(run, i);
+        run = i;
+      }
+      if (large) {
+        this.copyRun(i, i + 1);
+        run = i + 1;
+      }
+    }
+    if (run < count) this.copyRun(run, count);
+    reader.release();
+    return count;
+  }
+
+  /** One copy of the ring bytes from record `first` to the end of record `end - 1`. */
+  private copyRun(first: number, end: number): void {
+    const start = this.turnAt[first];
+    const stop = this.turnAt[end - 1] + this.turnBytes[end - 1];
+    const copy = Buffer.allocUnsafe(stop - start);
+    this.reader.bytes.copy(copy, 0, start, stop);
+    for (let i = first; i < end; i++) {
+      this.turnCopies[i] = copy;
+      this.turnOffsets[i] = this.turnAt[i] - start;
+    }
   }
 
   private decode(buf: Buffer, at: number, length: number): void {
@@ -171,11 +219,7 @@ export class WorkerRuntime {
         void this.close(reqId);
         return;
       case RequestKind.PeerFrame:
-        // Copied: the ring slot is reused after release, and pages are served asynchronously.
-        this.replication?.onFrame(
-          peerOf(buf, at),
-          Buffer.from(buf.subarray(at + PEER_HEADER_BYTES, at + length)),
-        );
+        this.replication?.onFrame(peerOf(buf, at), buf.subarray(at + PEER_HEADER_BYTES, at + length));
         return;
       case RequestKind.PeerState:
         this.replication?.onPeerState(peerOf(buf, at), buf[at + 1] === 1);
@@ -193,20 +237,18 @@ export class WorkerRuntime {
     if (core === undefined) {
       return this.error(ErrorKind.Internal, reqId, `fragment ${fragment} is not served by this worker`);
     }
-    // Copy key and record out of the ring: the ring slot is reused after release, and lmdb keeps
-    // pointers to written buffers until commit.
+    // `buf` is this turn's own copy (takeTurn): key and record are views of it.
     const keyBytes = requestKeyBytes(buf, at);
-    const bodyBytes = length - REQUEST_HEADER_BYTES;
-    const bodyAt = this.copyOut(buf, at + REQUEST_HEADER_BYTES, bodyBytes);
-    const arena = this.arena;
-    const key = arena.subarray(bodyAt, bodyAt + keyBytes);
-    let recordAt = keyBytes;
+    const bodyAt = at + REQUEST_HEADER_BYTES;
+    const bodyEnd = at + length;
+    const key = buf.subarray(bodyAt, bodyAt + keyBytes);
+    let recordAt = bodyAt + keyBytes;
     let params: ModifyParams | undefined;
     if (kind === OpKind.Modify) {
-      params = readModifyParams(arena.subarray(bodyAt, bodyAt + bodyBytes), keyBytes);
-      recordAt = params.end;
+      params = readModifyParams(buf.subarray(bodyAt, bodyEnd), keyBytes);
+      recordAt = bodyAt + params.end;
     }
-    const record = recordAt < bodyBytes ? arena.subarray(bodyAt + recordAt, bodyAt + bodyBytes) : EMPTY_KEY;
+    const record = recordAt < bodyEnd ? buf.subarray(recordAt, bodyEnd) : EMPTY_KEY;
     const op = new FragmentOp(kind, reqId, requestPriority(buf, at), requestDurability(buf, at), key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = requestWantsPrior(buf, at);
@@ -219,21 +261,6 @@ export class WorkerRuntime {
     this.requestEvent.op = op;
     core.step(this.requestEvent);
     this.active.add(core);
-  }
-
-  /**
-   * Copies `bytes` of ring memory into the current arena and returns where they start. Requests share
-   * arenas instead of taking a Buffer each; an arena lives while any view into it does.
-   */
-  private copyOut(buf: Buffer, start: number, bytes: number): number {
-    if (this.arenaAt + bytes > this.arena.length) {
-      this.arena = Buffer.allocUnsafeSlow(Math.max(BODY_ARENA_BYTES, bytes));
-      this.arenaAt = 0;
-    }
-    const at = this.arenaAt;
-    buf.copy(this.arena, at, start, start + bytes);
-    this.arenaAt = at + bytes;
-    return at;
   }
 
   /** A scan first fences its fragment (commits pending writes), then reads the store in order. */
