@@ -290,7 +290,13 @@ export class WorkerRuntime {
     this.scheduleWake(nowMs);
   }
 
-  /** Carries out actions until none are left: replies, commits (one transaction), sync requests. */
+  /**
+   * Carries out actions until none are left: replies, commits (one transaction), sync requests.
+   * The replies written before a commit are shown before it runs: a `memory` acknowledgement does
+   * not wait for the transaction. The board is brought up to date before each publish: an
+   * acknowledged write that is not committed must keep the main thread from reading its fragment
+   * from the store.
+   */
   private carryOut(): void {
     while (this.actions.length > 0) {
       const commits: CommitAction[] = [];
@@ -300,11 +306,17 @@ export class WorkerRuntime {
         else this.syncRequests.push({ core: this.cores[action.fragment]!, generation: action.generation });
       }
       this.actions.length = 0;
-      if (commits.length > 0) this.commit(commits);
+      if (commits.length > 0) {
+        this.publish();
+        this.commit(commits);
+      }
     }
     if (this.syncRequests.length > 0 && !this.syncInFlight) this.startSync();
-    // Before the acknowledgements become visible: an acknowledged write that is not committed must
-    // keep the main thread from reading its fragment from the store.
+    this.publish();
+  }
+
+  /** Updates the board for every fragment touched since the last publish, then publishes. */
+  private publish(): void {
     for (const core of this.touched) this.board.setDirty(core.fragment, core.hasUncommitted());
     this.touched.clear();
     this.outbox.publish();
