@@ -163,11 +163,16 @@ export class WorkerLink {
     this.end();
   }
 
+  /**
+   * Finishes the request `begin` started. The worker sees it at the end of this event-loop turn,
+   * with every other request the turn's I/O brought (or sooner, in a burst: REQUEST_PUBLISH_RECORDS):
+   * one wake-up of a sleeping worker per turn rather than one per client connection.
+   */
   end(): void {
     this.outbox.commit();
     if (!this.publishScheduled) {
       this.publishScheduled = true;
-      queueMicrotask(this.publishTask);
+      setImmediate(this.publishTask);
     }
   }
 
