@@ -207,6 +207,42 @@ for (const store of STORES) {
   });
 }
 
+describe('the request ring', () => {
+  test("requests that cross the ring's end, small and large, arrive intact", async () => {
+    const dir = await tempDir('ring-wrap');
+    // A 64 KiB value limit keeps the ring at its minimum (8 MiB); ~13 MiB of requests wrap it.
+    const node = await Tessera.start({
+      store: 'lmdb',
+      dataDir: dir.path,
+      workers: 1,
+      fragments: 4,
+      valueBytesMax: 64 * 1024,
+    });
+    try {
+      const count = 12_000;
+      // Lengths that never line records up the same way twice; every 997th value goes alone.
+      const valueOf = (i: number) =>
+        Buffer.alloc(i % 997 === 0 ? 40 * 1024 : 700 + ((i * 37) % 613), i % 251);
+      for (let start = 0; start < count; start += 2000) {
+        const batch = [];
+        for (let i = start; i < start + 2000; i++) batch.push(node.put(`wrap:${i}`, valueOf(i)));
+        await Promise.all(batch);
+      }
+      for (let start = 0; start < count; start += 1000) {
+        const keys = Array.from({ length: 1000 }, (_, j) => `wrap:${start + j}`);
+        const got = await node.getMany(keys);
+        got.forEach((r, j) => {
+          assert.ok(r.ok, `wrap:${start + j}`);
+          assert.deepEqual(r.value, valueOf(start + j), `wrap:${start + j}`);
+        });
+      }
+    } finally {
+      await node.close();
+      await dir.cleanup();
+    }
+  });
+});
+
 describe('admission', () => {
   test('a full fragment queue answers Backpressure, never an unbounded wait', async () => {
     const node = await Tessera.start({ store: 'memory', workers: 1, fragments: 1, queueOpsMax: 4 });
