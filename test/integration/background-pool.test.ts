@@ -4,19 +4,10 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import { POOL_QUEUE_TASKS_MAX } from '../../src/core/limits.js';
-import { Tessera } from '../../src/main/node.js';
-import { tempDir } from './helpers.js';
+import { withNode } from './helpers.js';
 
 test('pattern scans past the pool queue bound answer Backpressure; the rest complete', async () => {
-  const dir = await tempDir('pool-bound');
-  const node = await Tessera.start({
-    store: 'lmdb',
-    dataDir: dir.path,
-    workers: 1,
-    fragments: 1,
-    poolThreads: 1,
-  });
-  try {
+  await withNode('pool-bound', { store: 'lmdb', workers: 1, fragments: 1, poolThreads: 1 }, async (node) => {
     await node.putMany(Array.from({ length: 300 }, (_, i) => [`item:${i}`, 'v'] as const));
     const scans = Array.from({ length: POOL_QUEUE_TASKS_MAX * 2 }, () =>
       node.scan({ match: '*:1?', limit: 100 }),
@@ -35,29 +26,19 @@ test('pattern scans past the pool queue bound answer Backpressure; the rest comp
     for (const r of done) {
       if (r.status === 'fulfilled') assert.equal(r.value.entries.length, 10, 'item:10 … item:19');
     }
-  } finally {
-    await node.close();
-    await dir.cleanup();
-  }
+  });
 });
 
 test('pool tasks start no faster than poolTasksPerSec', async () => {
-  const dir = await tempDir('pool-rate');
-  const node = await Tessera.start({
-    store: 'lmdb',
-    dataDir: dir.path,
-    workers: 1,
-    fragments: 1,
-    poolTasksPerSec: 4,
-  });
-  try {
-    await node.put('a:1', 'v');
-    const started = Date.now();
-    // Burst of one token at 4/s: the fourth task cannot start before ~750 ms.
-    await Promise.all(Array.from({ length: 4 }, () => node.scan({ match: 'a:*' })));
-    assert.ok(Date.now() - started >= 700, `4 tasks took ${Date.now() - started} ms`);
-  } finally {
-    await node.close();
-    await dir.cleanup();
-  }
+  await withNode(
+    'pool-rate',
+    { store: 'lmdb', workers: 1, fragments: 1, poolTasksPerSec: 4 },
+    async (node) => {
+      await node.put('a:1', 'v');
+      const started = Date.now();
+      // Burst of one token at 4/s: the fourth task cannot start before ~750 ms.
+      await Promise.all(Array.from({ length: 4 }, () => node.scan({ match: 'a:*' })));
+      assert.ok(Date.now() - started >= 700, `4 tasks took ${Date.now() - started} ms`);
+    },
+  );
 });

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import { KEY_BYTES_MAX } from '../../src/core/limits.js';
 import { Tessera } from '../../src/main/node.js';
-import { eventually, STORES, sleep, tempDir } from './helpers.js';
+import { eventually, STORES, sleep, tempDir, withNode } from './helpers.js';
 
 const isKind = (kind: ErrorKind) => (err: unknown) => err instanceof TesseraError && err.kind === kind;
 
@@ -209,23 +209,16 @@ for (const store of STORES) {
 
 describe('the request ring', () => {
   test("requests that cross the ring's end, small and large, arrive intact", async () => {
-    const dir = await tempDir('ring-wrap');
     // A 64 KiB value limit keeps the ring at its minimum (8 MiB); ~13 MiB of requests wrap it.
-    const node = await Tessera.start({
-      store: 'lmdb',
-      dataDir: dir.path,
-      workers: 1,
-      fragments: 4,
-      valueBytesMax: 64 * 1024,
-    });
-    try {
+    const options = { store: 'lmdb', workers: 1, fragments: 4, valueBytesMax: 64 * 1024 } as const;
+    await withNode('ring-wrap', options, async (node) => {
       const count = 12_000;
       // Lengths that never line records up the same way twice; every 997th value goes alone.
-      const valueOf = (i: number) =>
+      const valueAt = (i: number) =>
         Buffer.alloc(i % 997 === 0 ? 40 * 1024 : 700 + ((i * 37) % 613), i % 251);
       for (let start = 0; start < count; start += 2000) {
         const batch = [];
-        for (let i = start; i < start + 2000; i++) batch.push(node.put(`wrap:${i}`, valueOf(i)));
+        for (let i = start; i < start + 2000; i++) batch.push(node.put(`wrap:${i}`, valueAt(i)));
         await Promise.all(batch);
       }
       for (let start = 0; start < count; start += 1000) {
@@ -233,13 +226,10 @@ describe('the request ring', () => {
         const got = await node.getMany(keys);
         got.forEach((r, j) => {
           assert.ok(r.ok, `wrap:${start + j}`);
-          assert.deepEqual(r.value, valueOf(start + j), `wrap:${start + j}`);
+          assert.deepEqual(r.value, valueAt(start + j), `wrap:${start + j}`);
         });
       }
-    } finally {
-      await node.close();
-      await dir.cleanup();
-    }
+    });
   });
 });
 
@@ -305,31 +295,24 @@ describe('admission', () => {
 describe('TTL cleaner', () => {
   for (const store of STORES) {
     test(`expired values become tombstones on ${store}`, async () => {
-      const dir = await tempDir(`clean-${store}`);
-      const node = await Tessera.start({
-        store,
-        dataDir: dir.path,
-        workers: 2,
-        fragments: 4,
-        cleanIntervalMs: 100,
-      });
-      try {
-        await node.putMany(
-          Array.from({ length: 50 }, (_, i) => [`exp-${i}`, 'v'] as const),
-          { ttlMs: 50 },
-        );
-        await node.put('keep', 'v');
-        await eventually(async () => {
-          const h = await node.health();
-          return h.fragments.reduce((n, f) => n + f.expiredSwept, 0) === 50;
-        });
-        assert.equal((await node.get('keep'))?.toString(), 'v');
-        const page = await node.scan({ prefix: 'exp-' });
-        assert.deepEqual(page.entries, []);
-      } finally {
-        await node.close();
-        await dir.cleanup();
-      }
+      await withNode(
+        `clean-${store}`,
+        { store, workers: 2, fragments: 4, cleanIntervalMs: 100 },
+        async (node) => {
+          await node.putMany(
+            Array.from({ length: 50 }, (_, i) => [`exp-${i}`, 'v'] as const),
+            { ttlMs: 50 },
+          );
+          await node.put('keep', 'v');
+          await eventually(async () => {
+            const h = await node.health();
+            return h.fragments.reduce((n, f) => n + f.expiredSwept, 0) === 50;
+          });
+          assert.equal((await node.get('keep'))?.toString(), 'v');
+          const page = await node.scan({ prefix: 'exp-' });
+          assert.deepEqual(page.entries, []);
+        },
+      );
     });
   }
 });
@@ -337,32 +320,25 @@ describe('TTL cleaner', () => {
 describe('reads after acknowledged writes', () => {
   for (const store of STORES) {
     test(`every read sees the last acknowledged write, at every durability, on ${store}`, async () => {
-      const dir = await tempDir(`ryw-${store}`);
       // A short flush interval makes memory-durability writes commit between the reads, so reads
       // switch between the worker and (lmdb) the main thread's snapshot while the test runs.
-      const node = await Tessera.start({
-        store,
-        dataDir: dir.path,
-        workers: 2,
-        fragments: 4,
-        flushIntervalMs: 2,
-      });
-      try {
-        const levels = ['memory', 'store', 'stable'] as const;
-        for (let i = 0; i < 600; i++) {
-          const key = `ryw-${i % 7}`;
-          const background = Array.from({ length: 20 }, (_, j) =>
-            node.put(`noise-${i}-${j}`, 'x', { durability: 'memory' }),
-          );
-          await node.put(key, `v${i}`, { durability: levels[i % 3] });
-          assert.equal((await node.get(key))?.toString(), `v${i}`, `read ${i} of ${key}`);
-          if (i % 50 === 0) await sleep(5);
-          await Promise.all(background);
-        }
-      } finally {
-        await node.close();
-        await dir.cleanup();
-      }
+      await withNode(
+        `ryw-${store}`,
+        { store, workers: 2, fragments: 4, flushIntervalMs: 2 },
+        async (node) => {
+          const levels = ['memory', 'store', 'stable'] as const;
+          for (let i = 0; i < 600; i++) {
+            const key = `ryw-${i % 7}`;
+            const background = Array.from({ length: 20 }, (_, j) =>
+              node.put(`noise-${i}-${j}`, 'x', { durability: 'memory' }),
+            );
+            await node.put(key, `v${i}`, { durability: levels[i % 3] });
+            assert.equal((await node.get(key))?.toString(), `v${i}`, `read ${i} of ${key}`);
+            if (i % 50 === 0) await sleep(5);
+            await Promise.all(background);
+          }
+        },
+      );
     });
   }
 });

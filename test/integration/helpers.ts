@@ -3,6 +3,8 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { TesseraOptions } from '../../src/main/config.js';
+import { Tessera } from '../../src/main/node.js';
 import type { StoreKind } from '../../src/native-bindings/kv-store.js';
 
 export const STORES: StoreKind[] = ['lmdb', 'level', 'memory'];
@@ -12,6 +14,22 @@ export const DURABLE_STORES: StoreKind[] = ['lmdb', 'level'];
 export async function tempDir(label: string): Promise<{ path: string; cleanup: () => Promise<void> }> {
   const path = await mkdtemp(join(tmpdir(), `tessera-${label}-`));
   return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
+}
+
+/** Runs `body` against a node started on a fresh temp directory, then closes it and removes the directory. */
+export async function withNode(
+  label: string,
+  options: Omit<TesseraOptions, 'dataDir'>,
+  body: (node: Tessera) => Promise<void>,
+): Promise<void> {
+  const dir = await tempDir(label);
+  const node = await Tessera.start({ ...options, dataDir: dir.path });
+  try {
+    await body(node);
+  } finally {
+    await node.close();
+    await dir.cleanup();
+  }
 }
 
 export function sleep(ms: number): Promise<void> {
