@@ -129,7 +129,7 @@ export type FragmentAction =
 
 type PendingEntry = [key: Buffer, record: Uint8Array];
 
-type ReplyAction = Extract<FragmentAction, { kind: 'reply' }>;
+export type ReplyAction = Extract<FragmentAction, { kind: 'reply' }>;
 
 /**
  * A reply held back until its generation reaches a durability level; released as the reply action
@@ -532,10 +532,10 @@ export class FragmentCore {
     else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
     const waiter: Waiter = { kind: 'reply', op, reply, record, prior, text, generation };
     if (op.durability === Durability.Store) {
-      if (generation <= this.committedGeneration) return this.reply(op, reply, record, prior, text);
+      if (generation <= this.committedGeneration) return void this.outbox.push(waiter);
       this.commitWaiters.push(waiter);
     } else {
-      if (generation <= this.syncedGeneration) return this.reply(op, reply, record, prior, text);
+      if (generation <= this.syncedGeneration) return void this.outbox.push(waiter);
       this.stableWaiters.push(waiter);
       this.maybeSync();
     }

@@ -6,7 +6,7 @@
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.js';
-import { type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
+import { type FragmentAction, FragmentCore, FragmentOp, type ReplyAction } from '../core/fragment.js';
 import { CLEAN_PAGE_KEYS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
 import { isLive, isTombstone } from '../core/record.js';
@@ -47,8 +47,6 @@ import { NEXT_PAGE, type Span, type SpanQuery } from './reconcile-span.js';
 import { WorkerReplication } from './replication.js';
 import { collectScanPage } from './scan-page.js';
 
-/** Store pages a scan reads at a time while it fills one result page. */
-const _SCAN_STORE_PAGE_KEYS = 256;
 const EMPTY_KEY = Buffer.alloc(0);
 /** Records up to this size are copied out of the ring together with their neighbours (`takeTurn`). */
 const SHARED_COPY_RECORD_BYTES_MAX = 16 * 1024;
@@ -379,7 +377,7 @@ export class WorkerRuntime {
     this.scheduleWake(Date.now());
   }
 
-  private sendReply(action: Extract<FragmentAction, { kind: 'reply' }>): void {
+  private sendReply(action: ReplyAction): void {
     const { op, reply } = action;
     if (op.sink !== undefined) return op.sink.onReply(op, reply, action.text);
     const scan = op.kind === OpKind.Fence ? this.scans.get(op.reqId) : undefined;
