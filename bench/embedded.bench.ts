@@ -6,6 +6,7 @@
 // one transaction, no concurrency and no per-operation result at all. Reads
 // compare with lmdb's `getBinary` and with its faster reused-buffer read plus a copy of the value,
 // which is what a Tessera read does on the main thread when the fragment has nothing uncommitted.
+// The tasks take turns in ROUNDS rounds and each reports its median round (`runTasks`).
 
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,6 +21,7 @@ const BATCHES_PER_CALL = 4;
 const WINDOW = 2;
 const KEYS = 100_000;
 const VALUE = Buffer.alloc(100, 42);
+const ROUNDS = 5;
 
 export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
   const dir = mkdtempSync(join(tmpdir(), 'tessera-bench-'));
@@ -49,60 +51,64 @@ export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
   }
   try {
     const workersLabel = `${workers} worker${workers > 1 ? 's' : ''}`;
-    return await runTasks('embedded vs lmdb', [
-      {
-        name: 'lmdb put (async, batched by lmdb-js)',
-        opsPerCall: BATCH * BATCHES_PER_CALL,
-        fn: () => windowed(() => Promise.all(nextKeys().map((k) => raw.put(k, VALUE)))),
-      },
-      {
-        name: 'lmdb putSync, a commit each',
-        opsPerCall: BATCH / 10,
-        fn: () => {
-          const batch = nextKeys();
-          for (let i = 0; i < BATCH / 10; i++) raw.putSync(batch[i], VALUE);
+    return await runTasks(
+      'embedded vs lmdb',
+      [
+        {
+          name: 'lmdb put (async, batched by lmdb-js)',
+          opsPerCall: BATCH * BATCHES_PER_CALL,
+          fn: () => windowed(() => Promise.all(nextKeys().map((k) => raw.put(k, VALUE)))),
         },
-      },
-      {
-        name: 'lmdb putSync in one transaction',
-        opsPerCall: BATCH,
-        fn: () => {
-          const batch = nextKeys();
-          raw.transactionSync(() => {
-            for (const k of batch) raw.putSync(k, VALUE);
-          });
+        {
+          name: 'lmdb putSync, a commit each',
+          opsPerCall: BATCH / 10,
+          fn: () => {
+            const batch = nextKeys();
+            for (let i = 0; i < BATCH / 10; i++) raw.putSync(batch[i], VALUE);
+          },
         },
-      },
-      {
-        name: `tessera put @store (${workersLabel})`,
-        opsPerCall: BATCH * BATCHES_PER_CALL,
-        fn: () => windowed(() => Promise.all(nextKeys().map((k) => node.put(k, VALUE)))),
-        baseline: 'lmdb put (async, batched by lmdb-js)',
-      },
-      {
-        name: 'lmdb getBinary',
-        opsPerCall: BATCH,
-        fn: () => {
-          for (const k of nextKeys()) raw.getBinary(k);
+        {
+          name: 'lmdb putSync in one transaction',
+          opsPerCall: BATCH,
+          fn: () => {
+            const batch = nextKeys();
+            raw.transactionSync(() => {
+              for (const k of batch) raw.putSync(k, VALUE);
+            });
+          },
         },
-      },
-      {
-        name: 'lmdb getBinaryFast + copy',
-        opsPerCall: BATCH,
-        fn: () => {
-          for (const k of nextKeys()) {
-            const v = raw.getBinaryFast(k);
-            if (v !== undefined) Buffer.from(v.subarray(0, v.length));
-          }
+        {
+          name: `tessera put @store (${workersLabel})`,
+          opsPerCall: BATCH * BATCHES_PER_CALL,
+          fn: () => windowed(() => Promise.all(nextKeys().map((k) => node.put(k, VALUE)))),
+          baseline: 'lmdb put (async, batched by lmdb-js)',
         },
-      },
-      {
-        name: `tessera get (${workersLabel})`,
-        opsPerCall: BATCH * BATCHES_PER_CALL,
-        fn: () => windowed(() => Promise.all(nextKeys().map((k) => node.get(k)))),
-        baseline: 'lmdb getBinaryFast + copy',
-      },
-    ]);
+        {
+          name: 'lmdb getBinary',
+          opsPerCall: BATCH,
+          fn: () => {
+            for (const k of nextKeys()) raw.getBinary(k);
+          },
+        },
+        {
+          name: 'lmdb getBinaryFast + copy',
+          opsPerCall: BATCH,
+          fn: () => {
+            for (const k of nextKeys()) {
+              const v = raw.getBinaryFast(k);
+              if (v !== undefined) Buffer.from(v.subarray(0, v.length));
+            }
+          },
+        },
+        {
+          name: `tessera get (${workersLabel})`,
+          opsPerCall: BATCH * BATCHES_PER_CALL,
+          fn: () => windowed(() => Promise.all(nextKeys().map((k) => node.get(k)))),
+          baseline: 'lmdb getBinaryFast + copy',
+        },
+      ],
+      ROUNDS,
+    );
   } finally {
     await node.close();
     await env.close();
