@@ -1,4 +1,4 @@
-// Fixed-width integers in byte arrays, by index. Buffer's writeUInt32LE and friends validate every
+// Byte-array helpers. Fixed-width integers by index: Buffer's writeUInt32LE and friends validate every
 // argument on each call; on the per-operation path these plain stores are several times cheaper.
 // Callers guarantee ranges (the codecs check lengths where input enters).
 
@@ -38,4 +38,9 @@ export function readU48BE(b: Uint8Array, at: number): number {
   const high = (b[at] << 8) | b[at + 1];
   const low = ((b[at + 2] << 24) | (b[at + 3] << 16) | (b[at + 4] << 8) | b[at + 5]) >>> 0;
   return high * 2 ** 32 + low;
+}
+
+/** Bytes as a string of one character per byte: an exact identity for a Map key. */
+export function latin1(bytes: Uint8Array): string {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('latin1');
 }

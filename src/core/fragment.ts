@@ -10,10 +10,12 @@
 // a time; at most one sync request is outstanding, so fsyncs group every stable write waiting.
 
 import { assert } from './assert.js';
+import { latin1 } from './bytes.js';
 import { HLC_LOGICAL_MAX } from './limits.js';
 import { decodePairs, Modifier, ModifyAnswer, ModifyFlag, type ModifyRequest, planModify } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
+import { keyHash, PendingWrites } from './pending-writes.js';
 import {
   ApplyOutcome,
   compareVersions,
@@ -37,7 +39,7 @@ export interface RecordReader {
 
 /** One queued operation, built by the driver from a ring record. */
 export class FragmentOp implements ModifyRequest {
-  private keyIdCache: string | undefined;
+  private keyHashCache = -1;
   /** Read: reply with the record header only (TTL queries need no value). */
   headerOnly = false;
   /** Write: report whether a live value existed before (DEL's count); costs a store read. */
@@ -61,18 +63,18 @@ export class FragmentOp implements ModifyRequest {
     readonly priority: Priority,
     readonly durability: Durability,
     /** Key bytes the op owns (copied out of the ring). */
-    readonly key: Buffer,
+    readonly key: Uint8Array,
     /**
      * Write: the record to merge. Modify: the stamp (version, node, deadline) and, for SET, APPEND
      * and SETRANGE, the value bytes.
      */
-    readonly record: Buffer,
+    readonly record: Uint8Array,
   ) {}
 
-  /** `key` as a latin1 string: the identity of the key in the pending maps, built on first use. */
-  get keyId(): string {
-    if (this.keyIdCache === undefined) this.keyIdCache = this.key.toString('latin1');
-    return this.keyIdCache;
+  /** `keyHash(key)`, the key's slot in the pending writes, computed on first use. */
+  get keyHash(): number {
+    if (this.keyHashCache === -1) this.keyHashCache = keyHash(this.key);
+    return this.keyHashCache;
   }
 }
 
@@ -127,8 +129,6 @@ export type FragmentAction =
     }
   | { kind: 'sync'; fragment: number; generation: number };
 
-type PendingEntry = [key: Buffer, record: Uint8Array];
-
 export type ReplyAction = Extract<FragmentAction, { kind: 'reply' }>;
 
 /**
@@ -158,13 +158,12 @@ export class FragmentCore {
   private outbox: FragmentAction[] = [];
   private nowMs: number;
 
-  private unflushed = new Map<string, PendingEntry>();
-  private unflushedBytes = 0;
+  private unflushed = new PendingWrites();
   /** When the oldest unflushed write arrived; the flush interval counts from it. */
   private unflushedSinceMs = 0;
   /** Waiters attached to the unflushed generation: a reason to commit now. */
   private unflushedWaiters = 0;
-  private flushing = new Map<string, PendingEntry>();
+  private flushing = new PendingWrites();
   /** Newest version (wall, logical) stored or pending in this fragment; node ids are not tracked. */
   private highWaterWallMs: number;
   private highWaterLogical: number;
@@ -179,7 +178,7 @@ export class FragmentCore {
   private readonly stableWaiters: Waiter[] = [];
 
   /** Writes applied from clients since the driver last took them, for the replication senders. */
-  private replicationLog: Array<[key: Buffer, record: Uint8Array]> = [];
+  private replicationLog: Array<[key: Uint8Array, record: Uint8Array]> = [];
   private readonly shed: [number, number, number] = [0, 0, 0];
   private writes = 0;
   private reads = 0;
@@ -286,15 +285,15 @@ export class FragmentCore {
   /** The freshest record of a key: unflushed, then flushing, then the store. */
   lookup(op: FragmentOp): Uint8Array | undefined {
     if (this.unflushed.size > 0 || this.flushing.size > 0) {
-      const keyId = op.keyId;
-      const pending = this.unflushed.get(keyId) ?? this.flushing.get(keyId);
+      const hash = op.keyHash;
+      const pending = this.unflushed.get(op.key, hash) ?? this.flushing.get(op.key, hash);
       if (pending !== undefined) return pending[1];
     }
     return this.reader.get(this.fragment, op.key);
   }
 
-  private lookupKey(key: Buffer, keyId: string): Uint8Array | undefined {
-    const pending = this.unflushed.get(keyId) ?? this.flushing.get(keyId);
+  private lookupKey(key: Uint8Array, hash: number): Uint8Array | undefined {
+    const pending = this.unflushed.get(key, hash) ?? this.flushing.get(key, hash);
     return pending !== undefined ? pending[1] : this.reader.get(this.fragment, key);
   }
 
@@ -359,11 +358,11 @@ export class FragmentCore {
         return this.reply(op, Reply.Superseded, Buffer.from(current!), live !== undefined, '');
       case ApplyOutcome.Expired:
         // A deadline in the past deletes the key (EXPIRE with a past time, GETEX EXAT in the past).
-        this.putPending(op.key, op.keyId, expiryTombstoneOf(plan.write));
+        this.putPending(op.key, op.keyHash, expiryTombstoneOf(plan.write));
         this.logForReplicas(op, op.key, plan.write);
         break;
       default:
-        this.putPending(op.key, op.keyId, plan.write);
+        this.putPending(op.key, op.keyHash, plan.write);
         this.logForReplicas(op, op.key, plan.write);
     }
     this.await(op, reply, live !== undefined, record, plan.text);
@@ -375,7 +374,7 @@ export class FragmentCore {
     if (others === undefined)
       return this.reply(op, Reply.Refused, undefined, false, 'ERR malformed MSETNX pairs');
     const stamp = op.record;
-    const pairs: Array<[Buffer, Uint8Array]> = [[op.key, stamp]];
+    const pairs: Array<[Uint8Array, Uint8Array]> = [[op.key, stamp]];
     for (const [key, value] of others) {
       pairs.push([
         Buffer.from(key),
@@ -383,16 +382,16 @@ export class FragmentCore {
       ]);
     }
     for (const [key] of pairs) {
-      const current = this.lookupKey(key, key.toString('latin1'));
+      const current = this.lookupKey(key, keyHash(key));
       if (current !== undefined && isLive(current, this.nowMs))
         return this.reply(op, Reply.Integer, undefined, true, '0');
     }
     for (const [key, record] of pairs) {
-      const keyId = key.toString('latin1');
-      const current = this.lookupKey(key, keyId);
+      const hash = keyHash(key);
+      const current = this.lookupKey(key, hash);
       // A newer tombstone or expired value may still be there: LWW decides as for any write.
       if (mergeOutcome(current, record, this.nowMs) !== ApplyOutcome.Superseded) {
-        this.putPending(key, keyId, record);
+        this.putPending(key, hash, record);
         this.logForReplicas(op, key, record);
       }
       this.writes++;
@@ -421,8 +420,8 @@ export class FragmentCore {
     }
     // The store's read result is valid until its next read: keep a copy across the second lookup.
     const source = Buffer.from(found);
-    const targetId = target.toString('latin1');
-    const existing = this.lookupKey(target, targetId);
+    const targetHash = keyHash(target);
+    const existing = this.lookupKey(target, targetHash);
     if (onlyIfNone && existing !== undefined && isLive(existing, this.nowMs))
       return this.reply(op, Reply.NotApplied, undefined, true, '');
     const stamp = op.record;
@@ -437,11 +436,11 @@ export class FragmentCore {
       return this.reply(op, Reply.Superseded, Buffer.from(existing), true, '');
     if (removed !== undefined) {
       this.writes++;
-      this.putPending(op.key, op.keyId, removed);
+      this.putPending(op.key, op.keyHash, removed);
       this.logForReplicas(op, op.key, removed);
     }
     this.writes++;
-    this.putPending(target, targetId, written);
+    this.putPending(target, targetHash, written);
     this.logForReplicas(op, target, written);
     this.await(op, Reply.Applied, true);
   }
@@ -463,23 +462,23 @@ export class FragmentCore {
       case ApplyOutcome.Expired:
         // The deadline passed before the write arrived: install its expiry tombstone so no older
         // replica can bring the key back, and report Expired (spec §2.4).
-        this.putPending(op.key, op.keyId, expiryTombstoneOf(incoming));
+        this.putPending(op.key, op.keyHash, expiryTombstoneOf(incoming));
         this.logForReplicas(op, op.key, incoming);
         return this.reply(op, Reply.Expired, undefined, prior, '');
       case ApplyOutcome.Applied:
-        this.putPending(op.key, op.keyId, incoming);
+        this.putPending(op.key, op.keyHash, incoming);
         this.logForReplicas(op, op.key, incoming);
         return this.await(op, Reply.Applied, prior);
     }
   }
 
   private sweepOne(key: Buffer, stored: Buffer): void {
-    const keyId = key.toString('latin1');
+    const hash = keyHash(key);
     // A pending write is newer than (or the same as) what the store holds; the sweep of a later
     // page or pass will see it once it is committed.
-    if (this.unflushed.has(keyId) || this.flushing.has(keyId)) return;
+    if (this.unflushed.get(key, hash) !== undefined || this.flushing.get(key, hash) !== undefined) return;
     if (isTombstone(stored) || isLive(stored, this.nowMs)) return;
-    this.putPending(key, keyId, expiryTombstoneOf(stored));
+    this.putPending(key, hash, expiryTombstoneOf(stored));
     this.expiredSwept++;
   }
 
@@ -487,12 +486,12 @@ export class FragmentCore {
    * Keeps a client write for the replication senders. Replicas receive the record as written (an
    * expired one becomes their own expiry tombstone by the same rule).
    */
-  private logForReplicas(op: FragmentOp, key: Buffer, record: Uint8Array): void {
+  private logForReplicas(op: FragmentOp, key: Uint8Array, record: Uint8Array): void {
     if (this.config.replicates === true && !op.replicated) this.replicationLog.push([key, record]);
   }
 
   /** Moves the writes kept for the replication senders into the caller's hands. */
-  takeReplicated(): Array<[key: Buffer, record: Uint8Array]> {
+  takeReplicated(): Array<[key: Uint8Array, record: Uint8Array]> {
     const log = this.replicationLog;
     if (log.length > 0) this.replicationLog = [];
     return log;
@@ -500,15 +499,12 @@ export class FragmentCore {
 
   /** The freshest record of `key` — pending, then stored — a view valid until the next read. */
   current(key: Buffer): Uint8Array | undefined {
-    return this.lookupKey(key, key.toString('latin1'));
+    return this.lookupKey(key, keyHash(key));
   }
 
-  private putPending(key: Buffer, keyId: string, record: Uint8Array): void {
-    const previous = this.unflushed.get(keyId);
-    if (previous !== undefined) this.unflushedBytes -= previous[0].length + previous[1].length;
-    else if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
-    this.unflushed.set(keyId, [key, record]);
-    this.unflushedBytes += key.length + record.length;
+  private putPending(key: Uint8Array, hash: number, record: Uint8Array): void {
+    if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
+    this.unflushed.set(key, hash, record);
     if (this.newerThanHighWater(record)) {
       this.highWaterWallMs = wallMsOf(record);
       this.highWaterLogical = logicalOf(record);
@@ -547,13 +543,12 @@ export class FragmentCore {
     const due =
       this.unflushedWaiters > 0 ||
       this.unflushed.size >= this.config.flushWritesMax ||
-      this.unflushedBytes >= this.config.flushBytesMax ||
+      this.unflushed.bytes >= this.config.flushBytesMax ||
       this.nowMs - this.unflushedSinceMs >= this.config.flushIntervalMs;
     if (!due) return;
-    const puts = Array.from(this.unflushed.values());
+    const puts = this.unflushed.entries();
     this.flushing = this.unflushed;
-    this.unflushed = new Map();
-    this.unflushedBytes = 0;
+    this.unflushed = new PendingWrites();
     this.unflushedWaiters = 0;
     this.flushingGeneration = this.unflushedGeneration++;
     this.outbox.push({
@@ -574,7 +569,7 @@ export class FragmentCore {
 
   private onCommitted(generation: number): void {
     assert(generation === this.flushingGeneration, `committed generation ${generation} is not in flight`);
-    this.flushing = new Map();
+    this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
     this.committedGeneration = generation;
     this.release(this.commitWaiters, generation);
@@ -585,14 +580,11 @@ export class FragmentCore {
   private onCommitFailed(generation: number, message: string): void {
     assert(generation === this.flushingGeneration, `failed generation ${generation} is not in flight`);
     // Keep the writes for the next commit: entries already superseded in `unflushed` stay newer.
-    for (const [keyId, entry] of this.flushing) {
-      if (!this.unflushed.has(keyId)) {
-        if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
-        this.unflushed.set(keyId, entry);
-        this.unflushedBytes += entry[0].length + entry[1].length;
-      }
+    for (const [key, record] of this.flushing.entries()) {
+      const hash = keyHash(key);
+      if (this.unflushed.get(key, hash) === undefined) this.putPending(key, hash, record);
     }
-    this.flushing = new Map();
+    this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
     this.fail(this.commitWaiters, generation, message);
     this.fail(this.stableWaiters, generation, message);
@@ -634,9 +626,10 @@ export class FragmentCore {
 
   /** Canonical text of the state, for golden tests. */
   describe(): string {
-    const pending = (m: Map<string, PendingEntry>) =>
-      [...m.values()]
-        .map(([k, r]) => `${JSON.stringify(k.toString('latin1'))}=${describeRecord(r)}`)
+    const pending = (m: PendingWrites) =>
+      m
+        .entries()
+        .map(([k, r]) => `${JSON.stringify(latin1(k))}=${describeRecord(r)}`)
         .join(' ');
     const lines = [
       `queued high=${this.queues[0].length} default=${this.queues[1].length} background=${this.queues[2].length}` +
@@ -671,9 +664,7 @@ export function describeAction(action: FragmentAction): string {
       return `reply req=${action.op.reqId} ${REPLY_NAMES[action.reply]}${action.prior ? ' prior' : ''}${extra}${message}`;
     }
     case 'commit': {
-      const keys = action.puts.map(
-        ([k, r]) => `${JSON.stringify(Buffer.from(k).toString('latin1'))}=${describeRecord(r)}`,
-      );
+      const keys = action.puts.map(([k, r]) => `${JSON.stringify(latin1(k))}=${describeRecord(r)}`);
       return `commit gen=${action.generation} high-water=${action.highWaterWallMs} [${keys.join(' ')}]`;
     }
     case 'sync':

@@ -6,6 +6,7 @@
 // the fragment changed since the last page.
 
 import { assert } from '../core/assert.js';
+import { latin1 } from '../core/bytes.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
 import {
   checkFragment,
@@ -132,9 +133,6 @@ class MemoryStore implements KvStore {
     if (this.#closed) throw closedError('memory');
   }
 }
-
-const latin1 = (key: Uint8Array): string =>
-  Buffer.from(key.buffer, key.byteOffset, key.length).toString('latin1');
 
 function sortedKeys(f: MemoryFragment): string[] {
   if (f.dirty) {
