@@ -505,9 +505,12 @@ export class FragmentCore {
   private putPending(key: Uint8Array, hash: number, record: Uint8Array): void {
     if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
     this.unflushed.set(key, hash, record);
-    if (this.newerThanHighWater(record)) {
-      this.highWaterWallMs = wallMsOf(record);
-      this.highWaterLogical = logicalOf(record);
+    const wallMs = wallMsOf(record);
+    if (wallMs < this.highWaterWallMs) return;
+    const logical = logicalOf(record);
+    if (wallMs > this.highWaterWallMs || logical > this.highWaterLogical) {
+      this.highWaterWallMs = wallMs;
+      this.highWaterLogical = logical;
     }
   }
 
