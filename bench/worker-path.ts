@@ -1,0 +1,147 @@
+// A worker's write path driven on the calling thread: request records are encoded into a request
+// ring as the main thread would, then the worker's runtime runs one turn over them (copy out of the
+// ring, fragment actors, one lmdb transaction, replies into the result ring). The modules are loaded
+// from a compiled tree given by its root (`.build` of a checkout), so two builds can be driven side
+// by side in one process (worker-path-ab.ts).
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { recordBytes } from '../src/core/record.js';
+import type { StoreLocation } from '../src/native-bindings/kv-store.js';
+import type { WorkerInit } from '../src/threads/messages.js';
+
+export const WORKER_PATH_FRAGMENTS = 16;
+export const WORKER_PATH_KEYS = 100_000;
+const RING_BYTES = 1 << 24;
+const VALUE = Buffer.alloc(100, 42);
+const NODE_ID = Buffer.from('node-bench-1');
+
+export interface WorkerPath {
+  /** Encodes `batch` writes, runs one worker turn over them, reads the replies; returns the turn's ns. */
+  turn(): number;
+  /** Fragment of each key, in key order (the keys are `key:%08d`). */
+  readonly fragmentOfKey: number[];
+  readonly keys: Buffer[];
+  close(): Promise<void>;
+}
+
+/** The worker path of the build whose compiled tree is at `root`, on a fresh store. */
+export async function openWorkerPath(root: string, batch: number): Promise<WorkerPath> {
+  const load = (path: string) => import(pathToFileURL(join(root, 'src', path)).href);
+  const { Keyspace } = (await load('core/keyspace.js')) as typeof import('../src/core/keyspace.js');
+  const limits = (await load('core/limits.js')) as typeof import('../src/core/limits.js');
+  const { Durability, OpKind, Priority } = (await load('core/ops.js')) as typeof import('../src/core/ops.js');
+  const { writeRecordHeader } = (await load('core/record.js')) as typeof import('../src/core/record.js');
+  const { openStore } = (await load(
+    'native-bindings/open-store.js',
+  )) as typeof import('../src/native-bindings/open-store.js');
+  const { FragmentBoard } = (await load(
+    'threads/fragment-board.js',
+  )) as typeof import('../src/threads/fragment-board.js');
+  const { requestBytes, writeRequestHeader } = (await load(
+    'threads/op-codec.js',
+  )) as typeof import('../src/threads/op-codec.js');
+  const { createRing, RingReader, RingWriter } = (await load(
+    'threads/ring.js',
+  )) as typeof import('../src/threads/ring.js');
+  const { WorkerRuntime } = (await load(
+    'workers/worker-runtime.js',
+  )) as typeof import('../src/workers/worker-runtime.js');
+
+  const dir = mkdtempSync(join(tmpdir(), 'tessera-worker-path-'));
+  const fragments = Array.from({ length: WORKER_PATH_FRAGMENTS }, (_, f) => f);
+  const location: StoreLocation = {
+    kind: 'lmdb',
+    dataDir: join(dir, 'tessera'),
+    fragmentCount: WORKER_PATH_FRAGMENTS,
+    levelGroups: [],
+    levelGroupCount: 0,
+    stableLog: 0,
+  };
+  const store = await openStore(location);
+  for (const f of fragments) await store.openFragment(f);
+  const requestRing = createRing(RING_BYTES);
+  const resultRing = createRing(RING_BYTES);
+  const init: WorkerInit = {
+    index: 0,
+    requestRing,
+    resultRing,
+    store: location,
+    board: FragmentBoard.create(WORKER_PATH_FRAGMENTS).buffer,
+    fragments,
+    fragment: {
+      valueBytesMax: limits.VALUE_BYTES_MAX_DEFAULT,
+      queueOpsMax: limits.QUEUE_OPS_MAX_DEFAULT,
+      backgroundOpsPerSec: limits.BACKGROUND_OPS_PER_SEC_DEFAULT,
+      flushIntervalMs: limits.FLUSH_INTERVAL_MS_DEFAULT,
+      flushWritesMax: limits.FLUSH_PENDING_WRITES_MAX,
+      flushBytesMax: limits.FLUSH_PENDING_BYTES_MAX,
+    },
+    cleanIntervalMs: 3_600_000,
+    logLevel: 'silent',
+    cluster: undefined,
+    restarted: false,
+  };
+  // The turn is private to the runtime: this drives it as the drain loop would.
+  const runtime = new WorkerRuntime(init, store) as unknown as { onBatch(): void };
+  const requests = new RingWriter(requestRing);
+  const results = new RingReader(resultRing);
+  const keyspace = new Keyspace(WORKER_PATH_FRAGMENTS);
+  const keys = Array.from({ length: WORKER_PATH_KEYS }, (_, i) =>
+    Buffer.from(`key:${String(i).padStart(8, '0')}`),
+  );
+  const fragmentOfKey = keys.map((k) => keyspace.fragmentOf(k));
+  let next = 0;
+  let wallMs = Date.now();
+  let logical = 0;
+
+  const turn = (): number => {
+    for (let i = 0; i < batch; i++) {
+      const k = next++ % WORKER_PATH_KEYS;
+      const at = requests.reserve(requestBytes(keys[k].length, WORKER_PATH_RECORD_BYTES));
+      const buf = requests.bytes;
+      if (++logical > limits.HLC_LOGICAL_MAX) {
+        logical = 0;
+        wallMs++;
+      }
+      let p = writeRequestHeader(
+        buf,
+        at,
+        OpKind.Write,
+        Priority.Default,
+        Durability.Store,
+        false,
+        fragmentOfKey[k],
+        i,
+        keys[k],
+      );
+      p = writeRecordHeader(buf, p, false, wallMs, logical, 0, NODE_ID);
+      buf.set(VALUE, p);
+      requests.commit();
+    }
+    requests.publish();
+    const start = process.hrtime.bigint();
+    runtime.onBatch();
+    const ns = Number(process.hrtime.bigint() - start);
+    let replies = 0;
+    while (results.next() !== -1) replies++;
+    results.release();
+    if (replies !== batch) throw new Error(`${replies} replies to ${batch} writes`);
+    return ns;
+  };
+
+  return {
+    turn,
+    fragmentOfKey,
+    keys,
+    close: async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Bytes of the record every write of the path carries, for a baseline that stores as much. */
+export const WORKER_PATH_RECORD_BYTES = recordBytes(NODE_ID.length, VALUE.length);
