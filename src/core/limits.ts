@@ -92,11 +92,13 @@ export const CLEAN_PAGE_KEYS_MAX = 512;
 
 /**
  * How long `memory`-durability writes may stay unflushed before the actor commits them anyway;
- * bounds what a process crash can lose at that level. Short: a pending write held longer outlives
- * the young generation and costs a major GC, and the larger commit stalls the worker — at 100 ms
- * pipelined SETs ran ~20% slower with a 3× p99 than at 1–2 ms (bench/RESULTS.md "Memory flush").
+ * bounds what a process crash can lose at that level. 0 (the default): they commit at the end of
+ * the worker turn that applied them, right after their replies went out — a turn is already a
+ * batch, and a commit that waits for a later turn touches writes gone cold in the cache: pipelined
+ * SETs ran 23–37 % faster than at 2 ms, and 100 ms cost a further ~20 % and a 3× p99
+ * (bench/RESULTS.md "Memory flush interval").
  */
-export const FLUSH_INTERVAL_MS_DEFAULT = 2;
+export const FLUSH_INTERVAL_MS_DEFAULT = 0;
 /** Unflushed writes per fragment that force a commit regardless of the interval. */
 export const FLUSH_PENDING_WRITES_MAX = 4096;
 /** Unflushed bytes per fragment that force a commit. */

@@ -79,7 +79,7 @@ const FLAGS: Flag[] = [
     name: 'flush-interval',
     kind: 'duration',
     option: 'flushIntervalMs',
-    help: 'longest time memory-durability writes stay uncommitted (default 2ms)',
+    help: 'longest time memory-durability writes stay uncommitted (default 0: committed with the worker turn that applied them)',
   },
   {
     name: 'queue-ops-max',

@@ -143,7 +143,7 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
   const flushIntervalMs = integerIn(
     'flushIntervalMs',
     options.flushIntervalMs,
-    1,
+    0,
     INTERVAL_MS_MAX,
     FLUSH_INTERVAL_MS_DEFAULT,
   );
