@@ -24,7 +24,6 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,6 +31,7 @@ import { Redis } from 'ioredis';
 import { parseOptions } from './load/options.js';
 import { buildReport } from './load/report.js';
 import { runLoad } from './load/run.js';
+import { freePorts } from './ports.js';
 
 const MAIN = fileURLToPath(new URL('../../dist/main.js', import.meta.url));
 const SECONDS = Number(process.env.BENCH_CLUSTER_SECONDS ?? 10);
@@ -59,15 +59,6 @@ const SECRET = 'bench-cluster-secret-of-at-least-32-bytes';
 
 const log = (line: string) => process.stderr.write(`${line}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (typeof address !== 'object' || address === null) throw new Error('no free port');
-  return address.port;
-}
 
 class BenchNode {
   child: ChildProcess | undefined;
@@ -131,8 +122,8 @@ async function startNodes(
 ): Promise<{ nodes: BenchNode[]; dir: string }> {
   const dir = await mkdtemp(join(tmpdir(), `tessera-bench-${label}-`));
   const ids = ['a', 'b', 'c'].slice(0, n);
-  const ports: Array<[number, number]> = [];
-  for (const _ of ids) ports.push([await freePort(), await freePort()]);
+  const free = await freePorts(2 * ids.length);
+  const ports = ids.map((_, i): [number, number] => [free[2 * i], free[2 * i + 1]]);
   const peers = ids.map((id, i) => `${id}@127.0.0.1:${ports[i][1]}`).join(',');
   const nodes = ids.map(
     (id, i) =>

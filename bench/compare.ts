@@ -47,13 +47,14 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { createConnection, createServer } from 'node:net';
+import { createConnection } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultWorkerCount } from '../src/main/config.js';
 import type { BenchRow } from './common.js';
 import type { LoadReport } from './load/report.js';
+import { freePorts } from './ports.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TESSERA_MAIN = join(ROOT, 'dist', 'main.js');
@@ -234,18 +235,6 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address !== null ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 /** True when a RESP server on the port answers PING with PONG within a second. */
 function ping(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -278,7 +267,7 @@ const loads: number[] = [];
 async function startRedis(pair: Pair, dir: string): Promise<Server> {
   loads.push(loadavg()[0]);
   mkdirSync(dir, { recursive: true });
-  const port = await freePort();
+  const [port] = await freePorts(1);
   const log = join(dir, 'redis.log');
   const args = [
     '--port',

@@ -3,13 +3,14 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { freePorts } from '../../bench/ports.js';
 import { Tessera } from '../../src/main/node.js';
-import { CLUSTER_SECRET, freePort } from './cluster-helpers.js';
+import { CLUSTER_SECRET } from './cluster-helpers.js';
 import { eventually, tempDir } from './helpers.js';
 
 test('embedded cluster: routing, placementReport, health and close with drain', async () => {
   const dir = await tempDir('cluster-embedded');
-  const ports = [await freePort(), await freePort()];
+  const ports = await freePorts(2);
   const peers = `a@127.0.0.1:${ports[0]},b@127.0.0.1:${ports[1]}`;
   const common = {
     peers,

@@ -2,24 +2,14 @@
 // port and peer port, killed with real signals.
 
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
+import { freePorts } from '../../bench/ports.js';
 import { eventually, tempDir } from './helpers.js';
 import { newClient } from './resp-helpers.js';
 
 const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 export const CLUSTER_SECRET = 'a-cluster-secret-of-at-least-32-bytes!';
-
-/** A free TCP port on loopback (closed again before it is used; good enough on a test machine). */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (typeof address !== 'object' || address === null) throw new Error('no port');
-  return address.port;
-}
 
 export class NodeProcess {
   child: ChildProcess | undefined;
@@ -85,24 +75,29 @@ export class NodeProcess {
 
 export interface ClusterFixture {
   nodes: NodeProcess[];
+  /** Members listed as peers but never started (`startCluster`'s `phantomIds`). */
+  phantoms: Array<{ id: string; peerPort: number }>;
   /** Resolves once every running node has every other running node connected. */
   connected(): Promise<void>;
   stop(): Promise<void>;
 }
 
 /**
- * Starts `ids.length` nodes with each other as peers (plus `phantoms`: members that are listed but
- * never started, for tests that play one). Extra flags go to every node.
+ * Starts `ids.length` nodes with each other as peers (plus `phantomIds`: members that are listed
+ * but never started, for tests that play one; their ports are in the fixture's `phantoms`). Extra
+ * flags go to every node. If any node fails to start, the others are stopped before it throws.
  */
 export async function startCluster(
   label: string,
   ids: string[],
   extraArgs: string[] = [],
-  phantoms: Array<{ id: string; peerPort: number }> = [],
+  phantomIds: string[] = [],
 ): Promise<ClusterFixture> {
   const dir = await tempDir(label);
-  const ports: Array<{ resp: number; peer: number }> = [];
-  for (const _ of ids) ports.push({ resp: await freePort(), peer: await freePort() });
+  // Every port of the cluster from one call: two picked apart may be the same port.
+  const free = await freePorts(2 * ids.length + phantomIds.length);
+  const ports = ids.map((_, i) => ({ resp: free[2 * i], peer: free[2 * i + 1] }));
+  const phantoms = phantomIds.map((id, i) => ({ id, peerPort: free[2 * ids.length + i] }));
   const peers = [
     ...ids.map((id, i) => `${id}@127.0.0.1:${ports[i].peer}`),
     ...phantoms.map((p) => `${p.id}@127.0.0.1:${p.peerPort}`),
@@ -121,9 +116,9 @@ export async function startCluster(
         ...extraArgs,
       ]),
   );
-  await Promise.all(nodes.map((n) => n.start()));
   const fixture: ClusterFixture = {
     nodes,
+    phantoms,
     async connected() {
       const running = nodes.filter((n) => n.running);
       await eventually(async () => {
@@ -139,7 +134,14 @@ export async function startCluster(
       await dir.cleanup();
     },
   };
-  await fixture.connected();
+  try {
+    await Promise.all(nodes.map((n) => n.start()));
+    await fixture.connected();
+  } catch (err) {
+    // A node that failed leaves the others running: stop them, or the test process never exits.
+    await fixture.stop();
+    throw err;
+  }
   return fixture;
 }
 

@@ -11,7 +11,7 @@ import { Keyspace } from '../../src/core/keyspace.js';
 import { FrameReader, frameOf } from '../../src/core/peer-frame.js';
 import { encodeRecord } from '../../src/core/record.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
-import { CLUSTER_SECRET, type ClusterFixture, freePort, infoOf, startCluster } from './cluster-helpers.js';
+import { CLUSTER_SECRET, type ClusterFixture, infoOf, startCluster } from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 
 /** One connection to a node's peer port, speaking frames. */
@@ -99,11 +99,9 @@ async function handshake(
 
 describe('the peer port refuses', () => {
   let cluster: ClusterFixture;
-  let phantomPort: number;
   let port: number;
   before(async () => {
-    phantomPort = await freePort();
-    cluster = await startCluster('cluster-auth', ['a', 'b'], [], [{ id: 'd', peerPort: phantomPort }]);
+    cluster = await startCluster('cluster-auth', ['a', 'b'], [], ['d']);
     port = cluster.nodes[0].peerPort;
   });
   after(async () => {
