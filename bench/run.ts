@@ -2,7 +2,8 @@
 // ratio to its baseline from the same run. `--json FILE` also writes the rows.
 //
 //   TESSERA_BENCH_MS   time per task in ms (default 1000)
-//   --only SUITE[,…]   run only these suites (ring, codec, keyspace, resp, lww, store, embedded)
+//   --only SUITE[,…]   run only these suites (ring, codec, keyspace, resp, lww, store, worker-path,
+//                      embedded)
 
 import { writeFileSync } from 'node:fs';
 import { codecBench } from './codec.bench.js';
@@ -13,6 +14,7 @@ import { lwwBench } from './lww.bench.js';
 import { respBench } from './resp.bench.js';
 import { runRingBench } from './ring.bench.js';
 import { storeBench } from './store.bench.js';
+import { workerPathBenchInWorker } from './worker-path.bench.js';
 
 async function ringRows(): Promise<BenchRow[]> {
   const rows = await runRingBench(BENCH_TIME_MS);
@@ -34,6 +36,7 @@ const SUITES: Record<string, () => Promise<BenchRow[]>> = {
   resp: respBench,
   lww: lwwBench,
   store: storeBench,
+  'worker-path': () => workerPathBenchInWorker(),
   embedded: () => embeddedBench(1),
 };
 
