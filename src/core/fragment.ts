@@ -381,13 +381,15 @@ export class FragmentCore {
         encodeRecord(false, wallMsOf(stamp), logicalOf(stamp), 0, nodeIdOf(stamp), value),
       ]);
     }
-    for (const [key] of pairs) {
-      const current = this.lookupKey(key, keyHash(key));
+    const hashes = pairs.map(([key]) => keyHash(key));
+    for (let i = 0; i < pairs.length; i++) {
+      const current = this.lookupKey(pairs[i][0], hashes[i]);
       if (current !== undefined && isLive(current, this.nowMs))
         return this.reply(op, Reply.Integer, undefined, true, '0');
     }
-    for (const [key, record] of pairs) {
-      const hash = keyHash(key);
+    for (let i = 0; i < pairs.length; i++) {
+      const [key, record] = pairs[i];
+      const hash = hashes[i];
       const current = this.lookupKey(key, hash);
       // A newer tombstone or expired value may still be there: LWW decides as for any write.
       if (mergeOutcome(current, record, this.nowMs) !== ApplyOutcome.Superseded) {
@@ -505,12 +507,9 @@ export class FragmentCore {
   private putPending(key: Uint8Array, hash: number, record: Uint8Array): void {
     if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
     this.unflushed.set(key, hash, record);
-    const wallMs = wallMsOf(record);
-    if (wallMs < this.highWaterWallMs) return;
-    const logical = logicalOf(record);
-    if (wallMs > this.highWaterWallMs || logical > this.highWaterLogical) {
-      this.highWaterWallMs = wallMs;
-      this.highWaterLogical = logical;
+    if (this.newerThanHighWater(record)) {
+      this.highWaterWallMs = wallMsOf(record);
+      this.highWaterLogical = logicalOf(record);
     }
   }
 
