@@ -69,7 +69,11 @@ export interface KvStore {
     end: Uint8Array | undefined,
     limit: number,
   ): Promise<StoredEntry[]>;
-  /** Applies the writes of several fragments as one atomic commit; returns at the committed fence. */
+  /**
+   * Applies the writes of several fragments as one atomic commit; returns at the committed fence.
+   * Keys and records are the caller's until then; a store that reads them later (LevelDB's batch
+   * runs after the call returns) keeps its own copy.
+   */
   commit(writes: FragmentWrites[]): void | Promise<void>;
   /** The stable fence: resolves once everything committed before the call is on disk. */
   sync(): Promise<void>;

@@ -68,6 +68,9 @@ export class WorkerRuntime {
   private readonly turnBytes = new Int32Array(WORKER_TURN_OPS_MAX);
   private readonly turnCopies = new Array<Buffer | undefined>(WORKER_TURN_OPS_MAX).fill(undefined);
   private readonly turnOffsets = new Int32Array(WORKER_TURN_OPS_MAX);
+  /** The memory of the copy being decoded and where the copy starts in it. */
+  private copyMemory: ArrayBufferLike = new ArrayBuffer(0);
+  private copyByteOffset = 0;
   /** Fragments whose uncommitted state may have changed since the board was last updated. */
   private readonly touched = new Set<FragmentCore>();
   private readonly board: FragmentBoard;
@@ -147,8 +150,17 @@ export class WorkerRuntime {
     const nowMs = Date.now();
     const count = this.takeTurn();
     const copies = this.turnCopies;
+    let current: Buffer | undefined;
     for (let i = 0; i < count; i++) {
-      this.decode(copies[i]!, this.turnOffsets[i], this.turnBytes[i]);
+      const copy = copies[i]!;
+      if (copy !== current) {
+        current = copy;
+        // Views of the copy are made from its memory directly: a Buffer's `buffer` and `byteOffset`
+        // are calls into the runtime, once per copy here instead of twice per view.
+        this.copyMemory = copy.buffer;
+        this.copyByteOffset = copy.byteOffset;
+      }
+      this.decode(copy, this.turnOffsets[i], this.turnBytes[i]);
       copies[i] = undefined;
     }
     this.runActive(nowMs);
@@ -246,7 +258,9 @@ export class WorkerRuntime {
     const bodyAt = at + REQUEST_HEADER_BYTES;
     const bodyEnd = at + length;
     // Plain views: cheaper to make than Buffers, and neither needs Buffer methods.
-    const key = new Uint8Array(buf.buffer, buf.byteOffset + bodyAt, keyBytes);
+    const memory = this.copyMemory;
+    const base = this.copyByteOffset;
+    const key = new Uint8Array(memory, base + bodyAt, keyBytes);
     let recordAt = bodyAt + keyBytes;
     let params: ModifyParams | undefined;
     if (kind === OpKind.Modify) {
@@ -254,9 +268,7 @@ export class WorkerRuntime {
       recordAt = bodyAt + params.end;
     }
     const record =
-      recordAt < bodyEnd
-        ? new Uint8Array(buf.buffer, buf.byteOffset + recordAt, bodyEnd - recordAt)
-        : EMPTY_KEY;
+      recordAt < bodyEnd ? new Uint8Array(memory, base + recordAt, bodyEnd - recordAt) : EMPTY_KEY;
     const op = new FragmentOp(kind, reqId, requestPriority(buf, at), requestDurability(buf, at), key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = requestWantsPrior(buf, at);
