@@ -40,9 +40,10 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
   const { FragmentBoard } = (await load(
     'threads/fragment-board.js',
   )) as typeof import('../src/threads/fragment-board.js');
-  const { requestBytes, writeRequestHeader } = (await load(
-    'threads/op-codec.js',
-  )) as typeof import('../src/threads/op-codec.js');
+  const codec = (await load('threads/op-codec.js')) as typeof import('../src/threads/op-codec.js');
+  const { requestBytes, writeRequestHeader } = codec;
+  // A build older than Acks records has no such kind: every record is one reply.
+  const acksKind: number = (codec.ResultKind as { Acks?: number }).Acks ?? -1;
   const { createRing, RingReader, RingWriter } = (await load(
     'threads/ring.js',
   )) as typeof import('../src/threads/ring.js');
@@ -126,7 +127,9 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
     runtime.onBatch();
     const ns = Number(process.hrtime.bigint() - start);
     let replies = 0;
-    while (results.next() !== -1) replies++;
+    for (let at: number; (at = results.next()) !== -1; ) {
+      replies += results.bytes[at] === acksKind ? results.bytes.readUInt32LE(at + 4) : 1;
+    }
     results.release();
     if (replies !== batch) throw new Error(`${replies} replies to ${batch} writes`);
     return ns;

@@ -122,6 +122,8 @@ export const QUEUE_OPS_MAX_DEFAULT = 8192;
 export const BACKGROUND_OPS_PER_SEC_DEFAULT = 1000;
 /** Operations a worker processes in one turn before yielding to its event loop (timers, store callbacks). */
 export const WORKER_TURN_OPS_MAX = 4096;
+/** Header-only replies a worker sends together in one result record (ResultKind.Acks). */
+export const RESULT_ACKS_MAX = 1024;
 
 /**
  * A worker thread's young generation (V8 new space, MiB). A worker turn keeps every operation of a
@@ -244,6 +246,10 @@ assert(
   SCAN_PAGE_BYTES_MAX + SCAN_PAGE_KEYS_MAX * SCAN_ENTRY_FRAMING_BYTES + KEY_BYTES_MAX + 64 <=
     RING_BYTES_MIN / 2 - 2 * RING_RECORD_HEADER_BYTES,
   'a full scan page (which stops before the entry that would pass its byte bound) must fit a ring record',
+);
+assert(
+  RING_RECORD_HEADER_BYTES + 8 + 4 * RESULT_ACKS_MAX <= RING_BYTES_MIN / 2,
+  'a full Acks result must fit a ring record',
 );
 assert(CLEAN_PAGE_KEYS_MAX <= WORKER_TURN_OPS_MAX, 'a cleaner page must fit in one worker turn');
 assert(RESP_BULK_BYTES_MAX >= VALUE_BYTES_MAX_CEILING, 'a RESP bulk must carry the largest value');

@@ -4,6 +4,7 @@
 
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
+import { readU32LE, writeU32LE } from '../core/bytes.js';
 import { backpressure, internalError, shuttingDown, type TesseraError } from '../core/errors.js';
 import {
   REQUEST_PUBLISH_RECORDS,
@@ -15,6 +16,8 @@ import {
 } from '../core/limits.js';
 import { isWorkerEvent, type WorkerInit } from '../threads/messages.js';
 import {
+  acksCount,
+  acksReply,
   PEER_HEADER_BYTES,
   type PoolSpanResult,
   peerOf,
@@ -22,10 +25,12 @@ import {
   RESULT_HEADER_BYTES,
   RequestKind,
   ResultKind,
+  resultDetail,
   resultId,
   resultStatus,
   writePeerHeader,
   writePoolSpanResult,
+  writeResultHeader,
 } from '../threads/op-codec.js';
 import { createRing, type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
@@ -79,6 +84,8 @@ export class WorkerLink {
   private requestRing!: SharedArrayBuffer;
   private resultRing!: SharedArrayBuffer;
   private readonly handlers: (ResultHandler<unknown> | undefined)[] = [];
+  /** The result header an Acks reply is handed over as (valid during the handler's call). */
+  private readonly ackHeader = Buffer.alloc(RESULT_HEADER_BYTES);
   private readonly tokens: unknown[] = [];
   private readonly freeSlots: number[] = [];
   private inFlight = 0;
@@ -298,6 +305,10 @@ export class WorkerLink {
         this.deps.onPeerClose?.(peerOf(buf, at), reason);
         continue;
       }
+      if (status === ResultKind.Acks) {
+        this.onAcks(buf, at);
+        continue;
+      }
       const slot = resultId(buf, at);
       const handler = this.handlers[slot];
       const token = this.tokens[slot];
@@ -306,6 +317,21 @@ export class WorkerLink {
     }
     reader.release();
     if (this.inFlight === 0 && this.idleWaiters.length > 0) this.wakeIdle();
+  }
+
+  /** Hands each reply of an Acks record to its handler as the header-only result it stands for. */
+  private onAcks(buf: Buffer, at: number): void {
+    const header = this.ackHeader;
+    writeResultHeader(header, 0, acksReply(buf, at), resultDetail(buf, at), 0);
+    const count = acksCount(buf, at);
+    for (let i = 0, p = at + RESULT_HEADER_BYTES; i < count; i++, p += 4) {
+      const slot = readU32LE(buf, p);
+      writeU32LE(header, 4, slot);
+      const handler = this.handlers[slot];
+      const token = this.tokens[slot];
+      this.freeSlot(slot);
+      handler?.onResult(token, header, 0, RESULT_HEADER_BYTES);
+    }
   }
 
   private freeSlot(slot: number): void {

@@ -30,6 +30,14 @@
 //   4  u32  reqId
 //   8  …    Found / Superseded: a record; Backpressure / StorageFailed / Error: UTF-8 message;
 //           ScanPage: see encodeScanPage; Health: UTF-8 JSON
+//
+// Acks (worker → main): several header-only results of one status and detail in one record:
+//   0  u8   ResultKind.Acks
+//   1  u8   detail       as above, shared by all
+//   2  u8   status       the Reply they all carry
+//   3  u8   (zero)
+//   4  u32  count        1..RESULT_ACKS_MAX
+//   8  …    count u32 reqIds
 
 import { assert } from '../core/assert.js';
 import { readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
@@ -82,6 +90,8 @@ export const ResultKind = {
    * last key.
    */
   PoolSpan: 38,
+  /** Several header-only results of one status and detail (see the layout above). */
+  Acks: 39,
 } as const;
 
 /** Writes the header of a peer record (request or result); returns where the payload starts. */
@@ -445,6 +455,25 @@ export function writeResultHeader(
   writeU32LE(buf, at + 4, reqId);
   return at + RESULT_HEADER_BYTES;
 }
+
+/** Writes the header of an Acks record; the reqIds follow it, 4 bytes each. */
+export function writeAcksHeader(
+  buf: Buffer,
+  at: number,
+  reply: Reply,
+  detail: number,
+  count: number,
+): number {
+  buf[at] = ResultKind.Acks;
+  buf[at + 1] = detail;
+  buf[at + 2] = reply;
+  buf[at + 3] = 0;
+  writeU32LE(buf, at + 4, count);
+  return at + RESULT_HEADER_BYTES;
+}
+
+export const acksReply = (buf: Buffer, at: number): number => buf[at + 2];
+export const acksCount = (buf: Buffer, at: number): number => readU32LE(buf, at + 4);
 
 export const resultStatus = (buf: Buffer, at: number): number => buf[at];
 export const resultDetail = (buf: Buffer, at: number): number => buf[at + 1];

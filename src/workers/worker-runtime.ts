@@ -5,9 +5,10 @@
 
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
+import { writeU32LE } from '../core/bytes.js';
 import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.js';
 import { type FragmentAction, FragmentCore, FragmentOp, type ReplyAction } from '../core/fragment.js';
-import { CLEAN_PAGE_KEYS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
+import { CLEAN_PAGE_KEYS_MAX, RESULT_ACKS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
 import { isLive, isTombstone } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
@@ -36,6 +37,7 @@ import {
   resultRecordBytes,
   type ScanRequest,
   scanPageBytes,
+  writeAcksHeader,
   writePeerHeader,
   writePoolSpanRequest,
   writeResultHeader,
@@ -93,8 +95,13 @@ export class WorkerRuntime {
   private readonly poolTasks = new Map<number, { resolve(span: Span): void; reject(err: Error): void }>();
   private readonly publishTask = (): void => {
     this.publishScheduled = false;
-    this.outbox.publish();
+    this.publishResults();
   };
+  /** Header-only replies not yet written: one status and detail, their reqIds (`ack`). */
+  private readonly ackIds = new Array<number>(RESULT_ACKS_MAX).fill(0);
+  private ackCount = 0;
+  private ackReply: Reply = Reply.Applied;
+  private ackDetail = 0;
 
   constructor(
     private readonly init: WorkerInit,
@@ -339,7 +346,7 @@ export class WorkerRuntime {
   private publish(): void {
     for (const core of this.touched) this.board.setDirty(core.fragment, core.hasUncommitted());
     this.touched.clear();
-    this.outbox.publish();
+    this.publishResults();
   }
 
   private commit(commits: CommitAction[]): void {
@@ -422,10 +429,44 @@ export class WorkerRuntime {
     } else if (action.text !== '') {
       this.text(reply, detail, op.reqId, action.text);
     } else {
-      const at = this.outbox.reserve(RESULT_HEADER_BYTES);
-      writeResultHeader(this.outbox.buffer, at, reply, detail, op.reqId);
-      this.outbox.commit();
+      this.ack(reply, detail, op.reqId);
     }
+  }
+
+  /**
+   * A header-only reply: gathered with the ones before it of the same status and detail into one
+   * Acks record, written when the status changes, the record is full, or results are published.
+   */
+  private ack(reply: Reply, detail: number, reqId: number): void {
+    if (this.ackCount > 0 && (reply !== this.ackReply || detail !== this.ackDetail)) this.writeAcks();
+    this.ackReply = reply;
+    this.ackDetail = detail;
+    this.ackIds[this.ackCount++] = reqId;
+    if (this.ackCount === RESULT_ACKS_MAX) this.writeAcks();
+  }
+
+  private writeAcks(): void {
+    const count = this.ackCount;
+    if (count === 0) return;
+    this.ackCount = 0;
+    const ids = this.ackIds;
+    if (count === 1) {
+      const at = this.outbox.reserve(RESULT_HEADER_BYTES);
+      writeResultHeader(this.outbox.buffer, at, this.ackReply, this.ackDetail, ids[0]);
+      this.outbox.commit();
+      return;
+    }
+    const at = this.outbox.reserve(RESULT_HEADER_BYTES + 4 * count);
+    const buf = this.outbox.buffer;
+    let p = writeAcksHeader(buf, at, this.ackReply, this.ackDetail, count);
+    for (let i = 0; i < count; i++, p += 4) writeU32LE(buf, p, ids[i]);
+    this.outbox.commit();
+  }
+
+  /** Writes the gathered replies, then makes every result written visible to the main thread. */
+  private publishResults(): void {
+    this.writeAcks();
+    this.outbox.publish();
   }
 
   /** Reads one page of live entries from the (fenced) store, filtered by the pattern. */
@@ -441,7 +482,7 @@ export class WorkerRuntime {
     } catch (err) {
       this.error(ErrorKind.Storage, reqId, truncateErrorMessage(asStorageError(err).message));
     }
-    this.outbox.publish();
+    this.publishResults();
   }
 
   /** Offers every stored record to the cleaner, a page per event-loop turn, fragment by fragment. */
@@ -643,6 +684,8 @@ export class WorkerRuntime {
     } catch (err) {
       message = asStorageError(err).message;
     }
+    // Every reply goes out before the Closed result.
+    this.writeAcks();
     if (message === '') {
       const at = this.outbox.reserve(RESULT_HEADER_BYTES);
       writeResultHeader(this.outbox.buffer, at, ResultKind.Closed, 0, reqId);
@@ -650,6 +693,6 @@ export class WorkerRuntime {
     } else {
       this.error(ErrorKind.Storage, reqId, message);
     }
-    this.outbox.publish();
+    this.publishResults();
   }
 }

@@ -1,0 +1,167 @@
+// How a worker turn's replies reach the result ring: header-only replies of one status and detail
+// travel together in an Acks record, a reply with a record or text on its own, and every request
+// gets exactly one reply. Drives a WorkerRuntime turn directly over a memory store.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import * as limits from '../../src/core/limits.js';
+import { Durability, OpKind, Priority, Reply } from '../../src/core/ops.js';
+import { recordBytes, writeRecordHeader } from '../../src/core/record.js';
+import { openStore } from '../../src/native-bindings/open-store.js';
+import { FragmentBoard } from '../../src/threads/fragment-board.js';
+import type { WorkerInit } from '../../src/threads/messages.js';
+import {
+  acksCount,
+  acksReply,
+  RESULT_HEADER_BYTES,
+  ResultKind,
+  requestBytes,
+  resultDetail,
+  resultId,
+  resultStatus,
+  writeRequestHeader,
+} from '../../src/threads/op-codec.js';
+import { createRing, RingReader, RingWriter } from '../../src/threads/ring.js';
+import { WorkerRuntime } from '../../src/workers/worker-runtime.js';
+
+const RING_BYTES = limits.RING_BYTES_MIN;
+const NODE_ID = Buffer.from('n1');
+const VALUE = Buffer.from('value');
+
+interface Sent {
+  reqId: number;
+  key: string;
+  wallMs: number;
+  wantsPrior?: boolean;
+}
+
+async function openRuntime() {
+  const location = {
+    kind: 'memory' as const,
+    dataDir: '',
+    fragmentCount: 1,
+    levelGroups: [],
+    levelGroupCount: 0,
+  };
+  const store = await openStore(location);
+  await store.openFragment(0);
+  const requestRing = createRing(RING_BYTES);
+  const resultRing = createRing(RING_BYTES);
+  const init: WorkerInit = {
+    index: 0,
+    requestRing,
+    resultRing,
+    store: location,
+    board: FragmentBoard.create(1).buffer,
+    fragments: [0],
+    fragment: {
+      valueBytesMax: limits.VALUE_BYTES_MAX_DEFAULT,
+      queueOpsMax: limits.QUEUE_OPS_MAX_DEFAULT,
+      backgroundOpsPerSec: limits.BACKGROUND_OPS_PER_SEC_DEFAULT,
+      flushIntervalMs: 0,
+      flushWritesMax: limits.FLUSH_PENDING_WRITES_MAX,
+      flushBytesMax: limits.FLUSH_PENDING_BYTES_MAX,
+    },
+    cleanIntervalMs: 3_600_000,
+    logLevel: 'silent',
+    cluster: undefined,
+    restarted: false,
+  };
+  // The turn is private to the runtime: this drives it as the drain loop would.
+  const runtime = new WorkerRuntime(init, store) as unknown as { onBatch(): void };
+  const requests = new RingWriter(requestRing);
+  const results = new RingReader(resultRing);
+
+  /** Sends the writes as one turn; returns each result record as [status, detail, reqIds…]. */
+  const turn = (writes: Sent[]): number[][] => {
+    for (const w of writes) {
+      const key = Buffer.from(w.key);
+      const at = requests.reserve(requestBytes(key.length, recordBytes(NODE_ID.length, VALUE.length)));
+      const buf = requests.bytes;
+      let p = writeRequestHeader(
+        buf,
+        at,
+        OpKind.Write,
+        Priority.Default,
+        Durability.Store,
+        false,
+        0,
+        w.reqId,
+        key,
+        w.wantsPrior ?? false,
+      );
+      p = writeRecordHeader(buf, p, false, w.wallMs, 0, 0, NODE_ID);
+      buf.set(VALUE, p);
+      requests.commit();
+    }
+    requests.publish();
+    runtime.onBatch();
+    const out: number[][] = [];
+    for (let at: number; (at = results.next()) !== -1; ) {
+      const buf = results.bytes;
+      if (resultStatus(buf, at) === ResultKind.Acks) {
+        const ids: number[] = [];
+        for (let i = 0; i < acksCount(buf, at); i++)
+          ids.push(buf.readUInt32LE(at + RESULT_HEADER_BYTES + 4 * i));
+        assert.equal(
+          results.recordBytes,
+          RESULT_HEADER_BYTES + 4 * ids.length,
+          'an Acks record holds its ids only',
+        );
+        out.push([ResultKind.Acks, acksReply(buf, at), resultDetail(buf, at), ...ids]);
+      } else {
+        out.push([resultStatus(buf, at), resultDetail(buf, at), resultId(buf, at)]);
+      }
+    }
+    results.release();
+    return out;
+  };
+  return { turn, close: () => store.close() };
+}
+
+test('header-only replies of one status and detail share an Acks record; others come on their own', async () => {
+  const worker = await openRuntime();
+  try {
+    const now = Date.now();
+    const first = Array.from({ length: 5 }, (_, i) => ({ reqId: 10 + i, key: `k${i}`, wallMs: now }));
+    assert.deepEqual(worker.turn(first), [[ResultKind.Acks, Reply.Applied, 0, 10, 11, 12, 13, 14]]);
+
+    const second: Sent[] = [
+      { reqId: 20, key: 'k0', wallMs: now + 1, wantsPrior: true }, // Applied, a value existed
+      { reqId: 21, key: 'k1', wallMs: now + 1, wantsPrior: true },
+      { reqId: 22, key: 'k1', wallMs: now - 1 }, // older than what k1 holds: Superseded, with the winner
+      { reqId: 23, key: 'fresh-a', wallMs: now + 2 },
+      { reqId: 24, key: 'fresh-b', wallMs: now + 2 },
+      { reqId: 25, key: 'k2', wallMs: now + 2, wantsPrior: true },
+    ];
+    assert.deepEqual(worker.turn(second), [
+      [Reply.Superseded, 1, 22],
+      [ResultKind.Acks, Reply.Applied, 1, 20, 21],
+      [ResultKind.Acks, Reply.Applied, 0, 23, 24],
+      [Reply.Applied, 1, 25],
+    ]);
+  } finally {
+    await worker.close();
+  }
+});
+
+test('an Acks record holds at most RESULT_ACKS_MAX replies; every write gets one reply', async () => {
+  const worker = await openRuntime();
+  try {
+    const now = Date.now();
+    const n = limits.RESULT_ACKS_MAX + 3;
+    const writes = Array.from({ length: n }, (_, i) => ({ reqId: i, key: `key:${i}`, wallMs: now }));
+    const records = worker.turn(writes);
+    assert.equal(records.length, 2);
+    assert.deepEqual(records[0].slice(0, 3), [ResultKind.Acks, Reply.Applied, 0]);
+    assert.equal(records[0].length - 3, limits.RESULT_ACKS_MAX);
+    assert.deepEqual(records[1], [ResultKind.Acks, Reply.Applied, 0, n - 3, n - 2, n - 1]);
+    const ids = records.flatMap((r) => (r[0] === ResultKind.Acks ? r.slice(3) : [r[2]]));
+    assert.deepEqual(
+      ids.sort((a, b) => a - b),
+      writes.map((w) => w.reqId),
+    );
+  } finally {
+    await worker.close();
+  }
+});
