@@ -20,6 +20,7 @@
 // Entries are records with their LWW versions, so replaying a log over a store that already holds
 // them (or newer ones) changes nothing: replay is a merge, not a redo.
 
+import { crc32 as zlibCrc32 } from 'node:zlib';
 import { assert } from './assert.js';
 import { readU16LE, readU32LE, writeU16LE, writeU32LE } from './bytes.js';
 import { KEY_BYTES_MAX, STABLE_LOG_FRAME_BYTES_MAX } from './limits.js';
@@ -27,23 +28,13 @@ import { KEY_BYTES_MAX, STABLE_LOG_FRAME_BYTES_MAX } from './limits.js';
 export const STABLE_LOG_FRAME_HEADER_BYTES = 8;
 export const STABLE_LOG_ENTRY_HEADER_BYTES = 8;
 
-const CRC32_TABLE = buildCrc32Table();
-
-function buildCrc32Table(): Uint32Array {
-  const table = new Uint32Array(256);
-  for (let i = 0; i < 256; i++) {
-    let c = i;
-    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-    table[i] = c >>> 0;
-  }
-  return table;
-}
-
-/** CRC-32 (IEEE 802.3, as zlib and gzip compute it) of `bytes[start, end)`. */
+/**
+ * CRC-32 (IEEE 802.3, as zlib and gzip compute it) of `bytes[start, end)`, by zlib: a byte-at-a-time
+ * table in JavaScript costs ~2 ns a byte, over ten times zlib's, and every stable write's bytes pass
+ * through it.
+ */
 export function crc32(bytes: Uint8Array, start = 0, end = bytes.length): number {
-  let c = 0xffffffff;
-  for (let i = start; i < end; i++) c = CRC32_TABLE[(c ^ bytes[i]) & 0xff] ^ (c >>> 8);
-  return (c ^ 0xffffffff) >>> 0;
+  return zlibCrc32(bytes.subarray(start, end));
 }
 
 /**
