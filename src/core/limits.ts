@@ -115,6 +115,12 @@ export const STABLE_LOG_FRAME_BYTES_MAX = 16 * 1024 * 1024;
  * the store, then empties the log): bounds the disk it takes and the replay at the next start.
  */
 export const STABLE_LOG_FILE_BYTES_MAX = 64 * 1024 * 1024;
+/**
+ * Bytes of a stable log zero-filled (and synced) ahead of its frames, so that a frame's O_DSYNC
+ * write overwrites allocated blocks and need not also make a new file size durable (a journal
+ * commit: measured 0.31–0.38 ms per 16 KiB append against 0.21 ms per overwrite on this disk).
+ */
+export const STABLE_LOG_PREPARE_BYTES = 4 * 1024 * 1024;
 
 /** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
 export const QUEUE_OPS_MAX_DEFAULT = 8192;

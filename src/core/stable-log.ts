@@ -15,6 +15,9 @@
 //   4       4     recordBytes   u32 LE
 //   8       …     key, then record (src/core/record.ts)
 //
+// A frame header whose payloadBytes is 0 ends the log: the file is zero-filled ahead of its frames
+// (src/native-bindings/stable-log-file.ts), and a frame always holds at least one entry.
+//
 // A power loss can tear the frame being written; its sync never completed, so none of its writes
 // were acknowledged. Reading stops at the first frame that is short or fails its checksum.
 // Entries are records with their LWW versions, so replaying a log over a store that already holds
@@ -115,7 +118,10 @@ export interface StableLogContents {
   entries: StableLogEntry[];
   /** Whole frames read. */
   frames: number;
-  /** Bytes after the last whole frame: a torn (or never completed) write, ignored. */
+  /**
+   * Bytes after the last whole frame up to the last non-zero byte: a torn (or never completed)
+   * write, ignored. The zero-filled space after it is not counted.
+   */
   tornBytes: number;
 }
 
@@ -130,6 +136,7 @@ export function readStableLog(bytes: Buffer): StableLogContents {
   let at = 0;
   while (bytes.length - at >= STABLE_LOG_FRAME_HEADER_BYTES) {
     const payloadBytes = readU32LE(bytes, at);
+    if (payloadBytes === 0) break;
     const start = at + STABLE_LOG_FRAME_HEADER_BYTES;
     const end = start + payloadBytes;
     if (payloadBytes > STABLE_LOG_FRAME_BYTES_MAX || end > bytes.length) break;
@@ -138,7 +145,9 @@ export function readStableLog(bytes: Buffer): StableLogContents {
     frames++;
     at = end;
   }
-  return { entries, frames, tornBytes: bytes.length - at };
+  let used = bytes.length;
+  while (used > at && bytes[used - 1] === 0) used--;
+  return { entries, frames, tornBytes: used - at };
 }
 
 function readEntries(bytes: Buffer, start: number, end: number, into: StableLogEntry[]): void {

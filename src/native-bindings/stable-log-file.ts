@@ -7,6 +7,11 @@
 // copied into an in-memory tail (src/core/stable-log.ts), and a stable fence writes that tail as one
 // frame, which is on disk when the write returns — a few KiB appended per group instead of the map.
 //
+// The file is zero-filled ahead of its frames (STABLE_LOG_PREPARE_BYTES at a time, in the background
+// pool of libuv) so that a frame's write overwrites blocks the file already has: an O_DSYNC write
+// that grows a file must also make its new size durable, a journal commit each. A zero frame header
+// ends the log (src/core/stable-log.ts).
+//
 // A checkpoint syncs the env and empties the file. The first fence after opening, a log grown past
 // STABLE_LOG_FILE_BYTES_MAX, and a tail that overflowed (a long run of `store` writes with no
 // stable one) each make the next fence a checkpoint. A node starting up replays every log into the
@@ -17,10 +22,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { storageError } from '../core/errors.js';
-import { STABLE_LOG_FILE_BYTES_MAX } from '../core/limits.js';
+import { STABLE_LOG_FILE_BYTES_MAX, STABLE_LOG_PREPARE_BYTES } from '../core/limits.js';
 import { compareVersions, isWellFormedRecord, wallMsOf } from '../core/record.js';
 import {
   readStableLog,
+  STABLE_LOG_FRAME_HEADER_BYTES,
   type StableLogContents,
   StableLogCorrupt,
   type StableLogEntry,
@@ -47,7 +53,12 @@ export class StableLogFile {
    * tail overflowed or a frame failed to write: the next fence must then be a checkpoint.
    */
   #complete = false;
+  /** Bytes of frames in the file: where the next frame goes. */
   #fileBytes = 0;
+  /** The file's bytes before this are written (zeros or frames) and durable. */
+  #preparedBytes = 0;
+  /** A zero-fill in flight, extending the prepared bytes when it completes. */
+  #preparing: Promise<void> | undefined;
   #dirSynced = false;
 
   private constructor(file: fs.promises.FileHandle, dir: string) {
@@ -101,15 +112,22 @@ export class StableLogFile {
     this.#complete = false;
   }
 
-  /** After the store's fsync: the file's frames are covered, so it starts over. */
+  /**
+   * After the store's fsync: the file's frames are covered, so it starts over, its first
+   * STABLE_LOG_PREPARE_BYTES zero-filled again before the next frame.
+   */
   async endCheckpoint(): Promise<void> {
+    await this.#preparing;
     await this.#file.truncate(0);
     this.#fileBytes = 0;
+    this.#preparedBytes = 0;
     if (!this.#dirSynced) {
       // The file may be new: its name must survive power loss before its frames are relied on.
       await fsyncDirectory(this.#dir);
       this.#dirSynced = true;
     }
+    this.#prepare();
+    await this.#preparing;
   }
 
   /**
@@ -121,6 +139,9 @@ export class StableLogFile {
   async flush(): Promise<void> {
     const frame = this.#tail.seal();
     if (frame === undefined) return;
+    // A frame past the prepared bytes must not race the zero-fill writing there.
+    if (this.#preparing !== undefined && this.#fileBytes + frame.length > this.#preparedBytes)
+      await this.#preparing;
     try {
       const bytesWritten = fs.writeSync(this.#file.fd, frame, 0, frame.length, this.#fileBytes);
       if (bytesWritten !== frame.length) {
@@ -132,11 +153,55 @@ export class StableLogFile {
       throw err;
     }
     this.#fileBytes += frame.length;
+    if (this.#preparedBytes - this.#fileBytes < STABLE_LOG_PREPARE_BYTES / 2) this.#prepare();
   }
 
-  close(): Promise<void> {
-    return this.#file.close();
+  /**
+   * Zero-fills the next STABLE_LOG_PREPARE_BYTES after the frames, in the background. A failed fill
+   * only leaves later frames to grow the file as they are written (which reports a full disk).
+   */
+  #prepare(): void {
+    if (this.#preparing !== undefined) return;
+    const from = Math.max(this.#preparedBytes, this.#fileBytes);
+    const to = this.#fileBytes + STABLE_LOG_PREPARE_BYTES;
+    this.#preparing = this.#file
+      .write(zeroFill(to - from), 0, to - from, from)
+      .then(
+        () => {
+          this.#preparedBytes = to;
+        },
+        () => {},
+      )
+      .finally(() => {
+        this.#preparing = undefined;
+      });
   }
+
+  async close(): Promise<void> {
+    await this.#preparing;
+    await this.#file.close();
+  }
+}
+
+/** False when the file's first bytes are absent or zero: no frame was ever written over them. */
+async function holdsFrames(file: string): Promise<boolean> {
+  const handle = await fs.promises.open(file, 'r');
+  try {
+    const head = Buffer.alloc(STABLE_LOG_FRAME_HEADER_BYTES);
+    const { bytesRead } = await handle.read(head, 0, head.length, 0);
+    return head.subarray(0, bytesRead).some((byte) => byte !== 0);
+  } finally {
+    await handle.close();
+  }
+}
+
+let zeros: Buffer | undefined;
+
+/** `bytes` zero bytes (a view of one shared buffer: nothing ever writes into it). */
+function zeroFill(bytes: number): Buffer {
+  if (zeros === undefined || zeros.length < bytes)
+    zeros = Buffer.alloc(Math.max(bytes, STABLE_LOG_PREPARE_BYTES));
+  return zeros.subarray(0, bytes);
 }
 
 async function fsyncDirectory(dir: string): Promise<void> {
@@ -160,7 +225,8 @@ export interface StableLogReplay {
 
 /**
  * The stable logs in an env directory that hold anything (absent directory: none). Every worker
- * creates its log when it opens the store, so an empty one is the common case and needs no replay.
+ * creates its log when it opens the store, so an empty one — no bytes, or zeros where its first
+ * frame would start — is the common case and needs no replay.
  */
 export async function stableLogFiles(dir: string): Promise<string[]> {
   let names: string[];
@@ -170,10 +236,8 @@ export async function stableLogFiles(dir: string): Promise<string[]> {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
     throw err;
   }
-  const sizes = await Promise.all(
-    names.map(async (name) => (await fs.promises.stat(path.join(dir, name))).size),
-  );
-  return names.filter((_, i) => sizes[i] > 0);
+  const held = await Promise.all(names.map((name) => holdsFrames(path.join(dir, name))));
+  return names.filter((_, i) => held[i]);
 }
 
 /**

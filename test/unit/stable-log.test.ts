@@ -6,7 +6,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { STABLE_LOG_FRAME_BYTES_MAX } from '../../src/core/limits.js';
+import { STABLE_LOG_FRAME_BYTES_MAX, STABLE_LOG_PREPARE_BYTES } from '../../src/core/limits.js';
 import { compareVersions, encodeRecord } from '../../src/core/record.js';
 import {
   crc32,
@@ -17,6 +17,7 @@ import {
 } from '../../src/core/stable-log.js';
 import type { KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
 import { openStore, recoverStore } from '../../src/native-bindings/open-store.js';
+import { stableLogFiles } from '../../src/native-bindings/stable-log-file.js';
 
 const FRAGMENTS = 4;
 const NODE = Buffer.from('n1');
@@ -72,11 +73,33 @@ describe('stable log format', () => {
       [2, 'c', rec(3, 'z')],
     ]);
     for (let cut = 0; cut < last.length; cut++) {
-      const log = readStableLog(Buffer.concat([first, last.subarray(0, cut)]));
-      assert.equal(log.frames, 1, `cut at ${cut}`);
-      assert.equal(log.entries.length, 1);
-      assert.equal(log.tornBytes, cut);
+      const torn = last.subarray(0, cut);
+      // Torn bytes are counted up to the last non-zero one: zeros may be the file's zero-fill.
+      let nonZero = cut;
+      while (nonZero > 0 && torn[nonZero - 1] === 0) nonZero--;
+      for (const zeroFill of [0, 4096]) {
+        const log = readStableLog(Buffer.concat([first, torn, Buffer.alloc(zeroFill)]));
+        assert.equal(log.frames, 1, `cut at ${cut}, ${zeroFill} zero bytes after`);
+        assert.equal(log.entries.length, 1);
+        assert.equal(log.tornBytes, nonZero);
+      }
     }
+  });
+
+  it('ends the log at a zero frame header: the zero-filled space after the frames', () => {
+    const one = frameOf([[0, 'a', rec(1, 'x')]]);
+    const two = frameOf([[1, 'b', rec(2, 'y')]]);
+    const log = readStableLog(Buffer.concat([one, two, Buffer.alloc(64 * 1024)]));
+    assert.equal(log.frames, 2);
+    assert.equal(log.tornBytes, 0);
+    assert.deepEqual(
+      log.entries.map((e) => e.key.toString('latin1')),
+      ['a', 'b'],
+    );
+    // A frame after zeros is not reached: frames are written one after another, never past a gap.
+    const gap = readStableLog(Buffer.concat([one, Buffer.alloc(8), two]));
+    assert.equal(gap.frames, 1);
+    assert.equal(gap.tornBytes, 8 + two.length);
   });
 
   it('ends the log at a frame whose checksum fails', () => {
@@ -201,6 +224,54 @@ describe('stable log: an lmdb store after a power loss', () => {
       assert.equal(reader.highWaterWallMs(0), 300);
       assert.equal(reader.highWaterWallMs(2), 201);
     });
+  });
+
+  it('writes frames over space zero-filled ahead of them; an unwritten log needs no replay', async () => {
+    const dataDir = await freshDataDir();
+    const envDir = path.join(dataDir, 'lmdb');
+    const logFile = path.join(envDir, 'stable-0.log');
+    const store = await openLogged(dataDir);
+    try {
+      await store.sync(); // a checkpoint: the log starts over, zero-filled
+      assert.equal((await fs.stat(logFile)).size, STABLE_LOG_PREPARE_BYTES);
+      assert.deepEqual(await stableLogFiles(envDir), []);
+      await put(store, 0, [['a', rec(100, 'a1')]], 100);
+      await store.sync(); // one frame, written over the zeros: the file does not grow
+      assert.equal((await fs.stat(logFile)).size, STABLE_LOG_PREPARE_BYTES);
+      assert.deepEqual(await stableLogFiles(envDir), ['stable-0.log']);
+      const contents = readStableLog(await fs.readFile(logFile));
+      assert.equal(contents.frames, 1);
+      assert.equal(contents.tornBytes, 0);
+      assert.deepEqual(
+        contents.entries.map((e) => [e.fragment, e.key.toString('latin1'), e.record]),
+        [[0, 'a', rec(100, 'a1')]],
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('zero-fills further ahead once the frames pass half of what was filled', async () => {
+    const dataDir = await freshDataDir();
+    const logFile = path.join(dataDir, 'lmdb', 'stable-0.log');
+    const store = await openLogged(dataDir);
+    const value = 'v'.repeat(256 * 1024);
+    const frames = Math.ceil((STABLE_LOG_PREPARE_BYTES * 0.75) / value.length);
+    try {
+      await store.sync();
+      for (let i = 0; i < frames; i++) {
+        await put(store, 0, [[`k${i}`, rec(100 + i, value)]], 100 + i);
+        await store.sync();
+      }
+    } finally {
+      await store.close(); // waits for a fill in flight
+    }
+    const bytes = await fs.readFile(logFile);
+    assert.ok(bytes.length > STABLE_LOG_PREPARE_BYTES, `${bytes.length} bytes`);
+    const contents = readStableLog(bytes);
+    assert.equal(contents.frames, frames);
+    assert.equal(contents.tornBytes, 0);
+    assert.ok(bytes.length - contents.entries.length * value.length >= STABLE_LOG_PREPARE_BYTES / 2);
   });
 
   it('never replaces a newer record with an older logged one', async () => {
