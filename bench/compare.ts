@@ -8,8 +8,8 @@
 //   --appendonly yes --appendfsync everysec          --durability store
 //   --appendonly yes --appendfsync always            --durability stable
 //
-// For each pair, a fresh redis-server and then a fresh Tessera (temp directory, free port, loopback)
-// get the same runs, one server after the other:
+// For each pair, a fresh redis-server and a fresh Tessera (temp directory, free port, loopback) run
+// side by side and get the same runs, taking turns (redis-server first) at each one:
 //   redis-benchmark -t set,get -P 16 -c 50 -r 100000 -d 100 -n N --csv      (throughput and p99)
 //   redis-benchmark -t set,get -P 1  -c 50 -r 100000 -d 100 -n N_P1 --csv
 //   the load harness (bench/load), closed loop, 50 connections, pipeline 1, workloads a b c set
@@ -390,12 +390,15 @@ function commandListing(): string[] {
   };
   add(
     [
-      'Each durability pair: a fresh redis-server, then a fresh Tessera, one at a time. $DIR: a new',
-      'temp directory; $PORT: a free port (Tessera picks one and logs it in its "ready" line).',
+      'Each durability pair: a fresh redis-server and a fresh Tessera, side by side. $DIR: a new temp',
+      'directory; $PORT: a free port (Tessera picks one and logs it in its "ready" line).',
     ],
     group('pairs server'),
   );
-  add(['Against each of those servers, in this order:'], group('pairs client'));
+  add(
+    ['Against both servers of a pair, in this order, each command run against one and then the other:'],
+    group('pairs client'),
+  );
   add(['The embedded API against raw lmdb, in one process:'], group('embedded client'));
   add(
     ['Tessera at store with --workers 1, then --workers 2, each fresh, each given:'],
@@ -428,6 +431,11 @@ interface Row {
   a: Outcome | undefined;
   b: Outcome | undefined;
 }
+
+/** A row's two sides: `a` Tessera, `b` the baseline. */
+type Side = 'a' | 'b';
+/** The order in which the servers of a pair take their turns: the baseline first. */
+const SIDES: readonly Side[] = ['b', 'a'];
 
 function isMeasure(o: Outcome | undefined): o is Measure {
   return o !== undefined && !('error' in o);
@@ -689,31 +697,39 @@ async function main(): Promise<number> {
         }
         return row;
       };
-      for (const side of ['b', 'a'] as const) {
-        const who = side === 'b' ? 'redis-server' : 'tessera';
-        log(`${who}, durability pair '${pair}'`);
-        const dir = join(tmpRoot, `${side === 'b' ? 'redis' : 'tessera'}-${pair}`);
-        let server: Server;
-        try {
-          server = side === 'b' ? await startRedis(pair, dir) : await startTessera(pair, s.workers, dir);
-        } catch (error) {
-          const message = error instanceof Error ? error.message : String(error);
-          log(message);
-          for (const r of pairRows) r[side] = { error: 'server did not start' };
-          if (pairRows.length === 0) rowFor('server start')[side] = { error: 'server did not start' };
-          continue;
+      // Both servers run side by side and take turns at each measurement (redis-server first), so a
+      // ratio's two halves are measured seconds apart, not minutes: this shared machine's speed
+      // drifts by more than the differences being measured.
+      const servers: Partial<Record<Side, Server>> = {};
+      const failed: Side[] = [];
+      try {
+        for (const side of SIDES) {
+          const who = side === 'b' ? 'redis-server' : 'tessera';
+          log(`${who}, durability pair '${pair}': starting`);
+          const dir = join(tmpRoot, `${side === 'b' ? 'redis' : 'tessera'}-${pair}`);
+          try {
+            servers[side] =
+              side === 'b' ? await startRedis(pair, dir) : await startTessera(pair, s.workers, dir);
+          } catch (error) {
+            log(error instanceof Error ? error.message : String(error));
+            failed.push(side);
+          }
         }
-        try {
-          if (s.sections.has('redis-benchmark')) {
-            // A warm-up run first (JIT, the keyspace's first inserts), then the best of the repeats:
-            // a fresh server's first seconds and a neighbour's burst on a shared machine are not
-            // the steady state either server is compared at. Both servers get the same treatment.
-            log('  redis-benchmark -P 16 (warm-up, not measured)');
-            await redisBenchmark(s, server.port, 16);
-            for (const pipeline of [16, 1]) {
-              for (let repeat = 1; repeat <= s.repeats; repeat++) {
-                log(`  redis-benchmark -P ${pipeline} (${repeat} of ${s.repeats})`);
-                const results = await redisBenchmark(s, server.port, pipeline);
+        const running = SIDES.filter((side) => servers[side] !== undefined);
+        const nameOf = (side: Side) => servers[side]!.name;
+        if (s.sections.has('redis-benchmark')) {
+          // A warm-up run first (JIT, the keyspace's first inserts), then the best of the repeats:
+          // a fresh server's first seconds and a neighbour's burst on a shared machine are not
+          // the steady state either server is compared at. Both servers get the same treatment.
+          for (const side of running) {
+            log(`  ${nameOf(side)}: redis-benchmark -P 16 (warm-up, not measured)`);
+            await redisBenchmark(s, servers[side]!.port, 16);
+          }
+          for (const pipeline of [16, 1]) {
+            for (let repeat = 1; repeat <= s.repeats; repeat++) {
+              for (const side of running) {
+                log(`  ${nameOf(side)}: redis-benchmark -P ${pipeline} (${repeat} of ${s.repeats})`);
+                const results = await redisBenchmark(s, servers[side]!.port, pipeline);
                 for (const [name, outcome] of results) {
                   if (name !== 'SET' && name !== 'GET') continue;
                   const row = rowFor(`redis-benchmark ${name} -P ${pipeline}`);
@@ -722,22 +738,36 @@ async function main(): Promise<number> {
               }
             }
           }
-          if (s.sections.has('load')) {
-            let first = true;
-            for (const workload of s.workloads) {
-              log(`  load harness, workload ${workload}${first ? ' (after --load)' : ''}`);
-              const name = workload.length === 1 ? `ycsb-${workload}` : workload;
-              rowFor(`load ${name}`)[side] = await harness(s, server.port, workload, first, out(name));
-              first = false;
-            }
-          }
-          if (exited(server.child)) {
-            log(`${server.name} exited during the run:\n${readTail(server.log)}`);
-            for (const r of pairRows) r[side] = { error: `${server.name} exited during the run` };
-          }
-        } finally {
-          await stop(server);
         }
+        if (s.sections.has('load')) {
+          let first = true;
+          for (const workload of s.workloads) {
+            const name = workload.length === 1 ? `ycsb-${workload}` : workload;
+            for (const side of running) {
+              log(`  ${nameOf(side)}: load harness, workload ${workload}${first ? ' (after --load)' : ''}`);
+              rowFor(`load ${name}`)[side] = await harness(
+                s,
+                servers[side]!.port,
+                workload,
+                first,
+                out(`${side}-${name}`),
+              );
+            }
+            first = false;
+          }
+        }
+        for (const side of running) {
+          const server = servers[side]!;
+          if (!exited(server.child)) continue;
+          log(`${server.name} exited during the run:\n${readTail(server.log)}`);
+          for (const r of pairRows) r[side] = { error: `${server.name} exited during the run` };
+        }
+        for (const side of failed) {
+          if (pairRows.length === 0) rowFor('server start');
+          for (const r of pairRows) r[side] = { error: 'server did not start' };
+        }
+      } finally {
+        for (const side of SIDES) if (servers[side] !== undefined) await stop(servers[side]!);
       }
       rows.push(...pairRows);
     }
@@ -829,8 +859,9 @@ function section(s: Settings, table: string, redisVersion: string, minutes: stri
     `node ${process.version}, ${redisVersion}. Servers and clients share the machine (loopback);`,
     `${loadNote()}.`,
     '',
-    'Each durability pair starts a fresh redis-server, then a fresh Tessera (lmdb, temp directories)',
-    'and runs the same commands against each. ratio = Tessera ÷ baseline ops/s (above 1: Tessera is',
+    'Each durability pair starts a fresh redis-server and a fresh Tessera (lmdb, temp directories) side',
+    'by side and runs each command against one and then the other, so the two halves of a ratio are',
+    'measured seconds apart. ratio = Tessera ÷ baseline ops/s (above 1: Tessera is',
     'faster); p99 ratio = Tessera ÷ baseline p99 (above 1: Tessera is slower). redis-benchmark rows:',
     `its \`--csv\` rps and p99, after one unmeasured -P 16 warm-up run, best of ${s.repeats} runs for each`,
     'server; load rows: the harness (closed loop, 50 connections, pipeline 1), p99',
