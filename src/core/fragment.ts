@@ -56,6 +56,18 @@ export class FragmentOp implements ModifyRequest {
   replicated = false;
   /** Where the reply goes when the worker itself issued the op (replication), instead of the ring. */
   sink: ReplySink | undefined = undefined;
+  /**
+   * The op's answer, set when the actor decides it: the op itself is then the reply action (no
+   * second object per operation). `replyRecord`: Found, the live record; Superseded, the winner.
+   * `prior`: writes, whether a live value existed before. `text`: Integer / Text, the answer;
+   * Refused, Backpressure, StorageFailed, the error message. `generation`: held back until this
+   * generation reaches the op's durability level.
+   */
+  reply: Reply = Reply.Applied;
+  replyRecord: Uint8Array | undefined = undefined;
+  prior = false;
+  text = '';
+  generation = 0;
 
   constructor(
     readonly kind: OpKind,
@@ -108,18 +120,9 @@ export type FragmentEvent =
   | { kind: 'sync-failed'; generation: number; message: string }
   | { kind: 'sweep'; nowMs: number; entries: ReadonlyArray<{ key: Buffer; record: Buffer }> };
 
+/** What the actor asks its driver to do: answer an op (the op itself, its reply set), commit or sync. */
 export type FragmentAction =
-  | {
-      kind: 'reply';
-      op: FragmentOp;
-      reply: Reply;
-      /** Found: the live record. Superseded: the winning record. */
-      record: Uint8Array | undefined;
-      /** Writes: whether a live value existed before this write. */
-      prior: boolean;
-      /** Integer / Text: the answer; Refused, Backpressure, StorageFailed: the error message. */
-      text: string;
-    }
+  | FragmentOp
   | {
       kind: 'commit';
       fragment: number;
@@ -129,15 +132,7 @@ export type FragmentAction =
     }
   | { kind: 'sync'; fragment: number; generation: number };
 
-export type ReplyAction = Extract<FragmentAction, { kind: 'reply' }>;
-
-/**
- * A reply held back until its generation reaches a durability level; released as the reply action
- * itself (no second object per write).
- */
-interface Waiter extends ReplyAction {
-  generation: number;
-}
+export type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
 
 export interface FragmentStats {
   fragment: number;
@@ -174,8 +169,9 @@ export class FragmentCore {
   private committedGeneration = 0;
   private syncedGeneration = 0;
   private syncInFlightGeneration = 0;
-  private readonly commitWaiters: Waiter[] = [];
-  private readonly stableWaiters: Waiter[] = [];
+  /** Ops whose replies wait for their generation to be committed / synced, oldest first. */
+  private readonly commitWaiters: FragmentOp[] = [];
+  private readonly stableWaiters: FragmentOp[] = [];
 
   /** Writes applied from clients since the driver last took them, for the replication senders. */
   private replicationLog: Array<[key: Uint8Array, record: Uint8Array]> = [];
@@ -528,13 +524,17 @@ export class FragmentCore {
     let generation = this.committedGeneration;
     if (this.unflushed.size > 0) generation = this.unflushedGeneration;
     else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
-    const waiter: Waiter = { kind: 'reply', op, reply, record, prior, text, generation };
+    op.reply = reply;
+    op.replyRecord = record;
+    op.prior = prior;
+    op.text = text;
+    op.generation = generation;
     if (op.durability === Durability.Store) {
-      if (generation <= this.committedGeneration) return void this.outbox.push(waiter);
-      this.commitWaiters.push(waiter);
+      if (generation <= this.committedGeneration) return void this.outbox.push(op);
+      this.commitWaiters.push(op);
     } else {
-      if (generation <= this.syncedGeneration) return void this.outbox.push(waiter);
-      this.stableWaiters.push(waiter);
+      if (generation <= this.syncedGeneration) return void this.outbox.push(op);
+      this.stableWaiters.push(op);
       this.maybeSync();
     }
     if (generation === this.unflushedGeneration) this.unflushedWaiters++;
@@ -608,22 +608,26 @@ export class FragmentCore {
   }
 
   /** Replies to the waiters (oldest first, generations ascending) whose generation is ≤ `generation`. */
-  private release(waiters: Waiter[], generation: number): void {
+  private release(waiters: FragmentOp[], generation: number): void {
     let n = 0;
     while (n < waiters.length && waiters[n].generation <= generation) this.outbox.push(waiters[n++]);
     waiters.splice(0, n);
   }
 
-  private fail(waiters: Waiter[], generation: number, message: string): void {
+  private fail(waiters: FragmentOp[], generation: number, message: string): void {
     let n = 0;
     while (n < waiters.length && waiters[n].generation <= generation) {
-      this.reply(waiters[n++].op, Reply.StorageFailed, undefined, false, message);
+      this.reply(waiters[n++], Reply.StorageFailed, undefined, false, message);
     }
     waiters.splice(0, n);
   }
 
   private reply(op: FragmentOp, reply: Reply, record: Uint8Array | undefined, prior: boolean, text: string) {
-    this.outbox.push({ kind: 'reply', op, reply, record, prior, text });
+    op.reply = reply;
+    op.replyRecord = record;
+    op.prior = prior;
+    op.text = text;
+    this.outbox.push(op);
   }
 
   /** Canonical text of the state, for golden tests. */
@@ -659,12 +663,12 @@ const MODIFY_REPLIES: Record<ModifyAnswer, Reply> = {
 
 /** Canonical text of one action, for golden tests. */
 export function describeAction(action: FragmentAction): string {
+  if (action instanceof FragmentOp) {
+    const extra = action.replyRecord !== undefined ? ` ${describeRecord(action.replyRecord)}` : '';
+    const message = action.text ? ` (${action.text})` : '';
+    return `reply req=${action.reqId} ${REPLY_NAMES[action.reply]}${action.prior ? ' prior' : ''}${extra}${message}`;
+  }
   switch (action.kind) {
-    case 'reply': {
-      const extra = action.record !== undefined ? ` ${describeRecord(action.record)}` : '';
-      const message = action.text ? ` (${action.text})` : '';
-      return `reply req=${action.op.reqId} ${REPLY_NAMES[action.reply]}${action.prior ? ' prior' : ''}${extra}${message}`;
-    }
     case 'commit': {
       const keys = action.puts.map(([k, r]) => `${JSON.stringify(latin1(k))}=${describeRecord(r)}`);
       return `commit gen=${action.generation} high-water=${action.highWaterWallMs} [${keys.join(' ')}]`;

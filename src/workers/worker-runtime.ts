@@ -7,7 +7,7 @@ import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { writeU32LE } from '../core/bytes.js';
 import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.js';
-import { type FragmentAction, FragmentCore, FragmentOp, type ReplyAction } from '../core/fragment.js';
+import { type CommitAction, type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
 import { CLEAN_PAGE_KEYS_MAX, RESULT_ACKS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
 import { isLive, isTombstone } from '../core/record.js';
@@ -54,8 +54,6 @@ const EMPTY_KEY = Buffer.alloc(0);
 const SHARED_COPY_RECORD_BYTES_MAX = 16 * 1024;
 /** Alignment at which shared memory copies word by word (`copyRun`). */
 const SHARED_COPY_ALIGN = 8;
-
-type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
 
 export class WorkerRuntime {
   private readonly cores: (FragmentCore | undefined)[] = [];
@@ -328,7 +326,7 @@ export class WorkerRuntime {
     while (this.actions.length > 0) {
       const commits: CommitAction[] = [];
       for (const action of this.actions) {
-        if (action.kind === 'reply') this.sendReply(action);
+        if (action instanceof FragmentOp) this.sendReply(action);
         else if (action.kind === 'commit') commits.push(action);
         else this.syncRequests.push({ core: this.cores[action.fragment]!, generation: action.generation });
       }
@@ -406,9 +404,10 @@ export class WorkerRuntime {
     this.scheduleWake(Date.now());
   }
 
-  private sendReply(action: ReplyAction): void {
-    const { op, reply } = action;
-    if (op.sink !== undefined) return op.sink.onReply(op, reply, action.text);
+  /** Sends the reply the actor set on `op`. */
+  private sendReply(op: FragmentOp): void {
+    const reply = op.reply;
+    if (op.sink !== undefined) return op.sink.onReply(op, reply, op.text);
     const scan = op.kind === OpKind.Fence ? this.scans.get(op.reqId) : undefined;
     if (scan !== undefined) {
       this.scans.delete(op.reqId);
@@ -417,17 +416,18 @@ export class WorkerRuntime {
         return;
       }
     }
-    const detail = action.prior ? 1 : 0;
-    if (action.record !== undefined) {
+    const detail = op.prior ? 1 : 0;
+    const record = op.replyRecord;
+    if (record !== undefined) {
       const headerOnly = op.headerOnly || reply === Reply.Superseded;
-      const n = resultRecordBytes(action.record, headerOnly);
+      const n = resultRecordBytes(record, headerOnly);
       const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
       const buf = this.outbox.buffer;
       const p = writeResultHeader(buf, at, reply, detail, op.reqId);
-      buf.set(action.record.subarray(0, n), p);
+      buf.set(record.subarray(0, n), p);
       this.outbox.commit();
-    } else if (action.text !== '') {
-      this.text(reply, detail, op.reqId, action.text);
+    } else if (op.text !== '') {
+      this.text(reply, detail, op.reqId, op.text);
     } else {
       this.ack(reply, detail, op.reqId);
     }
