@@ -62,7 +62,9 @@ export class WorkerRuntime {
   private readonly outbox: RingOutbox;
   private drain: DrainLoop | undefined;
   /** Fragments that received requests this batch and must run. */
-  private readonly active = new Set<FragmentCore>();
+  private readonly active: FragmentCore[] = [];
+  /** 1 for a fragment already in `active`: a per-operation check cheaper than a Set's. */
+  private readonly activeMark: Uint8Array;
   /** This turn's records (takeTurn): ring offset and length, then the copy each lies in and where. */
   private readonly turnAt = new Int32Array(WORKER_TURN_OPS_MAX);
   private readonly turnBytes = new Int32Array(WORKER_TURN_OPS_MAX);
@@ -109,6 +111,7 @@ export class WorkerRuntime {
     this.reader = new RingReader(init.requestRing);
     this.outbox = new RingOutbox(new RingWriter(init.resultRing));
     this.board = new FragmentBoard(init.board);
+    this.activeMark = new Uint8Array(init.store.fragmentCount);
     this.logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
     const nowMs = Date.now();
     const replication =
@@ -119,7 +122,7 @@ export class WorkerRuntime {
             submit: (core, op) => {
               this.requestEvent.op = op;
               core.step(this.requestEvent);
-              this.active.add(core);
+              this.activate(core);
             },
             sendFrame: (member, envelope) => this.sendPeerFrame(member, envelope),
             closePeer: (member, reason) => this.closePeer(member, reason),
@@ -285,7 +288,7 @@ export class WorkerRuntime {
     }
     this.requestEvent.op = op;
     core.step(this.requestEvent);
-    this.active.add(core);
+    this.activate(core);
   }
 
   /** A scan first fences its fragment (commits pending writes), then reads the store in order. */
@@ -299,18 +302,28 @@ export class WorkerRuntime {
     const fence = new FragmentOp(OpKind.Fence, reqId, priority, Durability.Store, EMPTY_KEY, EMPTY_KEY);
     this.requestEvent.op = fence;
     core.step(this.requestEvent);
-    this.active.add(core);
+    this.activate(core);
+  }
+
+  /** Marks `core` to run this turn. */
+  private activate(core: FragmentCore): void {
+    if (this.activeMark[core.fragment] === 1) return;
+    this.activeMark[core.fragment] = 1;
+    this.active.push(core);
   }
 
   private runActive(nowMs: number): void {
-    const budget = Math.max(64, Math.floor(WORKER_TURN_OPS_MAX / Math.max(1, this.active.size)));
-    for (const core of this.active) {
+    const active = this.active;
+    const budget = Math.max(64, Math.floor(WORKER_TURN_OPS_MAX / Math.max(1, active.length)));
+    for (let i = 0; i < active.length; i++) {
+      const core = active[i];
       core.step({ kind: 'run', nowMs, budget });
       core.takeActions(this.actions);
       this.touched.add(core);
     }
-    this.replication?.afterRun(this.active);
-    this.active.clear();
+    this.replication?.afterRun(active);
+    for (const core of active) this.activeMark[core.fragment] = 0;
+    active.length = 0;
     this.carryOut();
     this.scheduleWake(nowMs);
   }
@@ -589,7 +602,7 @@ export class WorkerRuntime {
       const core = this.cores[f]!;
       core.step({ kind: 'tick', nowMs });
       this.touched.add(core);
-      if (core.runnable(nowMs)) this.active.add(core);
+      if (core.runnable(nowMs)) this.activate(core);
       else core.takeActions(this.actions);
     }
     this.runActive(nowMs);
