@@ -121,6 +121,12 @@ export const STABLE_LOG_FILE_BYTES_MAX = 64 * 1024 * 1024;
  * commit: measured 0.31–0.38 ms per 16 KiB append against 0.21 ms per overwrite on this disk).
  */
 export const STABLE_LOG_PREPARE_BYTES = 4 * 1024 * 1024;
+/**
+ * What a checkpoint zero-fills of the emptied log before the first frame may go there: small, so
+ * the stable writes waiting on the checkpoint do not also wait for a full STABLE_LOG_PREPARE_BYTES
+ * write; the frames then top it up in the background as usual.
+ */
+export const STABLE_LOG_PREPARE_FIRST_BYTES = 256 * 1024;
 
 /** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
 export const QUEUE_OPS_MAX_DEFAULT = 8192;

@@ -22,7 +22,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { storageError } from '../core/errors.js';
-import { STABLE_LOG_FILE_BYTES_MAX, STABLE_LOG_PREPARE_BYTES } from '../core/limits.js';
+import {
+  STABLE_LOG_FILE_BYTES_MAX,
+  STABLE_LOG_PREPARE_BYTES,
+  STABLE_LOG_PREPARE_FIRST_BYTES,
+} from '../core/limits.js';
 import { compareVersions, isWellFormedRecord, wallMsOf } from '../core/record.js';
 import {
   readStableLog,
@@ -114,7 +118,7 @@ export class StableLogFile {
 
   /**
    * After the store's fsync: the file's frames are covered, so it starts over, its first
-   * STABLE_LOG_PREPARE_BYTES zero-filled again before the next frame.
+   * STABLE_LOG_PREPARE_FIRST_BYTES zero-filled again before the next frame.
    */
   async endCheckpoint(): Promise<void> {
     await this.#preparing;
@@ -126,7 +130,7 @@ export class StableLogFile {
       await fsyncDirectory(this.#dir);
       this.#dirSynced = true;
     }
-    this.#prepare();
+    this.#prepare(STABLE_LOG_PREPARE_FIRST_BYTES);
     await this.#preparing;
   }
 
@@ -157,13 +161,13 @@ export class StableLogFile {
   }
 
   /**
-   * Zero-fills the next STABLE_LOG_PREPARE_BYTES after the frames, in the background. A failed fill
-   * only leaves later frames to grow the file as they are written (which reports a full disk).
+   * Zero-fills the file up to `bytes` past the frames, in the background. A failed fill only leaves
+   * later frames to grow the file as they are written (which reports a full disk).
    */
-  #prepare(): void {
+  #prepare(bytes = STABLE_LOG_PREPARE_BYTES): void {
     if (this.#preparing !== undefined) return;
     const from = Math.max(this.#preparedBytes, this.#fileBytes);
-    const to = this.#fileBytes + STABLE_LOG_PREPARE_BYTES;
+    const to = this.#fileBytes + bytes;
     this.#preparing = this.#file
       .write(zeroFill(to - from), 0, to - from, from)
       .then(

@@ -6,7 +6,11 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { STABLE_LOG_FRAME_BYTES_MAX, STABLE_LOG_PREPARE_BYTES } from '../../src/core/limits.js';
+import {
+  STABLE_LOG_FRAME_BYTES_MAX,
+  STABLE_LOG_PREPARE_BYTES,
+  STABLE_LOG_PREPARE_FIRST_BYTES,
+} from '../../src/core/limits.js';
 import { compareVersions, encodeRecord } from '../../src/core/record.js';
 import {
   crc32,
@@ -232,23 +236,26 @@ describe('stable log: an lmdb store after a power loss', () => {
     const logFile = path.join(envDir, 'stable-0.log');
     const store = await openLogged(dataDir);
     try {
-      await store.sync(); // a checkpoint: the log starts over, zero-filled
-      assert.equal((await fs.stat(logFile)).size, STABLE_LOG_PREPARE_BYTES);
+      await store.sync(); // a checkpoint: the log starts over, its first bytes zero-filled
+      assert.equal((await fs.stat(logFile)).size, STABLE_LOG_PREPARE_FIRST_BYTES);
       assert.deepEqual(await stableLogFiles(envDir), []);
       await put(store, 0, [['a', rec(100, 'a1')]], 100);
-      await store.sync(); // one frame, written over the zeros: the file does not grow
-      assert.equal((await fs.stat(logFile)).size, STABLE_LOG_PREPARE_BYTES);
+      await store.sync(); // one frame, written over the zeros
       assert.deepEqual(await stableLogFiles(envDir), ['stable-0.log']);
-      const contents = readStableLog(await fs.readFile(logFile));
-      assert.equal(contents.frames, 1);
-      assert.equal(contents.tornBytes, 0);
-      assert.deepEqual(
-        contents.entries.map((e) => [e.fragment, e.key.toString('latin1'), e.record]),
-        [[0, 'a', rec(100, 'a1')]],
-      );
     } finally {
-      await store.close();
+      await store.close(); // waits for the fill the frame started
     }
+    const bytes = await fs.readFile(logFile);
+    const contents = readStableLog(bytes);
+    assert.equal(contents.frames, 1);
+    assert.equal(contents.tornBytes, 0);
+    assert.deepEqual(
+      contents.entries.map((e) => [e.fragment, e.key.toString('latin1'), e.record]),
+      [[0, 'a', rec(100, 'a1')]],
+    );
+    // The frame started a fill to STABLE_LOG_PREPARE_BYTES past it.
+    const frameBytes = STABLE_LOG_FRAME_HEADER_BYTES + bytes.readUInt32LE(0);
+    assert.equal(bytes.length, frameBytes + STABLE_LOG_PREPARE_BYTES);
   });
 
   it('zero-fills further ahead once the frames pass half of what was filled', async () => {
