@@ -32,6 +32,9 @@ const DOUBLE_AS_INTEGER_MAX = 2 ** 62;
 
 export type RespProtocol = 2 | 3;
 
+/** `+OK\r\n`, shared by every `take()` of exactly that reply. */
+const OK_REPLY = Buffer.from('+OK\r\n', 'latin1');
+
 /**
  * Reply writer for one connection. Methods append; `take()` returns the pending bytes for one socket
  * write. `protocol` (2 or 3, set by HELLO) selects the encoding of the RESP3 types.
@@ -58,11 +61,15 @@ export class RespWriter {
 
   /**
    * The pending bytes as a buffer the caller owns (it may sit in a socket queue while we keep writing);
-   * the writer is left empty.
+   * the writer is left empty. A lone `+OK\r\n` comes back as one shared buffer (redis-server's
+   * `shared.ok`): the reply of a pipelined write kept for its turn costs no allocation. Callers never
+   * write into what this returns.
    */
   take(): Buffer {
     const n = this.len;
     this.len = 0;
+    if (n === OK_REPLY.length && this.buf[0] === 0x2b && this.buf[1] === 0x4f && this.buf[2] === 0x4b)
+      return OK_REPLY;
     if (n >= RESP_WRITER_HANDOVER_BYTES_MIN) {
       const out = this.buf.subarray(0, n);
       this.buf = Buffer.allocUnsafe(RESP_WRITER_INITIAL_BYTES);

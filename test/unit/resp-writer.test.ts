@@ -174,6 +174,24 @@ test('take() leaves the writer empty and the caller owns the bytes', () => {
   assert.ok(out.subarray(out.length - 2 - big.length, out.length - 2).equals(big));
 });
 
+test('take() of a lone +OK is one shared buffer that later writes leave intact', () => {
+  const w = new RespWriter();
+  w.ok();
+  const first = w.take();
+  w.simple('OK');
+  const second = w.take();
+  assert.equal(first, second, 'the same buffer');
+  w.ok();
+  w.ok();
+  const two = w.take();
+  assert.notEqual(two, first);
+  assert.equal(two.toString('latin1'), '+OK\r\n+OK\r\n');
+  w.simple('OKAY');
+  w.error('OK');
+  assert.equal(w.take().toString('latin1'), '+OKAY\r\n-ERR OK\r\n');
+  assert.equal(first.toString('latin1'), '+OK\r\n');
+});
+
 test('bytes() is a view of the pending output; reset() drops it and a grown buffer', () => {
   const w = new RespWriter();
   w.ok();

@@ -173,7 +173,7 @@ export class RespConnection {
 
   /** Keeps a reply that is ready before its turn; a client whose parked replies grow too large is cut off. */
   private park(slot: ReplySlot): void {
-    slot.bytes = Buffer.from(this.scratch.bytes());
+    slot.bytes = this.scratch.take();
     slot.ready = true;
     this.parkedBytes += slot.bytes.length;
     if (this.parkedBytes > CONNECTION_OUTPUT_BYTES_MAX) this.outputOverflow(this.parkedBytes);
