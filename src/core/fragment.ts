@@ -15,7 +15,7 @@ import { HLC_LOGICAL_MAX } from './limits.js';
 import { decodePairs, Modifier, ModifyAnswer, ModifyFlag, type ModifyRequest, planModify } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
-import { keyHash, PendingWrites } from './pending-writes.js';
+import { keyHash, type PendingEntry, PendingWrites } from './pending-writes.js';
 import {
   ApplyOutcome,
   compareVersions,
@@ -281,16 +281,20 @@ export class FragmentCore {
   /** The freshest record of a key: unflushed, then flushing, then the store. */
   lookup(op: FragmentOp): Uint8Array | undefined {
     if (this.unflushed.size > 0 || this.flushing.size > 0) {
-      const hash = op.keyHash;
-      const pending = this.unflushed.get(op.key, hash) ?? this.flushing.get(op.key, hash);
+      const pending = this.pendingOf(op.key, op.keyHash);
       if (pending !== undefined) return pending[1];
     }
     return this.reader.get(this.fragment, op.key);
   }
 
   private lookupKey(key: Uint8Array, hash: number): Uint8Array | undefined {
-    const pending = this.unflushed.get(key, hash) ?? this.flushing.get(key, hash);
+    const pending = this.pendingOf(key, hash);
     return pending !== undefined ? pending[1] : this.reader.get(this.fragment, key);
+  }
+
+  /** The key's newest write not yet committed: unflushed, then flushing. */
+  private pendingOf(key: Uint8Array, hash: number): PendingEntry | undefined {
+    return this.unflushed.get(key, hash) ?? this.flushing.get(key, hash);
   }
 
   private admit(op: FragmentOp): void {
@@ -474,7 +478,7 @@ export class FragmentCore {
     const hash = keyHash(key);
     // A pending write is newer than (or the same as) what the store holds; the sweep of a later
     // page or pass will see it once it is committed.
-    if (this.unflushed.get(key, hash) !== undefined || this.flushing.get(key, hash) !== undefined) return;
+    if (this.pendingOf(key, hash) !== undefined) return;
     if (isTombstone(stored) || isLive(stored, this.nowMs)) return;
     this.putPending(key, hash, expiryTombstoneOf(stored));
     this.expiredSwept++;
@@ -524,10 +528,7 @@ export class FragmentCore {
     let generation = this.committedGeneration;
     if (this.unflushed.size > 0) generation = this.unflushedGeneration;
     else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
-    op.reply = reply;
-    op.replyRecord = record;
-    op.prior = prior;
-    op.text = text;
+    this.answer(op, reply, record, prior, text);
     op.generation = generation;
     if (op.durability === Durability.Store) {
       if (generation <= this.committedGeneration) return void this.outbox.push(op);
@@ -623,11 +624,16 @@ export class FragmentCore {
   }
 
   private reply(op: FragmentOp, reply: Reply, record: Uint8Array | undefined, prior: boolean, text: string) {
+    this.answer(op, reply, record, prior, text);
+    this.outbox.push(op);
+  }
+
+  /** Sets the op's answer; it is sent when the op reaches the outbox. */
+  private answer(op: FragmentOp, reply: Reply, record: Uint8Array | undefined, prior: boolean, text: string) {
     op.reply = reply;
     op.replyRecord = record;
     op.prior = prior;
     op.text = text;
-    this.outbox.push(op);
   }
 
   /** Canonical text of the state, for golden tests. */
