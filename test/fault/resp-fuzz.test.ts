@@ -71,6 +71,8 @@ async function client(): Promise<Redis> {
     maxRetriesPerRequest: 0,
     enableOfflineQueue: false,
     retryStrategy: () => null,
+    // A reply that never comes fails the command (and the run) instead of hanging the test.
+    commandTimeout: REPLY_TIMEOUT_MS,
   });
   await redis.connect();
   return redis;
