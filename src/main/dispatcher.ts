@@ -6,6 +6,7 @@
 
 import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
+import { writeU32LE } from '../core/bytes.js';
 import { invalidInput, storageError, type TesseraError } from '../core/errors.js';
 import type { FragmentStats } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
@@ -13,7 +14,16 @@ import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
 import type { Modifier } from '../core/modify.js';
 import { Durability, OpKind, type Priority } from '../core/ops.js';
-import { isLive, recordBytes, writeRecordHeader } from '../core/record.js';
+import {
+  expiresAtOf,
+  isLive,
+  isTombstone,
+  logicalOf,
+  recordBytes,
+  valueBytesOf,
+  wallMsOf,
+  writeRecordHeader,
+} from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
@@ -28,6 +38,7 @@ import {
   RequestKind,
   readPoolSpanRequest,
   requestBytes,
+  requestStampAt,
   type ScanRequest,
   scanRequestBytes,
   writeModifyParams,
@@ -224,6 +235,51 @@ export class Dispatcher {
     const at = link.begin(handler, token, request.length);
     link.buffer.set(request, at);
     link.buffer.writeUInt32LE(link.reqId, at + 4);
+    link.end();
+    return undefined;
+  }
+
+  /**
+   * Runs an operation another node forwarded here, the serving replica of its fragment. The stamp of
+   * a write is observed, so what this node stamps later orders after it. A modification is stamped
+   * again, by this node: the serving replica sequences a key's read-modify-writes, and a stamp from
+   * a node whose clock runs behind would lose to the modification applied before it (Superseded)
+   * although it came after it — Redis users expect INCR from any node to count.
+   */
+  submitForwarded<T>(
+    fragment: number,
+    request: Buffer,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const stampAt = requestStampAt(request);
+    if (stampAt === -1) return this.submitEncoded(fragment, request, handler, token);
+    const stamp = request.subarray(stampAt);
+    const wallMs = wallMsOf(stamp);
+    if (!this.clock.observe(wallMs, logicalOf(stamp), Date.now())) {
+      return invalidInput(
+        `forwarded timestamp ${wallMs} is more than maxClockSkewMs=${this.config.maxClockSkewMs} ahead of this node's clock`,
+      );
+    }
+    if (request[0] !== OpKind.Modify) return this.submitEncoded(fragment, request, handler, token);
+    const link = this.workerLinkOf(fragment);
+    if (!link.canAccept()) return link.refusal();
+    this.clock.tick(Date.now());
+    const value = valueBytesOf(stamp);
+    const at = link.begin(handler, token, stampAt + recordBytes(this.nodeIdBytes.length, value.length));
+    const buf = link.buffer;
+    request.copy(buf, at, 0, stampAt);
+    writeU32LE(buf, at + 4, link.reqId);
+    const p = writeRecordHeader(
+      buf,
+      at + stampAt,
+      isTombstone(stamp),
+      this.clock.wallMs,
+      this.clock.logical,
+      expiresAtOf(stamp),
+      this.nodeIdBytes,
+    );
+    buf.set(value, p);
     link.end();
     return undefined;
   }

@@ -193,6 +193,17 @@ export function readModifyParams(buf: Buffer, at: number): ModifyParams {
 }
 
 /**
+ * Where a write's record, or a modification's stamp record, starts in request `op` (a checked
+ * request at offset 0); -1 for other kinds.
+ */
+export function requestStampAt(op: Buffer): number {
+  const kind = op[0];
+  if (kind !== OpKind.Write && kind !== OpKind.Modify) return -1;
+  const rest = REQUEST_HEADER_BYTES + readU16LE(op, 8);
+  return kind === OpKind.Write ? rest : rest + MODIFY_PARAMS_BYTES + readU16LE(op, rest + 6);
+}
+
+/**
  * Why a request from outside this process (a peer's forwarded operation) cannot be handed to a
  * worker — whose decoders assume well-formed requests — or undefined when it can.
  */

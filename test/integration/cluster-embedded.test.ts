@@ -7,6 +7,7 @@ import { freePorts } from '../../bench/ports.js';
 import { Tessera } from '../../src/main/node.js';
 import { CLUSTER_SECRET } from './cluster-helpers.js';
 import { eventually, tempDir } from './helpers.js';
+import { startResp } from './resp-helpers.js';
 
 test('embedded cluster: routing, placementReport, health and close with drain', async () => {
   const dir = await tempDir('cluster-embedded');
@@ -69,5 +70,39 @@ test('embedded cluster: routing, placementReport, health and close with drain', 
     await b.put('after-a', 'x');
     await assert.rejects(b.close({ drainReplication: { timeoutMs: 300 } }), /replication drain timed out/);
     await dir.cleanup();
+  }
+});
+
+test('INCR from either node counts when one node clock runs ahead: the serving replica re-stamps', async () => {
+  const ports = await freePorts(2);
+  const peers = `a@127.0.0.1:${ports[0]},b@127.0.0.1:${ports[1]}`;
+  const node = { peers, clusterSecret: CLUSTER_SECRET, fragments: 4, workers: 1 };
+  const a = await startResp({ label: 'restamp-a', node: { ...node, nodeId: 'a' } });
+  const b = await startResp({ label: 'restamp-b', node: { ...node, nodeId: 'b' } });
+  try {
+    await eventually(async () => (await a.node.health()).cluster?.peers[0].connected === true);
+    await eventually(async () => (await b.node.health()).cluster?.peers[0].connected === true);
+    const clients = { a: await a.client(), b: await b.client() };
+    const servedBy = (name: string) => {
+      const f = a.node.dispatcher.keyspace.fragmentOf(Buffer.from(name));
+      return a.node.placementReport()[f].serving;
+    };
+    const keyServedBy = (id: string, prefix: string) => {
+      for (let i = 0; ; i++) if (servedBy(`${prefix}:${i}`) === id) return `${prefix}:${i}`;
+    };
+    // Each way round: the node whose clock is a minute ahead serves the key, or forwards to it.
+    for (const [ahead, server, prefix] of [
+      [b, 'b', 'served-by-the-node-ahead'],
+      [a, 'b', 'forwarded-from-the-node-ahead'],
+    ] as const) {
+      ahead.node.dispatcher.observeRemote(Date.now() + 60_000);
+      const key = keyServedBy(server, prefix);
+      for (let i = 1; i <= 10; i++) {
+        assert.equal(await (i % 2 === 0 ? clients.a : clients.b).incr(key), i, `INCR ${i} of ${key}`);
+      }
+    }
+  } finally {
+    await a.stop();
+    await b.stop();
   }
 });

@@ -270,7 +270,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const fragment = readU16LE(op, 2);
       const origin: Origin = { member, reqId: readU32LE(op, 4) };
       if (this.holds(fragment)) {
-        const error = this.dispatcher.submitEncoded(fragment, op, this.answerOrigin, origin);
+        const error = this.dispatcher.submitForwarded(fragment, op, this.answerOrigin, origin);
         if (error !== undefined) this.answerOrigin.onFailure(origin, error);
       } else {
         this.relay(fragment, op, hops, origin);
