@@ -15,7 +15,7 @@ import { HLC_LOGICAL_MAX } from './limits.js';
 import { decodePairs, Modifier, ModifyAnswer, ModifyFlag, type ModifyRequest, planModify } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
-import { keyHash, type PendingEntry, PendingWrites } from './pending-writes.js';
+import { HASH_UNKNOWN, keyHash, type PendingEntry, PendingWrites } from './pending-writes.js';
 import {
   ApplyOutcome,
   compareVersions,
@@ -39,7 +39,7 @@ export interface RecordReader {
 
 /** One queued operation, built by the driver from a ring record. */
 export class FragmentOp implements ModifyRequest {
-  private keyHashCache = -1;
+  private keyHashCache = HASH_UNKNOWN;
   /** Read: reply with the record header only (TTL queries need no value). */
   headerOnly = false;
   /** Write: report whether a live value existed before (DEL's count); costs a store read. */
@@ -85,7 +85,12 @@ export class FragmentOp implements ModifyRequest {
 
   /** `keyHash(key)`, the key's slot in the pending writes, computed on first use. */
   get keyHash(): number {
-    if (this.keyHashCache === -1) this.keyHashCache = keyHash(this.key);
+    if (this.keyHashCache === HASH_UNKNOWN) this.keyHashCache = keyHash(this.key);
+    return this.keyHashCache;
+  }
+
+  /** `keyHash` if a lookup computed it already, else HASH_UNKNOWN: a write needs it only if indexed. */
+  get knownKeyHash(): number {
     return this.keyHashCache;
   }
 }
@@ -451,8 +456,8 @@ export class FragmentCore {
     this.writes++;
     // A version newer than everything this fragment ever stored or queued beats whatever is there:
     // the merge needs no read unless the caller wants to know what was there.
-    const newest = !op.wantsPrior && this.newerThanHighWater(incoming);
-    const current = newest ? undefined : this.lookup(op);
+    const newer = this.newerThanHighWater(incoming);
+    const current = newer && !op.wantsPrior ? undefined : this.lookup(op);
     const prior = current !== undefined && isLive(current, this.nowMs);
     switch (mergeOutcome(current, incoming, this.nowMs)) {
       case ApplyOutcome.Superseded:
@@ -464,11 +469,11 @@ export class FragmentCore {
       case ApplyOutcome.Expired:
         // The deadline passed before the write arrived: install its expiry tombstone so no older
         // replica can bring the key back, and report Expired (spec §2.4).
-        this.putPending(op.key, op.keyHash, expiryTombstoneOf(incoming));
+        this.putPending(op.key, op.knownKeyHash, expiryTombstoneOf(incoming));
         this.logForReplicas(op, op.key, incoming);
         return this.reply(op, Reply.Expired, undefined, prior, '');
       case ApplyOutcome.Applied:
-        this.putPending(op.key, op.keyHash, incoming);
+        this.putPending(op.key, op.knownKeyHash, incoming, newer);
         this.logForReplicas(op, op.key, incoming);
         return this.await(op, Reply.Applied, prior);
     }
@@ -504,10 +509,16 @@ export class FragmentCore {
     return this.lookupKey(key, keyHash(key));
   }
 
-  private putPending(key: Uint8Array, hash: number, record: Uint8Array): void {
+  /** `hash`: the key's hash or HASH_UNKNOWN; `newer`: whether `record` is newer than the high-water mark. */
+  private putPending(
+    key: Uint8Array,
+    hash: number,
+    record: Uint8Array,
+    newer = this.newerThanHighWater(record),
+  ): void {
     if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
     this.unflushed.set(key, hash, record);
-    if (this.newerThanHighWater(record)) {
+    if (newer) {
       this.highWaterWallMs = wallMsOf(record);
       this.highWaterLogical = logicalOf(record);
     }
@@ -583,10 +594,11 @@ export class FragmentCore {
   private onCommitFailed(generation: number, message: string): void {
     assert(generation === this.flushingGeneration, `failed generation ${generation} is not in flight`);
     // Keep the writes for the next commit: entries already superseded in `unflushed` stay newer.
-    for (const [key, record] of this.flushing.entries()) {
-      const hash = keyHash(key);
-      if (this.unflushed.get(key, hash) === undefined) this.putPending(key, hash, record);
-    }
+    // (Decided before any is put back: a key may appear twice in the list, the later entry newer.)
+    const kept = this.flushing
+      .entries()
+      .filter(([key]) => this.unflushed.get(key, HASH_UNKNOWN) === undefined);
+    for (const [key, record] of kept) this.putPending(key, HASH_UNKNOWN, record);
     this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
     this.fail(this.commitWaiters, generation, message);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { latin1 } from '../../src/core/bytes.js';
-import { keyHash, PendingWrites } from '../../src/core/pending-writes.js';
+import { HASH_UNKNOWN, keyHash, PendingWrites } from '../../src/core/pending-writes.js';
 
 const key = (s: string) => Buffer.from(s, 'latin1');
 const rec = (s: string) => Buffer.from(s);
@@ -20,18 +20,27 @@ test('keyHash is a non-negative small integer and depends on every byte', () => 
   assert.equal(keyHash(key(COLLIDING[0])), keyHash(key(COLLIDING[1])));
 });
 
-test('a key set twice holds its last record once, in the place of its first arrival', () => {
+test('until a lookup a key written apart twice is held twice, the later entry last; a lookup folds it into its first place', () => {
   const p = new PendingWrites();
   p.set(key('a'), keyHash(key('a')), rec('1'));
-  p.set(key('b'), keyHash(key('b')), rec('22'));
-  p.set(key('a'), keyHash(key('a')), rec('333'));
+  p.set(key('b'), HASH_UNKNOWN, rec('2'));
+  p.set(key('b'), HASH_UNKNOWN, rec('22'));
+  p.set(key('a'), HASH_UNKNOWN, rec('333'));
+  const show = () => p.entries().map(([k, r]) => `${k}=${r}`);
+  // The second write of b came right after the first: it replaced it in place (a hot key).
+  assert.deepEqual(show(), ['a=1', 'b=22', 'a=333']);
+  assert.equal(p.size, 3);
+  assert.equal(p.bytes, 1 + 1 + 1 + 2 + 1 + 3);
+  assert.equal(p.get(key('c'), keyHash(key('c'))), undefined);
+  assert.deepEqual(show(), ['a=333', 'b=22']);
   assert.equal(p.size, 2);
   assert.equal(p.bytes, 1 + 3 + 1 + 2);
-  assert.deepEqual(
-    p.entries().map(([k, r]) => `${k}=${r}`),
-    ['a=333', 'b=22'],
-  );
-  assert.equal(p.get(key('c'), keyHash(key('c'))), undefined);
+  // Indexed now: a key written again replaces its entry wherever it is.
+  p.set(key('a'), HASH_UNKNOWN, rec('4'));
+  p.set(key('d'), HASH_UNKNOWN, rec('5'));
+  assert.deepEqual(show(), ['a=4', 'b=22', 'd=5']);
+  assert.equal(p.get(key('b'), HASH_UNKNOWN)?.[1].toString(), '22');
+  assert.equal(p.bytes, 1 + 1 + 1 + 2 + 1 + 1);
 });
 
 test('keys with the same hash are kept apart by their bytes', () => {
@@ -59,19 +68,23 @@ test('keys with the same hash are kept apart by their bytes', () => {
   );
 });
 
-test('property: holds exactly what a Map by key string holds, whatever the hashes', () => {
-  // Hashes are drawn from a tiny range, so most keys collide and the exact path is exercised.
+test('property: applied in order its entries give what a Map by key string holds, and after a lookup each key is held once, whatever the hashes', () => {
+  // Hashes are drawn from a tiny range, so most keys collide and the exact path is exercised; a
+  // lookup may come at any point, after which the index is kept up to date.
   fc.assert(
     fc.property(
       fc.array(fc.tuple(fc.string({ maxLength: 3 }), fc.string({ maxLength: 4 }), fc.nat(3)), {
         maxLength: 60,
       }),
-      (ops) => {
+      fc.nat(60),
+      (ops, lookupAt) => {
         const p = new PendingWrites();
         const model = new Map<string, string>();
         const hashOf = new Map<string, number>();
         let bytes = 0;
-        for (const [k, v, h] of ops) {
+        const applied = () => new Map(p.entries().map(([k, r]) => [latin1(k), r.toString()]));
+        for (const [i, [k, v, h]] of ops.entries()) {
+          if (i === lookupAt) p.get(key('lookup'), 0);
           // A key keeps one hash, as keyHash would give it.
           const hash = hashOf.get(k) ?? h;
           hashOf.set(k, hash);
@@ -81,12 +94,12 @@ test('property: holds exactly what a Map by key string holds, whatever the hashe
           model.set(k, v);
           bytes += kb.length + Buffer.byteLength(v);
           p.set(kb, hash, rec(v));
+          assert.deepEqual(applied(), model);
         }
+        for (const [k, v] of model) assert.equal(p.get(key(k), hashOf.get(k)!)?.[1].toString(), v);
         assert.equal(p.size, model.size);
         assert.equal(p.bytes, bytes);
-        for (const [k, v] of model) assert.equal(p.get(key(k), hashOf.get(k)!)?.[1].toString(), v);
-        const held = new Map(p.entries().map(([k, r]) => [latin1(k), r.toString()]));
-        assert.deepEqual(held, model);
+        assert.deepEqual(applied(), model);
       },
     ),
   );
