@@ -200,6 +200,12 @@ export class WorkerLink {
   /** Asks the worker to close its store, then ends the thread. */
   async close(): Promise<void> {
     if (this.state === 'closed' || this.state === 'failed') return this.stopThread();
+    if (this.state === 'restarting') {
+      // No worker runs (its restart is pending): there is nothing to ask, and nothing will answer.
+      this.state = 'closing';
+      this.failHeld(shuttingDown());
+      return this.stopThread();
+    }
     this.state = 'closing';
     const closed = new Promise<TesseraError | undefined>((resolve) => {
       const at = this.begin(closeHandler, resolve, 8);
@@ -353,25 +359,26 @@ export class WorkerLink {
    * schedules the next attempt.
    */
   private onExit(code: number): void {
+    // What the worker published before it exited is in the ring, and the exit may be seen before
+    // the wake-up for it: deliver it first. (A worker ends on its own once it has answered Close.)
+    if (this.drain !== undefined) this.onResults();
     this.drain?.stop();
     this.drain = undefined;
     this.worker = undefined;
-    if (this.state === 'closing' || this.state === 'closed' || this.state === 'failed') return;
+    if (this.state === 'closed' || this.state === 'failed') return;
+    if (this.state === 'closing') {
+      // Nothing more will come: whatever is still held — the Close itself, if unanswered — fails.
+      this.failHeld(internalError(`worker ${this.index} exited (code ${code}) while closing`));
+      return;
+    }
     const wasReady = this.state === 'ready';
     if (wasReady) this.state = 'restarting';
-    const held: Array<[ResultHandler<unknown>, unknown]> = [];
-    for (let slot = 0; slot < this.handlers.length; slot++) {
-      const handler = this.handlers[slot];
-      if (handler === undefined) continue;
-      held.push([handler, this.tokens[slot]]);
-      this.freeSlot(slot);
-    }
-    this.newRings();
-    const error = internalError(
-      `worker ${this.index} stopped unexpectedly (exit code ${code}); the operation may or may not have been applied`,
+    this.failHeld(
+      internalError(
+        `worker ${this.index} stopped unexpectedly (exit code ${code}); the operation may or may not have been applied`,
+      ),
+      () => this.newRings(),
     );
-    for (const [handler, token] of held) handler.onFailure(token, error);
-    this.wakeIdle();
     if (wasReady) {
       this.deps.logger.error(
         { worker: this.index, code, restarts: this.restarts },
@@ -379,6 +386,20 @@ export class WorkerLink {
       );
       this.scheduleRestart();
     }
+  }
+
+  /** Fails every request still held; `beforeFailing` runs once they are taken (handlers may submit). */
+  private failHeld(error: TesseraError, beforeFailing?: () => void): void {
+    const held: Array<[ResultHandler<unknown>, unknown]> = [];
+    for (let slot = 0; slot < this.handlers.length; slot++) {
+      const handler = this.handlers[slot];
+      if (handler === undefined) continue;
+      held.push([handler, this.tokens[slot]]);
+      this.freeSlot(slot);
+    }
+    beforeFailing?.();
+    for (const [handler, token] of held) handler.onFailure(token, error);
+    this.wakeIdle();
   }
 
   private scheduleRestart(): void {
