@@ -1,5 +1,5 @@
 // The fragment actor's rules as a state machine (DESIGN.md "Worker threads", spec §2.6–2.9, §3, §8.1).
-// One instance per fragment, driven by the worker (src/workers/fragment-driver.ts), which turns ring
+// One instance per fragment, driven by the worker (src/workers/worker-runtime.ts), which turns ring
 // records into `request` events, runs store commits and fsyncs for `commit` / `sync` actions and
 // reports them back. The only I/O it sees is the injected synchronous `RecordReader` (as etcd's raft
 // reads its Storage), so golden tests drive it with a Map and scripted time.
@@ -8,6 +8,9 @@
 // and lands in `unflushed`. Commits move `unflushed` to `flushing` as generation g; a reply that needs
 // `store` waits for committed ≥ g, one that needs `stable` for synced ≥ g. One commit is in flight at
 // a time; at most one sync request is outstanding, so fsyncs group every stable write waiting.
+// Most client writes carry a version newer than everything the fragment holds and need no read: when
+// nothing is queued ahead of one, the driver hands it over without an op (`tryDirectWrite`), and it
+// is answered by request id.
 
 import { assert } from './assert.js';
 import { latin1 } from './bytes.js';
@@ -125,9 +128,13 @@ export type FragmentEvent =
   | { kind: 'sync-failed'; generation: number; message: string }
   | { kind: 'sweep'; nowMs: number; entries: ReadonlyArray<{ key: Buffer; record: Buffer }> };
 
-/** What the actor asks its driver to do: answer an op (the op itself, its reply set), commit or sync. */
+/**
+ * What the actor asks its driver to do: answer an op (the op itself, its reply set), answer direct
+ * writes (`tryDirectWrite`) by request id, commit or sync.
+ */
 export type FragmentAction =
   | FragmentOp
+  | { kind: 'acks'; reply: Reply; text: string; reqIds: number[] }
   | {
       kind: 'commit';
       fragment: number;
@@ -177,6 +184,11 @@ export class FragmentCore {
   /** Ops whose replies wait for their generation to be committed / synced, oldest first. */
   private readonly commitWaiters: FragmentOp[] = [];
   private readonly stableWaiters: FragmentOp[] = [];
+  /** Direct writes waiting for their commit: request ids and generations, oldest first. */
+  private directWaiters: number[] = [];
+  private readonly directGenerations: number[] = [];
+  /** Direct writes at `memory` answered since the actions were last taken. */
+  private directApplied: number[] = [];
 
   /** Writes applied from clients since the driver last took them, for the replication senders. */
   private replicationLog: Array<[key: Uint8Array, record: Uint8Array]> = [];
@@ -232,6 +244,10 @@ export class FragmentCore {
 
   /** Moves the actions produced so far into `into`, leaving the outbox empty. */
   takeActions(into: FragmentAction[]): void {
+    if (this.directApplied.length > 0) {
+      into.push({ kind: 'acks', reply: Reply.Applied, text: '', reqIds: this.directApplied });
+      this.directApplied = [];
+    }
     for (const action of this.outbox) into.push(action);
     this.outbox.length = 0;
   }
@@ -265,7 +281,8 @@ export class FragmentCore {
       this.unflushed.size === 0 &&
       this.flushingGeneration === 0 &&
       this.commitWaiters.length === 0 &&
-      this.stableWaiters.length === 0
+      this.stableWaiters.length === 0 &&
+      this.directWaiters.length === 0
     );
   }
 
@@ -300,6 +317,41 @@ export class FragmentCore {
   /** The key's newest write not yet committed: unflushed, then flushing. */
   private pendingOf(key: Uint8Array, hash: number): PendingEntry | undefined {
     return this.unflushed.get(key, hash) ?? this.flushing.get(key, hash);
+  }
+
+  /**
+   * A client write applied at its arrival, without an op or a queue, when that changes nothing a
+   * queued write would do: nothing of its priority or higher is queued (it would run next), its
+   * version is newer than everything the fragment holds (so the merge reads nothing and applies),
+   * it has not expired, nobody asked what it replaced, and it waits for `memory` or `store`. Its
+   * answer, Applied, goes out by request id in an `acks` action. Returns false, having changed
+   * nothing, when a condition does not hold: the driver then admits it as an op (`request`).
+   */
+  tryDirectWrite(
+    reqId: number,
+    priority: Priority,
+    durability: Durability,
+    key: Uint8Array,
+    record: Uint8Array,
+    nowMs: number,
+  ): boolean {
+    if (priority === Priority.Background || durability === Durability.Stable) return false;
+    if (this.queues[Priority.High].length > 0) return false;
+    if (priority === Priority.Default && this.queues[Priority.Default].length > 0) return false;
+    if (nowMs > this.nowMs) this.nowMs = nowMs;
+    if (!this.newerThanHighWater(record)) return false;
+    if (mergeOutcome(undefined, record, this.nowMs) !== ApplyOutcome.Applied) return false;
+    this.writes++;
+    this.putPending(key, HASH_UNKNOWN, record, true);
+    if (this.config.replicates === true) this.replicationLog.push([key, record]);
+    if (durability === Durability.Memory) {
+      this.directApplied.push(reqId);
+    } else {
+      this.directWaiters.push(reqId);
+      this.directGenerations.push(this.unflushedGeneration);
+      this.unflushedWaiters++;
+    }
+    return true;
   }
 
   private admit(op: FragmentOp): void {
@@ -587,6 +639,7 @@ export class FragmentCore {
     this.flushingGeneration = 0;
     this.committedGeneration = generation;
     this.release(this.commitWaiters, generation);
+    this.answerDirect(generation, Reply.Applied, '');
     this.maybeSync();
     this.maybeCommit();
   }
@@ -603,6 +656,25 @@ export class FragmentCore {
     this.flushingGeneration = 0;
     this.fail(this.commitWaiters, generation, message);
     this.fail(this.stableWaiters, generation, message);
+    this.answerDirect(generation, Reply.StorageFailed, message);
+  }
+
+  /** Answers the direct writes waiting for generations ≤ `generation`. */
+  private answerDirect(generation: number, reply: Reply, text: string): void {
+    const generations = this.directGenerations;
+    let n = 0;
+    while (n < generations.length && generations[n] <= generation) n++;
+    if (n === 0) return;
+    generations.splice(0, n);
+    const waiters = this.directWaiters;
+    let reqIds: number[];
+    if (n === waiters.length) {
+      reqIds = waiters;
+      this.directWaiters = [];
+    } else {
+      reqIds = waiters.splice(0, n);
+    }
+    this.outbox.push({ kind: 'acks', reply, text, reqIds });
   }
 
   private onSynced(generation: number): void {
@@ -661,7 +733,7 @@ export class FragmentCore {
       `unflushed gen=${this.unflushedGeneration} [${pending(this.unflushed)}]`,
       `flushing gen=${this.flushingGeneration} [${pending(this.flushing)}]`,
       `committed=${this.committedGeneration} synced=${this.syncedGeneration} sync-in-flight=${this.syncInFlightGeneration}` +
-        ` waiting store=${this.commitWaiters.length} stable=${this.stableWaiters.length}`,
+        ` waiting store=${this.commitWaiters.length + this.directWaiters.length} stable=${this.stableWaiters.length}`,
     ];
     return lines.join('\n');
   }
@@ -687,6 +759,8 @@ export function describeAction(action: FragmentAction): string {
     return `reply req=${action.reqId} ${REPLY_NAMES[action.reply]}${action.prior ? ' prior' : ''}${extra}${message}`;
   }
   switch (action.kind) {
+    case 'acks':
+      return `acks ${REPLY_NAMES[action.reply]} req=${action.reqIds.join(',')}${action.text ? ` (${action.text})` : ''}`;
     case 'commit': {
       const keys = action.puts.map(([k, r]) => `${JSON.stringify(latin1(k))}=${describeRecord(r)}`);
       return `commit gen=${action.generation} high-water=${action.highWaterWallMs} [${keys.join(' ')}]`;

@@ -73,6 +73,8 @@ export class WorkerRuntime {
   /** The memory of the copy being decoded and where the copy starts in it. */
   private copyMemory: ArrayBufferLike = new ArrayBuffer(0);
   private copyByteOffset = 0;
+  /** The wall clock read at the start of the turn being decoded. */
+  private turnNowMs = 0;
   /** Fragments whose uncommitted state may have changed since the board was last updated. */
   private readonly touched = new Set<FragmentCore>();
   private readonly board: FragmentBoard;
@@ -156,6 +158,7 @@ export class WorkerRuntime {
 
   private onBatch(): void {
     const nowMs = Date.now();
+    this.turnNowMs = nowMs;
     const count = this.takeTurn();
     const copies = this.turnCopies;
     let current: Buffer | undefined;
@@ -277,7 +280,17 @@ export class WorkerRuntime {
     }
     const record =
       recordAt < bodyEnd ? new Uint8Array(memory, base + recordAt, bodyEnd - recordAt) : EMPTY_KEY;
-    const op = new FragmentOp(kind, reqId, requestPriority(buf, at), requestDurability(buf, at), key, record);
+    const priority = requestPriority(buf, at);
+    const durability = requestDurability(buf, at);
+    if (
+      kind === OpKind.Write &&
+      !requestWantsPrior(buf, at) &&
+      core.tryDirectWrite(reqId, priority, durability, key, record, this.turnNowMs)
+    ) {
+      this.activate(core);
+      return;
+    }
+    const op = new FragmentOp(kind, reqId, priority, durability, key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = requestWantsPrior(buf, at);
     if (params !== undefined) {
@@ -340,6 +353,7 @@ export class WorkerRuntime {
       const commits: CommitAction[] = [];
       for (const action of this.actions) {
         if (action instanceof FragmentOp) this.sendReply(action);
+        else if (action.kind === 'acks') this.answerDirect(action.reply, action.text, action.reqIds);
         else if (action.kind === 'commit') commits.push(action);
         else this.syncRequests.push({ core: this.cores[action.fragment]!, generation: action.generation });
       }
@@ -415,6 +429,12 @@ export class WorkerRuntime {
     fn();
     this.carryOut();
     this.scheduleWake(Date.now());
+  }
+
+  /** Sends the answer of direct writes (`FragmentCore.tryDirectWrite`). */
+  private answerDirect(reply: Reply, text: string, reqIds: number[]): void {
+    if (text === '') for (const reqId of reqIds) this.ack(reply, 0, reqId);
+    else for (const reqId of reqIds) this.text(reply, 0, reqId, text);
   }
 
   /** Sends the reply the actor set on `op`. */

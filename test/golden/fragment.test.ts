@@ -5,6 +5,8 @@
 //   store key=K ts=W.L node=N [value=V | tombstone] [exp=MS]       seeds the committed store
 //   write req=R key=K ts=W.L node=N [value=V | tombstone] [exp=MS] [dur=memory|store|stable] [pri=high|default|background]
 //         [prior]   (asks whether a live value existed: reads the store even for the newest version)
+//   direct req=R key=K ts=W.L node=N [value=V | tombstone] [exp=MS] [dur=…] [pri=…] now=MS
+//         (tryDirectWrite: prints taken or refused, then the actions)
 //   read req=R key=K [pri=…]
 //   modify req=R key=K mod=set|getdel|getex|incrby|incrbyfloat|append|setrange|expire|persist|rename
 //          ts=W.L node=N [value=V] [exp=MS] [flags=nx,xx,gt,lt,get,keep] [arg=N] [operand=S] [dur=…]
@@ -43,6 +45,18 @@ class Harness {
           .join('\n');
       case 'state':
         return this.fragment().describe();
+      case 'direct': {
+        const op = opOf(c, OpKind.Write, recordOf(c));
+        const taken = this.fragment().tryDirectWrite(
+          op.reqId,
+          op.priority,
+          op.durability,
+          op.key,
+          op.record,
+          intArg(c, 'now'),
+        );
+        return [taken ? 'taken' : 'refused', this.drain()].filter(Boolean).join('\n');
+      }
       default:
         this.fragment().step(this.event(c));
         return this.drain();

@@ -8,8 +8,6 @@ import * as limits from '../../src/core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../../src/core/ops.js';
 import { recordBytes, writeRecordHeader } from '../../src/core/record.js';
 import { openStore } from '../../src/native-bindings/open-store.js';
-import { FragmentBoard } from '../../src/threads/fragment-board.js';
-import type { WorkerInit } from '../../src/threads/messages.js';
 import {
   acksCount,
   acksReply,
@@ -23,6 +21,7 @@ import {
 } from '../../src/threads/op-codec.js';
 import { createRing, RingReader, RingWriter } from '../../src/threads/ring.js';
 import { WorkerRuntime } from '../../src/workers/worker-runtime.js';
+import { MEMORY_STORE_LOCATION, oneFragmentWorkerInit } from './fixtures/worker-init.js';
 
 const RING_BYTES = limits.RING_BYTES_MIN;
 const NODE_ID = Buffer.from('n1');
@@ -36,37 +35,11 @@ interface Sent {
 }
 
 async function openRuntime() {
-  const location = {
-    kind: 'memory' as const,
-    dataDir: '',
-    fragmentCount: 1,
-    levelGroups: [],
-    levelGroupCount: 0,
-  };
-  const store = await openStore(location);
+  const store = await openStore(MEMORY_STORE_LOCATION);
   await store.openFragment(0);
   const requestRing = createRing(RING_BYTES);
   const resultRing = createRing(RING_BYTES);
-  const init: WorkerInit = {
-    index: 0,
-    requestRing,
-    resultRing,
-    store: location,
-    board: FragmentBoard.create(1).buffer,
-    fragments: [0],
-    fragment: {
-      valueBytesMax: limits.VALUE_BYTES_MAX_DEFAULT,
-      queueOpsMax: limits.QUEUE_OPS_MAX_DEFAULT,
-      backgroundOpsPerSec: limits.BACKGROUND_OPS_PER_SEC_DEFAULT,
-      flushIntervalMs: 0,
-      flushWritesMax: limits.FLUSH_PENDING_WRITES_MAX,
-      flushBytesMax: limits.FLUSH_PENDING_BYTES_MAX,
-    },
-    cleanIntervalMs: 3_600_000,
-    logLevel: 'silent',
-    cluster: undefined,
-    restarted: false,
-  };
+  const init = oneFragmentWorkerInit(requestRing, resultRing);
   // The turn is private to the runtime: this drives it as the drain loop would.
   const runtime = new WorkerRuntime(init, store) as unknown as { onBatch(): void };
   const requests = new RingWriter(requestRing);
@@ -123,22 +96,40 @@ test('header-only replies of one status and detail share an Acks record; others 
   const worker = await openRuntime();
   try {
     const now = Date.now();
-    const first = Array.from({ length: 5 }, (_, i) => ({ reqId: 10 + i, key: `k${i}`, wallMs: now }));
+    // Stamps increase, as the node's clock issues them: each write is newer than all before it, so
+    // the actor applies it directly (FragmentCore.tryDirectWrite).
+    const first = Array.from({ length: 5 }, (_, i) => ({ reqId: 10 + i, key: `k${i}`, wallMs: now + i }));
     assert.deepEqual(worker.turn(first), [[ResultKind.Acks, Reply.Applied, 0, 10, 11, 12, 13, 14]]);
 
     const second: Sent[] = [
-      { reqId: 20, key: 'k0', wallMs: now + 1, wantsPrior: true }, // Applied, a value existed
-      { reqId: 21, key: 'k1', wallMs: now + 1, wantsPrior: true },
+      { reqId: 20, key: 'k0', wallMs: now + 10, wantsPrior: true }, // Applied, a value existed
+      { reqId: 21, key: 'k1', wallMs: now + 11, wantsPrior: true },
       { reqId: 22, key: 'k1', wallMs: now - 1 }, // older than what k1 holds: Superseded, with the winner
-      { reqId: 23, key: 'fresh-a', wallMs: now + 2 },
-      { reqId: 24, key: 'fresh-b', wallMs: now + 2 },
-      { reqId: 25, key: 'k2', wallMs: now + 2, wantsPrior: true },
+      { reqId: 23, key: 'fresh-a', wallMs: now + 12 },
+      { reqId: 24, key: 'fresh-b', wallMs: now + 13 },
+      { reqId: 25, key: 'k2', wallMs: now + 14, wantsPrior: true },
+      { reqId: 26, key: 'fresh-c', wallMs: now + 15 },
     ];
+    // The first asks what it replaced, so it is queued as an op, and every write after it in the turn
+    // queues behind it: replies in arrival order, grouped while status and detail stay the same.
     assert.deepEqual(worker.turn(second), [
       [Reply.Superseded, 1, 22],
       [ResultKind.Acks, Reply.Applied, 1, 20, 21],
       [ResultKind.Acks, Reply.Applied, 0, 23, 24],
       [Reply.Applied, 1, 25],
+      [Reply.Applied, 0, 26],
+    ]);
+
+    // Direct writes of a commit are answered after its queued ops.
+    const third: Sent[] = [
+      { reqId: 30, key: 'fresh-d', wallMs: now + 20 },
+      { reqId: 31, key: 'k3', wallMs: now + 21, wantsPrior: true },
+      { reqId: 32, key: 'fresh-e', wallMs: now + 22 },
+    ];
+    // 30 is applied directly; 31 asks what it replaced (k3 held a value), so it queues, and 32 behind it.
+    assert.deepEqual(worker.turn(third), [
+      [Reply.Applied, 1, 31],
+      [ResultKind.Acks, Reply.Applied, 0, 32, 30],
     ]);
   } finally {
     await worker.close();
@@ -150,7 +141,7 @@ test('an Acks record holds at most RESULT_ACKS_MAX replies; every write gets one
   try {
     const now = Date.now();
     const n = limits.RESULT_ACKS_MAX + 3;
-    const writes = Array.from({ length: n }, (_, i) => ({ reqId: i, key: `key:${i}`, wallMs: now }));
+    const writes = Array.from({ length: n }, (_, i) => ({ reqId: i, key: `key:${i}`, wallMs: now + i }));
     const records = worker.turn(writes);
     assert.equal(records.length, 2);
     assert.deepEqual(records[0].slice(0, 3), [ResultKind.Acks, Reply.Applied, 0]);
