@@ -189,6 +189,12 @@ export const SCAN_PATTERN_BYTES_MAX = 1024;
 export const POOL_QUEUE_TASKS_MAX = 64;
 /** Background-pool tasks started per second, like the Background queue's rate limit. */
 export const POOL_TASKS_PER_SEC_DEFAULT = 200;
+/** How long closing the pool waits for its threads to finish loading before it ends them anyway. */
+export const POOL_THREAD_LOAD_WAIT_MS_MAX = 10_000;
+/** How often closing the pool looks again at threads still loading. */
+export const POOL_THREAD_LOAD_POLL_MS = 5;
+/** How long closing the pool waits for running tasks before it ends the threads anyway. */
+export const POOL_CLOSE_TIMEOUT_MS = 10_000;
 
 /** Keys and values per putMany / getMany call: a bound on one call's memory. */
 export const BATCH_ITEMS_MAX = 100_000;

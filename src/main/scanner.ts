@@ -12,7 +12,10 @@ import type { Keyspace } from '../core/keyspace.js';
 import {
   ANTI_ENTROPY_POOL_TASKS_MAX,
   KEY_BYTES_MAX,
+  POOL_CLOSE_TIMEOUT_MS,
   POOL_QUEUE_TASKS_MAX,
+  POOL_THREAD_LOAD_POLL_MS,
+  POOL_THREAD_LOAD_WAIT_MS_MAX,
   SCAN_EXAMINED_KEYS_MAX,
   SCAN_PAGE_BYTES_MAX,
   SCAN_PAGE_KEYS_DEFAULT,
@@ -23,6 +26,7 @@ import {
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, PRIORITY_NAMES, Priority, parsePriority, Reply } from '../core/ops.js';
 import { valueBytesOf } from '../core/record.js';
+import { isPoolThreadLoaded } from '../threads/messages.js';
 import {
   type PoolSpanRequest,
   type PoolSpanResult,
@@ -73,6 +77,8 @@ const CURSOR_HEADER_BYTES = 4;
 
 export class Scanner {
   private pool: Piscina | undefined;
+  /** Pool threads, by thread id, that have loaded their task module (`close`). */
+  private readonly loadedPoolThreads = new Set<number>();
   private readonly poolTokens: TokenBucket;
   private poolWaiting = 0;
   private spansWaiting = 0;
@@ -153,10 +159,20 @@ export class Scanner {
     });
   }
 
+  /**
+   * Ends the pool. A thread ended while it is inside lmdb's native code — loading the addon, or in a
+   * read — takes the whole process down (the addon's error cannot be thrown into a thread being
+   * terminated: a fatal error), so threads first finish loading, then their running tasks.
+   */
   async close(): Promise<void> {
     const pool = this.pool;
     this.pool = undefined;
-    if (pool !== undefined) await pool.destroy();
+    if (pool === undefined) return;
+    const deadline = Date.now() + POOL_THREAD_LOAD_WAIT_MS_MAX;
+    while (pool.threads.some((t) => !this.loadedPoolThreads.has(t.threadId)) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, POOL_THREAD_LOAD_POLL_MS));
+    }
+    await pool.close();
   }
 
   private async readPage(request: ScanRequest, priority: Priority): Promise<ScanPage> {
@@ -240,7 +256,11 @@ export class Scanner {
         maxThreads: this.config.poolThreads,
         maxQueue: POOL_QUEUE_TASKS_MAX + ANTI_ENTROPY_POOL_TASKS_MAX,
         idleTimeout: 30_000,
+        closeTimeout: POOL_CLOSE_TIMEOUT_MS,
         atomics: 'disabled',
+      });
+      this.pool.on('message', (message: unknown) => {
+        if (isPoolThreadLoaded(message)) this.loadedPoolThreads.add(message.threadId);
       });
     }
     return this.pool;

@@ -78,6 +78,8 @@ export class WorkerLink {
   reqId = 0;
 
   private worker: Worker | undefined;
+  /** The start of a thread, until it is ready or has failed. */
+  private spawning: Promise<void> | undefined;
   private outbox!: RingOutbox;
   private reader!: RingReader;
   private drain: DrainLoop | undefined;
@@ -199,6 +201,9 @@ export class WorkerLink {
 
   /** Asks the worker to close its store, then ends the thread. */
   async close(): Promise<void> {
+    // A thread still starting is let finish (or fail) first: ending one while it loads lmdb's native
+    // addon is a fatal error of the whole process.
+    while (this.spawning !== undefined) await this.spawning.catch(ignoreError);
     if (this.state === 'closed' || this.state === 'failed') return this.stopThread();
     if (this.state === 'restarting') {
       // No worker runs (its restart is pending): there is nothing to ask, and nothing will answer.
@@ -236,6 +241,16 @@ export class WorkerLink {
   }
 
   private spawn(): Promise<void> {
+    const spawning = this.spawnThread();
+    this.spawning = spawning;
+    const settled = () => {
+      if (this.spawning === spawning) this.spawning = undefined;
+    };
+    spawning.then(settled, settled);
+    return spawning;
+  }
+
+  private spawnThread(): Promise<void> {
     const init = this.deps.makeInit(
       this.index,
       this.requestRing,
@@ -457,3 +472,5 @@ const closeHandler: ResultHandler<(error: TesseraError | undefined) => void> = {
     resolve(error);
   },
 };
+
+function ignoreError(): void {}

@@ -50,3 +50,17 @@ export function isWorkerEvent(value: unknown): value is WorkerEvent {
   const kind = (value as { kind?: unknown }).kind;
   return kind === 'ready' || kind === 'fatal' || kind === 'closed';
 }
+
+/**
+ * What a background-pool thread posts once its task module — and with it lmdb's native addon — is
+ * loaded: the pool is not ended before (src/main/scanner.ts says why).
+ */
+export interface PoolThreadLoaded {
+  kind: 'pool-thread-loaded';
+  threadId: number;
+}
+
+export function isPoolThreadLoaded(value: unknown): value is PoolThreadLoaded {
+  if (typeof value !== 'object' || value === null) return false;
+  return (value as { kind?: unknown }).kind === 'pool-thread-loaded';
+}

@@ -3,12 +3,17 @@
 // first, so every write acknowledged before the scan is committed and visible here), or the span of
 // keys and versions an anti-entropy responder compares (src/workers/reconcile-span.ts).
 
+import { parentPort, threadId } from 'node:worker_threads';
 import { stampOf } from '../core/reconciler.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { openStore } from '../native-bindings/open-store.js';
+import type { PoolThreadLoaded } from '../threads/messages.js';
 import type { PoolSpanRequest, PoolSpanResult, ScanPage, ScanRequest } from '../threads/op-codec.js';
 import { readSpan } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
+
+// The imports above loaded lmdb's native addon: from here on the thread may be ended safely.
+parentPort?.postMessage({ kind: 'pool-thread-loaded', threadId } satisfies PoolThreadLoaded);
 
 export interface ScanTask {
   kind?: 'scan';
