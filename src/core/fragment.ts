@@ -184,9 +184,9 @@ export class FragmentCore {
   /** Ops whose replies wait for their generation to be committed / synced, oldest first. */
   private readonly commitWaiters: FragmentOp[] = [];
   private readonly stableWaiters: FragmentOp[] = [];
-  /** Direct writes waiting for their commit: request ids and generations, oldest first. */
-  private directWaiters: number[] = [];
-  private readonly directGenerations: number[] = [];
+  /** Direct writes waiting for their generation to be committed (`store`) or synced (`stable`). */
+  private readonly directCommitWaiters = new DirectWaiters();
+  private readonly directStableWaiters = new DirectWaiters();
   /** Direct writes at `memory` answered since the actions were last taken. */
   private directApplied: number[] = [];
 
@@ -282,7 +282,8 @@ export class FragmentCore {
       this.flushingGeneration === 0 &&
       this.commitWaiters.length === 0 &&
       this.stableWaiters.length === 0 &&
-      this.directWaiters.length === 0
+      this.directCommitWaiters.length === 0 &&
+      this.directStableWaiters.length === 0
     );
   }
 
@@ -323,8 +324,8 @@ export class FragmentCore {
    * A client write applied at its arrival, without an op or a queue, when that changes nothing a
    * queued write would do: nothing of its priority or higher is queued (it would run next), its
    * version is newer than everything the fragment holds (so the merge reads nothing and applies),
-   * it has not expired, nobody asked what it replaced, and it waits for `memory` or `store`. Its
-   * answer, Applied, goes out by request id in an `acks` action. Returns false, having changed
+   * it has not expired, and nobody asked what it replaced. Its answer, Applied, goes out by request
+   * id in an `acks` action once its durability level covers it. Returns false, having changed
    * nothing, when a condition does not hold: the driver then admits it as an op (`request`).
    */
   tryDirectWrite(
@@ -335,7 +336,7 @@ export class FragmentCore {
     record: Uint8Array,
     nowMs: number,
   ): boolean {
-    if (priority === Priority.Background || durability === Durability.Stable) return false;
+    if (priority === Priority.Background) return false;
     if (this.queues[Priority.High].length > 0) return false;
     if (priority === Priority.Default && this.queues[Priority.Default].length > 0) return false;
     if (nowMs > this.nowMs) this.nowMs = nowMs;
@@ -346,11 +347,11 @@ export class FragmentCore {
     if (this.config.replicates === true) this.replicationLog.push([key, record]);
     if (durability === Durability.Memory) {
       this.directApplied.push(reqId);
-    } else {
-      this.directWaiters.push(reqId);
-      this.directGenerations.push(this.unflushedGeneration);
-      this.unflushedWaiters++;
+      return true;
     }
+    const waiters = durability === Durability.Store ? this.directCommitWaiters : this.directStableWaiters;
+    waiters.push(reqId, this.unflushedGeneration);
+    this.unflushedWaiters++;
     return true;
   }
 
@@ -627,8 +628,12 @@ export class FragmentCore {
   }
 
   private maybeSync(): void {
-    if (this.syncInFlightGeneration !== 0 || this.stableWaiters.length === 0) return;
-    if (this.stableWaiters[0].generation > this.committedGeneration) return;
+    if (this.syncInFlightGeneration !== 0) return;
+    const oldest = Math.min(
+      this.stableWaiters.length > 0 ? this.stableWaiters[0].generation : Number.POSITIVE_INFINITY,
+      this.directStableWaiters.oldest,
+    );
+    if (oldest > this.committedGeneration) return;
     this.syncInFlightGeneration = this.committedGeneration;
     this.outbox.push({ kind: 'sync', fragment: this.fragment, generation: this.committedGeneration });
   }
@@ -639,7 +644,7 @@ export class FragmentCore {
     this.flushingGeneration = 0;
     this.committedGeneration = generation;
     this.release(this.commitWaiters, generation);
-    this.answerDirect(generation, Reply.Applied, '');
+    this.answerDirect(this.directCommitWaiters, generation, Reply.Applied, '');
     this.maybeSync();
     this.maybeCommit();
   }
@@ -656,25 +661,14 @@ export class FragmentCore {
     this.flushingGeneration = 0;
     this.fail(this.commitWaiters, generation, message);
     this.fail(this.stableWaiters, generation, message);
-    this.answerDirect(generation, Reply.StorageFailed, message);
+    this.answerDirect(this.directCommitWaiters, generation, Reply.StorageFailed, message);
+    this.answerDirect(this.directStableWaiters, generation, Reply.StorageFailed, message);
   }
 
-  /** Answers the direct writes waiting for generations ≤ `generation`. */
-  private answerDirect(generation: number, reply: Reply, text: string): void {
-    const generations = this.directGenerations;
-    let n = 0;
-    while (n < generations.length && generations[n] <= generation) n++;
-    if (n === 0) return;
-    generations.splice(0, n);
-    const waiters = this.directWaiters;
-    let reqIds: number[];
-    if (n === waiters.length) {
-      reqIds = waiters;
-      this.directWaiters = [];
-    } else {
-      reqIds = waiters.splice(0, n);
-    }
-    this.outbox.push({ kind: 'acks', reply, text, reqIds });
+  /** Answers the direct writes of `waiters` that wait for generations ≤ `generation`. */
+  private answerDirect(waiters: DirectWaiters, generation: number, reply: Reply, text: string): void {
+    const reqIds = waiters.take(generation);
+    if (reqIds !== undefined) this.outbox.push({ kind: 'acks', reply, text, reqIds });
   }
 
   private onSynced(generation: number): void {
@@ -682,6 +676,7 @@ export class FragmentCore {
     this.syncInFlightGeneration = 0;
     this.syncedGeneration = generation;
     this.release(this.stableWaiters, generation);
+    this.answerDirect(this.directStableWaiters, generation, Reply.Applied, '');
     this.maybeSync();
   }
 
@@ -689,6 +684,7 @@ export class FragmentCore {
     assert(generation === this.syncInFlightGeneration, `failed sync ${generation} was not requested`);
     this.syncInFlightGeneration = 0;
     this.fail(this.stableWaiters, generation, message);
+    this.answerDirect(this.directStableWaiters, generation, Reply.StorageFailed, message);
     this.maybeSync();
   }
 
@@ -733,9 +729,43 @@ export class FragmentCore {
       `unflushed gen=${this.unflushedGeneration} [${pending(this.unflushed)}]`,
       `flushing gen=${this.flushingGeneration} [${pending(this.flushing)}]`,
       `committed=${this.committedGeneration} synced=${this.syncedGeneration} sync-in-flight=${this.syncInFlightGeneration}` +
-        ` waiting store=${this.commitWaiters.length + this.directWaiters.length} stable=${this.stableWaiters.length}`,
+        ` waiting store=${this.commitWaiters.length + this.directCommitWaiters.length}` +
+        ` stable=${this.stableWaiters.length + this.directStableWaiters.length}`,
     ];
     return lines.join('\n');
+  }
+}
+
+/** Request ids of direct writes waiting for a generation, oldest (lowest generation) first. */
+class DirectWaiters {
+  private reqIds: number[] = [];
+  private readonly generations: number[] = [];
+
+  get length(): number {
+    return this.reqIds.length;
+  }
+
+  /** The generation the oldest waits for; Infinity when none waits. */
+  get oldest(): number {
+    return this.generations.length > 0 ? this.generations[0] : Number.POSITIVE_INFINITY;
+  }
+
+  push(reqId: number, generation: number): void {
+    this.reqIds.push(reqId);
+    this.generations.push(generation);
+  }
+
+  /** Removes and returns the ids waiting for generations ≤ `generation`; undefined when none. */
+  take(generation: number): number[] | undefined {
+    const generations = this.generations;
+    let n = 0;
+    while (n < generations.length && generations[n] <= generation) n++;
+    if (n === 0) return undefined;
+    generations.splice(0, n);
+    if (n < this.reqIds.length) return this.reqIds.splice(0, n);
+    const all = this.reqIds;
+    this.reqIds = [];
+    return all;
   }
 }
 
