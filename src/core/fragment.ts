@@ -339,9 +339,10 @@ export class FragmentCore {
     if (priority === Priority.Background) return false;
     if (this.queues[Priority.High].length > 0) return false;
     if (priority === Priority.Default && this.queues[Priority.Default].length > 0) return false;
-    if (nowMs > this.nowMs) this.nowMs = nowMs;
     if (!this.newerThanHighWater(record)) return false;
-    if (mergeOutcome(undefined, record, this.nowMs) !== ApplyOutcome.Applied) return false;
+    const now = Math.max(this.nowMs, nowMs);
+    if (mergeOutcome(undefined, record, now) !== ApplyOutcome.Applied) return false;
+    this.nowMs = now;
     this.writes++;
     this.putPending(key, HASH_UNKNOWN, record, true);
     if (this.config.replicates === true) this.replicationLog.push([key, record]);
