@@ -15,13 +15,8 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { isMain } from './common.js';
+import { BATCH, BATCHES_PER_CALL, benchKeys, KEYS, VALUE, windowed } from './embedded.bench.js';
 
-const KEYS = 100_000;
-const BATCH = 1000;
-/** Batches per windowed call, and how many may be in flight at once (as embedded.bench.ts). */
-const BATCHES_PER_CALL = 4;
-const WINDOW = 2;
-const VALUE = Buffer.alloc(100, 42);
 /** Slices each build runs before measuring (compilation, store growth). */
 const WARMUP_SLICES = 4;
 
@@ -34,7 +29,7 @@ interface Side {
   ms: number;
 }
 
-const keys = Array.from({ length: KEYS }, (_, i) => Buffer.from(`key:${String(i).padStart(8, '0')}`));
+const keys = benchKeys();
 
 async function open(root: string): Promise<Side> {
   const { Tessera } = (await import(
@@ -53,25 +48,17 @@ async function open(root: string): Promise<Side> {
   return { root, node, dir, next: 0, ops: 0, ms: 0 };
 }
 
-async function windowed(side: Side): Promise<void> {
-  const batch = () => {
-    const puts: Promise<void>[] = [];
-    for (let i = 0; i < BATCH; i++) puts.push(side.node.put(keys[side.next++ % KEYS], VALUE));
-    return Promise.all(puts);
-  };
-  const inFlight: Promise<unknown>[] = [];
-  for (let b = 0; b < BATCHES_PER_CALL; b++) {
-    if (inFlight.length >= WINDOW) await inFlight.shift();
-    inFlight.push(batch());
-  }
-  await Promise.all(inFlight);
+function putBatch(side: Side): Promise<unknown> {
+  const puts: Promise<void>[] = [];
+  for (let i = 0; i < BATCH; i++) puts.push(side.node.put(keys[side.next++ % KEYS], VALUE));
+  return Promise.all(puts);
 }
 
 async function slice(side: Side, sliceMs: number): Promise<void> {
   const start = performance.now();
   let ops = 0;
   while (performance.now() - start < sliceMs) {
-    await windowed(side);
+    await windowed(() => putBatch(side));
     ops += BATCH * BATCHES_PER_CALL;
   }
   side.ops += ops;

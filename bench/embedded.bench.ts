@@ -15,29 +15,37 @@ import { open } from 'lmdb';
 import { Tessera } from '../src/main/node.js';
 import { type BenchRow, formatTable, isMain, runTasks } from './common.js';
 
-const BATCH = 1000;
+// The write workload, shared with embedded-ab.ts.
+export const BATCH = 1000;
 /** Batches per task call, and how many may be in flight at once: a busy application overlaps them. */
-const BATCHES_PER_CALL = 4;
+export const BATCHES_PER_CALL = 4;
 const WINDOW = 2;
-const KEYS = 100_000;
-const VALUE = Buffer.alloc(100, 42);
+export const KEYS = 100_000;
+export const VALUE = Buffer.alloc(100, 42);
 const ROUNDS = 5;
+
+/** The KEYS keys, `key:%08d`. */
+export function benchKeys(): Buffer[] {
+  return Array.from({ length: KEYS }, (_, i) => Buffer.from(`key:${String(i).padStart(8, '0')}`));
+}
+
+/** Runs BATCHES_PER_CALL batches, WINDOW of them in flight at a time. */
+export async function windowed(batch: () => Promise<unknown>): Promise<void> {
+  const inFlight: Promise<unknown>[] = [];
+  for (let b = 0; b < BATCHES_PER_CALL; b++) {
+    if (inFlight.length >= WINDOW) await inFlight.shift();
+    inFlight.push(batch());
+  }
+  await Promise.all(inFlight);
+}
 
 export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
   const dir = mkdtempSync(join(tmpdir(), 'tessera-bench-'));
-  const keys = Array.from({ length: KEYS }, (_, i) => Buffer.from(`key:${String(i).padStart(8, '0')}`));
+  const keys = benchKeys();
   const env = open({ path: join(dir, 'raw'), noSync: true, useWritemap: true, maxDbs: 4 });
   const raw = env.openDB({ name: 'raw', encoding: 'binary', keyEncoding: 'binary' });
   const node = await Tessera.start({ store: 'lmdb', dataDir: join(dir, 'tessera'), workers, fragments: 16 });
   let n = 0;
-  const windowed = async (batch: () => Promise<unknown>) => {
-    const inFlight: Promise<unknown>[] = [];
-    for (let b = 0; b < BATCHES_PER_CALL; b++) {
-      if (inFlight.length >= WINDOW) await inFlight.shift();
-      inFlight.push(batch());
-    }
-    await Promise.all(inFlight);
-  };
   const nextKeys = () => {
     const batch: Buffer[] = [];
     for (let i = 0; i < BATCH; i++) batch.push(keys[n++ % KEYS]);

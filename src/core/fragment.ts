@@ -345,7 +345,7 @@ export class FragmentCore {
     this.nowMs = now;
     this.writes++;
     this.putPending(key, HASH_UNKNOWN, record, true);
-    if (this.config.replicates === true) this.replicationLog.push([key, record]);
+    this.logForReplicas(false, key, record);
     if (durability === Durability.Memory) {
       this.directApplied.push(reqId);
       return true;
@@ -418,11 +418,11 @@ export class FragmentCore {
       case ApplyOutcome.Expired:
         // A deadline in the past deletes the key (EXPIRE with a past time, GETEX EXAT in the past).
         this.putPending(op.key, op.keyHash, expiryTombstoneOf(plan.write));
-        this.logForReplicas(op, op.key, plan.write);
+        this.logForReplicas(op.replicated, op.key, plan.write);
         break;
       default:
         this.putPending(op.key, op.keyHash, plan.write);
-        this.logForReplicas(op, op.key, plan.write);
+        this.logForReplicas(op.replicated, op.key, plan.write);
     }
     this.await(op, reply, live !== undefined, record, plan.text);
   }
@@ -453,7 +453,7 @@ export class FragmentCore {
       // A newer tombstone or expired value may still be there: LWW decides as for any write.
       if (mergeOutcome(current, record, this.nowMs) !== ApplyOutcome.Superseded) {
         this.putPending(key, hash, record);
-        this.logForReplicas(op, key, record);
+        this.logForReplicas(op.replicated, key, record);
       }
       this.writes++;
     }
@@ -498,11 +498,11 @@ export class FragmentCore {
     if (removed !== undefined) {
       this.writes++;
       this.putPending(op.key, op.keyHash, removed);
-      this.logForReplicas(op, op.key, removed);
+      this.logForReplicas(op.replicated, op.key, removed);
     }
     this.writes++;
     this.putPending(target, targetHash, written);
-    this.logForReplicas(op, target, written);
+    this.logForReplicas(op.replicated, target, written);
     this.await(op, Reply.Applied, true);
   }
 
@@ -518,17 +518,17 @@ export class FragmentCore {
         return this.reply(op, Reply.Superseded, Buffer.from(current!), prior, '');
       case ApplyOutcome.AlreadyPresent:
         // A retried write: the replicas may still lack it (spec §5.2 replicates it again).
-        this.logForReplicas(op, op.key, incoming);
+        this.logForReplicas(op.replicated, op.key, incoming);
         return this.await(op, Reply.AlreadyPresent, prior);
       case ApplyOutcome.Expired:
         // The deadline passed before the write arrived: install its expiry tombstone so no older
         // replica can bring the key back, and report Expired (spec §2.4).
         this.putPending(op.key, op.knownKeyHash, expiryTombstoneOf(incoming));
-        this.logForReplicas(op, op.key, incoming);
+        this.logForReplicas(op.replicated, op.key, incoming);
         return this.reply(op, Reply.Expired, undefined, prior, '');
       case ApplyOutcome.Applied:
         this.putPending(op.key, op.knownKeyHash, incoming, newer);
-        this.logForReplicas(op, op.key, incoming);
+        this.logForReplicas(op.replicated, op.key, incoming);
         return this.await(op, Reply.Applied, prior);
     }
   }
@@ -544,11 +544,12 @@ export class FragmentCore {
   }
 
   /**
-   * Keeps a client write for the replication senders. Replicas receive the record as written (an
-   * expired one becomes their own expiry tombstone by the same rule).
+   * Keeps a client write for the replication senders (`replicated`: it came from a replica, and is
+   * not sent on). Replicas receive the record as written (an expired one becomes their own expiry
+   * tombstone by the same rule).
    */
-  private logForReplicas(op: FragmentOp, key: Uint8Array, record: Uint8Array): void {
-    if (this.config.replicates === true && !op.replicated) this.replicationLog.push([key, record]);
+  private logForReplicas(replicated: boolean, key: Uint8Array, record: Uint8Array): void {
+    if (this.config.replicates === true && !replicated) this.replicationLog.push([key, record]);
   }
 
   /** Moves the writes kept for the replication senders into the caller's hands. */

@@ -256,7 +256,8 @@ export class Dispatcher {
     if (stampAt === -1) return this.submitEncoded(fragment, request, handler, token);
     const stamp = request.subarray(stampAt);
     const wallMs = wallMsOf(stamp);
-    if (!this.clock.observe(wallMs, logicalOf(stamp), Date.now())) {
+    const nowMs = Date.now();
+    if (!this.clock.observe(wallMs, logicalOf(stamp), nowMs)) {
       return invalidInput(
         `forwarded timestamp ${wallMs} is more than maxClockSkewMs=${this.config.maxClockSkewMs} ahead of this node's clock`,
       );
@@ -264,7 +265,7 @@ export class Dispatcher {
     if (request[0] !== OpKind.Modify) return this.submitEncoded(fragment, request, handler, token);
     const link = this.workerLinkOf(fragment);
     if (!link.canAccept()) return link.refusal();
-    this.clock.tick(Date.now());
+    this.clock.tick(nowMs);
     const value = valueBytesOf(stamp);
     const at = link.begin(handler, token, stampAt + recordBytes(this.nodeIdBytes.length, value.length));
     const buf = link.buffer;
