@@ -16,7 +16,8 @@
 #
 # Environment: BENCH_N (pipelined requests per test, default 100000), BENCH_N_P1 (unpipelined,
 # default 20000), BENCH_CLIENTS (default 50), BENCH_WORKERS (Tessera worker threads, default 2),
-# BENCH_PAIRS (subset of "none everysec always"), BENCH_TIMEOUT_S (per redis-benchmark run, 600).
+# BENCH_PAIRS (subset of "none everysec always"), BENCH_TIMEOUT_S (per redis-benchmark run, 600),
+# BENCH_CLIENT_THREADS (redis-benchmark --threads; unset: one client thread).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,8 @@ CLIENTS=${BENCH_CLIENTS:-50}
 WORKERS=${BENCH_WORKERS:-2}
 PAIRS=${BENCH_PAIRS:-none everysec always}
 TIMEOUT_S=${BENCH_TIMEOUT_S:-600}
+CLIENT_THREADS=()
+[ -n "${BENCH_CLIENT_THREADS:-}" ] && CLIENT_THREADS=(--threads "$BENCH_CLIENT_THREADS")
 READY_TIMEOUT_S=30
 
 log() { printf '%s\n' "$*" >&2; }
@@ -123,7 +126,7 @@ TESTS=("SET -P 16" "GET -P 16" "MSET (10 keys) -P 16" "SET -P 1" "GET -P 1")
 bench() {
   local server=$1 pair=$2 pipeline=$3 tests=$4 n=$5 out line name rps
   if ! out=$(timeout "$TIMEOUT_S" redis-benchmark -h 127.0.0.1 -p "$PORT" -t "$tests" -P "$pipeline" \
-    -c "$CLIENTS" -r 100000 -d 100 -n "$n" --csv 2>&1); then
+    -c "$CLIENTS" -r 100000 -d 100 -n "$n" "${CLIENT_THREADS[@]}" --csv 2>&1); then
     log "redis-compare: redis-benchmark failed against $server ($pair, -P $pipeline):"
     log "$out"
     for name in ${tests//,/ }; do
@@ -142,7 +145,7 @@ bench() {
 }
 
 log "redis-compare: $(redis-server --version | cut -d' ' -f1-3), node $(node --version), $(nproc) cores," \
-  "tessera workers=$WORKERS, clients=$CLIENTS, -n $N (pipelined) / $N_P1 (unpipelined)"
+  "tessera workers=$WORKERS, clients=$CLIENTS, client threads=${BENCH_CLIENT_THREADS:-1}, -n $N (pipelined) / $N_P1 (unpipelined)"
 for pair in $PAIRS; do
   for server in redis tessera; do
     log "redis-compare: $server, durability pair '$pair'"
