@@ -25,7 +25,7 @@
 //   BENCH_COMPARE_BENCH_MS      tinybench time per embedded task (ms)           [1000 | 200]
 //   BENCH_COMPARE_CLIENTS       connections, both tools                         [50]
 //   BENCH_COMPARE_REPEATS       measured redis-benchmark runs, best kept        [2 | 1]
-//   BENCH_COMPARE_WORKERS       Tessera worker threads for the redis pairs      [a node's default: cores − 1]
+//   BENCH_COMPARE_WORKERS       Tessera worker threads for the redis pairs      [a node's default: cores − 1, at most 2]
 //   BENCH_COMPARE_PAIRS         subset of memory,store,stable                   [all]
 //   BENCH_COMPARE_WORKLOADS     harness workloads                               [a,b,c,set]
 //   BENCH_COMPARE_ONLY          subset of redis-benchmark,load,embedded,workers [all]

@@ -43,7 +43,7 @@ const FLAGS: Flag[] = [
     name: 'workers',
     kind: 'integer',
     option: 'workers',
-    help: 'worker threads (default: cores - 1, at least 1)',
+    help: 'worker threads (default: cores - 1, between 1 and 2; more rarely help: see README)',
   },
   {
     name: 'durability',

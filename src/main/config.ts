@@ -38,7 +38,7 @@ export interface TesseraOptions extends ClusterOptions {
   store?: StoreKind;
   /** Fragments the keyspace is cut into, 1..16384 (default 16); fixed at first start. */
   fragments?: number;
-  /** Worker threads (default: available cores − 1, at least 1). */
+  /** Worker threads (default: available cores − 1, between 1 and WORKERS_DEFAULT_MAX). */
   workers?: number;
   /** Default acknowledgement level of writes (default `store`). */
   durability?: DurabilityName;
@@ -107,8 +107,18 @@ const KNOWN_OPTIONS = new Set([
 /** One hour: longer periods are almost certainly a unit mistake (seconds for milliseconds). */
 const INTERVAL_MS_MAX = 3_600_000;
 
+/**
+ * The most worker threads a node starts with unless told otherwise. Every request crosses the one
+ * main thread, which wakes each worker it has work for once per turn: with more workers a turn's
+ * requests split into smaller batches and the main thread spends more per request, and with LMDB
+ * the workers' commits also queue on the env's one write lock. On 16 cores SET throughput peaked at
+ * two workers and fell by 2–2.5× at fifteen (bench/RESULTS.md "Worker scaling").
+ */
+export const WORKERS_DEFAULT_MAX = 2;
+
+/** Available cores − 1 (the main thread keeps one), at least 1 and at most WORKERS_DEFAULT_MAX. */
 export function defaultWorkerCount(): number {
-  return Math.max(1, Math.min(WORKER_COUNT_MAX, availableParallelism() - 1));
+  return Math.max(1, Math.min(WORKERS_DEFAULT_MAX, availableParallelism() - 1));
 }
 
 function integerIn(name: string, value: unknown, min: number, max: number, fallback: number): number {

@@ -54,6 +54,8 @@ const EMPTY_KEY = Buffer.alloc(0);
 const SHARED_COPY_RECORD_BYTES_MAX = 16 * 1024;
 /** Alignment at which shared memory copies word by word (`copyRun`). */
 const SHARED_COPY_ALIGN = 8;
+/** A failing store is logged at most once per this interval; the lines between are counted. */
+const STORAGE_FAILURE_LOG_INTERVAL_MS = 5_000;
 
 export class WorkerRuntime {
   private readonly cores: (FragmentCore | undefined)[] = [];
@@ -84,6 +86,8 @@ export class WorkerRuntime {
   private readonly scans = new Map<number, ScanRequest>();
   private syncRequests: Array<{ core: FragmentCore; generation: number }> = [];
   private syncInFlight = false;
+  private storageFailureLoggedAtMs = Number.NEGATIVE_INFINITY;
+  private storageFailuresUnlogged = 0;
   private wakeTimer: NodeJS.Timeout | undefined;
   private wakeAtMs = Number.POSITIVE_INFINITY;
   private immediatePending = false;
@@ -397,6 +401,12 @@ export class WorkerRuntime {
   private committed(commits: CommitAction[], err: unknown): void {
     const message = err === undefined ? '' : asStorageError(err).message;
     if (err === undefined) this.board.markCommitted();
+    else
+      this.logStorageFailure(
+        'store commit failed; its writes are kept for the next commit, their waiters get the error',
+        commits.map((c) => c.fragment),
+        message,
+      );
     for (const c of commits) {
       const core = this.cores[c.fragment]!;
       this.touched.add(core);
@@ -415,6 +425,12 @@ export class WorkerRuntime {
       this.afterAsync(() => {
         this.syncInFlight = false;
         const message = err === undefined ? '' : asStorageError(err).message;
+        if (err !== undefined)
+          this.logStorageFailure(
+            'store sync failed; the stable writes waiting for it get the error',
+            batch.map((b) => b.core.fragment),
+            message,
+          );
         for (const { core, generation } of batch) {
           if (err === undefined) core.step({ kind: 'synced', generation });
           else core.step({ kind: 'sync-failed', generation, message });
@@ -422,6 +438,21 @@ export class WorkerRuntime {
         }
       });
     this.store.sync().then(() => done(undefined), done);
+  }
+
+  /**
+   * Logs a failed commit or sync, at most once per STORAGE_FAILURE_LOG_INTERVAL_MS (a full disk
+   * fails every turn's commit), with how many failures went unlogged since the last line.
+   */
+  private logStorageFailure(msg: string, fragments: number[], message: string): void {
+    const nowMs = Date.now();
+    if (nowMs - this.storageFailureLoggedAtMs < STORAGE_FAILURE_LOG_INTERVAL_MS) {
+      this.storageFailuresUnlogged++;
+      return;
+    }
+    this.logger.error({ fragments, err: message, unlogged: this.storageFailuresUnlogged }, msg);
+    this.storageFailureLoggedAtMs = nowMs;
+    this.storageFailuresUnlogged = 0;
   }
 
   /** Runs `fn` from a store callback, then carries out what it produced. */
