@@ -14,7 +14,12 @@
 
 import { assert } from './assert.js';
 import { latin1 } from './bytes.js';
-import { HLC_LOGICAL_MAX } from './limits.js';
+import {
+  COMMIT_ATTEMPTS_MAX,
+  COMMIT_RETRY_DELAY_MS_MAX,
+  COMMIT_RETRY_DELAY_MS_MIN,
+  HLC_LOGICAL_MAX,
+} from './limits.js';
 import { decodePairs, Modifier, ModifyAnswer, ModifyFlag, type ModifyRequest, planModify } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
@@ -181,6 +186,9 @@ export class FragmentCore {
   private committedGeneration = 0;
   private syncedGeneration = 0;
   private syncInFlightGeneration = 0;
+  /** Commits failed in a row (0 after a success), and when the pending writes may be retried. */
+  private commitFailures = 0;
+  private commitRetryAtMs = 0;
   /** Ops whose replies wait for their generation to be committed / synced, oldest first. */
   private readonly commitWaiters: FragmentOp[] = [];
   private readonly stableWaiters: FragmentOp[] = [];
@@ -262,7 +270,9 @@ export class FragmentCore {
   nextWakeMs(nowMs: number): number {
     let wait = Number.POSITIVE_INFINITY;
     if (this.unflushed.size > 0 && this.flushingGeneration === 0) {
-      wait = Math.max(0, this.unflushedSinceMs + this.config.flushIntervalMs - nowMs);
+      const dueAtMs =
+        this.commitFailures > 0 ? this.commitRetryAtMs : this.unflushedSinceMs + this.config.flushIntervalMs;
+      wait = Math.max(0, dueAtMs - nowMs);
     }
     if (this.queues[Priority.Background].length > 0)
       wait = Math.min(wait, this.backgroundTokens.waitMs(nowMs));
@@ -609,7 +619,10 @@ export class FragmentCore {
 
   private maybeCommit(): void {
     if (this.flushingGeneration !== 0 || this.unflushed.size === 0) return;
+    // After a failure the pending writes (the failed ones among them) go at the retry time, and not before.
+    if (this.commitFailures > 0 && this.nowMs < this.commitRetryAtMs) return;
     const due =
+      this.commitFailures > 0 ||
       this.unflushedWaiters > 0 ||
       this.unflushed.size >= this.config.flushWritesMax ||
       this.unflushed.bytes >= this.config.flushBytesMax ||
@@ -645,6 +658,7 @@ export class FragmentCore {
     this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
     this.committedGeneration = generation;
+    this.commitFailures = 0;
     this.release(this.commitWaiters, generation);
     this.answerDirect(this.directCommitWaiters, generation, Reply.Applied, '');
     this.maybeSync();
@@ -661,6 +675,13 @@ export class FragmentCore {
     for (const [key, record] of kept) this.putPending(key, HASH_UNKNOWN, record);
     this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
+    this.commitFailures++;
+    this.commitRetryAtMs =
+      this.nowMs +
+      Math.min(COMMIT_RETRY_DELAY_MS_MAX, COMMIT_RETRY_DELAY_MS_MIN * 2 ** (this.commitFailures - 1));
+    // Until COMMIT_ATTEMPTS_MAX failures in a row, the waiters wait for the retry: their writes are
+    // in its generation (or superseded there), and a commit answers every waiter of an older one.
+    if (this.commitFailures < COMMIT_ATTEMPTS_MAX) return;
     this.fail(this.commitWaiters, generation, message);
     this.fail(this.stableWaiters, generation, message);
     this.answerDirect(this.directCommitWaiters, generation, Reply.StorageFailed, message);
@@ -732,7 +753,10 @@ export class FragmentCore {
       `flushing gen=${this.flushingGeneration} [${pending(this.flushing)}]`,
       `committed=${this.committedGeneration} synced=${this.syncedGeneration} sync-in-flight=${this.syncInFlightGeneration}` +
         ` waiting store=${this.commitWaiters.length + this.directCommitWaiters.length}` +
-        ` stable=${this.stableWaiters.length + this.directStableWaiters.length}`,
+        ` stable=${this.stableWaiters.length + this.directStableWaiters.length}` +
+        (this.commitFailures > 0
+          ? ` commit-failures=${this.commitFailures} retry-at=${this.commitRetryAtMs}`
+          : ''),
     ];
     return lines.join('\n');
   }

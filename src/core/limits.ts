@@ -103,6 +103,19 @@ export const FLUSH_INTERVAL_MS_DEFAULT = 0;
 export const FLUSH_PENDING_WRITES_MAX = 4096;
 /** Unflushed bytes per fragment that force a commit. */
 export const FLUSH_PENDING_BYTES_MAX = 16 * 1024 * 1024;
+/**
+ * Consecutive failed commits of a fragment before the requests waiting on them are answered with
+ * the error. A failed commit's writes stay pending and are retried, and a retry that succeeds
+ * answers the earlier waiters too: a transient failure (lmdb-js's free-list code has failed one
+ * commit and not the next, bench/RESULTS.md "Worker scaling on 16 cores") costs a retry, not an
+ * error. Once this many have failed in a row, waiters are answered with the error at each failure
+ * until a commit succeeds.
+ */
+export const COMMIT_ATTEMPTS_MAX = 3;
+/** Delay before the first retry of a failed commit; it doubles with each consecutive failure. */
+export const COMMIT_RETRY_DELAY_MS_MIN = 1;
+/** The longest delay between retries: a store that keeps failing (a full disk) is retried this often. */
+export const COMMIT_RETRY_DELAY_MS_MAX = 1000;
 
 /**
  * One stable-log frame (src/core/stable-log.ts) at most: the writes committed between two group

@@ -403,7 +403,7 @@ export class WorkerRuntime {
     if (err === undefined) this.board.markCommitted();
     else
       this.logStorageFailure(
-        'store commit failed; its writes are kept for the next commit, their waiters get the error',
+        'store commit failed; its writes stay pending and are retried',
         commits.map((c) => c.fragment),
         message,
       );
