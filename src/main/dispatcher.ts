@@ -467,6 +467,14 @@ export class Dispatcher {
     this.links[index].crash();
   }
 
+  /** Test hook: the next `count` store commits of worker `index` fail with a storage error. */
+  failCommits(index: number, count: number): void {
+    if (index < 0 || index >= this.links.length) throw invalidInput(`no worker ${index}`);
+    if (!Number.isInteger(count) || count < 0 || count > 0xffff_ffff)
+      throw invalidInput(`commit failure count must be an integer in 0..${0xffff_ffff}, got ${count}`);
+    this.links[index].failCommits(count);
+  }
+
   private async openSnapshot(): Promise<void> {
     if (this.config.store !== 'lmdb') return;
     const snapshot = await openStore({

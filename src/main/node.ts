@@ -120,6 +120,8 @@ export interface FragmentPlacement {
 export interface DebugHooks {
   /** Makes worker `index` throw an uncaught error, as a crash would. */
   crashWorker(index: number): void;
+  /** Makes the next `count` store commits of worker `index` fail with a storage error, as a failing disk's would. */
+  failCommits(index: number, count: number): void;
   /** Index of the worker that owns `key`. */
   workerOf(key: Key): number;
   readonly workerCount: number;
@@ -175,6 +177,7 @@ export class Tessera {
     if (config.store === 'lmdb') this.dispatcher.poolSpanRunner = (task) => this.scanner.poolSpan(task);
     this.debug = {
       crashWorker: (index) => this.dispatcher.crashWorker(index),
+      failCommits: (index, count) => this.dispatcher.failCommits(index, count),
       workerOf: (key) => this.dispatcher.workerLinkOf(this.dispatcher.fragmentOf(toBytes(key))).index,
       workerCount: this.dispatcher.links.length,
     };

@@ -199,6 +199,15 @@ export class WorkerLink {
     this.end();
   }
 
+  /** Test hook: the worker's next `count` store commits fail with a storage error. */
+  failCommits(count: number): void {
+    const at = this.begin(ignoreResult, undefined, 12);
+    this.buffer[at] = RequestKind.FailCommits;
+    this.buffer.writeUInt32LE(this.reqId, at + 4);
+    this.buffer.writeUInt32LE(count, at + 8);
+    this.end();
+  }
+
   /** Asks the worker to close its store, then ends the thread. */
   async close(): Promise<void> {
     // A thread still starting is let finish (or fail) first: ending one while it loads lmdb's native

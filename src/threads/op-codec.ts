@@ -73,6 +73,8 @@ export const RequestKind = {
    * failed), then per entry u16 key length, key, u16 stamp length, stamp.
    */
   PoolSpanResult: 22,
+  /** Test hook: the worker's next N store commits fail as a failing disk's would (u32 N at 8). */
+  FailCommits: 23,
 } as const;
 
 export const ResultKind = {

@@ -88,6 +88,8 @@ export class WorkerRuntime {
   private syncInFlight = false;
   private storageFailureLoggedAtMs = Number.NEGATIVE_INFINITY;
   private storageFailuresUnlogged = 0;
+  /** Test hook (RequestKind.FailCommits): this many next commits fail without reaching the store. */
+  private commitFailuresToInject = 0;
   private wakeTimer: NodeJS.Timeout | undefined;
   private wakeAtMs = Number.POSITIVE_INFINITY;
   private immediatePending = false;
@@ -246,6 +248,9 @@ export class WorkerRuntime {
           throw new Error(`worker ${this.init.index} crashed on request (test hook)`);
         });
         return;
+      case RequestKind.FailCommits:
+        this.commitFailuresToInject = buf.readUInt32LE(at + 8);
+        return this.ack(Reply.Applied, 0, reqId);
       case RequestKind.Close:
         void this.close(reqId);
         return;
@@ -386,6 +391,10 @@ export class WorkerRuntime {
       highWaterWallMs: c.highWaterWallMs,
     }));
     let result: void | Promise<void>;
+    if (this.commitFailuresToInject > 0) {
+      this.commitFailuresToInject--;
+      return this.committed(commits, new Error('commit failed on request (test hook)'));
+    }
     try {
       result = this.store.commit(writes);
     } catch (err) {

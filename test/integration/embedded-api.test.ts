@@ -294,6 +294,44 @@ describe('admission', () => {
   });
 });
 
+describe('failed commits', () => {
+  test('a failed commit is retried and its writes wait for the retry; after three failures in a row they get the error, and still land', async () => {
+    const dir = await tempDir('commit-retry');
+    const options = { store: 'lmdb', dataDir: dir.path, workers: 1, fragments: 4 } as const;
+    try {
+      let node = await Tessera.start(options);
+      try {
+        node.debug.failCommits(0, 2);
+        await node.put('retried', 'one');
+        node.debug.failCommits(0, 3);
+        await assert.rejects(
+          node.put('failed', 'two'),
+          (err: unknown) =>
+            err instanceof TesseraError && err.kind === ErrorKind.Storage && /test hook/.test(err.message),
+        );
+        await node.flush();
+        await node.put('after', 'three');
+      } finally {
+        await node.close();
+      }
+      node = await Tessera.start(options);
+      try {
+        assert.equal((await node.get('retried'))?.toString(), 'one');
+        assert.equal(
+          (await node.get('failed'))?.toString(),
+          'two',
+          'a write answered with the error, applied by a later retry',
+        );
+        assert.equal((await node.get('after'))?.toString(), 'three');
+      } finally {
+        await node.close();
+      }
+    } finally {
+      await dir.cleanup();
+    }
+  });
+});
+
 describe('TTL cleaner', () => {
   for (const store of STORES) {
     test(`expired values become tombstones on ${store}`, async () => {
