@@ -189,6 +189,8 @@ export class FragmentCore {
   /** Commits failed in a row (0 after a success), and when the pending writes may be retried. */
   private commitFailures = 0;
   private commitRetryAtMs = 0;
+  /** The last failed commit's error, told to writes refused while the store keeps failing. */
+  private commitError = '';
   /** Ops whose replies wait for their generation to be committed / synced, oldest first. */
   private readonly commitWaiters: FragmentOp[] = [];
   private readonly stableWaiters: FragmentOp[] = [];
@@ -279,6 +281,11 @@ export class FragmentCore {
     return wait;
   }
 
+  /** True after COMMIT_ATTEMPTS_MAX failed commits in a row, until a commit succeeds. */
+  private storeFailing(): boolean {
+    return this.commitFailures >= COMMIT_ATTEMPTS_MAX;
+  }
+
   /** True while the fragment holds writes not yet committed to the store. */
   hasUncommitted(): boolean {
     return this.unflushed.size > 0 || this.flushing.size > 0;
@@ -346,7 +353,7 @@ export class FragmentCore {
     record: Uint8Array,
     nowMs: number,
   ): boolean {
-    if (priority === Priority.Background) return false;
+    if (priority === Priority.Background || this.storeFailing()) return false;
     if (this.queues[Priority.High].length > 0) return false;
     if (priority === Priority.Default && this.queues[Priority.Default].length > 0) return false;
     if (!this.newerThanHighWater(record)) return false;
@@ -367,6 +374,11 @@ export class FragmentCore {
   }
 
   private admit(op: FragmentOp): void {
+    // While commits keep failing, writes are refused rather than held in memory without end; reads
+    // and fences go on (a fence is answered by the next commit, or its failure).
+    if (this.storeFailing() && (op.kind === OpKind.Write || op.kind === OpKind.Modify)) {
+      return this.reply(op, Reply.StorageFailed, undefined, false, `store is failing: ${this.commitError}`);
+    }
     if (this.queues[op.priority].push(op)) return;
     this.shed[op.priority]++;
     this.reply(op, Reply.Backpressure, undefined, false, 'fragment queue is full');
@@ -676,12 +688,13 @@ export class FragmentCore {
     this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
     this.commitFailures++;
+    this.commitError = message;
     this.commitRetryAtMs =
       this.nowMs +
       Math.min(COMMIT_RETRY_DELAY_MS_MAX, COMMIT_RETRY_DELAY_MS_MIN * 2 ** (this.commitFailures - 1));
     // Until COMMIT_ATTEMPTS_MAX failures in a row, the waiters wait for the retry: their writes are
     // in its generation (or superseded there), and a commit answers every waiter of an older one.
-    if (this.commitFailures < COMMIT_ATTEMPTS_MAX) return;
+    if (!this.storeFailing()) return;
     this.fail(this.commitWaiters, generation, message);
     this.fail(this.stableWaiters, generation, message);
     this.answerDirect(this.directCommitWaiters, generation, Reply.StorageFailed, message);

@@ -108,8 +108,8 @@ export const FLUSH_PENDING_BYTES_MAX = 16 * 1024 * 1024;
  * the error. A failed commit's writes stay pending and are retried, and a retry that succeeds
  * answers the earlier waiters too: a transient failure (lmdb-js's free-list code has failed one
  * commit and not the next, bench/RESULTS.md "Worker scaling on 16 cores") costs a retry, not an
- * error. Once this many have failed in a row, waiters are answered with the error at each failure
- * until a commit succeeds.
+ * error. Once this many have failed in a row, the fragment's waiters are answered with the error
+ * and new writes are refused with it (reads go on) until a retry succeeds.
  */
 export const COMMIT_ATTEMPTS_MAX = 3;
 /** Delay before the first retry of a failed commit; it doubles with each consecutive failure. */
