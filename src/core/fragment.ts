@@ -161,6 +161,8 @@ export interface FragmentStats {
   writes: number;
   reads: number;
   expiredSwept: number;
+  /** Commits failed in a row (0 when the last one succeeded); COMMIT_ATTEMPTS_MAX or more: writes are refused. */
+  commitFailures: number;
 }
 
 export class FragmentCore {
@@ -315,6 +317,7 @@ export class FragmentCore {
       writes: this.writes,
       reads: this.reads,
       expiredSwept: this.expiredSwept,
+      commitFailures: this.commitFailures,
     };
   }
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
-import { KEY_BYTES_MAX } from '../../src/core/limits.js';
+import { COMMIT_ATTEMPTS_MAX, KEY_BYTES_MAX } from '../../src/core/limits.js';
 import { Tessera } from '../../src/main/node.js';
 import { eventually, STORES, sleep, tempDir, withNode } from './helpers.js';
 
@@ -327,6 +327,31 @@ describe('failed commits', () => {
         await node.close();
       }
     } finally {
+      await dir.cleanup();
+    }
+  });
+
+  test('while commits keep failing, writes are refused at once and reads go on; health shows it; the first commit that succeeds ends it', async () => {
+    const dir = await tempDir('commit-failing');
+    const node = await Tessera.start({ store: 'lmdb', dataDir: dir.path, workers: 1, fragments: 1 });
+    const failures = async () => (await node.health()).fragments[0].commitFailures;
+    try {
+      await node.put('kept', 'before');
+      node.debug.failCommits(0, 1_000_000);
+      await assert.rejects(node.put('waited', 'x'), isKind(ErrorKind.Storage));
+      await eventually(async () => (await failures()) >= COMMIT_ATTEMPTS_MAX);
+      await assert.rejects(
+        node.put('refused', 'x'),
+        (err: unknown) => isKind(ErrorKind.Storage)(err) && /store is failing/.test((err as Error).message),
+      );
+      assert.equal((await node.get('kept'))?.toString(), 'before', 'reads go on');
+      node.debug.failCommits(0, 0);
+      await eventually(async () => (await failures()) === 0);
+      await node.put('after', 'y');
+      assert.equal((await node.get('after'))?.toString(), 'y');
+      assert.equal(await node.get('refused'), undefined, 'a refused write was never applied');
+    } finally {
+      await node.close();
       await dir.cleanup();
     }
   });

@@ -866,7 +866,9 @@ describe('server commands', () => {
     assert.ok(!server.includes('# Clients'));
     const two = (await r.call('INFO', 'server', 'clients')) as string;
     assert.ok(two.includes('# Server') && two.includes('# Clients') && !two.includes('# Memory'));
-    assert.match(await r.info('tessera'), /^# Tessera\r\n.*\r\nfragments:16\r\n/s);
+    const tessera = await r.info('tessera');
+    assert.match(tessera, /^# Tessera\r\n.*\r\nfragments:16\r\n/s);
+    assert.match(tessera, /\r\nstore_status:ok\r\nstore_commit_failures_in_a_row:0\r\n/);
   });
 
   test('CONFIG GET answers name/value pairs for maxmemory, appendonly and * patterns', async () => {

@@ -7,6 +7,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { arch, hostname, platform, release } from 'node:os';
 import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
+import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
 import { DURABILITY_NAMES } from '../../core/ops.js';
 import { RESP_BULK_BYTES_MAX } from '../../core/resp-parser.js';
 import type { Tessera } from '../node.js';
@@ -328,6 +329,9 @@ export class RespServer {
       ['fragments', s.fragments],
       ['workers', health.workers.length],
       ['durability', health.durability],
+      // Like Redis's aof_last_write_status: err while some fragment's store keeps failing its commits.
+      ['store_status', health.fragments.some((f) => f.commitFailures >= COMMIT_ATTEMPTS_MAX) ? 'err' : 'ok'],
+      ['store_commit_failures_in_a_row', health.fragments.reduce((n, f) => Math.max(n, f.commitFailures), 0)],
     ];
     for (const w of health.workers) {
       rows.push([`worker${w.index}`, `state=${w.state},restarts=${w.restarts},pending=${w.pending}`]);
