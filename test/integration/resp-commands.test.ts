@@ -846,10 +846,18 @@ describe('server commands', () => {
     await rejectsWith(r.call('TIME', 'x'), arity('time'));
   });
 
-  test('INFO has the server, clients, memory, stats, replication and keyspace sections', async () => {
+  test('INFO has the server, clients, memory, persistence, stats, replication and keyspace sections', async () => {
     await r.set('info:k', 'v');
     const text = await r.info();
-    for (const heading of ['# Server', '# Clients', '# Memory', '# Stats', '# Replication', '# Keyspace']) {
+    for (const heading of [
+      '# Server',
+      '# Clients',
+      '# Memory',
+      '# Persistence',
+      '# Stats',
+      '# Replication',
+      '# Keyspace',
+    ]) {
       assert.ok(text.includes(`${heading}\r\n`), heading);
     }
     assert.match(text, /\r\nredis_version:7\.2\.0\r\n/);
@@ -868,7 +876,11 @@ describe('server commands', () => {
     assert.ok(two.includes('# Server') && two.includes('# Clients') && !two.includes('# Memory'));
     const tessera = await r.info('tessera');
     assert.match(tessera, /^# Tessera\r\n.*\r\nfragments:16\r\n/s);
-    assert.match(tessera, /\r\nstore_status:ok\r\nstore_commit_failures_in_a_row:0\r\n/);
+    assert.match(tessera, /\r\nstore_commit_failures_in_a_row:0\r\nstore_refusing_writes:0\r\n/);
+    assert.match(
+      await r.info('persistence'),
+      /^# Persistence\r\nloading:0\r\naof_enabled:1\r\naof_last_write_status:ok\r\n$/,
+    );
   });
 
   test('CONFIG GET answers name/value pairs for maxmemory, appendonly and * patterns', async () => {

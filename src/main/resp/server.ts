@@ -8,7 +8,7 @@ import { arch, hostname, platform, release } from 'node:os';
 import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
-import { DURABILITY_NAMES } from '../../core/ops.js';
+import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RESP_BULK_BYTES_MAX } from '../../core/resp-parser.js';
 import type { Tessera } from '../node.js';
 import { RespConnection } from './connection.js';
@@ -172,7 +172,7 @@ export class RespServer {
       ['maxclients', String(RESP_CLIENTS_MAX)],
       ['maxmemory', '0'],
       ['maxmemory-policy', 'noeviction'],
-      ['appendonly', s.durability === 0 ? 'no' : 'yes'],
+      ['appendonly', s.durability === Durability.Memory ? 'no' : 'yes'],
       // The durability levels' Redis counterparts (README "Durability").
       ['appendfsync', s.durability === 2 ? 'always' : s.durability === 1 ? 'everysec' : 'no'],
       ['save', ''],
@@ -203,6 +203,7 @@ export class RespServer {
         ]),
       );
     if (wants('memory')) parts.push(this.memorySection());
+    if (wants('persistence')) parts.push(await this.persistenceSection());
     if (wants('stats')) parts.push(await this.statsSection());
     if (wants('replication')) parts.push(await this.replicationSection());
     if (wants('cluster'))
@@ -239,6 +240,19 @@ export class RespServer {
       ['maxmemory', 0],
       ['maxmemory_policy', 'noeviction'],
       ['mem_allocator', 'libc'],
+    ]);
+  }
+
+  /**
+   * The fields monitoring tools read to alert on a failing disk. `appendonly` follows CONFIG GET's;
+   * `aof_last_write_status` is err while any fragment's last commit failed (Redis: its last AOF write).
+   */
+  private async persistenceSection(): Promise<string> {
+    const health = await this.node.health();
+    return section('Persistence', [
+      ['loading', 0],
+      ['aof_enabled', this.node.settings.durability === Durability.Memory ? 0 : 1],
+      ['aof_last_write_status', health.fragments.some((f) => f.commitFailures > 0) ? 'err' : 'ok'],
     ]);
   }
 
@@ -329,9 +343,12 @@ export class RespServer {
       ['fragments', s.fragments],
       ['workers', health.workers.length],
       ['durability', health.durability],
-      // Like Redis's aof_last_write_status: err while some fragment's store keeps failing its commits.
-      ['store_status', health.fragments.some((f) => f.commitFailures >= COMMIT_ATTEMPTS_MAX) ? 'err' : 'ok'],
       ['store_commit_failures_in_a_row', health.fragments.reduce((n, f) => Math.max(n, f.commitFailures), 0)],
+      // A fragment refuses writes after COMMIT_ATTEMPTS_MAX failed commits in a row, until one succeeds.
+      [
+        'store_refusing_writes',
+        health.fragments.some((f) => f.commitFailures >= COMMIT_ATTEMPTS_MAX) ? 1 : 0,
+      ],
     ];
     for (const w of health.workers) {
       rows.push([`worker${w.index}`, `state=${w.state},restarts=${w.restarts},pending=${w.pending}`]);
