@@ -112,7 +112,8 @@ const INTERVAL_MS_MAX = 3_600_000;
  * main thread, which wakes each worker it has work for once per turn: with more workers a turn's
  * requests split into smaller batches and the main thread spends more per request, and with LMDB
  * the workers' commits also queue on the env's one write lock. On 16 cores SET throughput peaked at
- * two workers and fell by 1.8× (memory store) and 2.5× (lmdb) at fifteen (bench/RESULTS.md "Worker scaling on 16 cores").
+ * two workers and fell by 1.8× (memory store) and 2.5× (lmdb) at fifteen (bench/RESULTS.md
+ * "Worker scaling on 16 cores").
  */
 export const WORKERS_DEFAULT_MAX = 2;
 
