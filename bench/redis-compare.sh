@@ -30,6 +30,8 @@ TIMEOUT_S=${BENCH_TIMEOUT_S:-600}
 CLIENT_THREADS=()
 [ -n "${BENCH_CLIENT_THREADS:-}" ] && CLIENT_THREADS=(--threads "$BENCH_CLIENT_THREADS")
 READY_TIMEOUT_S=30
+# shellcheck source=bench/tessera-node.sh
+source bench/tessera-node.sh
 
 log() { printf '%s\n' "$*" >&2; }
 
@@ -92,29 +94,12 @@ start_redis() {
   done
 }
 
-# Starts Tessera at the durability matching pair $1; sets SERVER_PID and PORT from its ready line.
+# Starts Tessera at the durability matching pair $1; sets SERVER_PID and PORT.
 start_tessera() {
   local level dir="$TMP/tessera-$1"
   case $1 in none) level=memory ;; everysec) level=store ;; always) level=stable ;; esac
   mkdir -p "$dir"
-  node dist/main.js --store lmdb --durability "$level" --data-dir "$dir" --port 0 \
-    --workers "$WORKERS" >"$dir.log" 2>&1 &
-  SERVER_PID=$!
-  local deadline=$((SECONDS + READY_TIMEOUT_S))
-  PORT=
-  until [ -n "$PORT" ]; do
-    if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
-      log "redis-compare: tessera ($level) did not start:"; cat "$dir.log" >&2; exit 1
-    fi
-    sleep 0.1
-    PORT=$(sed -n '/"msg":"ready"/s/.*"port":\([0-9]*\).*/\1/p' "$dir.log" | head -1)
-  done
-}
-
-stop_server() {
-  kill -TERM "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=
+  start_tessera_node "$dir.log" --store lmdb --durability "$level" --data-dir "$dir" --workers "$WORKERS" || exit 1
 }
 
 # Results: RPS["<server> <pair> <test>"] = requests per second, or "error".

@@ -1,33 +1,55 @@
 #!/usr/bin/env bash
 # Worker scaling: the same node with 1, 2, 4, … worker threads, for machines with the cores for it.
-# For each W in SCALING_WORKERS, in one run:
+# In one run, for each W in SCALING_WORKERS:
 #   BENCH_WORKERS=W bash bench/redis-compare.sh    Tessera (lmdb) and redis-server over RESP, the pairs
 #                                                   in BENCH_PAIRS (here "none everysec" unless set)
 #   node .build/bench/embedded.bench.js W           the embedded API against lmdb in one process
-# and prints each table under a heading. Every ratio in a table comes from one run on one machine;
-# compare the ratios (and Tessera's own rows) across W, not absolute figures across machines.
+# each table under a heading; then, for each store in SCALING_STORES and each W, a fresh node at
+# `store` durability under `redis-benchmark -t set,get -P 16 -c 50 -r 100000 -d 100 -n SCALING_N`,
+# with the node's CPU time (user + system), in one table: the memory store has no write lock, so
+# it tells the main thread's share of the scaling from LMDB's. Compare ratios and Tessera's own
+# rows across W, not absolute figures across machines.
 #
 #   npm run build && npm run build:test && bash bench/worker-scaling.sh
 #   SCALING_WORKERS="1 2 4 8 15" BENCH_CLIENT_THREADS=4 bash bench/worker-scaling.sh
 #
 # Environment: SCALING_WORKERS (default "1 2 4 8"), SCALING_EMBEDDED_MS (each embedded task's time
-# per round, default 500), and redis-compare.sh's own (BENCH_N, BENCH_N_P1, BENCH_CLIENTS,
-# BENCH_CLIENT_THREADS, BENCH_PAIRS, BENCH_TIMEOUT_S).
+# per round, default 500), SCALING_STORES (default "memory lmdb"; empty skips the part),
+# SCALING_N (requests per test of that part, default 600000), and redis-compare.sh's own
+# (BENCH_N, BENCH_N_P1, BENCH_CLIENTS, BENCH_CLIENT_THREADS, BENCH_PAIRS, BENCH_TIMEOUT_S).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/tessera-node.sh
+source bench/tessera-node.sh
 
 WORKERS_LIST=${SCALING_WORKERS:-1 2 4 8}
+STORES=${SCALING_STORES-memory lmdb}
+N=${SCALING_N:-600000}
 export BENCH_PAIRS=${BENCH_PAIRS:-none everysec}
+CLIENT_THREADS=()
+[ -n "${BENCH_CLIENT_THREADS:-}" ] && CLIENT_THREADS=(--threads "$BENCH_CLIENT_THREADS")
 
 log() { printf '%s\n' "$*" >&2; }
 
 for w in $WORKERS_LIST; do
   [[ $w =~ ^[1-9][0-9]*$ ]] || { log "worker-scaling: SCALING_WORKERS: '$w' is not a worker count"; exit 2; }
 done
-if [ ! -f .build/bench/embedded.bench.js ]; then
-  log "worker-scaling: .build/ is missing; run npm run build:test first"
+for store in $STORES; do
+  case $store in memory | lmdb | level) ;; *) log "worker-scaling: SCALING_STORES: unknown store '$store'"; exit 2 ;; esac
+done
+if [ ! -f .build/bench/embedded.bench.js ] || [ ! -f dist/main.js ]; then
+  log "worker-scaling: dist/ or .build/ is missing; run npm run build && npm run build:test first"
   exit 2
 fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-worker-scaling.XXXXXX")
+SERVER_PID=
+cleanup() {
+  [ -n "$SERVER_PID" ] && stop_server
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 log "worker-scaling: $(nproc) cores, node $(node --version), workers: $WORKERS_LIST"
 for w in $WORKERS_LIST; do
@@ -39,4 +61,29 @@ for w in $WORKERS_LIST; do
   echo "### $w worker$([ "$w" = 1 ] || echo s): embedded API against lmdb"
   echo
   TESSERA_BENCH_MS=${SCALING_EMBEDDED_MS:-500} node .build/bench/embedded.bench.js "$w"
+done
+
+[ -n "$STORES" ] || exit 0
+TICKS_PER_S=$(getconf CLK_TCK)
+echo
+echo "### Fresh nodes by worker count (\`store\` durability, SET / GET -P 16, -n $N)"
+echo
+echo "| store | workers | SET/s | GET/s | node CPU s |"
+echo "|---|--:|--:|--:|--:|"
+for store in $STORES; do
+  for w in $WORKERS_LIST; do
+    log "worker-scaling: fresh node, --store $store --workers $w"
+    dir="$TMP/$store-$w"
+    mkdir -p "$dir"
+    start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" || exit 1
+    out=$(redis-benchmark -h 127.0.0.1 -p "$PORT" -t set,get -P 16 -c 50 -r 100000 -d 100 -n "$N" \
+      "${CLIENT_THREADS[@]}" --csv 2>&1 | tr -d '\r') || true
+    set_rps=$(sed -n 's/^"SET","\([0-9.]*\)".*/\1/p' <<<"$out")
+    get_rps=$(sed -n 's/^"GET","\([0-9.]*\)".*/\1/p' <<<"$out")
+    # utime and stime of the whole process (every thread), fields 14 and 15 of /proc/PID/stat.
+    cpu=$(awk -v t="$TICKS_PER_S" '{printf "%.1f", ($14 + $15) / t}' "/proc/$SERVER_PID/stat" 2>/dev/null || echo n/a)
+    stop_server
+    rm -rf "$dir"
+    printf '| %s | %s | %.0f | %.0f | %s |\n' "$store" "$w" "${set_rps:-0}" "${get_rps:-0}" "$cpu"
+  done
 done
