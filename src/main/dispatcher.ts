@@ -463,16 +463,22 @@ export class Dispatcher {
 
   /** Test hook: makes worker `index` throw an uncaught error, as a crash would. */
   crashWorker(index: number): void {
-    if (index < 0 || index >= this.links.length) throw invalidInput(`no worker ${index}`);
-    this.links[index].crash();
+    this.linkAt(index).crash();
   }
 
   /** Test hook: the next `count` store commits of worker `index` fail with a storage error. */
   failCommits(index: number, count: number): void {
-    if (index < 0 || index >= this.links.length) throw invalidInput(`no worker ${index}`);
+    const link = this.linkAt(index);
     if (!Number.isInteger(count) || count < 0 || count > 0xffff_ffff)
       throw invalidInput(`commit failure count must be an integer in 0..${0xffff_ffff}, got ${count}`);
-    this.links[index].failCommits(count);
+    link.failCommits(count);
+  }
+
+  /** The link of worker `index`, for the test hooks. */
+  private linkAt(index: number): WorkerLink {
+    const link = this.links[index];
+    if (link === undefined) throw invalidInput(`no worker ${index}`);
+    return link;
   }
 
   private async openSnapshot(): Promise<void> {

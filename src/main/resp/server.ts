@@ -10,7 +10,7 @@ import { invalidInput } from '../../core/errors.js';
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RESP_BULK_BYTES_MAX } from '../../core/resp-parser.js';
-import type { Tessera } from '../node.js';
+import type { Health, Tessera } from '../node.js';
 import { RespConnection } from './connection.js';
 import { ScanCursors } from './scan-cursors.js';
 
@@ -193,6 +193,12 @@ export class RespServer {
     const wants = (name: string) =>
       all || sections.includes(name) || (sections.includes('default') && name !== 'tessera');
     const parts: string[] = [];
+    // One health report serves every section that reads it (each asks every worker).
+    let health: Promise<Health> | undefined;
+    const healthOnce = () => {
+      health ??= this.node.health();
+      return health;
+    };
     if (wants('server')) parts.push(this.serverSection());
     if (wants('clients'))
       parts.push(
@@ -203,13 +209,13 @@ export class RespServer {
         ]),
       );
     if (wants('memory')) parts.push(this.memorySection());
-    if (wants('persistence')) parts.push(await this.persistenceSection());
-    if (wants('stats')) parts.push(await this.statsSection());
-    if (wants('replication')) parts.push(await this.replicationSection());
+    if (wants('persistence')) parts.push(await this.persistenceSection(healthOnce));
+    if (wants('stats')) parts.push(await this.statsSection(healthOnce));
+    if (wants('replication')) parts.push(await this.replicationSection(healthOnce));
     if (wants('cluster'))
       parts.push(section('Cluster', [['cluster_enabled', this.node.cluster === undefined ? 0 : 1]]));
     if (wants('keyspace')) parts.push(await this.keyspaceSection());
-    if (wants('tessera')) parts.push(await this.tesseraSection());
+    if (wants('tessera')) parts.push(await this.tesseraSection(healthOnce));
     return parts.join('\r\n');
   }
 
@@ -247,8 +253,8 @@ export class RespServer {
    * The fields monitoring tools read to alert on a failing disk. `appendonly` follows CONFIG GET's;
    * `aof_last_write_status` is err while any fragment's last commit failed (Redis: its last AOF write).
    */
-  private async persistenceSection(): Promise<string> {
-    const health = await this.node.health();
+  private async persistenceSection(healthOf: () => Promise<Health>): Promise<string> {
+    const health = await healthOf();
     return section('Persistence', [
       ['loading', 0],
       ['aof_enabled', this.node.settings.durability === Durability.Memory ? 0 : 1],
@@ -256,8 +262,8 @@ export class RespServer {
     ]);
   }
 
-  private async statsSection(): Promise<string> {
-    const health = await this.node.health();
+  private async statsSection(healthOf: () => Promise<Health>): Promise<string> {
+    const health = await healthOf();
     const shed = health.fragments.reduce((n, f) => n + f.shed[0] + f.shed[1] + f.shed[2], 0);
     return section('Stats', [
       ['total_connections_received', this.connectionsReceived],
@@ -279,9 +285,9 @@ export class RespServer {
    * Redis's role fields, then one line per peer and per replication sender (fragment → peer): its
    * state, backlog and lag, so an operator can watch replication catch up.
    */
-  private async replicationSection(): Promise<string> {
+  private async replicationSection(healthOf: () => Promise<Health>): Promise<string> {
     const rows: Array<[string, string | number]> = [['role', 'master']];
-    const cluster = (await this.node.health()).cluster;
+    const cluster = (await healthOf()).cluster;
     if (cluster === undefined) {
       rows.push(['connected_slaves', 0]);
       return section('Replication', rows);
@@ -333,8 +339,8 @@ export class RespServer {
     return section('Replication', rows);
   }
 
-  private async tesseraSection(): Promise<string> {
-    const health = await this.node.health();
+  private async tesseraSection(healthOf: () => Promise<Health>): Promise<string> {
+    const health = await healthOf();
     const s = this.node.settings;
     const rows: Array<[string, string | number]> = [
       ['node_id', health.nodeId],
