@@ -29,9 +29,8 @@ PAIRS=${BENCH_PAIRS:-none everysec always}
 TIMEOUT_S=${BENCH_TIMEOUT_S:-600}
 CLIENT_THREADS=()
 [ -n "${BENCH_CLIENT_THREADS:-}" ] && CLIENT_THREADS=(--threads "$BENCH_CLIENT_THREADS")
-READY_TIMEOUT_S=30
-# shellcheck source=bench/tessera-node.sh
-source bench/tessera-node.sh
+# shellcheck source=bench/servers.sh
+source bench/servers.sh
 
 log() { printf '%s\n' "$*" >&2; }
 
@@ -68,30 +67,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})"
-}
-
 # Starts redis-server with the persistence flags of pair $1; sets SERVER_PID and PORT.
 start_redis() {
-  local pair=$1 dir="$TMP/redis-$1" flags
-  case $pair in
+  local flags
+  case $1 in
     none) flags=(--appendonly no) ;;
     everysec) flags=(--appendonly yes --appendfsync everysec) ;;
     always) flags=(--appendonly yes --appendfsync always) ;;
   esac
-  mkdir -p "$dir"
-  PORT=$(free_port)
-  redis-server --port "$PORT" --bind 127.0.0.1 --daemonize no --dir "$dir" --save '' \
-    --logfile "$dir/redis.log" "${flags[@]}" &
-  SERVER_PID=$!
-  local deadline=$((SECONDS + READY_TIMEOUT_S))
-  until [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = PONG ]; do
-    if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
-      log "redis-compare: redis-server ($pair) did not start:"; cat "$dir/redis.log" >&2; exit 1
-    fi
-    sleep 0.1
-  done
+  start_redis_server "$TMP/redis-$1" "${flags[@]}" || exit 1
 }
 
 # Starts Tessera at the durability matching pair $1; sets SERVER_PID and PORT.

@@ -19,8 +19,8 @@
 # (BENCH_N, BENCH_N_P1, BENCH_CLIENTS, BENCH_CLIENT_THREADS, BENCH_PAIRS, BENCH_TIMEOUT_S).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=bench/tessera-node.sh
-source bench/tessera-node.sh
+# shellcheck source=bench/servers.sh
+source bench/servers.sh
 
 WORKERS_LIST=${SCALING_WORKERS:-1 2 4 8}
 STORES=${SCALING_STORES-memory lmdb}

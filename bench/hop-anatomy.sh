@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Where an unpipelined request's time goes: Tessera (lmdb, `store`) and redis-server (AOF everysec)
+# under `redis-benchmark -t OP -P 1 -c C -r 100000 -d 100 -n N`, with each server thread's CPU time
+# and sleeps per request, read from /proc (Linux) around each run.
+#
+# A Tessera SET crosses four thread wake-ups (client → main thread → worker → main thread →
+# client), a GET of a committed key two (served on the main thread), a redis-server request two.
+# With one client nothing overlaps, so the rate is one over the sum of those hops; the CPU per
+# request shows what each wake-up costs on the machine. Each server starts fresh and is warmed by a
+# pipelined SET run over the key space first (so GETs hit).
+#
+#   npm run build && bash bench/hop-anatomy.sh
+#   ANATOMY_CLIENTS="1 50" ANATOMY_N=50000 bash bench/hop-anatomy.sh
+#
+# Environment: ANATOMY_CLIENTS (default "1 50"), ANATOMY_N (requests per run, default 20000),
+# ANATOMY_WORKERS (Tessera worker threads, default 1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=bench/servers.sh
+source bench/servers.sh
+
+CLIENTS_LIST=${ANATOMY_CLIENTS:-1 50}
+N=${ANATOMY_N:-20000}
+WORKERS=${ANATOMY_WORKERS:-1}
+WARM_N=200000
+
+log() { printf '%s\n' "$*" >&2; }
+
+for tool in redis-server redis-benchmark redis-cli node; do
+  command -v "$tool" >/dev/null 2>&1 || { log "hop-anatomy: $tool is not on PATH"; exit 2; }
+done
+[ -d /proc/self/task ] || { log "hop-anatomy: needs Linux /proc"; exit 2; }
+[ -f dist/main.js ] || { log "hop-anatomy: dist/ is missing; run npm run build first"; exit 2; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-hop-anatomy.XXXXXX")
+SERVER_PID=
+cleanup() {
+  [ -n "$SERVER_PID" ] && stop_server
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# One line per thread of SERVER_PID: "main|other ticks voluntary-switches" (ticks: user + system).
+# The thread name may hold spaces, so /proc/…/stat is read from after its closing parenthesis.
+thread_stats() {
+  local t tid ticks sleeps
+  for t in /proc/"$SERVER_PID"/task/*; do
+    tid=${t##*/}
+    ticks=$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ print $12 + $13 }') || continue
+    sleeps=$(awk '/^voluntary_ctxt_switches/ { print $2 }' "$t/status" 2>/dev/null) || continue
+    [ -n "$ticks" ] && [ -n "$sleeps" ] || continue
+    if [ "$tid" = "$SERVER_PID" ]; then echo "main $tid $ticks $sleeps"; else echo "other $tid $ticks $sleeps"; fi
+  done
+}
+
+# Per-request CPU µs and sleeps of the main thread and of the others, between two thread_stats.
+per_request() {
+  awk -v n="$N" -v tick="$TICK_US" '
+    FNR == NR { t[$2] = $3; s[$2] = $4; next }
+    { dt = $3 - t[$2]; ds = $4 - s[$2]; cpu[$1] += dt; sl[$1] += ds }
+    END { printf "%.1f | %.1f | %.2f | %.2f", cpu["main"] * tick / n, cpu["other"] * tick / n, sl["main"] / n, sl["other"] / n }
+  ' "$1" "$2"
+}
+
+declare -A RPS ROW
+run_server() {
+  local server=$1 c op out rps
+  redis-benchmark -h 127.0.0.1 -p "$PORT" -t set -P 16 -c 50 -r 100000 -d 100 -n "$WARM_N" -q >/dev/null
+  for c in $CLIENTS_LIST; do
+    for op in set get; do
+      thread_stats >"$TMP/before"
+      out=$(redis-benchmark -h 127.0.0.1 -p "$PORT" -t "$op" -P 1 -c "$c" -r 100000 -d 100 -n "$N" --csv)
+      thread_stats >"$TMP/after"
+      rps=$(echo "$out" | tr -d '\r' | sed -n 's/^"[A-Z]*","\([0-9.]*\)".*/\1/p' | tail -1)
+      RPS["$server $op $c"]=$rps
+      ROW["$server $op $c"]=$(per_request "$TMP/before" "$TMP/after")
+    done
+  done
+}
+
+log "hop-anatomy: $(nproc) cores, node $(node --version), $(redis-server --version | cut -d' ' -f1-3), -n $N, clients: $CLIENTS_LIST"
+start_redis_server "$TMP/redis" --appendonly yes --appendfsync everysec || exit 1
+run_server redis
+stop_server
+start_tessera_node "$TMP/tessera.log" --store lmdb --durability store --data-dir "$TMP/tessera" --workers "$WORKERS" || exit 1
+run_server tessera
+stop_server
+
+echo "| server | op | clients | requests/s | tessera/redis | main thread CPU µs/req | other threads CPU µs/req | main thread sleeps/req | other threads sleeps/req |"
+echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
+for c in $CLIENTS_LIST; do
+  for op in SET GET; do
+    lower=${op,,}
+    r=${RPS["redis $lower $c"]}
+    s=${RPS["tessera $lower $c"]}
+    ratio=$(awk -v r="$r" -v s="$s" 'BEGIN { printf "%.2f", (r > 0 ? s / r : 0) }')
+    printf '| redis-server (AOF everysec) | %s | %s | %.0f | | %s |\n' "$op" "$c" "$r" "${ROW["redis $lower $c"]}"
+    printf '| Tessera (%s worker%s, store) | %s | %s | %.0f | %s | %s |\n' "$WORKERS" "$([ "$WORKERS" = 1 ] || echo s)" \
+      "$op" "$c" "$s" "$ratio" "${ROW["tessera $lower $c"]}"
+  done
+done

@@ -1,0 +1,55 @@
+# Sourced by the bench scripts: start a Tessera node or a redis-server on a free loopback port, stop it.
+#
+#   start_tessera_node LOG ARGS…    runs `node dist/main.js --port 0 ARGS…` with its output in LOG;
+#                                   sets SERVER_PID, and PORT from its ready line
+#   start_redis_server DIR FLAGS…   runs redis-server in DIR (its log in DIR/redis.log, no RDB
+#                                   snapshots) with FLAGS; sets SERVER_PID and PORT
+#   stop_server                     SIGTERM to SERVER_PID, waits for it, clears it
+#
+# A start that fails (the server exits, or is not ready in SERVER_READY_TIMEOUT_S) prints the
+# server's log and returns 1.
+
+SERVER_READY_TIMEOUT_S=${SERVER_READY_TIMEOUT_S:-30}
+
+start_tessera_node() {
+  local log=$1
+  shift
+  node dist/main.js --port 0 "$@" >"$log" 2>&1 &
+  SERVER_PID=$!
+  local deadline=$((SECONDS + SERVER_READY_TIMEOUT_S))
+  PORT=
+  until [ -n "$PORT" ]; do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+      printf 'tessera (%s) did not start:\n' "$*" >&2
+      cat "$log" >&2
+      return 1
+    fi
+    sleep 0.1
+    PORT=$(sed -n '/"msg":"ready"/s/.*"port":\([0-9]*\).*/\1/p' "$log" | head -1)
+  done
+}
+
+start_redis_server() {
+  local dir=$1
+  shift
+  mkdir -p "$dir"
+  PORT=$(node -e "const s=require('net').createServer().listen(0,'127.0.0.1',()=>{console.log(s.address().port);s.close()})")
+  redis-server --port "$PORT" --bind 127.0.0.1 --daemonize no --dir "$dir" --save '' \
+    --logfile "$dir/redis.log" "$@" &
+  SERVER_PID=$!
+  local deadline=$((SECONDS + SERVER_READY_TIMEOUT_S))
+  until [ "$(redis-cli -p "$PORT" ping 2>/dev/null)" = PONG ]; do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+      printf 'redis-server (%s) did not start:\n' "$*" >&2
+      cat "$dir/redis.log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+stop_server() {
+  kill -TERM "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=
+}
