@@ -12,8 +12,8 @@ import type { FragmentStats } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
-import type { Modifier } from '../core/modify.js';
-import { Durability, OpKind, type Priority } from '../core/ops.js';
+import { Modifier } from '../core/modify.js';
+import { Durability, OpKind, Priority } from '../core/ops.js';
 import {
   expiresAtOf,
   isLive,
@@ -64,6 +64,26 @@ export interface WriteSpec {
   flags: number;
   arg: number;
   operand: Uint8Array | undefined;
+}
+
+/**
+ * A blank spec, for a caller that fills one and submits it synchronously, call after call
+ * (`submitWrite` copies what it needs into the ring): one object, not one per write.
+ */
+export function blankWriteSpec(): WriteSpec {
+  return {
+    kind: OpKind.Write,
+    key: Buffer.alloc(0),
+    value: undefined,
+    expiresAtMs: 0,
+    priority: Priority.Default,
+    durability: Durability.Store,
+    wantsPrior: false,
+    modifier: Modifier.Set,
+    flags: 0,
+    arg: 0,
+    operand: undefined,
+  };
 }
 
 /** Runs an anti-entropy span read in the background pool. */

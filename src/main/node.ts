@@ -31,7 +31,7 @@ import { bindStore } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
-import { Dispatcher, NOT_LOCAL, type WriteSpec } from './dispatcher.js';
+import { blankWriteSpec, Dispatcher, NOT_LOCAL } from './dispatcher.js';
 import { Cluster } from './mesh/cluster.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
@@ -138,6 +138,9 @@ export interface CloseOptions {
 /** How often a replication drain checks the senders. */
 const DRAIN_POLL_MS = 50;
 
+/** What the write spec holds between writes, so it keeps no caller's key alive. */
+const EMPTY_KEY = new Uint8Array(0);
+
 /** A promise whose settlement is driven by a ResultHandler. */
 class Deferred<T> {
   resolve!: (value: T) => void;
@@ -159,6 +162,8 @@ export class Tessera {
   private closing = false;
   private closed: Promise<void> | undefined;
   private admittedTasks = 0;
+  /** The spec `write` fills and submits synchronously: one object, not one per write. */
+  private readonly writeSpec = blankWriteSpec();
   private tasksIdle: Array<() => void> = [];
 
   private constructor(
@@ -512,27 +517,25 @@ export class Tessera {
   ): Promise<T> {
     const refused = this.admit();
     if (refused !== undefined) return Promise.reject(refused);
-    let spec: WriteSpec;
+    const spec = this.writeSpec;
     try {
-      spec = {
-        kind: modifier === undefined ? OpKind.Write : OpKind.Modify,
-        key: checkKey(key),
-        value: value === undefined ? undefined : this.checkValue(value),
-        expiresAtMs: deadlineOf(options, Date.now(), modifier === Modifier.Expire),
-        priority: priorityOf(options?.priority),
-        durability:
-          options?.durability === undefined ? this.config.durability : durabilityOf(options.durability),
-        wantsPrior,
-        modifier: modifier ?? Modifier.Set,
-        flags: 0,
-        arg: 0,
-        operand: undefined,
-      };
+      spec.kind = modifier === undefined ? OpKind.Write : OpKind.Modify;
+      spec.key = checkKey(key);
+      spec.value = value === undefined ? undefined : this.checkValue(value);
+      spec.expiresAtMs = deadlineOf(options, modifier === Modifier.Expire);
+      spec.priority = priorityOf(options?.priority);
+      spec.durability =
+        options?.durability === undefined ? this.config.durability : durabilityOf(options.durability);
+      spec.wantsPrior = wantsPrior;
+      spec.modifier = modifier ?? Modifier.Set;
     } catch (err) {
       return Promise.reject(err);
     }
     const deferred = new Deferred<T>();
     const error = this.dispatcher.submitWrite(spec, handler, deferred);
+    // The spec outlives the call: it must not keep the caller's buffers alive.
+    spec.key = EMPTY_KEY;
+    spec.value = undefined;
     if (error !== undefined) deferred.reject(error);
     return deferred.promise;
   }
@@ -634,12 +637,13 @@ function durabilityOf(name: string): Durability {
 }
 
 /** The absolute deadline a write carries (0 = none); `required` for EXPIRE. */
-function deadlineOf(options: WriteOptions | undefined, nowMs: number, required: boolean): number {
+function deadlineOf(options: WriteOptions | undefined, required: boolean): number {
   const ttlMs = options?.ttlMs;
   const expiresAtMs = options?.expiresAtMs;
   if (ttlMs !== undefined && expiresAtMs !== undefined)
     throw invalidInput('give ttlMs or expiresAtMs, not both');
   if (ttlMs !== undefined) {
+    const nowMs = Date.now();
     if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0 || nowMs + ttlMs > EXPIRES_AT_MS_MAX) {
       throw invalidInput(
         `ttlMs must be a positive integer number of milliseconds (got ${ttlMs}); omit it for no expiry`,

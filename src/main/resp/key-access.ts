@@ -12,7 +12,7 @@ import { OpKind, Priority, Reply } from '../../core/ops.js';
 import { expiresAtOf, valueBytesOf } from '../../core/record.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/op-codec.js';
-import { NOT_LOCAL, type WriteSpec } from '../dispatcher.js';
+import { blankWriteSpec, NOT_LOCAL } from '../dispatcher.js';
 import { resultError } from '../result-error.js';
 import type { ResultHandler } from '../worker-link.js';
 import { writeErrorText, writeFailure } from './commands.js';
@@ -129,19 +129,7 @@ export function readPart(
 }
 
 /** The shared, reusable spec for writes from the RESP server (filled and submitted synchronously). */
-const spec: WriteSpec = {
-  kind: OpKind.Write,
-  key: Buffer.alloc(0),
-  value: undefined,
-  expiresAtMs: 0,
-  priority: Priority.Default,
-  durability: 1,
-  wantsPrior: false,
-  modifier: 1,
-  flags: 0,
-  arg: 0,
-  operand: undefined,
-};
+const spec = blankWriteSpec();
 
 /** What a write answers (slot.mode for writeHandler). */
 export const WriteMode = {
