@@ -312,23 +312,25 @@ export class RingReader extends RingEnd {
       const length = this.words[offset >>> 2];
       if (length === PAD_LENGTH) {
         const padBytes = this.capacityBytes - offset;
-        if (offset === 0 || padBytes > availableBytes) assert(false, `ring pad at ${offset} is malformed`);
-        this.cursor = (this.cursor + padBytes) >>> 0;
-        continue;
-      }
-      const recordBytes = ringRecordBytes(length);
-      if (
-        !(
+        if (offset !== 0 && padBytes <= availableBytes) {
+          this.cursor = (this.cursor + padBytes) >>> 0;
+          continue;
+        }
+      } else {
+        const recordBytes = ringRecordBytes(length);
+        if (
           length <= this.payloadBytesMax &&
           offset + recordBytes <= this.capacityBytes &&
           recordBytes <= availableBytes
-        )
-      ) {
-        assert(false, `ring record at ${offset} has impossible length ${length}`);
+        ) {
+          this.cursor = (this.cursor + recordBytes) >>> 0;
+          this.recordBytes = length;
+          return offset + RING_RECORD_HEADER_BYTES;
+        }
       }
-      this.cursor = (this.cursor + recordBytes) >>> 0;
-      this.recordBytes = length;
-      return offset + RING_RECORD_HEADER_BYTES;
+      // One failure site: with a message built in two branches, the optimizer computed the offset's
+      // string once, ahead of both, for every record read.
+      assert(false, `ring record at ${offset} is malformed (length word ${length})`);
     }
   }
 

@@ -222,7 +222,22 @@ function ringTests(): void {
     writeRecord(writer, 0, 4);
     writer.publish();
     new Uint32Array(writer.bytes.buffer, RING_HEADER_BYTES, 1)[0] = 1000;
-    assert.throws(() => reader.next(), AssertionFailure);
+    assert.throws(() => reader.next(), {
+      name: AssertionFailure.name,
+      message: 'ring record at 0 is malformed (length word 1000)',
+    });
+  });
+
+  test('a pad marker where no pad can be fails the read-side assertion', () => {
+    const { writer, reader } = ringPair(64);
+    writeRecord(writer, 0, 4);
+    writer.publish();
+    // A pad fills the ring's end; at offset 0 it would skip the whole ring.
+    new Uint32Array(writer.bytes.buffer, RING_HEADER_BYTES, 1)[0] = 0xffffffff;
+    assert.throws(() => reader.next(), {
+      name: AssertionFailure.name,
+      message: 'ring record at 0 is malformed (length word 4294967295)',
+    });
   });
 
   test('publish and release notify only when the other end announced a wait', async () => {
