@@ -67,11 +67,18 @@ export class WorkerRuntime {
   private readonly active: FragmentCore[] = [];
   /** 1 for a fragment already in `active`: a per-operation check cheaper than a Set's. */
   private readonly activeMark: Uint8Array;
-  /** This turn's records (takeTurn): ring offset and length, then the copy each lies in and where. */
+  /** This turn's records (takeTurn): ring offset and length. */
   private readonly turnAt = new Int32Array(WORKER_TURN_OPS_MAX);
   private readonly turnBytes = new Int32Array(WORKER_TURN_OPS_MAX);
-  private readonly turnCopies = new Array<Buffer | undefined>(WORKER_TURN_OPS_MAX).fill(undefined);
-  private readonly turnOffsets = new Int32Array(WORKER_TURN_OPS_MAX);
+  /**
+   * This turn's copies (copyRun), one per run of neighbouring records: the copy, the index past the
+   * run's last record, and what turns a record's ring offset into its offset in the copy. Kept per
+   * run, not per record: storing a new copy into this long-lived array costs a write barrier.
+   */
+  private readonly runCopies: (Buffer | undefined)[] = [];
+  private readonly runEnds = new Int32Array(WORKER_TURN_OPS_MAX);
+  private readonly runShifts = new Int32Array(WORKER_TURN_OPS_MAX);
+  private runCount = 0;
   /** The memory of the copy being decoded and where the copy starts in it. */
   private copyMemory: ArrayBufferLike = new ArrayBuffer(0);
   private copyByteOffset = 0;
@@ -165,20 +172,20 @@ export class WorkerRuntime {
   private onBatch(): void {
     const nowMs = Date.now();
     this.turnNowMs = nowMs;
-    const count = this.takeTurn();
-    const copies = this.turnCopies;
-    let current: Buffer | undefined;
-    for (let i = 0; i < count; i++) {
-      const copy = copies[i]!;
-      if (copy !== current) {
-        current = copy;
-        // Views of the copy are made from its memory directly: a Buffer's `buffer` and `byteOffset`
-        // are calls into the runtime, once per copy here instead of twice per view.
-        this.copyMemory = copy.buffer;
-        this.copyByteOffset = copy.byteOffset;
-      }
-      this.decode(copy, this.turnOffsets[i], this.turnBytes[i]);
-      copies[i] = undefined;
+    this.takeTurn();
+    const at = this.turnAt;
+    const bytes = this.turnBytes;
+    const copies = this.runCopies;
+    let i = 0;
+    for (let r = 0; r < this.runCount; r++) {
+      const copy = copies[r]!;
+      copies[r] = undefined;
+      // Views of the copy are made from its memory directly: a Buffer's `buffer` and `byteOffset`
+      // are calls into the runtime, once per copy here instead of twice per view.
+      this.copyMemory = copy.buffer;
+      this.copyByteOffset = copy.byteOffset;
+      const shift = this.runShifts[r];
+      for (const end = this.runEnds[r]; i < end; i++) this.decode(copy, at[i] + shift, bytes[i]);
     }
     this.runActive(nowMs);
   }
@@ -189,7 +196,7 @@ export class WorkerRuntime {
    * served asynchronously). Neighbouring records share one copy; a large one gets its own, so a small
    * record kept long (in a replication backlog) never holds a large one's memory.
    */
-  private takeTurn(): number {
+  private takeTurn(): void {
     const reader = this.reader;
     const at = this.turnAt;
     const bytes = this.turnBytes;
@@ -200,6 +207,7 @@ export class WorkerRuntime {
       bytes[count] = reader.recordBytes;
       count++;
     }
+    this.runCount = 0;
     let run = 0;
     for (let i = 0; i < count; i++) {
       const large = bytes[i] > SHARED_COPY_RECORD_BYTES_MAX;
@@ -215,7 +223,6 @@ export class WorkerRuntime {
     }
     if (run < count) this.copyRun(run, count);
     reader.release();
-    return count;
   }
 
   /** One copy of the ring bytes from record `first` to the end of record `end - 1`. */
@@ -228,10 +235,10 @@ export class WorkerRuntime {
     const copy = Buffer.allocUnsafe(stop - start + SHARED_COPY_ALIGN - 1);
     const skew = (ring.byteOffset + start - copy.byteOffset) & (SHARED_COPY_ALIGN - 1);
     ring.copy(copy, skew, start, stop);
-    for (let i = first; i < end; i++) {
-      this.turnCopies[i] = copy;
-      this.turnOffsets[i] = this.turnAt[i] - start + skew;
-    }
+    const r = this.runCount++;
+    this.runCopies[r] = copy;
+    this.runEnds[r] = end;
+    this.runShifts[r] = skew - start;
   }
 
   private decode(buf: Buffer, at: number, length: number): void {
