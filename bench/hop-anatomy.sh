@@ -33,14 +33,7 @@ done
 [ -f dist/main.js ] || { log "hop-anatomy: dist/ is missing; run npm run build first"; exit 2; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-hop-anatomy.XXXXXX")
-SERVER_PID=
-cleanup() {
-  [ -n "$SERVER_PID" ] && stop_server
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir hop-anatomy
 
 # One line per thread of SERVER_PID: "main|other ticks voluntary-switches" (ticks: user + system).
 # The thread name may hold spaces, so /proc/…/stat is read from after its closing parenthesis.

@@ -55,17 +55,7 @@ if [ ! -f dist/main.js ] || [ -n "$(find src -name '*.ts' -newer dist/main.js -p
   npm run --silent build >&2
 fi
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-redis-compare.XXXXXX")
-SERVER_PID=
-cleanup() {
-  if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir redis-compare
 
 # Starts redis-server with the persistence flags of pair $1; sets SERVER_PID and PORT.
 start_redis() {

@@ -5,6 +5,8 @@
 #   start_redis_server DIR FLAGS…   runs redis-server in DIR (its log in DIR/redis.log, no RDB
 #                                   snapshots) with FLAGS; sets SERVER_PID and PORT
 #   stop_server                     SIGTERM to SERVER_PID, waits for it, clears it
+#   bench_workdir NAME              sets TMP to a new temp directory, removed on exit together with
+#                                   any server still running
 #
 # A start that fails (the server exits, or is not ready in SERVER_READY_TIMEOUT_S) prints the
 # server's log and returns 1.
@@ -52,4 +54,16 @@ stop_server() {
   kill -TERM "$SERVER_PID" 2>/dev/null || true
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=
+}
+
+bench_workdir() {
+  TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-$1.XXXXXX")
+  SERVER_PID=
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+
+bench_cleanup() {
+  if [ -n "$SERVER_PID" ]; then stop_server; fi
+  rm -rf "$TMP"
 }

@@ -42,14 +42,7 @@ if [ ! -f .build/bench/embedded.bench.js ] || [ ! -f dist/main.js ]; then
   exit 2
 fi
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-worker-scaling.XXXXXX")
-SERVER_PID=
-cleanup() {
-  [ -n "$SERVER_PID" ] && stop_server
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_workdir worker-scaling
 
 log "worker-scaling: $(nproc) cores, node $(node --version), workers: $WORKERS_LIST"
 for w in $WORKERS_LIST; do
