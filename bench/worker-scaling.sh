@@ -7,8 +7,10 @@
 # each table under a heading; then, for each store in SCALING_STORES and each W, a fresh node at
 # `store` durability under `redis-benchmark -t set,get -P 16 -c 50 -r 100000 -d 100 -n SCALING_N`,
 # with the node's CPU time (user + system), in one table: the memory store has no write lock, so
-# it tells the main thread's share of the scaling from LMDB's. Compare ratios and Tessera's own
-# rows across W, not absolute figures across machines.
+# it tells the main thread's share of the scaling from LMDB's; last, bench/hop-anatomy.sh (one
+# worker: an unpipelined request's CPU and sleeps per server thread, against redis-server), which
+# tells what a thread hop costs on the machine. Compare ratios and Tessera's own rows across W, not
+# absolute figures across machines.
 #
 #   npm run build && npm run build:test && bash bench/worker-scaling.sh
 #   SCALING_WORKERS="1 2 4 8 15" BENCH_CLIENT_THREADS=4 bash bench/worker-scaling.sh
@@ -56,7 +58,17 @@ for w in $WORKERS_LIST; do
   TESSERA_BENCH_MS=${SCALING_EMBEDDED_MS:-500} node .build/bench/embedded.bench.js "$w"
 done
 
-[ -n "$STORES" ] || exit 0
+anatomy() {
+  echo
+  echo "### Where an unpipelined request's time goes (bench/hop-anatomy.sh, one worker)"
+  echo
+  ANATOMY_WORKERS=1 bash bench/hop-anatomy.sh
+}
+
+if [ -z "$STORES" ]; then
+  anatomy
+  exit 0
+fi
 TICKS_PER_S=$(getconf CLK_TCK)
 echo
 echo "### Fresh nodes by worker count (\`store\` durability, SET / GET -P 16, -n $N)"
@@ -80,3 +92,4 @@ for store in $STORES; do
     printf '| %s | %s | %.0f | %.0f | %s |\n' "$store" "$w" "${set_rps:-0}" "${get_rps:-0}" "$cpu"
   done
 done
+anatomy
