@@ -298,9 +298,10 @@ export class WorkerRuntime {
       recordAt < bodyEnd ? new Uint8Array(memory, base + recordAt, bodyEnd - recordAt) : EMPTY_KEY;
     const priority = requestPriority(buf, at);
     const durability = requestDurability(buf, at);
+    const wantsPrior = requestWantsPrior(buf, at);
     if (
       kind === OpKind.Write &&
-      !requestWantsPrior(buf, at) &&
+      !wantsPrior &&
       core.tryDirectWrite(reqId, priority, durability, key, record, this.turnNowMs)
     ) {
       this.activate(core);
@@ -308,7 +309,7 @@ export class WorkerRuntime {
     }
     const op = new FragmentOp(kind, reqId, priority, durability, key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
-    op.wantsPrior = requestWantsPrior(buf, at);
+    op.wantsPrior = wantsPrior;
     if (params !== undefined) {
       op.modifier = params.modifier;
       op.flags = params.flags;

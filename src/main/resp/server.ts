@@ -174,7 +174,10 @@ export class RespServer {
       ['maxmemory-policy', 'noeviction'],
       ['appendonly', s.durability === Durability.Memory ? 'no' : 'yes'],
       // The durability levels' Redis counterparts (README "Durability").
-      ['appendfsync', s.durability === 2 ? 'always' : s.durability === 1 ? 'everysec' : 'no'],
+      [
+        'appendfsync',
+        s.durability === Durability.Stable ? 'always' : s.durability === Durability.Store ? 'everysec' : 'no',
+      ],
       ['save', ''],
       ['timeout', '0'],
       ['tcp-keepalive', '0'],
