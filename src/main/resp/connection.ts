@@ -196,19 +196,25 @@ export class RespConnection {
 
   /** Executes every complete command the parser holds, until the in-flight bound pauses reading. */
   private drainCommands(): void {
-    for (;;) {
-      if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {
-        this.pause();
-        break;
+    const dispatcher = this.server.node.dispatcher;
+    this.lastCommandAtMs = dispatcher.holdClock();
+    try {
+      for (;;) {
+        if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {
+          this.pause();
+          break;
+        }
+        const command = this.parser.next();
+        if (command === null) break;
+        if (command instanceof RespProtocolError) {
+          this.protocolError(command);
+          return;
+        }
+        this.execute(command);
+        if (this.closeAfterFlush || this.closed) break;
       }
-      const command = this.parser.next();
-      if (command === null) break;
-      if (command instanceof RespProtocolError) {
-        this.protocolError(command);
-        return;
-      }
-      this.execute(command);
-      if (this.closeAfterFlush || this.closed) break;
+    } finally {
+      dispatcher.releaseClock();
     }
     if (this.parser.bufferedBytes > RESP_CLIENT_BUFFER_BYTES_MAX) {
       this.server.logger.warn(
@@ -225,7 +231,6 @@ export class RespConnection {
     const w = this.syncWriter();
     const before = this.tail;
     const answeredNow = executeCommand(this, command, w);
-    this.lastCommandAtMs = Date.now();
     if (!answeredNow) return;
     assert(before === this.tail, 'a command both answered and deferred');
     // Answered at once, but behind replies still pending: park it in its own slot.
