@@ -139,7 +139,7 @@ export class Dispatcher {
   /** Commit epoch the snapshot was last renewed at. */
   private snapshotEpoch = -1;
   private cluster: ClusterRouter | undefined;
-  /** The wall clock held for a batch of commands (`holdClock`), or 0: each caller reads it. */
+  /** The wall clock `nowMs` read for the current synchronous run of calls, or 0. */
   private heldNowMs = 0;
 
   constructor(
@@ -308,24 +308,22 @@ export class Dispatcher {
   }
 
   /**
-   * Reads the wall clock once for a batch of client commands run back to back (what one socket read
-   * brought): their stamps and expiry checks share the reading — the batch takes microseconds, and
-   * the HLC keeps stamps increasing — instead of paying a clock read each (~50 ns). Returns it;
-   * `releaseClock` ends the batch.
+   * Wall-clock ms, read once per synchronous run of calls (the commands of one socket read, an
+   * application's burst of puts) and shared by their stamps and expiry checks, like Redis's cached
+   * time: a run takes microseconds and the HLC keeps stamps increasing, while a clock read costs
+   * ~50 ns. The reading is dropped at the next microtask checkpoint.
    */
-  holdClock(): number {
-    this.heldNowMs = Date.now();
+  nowMs(): number {
+    if (this.heldNowMs === 0) {
+      this.heldNowMs = Date.now();
+      queueMicrotask(this.releaseClock);
+    }
     return this.heldNowMs;
   }
 
-  releaseClock(): void {
+  private readonly releaseClock = (): void => {
     this.heldNowMs = 0;
-  }
-
-  /** Wall-clock ms: the held reading inside a batch, else a fresh one. */
-  private nowMs(): number {
-    return this.heldNowMs !== 0 ? this.heldNowMs : Date.now();
-  }
+  };
 
   /**
    * Stamps and sends a write or modification; the result reaches `handler`. Returns an error instead

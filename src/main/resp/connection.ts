@@ -196,25 +196,20 @@ export class RespConnection {
 
   /** Executes every complete command the parser holds, until the in-flight bound pauses reading. */
   private drainCommands(): void {
-    const dispatcher = this.server.node.dispatcher;
-    this.lastCommandAtMs = dispatcher.holdClock();
-    try {
-      for (;;) {
-        if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {
-          this.pause();
-          break;
-        }
-        const command = this.parser.next();
-        if (command === null) break;
-        if (command instanceof RespProtocolError) {
-          this.protocolError(command);
-          return;
-        }
-        this.execute(command);
-        if (this.closeAfterFlush || this.closed) break;
+    this.lastCommandAtMs = this.server.node.dispatcher.nowMs();
+    for (;;) {
+      if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {
+        this.pause();
+        break;
       }
-    } finally {
-      dispatcher.releaseClock();
+      const command = this.parser.next();
+      if (command === null) break;
+      if (command instanceof RespProtocolError) {
+        this.protocolError(command);
+        return;
+      }
+      this.execute(command);
+      if (this.closeAfterFlush || this.closed) break;
     }
     if (this.parser.bufferedBytes > RESP_CLIENT_BUFFER_BYTES_MAX) {
       this.server.logger.warn(
