@@ -46,6 +46,7 @@ import {
   writeScanRequest,
 } from '../threads/op-codec.js';
 import type { NodeConfig } from './config.js';
+import { TurnClock } from './turn-clock.js';
 import { type ResultHandler, WorkerLink } from './worker-link.js';
 
 /** A write or read-modify-write, as a caller fills it in (RESP connections reuse one). */
@@ -139,8 +140,8 @@ export class Dispatcher {
   /** Commit epoch the snapshot was last renewed at. */
   private snapshotEpoch = -1;
   private cluster: ClusterRouter | undefined;
-  /** The wall clock `nowMs` read for the current synchronous run of calls, or 0. */
-  private heldNowMs = 0;
+  /** The wall clock of stamps and expiry checks on request paths. */
+  readonly turnClock = new TurnClock();
 
   constructor(
     private readonly config: NodeConfig,
@@ -278,7 +279,7 @@ export class Dispatcher {
     if (stampAt === -1) return this.submitEncoded(fragment, request, handler, token);
     const stamp = request.subarray(stampAt);
     const wallMs = wallMsOf(stamp);
-    const nowMs = Date.now();
+    const nowMs = this.turnClock.nowMs();
     if (!this.clock.observe(wallMs, logicalOf(stamp), nowMs)) {
       return invalidInput(
         `forwarded timestamp ${wallMs} is more than maxClockSkewMs=${this.config.maxClockSkewMs} ahead of this node's clock`,
@@ -308,24 +309,6 @@ export class Dispatcher {
   }
 
   /**
-   * Wall-clock ms, read once per synchronous run of calls (the commands of one socket read, an
-   * application's burst of puts) and shared by their stamps and expiry checks, like Redis's cached
-   * time: a run takes microseconds and the HLC keeps stamps increasing, while a clock read costs
-   * ~50 ns. The reading is dropped at the next microtask checkpoint.
-   */
-  nowMs(): number {
-    if (this.heldNowMs === 0) {
-      this.heldNowMs = Date.now();
-      queueMicrotask(this.releaseClock);
-    }
-    return this.heldNowMs;
-  }
-
-  private readonly releaseClock = (): void => {
-    this.heldNowMs = 0;
-  };
-
-  /**
    * Stamps and sends a write or modification; the result reaches `handler`. Returns an error instead
    * when the owning worker cannot take it (gone, or too far behind). The caller has checked the
    * key and value sizes.
@@ -337,7 +320,7 @@ export class Dispatcher {
     const fragment = this.keyspace.fragmentOf(spec.key);
     const link = this.linkOf(fragment);
     if (!link.canAccept()) return link.refusal();
-    this.clock.tick(this.nowMs());
+    this.clock.tick(this.turnClock.nowMs());
     const modify = spec.kind === OpKind.Modify;
     const paramBytes = modify ? MODIFY_PARAMS_BYTES + (spec.operand?.length ?? 0) : 0;
     const bytes = requestBytes(
@@ -390,7 +373,7 @@ export class Dispatcher {
       this.snapshotEpoch = epoch;
     }
     const record = snapshot.get(fragment, key);
-    return record !== undefined && isLive(record, this.nowMs()) ? record : undefined;
+    return record !== undefined && isLive(record, this.turnClock.nowMs()) ? record : undefined;
   }
 
   /**

@@ -196,7 +196,7 @@ export class RespConnection {
 
   /** Executes every complete command the parser holds, until the in-flight bound pauses reading. */
   private drainCommands(): void {
-    this.lastCommandAtMs = this.server.node.dispatcher.nowMs();
+    this.lastCommandAtMs = this.server.node.dispatcher.turnClock.nowMs();
     for (;;) {
       if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {
         this.pause();
