@@ -42,5 +42,10 @@ export function readU48BE(b: Uint8Array, at: number): number {
 
 /** Bytes as a string of one character per byte: an exact identity for a Map key. */
 export function latin1(bytes: Uint8Array): string {
-  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('latin1');
+  return asBuffer(bytes).toString('latin1');
+}
+
+/** The bytes as a Buffer: themselves if they are one, else a view of the same memory (no copy). */
+export function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
 }

@@ -11,6 +11,7 @@
 
 import { randomInt } from 'node:crypto';
 import type { Logger } from 'pino';
+import { asBuffer } from '../core/bytes.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
@@ -570,10 +571,6 @@ export class WorkerReplication {
       this.send(member, { reconcileData: { fragment: f.fragment, pageSeq, ...page, maxWallMs } });
     }
   }
-}
-
-function asBuffer(bytes: Uint8Array): Buffer {
-  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
 }
 
 function roundKey(member: number, fragment: number): string {
