@@ -54,7 +54,7 @@ type LevelDb = ClassicLevel<Buffer, Buffer>;
 /**
  * A commit's writes to one group. A chained batch copies each key and value into LevelDB's write
  * batch as it is added, so the caller's buffers (and the key scratch) are free at once; an array
- * batch cost ~4× as much per write (abstract-level clones each operation object, and that clone's
+ * batch cost 4–6× as much per write (abstract-level clones each operation object, and that clone's
  * map changes from call to call).
  */
 type LevelBatch = ChainedBatch<LevelDb, Buffer, Buffer>;
