@@ -67,14 +67,18 @@ export interface WriteSpec {
   operand: Uint8Array | undefined;
 }
 
+/** What a reused spec's buffers are between writes. */
+const NO_BYTES = new Uint8Array(0);
+
 /**
  * A blank spec, for a caller that fills one and submits it synchronously, call after call
- * (`submitWrite` copies what it needs into the ring): one object, not one per write.
+ * (`submitWrite` copies what it needs into the ring): one object, not one per write. After each
+ * submit the caller hands it to `releaseWriteSpec`.
  */
 export function blankWriteSpec(): WriteSpec {
   return {
     kind: OpKind.Write,
-    key: Buffer.alloc(0),
+    key: NO_BYTES,
     value: undefined,
     expiresAtMs: 0,
     priority: Priority.Default,
@@ -85,6 +89,13 @@ export function blankWriteSpec(): WriteSpec {
     arg: 0,
     operand: undefined,
   };
+}
+
+/** Drops a reused spec's buffers once submitted, so the spec keeps no caller's bytes alive. */
+export function releaseWriteSpec(spec: WriteSpec): void {
+  spec.key = NO_BYTES;
+  spec.value = undefined;
+  spec.operand = undefined;
 }
 
 /** Runs an anti-entropy span read in the background pool. */

@@ -31,7 +31,7 @@ import { bindStore } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
-import { blankWriteSpec, Dispatcher, NOT_LOCAL } from './dispatcher.js';
+import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
 import { Cluster } from './mesh/cluster.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
@@ -137,9 +137,6 @@ export interface CloseOptions {
 
 /** How often a replication drain checks the senders. */
 const DRAIN_POLL_MS = 50;
-
-/** What the write spec holds between writes, so it keeps no caller's key alive. */
-const EMPTY_KEY = new Uint8Array(0);
 
 /** A promise whose settlement is driven by a ResultHandler. */
 class Deferred<T> {
@@ -533,9 +530,7 @@ export class Tessera {
     }
     const deferred = new Deferred<T>();
     const error = this.dispatcher.submitWrite(spec, handler, deferred);
-    // The spec outlives the call: it must not keep the caller's buffers alive.
-    spec.key = EMPTY_KEY;
-    spec.value = undefined;
+    releaseWriteSpec(spec);
     if (error !== undefined) deferred.reject(error);
     return deferred.promise;
   }

@@ -392,6 +392,10 @@ export class WorkerRuntime {
   }
 
   private commit(commits: CommitAction[]): void {
+    if (this.commitFailuresToInject > 0) {
+      this.commitFailuresToInject--;
+      return this.committed(commits, new Error('commit failed on request (test hook)'));
+    }
     const writes: FragmentWrites[] = commits.map((c) => ({
       fragment: c.fragment,
       puts: c.puts,
@@ -399,10 +403,6 @@ export class WorkerRuntime {
       highWaterWallMs: c.highWaterWallMs,
     }));
     let result: void | Promise<void>;
-    if (this.commitFailuresToInject > 0) {
-      this.commitFailuresToInject--;
-      return this.committed(commits, new Error('commit failed on request (test hook)'));
-    }
     try {
       result = this.store.commit(writes);
     } catch (err) {

@@ -12,7 +12,7 @@ import { OpKind, Priority, Reply } from '../../core/ops.js';
 import { expiresAtOf, valueBytesOf } from '../../core/record.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/op-codec.js';
-import { blankWriteSpec, NOT_LOCAL } from '../dispatcher.js';
+import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec } from '../dispatcher.js';
 import { resultError } from '../result-error.js';
 import type { ResultHandler } from '../worker-link.js';
 import { writeErrorText, writeFailure } from './commands.js';
@@ -238,9 +238,7 @@ function submit(
   spec.operand = operand;
   const token = handler === partWriteHandler ? new PartToken(slot, 0, 0) : slot;
   const error = conn.server.node.dispatcher.submitWrite(spec, handler as ResultHandler<unknown>, token);
-  spec.key = EMPTY;
-  spec.value = undefined;
-  spec.operand = undefined;
+  releaseWriteSpec(spec);
   if (error !== undefined) {
     if (token instanceof PartToken) {
       slot.error ??= error.message;
