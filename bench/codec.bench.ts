@@ -1,7 +1,8 @@
 // The record codec: encoding a write request (header + versioned record) into ring memory, and
-// decoding the fields the worker reads back out; and the replication batch, encoded and read by
+// decoding the fields the worker reads back out; a large value's copy into shared ring memory; and the replication batch, encoded and read by
 // hand (src/core/replication-wire.ts) against protobufjs on the same bytes.
 
+import { copyBytes } from '../src/core/bytes.js';
 import { RECORD_HEADER_BYTES, recordBytes, wallMsOf, writeRecordHeader } from '../src/core/record.js';
 import { encodeReplicateBatch, readReplicateBatch } from '../src/core/replication-wire.js';
 import {
@@ -15,6 +16,7 @@ import { decodeEnvelope, encodeEnvelope } from '../src/threads/peer-messages.js'
 import { type BenchRow, formatTable, isMain, runTasks } from './common.js';
 
 const BATCH = 1000;
+const LARGE_VALUE_BYTES = 4096;
 /**
  * The replication-batch tasks allocate ~80 KiB a call, so a garbage collection landing in one
  * task's single window swung its figure 6× between runs: they take turns in rounds instead
@@ -58,6 +60,16 @@ export async function codecBench(): Promise<BenchRow[]> {
       sink += (JSON.parse(s) as { reqId: number }).reqId;
     }
   };
+  // A 4 KiB value from a socket read, copied into ring memory at an offset that differs from its
+  // own mod 8 (a record's value lands wherever its key length puts it).
+  const sharedRing = Buffer.from(new SharedArrayBuffer(LARGE_VALUE_BYTES * BATCH + 8));
+  const largeValue = Buffer.alloc(LARGE_VALUE_BYTES + 3, 9).subarray(3);
+  const copyWithSet = () => {
+    for (let i = 0, at = 1; i < BATCH; i++, at += LARGE_VALUE_BYTES) sharedRing.set(largeValue, at);
+  };
+  const copyWithCopyBytes = () => {
+    for (let i = 0, at = 1; i < BATCH; i++, at += LARGE_VALUE_BYTES) copyBytes(sharedRing, at, largeValue);
+  };
   const rows = await runTasks('codec', [
     {
       name: 'encode write request (100 B value)',
@@ -67,6 +79,13 @@ export async function codecBench(): Promise<BenchRow[]> {
     },
     { name: 'decode request header', opsPerCall: BATCH, fn: decode, baseline: 'JSON encode+decode' },
     { name: 'JSON encode+decode', opsPerCall: BATCH, fn: json },
+    {
+      name: 'copy 4 KiB value into the ring (copyBytes)',
+      opsPerCall: BATCH,
+      fn: copyWithCopyBytes,
+      baseline: 'copy 4 KiB value into the ring (typed-array set)',
+    },
+    { name: 'copy 4 KiB value into the ring (typed-array set)', opsPerCall: BATCH, fn: copyWithSet },
   ]);
   // A full replication batch: 512 writes of a 16-byte key and a 130-byte record (ops/s = writes).
   const ops = Array.from({ length: 512 }, (_, i) => ({

@@ -7,6 +7,7 @@
 import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { Bench } from 'tinybench';
+import { copyBytes } from '../src/core/bytes.js';
 import { RING_BYTES_MIN } from '../src/core/limits.js';
 import { createRing, RingReader, RingWriter } from '../src/threads/ring.js';
 import type { RingBenchAck, RingBenchWorkerInput } from './ring-bench-worker.js';
@@ -60,7 +61,7 @@ function ringHarness(records: Uint8Array[]): Harness {
         await writer.waitForSpace(record.length);
         offset = writer.reserve(record.length);
       }
-      writer.bytes.set(record, offset);
+      copyBytes(writer.bytes, offset, record);
       writer.commit();
     }
     writer.publish(); // one wake-up for the whole batch

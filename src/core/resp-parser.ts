@@ -38,6 +38,7 @@
 // buffer, grown in 4 KiB steps.
 
 import { assert } from './assert.js';
+import { copyRange } from './bytes.js';
 import { ErrorKind, TesseraError } from './errors.js';
 import {
   RESP_BULK_BYTES_MAX,
@@ -159,7 +160,7 @@ export class RespCommand {
 
   /** Copies argument `i` into `target` at `at`; returns the bytes copied. Allocates nothing. */
   copyArg(i: number, target: Uint8Array, at: number): number {
-    return this.bufs[i].copy(target, at, this.starts[i], this.ends[i]);
+    return copyRange(this.bufs[i], this.starts[i], this.ends[i], target, at);
   }
 
   /** @internal parser side */

@@ -7,6 +7,7 @@
 // except for doubles and bigints.
 
 import { assert } from './assert.js';
+import { copyBytes, copyRange } from './bytes.js';
 
 /** Initial output buffer: Redis's per-client static reply buffer (PROTO_REPLY_CHUNK_BYTES) is 16 KiB too. */
 export const RESP_WRITER_INITIAL_BYTES = 16 * 1024;
@@ -160,8 +161,7 @@ export class RespWriter {
     } else {
       this.header(0x24, value.length);
       this.reserve(value.length + 2);
-      this.buf.set(value, this.len);
-      this.len += value.length;
+      this.len += copyBytes(this.buf, this.len, value);
     }
     this.crlf();
   }
@@ -170,7 +170,7 @@ export class RespWriter {
   bulkRange(source: Buffer, start: number, end: number): void {
     this.header(0x24, end - start);
     this.reserve(end - start + 2);
-    this.len += source.copy(this.buf, this.len, start, end);
+    this.len += copyRange(source, start, end, this.buf, this.len);
     this.crlf();
   }
 
@@ -224,8 +224,7 @@ export class RespWriter {
   /** Pre-encoded bytes (a constant reply, or a reply encoded elsewhere). */
   raw(bytes: Uint8Array): void {
     this.reserve(bytes.length);
-    this.buf.set(bytes, this.len);
-    this.len += bytes.length;
+    this.len += copyBytes(this.buf, this.len, bytes);
   }
 
   // ── Encoding helpers ───────────────────────────────────────────────────────────────────────

@@ -6,7 +6,7 @@
 
 import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
-import { writeU32LE } from '../core/bytes.js';
+import { copyBytes, writeU32LE } from '../core/bytes.js';
 import { invalidInput, storageError, type TesseraError } from '../core/errors.js';
 import type { FragmentStats } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
@@ -267,7 +267,7 @@ export class Dispatcher {
     const link = this.workerLinkOf(fragment);
     if (!link.canAccept()) return link.refusal();
     const at = link.begin(handler, token, request.length);
-    link.buffer.set(request, at);
+    copyBytes(link.buffer, at, request);
     link.buffer.writeUInt32LE(link.reqId, at + 4);
     link.end();
     return undefined;
@@ -314,7 +314,7 @@ export class Dispatcher {
       expiresAtOf(stamp),
       this.nodeIdBytes,
     );
-    buf.set(value, p);
+    copyBytes(buf, p, value);
     link.end();
     return undefined;
   }
@@ -363,7 +363,7 @@ export class Dispatcher {
       spec.expiresAtMs,
       this.nodeIdBytes,
     );
-    if (valueBytes > 0) buf.set(spec.value!, p);
+    if (valueBytes > 0) copyBytes(buf, p, spec.value!);
     link.end();
     return undefined;
   }

@@ -4,7 +4,7 @@
 
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import { readU32LE, writeU32LE } from '../core/bytes.js';
+import { copyBytes, readU32LE, writeU32LE } from '../core/bytes.js';
 import { backpressure, internalError, shuttingDown, type TesseraError } from '../core/errors.js';
 import {
   REQUEST_PUBLISH_RECORDS,
@@ -152,7 +152,7 @@ export class WorkerLink {
   sendPeerFrame(member: number, envelope: Uint8Array): void {
     const at = this.outbox.reserve(PEER_HEADER_BYTES + envelope.length);
     this.buffer = this.outbox.buffer;
-    this.buffer.set(envelope, writePeerHeader(this.buffer, at, RequestKind.PeerFrame, 0, member));
+    copyBytes(this.buffer, writePeerHeader(this.buffer, at, RequestKind.PeerFrame, 0, member), envelope);
     this.end();
   }
 

@@ -40,7 +40,7 @@
 //   8  …    count u32 reqIds
 
 import { assert } from '../core/assert.js';
-import { readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
+import { copyBytes, readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
 import { isErrorKind } from '../core/errors.js';
 import {
   KEY_BYTES_MAX,
@@ -176,7 +176,7 @@ export function writeModifyParams(
   writeU32LE(buf, at + 2, arg);
   const n = operand?.length ?? 0;
   writeU16LE(buf, at + 6, n);
-  if (n > 0) buf.set(operand!, at + MODIFY_PARAMS_BYTES);
+  if (n > 0) copyBytes(buf, at + MODIFY_PARAMS_BYTES, operand!);
   return at + MODIFY_PARAMS_BYTES + n;
 }
 
@@ -445,7 +445,7 @@ export function readPoolSpanResult(
 function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): number {
   const n = bytes?.length ?? 0;
   buf.writeUInt16LE(n, at);
-  if (n > 0) buf.set(bytes!, at + 2);
+  if (n > 0) copyBytes(buf, at + 2, bytes!);
   return at + 2 + n;
 }
 
@@ -529,7 +529,7 @@ export function writeScanPage(
     p = writeBytes16(buf, p, e.key);
     const n = e.record?.length ?? 0;
     buf.writeUInt32LE(n, p);
-    if (n > 0) buf.set(e.record!, p + 4);
+    if (n > 0) copyBytes(buf, p + 4, e.record!);
     p += 4 + n;
   }
   return p;

@@ -3,6 +3,7 @@
 // order, as the consumer frees space. Nothing is dropped or overwritten; callers bound how much
 // may overflow (`overflowRecords`).
 
+import { copyBytes } from '../core/bytes.js';
 import { type RingWriter, ringClosedError } from './ring.js';
 
 export class RingOutbox {
@@ -78,7 +79,7 @@ export class RingOutbox {
           await this.writer.waitForSpace(record.length);
           continue;
         }
-        record.copy(this.writer.bytes, at);
+        copyBytes(this.writer.bytes, at, record);
         this.writer.commit(record.length);
         this.published++;
         this.overflow[this.overflowHead++] = undefined!;

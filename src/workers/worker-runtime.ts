@@ -5,7 +5,7 @@
 
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
-import { writeU32LE } from '../core/bytes.js';
+import { copyBytes, copyRange, writeU32LE } from '../core/bytes.js';
 import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.js';
 import { type CommitAction, type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
 import { CLEAN_PAGE_KEYS_MAX, RESULT_ACKS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
@@ -234,7 +234,7 @@ export class WorkerRuntime {
     // byte by byte otherwise (~8× slower): the copy starts at the ring bytes' own alignment.
     const copy = Buffer.allocUnsafe(stop - start + SHARED_COPY_ALIGN - 1);
     const skew = (ring.byteOffset + start - copy.byteOffset) & (SHARED_COPY_ALIGN - 1);
-    ring.copy(copy, skew, start, stop);
+    copyRange(ring, start, stop, copy, skew);
     const r = this.runCount++;
     this.runCopies[r] = copy;
     this.runEnds[r] = end;
@@ -505,7 +505,7 @@ export class WorkerRuntime {
       const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
       const buf = this.outbox.buffer;
       const p = writeResultHeader(buf, at, reply, detail, op.reqId);
-      buf.set(record.subarray(0, n), p);
+      copyRange(record, 0, n, buf, p);
       this.outbox.commit();
     } else if (op.text !== '') {
       this.text(reply, detail, op.reqId, op.text);
@@ -679,7 +679,7 @@ export class WorkerRuntime {
   private sendPeerFrame(member: number, envelope: Uint8Array): void {
     const at = this.outbox.reserve(PEER_HEADER_BYTES + envelope.length);
     const buf = this.outbox.buffer;
-    buf.set(envelope, writePeerHeader(buf, at, ResultKind.PeerFrame, 0, member));
+    copyBytes(buf, writePeerHeader(buf, at, ResultKind.PeerFrame, 0, member), envelope);
     this.outbox.commit();
     this.schedulePublish();
   }

@@ -5,7 +5,7 @@
 // to the worker that owns the fragment as bytes; only their routing fields are read here.
 
 import type { Logger } from 'pino';
-import { readU16LE, readU32LE, writeU32LE } from '../../core/bytes.js';
+import { copyRange, readU16LE, readU32LE, writeU32LE } from '../../core/bytes.js';
 import { networkError, type TesseraError, truncateErrorMessage } from '../../core/errors.js';
 import { MAX_FORWARD_HOPS, ringRecordBytesMax } from '../../core/limits.js';
 import {
@@ -298,7 +298,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private answer(origin: Origin, buf: Buffer, at: number, length: number): void {
     const batch = this.results[origin.member];
     const p = batch.reserve(length);
-    buf.copy(batch.buffer, p, at, at + length);
+    copyRange(buf, at, at + length, batch.buffer, p);
     writeU32LE(batch.buffer, p + 4, origin.reqId);
     if (!this.resultsFlushScheduled) {
       this.resultsFlushScheduled = true;
