@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a request's time goes: Tessera (lmdb, `store`) and redis-server (AOF everysec) under
-# `redis-benchmark -t OP -P P -c C -r 100000 -d 100 -n N`, with each server thread's CPU time and
+# `redis-benchmark -t OP -P P -c C -r 100000 -d D -n N`, with each server thread's CPU time and
 # sleeps per request, read from /proc (Linux) around each run, and the client's own CPU time.
 #
 # A Tessera SET crosses four thread wake-ups (client → main thread → worker → main thread →
@@ -14,10 +14,11 @@
 #   npm run build && bash bench/hop-anatomy.sh
 #   ANATOMY_CLIENTS="1 50" ANATOMY_N=50000 bash bench/hop-anatomy.sh
 #   ANATOMY_PIPELINE=16 ANATOMY_CLIENTS=50 ANATOMY_N=400000 bash bench/hop-anatomy.sh
+#   ANATOMY_PIPELINE=16 ANATOMY_CLIENTS=50 ANATOMY_VALUE_BYTES=4096 bash bench/hop-anatomy.sh
 #
 # Environment: ANATOMY_CLIENTS (default "1 50"), ANATOMY_N (requests per run, default 20000),
-# ANATOMY_PIPELINE (requests per client in flight, default 1), ANATOMY_WORKERS (Tessera worker
-# threads, default 1).
+# ANATOMY_PIPELINE (requests per client in flight, default 1), ANATOMY_VALUE_BYTES (SET value
+# size, default 100), ANATOMY_WORKERS (Tessera worker threads, default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/servers.sh
@@ -27,6 +28,7 @@ CLIENTS_LIST=${ANATOMY_CLIENTS:-1 50}
 N=${ANATOMY_N:-20000}
 PIPELINE=${ANATOMY_PIPELINE:-1}
 WORKERS=${ANATOMY_WORKERS:-1}
+VALUE_BYTES=${ANATOMY_VALUE_BYTES:-100}
 WARM_N=200000
 
 log() { printf '%s\n' "$*" >&2; }
@@ -79,11 +81,11 @@ client_per_request() {
 declare -A RPS ROW
 run_server() {
   local server=$1 c op out rps
-  redis-benchmark -h 127.0.0.1 -p "$PORT" -t set -P 16 -c 50 -r 100000 -d 100 -n "$WARM_N" -q >/dev/null
+  redis-benchmark -h 127.0.0.1 -p "$PORT" -t set -P 16 -c 50 -r 100000 -d "$VALUE_BYTES" -n "$WARM_N" -q >/dev/null
   for c in $CLIENTS_LIST; do
     for op in set get; do
       thread_stats >"$TMP/before"
-      { time redis-benchmark -h 127.0.0.1 -p "$PORT" -t "$op" -P "$PIPELINE" -c "$c" -r 100000 -d 100 -n "$N" \
+      { time redis-benchmark -h 127.0.0.1 -p "$PORT" -t "$op" -P "$PIPELINE" -c "$c" -r 100000 -d "$VALUE_BYTES" -n "$N" \
         --csv >"$TMP/out"; } 2>"$TMP/time"
       thread_stats >"$TMP/after"
       rps=$(tr -d '\r' <"$TMP/out" | sed -n 's/^"[A-Z]*","\([0-9.]*\)".*/\1/p' | tail -1)
