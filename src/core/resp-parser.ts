@@ -158,7 +158,7 @@ export class RespCommand {
     return rangeIs(this.bufs[i], this.starts[i], this.ends[i], upperName);
   }
 
-  /** Copies argument `i` into `target` at `at`; returns the bytes copied. Allocates nothing. */
+  /** Copies argument `i` into `target` at `at`; returns the bytes copied. Allocates no view of a short one. */
   copyArg(i: number, target: Uint8Array, at: number): number {
     return copyRange(this.bufs[i], this.starts[i], this.ends[i], target, at);
   }
