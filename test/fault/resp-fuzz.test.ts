@@ -31,6 +31,7 @@ import {
 import { Tessera } from '../../src/main/node.js';
 import { RespServer } from '../../src/main/resp/server.js';
 import { eventually, tempDir } from '../integration/helpers.js';
+import { replyLength } from '../integration/resp-helpers.js';
 
 /** Longest wait for an expected reply or close; past it the server is hung. */
 const REPLY_TIMEOUT_MS = 3000;
@@ -44,8 +45,6 @@ const RANDOM_BYTES_TIME_MS_MAX = Math.round(7000 * RUNS_SCALE);
 const MUTATED_STREAM_TIME_MS_MAX = Math.round(11_000 * RUNS_SCALE);
 const SEED = Number(process.env.TESSERA_SEED ?? Date.now() % 2 ** 31) | 0;
 
-const CR = 0x0d;
-const LF = 0x0a;
 const b = (s: string): Buffer => Buffer.from(s, 'latin1');
 const show = (buf: Uint8Array) => JSON.stringify(Buffer.from(buf).toString('latin1'));
 
@@ -161,56 +160,6 @@ function assertBystanderUnaffected(): void {
   );
 }
 
-// ── Reading replies ──────────────────────────────────────────────────────────────────────────────
-
-/** Index just past the RESP2/RESP3 reply starting at `at`, or -1 while it is incomplete. */
-function replyEnd(buf: Buffer, at: number): number {
-  if (at >= buf.length) return -1;
-  const lf = buf.indexOf(LF, at);
-  if (lf < 0) return -1;
-  assert.equal(buf[lf - 1], CR, `a reply line ends in CRLF: ${show(buf.subarray(at, lf + 1))}`);
-  const type = String.fromCharCode(buf[at]);
-  const header = buf.toString('latin1', at + 1, lf - 1);
-  const next = lf + 1;
-  switch (type) {
-    case '+':
-    case '-':
-    case ':':
-    case '_':
-    case ',':
-    case '#':
-    case '(':
-      return next;
-    case '$':
-    case '!':
-    case '=': {
-      const length = Number(header);
-      assert.ok(Number.isSafeInteger(length), `bulk reply length ${show(b(header))}`);
-      if (length < 0) return next;
-      if (next + length + 2 > buf.length) return -1;
-      assert.equal(buf[next + length], CR, 'a bulk reply ends in CRLF');
-      assert.equal(buf[next + length + 1], LF, 'a bulk reply ends in CRLF');
-      return next + length + 2;
-    }
-    case '*':
-    case '~':
-    case '>':
-    case '%':
-    case '|': {
-      let count = Number(header);
-      assert.ok(Number.isSafeInteger(count), `aggregate reply count ${show(b(header))}`);
-      if (count < 0) return next;
-      if (type === '%' || type === '|') count *= 2;
-      let p = next;
-      for (let i = 0; i < count && p >= 0; i++) p = replyEnd(buf, p);
-      // An attribute is not a reply of its own: the reply it decorates follows.
-      return p >= 0 && type === '|' ? replyEnd(buf, p) : p;
-    }
-    default:
-      assert.fail(`not a RESP reply type byte: ${show(buf.subarray(at, at + 16))}`);
-  }
-}
-
 interface Exchange {
   replies: Buffer[];
   /** Bytes after the last complete reply. */
@@ -239,7 +188,7 @@ async function exchange(chunks: readonly Buffer[], repliesExpected: number, clos
   socket.on('data', (chunk: Buffer) => {
     pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
     try {
-      for (let end = replyEnd(pending, 0); end >= 0 && malformed === null; end = replyEnd(pending, 0)) {
+      for (let end = replyLength(pending); end >= 0 && malformed === null; end = replyLength(pending)) {
         replies.push(Buffer.from(pending.subarray(0, end)));
         pending = pending.subarray(end);
       }

@@ -132,15 +132,18 @@ export function encodeCommand(args: ReadonlyArray<string | Uint8Array>): Buffer 
 
 /**
  * Length of the first complete RESP2/RESP3 reply in `buf` from `at`, or -1 when it is incomplete.
- * Understands every RESP3 type, attributes and pushes included.
+ * Understands every RESP3 type, attributes and pushes included, and holds the framing to the
+ * protocol: a malformed reply (a bare LF, a bulk not followed by CRLF, a length that is no integer,
+ * an unknown type byte) fails an assertion rather than being skipped.
  */
 export function replyLength(buf: Buffer, at = 0): number {
   if (at >= buf.length) return -1;
-  const lineEnd = buf.indexOf('\r\n', at);
-  if (lineEnd === -1) return -1;
+  const lf = buf.indexOf(0x0a, at);
+  if (lf === -1) return -1;
+  assert.equal(buf[lf - 1], 0x0d, `a reply line ends in CRLF: ${quote(buf, at, lf + 1)}`);
   const type = String.fromCharCode(buf[at]);
-  const header = buf.toString('latin1', at + 1, lineEnd);
-  const afterLine = lineEnd + 2 - at;
+  const header = buf.toString('latin1', at + 1, lf - 1);
+  const afterLine = lf + 1 - at;
   switch (type) {
     case '+':
     case '-':
@@ -154,8 +157,12 @@ export function replyLength(buf: Buffer, at = 0): number {
     case '!':
     case '=': {
       const n = Number(header);
+      assert.ok(Number.isSafeInteger(n), `bulk reply length ${JSON.stringify(header)}`);
       if (n < 0) return afterLine;
-      return buf.length - at >= afterLine + n + 2 ? afterLine + n + 2 : -1;
+      if (buf.length - at < afterLine + n + 2) return -1;
+      const bodyEnd = at + afterLine + n;
+      assert.ok(buf[bodyEnd] === 0x0d && buf[bodyEnd + 1] === 0x0a, 'a bulk reply ends in CRLF');
+      return afterLine + n + 2;
     }
     case '*':
     case '~':
@@ -163,6 +170,7 @@ export function replyLength(buf: Buffer, at = 0): number {
     case '%':
     case '|': {
       const count = Number(header);
+      assert.ok(Number.isSafeInteger(count), `aggregate reply count ${JSON.stringify(header)}`);
       if (count < 0) return afterLine;
       const elements = type === '%' || type === '|' ? count * 2 : count;
       let length = afterLine;
@@ -179,10 +187,12 @@ export function replyLength(buf: Buffer, at = 0): number {
       return length;
     }
     default:
-      throw new Error(
-        `not a RESP reply at byte ${at}: ${JSON.stringify(buf.toString('latin1', at, at + 40))}`,
-      );
+      assert.fail(`not a RESP reply type byte at ${at}: ${quote(buf, at, at + 40)}`);
   }
+}
+
+function quote(buf: Buffer, start: number, end: number): string {
+  return JSON.stringify(buf.toString('latin1', start, Math.min(end, buf.length)));
 }
 
 /** A plain TCP client: send bytes, read whole replies as text or bytes. */
