@@ -1,6 +1,7 @@
 // The record codec: encoding a write request (header + versioned record) into ring memory, and
-// decoding the fields the worker reads back out; a large value's copy into shared ring memory; and the replication batch, encoded and read by
-// hand (src/core/replication-wire.ts) against protobufjs on the same bytes.
+// decoding the fields the worker reads back out; a large value's copy into shared ring memory; and
+// the replication batch, encoded and read by hand (src/core/replication-wire.ts) against
+// protobufjs on the same bytes.
 
 import { copyBytes } from '../src/core/bytes.js';
 import { RECORD_HEADER_BYTES, recordBytes, wallMsOf, writeRecordHeader } from '../src/core/record.js';

@@ -230,8 +230,9 @@ export class WorkerRuntime {
     const start = this.turnAt[first];
     const stop = this.turnAt[end - 1] + this.turnBytes[end - 1];
     const ring = this.reader.bytes;
-    // V8 copies out of shared memory 8 bytes at a time only between addresses equal mod 8, and
-    // byte by byte otherwise (~8× slower): the copy starts at the ring bytes' own alignment.
+    // A run shorter than NATIVE_COPY_BYTES_MIN is copied by V8, which moves shared memory 8 bytes at
+    // a time only between addresses equal mod 8 (byte by byte otherwise, ~8× slower): the copy
+    // starts at the ring bytes' own alignment. Longer runs are one memcpy either way.
     const copy = Buffer.allocUnsafe(stop - start + SHARED_COPY_ALIGN - 1);
     const skew = (ring.byteOffset + start - copy.byteOffset) & (SHARED_COPY_ALIGN - 1);
     copyRange(ring, start, stop, copy, skew);
