@@ -812,7 +812,7 @@ class DirectWaiters {
 }
 
 /** COPY onto itself, in Redis's words. */
-const SAME_OBJECT = 'ERR source and destination objects are the same';
+export const SAME_OBJECT = 'ERR source and destination objects are the same';
 
 const MODIFY_REPLIES: Record<ModifyAnswer, Reply> = {
   [ModifyAnswer.Done]: Reply.Applied,

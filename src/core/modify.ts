@@ -4,6 +4,13 @@
 // says what to write and what to answer, with Redis's semantics and error texts. The new version
 // (timestamp, node) always comes stamped from the node that received the request.
 
+import {
+  addLongDoubles,
+  formatLongDouble,
+  LONG_DOUBLE_INFINITE,
+  type LongDouble,
+  parseLongDouble,
+} from './long-double.js';
 import { encodeRecord, expiresAtOf, logicalOf, nodeIdOf, valueBytesOf, wallMsOf } from './record.js';
 
 export const Modifier = {
@@ -216,15 +223,22 @@ function planIncrBy(req: ModifyRequest, live: Uint8Array | undefined): ModifyPla
 }
 
 function planIncrByFloat(req: ModifyRequest, live: Uint8Array | undefined): ModifyPlan {
-  const delta = req.operand === undefined ? undefined : parseDecimal(req.operand);
-  const current = live === undefined ? ZERO : parseDecimal(valueBytesOf(live));
-  if (delta === undefined || current === undefined)
+  // Redis parses the value it holds first, then the increment; either one bad is "not a valid float".
+  const current = live === undefined ? NO_VALUE : parseLongDouble(valueBytesOf(live));
+  const delta = req.operand === undefined ? undefined : parseLongDouble(req.operand);
+  if (current === undefined || delta === undefined)
     return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_FLOAT);
-  if (delta === INFINITE || current === INFINITE)
-    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_FLOAT_RESULT);
-  const text = formatDecimal(addDecimals(current, delta));
+  const sum =
+    current === LONG_DOUBLE_INFINITE || delta === LONG_DOUBLE_INFINITE
+      ? LONG_DOUBLE_INFINITE
+      : addLongDoubles(current, delta);
+  if (sum === LONG_DOUBLE_INFINITE) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_FLOAT_RESULT);
+  const text = formatLongDouble(sum);
   return plan(ModifyAnswer.Text, withValue(req.record, live, Buffer.from(text, 'latin1')), undefined, text);
 }
+
+/** A missing key counts as 0. */
+const NO_VALUE: LongDouble = { significand: 0n, exponent: 0 };
 
 function planAppend(req: ModifyRequest, live: Uint8Array | undefined, valueBytesMax: number): ModifyPlan {
   const suffix = valueBytesOf(req.record);
@@ -304,75 +318,4 @@ export function parseInt64(bytes: Uint8Array): bigint | undefined {
   for (let j = i; j < n; j++) if (bytes[j] < 0x30 || bytes[j] > 0x39) return undefined;
   const value = BigInt(Buffer.from(bytes).toString('latin1'));
   return value < INT64_MIN || value > INT64_MAX ? undefined : value;
-}
-
-/**
- * INCRBYFLOAT's arithmetic. Redis adds in long double and prints 17 decimals with trailing zeros
- * removed, so small decimals come out as typed (0.1 + 0.2 = 0.3). Doubles cannot do that; exact
- * decimal arithmetic can, and agrees with Redis wherever long double is exact to 17 decimals.
- * value = units / 10^scale
- */
-interface Decimal {
-  units: bigint;
-  scale: number;
-}
-
-const ZERO: Decimal = { units: 0n, scale: 0 };
-/** Marks inf / infinity, which Redis parses and then refuses as a result. */
-const INFINITE: Decimal = { units: 0n, scale: -1 };
-/** Decimals INCRBYFLOAT prints (Redis's "%.17Lf"). */
-const FLOAT_DECIMALS = 17;
-/** long double's decimal exponent range: beyond it strtold overflows and Redis says "not a valid float". */
-const FLOAT_EXPONENT_MAX = 4932;
-/** Longest decimal text INCRBYFLOAT parses: long double has ~19 significant digits, so longer text is
- * only padding, and exact arithmetic on megabytes of digits would stall the actor. */
-const FLOAT_TEXT_BYTES_MAX = 5120;
-const DECIMAL_FORM = /^([+-]?)(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$/;
-
-/** A decimal as Redis's strtold-based parser accepts it (no spaces, no junk); undefined otherwise. */
-export function parseDecimal(bytes: Uint8Array): Decimal | undefined {
-  if (bytes.length > FLOAT_TEXT_BYTES_MAX) return undefined;
-  const text = Buffer.from(bytes).toString('latin1');
-  const lower = text.toLowerCase().replace(/^[+-]/, '');
-  if (lower === 'inf' || lower === 'infinity') return INFINITE;
-  const m = DECIMAL_FORM.exec(text);
-  if (m === null) return undefined;
-  const [, sign, whole, fraction = '', exponentText] = m;
-  if (whole === '' && fraction === '') return undefined;
-  const exponent = exponentText === undefined ? 0 : Number(exponentText);
-  const digits = (whole + fraction).replace(/^0+(?=\d)/, '');
-  const magnitude = digits.length - fraction.length + exponent;
-  if (/[1-9]/.test(digits) && magnitude > FLOAT_EXPONENT_MAX) return undefined;
-  let units = BigInt(digits === '' ? '0' : digits);
-  let scale = fraction.length - exponent;
-  if (scale < 0) {
-    units *= 10n ** BigInt(-scale);
-    scale = 0;
-  }
-  return { units: sign === '-' ? -units : units, scale };
-}
-
-function addDecimals(a: Decimal, b: Decimal): Decimal {
-  const scale = Math.max(a.scale, b.scale);
-  return {
-    units: a.units * 10n ** BigInt(scale - a.scale) + b.units * 10n ** BigInt(scale - b.scale),
-    scale,
-  };
-}
-
-/** Plain notation rounded to 17 decimals (half away from zero), trailing zeros and dot removed. */
-export function formatDecimal(d: Decimal): string {
-  let { units, scale } = d;
-  if (scale > FLOAT_DECIMALS) {
-    const divisor = 10n ** BigInt(scale - FLOAT_DECIMALS);
-    const half = divisor / 2n;
-    units = (units < 0n ? units - half : units + half) / divisor;
-    scale = FLOAT_DECIMALS;
-  }
-  const negative = units < 0n;
-  let digits = (negative ? -units : units).toString().padStart(scale + 1, '0');
-  let text = scale === 0 ? digits : `${digits.slice(0, -scale)}.${digits.slice(-scale)}`;
-  if (scale > 0) text = text.replace(/0+$/, '').replace(/\.$/, '');
-  digits = text;
-  return negative && digits !== '0' ? `-${digits}` : digits;
 }

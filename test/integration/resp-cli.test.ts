@@ -4,34 +4,30 @@
 // PATH the whole file is skipped, unless TESSERA_REQUIRE_REDIS_TOOLS=1 (CI) makes that a failure.
 
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFile, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { tempDir } from './helpers.js';
+import { onPath, REQUIRE_REDIS_TOOLS } from './resp-helpers.js';
 
 const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 /** Longest any one tool run may take; a hang shows as a failure, not a stuck suite. */
 const TOOL_TIMEOUT_MS = 60_000;
 const PIPE_COMMANDS = 10_000;
 
-function onPath(tool: string): boolean {
-  return spawnSync(tool, ['--version'], { stdio: 'ignore' }).error === undefined;
-}
-
 const INSTALL_HINT = 'install redis-tools (apt-get install -y redis-tools)';
-const requireTools = process.env.TESSERA_REQUIRE_REDIS_TOOLS === '1';
 const haveCli = onPath('redis-cli');
 const haveBenchmark = onPath('redis-benchmark');
-const skipCli = haveCli || requireTools ? false : `redis-cli is not on PATH: ${INSTALL_HINT}`;
+const skipCli = haveCli || REQUIRE_REDIS_TOOLS ? false : `redis-cli is not on PATH: ${INSTALL_HINT}`;
 const skipBenchmark =
   skipCli !== false
     ? skipCli
-    : haveBenchmark || requireTools
+    : haveBenchmark || REQUIRE_REDIS_TOOLS
       ? false
       : `redis-benchmark is not on PATH: ${INSTALL_HINT}`;
 
-if (requireTools) {
+if (REQUIRE_REDIS_TOOLS) {
   test('redis-cli and redis-benchmark are installed (TESSERA_REQUIRE_REDIS_TOOLS=1)', () => {
     assert.ok(haveCli, `redis-cli is not on PATH: ${INSTALL_HINT}`);
     assert.ok(haveBenchmark, `redis-benchmark is not on PATH: ${INSTALL_HINT}`);

@@ -251,6 +251,17 @@ describe('SET and its options', () => {
     assert.equal(await r.exists('set:syntax'), 0);
   });
 
+  test('SET takes an option twice, and of a repeated expiry only the last number counts', async () => {
+    assert.equal(await r.call('SET', 'set:twice', 'v', 'NX', 'NX', 'GET', 'GET'), null);
+    assert.equal(await r.call('SET', 'set:twice', 'w', 'XX', 'XX', 'KEEPTTL', 'KEEPTTL'), 'OK');
+    assert.equal(await r.call('SET', 'set:twice', 'x', 'EX', 'bad', 'EX', '100'), 'OK');
+    assertTtlNear(await r.ttl('set:twice'), 100, 'the later EX');
+    await rejectsWith(r.call('SET', 'set:twice', 'y', 'EX', '100', 'EX', 'bad'), NOT_INTEGER);
+    // Options are all read before any number: a syntax error wins over a bad number.
+    await rejectsWith(r.call('SET', 'set:twice', 'y', 'EX', 'bad', 'PX', '100'), SYNTAX);
+    assert.equal(await r.get('set:twice'), 'x');
+  });
+
   test('SET with a zero, negative or non-integer expiry answers Redis errors', async () => {
     const invalid = "ERR invalid expire time in 'set' command";
     for (const [unit, n] of [
@@ -351,6 +362,12 @@ describe('GETDEL and GETEX', () => {
     await rejectsWith(r.call('GETEX', 'getex:bad', 'EX'), SYNTAX);
     await rejectsWith(r.call('GETEX'), arity('getex'));
     assert.equal(await r.ttl('getex:bad'), -1);
+    // Redis looks the key up before it reads the number: a missing key answers null regardless.
+    assert.equal(await r.call('GETEX', 'getex:none', 'EX', '0'), null);
+    assert.equal(await r.call('GETEX', 'getex:none', 'PX', 'x'), null);
+    await rejectsWith(r.call('GETEX', 'getex:none', 'EX', '10', 'PERSIST'), SYNTAX);
+    assert.equal(await r.call('GETEX', 'getex:bad', 'EX', 'x', 'EX', '100'), 'v', 'the last EX counts');
+    assertTtlNear(await r.ttl('getex:bad'), 100, 'GETEX EX x EX 100');
   });
 });
 
@@ -442,6 +459,8 @@ describe('multi-key string commands', () => {
     assert.equal(await r.copy('{cp}missing', '{cp}e'), 0, 'an absent source copies nothing');
     assert.equal(await r.exists('{cp}e'), 0);
     await rejectsWith(r.copy('{cp}a', '{cp}a'), 'ERR source and destination objects are the same');
+    // Checked before the source is looked up, as Redis does.
+    await rejectsWith(r.copy('{cp}none', '{cp}none'), 'ERR source and destination objects are the same');
     await rejectsWith(r.call('COPY', '{cp}a', '{cp}f', 'DB', '1'), 'ERR DB index is out of range');
     await rejectsWith(r.call('COPY', '{cp}a', '{cp}f', 'DB', 'x'), NOT_INTEGER);
     await rejectsWith(r.call('COPY', '{cp}a', '{cp}f', 'NOW'), SYNTAX);
@@ -542,6 +561,11 @@ describe('string contents', () => {
     await rejectsWith(r.call('SETRANGE', 'setrange:bad', 'x', 'x'), NOT_INTEGER);
     await rejectsWith(r.call('SETRANGE', 'setrange:bad', String(VALUE_BYTES_MAX_DEFAULT), 'x'), TOO_LARGE);
     assert.equal(await r.exists('setrange:bad'), 0);
+    // An empty patch writes nothing, so no offset is too large for it: it answers the length.
+    assert.equal(await r.call('SETRANGE', 'setrange:bad', String(2 ** 40), ''), 0);
+    await r.set('setrange:bad', 'abc');
+    assert.equal(await r.call('SETRANGE', 'setrange:bad', String(2 ** 40), ''), 3);
+    assert.equal(await r.get('setrange:bad'), 'abc');
   });
 });
 
@@ -615,8 +639,14 @@ describe('counters', () => {
       r.call('INCRBYFLOAT', 'float:ok', 'inf'),
       'ERR increment would produce NaN or Infinity',
     );
+    // Longer than Redis reads (5 KiB with its NUL), and far past a 16-bit length on the way.
+    await rejectsWith(
+      r.call('INCRBYFLOAT', 'float:ok', `0.${'1'.repeat(70_000)}`),
+      'ERR value is not a valid float',
+    );
     assert.equal(await r.exists('float:ok'), 0);
     await rejectsWith(r.call('INCRBYFLOAT', 'float:ok'), arity('incrbyfloat'));
+    assert.equal(await r.call('INCRBYFLOAT', 'float:ok', `0.${'1'.repeat(5117)}`), '0.11111111111111111');
   });
 
   test('INCRBYFLOAT 0.1 then 0.2 answers 0.3, as Redis (long double, %.17Lf) does', async () => {
@@ -624,6 +654,9 @@ describe('counters', () => {
     assert.equal(await r.incrbyfloat('float:tenths', 0.2), '0.3');
     assert.equal(await r.call('INCRBYFLOAT', 'float:tenths', '-0.3'), '0');
     assert.equal(await r.call('INCRBYFLOAT', 'float:tenths', '1e-18'), '0', 'printed with 17 decimals');
+    // 1000.1 needs more than long double's 64 bits: Redis shows the rounding, and so do we.
+    assert.equal(await r.call('INCRBYFLOAT', 'float:tenths', '1000.1'), '1000.09999999999999998');
+    assert.equal(await r.call('INCRBYFLOAT', 'float:hex', '0x1.8p1'), '3', 'strtold reads hexadecimal');
   });
 });
 
@@ -696,6 +729,8 @@ describe('time to live', () => {
     );
     await rejectsWith(r.call('EXPIRE', 'ttl:opts', '100', 'FOO'), 'ERR Unsupported option FOO');
     await rejectsWith(r.call('EXPIRE', 'ttl:opts', 'abc'), NOT_INTEGER);
+    // Options are read before the number: a bad option wins.
+    await rejectsWith(r.call('EXPIRE', 'ttl:opts', 'abc', 'FOO'), 'ERR Unsupported option FOO');
     await rejectsWith(r.call('PEXPIRE', 'ttl:opts', '1.5'), NOT_INTEGER);
     await rejectsWith(r.call('EXPIRE', 'ttl:opts'), arity('expire'));
     assert.equal(await r.ttl('ttl:opts'), -1);

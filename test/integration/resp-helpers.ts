@@ -3,6 +3,7 @@
 // exact bytes and reads exact replies (for RESP3 types, protocol errors and misbehaving clients).
 
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import pino from 'pino';
@@ -105,6 +106,14 @@ export function whenReady(redis: Redis): Promise<void> {
     redis.once('ready', onReady);
     redis.once('end', onEnd);
   });
+}
+
+/** CI sets it: tests that drive Redis's own tools fail instead of skipping when a tool is missing. */
+export const REQUIRE_REDIS_TOOLS = process.env.TESSERA_REQUIRE_REDIS_TOOLS === '1';
+
+/** Whether `tool` runs from PATH. */
+export function onPath(tool: string): boolean {
+  return spawnSync(tool, ['--version'], { stdio: 'ignore' }).error === undefined;
 }
 
 /** Asserts that `promise` rejects with a Redis error whose text is `expected` (or matches it). */

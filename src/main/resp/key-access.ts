@@ -180,9 +180,14 @@ export const ModifyMode = {
   Integer: 5,
   /** INCRBYFLOAT: the bulk string. */
   Text: 6,
+  /**
+   * GETEX with an expiry Redis refuses: a null when the key does not exist (Redis looks the key up
+   * before it reads the expiry), else the slot's error. The actor is asked for a plain GETEX.
+   */
+  RefuseIfPresent: 7,
 } as const;
 
-/** Sends a read-modify-write answered by `mode`. */
+/** Sends a read-modify-write answered by `mode`; returns its reply slot. */
 export function modifyKey(
   conn: RespConnection,
   key: Uint8Array,
@@ -193,7 +198,7 @@ export function modifyKey(
   mode: number,
   arg = 0,
   operand?: Uint8Array,
-): void {
+): ReplySlot {
   const slot = conn.defer();
   slot.mode = mode;
   submit(
@@ -210,6 +215,7 @@ export function modifyKey(
     operand,
     modifyHandler,
   );
+  return slot;
 }
 
 function submit(
@@ -426,7 +432,9 @@ const partWriteHandler: ResultHandler<PartToken> = {
 const modifyHandler: ResultHandler<ReplySlot> = {
   onResult(slot, buf, at, length) {
     const w = slot.conn.beginReply(slot);
-    formatModify(w, slot.mode, resultStatus(buf, at), buf, at, length);
+    const status = resultStatus(buf, at);
+    if (slot.mode === ModifyMode.RefuseIfPresent && status === Reply.Applied) writeErrorText(w, slot.error!);
+    else formatModify(w, slot.mode, status, buf, at, length);
     slot.conn.endReply(slot);
   },
   onFailure(slot, error) {

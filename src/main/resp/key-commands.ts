@@ -1,6 +1,7 @@
 // Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, RENAME / RENAMENX / COPY,
 // SCAN, KEYS, DBSIZE and FLUSHALL / FLUSHDB.
 
+import { SAME_OBJECT } from '../../core/fragment.js';
 import { slotOf } from '../../core/keyspace.js';
 import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
 import { Modifier, ModifyFlag } from '../../core/modify.js';
@@ -15,6 +16,7 @@ import {
   NOT_INTEGER,
   optionName,
   SYNTAX_ERROR,
+  writeErrorText,
 } from './commands.js';
 import type { RespConnection } from './connection.js';
 import {
@@ -79,11 +81,6 @@ function expire(unit: 'EX' | 'PX' | 'EXAT' | 'PXAT', command: string) {
   return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
     const key = cmd.arg(1);
     if (!keyFits(key, w)) return true;
-    const n = integerArg(cmd, 2);
-    if (n === undefined) {
-      w.error(NOT_INTEGER);
-      return true;
-    }
     let flags = 0;
     for (let i = 3; i < cmd.argc; i++) {
       const option = optionName(cmd, i);
@@ -102,6 +99,12 @@ function expire(unit: 'EX' | 'PX' | 'EXAT' | 'PXAT', command: string) {
     }
     if (flags & ModifyFlag.Gt && flags & ModifyFlag.Lt) {
       w.error('GT and LT options at the same time are not compatible');
+      return true;
+    }
+    // Redis reads the number only once the options are good: a bad option wins over a bad number.
+    const n = integerArg(cmd, 2);
+    if (n === undefined) {
+      w.error(NOT_INTEGER);
       return true;
     }
     const ms = unit === 'EX' || unit === 'EXAT' ? n * 1000 : n;
@@ -265,6 +268,11 @@ function copy(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
         return true;
       }
     } else return syntaxError(w);
+  }
+  // Redis refuses this before it looks the key up, so a missing key gets the error too.
+  if (key.equals(target)) {
+    writeErrorText(w, SAME_OBJECT);
+    return true;
   }
   if (!inOneSlot(key, target, w)) return true;
   modifyKey(

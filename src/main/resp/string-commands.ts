@@ -3,7 +3,8 @@
 
 import { slotOf } from '../../core/keyspace.js';
 import { EXPIRES_AT_MS_MAX } from '../../core/limits.js';
-import { ERR_TOO_LARGE, Modifier, ModifyFlag } from '../../core/modify.js';
+import { LONG_DOUBLE_TEXT_BYTES_MAX } from '../../core/long-double.js';
+import { ERR_NOT_FLOAT, ERR_TOO_LARGE, Modifier, ModifyFlag } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import {
@@ -29,15 +30,28 @@ import {
   writePart,
 } from './key-access.js';
 
+type ExpiryUnit = 'EX' | 'PX' | 'EXAT' | 'PXAT';
+/** An expiry option as given: its unit and its number (undefined: not an integer). */
+interface ExpiryOption {
+  unit: ExpiryUnit;
+  n: number | undefined;
+}
+
+const isExpiryUnit = (option: string): option is ExpiryUnit =>
+  option === 'EX' || option === 'PX' || option === 'EXAT' || option === 'PXAT';
+
+/**
+ * Whether an expiry option may follow `earlier`: Redis refuses two different units, but a repeated
+ * one replaces the earlier (only the last number is read: `SET k v EX x EX 10` sets a 10 s TTL).
+ */
+const repeatsOrFirst = (earlier: ExpiryOption | undefined, unit: ExpiryUnit): boolean =>
+  earlier === undefined || earlier.unit === unit;
+
 /** A deadline option parsed from EX / PX / EXAT / PXAT: milliseconds since the epoch. */
 type Deadline = { ok: true; expiresAtMs: number } | { ok: false; error: string };
 
 /** Turns an expiry option's number into an absolute deadline, with Redis's errors. */
-export function deadlineFrom(
-  unit: 'EX' | 'PX' | 'EXAT' | 'PXAT',
-  n: number | undefined,
-  command: string,
-): Deadline {
+export function deadlineFrom(unit: ExpiryUnit, n: number | undefined, command: string): Deadline {
   if (n === undefined) return { ok: false, error: NOT_INTEGER };
   const invalid = { ok: false, error: `invalid expire time in '${command}' command` } as const;
   if (n <= 0) return invalid;
@@ -66,25 +80,27 @@ function set(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const value = cmd.arg(2);
   if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
   let flags = 0;
-  let expiresAtMs = 0;
-  let expiry = false;
+  let expiry: ExpiryOption | undefined;
   for (let i = 3; i < cmd.argc; i++) {
     const option = optionName(cmd, i);
     if (option === 'NX' && !(flags & ModifyFlag.Xx)) flags |= ModifyFlag.Nx;
     else if (option === 'XX' && !(flags & ModifyFlag.Nx)) flags |= ModifyFlag.Xx;
     else if (option === 'GET') flags |= ModifyFlag.Get;
-    else if (option === 'KEEPTTL' && !expiry) flags |= ModifyFlag.KeepDeadline;
+    else if (option === 'KEEPTTL' && expiry === undefined) flags |= ModifyFlag.KeepDeadline;
     else if (
-      (option === 'EX' || option === 'PX' || option === 'EXAT' || option === 'PXAT') &&
-      !expiry &&
+      isExpiryUnit(option) &&
+      repeatsOrFirst(expiry, option) &&
       !(flags & ModifyFlag.KeepDeadline) &&
       i + 1 < cmd.argc
-    ) {
-      const deadline = deadlineFrom(option, integerArg(cmd, ++i), 'set');
-      if (!deadline.ok) return answer(w, deadline.error);
-      expiresAtMs = deadline.expiresAtMs;
-      expiry = true;
-    } else return answer(w, SYNTAX_ERROR);
+    )
+      expiry = { unit: option, n: integerArg(cmd, ++i) };
+    else return answer(w, SYNTAX_ERROR);
+  }
+  let expiresAtMs = 0;
+  if (expiry !== undefined) {
+    const deadline = deadlineFrom(expiry.unit, expiry.n, 'set');
+    if (!deadline.ok) return answer(w, deadline.error);
+    expiresAtMs = deadline.expiresAtMs;
   }
   if (flags === 0) writeKey(conn, key, value, expiresAtMs, WriteMode.Ok, false);
   else {
@@ -131,24 +147,36 @@ function getdel(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
 function getex(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const key = cmd.arg(1);
   if (!keyFits(key, w)) return true;
-  let flags: number = ModifyFlag.KeepDeadline;
-  let expiresAtMs = 0;
+  let persist = false;
+  let expiry: ExpiryOption | undefined;
   for (let i = 2; i < cmd.argc; i++) {
     const option = optionName(cmd, i);
-    if (flags !== ModifyFlag.KeepDeadline) return answer(w, SYNTAX_ERROR);
-    if (option === 'PERSIST') flags = 0;
-    else if (
-      (option === 'EX' || option === 'PX' || option === 'EXAT' || option === 'PXAT') &&
-      i + 1 < cmd.argc
-    ) {
-      const deadline = deadlineFrom(option, integerArg(cmd, ++i), 'getex');
-      if (!deadline.ok) return answer(w, deadline.error);
-      expiresAtMs = deadline.expiresAtMs;
-      flags = 0;
-    } else return answer(w, SYNTAX_ERROR);
+    if (option === 'PERSIST' && expiry === undefined) persist = true;
+    else if (isExpiryUnit(option) && !persist && repeatsOrFirst(expiry, option) && i + 1 < cmd.argc)
+      expiry = { unit: option, n: integerArg(cmd, ++i) };
+    else return answer(w, SYNTAX_ERROR);
   }
   // Without options GETEX is a GET; through the actor all the same, so it orders with writes.
-  modifyKey(conn, key, Modifier.GetEx, flags, undefined, expiresAtMs, ModifyMode.Value);
+  if (expiry === undefined) {
+    const flags = persist ? 0 : ModifyFlag.KeepDeadline;
+    modifyKey(conn, key, Modifier.GetEx, flags, undefined, 0, ModifyMode.Value);
+    return false;
+  }
+  const deadline = deadlineFrom(expiry.unit, expiry.n, 'getex');
+  if (deadline.ok) {
+    modifyKey(conn, key, Modifier.GetEx, 0, undefined, deadline.expiresAtMs, ModifyMode.Value);
+  } else {
+    // Redis reads the expiry only once it has found the key: a missing key answers a null.
+    modifyKey(
+      conn,
+      key,
+      Modifier.GetEx,
+      ModifyFlag.KeepDeadline,
+      undefined,
+      0,
+      ModifyMode.RefuseIfPresent,
+    ).error = deadline.error;
+  }
   return false;
 }
 
@@ -229,11 +257,22 @@ function setrange(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   const offset = integerArg(cmd, 2);
   if (offset === undefined) return answer(w, NOT_INTEGER);
   if (offset < 0) return answer(w, 'offset is out of range');
-  if (offset + cmd.argLength(3) > conn.server.node.settings.valueBytesMax) {
+  const patchBytes = cmd.argLength(3);
+  // An empty patch writes nothing and answers the length whatever the offset, as in Redis.
+  if (patchBytes > 0 && offset + patchBytes > conn.server.node.settings.valueBytesMax) {
     writeErrorText(w, ERR_TOO_LARGE);
     return true;
   }
-  modifyKey(conn, key, Modifier.SetRange, 0, cmd.arg(3), 0, ModifyMode.Integer, offset);
+  modifyKey(
+    conn,
+    key,
+    Modifier.SetRange,
+    0,
+    cmd.arg(3),
+    0,
+    ModifyMode.Integer,
+    patchBytes === 0 ? 0 : offset,
+  );
   return false;
 }
 
@@ -276,6 +315,11 @@ function counter(sign: 1 | -1, fixed: string | undefined) {
 function incrbyfloat(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const key = cmd.arg(1);
   if (!keyFits(key, w)) return true;
+  // Too long to be a float for Redis too; refused here, since the operand travels with a 16-bit length.
+  if (cmd.argLength(2) > LONG_DOUBLE_TEXT_BYTES_MAX) {
+    writeErrorText(w, ERR_NOT_FLOAT);
+    return true;
+  }
   modifyKey(conn, key, Modifier.IncrByFloat, 0, undefined, 0, ModifyMode.Text, 0, cmd.arg(2));
   return false;
 }

@@ -1,0 +1,363 @@
+// Tessera against redis-server itself. fast-check draws short sequences of string and keyspace
+// commands (good and bad arguments, wrong arity, option clashes, numbers at and past the 64-bit
+// edges, floats Redis refuses) over a few keys in one hash slot, sends each sequence to a Tessera
+// node and to a real redis-server, both emptied first, and requires the same reply bytes, command
+// by command, then the same value and deadline for every key. Only what must differ is loosened:
+// KEYS answers in no defined order (compared sorted), and a remaining time or deadline may differ
+// by the milliseconds between the two servers' clocks reading it.
+//
+// Deadlines stay inside Tessera's 48-bit range (up to the year 10889; Tessera refuses later ones
+// where Redis accepts them) and relative expiries are long, so nothing expires while a sequence runs.
+// The seed is printed; TESSERA_SEED=<seed> replays a run. Without redis-server on PATH the file is
+// skipped, unless TESSERA_REQUIRE_REDIS_TOOLS=1 (CI) makes that a failure.
+
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { after, before, test } from 'node:test';
+import fc from 'fast-check';
+import { freePorts } from '../../bench/ports.js';
+import { eventually, tempDir } from './helpers.js';
+import { onPath, RawClient, REQUIRE_REDIS_TOOLS, type RespFixture, startResp } from './resp-helpers.js';
+
+const SEED = Number(process.env.TESSERA_SEED ?? Date.now() % 2 ** 31) | 0;
+const SEQUENCE_RUNS = 400;
+/** Bound on the property's time, so a slow machine still finishes (a run takes a few ms). */
+const SEQUENCE_TIME_MS_MAX = 20_000;
+const SEQUENCE_COMMANDS_MAX = 24;
+/** How far apart the two servers' remaining times (or deadlines) may be, in their own unit. */
+const SECONDS_SLACK = 1;
+const MILLIS_SLACK = 1000;
+
+const INSTALL_HINT = 'install redis-server (apt-get install -y redis-server)';
+const haveRedis = onPath('redis-server');
+const skip = haveRedis || REQUIRE_REDIS_TOOLS ? false : `redis-server is not on PATH: ${INSTALL_HINT}`;
+
+// ── What the sequences are made of ──────────────────────────────────────────────────────────────
+
+/** One hash slot, so multi-key commands are legal in Tessera; names chosen to exercise KEYS globs. */
+const KEYS = ['{p}a', '{p}b', '{p}ab', '{p}A*'];
+const VALUES = [
+  '',
+  '0',
+  '1',
+  '-1',
+  '10',
+  '3.5',
+  '-0',
+  '007',
+  ' 1',
+  '1 ',
+  '+5',
+  '5.',
+  '.5',
+  '1e3',
+  '0x10',
+  'abc',
+  'hello world',
+  '9223372036854775807',
+  '-9223372036854775808',
+  '9223372036854775808',
+  '1.5e308',
+  'inf',
+  '-inf',
+  'nan',
+  '0.1',
+  '\x00\xff\r\n',
+];
+const INTEGERS = [
+  '0',
+  '1',
+  '-1',
+  '5',
+  '100',
+  '-100',
+  '9223372036854775807',
+  '-9223372036854775808',
+  '1.5',
+  'x',
+  '',
+  '99999999999999999999',
+  '+3',
+  ' 2',
+];
+const FLOATS = [
+  '0',
+  '1',
+  '-1',
+  '0.1',
+  '1.5',
+  '-2.25',
+  '1e3',
+  '3e-5',
+  'inf',
+  'nan',
+  'x',
+  '',
+  '1e308',
+  '5.0',
+  '.5',
+  '0x1p3',
+  '1.7976931348623157e308',
+  '0x10',
+  '0x1.8p1',
+  '1e4932',
+  '-1e4932',
+  'infinity',
+  '123456789.123456789',
+  '2.5e-17',
+  '1e-20',
+  ' 1',
+  '1e',
+];
+/** Relative expiries: long enough never to pass during a run, plus the ones both servers refuse. */
+const SECONDS = ['100', '1000', '100000', '0', '-1', '-100', 'x', '', '1.5', '99999999999999999999'];
+const MILLIS = ['100000', '1000000', '100000000', '0', '-1', 'x', '1.5', '9223372036854775807'];
+const nowSeconds = Math.floor(Date.now() / 1000);
+/**
+ * Absolute deadlines in seconds: past, near future, far future (2286), and invalid. SET takes no past
+ * one: Redis stores such a key and reclaims it lazily, so until then its DBSIZE counts a key that
+ * no command can read, where Tessera counts live keys only.
+ */
+const AT_SECONDS = [
+  '1',
+  '0',
+  '-5',
+  'x',
+  String(nowSeconds + 50_000),
+  String(nowSeconds + 500_000),
+  '9999999999',
+];
+const AT_MILLIS = ['1', '0', 'x', String((nowSeconds + 50_000) * 1000), '99999999999999'];
+const isPast = (at: string) => at === '1';
+const SET_AT_SECONDS = AT_SECONDS.filter((at) => !isPast(at));
+const SET_AT_MILLIS = AT_MILLIS.filter((at) => !isPast(at));
+const PATTERNS = [
+  '*',
+  '{p}a*',
+  '{p}?',
+  '{p}[ab]',
+  '{p}[^a]*',
+  '*b',
+  '{p}A\\*',
+  '{p}A*',
+  '[',
+  '{p}[a-b]?',
+  'x*',
+];
+
+type Command = readonly string[];
+/** What a command is built from: words, and lists of them nested any way (spliced in, in order). */
+type Part = string | readonly Part[];
+const splice = (part: Part): string[] => (typeof part === 'string' ? [part] : part.flatMap(splice));
+const key = fc.constantFrom(...KEYS);
+const value = fc.constantFrom(...VALUES);
+const pick = (...options: string[]) => fc.constantFrom(...options);
+/** A command from fixed words and drawn parts. */
+const command = (...parts: Array<string | fc.Arbitrary<Part>>): fc.Arbitrary<Command> =>
+  fc.tuple(...parts.map((p) => (typeof p === 'string' ? fc.constant(p) : p))).map(splice);
+/** Either nothing or one of `arbs`' drawings. */
+const optional = (...arbs: Array<fc.Arbitrary<Part>>): fc.Arbitrary<Part> =>
+  fc.oneof(fc.constant([]), ...arbs);
+const some = <T>(arb: fc.Arbitrary<T>, min: number, max: number) =>
+  fc.array(arb, { minLength: min, maxLength: max });
+
+/** EX / PX / EXAT / PXAT with their numbers, absolute ones drawn from the lists given. */
+const expiries = (atSeconds: string[], atMillis: string[]) => [
+  command('EX', fc.constantFrom(...SECONDS)),
+  command('PX', fc.constantFrom(...MILLIS)),
+  command('EXAT', fc.constantFrom(...atSeconds)),
+  command('PXAT', fc.constantFrom(...atMillis)),
+];
+const setExpiry = optional(...expiries(SET_AT_SECONDS, SET_AT_MILLIS), fc.constant('KEEPTTL'));
+const getexExpiry = optional(...expiries(AT_SECONDS, AT_MILLIS), fc.constant('PERSIST'));
+/** Option lists that are wrong on purpose: clashes, repeats, missing numbers, unknown words. */
+const badSetOptions = fc.constantFrom(
+  ['NX', 'XX'],
+  ['EX', '10', 'PX', '100'],
+  ['EX', '10', 'KEEPTTL'],
+  ['EX'],
+  ['PXAT'],
+  ['GETX'],
+  ['KEEPTTL', 'EX', 'x'],
+  ['EX', 'x', 'NX', 'XX'],
+  ['GET', 'GET'],
+  ['EX', '10', 'EX', '10'],
+);
+
+const COMMAND: fc.Arbitrary<Command> = fc.oneof(
+  {
+    arbitrary: command('SET', key, value, optional(pick('NX', 'XX')), optional(pick('GET')), setExpiry),
+    weight: 4,
+  },
+  command('SET', key, value, badSetOptions),
+  { arbitrary: command('GET', key), weight: 3 },
+  command('GETDEL', key),
+  command('GETEX', key, getexExpiry),
+  command('GETEX', key, pick('EX', 'PX', 'EXAT', 'PERSIST', 'BAD'), optional(fc.constantFrom(...SECONDS))),
+  command('SETNX', key, value),
+  command('SETEX', key, fc.constantFrom(...SECONDS), value),
+  command('PSETEX', key, fc.constantFrom(...MILLIS), value),
+  command('MSET', some(command(key, value), 1, 3), optional(key)),
+  command('MSETNX', some(command(key, value), 1, 3)),
+  command('MGET', some(key, 1, 4)),
+  command(pick('DEL', 'UNLINK', 'EXISTS', 'TOUCH'), some(key, 1, 3)),
+  { arbitrary: command(pick('INCR', 'DECR'), key), weight: 2 },
+  { arbitrary: command(pick('INCRBY', 'DECRBY'), key, fc.constantFrom(...INTEGERS)), weight: 2 },
+  { arbitrary: command('INCRBYFLOAT', key, fc.constantFrom(...FLOATS)), weight: 2 },
+
+  command('APPEND', key, value),
+  command('STRLEN', key),
+  command(
+    pick('GETRANGE', 'SUBSTR'),
+    key,
+    pick('0', '1', '-1', '-3', '2', '100', '-100', 'x'),
+    pick('0', '1', '-1', '-2', '5', '100', '-100'),
+  ),
+  command('SETRANGE', key, pick('0', '1', '3', '10', '-1', 'x', '536870912'), value),
+  { arbitrary: command(pick('TTL', 'PTTL', 'EXPIRETIME', 'PEXPIRETIME'), key), weight: 2 },
+  // GT and LT compare against deadlines two clocks computed; only absolute deadlines compare the same.
+  command('EXPIRE', key, fc.constantFrom(...SECONDS), optional(pick('NX', 'XX', 'BAD'))),
+  command('PEXPIRE', key, fc.constantFrom(...MILLIS), optional(pick('NX', 'XX'))),
+  command('EXPIREAT', key, fc.constantFrom(...AT_SECONDS), optional(pick('NX', 'XX', 'GT', 'LT'))),
+  command('PEXPIREAT', key, fc.constantFrom(...AT_MILLIS), optional(pick('NX', 'XX', 'GT', 'LT'))),
+  command('EXPIRE', key, '100', pick('NX', 'XX', 'GT', 'LT'), pick('NX', 'XX', 'GT', 'LT')),
+  command('PERSIST', key),
+  command('TYPE', key),
+  command(pick('RENAME', 'RENAMENX'), key, key),
+  command('COPY', key, key, optional(pick('REPLACE'))),
+  command('DBSIZE'),
+  command('ECHO', value),
+  command('KEYS', fc.constantFrom(...PATTERNS)),
+  // Wrong arity.
+  fc.constantFrom(
+    ['GET'],
+    ['SET', '{p}a'],
+    ['INCRBY', '{p}a'],
+    ['MGET'],
+    ['DEL'],
+    ['GETRANGE', '{p}a', '0'],
+    ['KEYS'],
+  ),
+);
+
+// ── Comparing replies ─────────────────────────────────────────────────────────────────────────────
+
+const SECONDS_CLOCK = new Set(['TTL', 'EXPIRETIME']);
+const MILLIS_CLOCK = new Set(['PTTL', 'PEXPIRETIME']);
+
+/** Whether `ours` may stand for `theirs` as the reply to `cmd` (see the header for what is loosened). */
+function sameReply(cmd: Command, ours: string, theirs: string): boolean {
+  if (ours === theirs) return true;
+  const name = cmd[0].toUpperCase();
+  const slack = SECONDS_CLOCK.has(name) ? SECONDS_SLACK : MILLIS_CLOCK.has(name) ? MILLIS_SLACK : -1;
+  if (slack >= 0) {
+    const a = integerReply(ours);
+    const b = integerReply(theirs);
+    // -1 (no deadline) and -2 (no key) are exact answers; only real times get the slack.
+    return a !== undefined && b !== undefined && a >= 0 && b >= 0 && Math.abs(a - b) <= slack;
+  }
+  if (name === 'KEYS') return sortedArray(ours) === sortedArray(theirs);
+  return false;
+}
+
+function integerReply(reply: string): number | undefined {
+  return /^:-?\d+\r\n$/.test(reply) ? Number(reply.slice(1, -2)) : undefined;
+}
+
+/** An array reply of bulk strings with its elements in sorted order (as text, for comparing). */
+function sortedArray(reply: string): string {
+  const [header, ...rest] = reply.split('\r\n');
+  const elements: string[] = [];
+  for (let i = 0; i + 1 < rest.length; i += 2) elements.push(`${rest[i]}\r\n${rest[i + 1]}`);
+  return [header, ...elements.sort()].join('\r\n');
+}
+
+const show = (cmd: Command) => cmd.map((a) => JSON.stringify(a)).join(' ');
+
+// ── The two servers ───────────────────────────────────────────────────────────────────────────────
+
+let fixture: RespFixture;
+let redisDir: Awaited<ReturnType<typeof tempDir>>;
+let redisServer: ChildProcess;
+let tessera: RawClient;
+let redis: RawClient;
+
+before(async () => {
+  if (skip) return;
+  console.log(`resp-parity seed ${SEED} (replay: TESSERA_SEED=${SEED})`);
+  fixture = await startResp({ label: 'resp-parity' });
+  tessera = await fixture.raw();
+  redisDir = await tempDir('resp-parity-redis');
+  const [port] = await freePorts(1);
+  redisServer = spawn(
+    'redis-server',
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      redisDir.path,
+    ],
+    { stdio: 'ignore' },
+  );
+  let client: RawClient | undefined;
+  await eventually(async () => {
+    client = await RawClient.connect(port).catch(() => undefined);
+    return client !== undefined;
+  });
+  redis = client!;
+  assert.equal(await redis.call('PING'), '+PONG\r\n');
+});
+
+after(async () => {
+  tessera?.destroy();
+  redis?.destroy();
+  redisServer?.kill('SIGKILL');
+  await fixture?.stop();
+  await redisDir?.cleanup();
+});
+
+if (REQUIRE_REDIS_TOOLS) {
+  test('redis-server is installed (TESSERA_REQUIRE_REDIS_TOOLS=1)', () => {
+    assert.ok(haveRedis, `redis-server is not on PATH: ${INSTALL_HINT}`);
+  });
+}
+
+test('random command sequences get the same replies from Tessera and redis-server', { skip }, async () => {
+  let commands = 0;
+  await fc.assert(
+    fc.asyncProperty(some(COMMAND, 1, SEQUENCE_COMMANDS_MAX), async (sequence) => {
+      assert.equal(await tessera.call('FLUSHALL'), '+OK\r\n');
+      assert.equal(await redis.call('FLUSHALL'), '+OK\r\n');
+      const afterwards = KEYS.flatMap((k) => [
+        ['GET', k],
+        ['PTTL', k],
+      ]);
+      for (const cmd of [...sequence, ...afterwards, ['DBSIZE']]) {
+        const ours = await tessera.call(...cmd);
+        const theirs = await redis.call(...cmd);
+        commands++;
+        if (!sameReply(cmd, ours, theirs)) {
+          assert.fail(
+            `${show(cmd)}\n  tessera: ${JSON.stringify(ours)}\n  redis:   ${JSON.stringify(theirs)}\n` +
+              `  after: ${sequence.map(show).join(' ; ')}`,
+          );
+        }
+      }
+    }),
+    {
+      seed: SEED,
+      numRuns: SEQUENCE_RUNS,
+      interruptAfterTimeLimit: SEQUENCE_TIME_MS_MAX,
+      includeErrorInReport: true,
+    },
+  );
+  console.log(`resp-parity: ${commands} commands compared`);
+  // A run cut short by the time limit still has to have compared something real.
+  assert.ok(commands >= 1000, `only ${commands} commands compared`);
+});
