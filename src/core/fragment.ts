@@ -13,6 +13,7 @@
 // is answered by request id.
 
 import { assert } from './assert.js';
+import { type BitOperation, combineBits } from './bits.js';
 import { latin1 } from './bytes.js';
 import {
   COMMIT_ATTEMPTS_MAX,
@@ -20,7 +21,17 @@ import {
   COMMIT_RETRY_DELAY_MS_MIN,
   HLC_LOGICAL_MAX,
 } from './limits.js';
-import { decodePairs, Modifier, ModifyAnswer, ModifyFlag, type ModifyRequest, planModify } from './modify.js';
+import {
+  decodeKeys,
+  decodePairs,
+  Modifier,
+  ModifyAnswer,
+  ModifyFlag,
+  type ModifyPlan,
+  type ModifyRequest,
+  planBitOp,
+  planModify,
+} from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
 import { HASH_UNKNOWN, keyHash, type PendingEntry, PendingWrites } from './pending-writes.js';
@@ -429,10 +440,16 @@ export class FragmentCore {
   private executeModify(op: FragmentOp): void {
     if (op.modifier === Modifier.SetAllIfNone) return this.executeSetAllIfNone(op);
     if (op.modifier === Modifier.Rename || op.modifier === Modifier.Copy) return this.executeTransfer(op);
+    // BITOP reads its source keys first: each lookup invalidates the previous one's buffer.
+    const combined = op.modifier === Modifier.BitOp ? this.combineSources(op) : undefined;
+    if (combined === null) return this.reply(op, Reply.Refused, undefined, false, 'ERR malformed BITOP keys');
     this.writes++;
     const current = this.lookup(op);
     const live = current !== undefined && isLive(current, this.nowMs) ? current : undefined;
-    const plan = planModify(op, live, this.config.valueBytesMax);
+    const plan: ModifyPlan =
+      combined === undefined
+        ? planModify(op, live, this.config.valueBytesMax)
+        : planBitOp(op, live, combined);
     // The plan's record is a view of the store's read buffer: copy what the reply keeps.
     const record = plan.record === undefined ? undefined : Buffer.from(plan.record);
     const reply = MODIFY_REPLIES[plan.answer];
@@ -450,6 +467,20 @@ export class FragmentCore {
         this.logForReplicas(op.replicated, op.key, plan.write);
     }
     this.await(op, reply, live !== undefined, record, plan.text);
+  }
+
+  /** BITOP's result over its source keys' live values (a missing key is empty); null if malformed. */
+  private combineSources(op: FragmentOp): Buffer | null {
+    const sources = decodeKeys(op.operand);
+    if (sources === undefined || sources.length === 0) return null;
+    const values = sources.map((key) => {
+      const found = this.lookupKey(key, keyHash(key));
+      // The store's read result is valid until its next read: keep a copy.
+      return found !== undefined && isLive(found, this.nowMs)
+        ? Buffer.from(valueBytesOf(found))
+        : EMPTY_VALUE;
+    });
+    return combineBits(op.flags as BitOperation, values);
   }
 
   /** MSETNX: writes every pair only if none of the keys holds a live value (all keys are ours). */
@@ -810,6 +841,8 @@ class DirectWaiters {
     return all;
   }
 }
+
+const EMPTY_VALUE = Buffer.alloc(0);
 
 /** COPY onto itself, in Redis's words. */
 export const SAME_OBJECT = 'ERR source and destination objects are the same';

@@ -4,6 +4,7 @@
 // says what to write and what to answer, with Redis's semantics and error texts. The new version
 // (timestamp, node) always comes stamped from the node that received the request.
 
+import { bitAt, countBits, decodeBitArgs, firstBit, withBit } from './bits.js';
 import {
   addLongDoubles,
   formatLongDouble,
@@ -46,10 +47,24 @@ export const Modifier = {
   Rename: 11,
   /** COPY (flag Nx unless REPLACE): as Rename, but the key keeps its value. */
   Copy: 12,
+  /** SETBIT: sets the bit at offset `arg` to `flags` (0 or 1), growing the value; answers the old bit. */
+  SetBit: 13,
+  /** GETBIT: the bit at offset `arg`; writes nothing. */
+  GetBit: 14,
+  /** BITCOUNT: the operand holds the arguments after the key (`encodeBitArgs`); writes nothing. */
+  BitCount: 15,
+  /** BITPOS: the operand holds the arguments after the key (`encodeBitArgs`); writes nothing. */
+  BitPos: 16,
+  /**
+   * BITOP: flags hold the BitOperation, the operand the source keys (`encodeKeys`), which must belong
+   * to this fragment; the key gets the result under the stamp's version (no deadline), or loses its
+   * value when the result is empty. Answers the result's length.
+   */
+  BitOp: 17,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
 /** The highest Modifier: decoders refuse anything past it. */
-export const MODIFIER_MAX: Modifier = Modifier.Copy;
+export const MODIFIER_MAX: Modifier = Modifier.BitOp;
 
 /** Modifier flags (a bit set). */
 export const ModifyFlag = {
@@ -109,6 +124,8 @@ export const ERR_OVERFLOW = 'ERR increment or decrement would overflow';
 export const ERR_NOT_FLOAT = 'ERR value is not a valid float';
 export const ERR_FLOAT_RESULT = 'ERR increment would produce NaN or Infinity';
 export const ERR_TOO_LARGE = 'ERR string exceeds maximum allowed size (proto-max-bulk-len)';
+export const ERR_SYNTAX = 'ERR syntax error';
+export const ERR_BIT_ARGUMENT = 'ERR The bit argument must be 1 or 0.';
 
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
@@ -152,9 +169,18 @@ export function planModify(
       if (live === undefined || expiresAtOf(live) === 0)
         return plan(ModifyAnswer.Integer, undefined, undefined, '0');
       return plan(ModifyAnswer.Integer, withDeadlineOf(req.record, live, 0), undefined, '1');
+    case Modifier.SetBit:
+      return planSetBit(req, live, valueBytesMax);
+    case Modifier.GetBit:
+      return integer(live === undefined ? 0 : bitAt(valueBytesOf(live), req.arg));
+    case Modifier.BitCount:
+      return planBitCount(req, live);
+    case Modifier.BitPos:
+      return planBitPos(req, live);
     case Modifier.SetAllIfNone:
     case Modifier.Rename:
     case Modifier.Copy:
+    case Modifier.BitOp:
       // Multi-key: the fragment decides it (it must look at every key); see FragmentCore.
       return plan(
         ModifyAnswer.Refused,
@@ -239,6 +265,156 @@ function planIncrByFloat(req: ModifyRequest, live: Uint8Array | undefined): Modi
 
 /** A missing key counts as 0. */
 const NO_VALUE: LongDouble = { significand: 0n, exponent: 0 };
+
+/** BITOP's write, given its result (computed by the fragment from the source keys). */
+export function planBitOp(req: ModifyRequest, live: Uint8Array | undefined, result: Uint8Array): ModifyPlan {
+  const answer = String(result.length);
+  if (result.length > 0) {
+    const stamp = req.record;
+    const write = encodeRecord(false, wallMsOf(stamp), logicalOf(stamp), 0, nodeIdOf(stamp), result);
+    return plan(ModifyAnswer.Integer, write, undefined, answer);
+  }
+  // An empty result deletes the key, as in Redis.
+  return plan(
+    ModifyAnswer.Integer,
+    live === undefined ? undefined : tombstoneOf(req.record),
+    undefined,
+    answer,
+  );
+}
+
+/** Keys as an operand: (u16 LE key length, key)*. */
+export function encodeKeys(keys: readonly Uint8Array[]): Buffer {
+  const out = Buffer.allocUnsafe(keys.reduce((n, k) => n + 2 + k.length, 0));
+  let p = 0;
+  for (const key of keys) {
+    p = out.writeUInt16LE(key.length, p);
+    out.set(key, p);
+    p += key.length;
+  }
+  return out;
+}
+
+/** Decodes `encodeKeys`' operand; undefined if malformed. */
+export function decodeKeys(operand: Uint8Array | undefined): Buffer[] | undefined {
+  const keys: Buffer[] = [];
+  if (operand === undefined) return keys;
+  const buf = Buffer.from(operand.buffer, operand.byteOffset, operand.byteLength);
+  let p = 0;
+  while (p < buf.length) {
+    if (p + 2 > buf.length) return undefined;
+    const n = buf.readUInt16LE(p);
+    if (p + 2 + n > buf.length) return undefined;
+    keys.push(buf.subarray(p + 2, p + 2 + n));
+    p += 2 + n;
+  }
+  return keys;
+}
+
+function planSetBit(req: ModifyRequest, live: Uint8Array | undefined, valueBytesMax: number): ModifyPlan {
+  const old = live === undefined ? EMPTY : valueBytesOf(live);
+  const offset = req.arg;
+  if (Math.floor(offset / 8) >= Math.max(old.length, valueBytesMax))
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_TOO_LARGE);
+  const value = withBit(old, offset, req.flags === 1 ? 1 : 0);
+  return plan(
+    ModifyAnswer.Integer,
+    withValue(req.record, live, value),
+    undefined,
+    String(bitAt(old, offset)),
+  );
+}
+
+/** BITCOUNT key [start end [BYTE | BIT]]: as in Redis 7.0, a missing key answers 0 whatever follows it. */
+function planBitCount(req: ModifyRequest, live: Uint8Array | undefined): ModifyPlan {
+  const given = decodeBitArgs(req.operand);
+  if (given === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_MALFORMED_BIT_ARGS);
+  if (live === undefined) return integer(0);
+  const { count, args } = given;
+  if (count === 0) {
+    const value = valueBytesOf(live);
+    return integer(value.length === 0 ? 0 : countBits(value, 0, value.length * 8 - 1));
+  }
+  if (count !== 2 && count !== 3) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_SYNTAX);
+  const start = parseInt64(args[0]);
+  const end = parseInt64(args[1]);
+  if (start === undefined || end === undefined)
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_INTEGER);
+  // Both from the end and the wrong way round: empty, before any clamping or even the unit's
+  // check (Redis's shortcut: `BITCOUNT k -1 -2 junk` answers 0).
+  if (start < 0n && end < 0n && start > end) return integer(0);
+  const unit = count === 3 ? bitUnit(args[2]) : BitUnit.Byte;
+  if (unit === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_SYNTAX);
+  const value = valueBytesOf(live);
+  const range = bitRange(value.length, start, end, unit);
+  return integer(range === undefined ? 0 : countBits(value, range[0], range[1]));
+}
+
+/** BITPOS key bit [start [end [BYTE | BIT]]]: the bit is checked before the key, the range after. */
+function planBitPos(req: ModifyRequest, live: Uint8Array | undefined): ModifyPlan {
+  const given = decodeBitArgs(req.operand);
+  if (given === undefined || given.count === 0)
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_MALFORMED_BIT_ARGS);
+  const { count, args } = given;
+  const wanted = parseInt64(args[0]);
+  if (wanted === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_INTEGER);
+  if (wanted !== 0n && wanted !== 1n)
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_BIT_ARGUMENT);
+  const bit = wanted === 1n ? 1 : 0;
+  // A missing key is an endless run of zero bits.
+  if (live === undefined) return integer(bit === 1 ? -1 : 0);
+  const value = valueBytesOf(live);
+  let range: [number, number] | undefined;
+  let endGiven = false;
+  if (count === 1) range = value.length === 0 ? undefined : [0, value.length * 8 - 1];
+  else if (count <= 4) {
+    const start = parseInt64(args[1]);
+    if (start === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_INTEGER);
+    const unit = count === 4 ? bitUnit(args[3]) : BitUnit.Byte;
+    if (unit === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_SYNTAX);
+    let end = BigInt(value.length - 1);
+    if (count >= 3) {
+      const given = parseInt64(args[2]);
+      if (given === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_INTEGER);
+      end = given;
+      endGiven = true;
+    }
+    range = bitRange(value.length, start, end, unit);
+  } else return plan(ModifyAnswer.Refused, undefined, undefined, ERR_SYNTAX);
+  if (range === undefined) return integer(-1);
+  const found = firstBit(value, bit, range[0], range[1]);
+  if (found !== -1) return integer(found);
+  // No clear bit up to the end of the value: the zeros that follow it start right after, unless
+  // the client named the end of the range.
+  return integer(bit === 0 && !endGiven ? range[1] + 1 : -1);
+}
+
+const ERR_MALFORMED_BIT_ARGS = 'ERR malformed bit command arguments';
+
+const BitUnit = { Byte: 1, Bit: 2 } as const;
+type BitUnit = (typeof BitUnit)[keyof typeof BitUnit];
+
+function bitUnit(arg: Uint8Array): BitUnit | undefined {
+  const name = Buffer.from(arg).toString('latin1').toUpperCase();
+  return name === 'BYTE' ? BitUnit.Byte : name === 'BIT' ? BitUnit.Bit : undefined;
+}
+
+/**
+ * Redis's start / end of BITCOUNT and BITPOS, in bytes or bits (negative from the end, clamped to
+ * the value), as an inclusive range of bits; undefined when empty.
+ */
+function bitRange(length: number, start: bigint, end: bigint, unit: BitUnit): [number, number] | undefined {
+  const total = BigInt(unit === BitUnit.Bit ? length * 8 : length);
+  let first = start < 0n ? start + total : start;
+  let last = end < 0n ? end + total : end;
+  if (first < 0n) first = 0n;
+  if (last < 0n) last = 0n;
+  if (last >= total) last = total - 1n;
+  if (first > last) return undefined;
+  return unit === BitUnit.Bit ? [Number(first), Number(last)] : [Number(first) * 8, Number(last) * 8 + 7];
+}
+
+const integer = (n: number): ModifyPlan => plan(ModifyAnswer.Integer, undefined, undefined, String(n));
 
 function planAppend(req: ModifyRequest, live: Uint8Array | undefined, valueBytesMax: number): ModifyPlan {
   const suffix = valueBytesOf(req.record);

@@ -15,8 +15,8 @@
 // Modify parameters, after the key:
 //   0  u8   modifier     src/core/modify.ts Modifier
 //   1  u8   flags        ModifyFlag bits
-//   2  u32  arg          SETRANGE offset
-//   6  u16  operandLength, then the operand (INCRBY / INCRBYFLOAT delta as sent)
+//   2  u32  arg          SETRANGE offset, SETBIT / GETBIT bit offset
+//   6  u16  operandLength, then the operand (INCRBY / INCRBYFLOAT delta as sent, MSETNX pairs…)
 //
 // Scan request: the common 8-byte header (flags: bit 0 start inclusive, bit 1 has start, bit 2 has
 // end, bit 3 keys only), then u16 startLength, start, u16 endLength, end, u32 limit, u32 byteLimit,
@@ -40,6 +40,7 @@
 //   8  …    count u32 reqIds
 
 import { assert } from '../core/assert.js';
+import { BitOperation } from '../core/bits.js';
 import { copyBytes, readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
 import { isErrorKind } from '../core/errors.js';
 import {
@@ -49,7 +50,7 @@ import {
   SCAN_PAGE_KEYS_MAX,
   SCAN_PATTERN_BYTES_MAX,
 } from '../core/limits.js';
-import { decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
+import { decodeKeys, decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import { isWellFormedRecord, RECORD_HEADER_BYTES } from '../core/record.js';
 
@@ -152,6 +153,8 @@ export const requestId = (buf: Buffer, at: number): number => readU32LE(buf, at 
 export const requestKeyBytes = (buf: Buffer, at: number): number => readU16LE(buf, at + 8);
 
 export const MODIFY_PARAMS_BYTES = 8;
+/** Longest operand (its length is a u16): faces refuse commands whose operand would be longer. */
+export const MODIFY_OPERAND_BYTES_MAX = 0xffff;
 
 export interface ModifyParams {
   modifier: Modifier;
@@ -175,6 +178,7 @@ export function writeModifyParams(
   buf[at + 1] = flags;
   writeU32LE(buf, at + 2, arg);
   const n = operand?.length ?? 0;
+  assert(n <= MODIFY_OPERAND_BYTES_MAX, 'a modify operand longer than MODIFY_OPERAND_BYTES_MAX');
   writeU16LE(buf, at + 6, n);
   if (n > 0) copyBytes(buf, at + MODIFY_PARAMS_BYTES, operand!);
   return at + MODIFY_PARAMS_BYTES + n;
@@ -246,6 +250,19 @@ export function checkRequest(
       pairs.some(([key]) => key.length > KEY_BYTES_MAX || fragmentOf(key) !== fragment)
     ) {
       return 'malformed MSETNX pairs';
+    }
+  }
+  if (modifier === Modifier.BitOp) {
+    const sources = decodeKeys(op.subarray(rest + MODIFY_PARAMS_BYTES, end));
+    const operation = op[rest + 1];
+    if (
+      operation < BitOperation.And ||
+      operation > BitOperation.Not ||
+      sources === undefined ||
+      sources.length === 0 ||
+      sources.some((key) => key.length > KEY_BYTES_MAX || fragmentOf(key) !== fragment)
+    ) {
+      return 'malformed BITOP';
     }
   }
   return undefined;

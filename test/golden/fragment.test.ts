@@ -9,15 +9,19 @@
 //         (tryDirectWrite: prints taken or refused, then the actions)
 //   read req=R key=K [pri=…]
 //   modify req=R key=K mod=set|getdel|getex|incrby|incrbyfloat|append|setrange|expire|persist|rename
+//          |setbit|getbit|bitcount|bitpos|bitop
 //          ts=W.L node=N [value=V] [exp=MS] [flags=nx,xx,gt,lt,get,keep] [arg=N] [operand=S] [dur=…]
+//          [bit=0|1] (SETBIT's bit)  [args=A,B,…] (BITCOUNT's and BITPOS's arguments after the key)
+//          [op=and|or|xor|not keys=K1,K2,…] (BITOP's operation and source keys)
 //   fence req=R dur=store|stable  run now=MS [budget=N]  tick now=MS
 //   committed gen=G   commit-failed gen=G msg=M   synced gen=G   sync-failed gen=G msg=M
 //   sweep now=MS      (offers every stored record to the cleaner)   state    store-dump
 
 import { basename } from 'node:path';
 import { test } from 'node:test';
+import { BIT_OPERATION_NAMES, encodeBitArgs } from '../../src/core/bits.js';
 import { describeAction, type FragmentAction, FragmentCore, FragmentOp } from '../../src/core/fragment.js';
-import { Modifier, ModifyFlag } from '../../src/core/modify.js';
+import { encodeKeys, Modifier, ModifyFlag } from '../../src/core/modify.js';
 import { Durability, OpKind, Priority, parseDurability, parsePriority } from '../../src/core/ops.js';
 import { describeRecord, encodeRecord, wallMsOf } from '../../src/core/record.js';
 import { type Command, goldenFiles, intArg, runGoldenFile } from './datadriven.js';
@@ -174,6 +178,11 @@ const MODIFIERS: Record<string, Modifier> = {
   expire: Modifier.Expire,
   persist: Modifier.Persist,
   rename: Modifier.Rename,
+  setbit: Modifier.SetBit,
+  getbit: Modifier.GetBit,
+  bitcount: Modifier.BitCount,
+  bitpos: Modifier.BitPos,
+  bitop: Modifier.BitOp,
 };
 const FLAGS: Record<string, number> = {
   nx: ModifyFlag.Nx,
@@ -193,6 +202,16 @@ function modifyOf(c: Command): FragmentOp {
   op.arg = intArg(c, 'arg', 0);
   const operand = c.args.get('operand');
   op.operand = operand === undefined ? undefined : Buffer.from(operand, 'latin1');
+  // SETBIT's bit travels in the flags; BITCOUNT's and BITPOS's arguments in the operand.
+  if (c.args.has('bit')) op.flags = intArg(c, 'bit');
+  const args = c.args.get('args');
+  if (args !== undefined)
+    op.operand = encodeBitArgs(args === '' ? [] : args.split(',').map((a) => Buffer.from(a)));
+  // BITOP's operation travels in the flags, its source keys in the operand.
+  const operation = c.args.get('op');
+  if (operation !== undefined) op.flags = BIT_OPERATION_NAMES[operation.toUpperCase()];
+  const sources = c.args.get('keys');
+  if (sources !== undefined) op.operand = encodeKeys(sources.split(',').map((k) => Buffer.from(k)));
   return op;
 }
 

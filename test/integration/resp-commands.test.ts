@@ -312,6 +312,15 @@ describe('SET and its options', () => {
     assert.equal(await r.exists('setex:bad'), 0);
   });
 
+  test('GETSET sets the value, answers the old one (null when missing) and drops the deadline', async () => {
+    assert.equal(await r.getset('getset:k', 'one'), null);
+    await r.expire('getset:k', 100);
+    assert.equal(await r.getset('getset:k', 'two'), 'one');
+    assert.equal(await r.get('getset:k'), 'two');
+    assert.equal(await r.ttl('getset:k'), -1);
+    await rejectsWith(r.call('GETSET', 'getset:k'), arity('getset'));
+  });
+
   test('SETNX answers 1 when it sets and 0 when the key exists', async () => {
     assert.equal(await r.setnx('setnx:k', 'a'), 1);
     assert.equal(await r.setnx('setnx:k', 'b'), 0);
@@ -391,6 +400,21 @@ describe('multi-key string commands', () => {
     assert.equal(await r.msetnx('{msetnx}a', 'x', '{msetnx}c', 'y'), 0);
     assert.deepEqual(await r.mget('{msetnx}a', '{msetnx}b', '{msetnx}c'), ['1', '2', null]);
     await rejectsWith(r.call('MSETNX', '{msetnx}a'), arity('msetnx'));
+  });
+
+  test('MSETNX refuses pairs too large to travel as one operation, and writes nothing', async () => {
+    const big = 'x'.repeat(70_000);
+    await rejectsWith(
+      r.call('MSETNX', '{mx}a', 'v', '{mx}b', big),
+      'ERR MSETNX takes at most 65535 bytes of keys and values after its first pair',
+    );
+    assert.equal(await r.exists('{mx}a', '{mx}b'), 0);
+    assert.equal(
+      await r.call('MSETNX', '{mx}a', big, '{mx}b', 'v'),
+      1,
+      'the first value may be as large as any',
+    );
+    assert.equal(await r.strlen('{mx}a'), 70_000);
   });
 
   test('MSETNX across hash slots answers CROSSSLOT and writes nothing (Redis Cluster semantics)', async () => {
@@ -566,6 +590,90 @@ describe('string contents', () => {
     await r.set('setrange:bad', 'abc');
     assert.equal(await r.call('SETRANGE', 'setrange:bad', String(2 ** 40), ''), 3);
     assert.equal(await r.get('setrange:bad'), 'abc');
+  });
+});
+
+describe('bits', () => {
+  test('SETBIT sets a bit, growing the value with zero bytes, and answers the old bit; GETBIT reads it', async () => {
+    assert.equal(await r.setbit('bits:k', 7, 1), 0);
+    assert.equal(await r.setbit('bits:k', 7, 1), 1);
+    assert.deepEqual(await r.getBuffer('bits:k'), Buffer.from([0x01]));
+    assert.equal(await r.setbit('bits:k', 17, 1), 0);
+    assert.deepEqual(await r.getBuffer('bits:k'), Buffer.from([0x01, 0x00, 0x40]));
+    assert.equal(await r.getbit('bits:k', 17), 1);
+    assert.equal(await r.getbit('bits:k', 16), 0);
+    assert.equal(await r.getbit('bits:k', 1_000_000), 0, 'past the end');
+    assert.equal(await r.getbit('bits:none', 3), 0, 'a missing key');
+    await r.set('bits:ttl', 'a', 'EX', 100);
+    assert.equal(await r.setbit('bits:ttl', 6, 1), 0);
+    assert.equal(await r.get('bits:ttl'), 'c');
+    assertTtlNear(await r.ttl('bits:ttl'), 100, 'SETBIT keeps the time to live');
+  });
+
+  test('SETBIT and GETBIT refuse bad offsets and bits; a bit past the value limit is too large', async () => {
+    const badOffset = 'ERR bit offset is not an integer or out of range';
+    await rejectsWith(r.call('SETBIT', 'bits:bad', '-1', '1'), badOffset);
+    await rejectsWith(r.call('SETBIT', 'bits:bad', String(2 ** 32), '1'), badOffset);
+    await rejectsWith(r.call('GETBIT', 'bits:bad', 'x'), badOffset);
+    await rejectsWith(r.call('SETBIT', 'bits:bad', '0', '2'), 'ERR bit is not an integer or out of range');
+    await rejectsWith(r.call('SETBIT', 'bits:bad', '0', 'x'), 'ERR bit is not an integer or out of range');
+    await rejectsWith(r.call('SETBIT', 'bits:bad', String(VALUE_BYTES_MAX_DEFAULT * 8), '1'), TOO_LARGE);
+    assert.equal(await r.exists('bits:bad'), 0);
+  });
+
+  test('BITCOUNT counts set bits, whole or in a byte or bit range (Redis documentation examples)', async () => {
+    await r.set('bits:foobar', 'foobar');
+    assert.equal(await r.bitcount('bits:foobar'), 26);
+    assert.equal(await r.bitcount('bits:foobar', 0, 0), 4);
+    assert.equal(await r.bitcount('bits:foobar', 1, 1), 6);
+    assert.equal(await r.call('BITCOUNT', 'bits:foobar', '1', '1', 'BYTE'), 6);
+    assert.equal(await r.call('BITCOUNT', 'bits:foobar', '5', '30', 'BIT'), 17);
+    assert.equal(await r.call('BITCOUNT', 'bits:foobar', '-2', '-1'), 7);
+    assert.equal(await r.bitcount('bits:none'), 0);
+    await rejectsWith(r.call('BITCOUNT', 'bits:foobar', '0'), SYNTAX);
+    await rejectsWith(r.call('BITCOUNT', 'bits:foobar', '0', 'x'), NOT_INTEGER);
+    await rejectsWith(r.call('BITCOUNT', 'bits:foobar', '0', '1', 'WORD'), SYNTAX);
+  });
+
+  test('BITPOS finds the first set or clear bit; a clear bit past the value unless the end is given', async () => {
+    await r.set('bits:pos', Buffer.from([0xff, 0xf0, 0x00]));
+    assert.equal(await r.bitpos('bits:pos', 0), 12);
+    assert.equal(await r.call('BITPOS', 'bits:pos', '1', '2'), -1);
+    assert.equal(await r.call('BITPOS', 'bits:pos', '0', '1', '-1'), 12);
+    assert.equal(await r.call('BITPOS', 'bits:pos', '1', '7', '15', 'BIT'), 7);
+    await r.set('bits:ones', Buffer.from([0xff, 0xff]));
+    assert.equal(await r.bitpos('bits:ones', 0), 16, 'the zeros after the value');
+    assert.equal(await r.call('BITPOS', 'bits:ones', '0', '0', '-1'), -1, 'not with an end given');
+    assert.equal(await r.bitpos('bits:none', 0), 0);
+    assert.equal(await r.bitpos('bits:none', 1), -1);
+    await rejectsWith(r.call('BITPOS', 'bits:pos', '2'), 'ERR The bit argument must be 1 or 0.');
+    await rejectsWith(r.call('BITPOS', 'bits:pos', '1', '0', '1', 'WORD'), SYNTAX);
+  });
+  test('BITOP combines values of one hash slot into a key without a deadline; empty results delete it', async () => {
+    await r.set('{bo}a', Buffer.from([0xf0, 0x41]));
+    await r.set('{bo}b', Buffer.from([0xff]));
+    await r.set('{bo}dest', 'old', 'EX', 100);
+    assert.equal(await r.bitop('AND', '{bo}dest', '{bo}a', '{bo}b'), 2);
+    assert.deepEqual(await r.getBuffer('{bo}dest'), Buffer.from([0xf0, 0x00]));
+    assert.equal(await r.ttl('{bo}dest'), -1);
+    assert.equal(await r.bitop('OR', '{bo}or', '{bo}a', '{bo}b', '{bo}missing'), 2);
+    assert.deepEqual(await r.getBuffer('{bo}or'), Buffer.from([0xff, 0x41]));
+    assert.equal(await r.call('BITOP', 'xor', '{bo}xor', '{bo}b', '{bo}b'), 1);
+    assert.deepEqual(await r.getBuffer('{bo}xor'), Buffer.from([0x00]));
+    assert.equal(await r.bitop('NOT', '{bo}not', '{bo}a'), 2);
+    assert.deepEqual(await r.getBuffer('{bo}not'), Buffer.from([0x0f, 0xbe]));
+    assert.equal(await r.bitop('OR', '{bo}dest', '{bo}missing'), 0);
+    assert.equal(await r.exists('{bo}dest'), 0, 'an empty result deletes the destination');
+    await rejectsWith(r.call('BITOP', 'NAND', '{bo}x', '{bo}a'), SYNTAX);
+    await rejectsWith(
+      r.call('BITOP', 'NOT', '{bo}x', '{bo}a', '{bo}b'),
+      'ERR BITOP NOT must be called with a single source key.',
+    );
+    await rejectsWith(
+      r.call('BITOP', 'AND', '{bo}x', 'elsewhere'),
+      "CROSSSLOT Keys in request don't hash to the same slot",
+    );
+    await rejectsWith(r.call('BITOP', 'AND', '{bo}x'), arity('bitop'));
   });
 });
 

@@ -131,6 +131,9 @@ const AT_MILLIS = ['1', '0', 'x', String((nowSeconds + 50_000) * 1000), '9999999
 const isPast = (at: string) => at === '1';
 const SET_AT_SECONDS = AT_SECONDS.filter((at) => !isPast(at));
 const SET_AT_MILLIS = AT_MILLIS.filter((at) => !isPast(at));
+const BIT_OFFSETS = ['0', '1', '7', '8', '15', '23', '100', '-1', 'x', '4294967296'];
+const BIT_INDEXES = ['0', '1', '2', '-1', '-2', '5', '9', '100', '-100', 'x'];
+const BIT_UNITS = ['BYTE', 'BIT', 'bit', 'BAD'];
 const PATTERNS = [
   '*',
   '{p}a*',
@@ -206,6 +209,28 @@ const COMMAND: fc.Arbitrary<Command> = fc.oneof(
   { arbitrary: command('INCRBYFLOAT', key, fc.constantFrom(...FLOATS)), weight: 2 },
 
   command('APPEND', key, value),
+  command('GETSET', key, value),
+  // Offsets stay small: a valid offset near 2^32 makes Redis allocate 512 MiB (Tessera refuses it).
+  { arbitrary: command('SETBIT', key, pick(...BIT_OFFSETS), pick('0', '1', '2', '-1', 'x')), weight: 2 },
+  command('GETBIT', key, pick(...BIT_OFFSETS)),
+  {
+    arbitrary: command('BITOP', pick('AND', 'OR', 'XOR', 'NOT', 'and', 'BAD'), key, some(key, 1, 3)),
+    weight: 2,
+  },
+  {
+    arbitrary: command('BITCOUNT', key, some(pick(...BIT_INDEXES), 0, 2), optional(pick(...BIT_UNITS))),
+    weight: 2,
+  },
+  {
+    arbitrary: command(
+      'BITPOS',
+      key,
+      pick('0', '1', '2', 'x'),
+      some(pick(...BIT_INDEXES), 0, 2),
+      optional(pick(...BIT_UNITS)),
+    ),
+    weight: 2,
+  },
   command('STRLEN', key),
   command(
     pick('GETRANGE', 'SUBSTR'),

@@ -6,6 +6,7 @@
 import { ErrorKind, TesseraError } from '../../core/errors.js';
 import { CommandTable, commandNameKey, type RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
+import { BIT_COMMANDS } from './bit-commands.js';
 import { CLUSTER_COMMANDS } from './cluster-commands.js';
 import type { RespConnection } from './connection.js';
 import { KEY_COMMANDS } from './key-commands.js';
@@ -29,6 +30,7 @@ export interface CommandSpec {
 export const COMMANDS: readonly CommandSpec[] = [
   ...SERVER_COMMANDS,
   ...STRING_COMMANDS,
+  ...BIT_COMMANDS,
   ...KEY_COMMANDS,
   ...CLUSTER_COMMANDS,
   ...UNSUPPORTED_COMMANDS,

@@ -7,6 +7,7 @@ import { LONG_DOUBLE_TEXT_BYTES_MAX } from '../../core/long-double.js';
 import { ERR_NOT_FLOAT, ERR_TOO_LARGE, Modifier, ModifyFlag } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
+import { MODIFY_OPERAND_BYTES_MAX } from '../../threads/op-codec.js';
 import {
   type CommandSpec,
   crossSlot,
@@ -143,6 +144,15 @@ function getdel(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
   return false;
 }
 
+/** GETSET key value: SET key value GET (the deadline goes, as with any plain SET). */
+function getset(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  const value = cmd.arg(2);
+  if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
+  modifyKey(conn, key, Modifier.Set, ModifyFlag.Get, value, 0, ModifyMode.SetGet);
+  return false;
+}
+
 /** GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST] */
 function getex(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const key = cmd.arg(1);
@@ -210,6 +220,13 @@ function msetnx(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
     if (slotOf(cmd.arg(i)) !== slot) return crossSlot(w);
   }
   const operand = encodePairs(cmd, 3);
+  // The pairs travel in one operation, so all of them are decided at once; its operand is bounded.
+  if (operand.length > MODIFY_OPERAND_BYTES_MAX) {
+    return answer(
+      w,
+      `MSETNX takes at most ${MODIFY_OPERAND_BYTES_MAX} bytes of keys and values after its first pair`,
+    );
+  }
   modifyKey(conn, cmd.arg(1), Modifier.SetAllIfNone, 0, cmd.arg(2), 0, ModifyMode.SetFlag, 0, operand);
   return false;
 }
@@ -335,6 +352,7 @@ export const STRING_COMMANDS: CommandSpec[] = [
   { name: 'PSETEX', arity: 4, flags: WRITE, keys: FIRST, run: setWithTtl('PX', 'psetex') },
   { name: 'SETNX', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: setnx },
   { name: 'GETDEL', arity: 2, flags: ['write', 'fast'], keys: FIRST, run: getdel },
+  { name: 'GETSET', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: getset },
   { name: 'GETEX', arity: -2, flags: ['write', 'fast'], keys: FIRST, run: getex },
   { name: 'MGET', arity: -2, flags: READ, keys: [1, -1, 1], run: mget },
   { name: 'MSET', arity: -3, flags: WRITE, keys: [1, -1, 2], run: mset },
