@@ -30,6 +30,7 @@ import {
   type ModifyPlan,
   type ModifyRequest,
   planBitOp,
+  planLcs,
   planModify,
 } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
@@ -440,16 +441,20 @@ export class FragmentCore {
   private executeModify(op: FragmentOp): void {
     if (op.modifier === Modifier.SetAllIfNone) return this.executeSetAllIfNone(op);
     if (op.modifier === Modifier.Rename || op.modifier === Modifier.Copy) return this.executeTransfer(op);
-    // BITOP reads its source keys first: each lookup invalidates the previous one's buffer.
-    const combined = op.modifier === Modifier.BitOp ? this.combineSources(op) : undefined;
-    if (combined === null) return this.reply(op, Reply.Refused, undefined, false, 'ERR malformed BITOP keys');
+    // BITOP and LCS read their other keys first: each lookup invalidates the previous one's buffer.
+    const others =
+      op.modifier === Modifier.BitOp || op.modifier === Modifier.Lcs ? this.otherValues(op) : undefined;
+    if (others === null) return this.reply(op, Reply.Refused, undefined, false, 'ERR malformed key list');
     this.writes++;
     const current = this.lookup(op);
     const live = current !== undefined && isLive(current, this.nowMs) ? current : undefined;
+    const valueBytesMax = this.config.valueBytesMax;
     const plan: ModifyPlan =
-      combined === undefined
-        ? planModify(op, live, this.config.valueBytesMax)
-        : planBitOp(op, live, combined);
+      others === undefined
+        ? planModify(op, live, valueBytesMax)
+        : op.modifier === Modifier.Lcs
+          ? planLcs(op, live, others[0], valueBytesMax)
+          : planBitOp(op, live, combineBits(op.flags as BitOperation, others));
     // The plan's record is a view of the store's read buffer: copy what the reply keeps.
     const record = plan.record === undefined ? undefined : Buffer.from(plan.record);
     const reply = MODIFY_REPLIES[plan.answer];
@@ -469,18 +474,17 @@ export class FragmentCore {
     this.await(op, reply, live !== undefined, record, plan.text);
   }
 
-  /** BITOP's result over its source keys' live values (a missing key is empty); null if malformed. */
-  private combineSources(op: FragmentOp): Buffer | null {
-    const sources = decodeKeys(op.operand);
-    if (sources === undefined || sources.length === 0) return null;
-    const values = sources.map((key) => {
+  /** The live values of the keys in the operand (a missing key is empty), in order; null if malformed. */
+  private otherValues(op: FragmentOp): Buffer[] | null {
+    const keys = decodeKeys(op.operand);
+    if (keys === undefined || keys.length === 0) return null;
+    return keys.map((key) => {
       const found = this.lookupKey(key, keyHash(key));
       // The store's read result is valid until its next read: keep a copy.
       return found !== undefined && isLive(found, this.nowMs)
         ? Buffer.from(valueBytesOf(found))
         : EMPTY_VALUE;
     });
-    return combineBits(op.flags as BitOperation, values);
   }
 
   /** MSETNX: writes every pair only if none of the keys holds a live value (all keys are ours). */

@@ -5,6 +5,7 @@
 // (timestamp, node) always comes stamped from the node that received the request.
 
 import { bitAt, countBits, decodeBitArgs, firstBit, withBit } from './bits.js';
+import { formatLcsRanges, lcsTableBytes, longestCommonSubsequence } from './lcs.js';
 import {
   addLongDoubles,
   formatLongDouble,
@@ -61,10 +62,18 @@ export const Modifier = {
    * value when the result is empty. Answers the result's length.
    */
   BitOp: 17,
+  /**
+   * LCS: the operand holds the second key (`encodeKeys`), which must belong to this fragment; flags
+   * are LcsFlag bits, `arg` the least range length IDX reports. Writes nothing.
+   */
+  Lcs: 18,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
 /** The highest Modifier: decoders refuse anything past it. */
-export const MODIFIER_MAX: Modifier = Modifier.BitOp;
+export const MODIFIER_MAX: Modifier = Modifier.Lcs;
+
+/** LCS's options (the `flags` of a Modifier.Lcs operation). */
+export const LcsFlag = { Length: 1, Ranges: 2, WithRangeLength: 4 } as const;
 
 /** Modifier flags (a bit set). */
 export const ModifyFlag = {
@@ -181,6 +190,7 @@ export function planModify(
     case Modifier.Rename:
     case Modifier.Copy:
     case Modifier.BitOp:
+    case Modifier.Lcs:
       // Multi-key: the fragment decides it (it must look at every key); see FragmentCore.
       return plan(
         ModifyAnswer.Refused,
@@ -282,6 +292,44 @@ export function planBitOp(req: ModifyRequest, live: Uint8Array | undefined, resu
     answer,
   );
 }
+
+/**
+ * LCS over the key's value and the second key's (`other`; a missing key is empty). Answers the
+ * subsequence as a value record, its length, or its ranges as text (`formatLcsRanges`).
+ */
+export function planLcs(
+  req: ModifyRequest,
+  live: Uint8Array | undefined,
+  other: Uint8Array,
+  valueBytesMax: number,
+): ModifyPlan {
+  const a = live === undefined ? EMPTY : valueBytesOf(live);
+  // Redis bounds the table by its largest string (proto-max-bulk-len); Tessera by its largest value.
+  if (lcsTableBytes(a.length, other.length) > valueBytesMax)
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_LCS_TABLE);
+  const options = {
+    length: (req.flags & LcsFlag.Length) !== 0,
+    ranges: (req.flags & LcsFlag.Ranges) !== 0,
+    withRangeLength: (req.flags & LcsFlag.WithRangeLength) !== 0,
+    minRangeLength: req.arg,
+  };
+  const result = longestCommonSubsequence(a, other, options);
+  if (options.ranges)
+    return plan(ModifyAnswer.Text, undefined, undefined, formatLcsRanges(result, options.withRangeLength));
+  if (options.length) return integer(result.length);
+  const stamp = req.record;
+  const answer = encodeRecord(
+    false,
+    wallMsOf(stamp),
+    logicalOf(stamp),
+    0,
+    nodeIdOf(stamp),
+    result.subsequence,
+  );
+  return plan(ModifyAnswer.Done, undefined, answer);
+}
+
+const ERR_LCS_TABLE = 'ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len';
 
 /** Keys as an operand: (u16 LE key length, key)*. */
 export function encodeKeys(keys: readonly Uint8Array[]): Buffer {

@@ -252,6 +252,17 @@ export function checkRequest(
       return 'malformed MSETNX pairs';
     }
   }
+  if (modifier === Modifier.Lcs) {
+    const other = decodeKeys(op.subarray(rest + MODIFY_PARAMS_BYTES, end));
+    if (
+      other === undefined ||
+      other.length !== 1 ||
+      other[0].length > KEY_BYTES_MAX ||
+      fragmentOf(other[0]) !== fragment
+    ) {
+      return 'malformed LCS';
+    }
+  }
   if (modifier === Modifier.BitOp) {
     const sources = decodeKeys(op.subarray(rest + MODIFY_PARAMS_BYTES, end));
     const operation = op[rest + 1];

@@ -677,6 +677,55 @@ describe('bits', () => {
   });
 });
 
+describe('LCS', () => {
+  test('LCS answers the subsequence, its length, or its ranges (Redis documentation example)', async () => {
+    await r.mset('{lcs}1', 'ohmytext', '{lcs}2', 'mynewtext');
+    assert.equal(await r.call('LCS', '{lcs}1', '{lcs}2'), 'mytext');
+    assert.equal(await r.call('LCS', '{lcs}1', '{lcs}2', 'LEN'), 6);
+    assert.deepEqual(await r.call('LCS', '{lcs}1', '{lcs}2', 'IDX'), [
+      'matches',
+      [
+        [
+          [4, 7],
+          [5, 8],
+        ],
+        [
+          [2, 3],
+          [0, 1],
+        ],
+      ],
+      'len',
+      6,
+    ]);
+    assert.deepEqual(await r.call('LCS', '{lcs}1', '{lcs}2', 'IDX', 'MINMATCHLEN', '4', 'WITHMATCHLEN'), [
+      'matches',
+      [[[4, 7], [5, 8], 4]],
+      'len',
+      6,
+    ]);
+    assert.equal(await r.call('LCS', '{lcs}1', '{lcs}none'), '', 'a missing key is empty');
+  });
+
+  test('LCS refuses bad options, keys of two slots, and tables past the value limit', async () => {
+    await rejectsWith(
+      r.call('LCS', '{lcs}1', '{lcs}2', 'LEN', 'IDX'),
+      'ERR If you want both the length and indexes, please just use IDX.',
+    );
+    await rejectsWith(r.call('LCS', '{lcs}1', '{lcs}2', 'MINMATCHLEN', 'x'), NOT_INTEGER);
+    await rejectsWith(r.call('LCS', '{lcs}1', '{lcs}2', 'MINMATCHLEN'), SYNTAX);
+    await rejectsWith(
+      r.call('LCS', '{lcs}1', 'elsewhere'),
+      "CROSSSLOT Keys in request don't hash to the same slot",
+    );
+    const side = Math.ceil(Math.sqrt(VALUE_BYTES_MAX_DEFAULT / 4));
+    await r.mset('{lcs}big1', 'a'.repeat(side), '{lcs}big2', 'b'.repeat(side));
+    await rejectsWith(
+      r.call('LCS', '{lcs}big1', '{lcs}big2'),
+      'ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len',
+    );
+  });
+});
+
 describe('counters', () => {
   test('INCR, DECR, INCRBY, DECRBY start from 0 and answer the new value', async () => {
     assert.equal(await r.incr('counter:k'), 1);

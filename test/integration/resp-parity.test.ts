@@ -55,6 +55,8 @@ const VALUES = [
   '0x10',
   'abc',
   'hello world',
+  'ohmytext',
+  'mynewtext',
   '9223372036854775807',
   '-9223372036854775808',
   '9223372036854775808',
@@ -211,6 +213,15 @@ const COMMAND: fc.Arbitrary<Command> = fc.oneof(
 
   command('APPEND', key, value),
   command('GETSET', key, value),
+  {
+    arbitrary: command(
+      'LCS',
+      key,
+      key,
+      some(pick('LEN', 'IDX', 'withmatchlen', 'MINMATCHLEN', '2', '-1', 'x'), 0, 4),
+    ),
+    weight: 2,
+  },
   // Offsets stay small: a valid offset near 2^32 makes Redis allocate 512 MiB (Tessera refuses it).
   { arbitrary: command('SETBIT', key, pick(...BIT_OFFSETS), pick('0', '1', '2', '-1', 'x')), weight: 2 },
   command('GETBIT', key, pick(...BIT_OFFSETS)),

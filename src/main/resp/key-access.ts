@@ -6,6 +6,7 @@
 
 import { assert } from '../../core/assert.js';
 import type { TesseraError } from '../../core/errors.js';
+import { parseLcsRanges } from '../../core/lcs.js';
 import { KEY_BYTES_MAX } from '../../core/limits.js';
 import { type Modifier, ModifyFlag } from '../../core/modify.js';
 import { OpKind, Priority, Reply } from '../../core/ops.js';
@@ -185,6 +186,8 @@ export const ModifyMode = {
    * before it reads the expiry), else the slot's error. The actor is asked for a plain GETEX.
    */
   RefuseIfPresent: 7,
+  /** LCS … IDX: the ranges the actor sent as text (`formatLcsRanges`), as Redis's map. */
+  LcsRanges: 8,
 } as const;
 
 /** Sends a read-modify-write answered by `mode`; returns its reply slot. */
@@ -470,12 +473,34 @@ function formatModify(
       return w.integer(text.length < 16 ? Number(text) : BigInt(text));
     }
     case Reply.Text:
+      if (mode === ModifyMode.LcsRanges)
+        return writeLcsRanges(w, buf.toString('latin1', payloadAt, at + length));
       return w.bulkRange(buf, payloadAt, at + length);
     case Reply.Refused:
       return writeErrorText(w, buf.toString('utf8', payloadAt, at + length));
     default:
       return writeFailure(w, resultError(buf, at, length));
   }
+}
+
+/** LCS IDX's answer: a map of "matches" (each [[aStart, aEnd], [bStart, bEnd], length?]) and "len". */
+function writeLcsRanges(w: RespWriter, text: string): void {
+  const { length, ranges } = parseLcsRanges(text);
+  w.mapHeader(2);
+  w.bulk('matches');
+  w.arrayHeader(ranges.length);
+  for (const r of ranges) {
+    w.arrayHeader(r.length === 5 ? 3 : 2);
+    w.arrayHeader(2);
+    w.integer(r[0]);
+    w.integer(r[1]);
+    w.arrayHeader(2);
+    w.integer(r[2]);
+    w.integer(r[3]);
+    if (r.length === 5) w.integer(r[4]);
+  }
+  w.bulk('len');
+  w.integer(length);
 }
 
 export { ModifyFlag };

@@ -4,7 +4,14 @@
 import { slotOf } from '../../core/keyspace.js';
 import { EXPIRES_AT_MS_MAX } from '../../core/limits.js';
 import { LONG_DOUBLE_TEXT_BYTES_MAX } from '../../core/long-double.js';
-import { ERR_NOT_FLOAT, ERR_TOO_LARGE, Modifier, ModifyFlag } from '../../core/modify.js';
+import {
+  ERR_NOT_FLOAT,
+  ERR_TOO_LARGE,
+  encodeKeys,
+  LcsFlag,
+  Modifier,
+  ModifyFlag,
+} from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { MODIFY_OPERAND_BYTES_MAX } from '../../threads/op-codec.js';
@@ -341,6 +348,41 @@ function incrbyfloat(conn: RespConnection, cmd: RespCommand, w: RespWriter): boo
   return false;
 }
 
+/**
+ * LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]: both keys in one hash slot, so the first
+ * key's fragment actor reads both and computes the answer.
+ */
+function lcs(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  const other = cmd.arg(2);
+  if (!keyFits(key, w) || !keyFits(other, w)) return true;
+  if (slotOf(key) !== slotOf(other)) return crossSlot(w);
+  let flags = 0;
+  let minRangeLength = 0;
+  for (let i = 3; i < cmd.argc; i++) {
+    const option = optionName(cmd, i);
+    if (option === 'IDX') flags |= LcsFlag.Ranges;
+    else if (option === 'LEN') flags |= LcsFlag.Length;
+    else if (option === 'WITHMATCHLEN') flags |= LcsFlag.WithRangeLength;
+    else if (option === 'MINMATCHLEN' && i + 1 < cmd.argc) {
+      const n = integerArg(cmd, ++i);
+      if (n === undefined) return answer(w, NOT_INTEGER);
+      // Negative counts as none; past u32 no range can reach it anyway.
+      minRangeLength = Math.min(Math.max(n, 0), 0xffff_ffff);
+    } else return answer(w, SYNTAX_ERROR);
+  }
+  if (flags & LcsFlag.Ranges && flags & LcsFlag.Length)
+    return answer(w, 'If you want both the length and indexes, please just use IDX.');
+  const mode =
+    flags & LcsFlag.Ranges
+      ? ModifyMode.LcsRanges
+      : flags & LcsFlag.Length
+        ? ModifyMode.Integer
+        : ModifyMode.Value;
+  modifyKey(conn, key, Modifier.Lcs, flags, undefined, 0, mode, minRangeLength, encodeKeys([other]));
+  return false;
+}
+
 const READ = ['readonly', 'fast'] as const;
 const WRITE = ['write', 'denyoom'] as const;
 const FIRST: readonly [number, number, number] = [1, 1, 1];
@@ -366,5 +408,6 @@ export const STRING_COMMANDS: CommandSpec[] = [
   { name: 'DECR', arity: 2, flags: [...WRITE, 'fast'], keys: FIRST, run: counter(-1, '1') },
   { name: 'INCRBY', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: counter(1, undefined) },
   { name: 'DECRBY', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: counter(-1, undefined) },
+  { name: 'LCS', arity: -3, flags: ['readonly'], keys: [1, 2, 1], run: lcs },
   { name: 'INCRBYFLOAT', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: incrbyfloat },
 ];

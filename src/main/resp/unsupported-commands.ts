@@ -153,10 +153,9 @@ const REASONS: Record<string, readonly string[]> = {
     'SORT',
     'SORT_RO',
   ],
-  'of the commands on string values, bit fields, LCS and HyperLogLog are not implemented': [
+  'of the commands on string values, bit fields and HyperLogLog are not implemented': [
     'BITFIELD',
     'BITFIELD_RO',
-    'LCS',
     'PFADD',
     'PFCOUNT',
     'PFMERGE',
