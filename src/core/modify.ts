@@ -4,6 +4,13 @@
 // says what to write and what to answer, with Redis's semantics and error texts. The new version
 // (timestamp, node) always comes stamped from the node that received the request.
 
+import {
+  decodeBitfieldOps,
+  formatBitfieldAnswers,
+  highestWrittenBit,
+  readsOnly,
+  runBitfield,
+} from './bitfield.js';
 import { bitAt, countBits, decodeBitArgs, firstBit, withBit } from './bits.js';
 import { formatLcsRanges, lcsTableBytes, longestCommonSubsequence } from './lcs.js';
 import {
@@ -67,10 +74,15 @@ export const Modifier = {
    * are LcsFlag bits, `arg` the least range length IDX reports. Writes nothing.
    */
   Lcs: 18,
+  /**
+   * BITFIELD / BITFIELD_RO: the operand holds the subcommands (`encodeBitfieldOps`). Writes, keeping
+   * the deadline, unless every subcommand is a GET; answers each one's integer or null.
+   */
+  Bitfield: 19,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
 /** The highest Modifier: decoders refuse anything past it. */
-export const MODIFIER_MAX: Modifier = Modifier.Lcs;
+export const MODIFIER_MAX: Modifier = Modifier.Bitfield;
 
 /** LCS's options (the `flags` of a Modifier.Lcs operation). */
 export const LcsFlag = { Length: 1, Ranges: 2, WithRangeLength: 4 } as const;
@@ -186,6 +198,8 @@ export function planModify(
       return planBitCount(req, live);
     case Modifier.BitPos:
       return planBitPos(req, live);
+    case Modifier.Bitfield:
+      return planBitfield(req, live, valueBytesMax);
     case Modifier.SetAllIfNone:
     case Modifier.Rename:
     case Modifier.Copy:
@@ -357,6 +371,32 @@ export function decodeKeys(operand: Uint8Array | undefined): Buffer[] | undefine
     p += 2 + n;
   }
   return keys;
+}
+
+function planBitfield(req: ModifyRequest, live: Uint8Array | undefined, valueBytesMax: number): ModifyPlan {
+  const ops = decodeBitfieldOps(req.operand);
+  if (ops === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, 'ERR malformed BITFIELD');
+  const old = live === undefined ? EMPTY : valueBytesOf(live);
+  if (readsOnly(ops))
+    return plan(
+      ModifyAnswer.Text,
+      undefined,
+      undefined,
+      formatBitfieldAnswers(runBitfield(Buffer.from(old), ops)),
+    );
+  // A write first grows the value to its highest bit, as Redis does, whatever the subcommands answer.
+  const lastByte = Math.floor(highestWrittenBit(ops) / 8);
+  if (lastByte >= Math.max(old.length, valueBytesMax))
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_TOO_LARGE);
+  const value = Buffer.alloc(Math.max(old.length, lastByte + 1));
+  value.set(old, 0);
+  const answers = runBitfield(value, ops);
+  return plan(
+    ModifyAnswer.Text,
+    withValue(req.record, live, value),
+    undefined,
+    formatBitfieldAnswers(answers),
+  );
 }
 
 function planSetBit(req: ModifyRequest, live: Uint8Array | undefined, valueBytesMax: number): ModifyPlan {

@@ -649,6 +649,38 @@ describe('bits', () => {
     await rejectsWith(r.call('BITPOS', 'bits:pos', '2'), 'ERR The bit argument must be 1 or 0.');
     await rejectsWith(r.call('BITPOS', 'bits:pos', '1', '0', '1', 'WORD'), SYNTAX);
   });
+  test('BITFIELD gets, sets and increments fields with OVERFLOW rules; BITFIELD_RO only gets', async () => {
+    assert.deepEqual(await r.call('BITFIELD', 'bf:k', 'INCRBY', 'i5', '100', '1', 'GET', 'u4', '0'), [1, 0]);
+    assert.deepEqual(await r.call('BITFIELD', 'bf:k', 'SET', 'i8', '#0', '-2', 'GET', 'u8', '#0'), [0, 254]);
+    assert.deepEqual(await r.call('BITFIELD', 'bf:k', 'OVERFLOW', 'FAIL', 'INCRBY', 'u2', '102', '4'), [
+      null,
+    ]);
+    assert.deepEqual(await r.call('BITFIELD', 'bf:k', 'OVERFLOW', 'SAT', 'INCRBY', 'u2', '102', '4'), [3]);
+    // Exact 64-bit answers, read off the wire: the old i64 (0xfe00…), then max + 1 wrapped to min.
+    const raw = await fx.raw();
+    assert.equal(
+      await raw.call('BITFIELD', 'bf:k', 'SET', 'i64', '0', '9223372036854775807', 'INCRBY', 'i64', '0', '1'),
+      '*2\r\n:-144115188075855872\r\n:-9223372036854775808\r\n',
+    );
+    assert.deepEqual(await r.call('BITFIELD_RO', 'bf:k', 'GET', 'u8', '#0'), [0x80]);
+    assert.deepEqual(await r.call('BITFIELD', 'bf:none'), []);
+    await rejectsWith(
+      r.call('BITFIELD_RO', 'bf:k', 'SET', 'u8', '0', '1'),
+      'ERR BITFIELD_RO only supports the GET subcommand',
+    );
+    await rejectsWith(
+      r.call('BITFIELD', 'bf:k', 'GET', 'u64', '0'),
+      'ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.',
+    );
+    await rejectsWith(
+      r.call('BITFIELD', 'bf:k', 'GET', 'u8', '-1'),
+      'ERR bit offset is not an integer or out of range',
+    );
+    await rejectsWith(r.call('BITFIELD', 'bf:k', 'OVERFLOW', 'MAYBE'), 'ERR Invalid OVERFLOW type specified');
+    await rejectsWith(r.call('BITFIELD', 'bf:k', 'SET', 'u8', '0', 'x'), NOT_INTEGER);
+    await rejectsWith(r.call('BITFIELD', 'bf:k', 'GET', 'u8'), SYNTAX);
+  });
+
   test('BITOP combines values of one hash slot into a key without a deadline; empty results delete it', async () => {
     await r.set('{bo}a', Buffer.from([0xf0, 0x41]));
     await r.set('{bo}b', Buffer.from([0xff]));

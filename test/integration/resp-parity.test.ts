@@ -137,6 +137,26 @@ const SET_AT_MILLIS = AT_MILLIS.filter((at) => !isPast(at));
 const BIT_OFFSETS = ['0', '1', '7', '8', '15', '23', '100', '-1', 'x', '4294967296'];
 const BIT_INDEXES = ['0', '1', '2', '-1', '-2', '5', '9', '100', '-100', 'x'];
 const BIT_UNITS = ['BYTE', 'BIT', 'bit', 'BAD'];
+const FIELD_TYPES = [
+  'i1',
+  'i5',
+  'i8',
+  'i16',
+  'i63',
+  'i64',
+  'u1',
+  'u5',
+  'u8',
+  'u16',
+  'u63',
+  'u64',
+  'I8',
+  'i0',
+  'u',
+  'x',
+];
+const FIELD_OFFSETS = ['0', '1', '7', '8', '13', '#0', '#1', '#3', '100', '-1', 'x', '4294967296', '#-1'];
+const FIELD_VALUES = [...INTEGERS, '127', '128', '255', '256', '-129'];
 const PATTERNS = [
   '*',
   '{p}a*',
@@ -190,6 +210,16 @@ const badSetOptions = fc.constantFrom(
   ['EX', '10', 'EX', '10'],
 );
 
+const field = () => [pick(...FIELD_TYPES), pick(...FIELD_OFFSETS)] as const;
+const BITFIELD_SUBCOMMAND: fc.Arbitrary<Command> = fc.oneof(
+  { arbitrary: command('GET', ...field()), weight: 3 },
+  { arbitrary: command('SET', ...field(), pick(...FIELD_VALUES)), weight: 2 },
+  { arbitrary: command('INCRBY', ...field(), pick(...FIELD_VALUES)), weight: 3 },
+  command('OVERFLOW', pick('WRAP', 'SAT', 'fail', 'BAD')),
+  // Cut short or unknown.
+  fc.constantFrom(['GET', 'i8'], ['SET', 'u8', '0'], ['OVERFLOW'], ['NOPE']),
+);
+
 const COMMAND: fc.Arbitrary<Command> = fc.oneof(
   {
     arbitrary: command('SET', key, value, optional(pick('NX', 'XX')), optional(pick('GET')), setExpiry),
@@ -225,6 +255,10 @@ const COMMAND: fc.Arbitrary<Command> = fc.oneof(
   // Offsets stay small: a valid offset near 2^32 makes Redis allocate 512 MiB (Tessera refuses it).
   { arbitrary: command('SETBIT', key, pick(...BIT_OFFSETS), pick('0', '1', '2', '-1', 'x')), weight: 2 },
   command('GETBIT', key, pick(...BIT_OFFSETS)),
+  {
+    arbitrary: command(pick('BITFIELD', 'BITFIELD', 'BITFIELD_RO'), key, some(BITFIELD_SUBCOMMAND, 0, 4)),
+    weight: 3,
+  },
   {
     arbitrary: command('BITOP', pick('AND', 'OR', 'XOR', 'NOT', 'and', 'BAD'), key, some(key, 1, 3)),
     weight: 2,

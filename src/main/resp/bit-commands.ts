@@ -1,15 +1,29 @@
-// Bit commands on string values: SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP. Each runs in the fragment actor
+// Bit commands on string values: SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD. Each runs in the fragment actor
 // that owns the key (src/core/modify.ts, src/core/bits.ts), so it orders with every other command on
 // that key and a count over a large value never runs on the main thread. Arguments Redis checks
 // before it looks the key up are checked here; the rest travel with the operation.
 
+import {
+  BITFIELD_OP_BYTES,
+  type BitfieldOp,
+  BitfieldOpcode,
+  encodeBitfieldOps,
+  Overflow,
+} from '../../core/bitfield.js';
 import { BIT_OFFSET_MAX, BIT_OPERATION_NAMES, BitOperation, encodeBitArgs } from '../../core/bits.js';
 import { slotOf } from '../../core/keyspace.js';
-import { encodeKeys, Modifier } from '../../core/modify.js';
+import { encodeKeys, Modifier, parseInt64 } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { MODIFY_OPERAND_BYTES_MAX } from '../../threads/op-codec.js';
-import { type CommandSpec, crossSlot, integerArg, optionName, SYNTAX_ERROR } from './commands.js';
+import {
+  type CommandSpec,
+  crossSlot,
+  integerArg,
+  NOT_INTEGER,
+  optionName,
+  SYNTAX_ERROR,
+} from './commands.js';
 import type { RespConnection } from './connection.js';
 import { keyFits, ModifyMode, modifyKey } from './key-access.js';
 
@@ -92,6 +106,87 @@ function bitop(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   return false;
 }
 
+const BAD_TYPE =
+  'Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.';
+/** Subcommands one BITFIELD may carry: each takes BITFIELD_OP_BYTES of the operand. */
+const BITFIELD_OPS_MAX = Math.floor(MODIFY_OPERAND_BYTES_MAX / BITFIELD_OP_BYTES);
+const OVERFLOWS: Readonly<Record<string, Overflow>> = {
+  WRAP: Overflow.Wrap,
+  SAT: Overflow.Sat,
+  FAIL: Overflow.Fail,
+};
+
+/**
+ * BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset increment]
+ * [OVERFLOW WRAP | SAT | FAIL] …, and BITFIELD_RO (GET only). Every error Redis reports comes
+ * before it reads the key, so all are found here; the actor runs the subcommands.
+ */
+function bitfield(readOnlyCommand: boolean) {
+  return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
+    const key = cmd.arg(1);
+    if (!keyFits(key, w)) return true;
+    const ops: BitfieldOp[] = [];
+    let overflow: Overflow = Overflow.Wrap;
+    for (let j = 2; j < cmd.argc; j++) {
+      const more = cmd.argc - j - 1;
+      const sub = optionName(cmd, j);
+      let opcode: BitfieldOpcode;
+      if (sub === 'GET' && more >= 2) opcode = BitfieldOpcode.Get;
+      else if (sub === 'SET' && more >= 3) opcode = BitfieldOpcode.Set;
+      else if (sub === 'INCRBY' && more >= 3) opcode = BitfieldOpcode.IncrBy;
+      else if (sub === 'OVERFLOW' && more >= 1) {
+        const kind = OVERFLOWS[optionName(cmd, ++j)];
+        if (kind === undefined) return fail(w, 'Invalid OVERFLOW type specified');
+        overflow = kind;
+        continue;
+      } else return fail(w, SYNTAX_ERROR);
+      const type = fieldType(cmd.arg(j + 1));
+      if (type === undefined) return fail(w, BAD_TYPE);
+      const offset = fieldOffset(cmd.arg(j + 2), type.bits);
+      if (offset === undefined) return fail(w, BAD_OFFSET);
+      let operand = 0n;
+      if (opcode !== BitfieldOpcode.Get) {
+        const n = parseInt64(cmd.arg(j + 3));
+        if (n === undefined) return fail(w, NOT_INTEGER);
+        operand = n;
+      }
+      ops.push({ opcode, signed: type.signed, bits: type.bits, offset, overflow, operand });
+      j += opcode === BitfieldOpcode.Get ? 2 : 3;
+    }
+    if (readOnlyCommand && ops.some((op) => op.opcode !== BitfieldOpcode.Get))
+      return fail(w, 'BITFIELD_RO only supports the GET subcommand');
+    if (ops.length > BITFIELD_OPS_MAX)
+      return fail(w, `BITFIELD takes at most ${BITFIELD_OPS_MAX} subcommands`);
+    const mode = ModifyMode.BitfieldAnswers;
+    modifyKey(conn, key, Modifier.Bitfield, 0, undefined, 0, mode, 0, encodeBitfieldOps(ops));
+    return false;
+  };
+}
+
+function fail(w: RespWriter, message: string): true {
+  w.error(message);
+  return true;
+}
+
+/** `i1`…`i64` or `u1`…`u63` (lower-case letter, as Redis reads it); undefined otherwise. */
+function fieldType(arg: Uint8Array): { signed: boolean; bits: number } | undefined {
+  if (arg[0] !== 0x69 && arg[0] !== 0x75) return undefined;
+  const signed = arg[0] === 0x69;
+  const bits = parseInt64(arg.subarray(1));
+  if (bits === undefined || bits < 1n || bits > (signed ? 64n : 63n)) return undefined;
+  return { signed, bits: Number(bits) };
+}
+
+/** A field's bit offset: a plain one, or `#n` for the n-th field of this width. */
+function fieldOffset(arg: Uint8Array, bits: number): number | undefined {
+  const byWidth = arg[0] === 0x23;
+  let offset = parseInt64(byWidth ? arg.subarray(1) : arg);
+  if (offset === undefined) return undefined;
+  // Redis multiplies in 64 bits; a product that wraps is as out of range as one that does not.
+  if (byWidth) offset = BigInt.asIntN(64, offset * BigInt(bits));
+  return offset < 0n || offset > BigInt(BIT_OFFSET_MAX) ? undefined : Number(offset);
+}
+
 const FIRST: readonly [number, number, number] = [1, 1, 1];
 
 export const BIT_COMMANDS: CommandSpec[] = [
@@ -99,5 +194,7 @@ export const BIT_COMMANDS: CommandSpec[] = [
   { name: 'GETBIT', arity: 3, flags: ['readonly', 'fast'], keys: FIRST, run: getbit },
   { name: 'BITCOUNT', arity: -2, flags: ['readonly'], keys: FIRST, run: withRange(Modifier.BitCount) },
   { name: 'BITPOS', arity: -3, flags: ['readonly'], keys: FIRST, run: withRange(Modifier.BitPos) },
+  { name: 'BITFIELD', arity: -2, flags: ['write', 'denyoom'], keys: FIRST, run: bitfield(false) },
+  { name: 'BITFIELD_RO', arity: -2, flags: ['readonly', 'fast'], keys: FIRST, run: bitfield(true) },
   { name: 'BITOP', arity: -4, flags: ['write', 'denyoom'], keys: [2, -1, 1], run: bitop },
 ];

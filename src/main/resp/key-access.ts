@@ -5,6 +5,7 @@
 // token; each handler formats its command's reply by the slot's `mode`.
 
 import { assert } from '../../core/assert.js';
+import { parseBitfieldAnswers } from '../../core/bitfield.js';
 import type { TesseraError } from '../../core/errors.js';
 import { parseLcsRanges } from '../../core/lcs.js';
 import { KEY_BYTES_MAX } from '../../core/limits.js';
@@ -188,6 +189,8 @@ export const ModifyMode = {
   RefuseIfPresent: 7,
   /** LCS … IDX: the ranges the actor sent as text (`formatLcsRanges`), as Redis's map. */
   LcsRanges: 8,
+  /** BITFIELD: the answers the actor sent as text (`formatBitfieldAnswers`), as an array. */
+  BitfieldAnswers: 9,
 } as const;
 
 /** Sends a read-modify-write answered by `mode`; returns its reply slot. */
@@ -475,11 +478,23 @@ function formatModify(
     case Reply.Text:
       if (mode === ModifyMode.LcsRanges)
         return writeLcsRanges(w, buf.toString('latin1', payloadAt, at + length));
+      if (mode === ModifyMode.BitfieldAnswers)
+        return writeBitfieldAnswers(w, buf.toString('latin1', payloadAt, at + length));
       return w.bulkRange(buf, payloadAt, at + length);
     case Reply.Refused:
       return writeErrorText(w, buf.toString('utf8', payloadAt, at + length));
     default:
       return writeFailure(w, resultError(buf, at, length));
+  }
+}
+
+/** BITFIELD's answer: an integer per subcommand, or a null where OVERFLOW FAIL refused one. */
+function writeBitfieldAnswers(w: RespWriter, text: string): void {
+  const answers = parseBitfieldAnswers(text);
+  w.arrayHeader(answers.length);
+  for (const answer of answers) {
+    if (answer === null) w.null();
+    else w.integer(answer);
   }
 }
 

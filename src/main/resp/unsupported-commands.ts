@@ -153,13 +153,7 @@ const REASONS: Record<string, readonly string[]> = {
     'SORT',
     'SORT_RO',
   ],
-  'of the commands on string values, bit fields and HyperLogLog are not implemented': [
-    'BITFIELD',
-    'BITFIELD_RO',
-    'PFADD',
-    'PFCOUNT',
-    'PFMERGE',
-  ],
+  'of the commands on string values, HyperLogLog is not implemented': ['PFADD', 'PFCOUNT', 'PFMERGE'],
   'it is not supported: there is one database, and keys move between nodes only by placement': [
     'MOVE',
     'SWAPDB',
