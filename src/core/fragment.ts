@@ -13,7 +13,6 @@
 // is answered by request id.
 
 import { assert } from './assert.js';
-import { type BitOperation, combineBits } from './bits.js';
 import { latin1 } from './bytes.js';
 import {
   COMMIT_ATTEMPTS_MAX,
@@ -29,9 +28,9 @@ import {
   ModifyFlag,
   type ModifyPlan,
   type ModifyRequest,
-  planBitOp,
-  planLcs,
   planModify,
+  planWithOtherKeys,
+  readsOtherKeys,
 } from './modify.js';
 import { BoundedQueue, TokenBucket } from './op-queue.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from './ops.js';
@@ -441,9 +440,8 @@ export class FragmentCore {
   private executeModify(op: FragmentOp): void {
     if (op.modifier === Modifier.SetAllIfNone) return this.executeSetAllIfNone(op);
     if (op.modifier === Modifier.Rename || op.modifier === Modifier.Copy) return this.executeTransfer(op);
-    // BITOP and LCS read their other keys first: each lookup invalidates the previous one's buffer.
-    const others =
-      op.modifier === Modifier.BitOp || op.modifier === Modifier.Lcs ? this.otherValues(op) : undefined;
+    // Commands over several keys read the others first: each lookup invalidates the previous one's buffer.
+    const others = readsOtherKeys(op.modifier) ? this.otherValues(op) : undefined;
     if (others === null) return this.reply(op, Reply.Refused, undefined, false, 'ERR malformed key list');
     this.writes++;
     const current = this.lookup(op);
@@ -452,9 +450,7 @@ export class FragmentCore {
     const plan: ModifyPlan =
       others === undefined
         ? planModify(op, live, valueBytesMax)
-        : op.modifier === Modifier.Lcs
-          ? planLcs(op, live, others[0], valueBytesMax)
-          : planBitOp(op, live, combineBits(op.flags as BitOperation, others));
+        : planWithOtherKeys(op, live, others, valueBytesMax);
     // The plan's record is a view of the store's read buffer: copy what the reply keeps.
     const record = plan.record === undefined ? undefined : Buffer.from(plan.record);
     const reply = MODIFY_REPLIES[plan.answer];
@@ -474,16 +470,14 @@ export class FragmentCore {
     this.await(op, reply, live !== undefined, record, plan.text);
   }
 
-  /** The live values of the keys in the operand (a missing key is empty), in order; null if malformed. */
-  private otherValues(op: FragmentOp): Buffer[] | null {
+  /** The live values of the keys in the operand (undefined: missing), in order; null if malformed. */
+  private otherValues(op: FragmentOp): Array<Buffer | undefined> | null {
     const keys = decodeKeys(op.operand);
-    if (keys === undefined || keys.length === 0) return null;
+    if (keys === undefined) return null;
     return keys.map((key) => {
       const found = this.lookupKey(key, keyHash(key));
       // The store's read result is valid until its next read: keep a copy.
-      return found !== undefined && isLive(found, this.nowMs)
-        ? Buffer.from(valueBytesOf(found))
-        : EMPTY_VALUE;
+      return found !== undefined && isLive(found, this.nowMs) ? Buffer.from(valueBytesOf(found)) : undefined;
     });
   }
 
@@ -845,8 +839,6 @@ class DirectWaiters {
     return all;
   }
 }
-
-const EMPTY_VALUE = Buffer.alloc(0);
 
 /** COPY onto itself, in Redis's words. */
 export const SAME_OBJECT = 'ERR source and destination objects are the same';

@@ -11,7 +11,34 @@ import {
   readsOnly,
   runBitfield,
 } from './bitfield.js';
-import { bitAt, countBits, decodeBitArgs, firstBit, withBit } from './bits.js';
+import {
+  type BitOperation,
+  bitAt,
+  combineBits,
+  countBits,
+  decodeBitArgs,
+  firstBit,
+  withBit,
+} from './bits.js';
+import {
+  cacheCardinality,
+  cachedCardinality,
+  createHll,
+  ERR_CORRUPT_HLL,
+  ERR_NOT_HLL,
+  type Hll,
+  hllAdd,
+  hllBytes,
+  hllCount,
+  hllMergeInto,
+  hllRaiseAll,
+  invalidateCache,
+  isDense,
+  isHll,
+  newRegisterMax,
+  openHll,
+  registersCount,
+} from './hyperloglog.js';
 import { formatLcsRanges, lcsTableBytes, longestCommonSubsequence } from './lcs.js';
 import {
   addLongDoubles,
@@ -79,10 +106,29 @@ export const Modifier = {
    * the deadline, unless every subcommand is a GET; answers each one's integer or null.
    */
   Bitfield: 19,
+  /** PFADD: the operand holds the elements' registers and counts (`encodeHllPatterns`). */
+  PfAdd: 20,
+  /**
+   * PFCOUNT: alone, answers the key's cardinality, caching it in the value (a write); with flag
+   * PfFlag.Union, of the union of the key and the operand's keys (`encodeKeys`), writing nothing.
+   */
+  PfCount: 21,
+  /** PFMERGE: the key (the destination, a source too) takes the union of itself and the operand's keys. */
+  PfMerge: 22,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
 /** The highest Modifier: decoders refuse anything past it. */
-export const MODIFIER_MAX: Modifier = Modifier.Bitfield;
+export const MODIFIER_MAX: Modifier = Modifier.PfMerge;
+
+/** PFCOUNT's flags. */
+export const PfFlag = { Union: 1 } as const;
+
+/** Modifiers that also read the keys listed in their operand (`encodeKeys`). */
+export const readsOtherKeys = (modifier: Modifier): boolean =>
+  modifier === Modifier.BitOp ||
+  modifier === Modifier.Lcs ||
+  modifier === Modifier.PfCount ||
+  modifier === Modifier.PfMerge;
 
 /** LCS's options (the `flags` of a Modifier.Lcs operation). */
 export const LcsFlag = { Length: 1, Ranges: 2, WithRangeLength: 4 } as const;
@@ -200,11 +246,15 @@ export function planModify(
       return planBitPos(req, live);
     case Modifier.Bitfield:
       return planBitfield(req, live, valueBytesMax);
+    case Modifier.PfAdd:
+      return planPfAdd(req, live);
     case Modifier.SetAllIfNone:
     case Modifier.Rename:
     case Modifier.Copy:
     case Modifier.BitOp:
     case Modifier.Lcs:
+    case Modifier.PfCount:
+    case Modifier.PfMerge:
       // Multi-key: the fragment decides it (it must look at every key); see FragmentCore.
       return plan(
         ModifyAnswer.Refused,
@@ -290,8 +340,120 @@ function planIncrByFloat(req: ModifyRequest, live: Uint8Array | undefined): Modi
 /** A missing key counts as 0. */
 const NO_VALUE: LongDouble = { significand: 0n, exponent: 0 };
 
-/** BITOP's write, given its result (computed by the fragment from the source keys). */
-export function planBitOp(req: ModifyRequest, live: Uint8Array | undefined, result: Uint8Array): ModifyPlan {
+/**
+ * A modification that also reads the keys in its operand (`readsOtherKeys`): `others` holds their
+ * live values in order (undefined: missing), read by the fragment, which owns them all.
+ */
+export function planWithOtherKeys(
+  req: ModifyRequest,
+  live: Uint8Array | undefined,
+  others: ReadonlyArray<Uint8Array | undefined>,
+  valueBytesMax: number,
+): ModifyPlan {
+  switch (req.modifier) {
+    case Modifier.BitOp:
+      return planBitOp(
+        req,
+        live,
+        combineBits(
+          req.flags as BitOperation,
+          others.map((v) => v ?? EMPTY),
+        ),
+      );
+    case Modifier.Lcs:
+      return planLcs(req, live, others[0] ?? EMPTY, valueBytesMax);
+    case Modifier.PfCount:
+      return req.flags & PfFlag.Union ? planPfUnionCount([live, ...others]) : planPfCount(req, live);
+    case Modifier.PfMerge:
+      return planPfMerge(req, live, others);
+    default:
+      return plan(ModifyAnswer.Refused, undefined, undefined, 'ERR this command reads no other keys');
+  }
+}
+
+/** The value bytes of `record`, or undefined. */
+const liveValue = (record: Uint8Array | undefined) =>
+  record === undefined ? undefined : valueBytesOf(record);
+
+function planPfAdd(req: ModifyRequest, live: Uint8Array | undefined): ModifyPlan {
+  let hll: Hll;
+  let changed = 0;
+  if (live === undefined) {
+    hll = createHll();
+    changed = 1;
+  } else {
+    const value = valueBytesOf(live);
+    if (!isHll(value)) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_HLL);
+    hll = openHll(value);
+  }
+  const added = hllAdd(hll, req.operand ?? EMPTY);
+  if (added < 0) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_CORRUPT_HLL);
+  changed += added;
+  if (changed === 0) return integer(0);
+  invalidateCache(hll);
+  return plan(ModifyAnswer.Integer, withValue(req.record, live, hllBytes(hll)), undefined, '1');
+}
+
+/** PFCOUNT of one key: the cached cardinality, or a fresh one, cached in the value as Redis does. */
+function planPfCount(req: ModifyRequest, live: Uint8Array | undefined): ModifyPlan {
+  const value = liveValue(live);
+  if (value === undefined) return integer(0);
+  if (!isHll(value)) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_NOT_HLL);
+  const hll = openHll(value);
+  const cached = cachedCardinality(hll);
+  if (cached !== undefined) return integer(cached);
+  const cardinality = hllCount(hll);
+  if (cardinality === undefined) return plan(ModifyAnswer.Refused, undefined, undefined, ERR_CORRUPT_HLL);
+  cacheCardinality(hll, cardinality);
+  return plan(
+    ModifyAnswer.Integer,
+    withValue(req.record, live, hllBytes(hll)),
+    undefined,
+    String(cardinality),
+  );
+}
+
+/**
+ * The registers of the union of `values` (missing ones skipped), with whether any was dense; a
+ * Redis error when one is not a HyperLogLog or is corrupt.
+ */
+function unionOf(values: ReadonlyArray<Uint8Array | undefined>) {
+  const max = newRegisterMax();
+  let dense = false;
+  for (const value of values) {
+    if (value === undefined) continue;
+    if (!isHll(value)) return ERR_NOT_HLL;
+    const hll = openHll(value);
+    dense ||= isDense(hll);
+    if (!hllMergeInto(max, hll)) return ERR_CORRUPT_HLL;
+  }
+  return { max, dense };
+}
+
+/** PFCOUNT of several keys: the union's cardinality; nothing is written. */
+function planPfUnionCount(values: ReadonlyArray<Uint8Array | undefined>): ModifyPlan {
+  const [first, ...rest] = values;
+  const union = unionOf([liveValue(first), ...rest]);
+  if (typeof union === 'string') return plan(ModifyAnswer.Refused, undefined, undefined, union);
+  return integer(registersCount(union.max));
+}
+
+/** PFMERGE: the destination (a source too) takes the union, dense if any source was. */
+function planPfMerge(
+  req: ModifyRequest,
+  live: Uint8Array | undefined,
+  others: ReadonlyArray<Uint8Array | undefined>,
+): ModifyPlan {
+  const union = unionOf([liveValue(live), ...others]);
+  if (typeof union === 'string') return plan(ModifyAnswer.Refused, undefined, undefined, union);
+  const destination = live === undefined ? createHll() : openHll(valueBytesOf(live));
+  if (!hllRaiseAll(destination, union.max, union.dense))
+    return plan(ModifyAnswer.Refused, undefined, undefined, ERR_CORRUPT_HLL);
+  return plan(ModifyAnswer.Done, withValue(req.record, live, hllBytes(destination)));
+}
+
+/** BITOP's write, given its result (computed from the source keys). */
+function planBitOp(req: ModifyRequest, live: Uint8Array | undefined, result: Uint8Array): ModifyPlan {
   const answer = String(result.length);
   if (result.length > 0) {
     const stamp = req.record;
@@ -311,7 +473,7 @@ export function planBitOp(req: ModifyRequest, live: Uint8Array | undefined, resu
  * LCS over the key's value and the second key's (`other`; a missing key is empty). Answers the
  * subsequence as a value record, its length, or its ranges as text (`formatLcsRanges`).
  */
-export function planLcs(
+function planLcs(
   req: ModifyRequest,
   live: Uint8Array | undefined,
   other: Uint8Array,

@@ -252,6 +252,15 @@ export function checkRequest(
       return 'malformed MSETNX pairs';
     }
   }
+  if (modifier === Modifier.PfCount || modifier === Modifier.PfMerge) {
+    const others = decodeKeys(op.subarray(rest + MODIFY_PARAMS_BYTES, end));
+    if (
+      others === undefined ||
+      others.some((key) => key.length > KEY_BYTES_MAX || fragmentOf(key) !== fragment)
+    )
+      return 'malformed PFCOUNT or PFMERGE keys';
+  }
+  if (modifier === Modifier.PfAdd && (end - rest - MODIFY_PARAMS_BYTES) % 3 !== 0) return 'malformed PFADD';
   if (modifier === Modifier.Lcs) {
     const other = decodeKeys(op.subarray(rest + MODIFY_PARAMS_BYTES, end));
     if (

@@ -709,6 +709,33 @@ describe('bits', () => {
   });
 });
 
+describe('HyperLogLog', () => {
+  test('PFADD answers 1 when a register changed; PFCOUNT estimates; PFMERGE unions into a key', async () => {
+    assert.equal(await r.pfadd('{hll}a', 'x', 'y', 'z'), 1);
+    assert.equal(await r.pfadd('{hll}a', 'x'), 0, 'already counted');
+    assert.equal(await r.pfcount('{hll}a'), 3);
+    assert.equal(await r.pfadd('{hll}b', 'z', 'w'), 1);
+    assert.equal(await r.pfcount('{hll}a', '{hll}b'), 4);
+    assert.equal(await r.pfmerge('{hll}u', '{hll}a', '{hll}b'), 'OK');
+    assert.equal(await r.pfcount('{hll}u'), 4);
+    assert.equal(await r.pfcount('{hll}none'), 0);
+    assert.equal(await r.pfadd('{hll}empty'), 1, 'PFADD without elements creates the key');
+    assert.equal((await r.getBuffer('{hll}a'))?.subarray(0, 4).toString(), 'HYLL', "Redis's own format");
+  });
+
+  test('a value that is not a HyperLogLog is WRONGTYPE; keys of two slots are CROSSSLOT', async () => {
+    await r.set('{hll}text', 'hello');
+    const wrongType = 'WRONGTYPE Key is not a valid HyperLogLog string value.';
+    await rejectsWith(r.pfadd('{hll}text', 'x'), wrongType);
+    await rejectsWith(r.pfcount('{hll}text'), wrongType);
+    await rejectsWith(r.pfmerge('{hll}a', '{hll}text'), wrongType);
+    await rejectsWith(
+      r.pfcount('{hll}a', 'elsewhere'),
+      "CROSSSLOT Keys in request don't hash to the same slot",
+    );
+  });
+});
+
 describe('LCS', () => {
   test('LCS answers the subsequence, its length, or its ranges (Redis documentation example)', async () => {
     await r.mset('{lcs}1', 'ohmytext', '{lcs}2', 'mynewtext');

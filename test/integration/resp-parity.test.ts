@@ -1,5 +1,5 @@
-// Tessera against redis-server itself. fast-check draws short sequences of string, bit and keyspace
-// commands (good and bad arguments, wrong arity, option clashes, numbers at and past the 64-bit
+// Tessera against redis-server itself. fast-check draws short sequences of string, bit, HyperLogLog
+// and keyspace commands (good and bad arguments, wrong arity, option clashes, numbers at and past the 64-bit
 // edges, floats Redis refuses) over a few keys in one hash slot, sends each sequence to a Tessera
 // node and to a real redis-server, both emptied first and speaking the same protocol (RESP2 or
 // RESP3, drawn), and requires the same reply bytes, command by command, then the same value and
@@ -255,6 +255,9 @@ const COMMAND: fc.Arbitrary<Command> = fc.oneof(
   // Offsets stay small: a valid offset near 2^32 makes Redis allocate 512 MiB (Tessera refuses it).
   { arbitrary: command('SETBIT', key, pick(...BIT_OFFSETS), pick('0', '1', '2', '-1', 'x')), weight: 2 },
   command('GETBIT', key, pick(...BIT_OFFSETS)),
+  { arbitrary: command('PFADD', key, some(pick('a', 'b', 'c', 'x1', 'x2', 'hello', ''), 0, 4)), weight: 2 },
+  { arbitrary: command('PFCOUNT', some(key, 1, 3)), weight: 2 },
+  command('PFMERGE', key, some(key, 0, 2)),
   {
     arbitrary: command(pick('BITFIELD', 'BITFIELD', 'BITFIELD_RO'), key, some(BITFIELD_SUBCOMMAND, 0, 4)),
     weight: 3,

@@ -9,6 +9,7 @@ import type { RespWriter } from '../../core/resp-writer.js';
 import { BIT_COMMANDS } from './bit-commands.js';
 import { CLUSTER_COMMANDS } from './cluster-commands.js';
 import type { RespConnection } from './connection.js';
+import { HLL_COMMANDS } from './hll-commands.js';
 import { KEY_COMMANDS } from './key-commands.js';
 import { SERVER_COMMANDS } from './server-commands.js';
 import { STRING_COMMANDS } from './string-commands.js';
@@ -31,6 +32,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...SERVER_COMMANDS,
   ...STRING_COMMANDS,
   ...BIT_COMMANDS,
+  ...HLL_COMMANDS,
   ...KEY_COMMANDS,
   ...CLUSTER_COMMANDS,
   ...UNSUPPORTED_COMMANDS,

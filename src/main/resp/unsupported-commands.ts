@@ -153,7 +153,7 @@ const REASONS: Record<string, readonly string[]> = {
     'SORT',
     'SORT_RO',
   ],
-  'of the commands on string values, HyperLogLog is not implemented': ['PFADD', 'PFCOUNT', 'PFMERGE'],
+  'of the HyperLogLog commands, the debugging ones are not implemented': ['PFDEBUG', 'PFSELFTEST'],
   'it is not supported: there is one database, and keys move between nodes only by placement': [
     'MOVE',
     'SWAPDB',
