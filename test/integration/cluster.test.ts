@@ -67,6 +67,34 @@ describe('a three-node cluster', () => {
     }
   });
 
+  test('bit, HyperLogLog, LCS and BITFIELD commands answer alike at every node and replicate', async () => {
+    const [a, b, c] = await Promise.all(cluster.nodes.map((node) => node.client()));
+    // One hash slot: whichever node serves it, the other two forward to it.
+    assert.equal(await a.pfadd('{x}hll', 'p', 'q', 'r'), 1);
+    assert.equal(await b.pfadd('{x}hll', 's'), 1);
+    assert.equal(await c.pfcount('{x}hll'), 4);
+    assert.equal(await a.pfmerge('{x}union', '{x}hll'), 'OK');
+    assert.equal(await b.pfcount('{x}hll', '{x}union'), 4);
+    assert.equal(await a.setbit('{x}bits', 9, 1), 0);
+    assert.deepEqual(
+      await b.call('BITFIELD', '{x}bits', 'INCRBY', 'u8', '8', '1', 'GET', 'u16', '0'),
+      [65, 65],
+    );
+    assert.equal(await c.bitop('NOT', '{x}not', '{x}bits'), 2);
+    assert.equal(await c.bitcount('{x}not'), 14);
+    await a.mset('{x}s1', 'ohmytext', '{x}s2', 'mynewtext');
+    assert.equal(await b.call('LCS', '{x}s1', '{x}s2'), 'mytext');
+    assert.equal(await c.getset('{x}s1', 'new'), 'ohmytext');
+    const keys = ['{x}bits', '{x}not', '{x}s1'];
+    for (const node of cluster.nodes) {
+      await eventually(async () => {
+        const values = await localValues(node, keys);
+        // (The NOT result is not UTF-8: only its presence is compared here; its bits were counted above.)
+        return values[0] === '\u0000A' && values[1] !== null && values[2] === 'new';
+      });
+    }
+  });
+
   test('CLUSTER SLOTS covers every slot once, and ioredis Cluster reads and writes through it', async () => {
     const a = await cluster.nodes[0].client();
     const slots = (await a.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, string]]>;
