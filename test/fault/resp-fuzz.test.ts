@@ -368,6 +368,39 @@ const commandArb: fc.Arbitrary<Buffer[]> = fc.oneof(
   valueArb.map((v) => [b('ECHO'), v]),
   fc.constant<Buffer[]>([b('GET')]),
   fc.array(valueArb, { maxLength: 3 }).map((vs) => [b('NOSUCHCMD'), ...vs]),
+  // Commands whose arguments the face or the fragment actor parses, with arbitrary bytes for them.
+  fc
+    .tuple(
+      fc.constantFrom(
+        'SETBIT',
+        'GETBIT',
+        'BITCOUNT',
+        'BITPOS',
+        'BITFIELD',
+        'BITFIELD_RO',
+        'INCRBYFLOAT',
+        'GETEX',
+        'SET',
+      ),
+      keyArb,
+      fc.array(
+        fc.oneof(
+          valueArb,
+          fc.constantFrom(
+            ...['GET', 'SET', 'INCRBY', 'OVERFLOW', 'i8', 'u63', '#3', 'BIT', 'EX', '0', '-1', '1e400'].map(
+              (w) => b(w),
+            ),
+          ),
+        ),
+        { maxLength: 6 },
+      ),
+    )
+    .map(([name, k, args]) => [b(name), k, ...args]),
+  fc.tuple(keyArb, fc.array(valueArb, { maxLength: 4 })).map(([k, vs]) => [b('PFADD'), k, ...vs]),
+  fc.tuple(keyArb, valueArb).map(([k, v]) => [b('PFCOUNT'), k, v]),
+  fc
+    .tuple(keyArb, keyArb, fc.array(valueArb, { maxLength: 3 }))
+    .map(([k1, k2, vs]) => [b('LCS'), k1, k2, ...vs]),
 );
 
 function multibulk(args: readonly Buffer[]): Buffer {
