@@ -20,6 +20,7 @@ import {
   firstBit,
   withBit,
 } from './bits.js';
+import { dumpPayload } from './dump-payload.js';
 import {
   cacheCardinality,
   cachedCardinality,
@@ -115,10 +116,17 @@ export const Modifier = {
   PfCount: 21,
   /** PFMERGE: the key (the destination, a source too) takes the union of itself and the operand's keys. */
   PfMerge: 22,
+  /** DUMP: answers the value's DUMP payload (`dumpPayload`); writes nothing. */
+  Dump: 23,
+  /**
+   * RESTORE: the record carries the value and deadline; flag Nx unless REPLACE (a live key is
+   * BUSYKEY). An operand is the error the payload or TTL earned, answered only when the key is free.
+   */
+  Restore: 24,
 } as const;
 export type Modifier = (typeof Modifier)[keyof typeof Modifier];
 /** The highest Modifier: decoders refuse anything past it. */
-export const MODIFIER_MAX: Modifier = Modifier.PfMerge;
+export const MODIFIER_MAX: Modifier = Modifier.Restore;
 
 /** PFCOUNT's flags. */
 export const PfFlag = { Union: 1 } as const;
@@ -192,6 +200,7 @@ export const ERR_NOT_FLOAT = 'ERR value is not a valid float';
 export const ERR_FLOAT_RESULT = 'ERR increment would produce NaN or Infinity';
 export const ERR_TOO_LARGE = 'ERR string exceeds maximum allowed size (proto-max-bulk-len)';
 export const ERR_SYNTAX = 'ERR syntax error';
+export const ERR_BUSY_KEY = 'BUSYKEY Target key name already exists.';
 export const ERR_BIT_ARGUMENT = 'ERR The bit argument must be 1 or 0.';
 
 const INT64_MIN = -(2n ** 63n);
@@ -248,6 +257,23 @@ export function planModify(
       return planBitfield(req, live, valueBytesMax);
     case Modifier.PfAdd:
       return planPfAdd(req, live);
+    case Modifier.Dump: {
+      if (live === undefined) return plan(ModifyAnswer.Missing);
+      const stamp = req.record;
+      const payload = dumpPayload(valueBytesOf(live));
+      return plan(
+        ModifyAnswer.Done,
+        undefined,
+        encodeRecord(false, wallMsOf(stamp), logicalOf(stamp), 0, nodeIdOf(stamp), payload),
+      );
+    }
+    case Modifier.Restore:
+      // Redis looks for the key before it reads the TTL or the payload.
+      if (req.flags & ModifyFlag.Nx && live !== undefined)
+        return plan(ModifyAnswer.Refused, undefined, undefined, ERR_BUSY_KEY);
+      if (req.operand !== undefined)
+        return plan(ModifyAnswer.Refused, undefined, undefined, Buffer.from(req.operand).toString('utf8'));
+      return plan(ModifyAnswer.Done, req.record);
     case Modifier.SetAllIfNone:
     case Modifier.Rename:
     case Modifier.Copy:

@@ -736,6 +736,43 @@ describe('HyperLogLog', () => {
   });
 });
 
+describe('DUMP and RESTORE', () => {
+  test('DUMP writes a payload RESTORE reads back, with a TTL, ABSTTL and REPLACE', async () => {
+    await r.set('dump:src', 'hello');
+    const payload = await r.dumpBuffer('dump:src');
+    assert.deepEqual(
+      payload,
+      Buffer.from('000568656c6c6f0a006372df766534200a', 'hex'),
+      "Redis's bytes for it",
+    );
+    assert.equal(await r.restore('dump:copy', 0, payload), 'OK');
+    assert.equal(await r.get('dump:copy'), 'hello');
+    assert.equal(await r.pttl('dump:copy'), -1);
+    await rejectsWith(r.restore('dump:copy', 0, payload), 'BUSYKEY Target key name already exists.');
+    assert.equal(await r.call('RESTORE', 'dump:copy', '100000', payload, 'REPLACE'), 'OK');
+    assertPttlNear(await r.pttl('dump:copy'), 100_000);
+    assert.equal(await r.call('RESTORE', 'dump:copy', '1', payload, 'REPLACE', 'ABSTTL'), 'OK');
+    assert.equal(await r.exists('dump:copy'), 0, 'a deadline already past leaves no key');
+    assert.equal(await r.dumpBuffer('dump:none'), null);
+  });
+
+  test('RESTORE refuses a bad checksum, TTL or option; a key that exists is BUSYKEY first', async () => {
+    await r.set('dump:src', 'hello');
+    const payload = await r.dumpBuffer('dump:src');
+    const corrupt = Buffer.from(payload!);
+    corrupt[3] ^= 1;
+    await rejectsWith(r.restore('dump:new', 0, corrupt), 'ERR DUMP payload version or checksum are wrong');
+    await rejectsWith(r.restore('dump:new', -1, payload!), 'ERR Invalid TTL value, must be >= 0');
+    await rejectsWith(r.restore('dump:src', -1, payload!), 'BUSYKEY Target key name already exists.');
+    await rejectsWith(
+      r.call('RESTORE', 'dump:new', '0', payload!, 'FREQ', '256'),
+      'ERR Invalid FREQ value, must be >= 0 and <= 255',
+    );
+    await rejectsWith(r.call('RESTORE', 'dump:new', '0', payload!, 'NOW'), SYNTAX);
+    assert.equal(await r.exists('dump:new'), 0);
+  });
+});
+
 describe('LCS', () => {
   test('LCS answers the subsequence, its length, or its ranges (Redis documentation example)', async () => {
     await r.mset('{lcs}1', 'ohmytext', '{lcs}2', 'mynewtext');

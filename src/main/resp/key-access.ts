@@ -12,6 +12,7 @@ import { KEY_BYTES_MAX } from '../../core/limits.js';
 import { type Modifier, ModifyFlag } from '../../core/modify.js';
 import { OpKind, Priority, Reply } from '../../core/ops.js';
 import { expiresAtOf, valueBytesOf } from '../../core/record.js';
+import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/op-codec.js';
 import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec } from '../dispatcher.js';
@@ -192,6 +193,16 @@ export const ModifyMode = {
   /** BITFIELD: the answers the actor sent as text (`formatBitfieldAnswers`), as an array. */
   BitfieldAnswers: 9,
 } as const;
+
+/** A command of one key and nothing else, run as `modifier` and answered by `mode` (GETDEL, PERSIST, DUMP). */
+export function keyOnlyModify(modifier: Modifier, mode: number) {
+  return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
+    const key = cmd.arg(1);
+    if (!keyFits(key, w)) return true;
+    modifyKey(conn, key, modifier, 0, undefined, 0, mode);
+    return false;
+  };
+}
 
 /** Sends a read-modify-write answered by `mode`; returns its reply slot. */
 export function modifyKey(

@@ -1,6 +1,7 @@
 // Keyspace commands: DEL / UNLINK / EXISTS / TYPE, the expiry family, RENAME / RENAMENX / COPY,
 // SCAN, KEYS, DBSIZE and FLUSHALL / FLUSHDB.
 
+import { restoreValue } from '../../core/dump-payload.js';
 import { SAME_OBJECT } from '../../core/fragment.js';
 import { slotOf } from '../../core/keyspace.js';
 import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
@@ -22,6 +23,7 @@ import type { RespConnection } from './connection.js';
 import {
   finishParts,
   keyFits,
+  keyOnlyModify,
   ModifyMode,
   modifyKey,
   ReadMode,
@@ -117,13 +119,6 @@ function expire(unit: 'EX' | 'PX' | 'EXAT' | 'PXAT', command: string) {
     modifyKey(conn, key, Modifier.Expire, flags, undefined, Math.max(1, deadline), ModifyMode.Integer);
     return false;
   };
-}
-
-function persist(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  const key = cmd.arg(1);
-  if (!keyFits(key, w)) return true;
-  modifyKey(conn, key, Modifier.Persist, 0, undefined, 0, ModifyMode.Integer);
-  return false;
 }
 
 /** SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]: pages through the scanner, cursors via the table. */
@@ -302,6 +297,70 @@ function notInteger(w: RespWriter): true {
 const FIRST: readonly [number, number, number] = [1, 1, 1];
 const NONE: readonly [number, number, number] = [0, 0, 0];
 
+/**
+ * RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s | FREQ f]: the options are checked here;
+ * an error in the TTL or the payload travels with the operation, since Redis reports a key that
+ * already exists (BUSYKEY) first. IDLETIME and FREQ are checked and then have nothing to set: there
+ * is no eviction here.
+ */
+function restore(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const key = cmd.arg(1);
+  if (!keyFits(key, w)) return true;
+  let replace = false;
+  let absolute = false;
+  let idle = false;
+  let frequency = false;
+  for (let i = 4; i < cmd.argc; i++) {
+    const option = optionName(cmd, i);
+    const more = i + 1 < cmd.argc;
+    if (option === 'REPLACE') replace = true;
+    else if (option === 'ABSTTL') absolute = true;
+    else if (option === 'IDLETIME' && more && !frequency) {
+      const n = integerArg(cmd, ++i);
+      if (n === undefined) return notInteger(w);
+      if (n < 0) return fail(w, 'Invalid IDLETIME value, must be >= 0');
+      idle = true;
+    } else if (option === 'FREQ' && more && !idle) {
+      const n = integerArg(cmd, ++i);
+      if (n === undefined) return notInteger(w);
+      if (n < 0 || n > 255) return fail(w, 'Invalid FREQ value, must be >= 0 and <= 255');
+      frequency = true;
+    } else return syntaxError(w);
+  }
+  let error: string | undefined;
+  let value: Buffer | undefined;
+  let expiresAtMs = 0;
+  const ttl = integerArg(cmd, 2);
+  if (ttl === undefined) error = `ERR ${NOT_INTEGER}`;
+  else if (ttl < 0) error = 'ERR Invalid TTL value, must be >= 0';
+  else {
+    const restored = restoreValue(cmd.arg(3), conn.server.node.settings.valueBytesMax);
+    if (typeof restored === 'string') error = restored;
+    else value = restored;
+    if (ttl > 0) expiresAtMs = absolute ? ttl : Date.now() + ttl;
+    if (expiresAtMs > EXPIRES_AT_MS_MAX) error ??= "ERR invalid expire time in 'restore' command";
+  }
+  const flags = replace ? 0 : ModifyFlag.Nx;
+  const operand = error === undefined ? undefined : Buffer.from(error);
+  modifyKey(
+    conn,
+    key,
+    Modifier.Restore,
+    flags,
+    error === undefined ? value : undefined,
+    expiresAtMs,
+    ModifyMode.SetOk,
+    0,
+    operand,
+  );
+  return false;
+}
+
+function fail(w: RespWriter, message: string): true {
+  w.error(message);
+  return true;
+}
+
 export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'DEL', arity: -2, flags: ['write'], keys: [1, -1, 1], run: del },
   { name: 'UNLINK', arity: -2, flags: ['write', 'fast'], keys: [1, -1, 1], run: del },
@@ -329,7 +388,13 @@ export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'PEXPIRE', arity: -3, flags: ['write', 'fast'], keys: FIRST, run: expire('PX', 'pexpire') },
   { name: 'EXPIREAT', arity: -3, flags: ['write', 'fast'], keys: FIRST, run: expire('EXAT', 'expireat') },
   { name: 'PEXPIREAT', arity: -3, flags: ['write', 'fast'], keys: FIRST, run: expire('PXAT', 'pexpireat') },
-  { name: 'PERSIST', arity: 2, flags: ['write', 'fast'], keys: FIRST, run: persist },
+  {
+    name: 'PERSIST',
+    arity: 2,
+    flags: ['write', 'fast'],
+    keys: FIRST,
+    run: keyOnlyModify(Modifier.Persist, ModifyMode.Integer),
+  },
   { name: 'SCAN', arity: -2, flags: ['readonly'], keys: NONE, run: scan },
   { name: 'KEYS', arity: 2, flags: ['readonly'], keys: NONE, run: keys },
   { name: 'DBSIZE', arity: 1, flags: ['readonly', 'fast'], keys: NONE, run: dbsize },
@@ -337,5 +402,14 @@ export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'RENAME', arity: 3, flags: ['write'], keys: [1, 2, 1], run: rename(false) },
   { name: 'RENAMENX', arity: 3, flags: ['write', 'fast'], keys: [1, 2, 1], run: rename(true) },
   { name: 'COPY', arity: -3, flags: ['write'], keys: [1, 2, 1], run: copy },
+  // DUMP key: the value's payload in Redis's DUMP format, or null.
+  {
+    name: 'DUMP',
+    arity: 2,
+    flags: ['readonly'],
+    keys: FIRST,
+    run: keyOnlyModify(Modifier.Dump, ModifyMode.Value),
+  },
+  { name: 'RESTORE', arity: -4, flags: ['write', 'denyoom'], keys: FIRST, run: restore },
   { name: 'FLUSHDB', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
 ];

@@ -28,6 +28,7 @@ import type { RespConnection } from './connection.js';
 import {
   finishParts,
   keyFits,
+  keyOnlyModify,
   ModifyMode,
   modifyKey,
   ReadMode,
@@ -141,13 +142,6 @@ function setnx(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const value = cmd.arg(2);
   if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
   modifyKey(conn, key, Modifier.Set, ModifyFlag.Nx, value, 0, ModifyMode.SetFlag);
-  return false;
-}
-
-function getdel(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  const key = cmd.arg(1);
-  if (!keyFits(key, w)) return true;
-  modifyKey(conn, key, Modifier.GetDel, 0, undefined, 0, ModifyMode.Value);
   return false;
 }
 
@@ -393,7 +387,13 @@ export const STRING_COMMANDS: CommandSpec[] = [
   { name: 'SETEX', arity: 4, flags: WRITE, keys: FIRST, run: setWithTtl('EX', 'setex') },
   { name: 'PSETEX', arity: 4, flags: WRITE, keys: FIRST, run: setWithTtl('PX', 'psetex') },
   { name: 'SETNX', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: setnx },
-  { name: 'GETDEL', arity: 2, flags: ['write', 'fast'], keys: FIRST, run: getdel },
+  {
+    name: 'GETDEL',
+    arity: 2,
+    flags: ['write', 'fast'],
+    keys: FIRST,
+    run: keyOnlyModify(Modifier.GetDel, ModifyMode.Value),
+  },
   { name: 'GETSET', arity: 3, flags: [...WRITE, 'fast'], keys: FIRST, run: getset },
   { name: 'GETEX', arity: -2, flags: ['write', 'fast'], keys: FIRST, run: getex },
   { name: 'MGET', arity: -2, flags: READ, keys: [1, -1, 1], run: mget },
