@@ -1,8 +1,11 @@
 // Read-modify-write operations, decided inside the fragment actor so they are atomic there
 // (DESIGN.md "Faces: RESP"): conditional SET, GETDEL, GETEX, INCRBY / INCRBYFLOAT, APPEND, SETRANGE,
-// EXPIRE with NX/XX/GT/LT, PERSIST. `planModify` is pure: given the key's live record (if any) it
-// says what to write and what to answer, with Redis's semantics and error texts. The new version
-// (timestamp, node) always comes stamped from the node that received the request.
+// EXPIRE with NX/XX/GT/LT, PERSIST, the bit commands, BITFIELD, LCS, the HyperLogLog commands, DUMP
+// and RESTORE. `planModify` (and `planWithOtherKeys`, for those that read more keys of the fragment)
+// is pure: given the key's live record (if any) it says what to write and what to answer, with
+// Redis's semantics and error texts; the arithmetic of each lives in its own module (bits, bitfield,
+// lcs, hyperloglog, long-double, dump-payload). The new version (timestamp, node) always comes
+// stamped from the node that received the request.
 
 import {
   decodeBitfieldOps,

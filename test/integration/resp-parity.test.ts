@@ -5,7 +5,7 @@
 // RESP3, drawn), and requires the same reply bytes, command by command, then the same value and
 // deadline for every key. Only what must differ is loosened:
 // KEYS answers in no defined order (compared sorted), and a remaining time or deadline may differ
-// by the milliseconds between the two servers' clocks reading it.
+// by the time between the two servers' clocks reading it.
 //
 // Deadlines stay inside Tessera's 48-bit range (up to the year 10889; Tessera refuses later ones
 // where Redis accepts them) and relative expiries are long, so nothing expires while a sequence runs.
@@ -18,6 +18,8 @@ import { after, before, test } from 'node:test';
 import fc from 'fast-check';
 import { freePorts } from '../../bench/ports.js';
 import { dumpPayload, restoreValue } from '../../src/core/dump-payload.js';
+import { lcsTableBytes } from '../../src/core/lcs.js';
+import { VALUE_BYTES_MAX_DEFAULT } from '../../src/core/limits.js';
 import { eventually, tempDir } from './helpers.js';
 import { onPath, RawClient, REQUIRE_REDIS_TOOLS, type RespFixture, startResp } from './resp-helpers.js';
 
@@ -26,9 +28,13 @@ const SEQUENCE_RUNS = 400;
 /** Bound on the property's time, so a slow machine still finishes (a run takes a few ms). */
 const SEQUENCE_TIME_MS_MAX = 20_000;
 const SEQUENCE_COMMANDS_MAX = 24;
-/** How far apart the two servers' remaining times (or deadlines) may be, in their own unit. */
-const SECONDS_SLACK = 1;
-const MILLIS_SLACK = 1000;
+/**
+ * How far apart the two servers' remaining times (or deadlines) may be, in their own unit: the
+ * milliseconds between their clocks reading, with room for a stall of a loaded machine. A real fault
+ * (a wrong unit, a lost deadline) is off by far more.
+ */
+const SECONDS_SLACK = 5;
+const MILLIS_SLACK = 5000;
 
 const INSTALL_HINT = 'install redis-server (apt-get install -y redis-server)';
 const haveRedis = onPath('redis-server');
@@ -363,6 +369,19 @@ function sameReply(cmd: Command, ours: string, theirs: string): boolean {
   return false;
 }
 
+const LCS_TABLE_REFUSAL = '-ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len\r\n';
+
+/**
+ * The one documented difference a sequence can reach: Tessera bounds LCS's table by its value limit
+ * (Redis by 512 MiB), so LCS of two long values (INCRBYFLOAT 1e4932 makes one) is refused. It counts
+ * only when the two values' lengths really put the table past that limit.
+ */
+async function refusedByTableLimit(cmd: Command, ours: string): Promise<boolean> {
+  if (cmd[0].toUpperCase() !== 'LCS' || ours !== LCS_TABLE_REFUSAL) return false;
+  const length = async (key: string) => Number((await tessera.call('STRLEN', key)).slice(1, -2));
+  return lcsTableBytes(await length(cmd[1]), await length(cmd[2])) > VALUE_BYTES_MAX_DEFAULT;
+}
+
 function samePayloadValue(ours: string, theirs: string): boolean {
   const value = (reply: string) => {
     if (!reply.startsWith('$') || reply.startsWith('$-1')) return undefined;
@@ -465,7 +484,7 @@ test('random command sequences get the same replies from Tessera and redis-serve
           const ours = await tessera.call(...args);
           const theirs = await redis.call(...args);
           commands++;
-          if (!sameReply(cmd, ours, theirs)) {
+          if (!sameReply(cmd, ours, theirs) && !(await refusedByTableLimit(cmd, ours))) {
             assert.fail(
               `${show(cmd)}\n  tessera: ${JSON.stringify(ours)}\n  redis:   ${JSON.stringify(theirs)}\n` +
                 `  after: ${sequence.map(show).join(' ; ')}\n  in RESP${protocol}`,
