@@ -1,5 +1,5 @@
 // Redis's own tools against a node started from the command line: redis-cli (plain commands, -x,
-// --scan, INFO, DBSIZE, errors, -a against --requirepass, --pipe mass insertion) and redis-benchmark
+// --scan, --bigkeys, --memkeys, INFO, DBSIZE, errors, -a against --requirepass, --pipe mass insertion) and redis-benchmark
 // (pipelined and not). The tools are Debian's redis-tools; .ci/run installs them. Without redis-cli on
 // PATH the whole file is skipped, unless TESSERA_REQUIRE_REDIS_TOOLS=1 (CI) makes that a failure.
 
@@ -157,6 +157,14 @@ test('redis-cli --scan --pattern visits exactly the matching keys', { skip: skip
   assert.deepEqual([...new Set(found)].sort(), wanted.sort());
   const counted = (await cli('--scan', '--pattern', 'scan:*')).split('\n').filter((l) => l);
   assert.equal(new Set(counted).size, 240);
+});
+
+test('redis-cli --bigkeys and --memkeys find the largest string', { skip: skipCli }, async () => {
+  assert.equal(await cli('set', 'cli:big', 'x'.repeat(50_000)), 'OK\n');
+  assert.match(await cli('--bigkeys'), /Biggest string found '"cli:big"' has 50000 bytes/);
+  // MEMORY USAGE counts the key and its stored record: a little more than the value.
+  const memory = /Biggest string found '"cli:big"' has (\d+) bytes/.exec(await cli('--memkeys'));
+  assert.ok(memory !== null && Number(memory[1]) > 50_000 && Number(memory[1]) < 50_200, String(memory?.[0]));
 });
 
 test('redis-cli: INFO and DBSIZE', { skip: skipCli }, async () => {

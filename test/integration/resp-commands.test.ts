@@ -773,6 +773,20 @@ describe('DUMP and RESTORE', () => {
   });
 });
 
+describe('MEMORY', () => {
+  test('MEMORY USAGE counts the key and its stored record; null for a missing key', async () => {
+    await r.set('mem:k', 'v'.repeat(1000));
+    const usage = (await r.call('MEMORY', 'USAGE', 'mem:k')) as number;
+    assert.ok(usage > 1000 + 'mem:k'.length && usage < 1100, String(usage));
+    assert.equal(await r.call('MEMORY', 'USAGE', 'mem:k', 'SAMPLES', '0'), usage);
+    assert.equal(await r.call('MEMORY', 'USAGE', 'mem:none'), null);
+    await rejectsWith(r.call('MEMORY', 'USAGE', 'mem:k', 'SAMPLES', '-1'), SYNTAX);
+    await rejectsWith(r.call('MEMORY', 'USAGE'), arity('memory|usage'));
+    await rejectsWith(r.call('MEMORY', 'STATS'), /^ERR MEMORY STATS is not supported/);
+    await rejectsWith(r.call('MEMORY', 'NOPE'), "ERR unknown subcommand 'NOPE'. Try MEMORY HELP.");
+  });
+});
+
 describe('LCS', () => {
   test('LCS answers the subsequence, its length, or its ranges (Redis documentation example)', async () => {
     await r.mset('{lcs}1', 'ohmytext', '{lcs}2', 'mynewtext');

@@ -36,6 +36,8 @@ export const ReadMode = {
   MgetPart: 10,
   /** One position of EXISTS with several keys. */
   ExistsPart: 11,
+  /** MEMORY USAGE: the key's length (in `a`) plus its stored record's, or null. */
+  MemoryUsage: 12,
 } as const;
 export type ReadMode = (typeof ReadMode)[keyof typeof ReadMode];
 
@@ -310,6 +312,10 @@ export function formatRead(
       return;
     case ReadMode.GetRange:
       w.bulk(record === undefined ? EMPTY : substring(valueBytesOf(record), a, b));
+      return;
+    case ReadMode.MemoryUsage:
+      if (record === undefined) w.null();
+      else w.integer(a + record.length);
       return;
     default:
       formatExpiry(w, mode, record);

@@ -16,6 +16,7 @@ import {
   SYNTAX_ERROR,
 } from './commands.js';
 import type { RespConnection } from './connection.js';
+import { keyFits, ReadMode, readKey } from './key-access.js';
 import { REDIS_VERSION } from './server.js';
 
 function ping(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
@@ -354,6 +355,61 @@ function durability(conn: RespConnection, cmd: RespCommand, w: RespWriter): bool
 const NONE: readonly [number, number, number] = [0, 0, 0];
 const CONN = ['fast', 'no-auth'] as const;
 
+/**
+ * MEMORY USAGE key [SAMPLES n] and MEMORY HELP. USAGE answers the bytes a key and its stored record
+ * take (the key, the record's version header and node id, the value), before the store's own
+ * per-entry overhead: not Redis's allocator figure, but of its order, so `redis-cli --memkeys` ranks
+ * keys sensibly. The subcommands about Redis's allocator answer why they are missing.
+ */
+function memory(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const sub = optionName(cmd, 1);
+  conn.lastCommand = `MEMORY|${sub}`;
+  switch (sub) {
+    case 'USAGE': {
+      if (cmd.argc < 3) return wrongArity(w, 'memory|usage');
+      for (let i = 3; i < cmd.argc; i++) {
+        // SAMPLES bounds how many elements of a collection Redis samples; a string has none.
+        if (optionName(cmd, i) !== 'SAMPLES' || i + 1 >= cmd.argc) return syntaxError(w);
+        const samples = integerArg(cmd, ++i);
+        if (samples === undefined) {
+          w.error(NOT_INTEGER);
+          return true;
+        }
+        if (samples < 0) return syntaxError(w);
+      }
+      const key = cmd.arg(2);
+      if (!keyFits(key, w)) return true;
+      return readKey(conn, key, ReadMode.MemoryUsage, w, key.length);
+    }
+    case 'DOCTOR':
+    case 'STATS':
+    case 'MALLOC-STATS':
+    case 'PURGE':
+      w.error(`MEMORY ${sub} is not supported: it reports Redis's allocator, and Tessera has none`);
+      return true;
+    case 'HELP':
+      w.arrayHeader(MEMORY_HELP.length);
+      for (const line of MEMORY_HELP) w.simple(line);
+      return true;
+    default:
+      w.error(`unknown subcommand '${cmd.arg(1).toString('latin1')}'. Try MEMORY HELP.`);
+      return true;
+  }
+}
+
+const MEMORY_HELP = [
+  'MEMORY <subcommand> [<arg> ...]. Subcommands are:',
+  'USAGE <key> [SAMPLES <count>]',
+  '    Return the bytes the key and its stored record take.',
+  'HELP',
+  '    Print this help.',
+];
+
+function syntaxError(w: RespWriter): true {
+  w.error(SYNTAX_ERROR);
+  return true;
+}
+
 export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'PING', arity: -1, flags: ['fast'], keys: NONE, run: ping },
   { name: 'ECHO', arity: 2, flags: ['fast'], keys: NONE, run: echo },
@@ -367,5 +423,6 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'CONFIG', arity: -2, flags: [], keys: NONE, run: config },
   { name: 'INFO', arity: -1, flags: [], keys: NONE, run: info },
   { name: 'TIME', arity: 1, flags: ['fast'], keys: NONE, run: time },
+  { name: 'MEMORY', arity: -2, flags: [], keys: NONE, run: memory },
   { name: 'TESSERA.DURABILITY', arity: -1, flags: ['fast'], keys: NONE, run: durability },
 ];

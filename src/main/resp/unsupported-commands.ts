@@ -176,7 +176,6 @@ const REASONS: Record<string, readonly string[]> = {
     'ACL',
     'MODULE',
     'LATENCY',
-    'MEMORY',
     'SLOWLOG',
   ],
 };
