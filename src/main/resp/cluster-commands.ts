@@ -12,7 +12,7 @@ import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import type { Cluster } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
-import { answerLater, type CommandSpec, integerArg } from './commands.js';
+import { answerLater, type CommandSpec, integerArg, unknownSubcommand, writeHelp } from './commands.js';
 import type { RespConnection } from './connection.js';
 
 /** Keys COUNTKEYSINSLOT examines at most (like KEYS, it walks the slot's fragment). */
@@ -265,12 +265,9 @@ function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
       return countKeysInSlot(conn, slot);
     }
     case 'HELP':
-      w.arrayHeader(HELP.length);
-      for (const line of HELP) w.simple(line);
-      return true;
+      return writeHelp(w, HELP);
     default:
-      w.error(`unknown subcommand '${cmd.arg(1).toString('latin1')}'. Try CLUSTER HELP.`);
-      return true;
+      return unknownSubcommand(w, cmd, 'CLUSTER');
   }
 }
 

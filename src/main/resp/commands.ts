@@ -134,6 +134,19 @@ export function writeErrorText(w: RespWriter, text: string): void {
   else w.error(text);
 }
 
+/** A container command's HELP: its lines as an array of simple strings, as Redis answers it. */
+export function writeHelp(w: RespWriter, lines: readonly string[]): true {
+  w.arrayHeader(lines.length);
+  for (const line of lines) w.simple(line);
+  return true;
+}
+
+/** A container command's reply to a subcommand it does not have, in Redis's words. */
+export function unknownSubcommand(w: RespWriter, cmd: RespCommand, container: string): true {
+  w.error(`unknown subcommand '${cmd.arg(1).toString('latin1')}'. Try ${container} HELP.`);
+  return true;
+}
+
 export const SYNTAX_ERROR = 'syntax error';
 export const NOT_INTEGER = 'value is not an integer or out of range';
 

@@ -14,6 +14,8 @@ import {
   NOT_INTEGER,
   optionName,
   SYNTAX_ERROR,
+  unknownSubcommand,
+  writeHelp,
 } from './commands.js';
 import type { RespConnection } from './connection.js';
 import { keyFits, ReadMode, readKey } from './key-access.js';
@@ -213,12 +215,9 @@ function client(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
       w.ok();
       return true;
     case 'HELP':
-      w.arrayHeader(CLIENT_HELP.length);
-      for (const line of CLIENT_HELP) w.simple(line);
-      return true;
+      return writeHelp(w, CLIENT_HELP);
     default:
-      w.error(`unknown subcommand '${cmd.arg(1).toString('latin1')}'. Try CLIENT HELP.`);
-      return true;
+      return unknownSubcommand(w, cmd, 'CLIENT');
   }
 }
 
@@ -273,7 +272,7 @@ function command(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   } else if (sub === 'DOCS') {
     // Documentation is not carried; an empty map tells redis-cli to fall back to its built-in hints.
     w.mapHeader(0);
-  } else w.error(`unknown subcommand '${cmd.arg(1).toString('latin1')}'. Try COMMAND HELP.`);
+  } else unknownSubcommand(w, cmd, 'COMMAND');
   return true;
 }
 
@@ -388,12 +387,9 @@ function memory(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
       w.error(`MEMORY ${sub} is not supported: it reports Redis's allocator, and Tessera has none`);
       return true;
     case 'HELP':
-      w.arrayHeader(MEMORY_HELP.length);
-      for (const line of MEMORY_HELP) w.simple(line);
-      return true;
+      return writeHelp(w, MEMORY_HELP);
     default:
-      w.error(`unknown subcommand '${cmd.arg(1).toString('latin1')}'. Try MEMORY HELP.`);
-      return true;
+      return unknownSubcommand(w, cmd, 'MEMORY');
   }
 }
 
