@@ -5,7 +5,7 @@
 /** Highest bit offset Redis takes (its 512 MiB string limit, in bits, less one). */
 export const BIT_OFFSET_MAX = 2 ** 32 - 1;
 /** Arguments after the key that BITCOUNT and BITPOS look at: bit, start, end, unit at most. */
-const BIT_ARGS_KEPT = 4;
+export const BIT_ARGS_KEPT = 4;
 /**
  * Longest argument kept as sent. Anything longer is neither an int64 nor a unit name, so it travels
  * as an empty argument, which is refused the same way (and no operand outgrows its 16-bit length).
@@ -20,11 +20,14 @@ export interface BitArgs {
   args: Uint8Array[];
 }
 
-/** Encodes `args` for the operand: u8 count, then (u8 length, bytes) for each one kept. */
-export function encodeBitArgs(args: readonly Uint8Array[]): Buffer {
+/**
+ * Encodes the arguments for the operand: their number (`count`, capped at BIT_ARG_COUNT_MAX) as a
+ * u8, then (u8 length, bytes) for each of the first BIT_ARGS_KEPT, which `args` must hold.
+ */
+export function encodeBitArgs(args: readonly Uint8Array[], count = args.length): Buffer {
   const kept = args.slice(0, BIT_ARGS_KEPT).map((a) => (a.length > BIT_ARG_BYTES_MAX ? new Uint8Array() : a));
   const out = Buffer.allocUnsafe(1 + kept.reduce((n, a) => n + 1 + a.length, 0));
-  out[0] = Math.min(args.length, BIT_ARG_COUNT_MAX);
+  out[0] = Math.min(count, BIT_ARG_COUNT_MAX);
   let p = 1;
   for (const a of kept) {
     out[p++] = a.length;

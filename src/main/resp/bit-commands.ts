@@ -1,7 +1,8 @@
-// Bit commands on string values: SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD. Each runs in the fragment actor
-// that owns the key (src/core/modify.ts, src/core/bits.ts), so it orders with every other command on
-// that key and a count over a large value never runs on the main thread. Arguments Redis checks
-// before it looks the key up are checked here; the rest travel with the operation.
+// Bit commands on string values: SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD. Each runs in
+// the fragment actor that owns the key (src/core/modify.ts, bits.ts, bitfield.ts), so it orders with
+// every other command on that key and a count over a large value never runs on the main thread.
+// Arguments Redis checks before it looks the key up are checked here; the rest travel with the
+// operation.
 
 import {
   BITFIELD_OP_BYTES,
@@ -10,7 +11,13 @@ import {
   encodeBitfieldOps,
   Overflow,
 } from '../../core/bitfield.js';
-import { BIT_OFFSET_MAX, BIT_OPERATION_NAMES, BitOperation, encodeBitArgs } from '../../core/bits.js';
+import {
+  BIT_ARGS_KEPT,
+  BIT_OFFSET_MAX,
+  BIT_OPERATION_NAMES,
+  BitOperation,
+  encodeBitArgs,
+} from '../../core/bits.js';
 import { slotOf } from '../../core/keyspace.js';
 import { encodeKeys, Modifier, parseInt64 } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
@@ -68,9 +75,10 @@ function withRange(modifier: typeof Modifier.BitCount | typeof Modifier.BitPos) 
   return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
     const key = cmd.arg(1);
     if (!keyFits(key, w)) return true;
+    // Only the first few arguments matter (and how many there are): the rest are not copied.
     const args: Uint8Array[] = [];
-    for (let i = 2; i < cmd.argc; i++) args.push(cmd.arg(i));
-    modifyKey(conn, key, modifier, 0, undefined, 0, ModifyMode.Integer, 0, encodeBitArgs(args));
+    for (let i = 2; i < Math.min(cmd.argc, 2 + BIT_ARGS_KEPT); i++) args.push(cmd.arg(i));
+    modifyKey(conn, key, modifier, 0, undefined, 0, ModifyMode.Integer, 0, encodeBitArgs(args, cmd.argc - 2));
     return false;
   };
 }
