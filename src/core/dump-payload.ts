@@ -4,6 +4,8 @@
 // endian). RESTORE reads every string encoding Redis writes; DUMP writes integers as Redis does and
 // other strings uncompressed, which every Redis RESTOREs.
 
+import { parseInt64 } from './int64.js';
+
 /** The RDB version Redis 7.0 writes; a payload from a later version is refused, as Redis 7.0 does. */
 export const RDB_VERSION = 10;
 const RDB_TYPE_STRING = 0;
@@ -76,8 +78,10 @@ function versionBytes(): Buffer {
 
 /** A string in RDB encoding: an integer when it is one's canonical text and fits 32 bits, else raw. */
 function encodeString(value: Uint8Array): Buffer {
-  const integer = value.length <= 11 ? canonicalInteger(value) : undefined;
-  if (integer !== undefined) {
+  // Only text up to 11 bytes can be an int32's canonical form.
+  const parsed = value.length <= 11 ? parseInt64(value) : undefined;
+  if (parsed !== undefined) {
+    const integer = Number(parsed);
     if (integer >= -128 && integer <= 127) return Buffer.from([0xc0 | ENC_INT8, integer & 0xff]);
     if (integer >= -32768 && integer <= 32767) {
       const out = Buffer.from([0xc0 | ENC_INT16, 0, 0]);
@@ -91,12 +95,6 @@ function encodeString(value: Uint8Array): Buffer {
     }
   }
   return Buffer.concat([encodeLength(value.length), value]);
-}
-
-function canonicalInteger(value: Uint8Array): number | undefined {
-  const text = Buffer.from(value).toString('latin1');
-  if (!/^-?(0|[1-9][0-9]*)$/.test(text) || text === '-0') return undefined;
-  return Number(text);
 }
 
 function encodeLength(n: number): Buffer {

@@ -212,31 +212,37 @@ const valOp = (value: number, len: number) => (((value - 1) << 2) | (len - 1) | 
 const zeroOps = (len: number): number[] =>
   len > SPARSE_ZERO_MAX_LEN ? [((len - 1) >> 8) | 0x40, (len - 1) & 0xff] : [len - 1];
 
+/**
+ * Walks sparse opcodes run by run, calling `visit` with each run's value (0 for ZERO and XZERO), its
+ * first register and its length. It stops before a run that would pass the last register (Redis's
+ * checks since its CVE-2025-32023 fix): `covered` counts the registers walked, `overflowed` says
+ * whether it stopped there.
+ */
+function walkSparse(
+  s: readonly number[],
+  visit: (value: number, first: number, length: number) => void,
+): { covered: number; overflowed: boolean } {
+  let covered = 0;
+  for (let p = 0; p < s.length; ) {
+    const op = s[p];
+    const length = isZero(op) ? zeroLen(op) : isXzero(op) ? xzeroLen(op, s[p + 1]) : valLen(op);
+    if (covered + length > HLL_REGISTERS) return { covered, overflowed: true };
+    visit(isVal(op) ? valValue(op) : 0, covered, length);
+    covered += length;
+    p += isXzero(op) ? 2 : 1;
+  }
+  return { covered, overflowed: false };
+}
+
 /** Converts a sparse HyperLogLog to dense; false if its opcodes do not cover exactly every register. */
 function toDense(hll: Hll): boolean {
   if (hll.dense !== undefined) return true;
-  const sparse = hll.sparse!;
   const dense = new Uint8Array(HLL_DENSE_SIZE - HLL_HDR_SIZE + 1);
-  let index = 0;
-  // Every run is checked against the register count (Redis's fix for CVE-2025-32023).
-  for (let p = 0; p < sparse.length; ) {
-    const op = sparse[p];
-    if (isZero(op)) {
-      if (index + zeroLen(op) > HLL_REGISTERS) break;
-      index += zeroLen(op);
-      p++;
-    } else if (isXzero(op)) {
-      if (index + xzeroLen(op, sparse[p + 1]) > HLL_REGISTERS) break;
-      index += xzeroLen(op, sparse[p + 1]);
-      p += 2;
-    } else {
-      const run = valLen(op);
-      if (index + run > HLL_REGISTERS) break;
-      for (let k = 0; k < run; k++) denseSetRegister(dense, index++, valValue(op));
-      p++;
-    }
-  }
-  if (index !== HLL_REGISTERS) return false;
+  const { covered } = walkSparse(hll.sparse!, (value, first, length) => {
+    if (value !== 0) for (let k = 0; k < length; k++) denseSetRegister(dense, first + k, value);
+  });
+  // As Redis's conversion does, a walk cut short exactly at the last register still counts.
+  if (covered !== HLL_REGISTERS) return false;
   hll.header[4] = HLL_DENSE;
   hll.dense = dense;
   hll.sparse = undefined;
@@ -351,27 +357,10 @@ export function hllMergeInto(max: Uint8Array, hll: Hll): boolean {
     for (let i = 0; i < HLL_REGISTERS; i++) max[i] = Math.max(max[i], denseGet(hll.dense, i));
     return true;
   }
-  const s = hll.sparse!;
-  let i = 0;
-  // Any run past the last register makes the whole HyperLogLog corrupt (Redis's fix for CVE-2025-32023).
-  for (let p = 0; p < s.length; ) {
-    const op = s[p];
-    if (isZero(op)) {
-      if (i + zeroLen(op) > HLL_REGISTERS) return false;
-      i += zeroLen(op);
-      p++;
-    } else if (isXzero(op)) {
-      if (i + xzeroLen(op, s[p + 1]) > HLL_REGISTERS) return false;
-      i += xzeroLen(op, s[p + 1]);
-      p += 2;
-    } else {
-      const run = valLen(op);
-      if (i + run > HLL_REGISTERS) return false;
-      for (let k = 0; k < run; k++, i++) max[i] = Math.max(max[i], valValue(op));
-      p++;
-    }
-  }
-  return i === HLL_REGISTERS;
+  const walk = walkSparse(hll.sparse!, (value, first, length) => {
+    for (let i = first; i < first + length; i++) max[i] = Math.max(max[i], value);
+  });
+  return !walk.overflowed && walk.covered === HLL_REGISTERS;
 }
 
 /** A register array for `hllMergeInto`. */
@@ -395,26 +384,10 @@ export function hllCount(hll: Hll): number | undefined {
   if (hll.dense !== undefined) {
     for (let i = 0; i < HLL_REGISTERS; i++) histogram[denseGet(hll.dense, i)]++;
   } else {
-    const s = hll.sparse!;
-    let index = 0;
-    for (let p = 0; p < s.length; ) {
-      const op = s[p];
-      if (isZero(op)) {
-        index += zeroLen(op);
-        histogram[0] += zeroLen(op);
-        p++;
-      } else if (isXzero(op)) {
-        const run = xzeroLen(op, s[p + 1]);
-        index += run;
-        histogram[0] += run;
-        p += 2;
-      } else {
-        index += valLen(op);
-        histogram[valValue(op)] += valLen(op);
-        p++;
-      }
-    }
-    if (index !== HLL_REGISTERS) return undefined;
+    const walk = walkSparse(hll.sparse!, (value, _first, length) => {
+      histogram[value] += length;
+    });
+    if (walk.overflowed || walk.covered !== HLL_REGISTERS) return undefined;
   }
   return estimate(histogram);
 }

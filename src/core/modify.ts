@@ -43,6 +43,7 @@ import {
   openHll,
   registersCount,
 } from './hyperloglog.js';
+import { INT64_MAX, INT64_MIN, parseInt64 } from './int64.js';
 import { formatLcsRanges, lcsTableBytes, longestCommonSubsequence } from './lcs.js';
 import {
   addLongDoubles,
@@ -206,11 +207,6 @@ export const ERR_SYNTAX = 'ERR syntax error';
 export const ERR_BUSY_KEY = 'BUSYKEY Target key name already exists.';
 export const ERR_BIT_ARGUMENT = 'ERR The bit argument must be 1 or 0.';
 
-const INT64_MIN = -(2n ** 63n);
-const INT64_MAX = 2n ** 63n - 1n;
-/** Longest canonical int64 in decimal, sign included (Redis's string2ll limit). */
-const INT64_DIGITS_MAX = 20;
-
 const plan = (answer: ModifyAnswer, write?: Uint8Array, record?: Uint8Array, text = ''): ModifyPlan => ({
   answer,
   write,
@@ -262,12 +258,10 @@ export function planModify(
       return planPfAdd(req, live);
     case Modifier.Dump: {
       if (live === undefined) return plan(ModifyAnswer.Missing);
-      const stamp = req.record;
-      const payload = dumpPayload(valueBytesOf(live));
       return plan(
         ModifyAnswer.Done,
         undefined,
-        encodeRecord(false, wallMsOf(stamp), logicalOf(stamp), 0, nodeIdOf(stamp), payload),
+        withValue(req.record, undefined, dumpPayload(valueBytesOf(live))),
       );
     }
     case Modifier.Restore:
@@ -392,7 +386,7 @@ export function planWithOtherKeys(
     case Modifier.Lcs:
       return planLcs(req, live, others[0] ?? EMPTY, valueBytesMax);
     case Modifier.PfCount:
-      return req.flags & PfFlag.Union ? planPfUnionCount([live, ...others]) : planPfCount(req, live);
+      return req.flags & PfFlag.Union ? planPfUnionCount(live, others) : planPfCount(req, live);
     case Modifier.PfMerge:
       return planPfMerge(req, live, others);
     default:
@@ -460,9 +454,11 @@ function unionOf(values: ReadonlyArray<Uint8Array | undefined>) {
 }
 
 /** PFCOUNT of several keys: the union's cardinality; nothing is written. */
-function planPfUnionCount(values: ReadonlyArray<Uint8Array | undefined>): ModifyPlan {
-  const [first, ...rest] = values;
-  const union = unionOf([liveValue(first), ...rest]);
+function planPfUnionCount(
+  live: Uint8Array | undefined,
+  others: ReadonlyArray<Uint8Array | undefined>,
+): ModifyPlan {
+  const union = unionOf([liveValue(live), ...others]);
   if (typeof union === 'string') return plan(ModifyAnswer.Refused, undefined, undefined, union);
   return integer(registersCount(union.max));
 }
@@ -485,9 +481,7 @@ function planPfMerge(
 function planBitOp(req: ModifyRequest, live: Uint8Array | undefined, result: Uint8Array): ModifyPlan {
   const answer = String(result.length);
   if (result.length > 0) {
-    const stamp = req.record;
-    const write = encodeRecord(false, wallMsOf(stamp), logicalOf(stamp), 0, nodeIdOf(stamp), result);
-    return plan(ModifyAnswer.Integer, write, undefined, answer);
+    return plan(ModifyAnswer.Integer, withValue(req.record, undefined, result), undefined, answer);
   }
   // An empty result deletes the key, as in Redis.
   return plan(
@@ -522,16 +516,7 @@ function planLcs(
   if (options.ranges)
     return plan(ModifyAnswer.Text, undefined, undefined, formatLcsRanges(result, options.withRangeLength));
   if (options.length) return integer(result.length);
-  const stamp = req.record;
-  const answer = encodeRecord(
-    false,
-    wallMsOf(stamp),
-    logicalOf(stamp),
-    0,
-    nodeIdOf(stamp),
-    result.subsequence,
-  );
-  return plan(ModifyAnswer.Done, undefined, answer);
+  return plan(ModifyAnswer.Done, undefined, withValue(req.record, undefined, result.subsequence ?? EMPTY));
 }
 
 const ERR_LCS_TABLE = 'ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len';
@@ -757,20 +742,4 @@ function withDeadlineOf(stamp: Uint8Array, live: Uint8Array, expiresAtMs: number
 function withValue(stamp: Uint8Array, live: Uint8Array | undefined, value: Uint8Array): Buffer {
   const expiresAtMs = live === undefined ? 0 : expiresAtOf(live);
   return encodeRecord(false, wallMsOf(stamp), logicalOf(stamp), expiresAtMs, nodeIdOf(stamp), value);
-}
-
-/** A canonical signed 64-bit decimal, as Redis's string2ll accepts it; undefined otherwise. */
-export function parseInt64(bytes: Uint8Array): bigint | undefined {
-  const n = bytes.length;
-  if (n === 0 || n > INT64_DIGITS_MAX) return undefined;
-  let i = 0;
-  const negative = bytes[0] === 0x2d;
-  if (negative) i = 1;
-  if (i === n) return undefined;
-  // No leading zeros (except "0" itself), no "+", no spaces: the canonical form only.
-  if (bytes[i] === 0x30 && n - i > 1) return undefined;
-  if (negative && bytes[i] === 0x30) return undefined;
-  for (let j = i; j < n; j++) if (bytes[j] < 0x30 || bytes[j] > 0x39) return undefined;
-  const value = BigInt(Buffer.from(bytes).toString('latin1'));
-  return value < INT64_MIN || value > INT64_MAX ? undefined : value;
 }

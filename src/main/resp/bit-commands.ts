@@ -18,21 +18,21 @@ import {
   BitOperation,
   encodeBitArgs,
 } from '../../core/bits.js';
-import { slotOf } from '../../core/keyspace.js';
-import { encodeKeys, Modifier, parseInt64 } from '../../core/modify.js';
+import { parseInt64 } from '../../core/int64.js';
+import { encodeKeys, Modifier } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { MODIFY_OPERAND_BYTES_MAX } from '../../threads/op-codec.js';
 import {
   type CommandSpec,
-  crossSlot,
   integerArg,
   NOT_INTEGER,
   optionName,
+  replyError,
   SYNTAX_ERROR,
 } from './commands.js';
 import type { RespConnection } from './connection.js';
-import { keyFits, ModifyMode, modifyKey } from './key-access.js';
+import { keyFits, keysInOneSlot, ModifyMode, modifyKey } from './key-access.js';
 
 const BAD_OFFSET = 'bit offset is not an integer or out of range';
 const BAD_BIT = 'bit is not an integer or out of range';
@@ -88,23 +88,13 @@ function withRange(modifier: typeof Modifier.BitCount | typeof Modifier.BitPos) 
  * fragment actor reads the sources and writes the result in one step.
  */
 function bitop(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  const destination = cmd.arg(2);
-  const slot = slotOf(destination);
-  const sources: Uint8Array[] = [];
-  for (let i = 2; i < cmd.argc; i++) {
-    if (!keyFits(cmd.arg(i), w)) return true;
-    if (slotOf(cmd.arg(i)) !== slot) return crossSlot(w);
-    if (i > 2) sources.push(cmd.arg(i));
-  }
+  const keys = keysInOneSlot(cmd, 2, cmd.argc, w);
+  if (keys === undefined) return true;
+  const [destination, ...sources] = keys;
   const operation = BIT_OPERATION_NAMES[optionName(cmd, 1)];
-  if (operation === undefined) {
-    w.error(SYNTAX_ERROR);
-    return true;
-  }
-  if (operation === BitOperation.Not && sources.length !== 1) {
-    w.error('BITOP NOT must be called with a single source key.');
-    return true;
-  }
+  if (operation === undefined) return replyError(w, SYNTAX_ERROR);
+  if (operation === BitOperation.Not && sources.length !== 1)
+    return replyError(w, 'BITOP NOT must be called with a single source key.');
   const operand = encodeKeys(sources);
   if (operand.length > MODIFY_OPERAND_BYTES_MAX) {
     w.error(`BITOP takes at most ${MODIFY_OPERAND_BYTES_MAX} bytes of source keys`);
@@ -144,36 +134,31 @@ function bitfield(readOnlyCommand: boolean) {
       else if (sub === 'INCRBY' && more >= 3) opcode = BitfieldOpcode.IncrBy;
       else if (sub === 'OVERFLOW' && more >= 1) {
         const kind = OVERFLOWS[optionName(cmd, ++j)];
-        if (kind === undefined) return fail(w, 'Invalid OVERFLOW type specified');
+        if (kind === undefined) return replyError(w, 'Invalid OVERFLOW type specified');
         overflow = kind;
         continue;
-      } else return fail(w, SYNTAX_ERROR);
+      } else return replyError(w, SYNTAX_ERROR);
       const type = fieldType(cmd.arg(j + 1));
-      if (type === undefined) return fail(w, BAD_TYPE);
+      if (type === undefined) return replyError(w, BAD_TYPE);
       const offset = fieldOffset(cmd.arg(j + 2), type.bits);
-      if (offset === undefined) return fail(w, BAD_OFFSET);
+      if (offset === undefined) return replyError(w, BAD_OFFSET);
       let operand = 0n;
       if (opcode !== BitfieldOpcode.Get) {
         const n = parseInt64(cmd.arg(j + 3));
-        if (n === undefined) return fail(w, NOT_INTEGER);
+        if (n === undefined) return replyError(w, NOT_INTEGER);
         operand = n;
       }
       ops.push({ opcode, signed: type.signed, bits: type.bits, offset, overflow, operand });
       j += opcode === BitfieldOpcode.Get ? 2 : 3;
     }
     if (readOnlyCommand && ops.some((op) => op.opcode !== BitfieldOpcode.Get))
-      return fail(w, 'BITFIELD_RO only supports the GET subcommand');
+      return replyError(w, 'BITFIELD_RO only supports the GET subcommand');
     if (ops.length > BITFIELD_OPS_MAX)
-      return fail(w, `BITFIELD takes at most ${BITFIELD_OPS_MAX} subcommands`);
+      return replyError(w, `BITFIELD takes at most ${BITFIELD_OPS_MAX} subcommands`);
     const mode = ModifyMode.BitfieldAnswers;
     modifyKey(conn, key, Modifier.Bitfield, 0, undefined, 0, mode, 0, encodeBitfieldOps(ops));
     return false;
   };
-}
-
-function fail(w: RespWriter, message: string): true {
-  w.error(message);
-  return true;
 }
 
 /** `i1`…`i64` or `u1`…`u63` (lower-case letter, as Redis reads it); undefined otherwise. */

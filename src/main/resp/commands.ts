@@ -134,6 +134,12 @@ export function writeErrorText(w: RespWriter, text: string): void {
   else w.error(text);
 }
 
+/** Answers `-ERR <message>` now; true, for a command's return. */
+export function replyError(w: RespWriter, message: string): true {
+  w.error(message);
+  return true;
+}
+
 /** A container command's HELP: its lines as an array of simple strings, as Redis answers it. */
 export function writeHelp(w: RespWriter, lines: readonly string[]): true {
   w.arrayHeader(lines.length);

@@ -4,14 +4,13 @@
 // of several keys need them in one hash slot, as in Redis Cluster.
 
 import { encodeHllPatterns } from '../../core/hyperloglog.js';
-import { slotOf } from '../../core/keyspace.js';
 import { encodeKeys, Modifier, PfFlag } from '../../core/modify.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { MODIFY_OPERAND_BYTES_MAX } from '../../threads/op-codec.js';
-import { type CommandSpec, crossSlot } from './commands.js';
+import type { CommandSpec } from './commands.js';
 import type { RespConnection } from './connection.js';
-import { keyFits, ModifyMode, modifyKey } from './key-access.js';
+import { keyFits, keysInOneSlot, ModifyMode, modifyKey } from './key-access.js';
 
 /** Elements one PFADD may carry: three operand bytes each (register and count). */
 const PFADD_ELEMENTS_MAX = Math.floor(MODIFY_OPERAND_BYTES_MAX / 3);
@@ -32,17 +31,7 @@ function pfadd(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
 
 /** The keys after the first, all in its hash slot; undefined (with CROSSSLOT or a key error written) otherwise. */
 function otherKeys(cmd: RespCommand, w: RespWriter): Uint8Array[] | undefined {
-  const slot = slotOf(cmd.arg(1));
-  const keys: Uint8Array[] = [];
-  for (let i = 1; i < cmd.argc; i++) {
-    if (!keyFits(cmd.arg(i), w)) return undefined;
-    if (slotOf(cmd.arg(i)) !== slot) {
-      crossSlot(w);
-      return undefined;
-    }
-    if (i > 1) keys.push(cmd.arg(i));
-  }
-  return keys;
+  return keysInOneSlot(cmd, 1, cmd.argc, w)?.slice(1);
 }
 
 /** PFCOUNT key [key …] */

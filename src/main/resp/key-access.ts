@@ -7,6 +7,7 @@
 import { assert } from '../../core/assert.js';
 import { parseBitfieldAnswers } from '../../core/bitfield.js';
 import type { TesseraError } from '../../core/errors.js';
+import { slotOf } from '../../core/keyspace.js';
 import { parseLcsRanges } from '../../core/lcs.js';
 import { KEY_BYTES_MAX } from '../../core/limits.js';
 import { type Modifier, ModifyFlag } from '../../core/modify.js';
@@ -18,7 +19,7 @@ import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/o
 import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec } from '../dispatcher.js';
 import { resultError } from '../result-error.js';
 import type { ResultHandler } from '../worker-link.js';
-import { writeErrorText, writeFailure } from './commands.js';
+import { crossSlot, writeErrorText, writeFailure } from './commands.js';
 import type { ReplySlot, RespConnection } from './connection.js';
 
 /** What a read answers, given the key's live record (or none). */
@@ -56,6 +57,30 @@ export function keyFits(key: Uint8Array, w: RespWriter): boolean {
   if (key.length <= KEY_BYTES_MAX) return true;
   w.error(`key is ${key.length} bytes; the limit is ${KEY_BYTES_MAX}`);
   return false;
+}
+
+/**
+ * Arguments `from` to `to` (exclusive) as keys that fit and share one hash slot, as Redis Cluster
+ * requires of a multi-key command; undefined, with the error written, otherwise.
+ */
+export function keysInOneSlot(
+  cmd: RespCommand,
+  from: number,
+  to: number,
+  w: RespWriter,
+): Uint8Array[] | undefined {
+  const slot = slotOf(cmd.arg(from));
+  const keys: Uint8Array[] = [];
+  for (let i = from; i < to; i++) {
+    const key = cmd.arg(i);
+    if (!keyFits(key, w)) return undefined;
+    if (slotOf(key) !== slot) {
+      crossSlot(w);
+      return undefined;
+    }
+    keys.push(key);
+  }
+  return keys;
 }
 
 /**

@@ -16,6 +16,7 @@ import {
   integerArg,
   NOT_INTEGER,
   optionName,
+  replyError,
   SYNTAX_ERROR,
   writeErrorText,
 } from './commands.js';
@@ -318,12 +319,12 @@ function restore(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
     else if (option === 'IDLETIME' && more && !frequency) {
       const n = integerArg(cmd, ++i);
       if (n === undefined) return notInteger(w);
-      if (n < 0) return fail(w, 'Invalid IDLETIME value, must be >= 0');
+      if (n < 0) return replyError(w, 'Invalid IDLETIME value, must be >= 0');
       idle = true;
     } else if (option === 'FREQ' && more && !idle) {
       const n = integerArg(cmd, ++i);
       if (n === undefined) return notInteger(w);
-      if (n < 0 || n > 255) return fail(w, 'Invalid FREQ value, must be >= 0 and <= 255');
+      if (n < 0 || n > 255) return replyError(w, 'Invalid FREQ value, must be >= 0 and <= 255');
       frequency = true;
     } else return syntaxError(w);
   }
@@ -354,11 +355,6 @@ function restore(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
     operand,
   );
   return false;
-}
-
-function fail(w: RespWriter, message: string): true {
-  w.error(message);
-  return true;
 }
 
 export const KEY_COMMANDS: CommandSpec[] = [

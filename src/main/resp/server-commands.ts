@@ -13,6 +13,7 @@ import {
   integerArg,
   NOT_INTEGER,
   optionName,
+  replyError,
   SYNTAX_ERROR,
   unknownSubcommand,
   writeHelp,
@@ -368,13 +369,13 @@ function memory(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
       if (cmd.argc < 3) return wrongArity(w, 'memory|usage');
       for (let i = 3; i < cmd.argc; i++) {
         // SAMPLES bounds how many elements of a collection Redis samples; a string has none.
-        if (optionName(cmd, i) !== 'SAMPLES' || i + 1 >= cmd.argc) return syntaxError(w);
+        if (optionName(cmd, i) !== 'SAMPLES' || i + 1 >= cmd.argc) return replyError(w, SYNTAX_ERROR);
         const samples = integerArg(cmd, ++i);
         if (samples === undefined) {
           w.error(NOT_INTEGER);
           return true;
         }
-        if (samples < 0) return syntaxError(w);
+        if (samples < 0) return replyError(w, SYNTAX_ERROR);
       }
       const key = cmd.arg(2);
       if (!keyFits(key, w)) return true;
@@ -400,11 +401,6 @@ const MEMORY_HELP = [
   'HELP',
   '    Print this help.',
 ];
-
-function syntaxError(w: RespWriter): true {
-  w.error(SYNTAX_ERROR);
-  return true;
-}
 
 export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'PING', arity: -1, flags: ['fast'], keys: NONE, run: ping },

@@ -21,6 +21,7 @@ import {
   integerArg,
   NOT_INTEGER,
   optionName,
+  replyError,
   SYNTAX_ERROR,
   writeErrorText,
 } from './commands.js';
@@ -29,6 +30,7 @@ import {
   finishParts,
   keyFits,
   keyOnlyModify,
+  keysInOneSlot,
   ModifyMode,
   modifyKey,
   ReadMode,
@@ -103,12 +105,12 @@ function set(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
       i + 1 < cmd.argc
     )
       expiry = { unit: option, n: integerArg(cmd, ++i) };
-    else return answer(w, SYNTAX_ERROR);
+    else return replyError(w, SYNTAX_ERROR);
   }
   let expiresAtMs = 0;
   if (expiry !== undefined) {
     const deadline = deadlineFrom(expiry.unit, expiry.n, 'set');
-    if (!deadline.ok) return answer(w, deadline.error);
+    if (!deadline.ok) return replyError(w, deadline.error);
     expiresAtMs = deadline.expiresAtMs;
   }
   if (flags === 0) writeKey(conn, key, value, expiresAtMs, WriteMode.Ok, false);
@@ -119,11 +121,6 @@ function set(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   return false;
 }
 
-function answer(w: RespWriter, error: string): true {
-  w.error(error);
-  return true;
-}
-
 /** SETEX key seconds value / PSETEX key milliseconds value */
 function setWithTtl(unit: 'EX' | 'PX', command: string) {
   return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
@@ -131,7 +128,7 @@ function setWithTtl(unit: 'EX' | 'PX', command: string) {
     const value = cmd.arg(3);
     if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
     const deadline = deadlineFrom(unit, integerArg(cmd, 2), command);
-    if (!deadline.ok) return answer(w, deadline.error);
+    if (!deadline.ok) return replyError(w, deadline.error);
     writeKey(conn, key, value, deadline.expiresAtMs, WriteMode.Ok, false);
     return false;
   };
@@ -165,7 +162,7 @@ function getex(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
     if (option === 'PERSIST' && expiry === undefined) persist = true;
     else if (isExpiryUnit(option) && !persist && repeatsOrFirst(expiry, option) && i + 1 < cmd.argc)
       expiry = { unit: option, n: integerArg(cmd, ++i) };
-    else return answer(w, SYNTAX_ERROR);
+    else return replyError(w, SYNTAX_ERROR);
   }
   // Without options GETEX is a GET; through the actor all the same, so it orders with writes.
   if (expiry === undefined) {
@@ -201,7 +198,7 @@ function mget(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
 }
 
 function mset(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  if (cmd.argc % 2 === 0) return answer(w, "wrong number of arguments for 'mset' command");
+  if (cmd.argc % 2 === 0) return replyError(w, "wrong number of arguments for 'mset' command");
   for (let i = 1; i < cmd.argc; i += 2) {
     if (!keyFits(cmd.arg(i), w) || !valueFits(conn, cmd.arg(i + 1), w)) return true;
   }
@@ -214,7 +211,7 @@ function mset(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
 
 /** MSETNX: all keys must share one hash slot, so one fragment actor decides for all of them. */
 function msetnx(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  if (cmd.argc % 2 === 0) return answer(w, "wrong number of arguments for 'msetnx' command");
+  if (cmd.argc % 2 === 0) return replyError(w, "wrong number of arguments for 'msetnx' command");
   const slot = slotOf(cmd.arg(1));
   for (let i = 1; i < cmd.argc; i += 2) {
     if (!keyFits(cmd.arg(i), w) || !valueFits(conn, cmd.arg(i + 1), w)) return true;
@@ -223,7 +220,7 @@ function msetnx(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
   const operand = encodePairs(cmd, 3);
   // The pairs travel in one operation, so all of them are decided at once; its operand is bounded.
   if (operand.length > MODIFY_OPERAND_BYTES_MAX) {
-    return answer(
+    return replyError(
       w,
       `MSETNX takes at most ${MODIFY_OPERAND_BYTES_MAX} bytes of keys and values after its first pair`,
     );
@@ -265,7 +262,7 @@ function getrange(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   if (!keyFits(key, w)) return true;
   const start = integerArg(cmd, 2);
   const end = integerArg(cmd, 3);
-  if (start === undefined || end === undefined) return answer(w, NOT_INTEGER);
+  if (start === undefined || end === undefined) return replyError(w, NOT_INTEGER);
   return readKey(conn, key, ReadMode.GetRange, w, start, end);
 }
 
@@ -273,8 +270,8 @@ function setrange(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   const key = cmd.arg(1);
   if (!keyFits(key, w)) return true;
   const offset = integerArg(cmd, 2);
-  if (offset === undefined) return answer(w, NOT_INTEGER);
-  if (offset < 0) return answer(w, 'offset is out of range');
+  if (offset === undefined) return replyError(w, NOT_INTEGER);
+  if (offset < 0) return replyError(w, 'offset is out of range');
   const patchBytes = cmd.argLength(3);
   // An empty patch writes nothing and answers the length whatever the offset, as in Redis.
   if (patchBytes > 0 && offset + patchBytes > conn.server.node.settings.valueBytesMax) {
@@ -307,12 +304,12 @@ function counter(sign: 1 | -1, fixed: string | undefined) {
         BigInt(text) > 2n ** 63n - 1n ||
         BigInt(text) < -(2n ** 63n)
       ) {
-        return answer(w, NOT_INTEGER);
+        return replyError(w, NOT_INTEGER);
       }
       delta = text;
     }
     if (sign === -1) {
-      if (delta === '-9223372036854775808') return answer(w, 'decrement would overflow');
+      if (delta === '-9223372036854775808') return replyError(w, 'decrement would overflow');
       delta = delta.startsWith('-') ? delta.slice(1) : delta === '0' ? '0' : `-${delta}`;
     }
     modifyKey(
@@ -347,10 +344,9 @@ function incrbyfloat(conn: RespConnection, cmd: RespCommand, w: RespWriter): boo
  * key's fragment actor reads both and computes the answer.
  */
 function lcs(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  const key = cmd.arg(1);
-  const other = cmd.arg(2);
-  if (!keyFits(key, w) || !keyFits(other, w)) return true;
-  if (slotOf(key) !== slotOf(other)) return crossSlot(w);
+  const keys = keysInOneSlot(cmd, 1, 3, w);
+  if (keys === undefined) return true;
+  const [key, other] = keys;
   let flags = 0;
   let minRangeLength = 0;
   for (let i = 3; i < cmd.argc; i++) {
@@ -360,13 +356,13 @@ function lcs(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
     else if (option === 'WITHMATCHLEN') flags |= LcsFlag.WithRangeLength;
     else if (option === 'MINMATCHLEN' && i + 1 < cmd.argc) {
       const n = integerArg(cmd, ++i);
-      if (n === undefined) return answer(w, NOT_INTEGER);
+      if (n === undefined) return replyError(w, NOT_INTEGER);
       // Negative counts as none; past u32 no range can reach it anyway.
       minRangeLength = Math.min(Math.max(n, 0), 0xffff_ffff);
-    } else return answer(w, SYNTAX_ERROR);
+    } else return replyError(w, SYNTAX_ERROR);
   }
   if (flags & LcsFlag.Ranges && flags & LcsFlag.Length)
-    return answer(w, 'If you want both the length and indexes, please just use IDX.');
+    return replyError(w, 'If you want both the length and indexes, please just use IDX.');
   const mode =
     flags & LcsFlag.Ranges
       ? ModifyMode.LcsRanges
