@@ -81,6 +81,12 @@ export class RespWriter {
     return out;
   }
 
+  /** Drops the bytes appended after the first `length` (a reply that is not to be sent). */
+  truncate(length: number): void {
+    assert(length >= 0 && length <= this.len, 'truncate past the pending bytes');
+    this.len = length;
+  }
+
   /** Drops the pending bytes. */
   reset(): void {
     this.len = 0;

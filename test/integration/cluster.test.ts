@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { Cluster as RedisCluster } from 'ioredis';
 import { type ClusterFixture, infoOf, localValues, startCluster } from './cluster-helpers.js';
 import { eventually, sleep } from './helpers.js';
+import { rejectsWith } from './resp-helpers.js';
 
 const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
 
@@ -114,6 +115,8 @@ describe('a three-node cluster', () => {
     assert.equal(await a.call('CLUSTER', 'KEYSLOT', 'foo'), 12182);
     const nodes = (await a.call('CLUSTER', 'NODES')) as string;
     assert.equal(nodes.trim().split('\n').length, 3);
+    // Replication is per fragment and asynchronous: WAIT says so rather than counting wrongly.
+    await rejectsWith(a.call('WAIT', '1', '100'), /^ERR WAIT is not supported in a cluster/);
 
     const rc = new RedisCluster([{ host: '127.0.0.1', port: cluster.nodes[2].respPort }], {
       enableOfflineQueue: true,

@@ -3,14 +3,15 @@
 // exact bytes and reads exact replies (for RESP3 types, protocol errors and misbehaving clients).
 
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { Redis, type RedisOptions } from 'ioredis';
 import pino from 'pino';
+import { freePorts } from '../../bench/ports.js';
 import type { TesseraOptions } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
 import { RespServer } from '../../src/main/resp/server.js';
-import { tempDir } from './helpers.js';
+import { eventually, tempDir } from './helpers.js';
 
 export interface RespFixture {
   node: Tessera;
@@ -114,6 +115,57 @@ export const REQUIRE_REDIS_TOOLS = process.env.TESSERA_REQUIRE_REDIS_TOOLS === '
 /** Whether `tool` runs from PATH. */
 export function onPath(tool: string): boolean {
   return spawnSync(tool, ['--version'], { stdio: 'ignore' }).error === undefined;
+}
+
+/** What to print when redis-server is missing. */
+export const REDIS_INSTALL_HINT = 'install redis-server (apt-get install -y redis-server)';
+
+/** Skip reason for tests that compare with redis-server: false when it is there or CI requires it. */
+export function redisServerSkip(): string | false {
+  return onPath('redis-server') || REQUIRE_REDIS_TOOLS
+    ? false
+    : `redis-server is not on PATH: ${REDIS_INSTALL_HINT}`;
+}
+
+export interface RedisServer {
+  port: number;
+  /** A raw socket on it, closed by `stop()`. */
+  raw(): Promise<RawClient>;
+  stop(): Promise<void>;
+}
+
+/** A redis-server without persistence on a free loopback port, in a temporary directory. */
+export async function startRedisServer(label: string): Promise<RedisServer> {
+  const dir = await tempDir(label);
+  const [port] = await freePorts(1);
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir.path],
+    { stdio: 'ignore' },
+  );
+  const raws: RawClient[] = [];
+  await eventually(async () => {
+    const probe = await RawClient.connect(port).catch(() => undefined);
+    probe?.destroy();
+    return probe !== undefined;
+  });
+  return {
+    port,
+    async raw(): Promise<RawClient> {
+      const client = await RawClient.connect(port);
+      raws.push(client);
+      return client;
+    },
+    async stop(): Promise<void> {
+      for (const r of raws) r.destroy();
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+        child.kill('SIGKILL');
+        await exited;
+      }
+      await dir.cleanup();
+    },
+  };
 }
 
 /** Asserts that `promise` rejects with a Redis error whose text is `expected` (or matches it). */

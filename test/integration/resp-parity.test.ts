@@ -13,15 +13,22 @@
 // skipped, unless TESSERA_REQUIRE_REDIS_TOOLS=1 (CI) makes that a failure.
 
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import fc from 'fast-check';
-import { freePorts } from '../../bench/ports.js';
 import { dumpPayload, restoreValue } from '../../src/core/dump-payload.js';
 import { lcsTableBytes } from '../../src/core/lcs.js';
 import { VALUE_BYTES_MAX_DEFAULT } from '../../src/core/limits.js';
-import { eventually, tempDir } from './helpers.js';
-import { onPath, RawClient, REQUIRE_REDIS_TOOLS, type RespFixture, startResp } from './resp-helpers.js';
+import {
+  onPath,
+  type RawClient,
+  REDIS_INSTALL_HINT,
+  REQUIRE_REDIS_TOOLS,
+  type RedisServer,
+  type RespFixture,
+  redisServerSkip,
+  startRedisServer,
+  startResp,
+} from './resp-helpers.js';
 
 const SEED = Number(process.env.TESSERA_SEED ?? Date.now() % 2 ** 31) | 0;
 const SEQUENCE_RUNS = 400;
@@ -36,9 +43,7 @@ const SEQUENCE_COMMANDS_MAX = 24;
 const SECONDS_SLACK = 5;
 const MILLIS_SLACK = 5000;
 
-const INSTALL_HINT = 'install redis-server (apt-get install -y redis-server)';
-const haveRedis = onPath('redis-server');
-const skip = haveRedis || REQUIRE_REDIS_TOOLS ? false : `redis-server is not on PATH: ${INSTALL_HINT}`;
+const skip = redisServerSkip();
 
 // ── What the sequences are made of ──────────────────────────────────────────────────────────────
 
@@ -410,8 +415,7 @@ const show = (cmd: Command) => cmd.map((a) => JSON.stringify(a)).join(' ');
 // ── The two servers ───────────────────────────────────────────────────────────────────────────────
 
 let fixture: RespFixture;
-let redisDir: Awaited<ReturnType<typeof tempDir>>;
-let redisServer: ChildProcess;
+let redisServer: RedisServer;
 let tessera: RawClient;
 let redis: RawClient;
 
@@ -420,44 +424,18 @@ before(async () => {
   console.log(`resp-parity seed ${SEED} (replay: TESSERA_SEED=${SEED})`);
   fixture = await startResp({ label: 'resp-parity' });
   tessera = await fixture.raw();
-  redisDir = await tempDir('resp-parity-redis');
-  const [port] = await freePorts(1);
-  redisServer = spawn(
-    'redis-server',
-    [
-      '--port',
-      String(port),
-      '--bind',
-      '127.0.0.1',
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-      '--dir',
-      redisDir.path,
-    ],
-    { stdio: 'ignore' },
-  );
-  let client: RawClient | undefined;
-  await eventually(async () => {
-    client = await RawClient.connect(port).catch(() => undefined);
-    return client !== undefined;
-  });
-  redis = client!;
-  assert.equal(await redis.call('PING'), '+PONG\r\n');
+  redisServer = await startRedisServer('resp-parity-redis');
+  redis = await redisServer.raw();
 });
 
 after(async () => {
-  tessera?.destroy();
-  redis?.destroy();
-  redisServer?.kill('SIGKILL');
+  await redisServer?.stop();
   await fixture?.stop();
-  await redisDir?.cleanup();
 });
 
 if (REQUIRE_REDIS_TOOLS) {
   test('redis-server is installed (TESSERA_REQUIRE_REDIS_TOOLS=1)', () => {
-    assert.ok(haveRedis, `redis-server is not on PATH: ${INSTALL_HINT}`);
+    assert.ok(onPath('redis-server'), `redis-server is not on PATH: ${REDIS_INSTALL_HINT}`);
   });
 }
 

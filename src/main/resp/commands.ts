@@ -15,6 +15,9 @@ import { SERVER_COMMANDS } from './server-commands.js';
 import { STRING_COMMANDS } from './string-commands.js';
 import { UNSUPPORTED_COMMANDS } from './unsupported-commands.js';
 
+/** Where a command's keys are: first and last argument index (last -1: to the end), and the step. */
+export type KeyRange = readonly [first: number, last: number, step: number];
+
 export interface CommandSpec {
   /** Upper-case name. */
   name: string;
@@ -23,7 +26,9 @@ export interface CommandSpec {
   /** Redis command flags, for COMMAND INFO (e.g. 'write', 'readonly', 'fast', 'no-auth'). */
   flags: readonly string[];
   /** Key positions, for COMMAND INFO and cluster clients: first, last (-1: to the end), step. */
-  keys: readonly [first: number, last: number, step: number];
+  keys: KeyRange;
+  /** A container command's key positions per subcommand (COMMAND GETKEYS MEMORY USAGE k). */
+  subcommandKeys?: Readonly<Record<string, KeyRange>>;
   /** Runs the command: true when it answered into `w` now, false when it deferred a reply slot. */
   run(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean;
 }

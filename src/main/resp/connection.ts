@@ -29,6 +29,8 @@ export const CONNECTION_COMMANDS_IN_FLIGHT_MAX = 4096;
 export const CONNECTION_OUTPUT_BYTES_MAX = 64 * 1024 * 1024;
 /** Pending reply bytes that are handed to the socket at once instead of at the end of the turn. */
 const CONNECTION_FLUSH_BYTES = 1024 * 1024;
+/** A dropped reply's bytes (CLIENT REPLY OFF / SKIP). */
+const NO_REPLY = Buffer.alloc(0);
 
 /**
  * A reply position in a connection's queue. Multi-key commands count their parts down in it and
@@ -52,8 +54,15 @@ export class ReplySlot {
   b = 0;
   /** Whether this slot is a write the connection counts as in flight. */
   write = false;
+  /** The reply is dropped, not sent (CLIENT REPLY OFF / SKIP when the command ran). */
+  silent = false;
 
   constructor(readonly conn: RespConnection) {}
+}
+
+function formatAddress(ip: string | undefined, port: number | undefined): string {
+  const host = ip ?? '?';
+  return `${host.includes(':') ? `[${host}]` : host}:${port ?? 0}`;
 }
 
 export class RespConnection {
@@ -71,6 +80,12 @@ export class RespConnection {
   writesInFlight = 0;
   /** READONLY: reads may be served from this node's copy even when another replica serves the fragment. */
   readReplica = false;
+  /** CLIENT REPLY OFF: replies are dropped until CLIENT REPLY ON. */
+  replyOff = false;
+  /** CLIENT REPLY SKIP: the next command's reply is dropped. */
+  skipNextReply = false;
+  /** The command running now has its reply dropped by a SKIP before it (CLIENT REPLY ON clears it). */
+  replySkipped = false;
   readonly out: RespWriter;
   private readonly scratch: RespWriter;
   private readonly parser = new RespParser();
@@ -83,6 +98,8 @@ export class RespConnection {
   private parkedBytes = 0;
   /** Set by QUIT and protocol errors: close once the replies so far are sent. */
   private closeAfterFlush = false;
+  /** A blocking command (WAIT) is waiting: the commands after it run once it has answered. */
+  private blocked = false;
   closed = false;
 
   constructor(
@@ -110,12 +127,13 @@ export class RespConnection {
     this.scratch.protocol = p;
   }
 
+  /** `ip:port` as Redis writes it (CLIENT LIST, CLIENT KILL ADDR): an IPv6 address in brackets. */
   get remoteAddress(): string {
-    return `${this.socket.remoteAddress ?? '?'}:${this.socket.remotePort ?? 0}`;
+    return formatAddress(this.socket.remoteAddress, this.socket.remotePort);
   }
 
   get localAddress(): string {
-    return `${this.socket.localAddress ?? '?'}:${this.socket.localPort ?? 0}`;
+    return formatAddress(this.socket.localAddress, this.socket.localPort);
   }
 
   /** Commands parsed but not yet answered. */
@@ -150,7 +168,7 @@ export class RespConnection {
 
   /** The writer for `slot`'s reply: the connection's own when it is next in line. */
   beginReply(slot: ReplySlot): RespWriter {
-    if (slot === this.head) return this.out;
+    if (slot === this.head && !slot.silent) return this.out;
     this.scratch.reset();
     return this.scratch;
   }
@@ -159,7 +177,10 @@ export class RespConnection {
   endReply(slot: ReplySlot): void {
     if (slot.write) this.writesInFlight--;
     if (slot !== this.head) {
-      this.park(slot);
+      if (slot.silent) {
+        slot.bytes = NO_REPLY;
+        slot.ready = true;
+      } else this.park(slot);
       return;
     }
     this.popHead();
@@ -198,6 +219,7 @@ export class RespConnection {
   private drainCommands(): void {
     this.lastCommandAtMs = this.server.node.dispatcher.turnClock.nowMs();
     for (;;) {
+      if (this.blocked) break;
       if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {
         this.pause();
         break;
@@ -225,11 +247,33 @@ export class RespConnection {
   private execute(command: RespCommand): void {
     const w = this.syncWriter();
     const before = this.tail;
+    const mark = w.length;
+    this.replySkipped = this.skipNextReply;
+    this.skipNextReply = false;
     const answeredNow = executeCommand(this, command, w);
-    if (!answeredNow) return;
+    // Judged after the command: CLIENT REPLY ON answers, OFF and SKIP do not.
+    const silent = this.replyOff || this.replySkipped;
+    if (!answeredNow) {
+      if (silent) this.tail!.silent = true;
+      return;
+    }
     assert(before === this.tail, 'a command both answered and deferred');
+    if (silent) w.truncate(mark);
     // Answered at once, but behind replies still pending: park it in its own slot.
-    if (w === this.scratch) this.park(this.defer());
+    else if (w === this.scratch) this.park(this.defer());
+  }
+
+  /**
+   * Holds back the commands after the one running (which has deferred its reply) until `done`
+   * settles, as Redis does for a blocked client: WAIT's followers run once it has answered.
+   */
+  blockUntil(done: Promise<unknown>): void {
+    this.blocked = true;
+    const unblock = () => {
+      this.blocked = false;
+      if (!this.closed) this.drainCommands();
+    };
+    done.then(unblock, unblock);
   }
 
   private protocolError(error: RespProtocolError): void {

@@ -1,5 +1,6 @@
 // Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, COMMAND,
-// CONFIG GET, INFO, TIME, and TESSERA.DURABILITY (this connection's write acknowledgement level).
+// CONFIG GET, INFO, TIME, ROLE, WAIT, and TESSERA.DURABILITY (this connection's write
+// acknowledgement level).
 
 import { globMatch } from '../../core/glob.js';
 import { DURABILITY_NAMES, parseDurability } from '../../core/ops.js';
@@ -11,6 +12,7 @@ import {
   type CommandSpec,
   findCommand,
   integerArg,
+  type KeyRange,
   NOT_INTEGER,
   optionName,
   replyError,
@@ -144,13 +146,15 @@ function quit(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
 function reset(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
   conn.protocol = 2;
   conn.name = '';
+  // Redis clears OFF and a pending SKIP, not a SKIP already in force for this very command.
+  conn.replyOff = false;
+  conn.skipNextReply = false;
   conn.durability = conn.server.node.settings.durability;
   conn.authenticated = !conn.server.requiresAuth;
   w.simple('RESET');
   return true;
 }
 
-/** CLIENT SETNAME / GETNAME / ID / INFO / LIST / SETINFO / NO-EVICT / NO-TOUCH / REPLY ON / HELP */
 /** Exact argument counts of the CLIENT subcommands that take none or fixed ones. */
 const CLIENT_ARITY: Record<string, number> = {
   GETNAME: 2,
@@ -158,9 +162,11 @@ const CLIENT_ARITY: Record<string, number> = {
   INFO: 2,
   'NO-EVICT': 3,
   'NO-TOUCH': 3,
+  REPLY: 3,
   HELP: 2,
 };
 
+/** CLIENT SETNAME / GETNAME / ID / INFO / LIST / KILL / REPLY / SETINFO / NO-EVICT / NO-TOUCH / HELP */
 function client(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const sub = optionName(cmd, 1);
   conn.lastCommand = `CLIENT|${sub}`;
@@ -215,6 +221,11 @@ function client(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
     case 'NO-TOUCH':
       w.ok();
       return true;
+    case 'KILL':
+      if (cmd.argc < 3) return wrongArity(w, 'client|kill');
+      return clientKill(conn, cmd, w);
+    case 'REPLY':
+      return clientReply(conn, cmd, w);
     case 'HELP':
       return writeHelp(w, CLIENT_HELP);
     default:
@@ -227,11 +238,91 @@ const CLIENT_HELP = [
   'GETNAME',
   'ID',
   'INFO',
+  'KILL <ip:port>',
+  'KILL <option> <value> [<option> <value> [...]]',
+  '    Options: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, USER <username>,',
+  '    TYPE <normal|master|replica|pubsub> (every client here is normal), SKIPME <yes|no>.',
   'LIST',
+  'REPLY <ON|OFF|SKIP>',
   'SETINFO <LIB-NAME|LIB-VER> <value>',
   'SETNAME <name>',
   'HELP',
 ];
+
+/** Client types CLIENT KILL TYPE accepts; every RESP client of a node is `normal`. */
+const CLIENT_TYPES = new Set(['normal', 'master', 'replica', 'slave', 'pubsub']);
+
+/**
+ * CLIENT KILL ip:port (answers OK, or an error when no client has that address), or CLIENT KILL
+ * with filters (answers how many were closed; the caller itself only with SKIPME no). A killed
+ * connection closes at once; the caller's own closes after this reply.
+ */
+function clientKill(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  let id: number | undefined;
+  let addr: string | undefined;
+  let laddr: string | undefined;
+  let normalOnly = false;
+  let typeGiven = false;
+  let skipMe = true;
+  const legacy = cmd.argc === 3;
+  if (legacy) addr = cmd.arg(2).toString('latin1');
+  else {
+    for (let i = 2; i < cmd.argc; i += 2) {
+      const option = optionName(cmd, i);
+      if (i + 1 >= cmd.argc) return replyError(w, SYNTAX_ERROR);
+      const value = cmd.arg(i + 1).toString('latin1');
+      if (option === 'ID') {
+        const n = integerArg(cmd, i + 1);
+        if (n === undefined || n < 1) return replyError(w, 'client-id should be greater than 0');
+        id = n;
+      } else if (option === 'ADDR') addr = value;
+      else if (option === 'LADDR') laddr = value;
+      else if (option === 'TYPE') {
+        const type = value.toLowerCase();
+        if (!CLIENT_TYPES.has(type)) return replyError(w, `Unknown client type '${value}'`);
+        typeGiven = true;
+        normalOnly = type === 'normal';
+      } else if (option === 'USER') {
+        if (value !== 'default') return replyError(w, `No such user '${value}'`);
+      } else if (option === 'SKIPME') {
+        const answer = value.toLowerCase();
+        if (answer !== 'yes' && answer !== 'no') return replyError(w, SYNTAX_ERROR);
+        skipMe = answer === 'yes';
+      } else return replyError(w, SYNTAX_ERROR);
+    }
+  }
+  let killed = 0;
+  let self = false;
+  for (const c of conn.server.connections()) {
+    if (id !== undefined && c.id !== id) continue;
+    if (addr !== undefined && c.remoteAddress !== addr) continue;
+    if (laddr !== undefined && c.localAddress !== laddr) continue;
+    if (typeGiven && !normalOnly) continue;
+    if (c === conn) {
+      if (!legacy && skipMe) continue;
+      self = true;
+    } else c.close();
+    killed++;
+  }
+  if (self) conn.quitAfterReplies();
+  if (!legacy) w.integer(killed);
+  else if (killed === 0) w.error('No such client');
+  else w.ok();
+  return true;
+}
+
+/** CLIENT REPLY ON | OFF | SKIP: ON answers OK; OFF and SKIP answer nothing (RespConnection.execute). */
+function clientReply(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const mode = optionName(cmd, 2);
+  if (mode === 'ON') {
+    conn.replyOff = false;
+    conn.replySkipped = false;
+    w.ok();
+  } else if (mode === 'OFF') conn.replyOff = true;
+  else if (mode === 'SKIP') conn.skipNextReply = true;
+  else w.error(SYNTAX_ERROR);
+  return true;
+}
 
 function clientInfo(c: RespConnection): string {
   const now = Date.now();
@@ -249,7 +340,7 @@ function wrongArity(w: RespWriter, name: string): true {
   return true;
 }
 
-/** COMMAND, COMMAND COUNT / INFO [name…] / DOCS [name…] / LIST: what redis-cli and clients ask for. */
+/** COMMAND, COMMAND COUNT / INFO [name…] / DOCS [name…] / LIST / GETKEYS: what redis-cli and clients ask for. */
 function command(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   if (cmd.argc === 1) {
     w.arrayHeader(COMMANDS.length);
@@ -273,8 +364,30 @@ function command(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   } else if (sub === 'DOCS') {
     // Documentation is not carried; an empty map tells redis-cli to fall back to its built-in hints.
     w.mapHeader(0);
+  } else if (sub === 'GETKEYS') {
+    if (cmd.argc < 4) return wrongArity(w, 'command|getkeys');
+    commandGetKeys(cmd, w);
   } else unknownSubcommand(w, cmd, 'COMMAND');
   return true;
+}
+
+/** COMMAND GETKEYS command arg…: the keys the command would touch, found from its key positions. */
+function commandGetKeys(cmd: RespCommand, w: RespWriter): void {
+  const spec = findCommand(cmd.arg(2));
+  if (spec === undefined) return void w.error('Invalid command specified');
+  const sub = cmd.argc > 3 ? spec.subcommandKeys?.[optionName(cmd, 3)] : undefined;
+  const range: KeyRange = sub ?? spec.keys;
+  if (range[0] === 0) return void w.error('The command has no key arguments');
+  // Counted without COMMAND GETKEYS in front, as the command itself would be.
+  const argc = cmd.argc - 2;
+  if ((spec.arity > 0 && spec.arity !== argc) || argc < -spec.arity)
+    return void w.error('Invalid number of arguments specified for command');
+  const [first, last, step] = range;
+  const end = last < 0 ? argc + last : Math.min(last, argc - 1);
+  // A subcommand's own arity is not in the table: a key position past the end is a missing argument.
+  if (first > end) return void w.error('Invalid number of arguments specified for command');
+  w.arrayHeader(Math.floor((end - first) / step) + 1);
+  for (let i = first; i <= end; i += step) w.bulk(cmd.arg(i + 2));
 }
 
 function namedSpecs(cmd: RespCommand): Array<CommandSpec | undefined> {
@@ -352,7 +465,9 @@ function durability(conn: RespConnection, cmd: RespCommand, w: RespWriter): bool
   return true;
 }
 
-const NONE: readonly [number, number, number] = [0, 0, 0];
+const NONE: KeyRange = [0, 0, 0];
+/** setTimeout's longest delay (about 24.8 days): a longer WAIT timeout is waited in such steps. */
+const WAIT_TIMER_MS_MAX = 2 ** 31 - 1;
 const CONN = ['fast', 'no-auth'] as const;
 
 /**
@@ -394,6 +509,54 @@ function memory(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
   }
 }
 
+/** ROLE: every node answers as a primary (each serves some fragments first); replicas are not listed. */
+function role(_conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
+  w.arrayHeader(3);
+  w.bulk('master');
+  w.integer(0);
+  w.arrayHeader(0);
+  return true;
+}
+
+/**
+ * WAIT numreplicas timeout, on a node without peers: no replica exists, so it answers 0 — at once
+ * when fewer than one replica is asked for, else when the timeout passes (never, for 0), as Redis
+ * without replicas does. The connection's later commands run after the answer. In a cluster,
+ * replication is per fragment and asynchronous, and WAIT is refused with the reason.
+ */
+function wait(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const replicas = integerArg(cmd, 1);
+  if (replicas === undefined) return replyError(w, NOT_INTEGER);
+  const timeout = integerArg(cmd, 2);
+  if (timeout === undefined) return replyError(w, 'timeout is not an integer or out of range');
+  if (timeout < 0) return replyError(w, 'timeout is negative');
+  if (conn.server.node.cluster !== undefined) {
+    return replyError(
+      w,
+      'WAIT is not supported in a cluster: each fragment replicates asynchronously to its own replicas; use TESSERA.DURABILITY for the local acknowledgement level',
+    );
+  }
+  if (replicas <= 0) {
+    w.integer(0);
+    return true;
+  }
+  const answered = new Promise<number>((resolve) => {
+    if (timeout === 0) return;
+    // Longer than one timer can wait: in steps. Unreferenced: a waiting client does not keep a
+    // closing node alive.
+    const waitFor = (leftMs: number): void => {
+      setTimeout(
+        () => (leftMs > WAIT_TIMER_MS_MAX ? waitFor(leftMs - WAIT_TIMER_MS_MAX) : resolve(0)),
+        Math.min(leftMs, WAIT_TIMER_MS_MAX),
+      ).unref();
+    };
+    waitFor(timeout);
+  });
+  answerLater(conn, answered, (out, n) => out.integer(n));
+  conn.blockUntil(answered);
+  return false;
+}
+
 const MEMORY_HELP = [
   'MEMORY <subcommand> [<arg> ...]. Subcommands are:',
   'USAGE <key> [SAMPLES <count>]',
@@ -415,6 +578,8 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'CONFIG', arity: -2, flags: [], keys: NONE, run: config },
   { name: 'INFO', arity: -1, flags: [], keys: NONE, run: info },
   { name: 'TIME', arity: 1, flags: ['fast'], keys: NONE, run: time },
-  { name: 'MEMORY', arity: -2, flags: [], keys: NONE, run: memory },
+  { name: 'MEMORY', arity: -2, flags: [], keys: NONE, subcommandKeys: { USAGE: [2, 2, 1] }, run: memory },
+  { name: 'ROLE', arity: 1, flags: ['fast'], keys: NONE, run: role },
+  { name: 'WAIT', arity: 3, flags: [], keys: NONE, run: wait },
   { name: 'TESSERA.DURABILITY', arity: -1, flags: ['fast'], keys: NONE, run: durability },
 ];

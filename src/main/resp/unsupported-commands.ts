@@ -30,7 +30,6 @@ const REASONS: Record<string, readonly string[]> = {
     'BZPOPMIN',
     'BZPOPMAX',
     'BZMPOP',
-    'WAIT',
     'WAITAOF',
   ],
   'pub/sub is not supported': [

@@ -1,0 +1,245 @@
+// Connection-level commands against a Tessera node and, where it is installed, a real redis-server:
+// CLIENT KILL, CLIENT REPLY, COMMAND GETKEYS, ROLE and WAIT. Each behaviour is written out as the
+// exact bytes a client receives, and both servers must send them (redis-server is the reference the
+// expectations were taken from); a list of argument errors and edge cases must get byte-identical
+// replies from the two. Without redis-server on PATH only Tessera is checked, unless
+// TESSERA_REQUIRE_REDIS_TOOLS=1 (CI) makes that a failure.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { sleep } from './helpers.js';
+import {
+  encodeCommand,
+  type RawClient,
+  type RedisServer,
+  type RespFixture,
+  redisServerSkip,
+  startRedisServer,
+  startResp,
+} from './resp-helpers.js';
+
+const redisSkip = redisServerSkip();
+/** A WAIT timeout long enough to see that the commands after it are held back. */
+const WAIT_MS = 300;
+
+let fixture: RespFixture;
+let redisServer: RedisServer | undefined;
+
+before(async () => {
+  fixture = await startResp({ label: 'resp-client' });
+  if (redisSkip === false) redisServer = await startRedisServer('resp-client-redis');
+});
+
+after(async () => {
+  await redisServer?.stop();
+  await fixture?.stop();
+});
+
+/** The servers to hold to the same bytes: Tessera, and redis-server when it is there. */
+function servers(): Array<{ name: string; port: number; raw(): Promise<RawClient> }> {
+  const list = [{ name: 'tessera', port: fixture.port, raw: () => fixture.raw() }];
+  if (redisServer !== undefined)
+    list.push({ name: 'redis-server', port: redisServer.port, raw: redisServer.raw });
+  return list;
+}
+
+/** Reads replies until (and including) `last`; the connection must then have nothing more to say. */
+async function repliesUntil(client: RawClient, last: string): Promise<string[]> {
+  const replies: string[] = [];
+  for (;;) {
+    const reply = (await client.readReply()).toString('latin1');
+    replies.push(reply);
+    if (reply === last) return replies;
+  }
+}
+
+const bulk = (s: string) => `$${s.length}\r\n${s}\r\n`;
+
+describe('CLIENT REPLY', () => {
+  test('OFF drops replies until ON, SKIP drops the next one; deferred replies too', async () => {
+    for (const server of servers()) {
+      const c = await server.raw();
+      const commands = [
+        ['SET', 'reply:k', '1'],
+        ['CLIENT', 'REPLY', 'OFF'],
+        ['SET', 'reply:k', '2'],
+        ['GET', 'reply:k'],
+        ['INCR', 'reply:k'],
+        ['CLIENT', 'REPLY', 'ON'],
+        ['GET', 'reply:k'],
+        ['CLIENT', 'REPLY', 'SKIP'],
+        ['INCR', 'reply:k'],
+        ['GET', 'reply:k'],
+        // A SKIP skipped by a SKIP still skips the command after it.
+        ['CLIENT', 'REPLY', 'SKIP'],
+        ['CLIENT', 'REPLY', 'SKIP'],
+        ['PING', 'a'],
+        ['PING', 'b'],
+        ['CLIENT', 'REPLY', 'OFF'],
+        ['CLIENT', 'REPLY', 'SKIP'],
+        ['CLIENT', 'REPLY', 'ON'],
+        ['CLIENT', 'REPLY', 'BAD'],
+        ['PING', 'end'],
+      ];
+      // One write: the server sees them as one pipeline, the reads among them answered by workers.
+      c.send(Buffer.concat(commands.map((args) => encodeCommand(args))));
+      assert.deepEqual(
+        await repliesUntil(c, bulk('end')),
+        [
+          '+OK\r\n',
+          '+OK\r\n',
+          bulk('3'),
+          bulk('4'),
+          bulk('b'),
+          '+OK\r\n',
+          '-ERR syntax error\r\n',
+          bulk('end'),
+        ],
+        server.name,
+      );
+    }
+  });
+});
+
+describe('CLIENT KILL', () => {
+  test('by ID and by address closes that connection; SKIPME no closes the caller after its reply', async () => {
+    for (const server of servers()) {
+      const killer = await server.raw();
+      const byId = await server.raw();
+      const byAddr = await server.raw();
+      const id = Number((await byId.call('CLIENT', 'ID')).slice(1));
+      assert.equal(await killer.call('CLIENT', 'KILL', 'ID', String(id)), ':1\r\n', server.name);
+      await byId.closedWithin();
+      const addr = `${byAddr.socket.localAddress}:${byAddr.socket.localPort}`;
+      assert.equal(await killer.call('CLIENT', 'KILL', addr), '+OK\r\n', server.name);
+      await byAddr.closedWithin();
+      assert.equal(await killer.call('CLIENT', 'KILL', addr), '-ERR No such client\r\n', server.name);
+      // The caller itself is skipped unless SKIPME no; then it gets its count and is closed.
+      const ownId = (await killer.call('CLIENT', 'ID')).slice(1, -2);
+      assert.equal(await killer.call('CLIENT', 'KILL', 'ID', ownId), ':0\r\n', server.name);
+      assert.equal(await killer.call('CLIENT', 'KILL', 'ID', ownId, 'SKIPME', 'no'), ':1\r\n', server.name);
+      await killer.closedWithin();
+    }
+  });
+});
+
+describe('WAIT', () => {
+  test('without replicas: 0 at once for 0 replicas, else after the timeout; later commands wait for it', async () => {
+    for (const server of servers()) {
+      const c = await server.raw();
+      const watcher = await server.raw();
+      assert.equal(await c.call('DEL', 'wait:k'), ':0\r\n', server.name);
+      assert.equal(await c.call('WAIT', '0', '0'), ':0\r\n', server.name);
+      const started = Date.now();
+      c.send(
+        Buffer.concat([encodeCommand(['WAIT', '1', String(WAIT_MS)]), encodeCommand(['SET', 'wait:k', '1'])]),
+      );
+      await sleep(WAIT_MS / 3);
+      // The SET after the WAIT has not run yet.
+      assert.equal(await watcher.call('GET', 'wait:k'), '$-1\r\n', server.name);
+      assert.equal((await c.readReply()).toString('latin1'), ':0\r\n', server.name);
+      assert.ok(Date.now() - started >= WAIT_MS - 20, `${server.name}: WAIT answered before its timeout`);
+      assert.equal((await c.readReply()).toString('latin1'), '+OK\r\n', server.name);
+      assert.equal(await watcher.call('GET', 'wait:k'), bulk('1'), server.name);
+
+      // Timeout 0 waits for ever: nothing comes back, and the connection can still be killed.
+      const stuck = await server.raw();
+      stuck.send(Buffer.concat([encodeCommand(['WAIT', '1', '0']), encodeCommand(['PING'])]));
+      await sleep(WAIT_MS);
+      assert.equal(stuck.receivedBytes, 0, `${server.name}: WAIT 1 0 answered`);
+      const stuckId = `${stuck.socket.localAddress}:${stuck.socket.localPort}`;
+      assert.equal(await watcher.call('CLIENT', 'KILL', stuckId), '+OK\r\n', server.name);
+      await stuck.closedWithin();
+    }
+  });
+});
+
+test('COMMAND GETKEYS names the keys of a command; ROLE answers as a primary', async () => {
+  for (const server of servers()) {
+    const c = await server.raw();
+    const keys = (...names: string[]) => `*${names.length}\r\n${names.map(bulk).join('')}`;
+    assert.equal(await c.call('COMMAND', 'GETKEYS', 'SET', 'a', 'b', 'EX', '10'), keys('a'), server.name);
+    assert.equal(await c.call('COMMAND', 'GETKEYS', 'mset', 'a', '1', 'b', '2'), keys('a', 'b'), server.name);
+    assert.equal(await c.call('COMMAND', 'GETKEYS', 'BITOP', 'AND', 'd', 'x', 'y'), keys('d', 'x', 'y'));
+    assert.equal(await c.call('COMMAND', 'GETKEYS', 'MEMORY', 'USAGE', 'k'), keys('k'), server.name);
+    assert.equal(
+      await c.call('COMMAND', 'GETKEYS', 'GET', 'a', 'b'),
+      '-ERR Invalid number of arguments specified for command\r\n',
+      server.name,
+    );
+    assert.equal(await c.call('ROLE'), `*3\r\n${bulk('master')}:0\r\n*0\r\n`, server.name);
+  }
+});
+
+// Argument errors and edge cases: replies compared byte for byte with redis-server's.
+const EDGE_CASES = [
+  'CLIENT KILL',
+  'CLIENT KILL 1.2.3.4:5',
+  'CLIENT KILL ID',
+  'CLIENT KILL ID abc',
+  'CLIENT KILL ID 0',
+  'CLIENT KILL ID -1',
+  'CLIENT KILL ID 99999',
+  'CLIENT KILL ID 9223372036854775808',
+  'CLIENT KILL ID +5',
+  'CLIENT KILL ADDR 1.2.3.4:5',
+  'CLIENT KILL LADDR 1.2.3.4:5',
+  'CLIENT KILL TYPE foo',
+  'CLIENT KILL TYPE master',
+  'CLIENT KILL TYPE PubSub',
+  'CLIENT KILL USER bob',
+  'CLIENT KILL SKIPME maybe',
+  'CLIENT KILL MAXAGE 10',
+  'CLIENT KILL FOO bar',
+  'CLIENT KILL ID 1 ID',
+  'CLIENT KILL ID 1 TYPE bad',
+  'CLIENT KILL TYPE bad ID x',
+  'CLIENT REPLY',
+  'CLIENT REPLY FOO',
+  'CLIENT REPLY ON x',
+  'COMMAND GETKEYS',
+  'COMMAND GETKEYS SET',
+  'COMMAND GETKEYS SET a',
+  'COMMAND GETKEYS PING x',
+  'COMMAND GETKEYS DBSIZE x',
+  'COMMAND GETKEYS FOO a',
+  'COMMAND GETKEYS MSET a 1 b',
+  'COMMAND GETKEYS LCS a b',
+  'COMMAND GETKEYS GETEX a',
+  'COMMAND GETKEYS EXISTS a b c',
+  'COMMAND GETKEYS RENAME a b',
+  'COMMAND GETKEYS COPY a b REPLACE',
+  'COMMAND GETKEYS PFMERGE d a b',
+  'COMMAND GETKEYS SCAN 0',
+  'COMMAND GETKEYS MSETNX a 1 b 2',
+  'COMMAND GETKEYS MEMORY USAGE',
+  'COMMAND GETKEYS MEMORY HELP',
+  'COMMAND GETKEYS MEMORY USAGE a SAMPLES 5',
+  'COMMAND GETKEYS RESTORE a 0 x',
+  'COMMAND GETKEYS CLIENT LIST',
+  'COMMAND GETKEYS DEL a b',
+  'COMMAND GETKEYS BITFIELD a GET u8 0',
+  'COMMAND GETKEYS EXPIRE a 10 NX',
+  'ROLE x',
+  'WAIT 0',
+  'WAIT -1 0',
+  'WAIT 0 -1',
+  'WAIT x 0',
+  'WAIT 0 x',
+  'WAIT x -1',
+  'WAIT 0 99999999999999999999',
+];
+
+test('argument errors and edge cases get the same replies as from redis-server', {
+  skip: redisSkip,
+}, async () => {
+  const ours = await fixture.raw();
+  const theirs = await redisServer!.raw();
+  const differences: string[] = [];
+  for (const line of EDGE_CASES) {
+    const args = line.split(' ');
+    const [a, b] = [await ours.call(...args), await theirs.call(...args)];
+    if (a !== b) differences.push(`${line}: ${JSON.stringify(a)} (redis-server ${JSON.stringify(b)})`);
+  }
+  assert.deepEqual(differences, []);
+});
