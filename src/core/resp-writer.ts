@@ -42,6 +42,8 @@ const OK_REPLY = Buffer.from('+OK\r\n', 'latin1');
  */
 export class RespWriter {
   protocol: RespProtocol;
+  /** Error replies written, sent or not (INFO's total_error_replies). */
+  errorReplies = 0;
   private buf: Buffer;
   private len = 0;
 
@@ -115,12 +117,14 @@ export class RespWriter {
 
   /** `-ERR <message>\r\n` (Redis's generic error code); CR and LF inside become spaces. */
   error(message: string): void {
+    this.errorReplies++;
     this.line(0x2d, 'ERR ', message);
   }
 
   /** `-<code> <message>\r\n`, e.g. code `WRONGTYPE`. */
   errorCode(code: string, message: string): void {
     assert(/^[A-Z][A-Z0-9_]*$/.test(code), `RESP error code ${code} must be an upper-case word`);
+    this.errorReplies++;
     this.line(0x2d, `${code} `, message);
   }
 

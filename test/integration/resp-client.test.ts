@@ -147,6 +147,7 @@ describe('WAIT', () => {
       stuck.send(Buffer.concat([encodeCommand(['WAIT', '1', '0']), encodeCommand(['PING'])]));
       await sleep(WAIT_MS);
       assert.equal(stuck.receivedBytes, 0, `${server.name}: WAIT 1 0 answered`);
+      assert.match(await watcher.call('INFO', 'clients'), /\r\nblocked_clients:1\r\n/, server.name);
       const stuckId = `${stuck.socket.localAddress}:${stuck.socket.localPort}`;
       assert.equal(await watcher.call('CLIENT', 'KILL', stuckId), '+OK\r\n', server.name);
       await stuck.closedWithin();
@@ -169,6 +170,68 @@ test('COMMAND GETKEYS names the keys of a command; ROLE answers as a primary', a
     );
     assert.equal(await c.call('ROLE'), `*3\r\n${bulk('master')}:0\r\n*0\r\n`, server.name);
   }
+});
+
+/** INFO stats fields as numbers. */
+async function stats(client: RawClient): Promise<Map<string, number>> {
+  const text = await client.call('INFO', 'stats');
+  const fields = new Map<string, number>();
+  for (const line of text.split('\r\n')) {
+    const [name, value] = line.split(':');
+    if (value !== undefined) fields.set(name, Number(value));
+  }
+  return fields;
+}
+
+test('INFO stats counts commands run, key hits and misses, error replies and bytes, as Redis does', async () => {
+  for (const server of servers()) {
+    const c = await server.raw();
+    assert.equal(await c.call('SET', 'stats:k', 'v'), '+OK\r\n');
+    const before = await stats(c);
+    const sequence = [
+      ['SET', 'stats:k', 'v'],
+      ['GET', 'stats:k'],
+      ['GET', 'stats:none'],
+      ['MGET', 'stats:k', 'stats:none', 'stats:none'],
+      ['EXISTS', 'stats:k', 'stats:none'],
+      ['STRLEN', 'stats:none'],
+      ['INCR', 'stats:k'],
+      ['GET'],
+      ['NO-SUCH-COMMAND'],
+    ];
+    let sent = 0;
+    let received = 0;
+    for (const args of sequence) {
+      const bytes = encodeCommand(args);
+      c.send(bytes);
+      sent += bytes.length;
+      received += (await c.readReply()).length;
+    }
+    const after = await stats(c);
+    const delta = (name: string) => after.get(name)! - before.get(name)!;
+    // The first INFO and the seven commands that ran; unknown commands and wrong arity are not counted.
+    assert.equal(delta('total_commands_processed'), 8, server.name);
+    assert.equal(delta('keyspace_hits'), 3, server.name);
+    assert.equal(delta('keyspace_misses'), 5, server.name);
+    assert.equal(delta('total_error_replies'), 3, server.name);
+    // The first INFO's request and reply are counted too (its reply only once sent).
+    assert.ok(delta('total_net_input_bytes') >= sent, server.name);
+    assert.ok(delta('total_net_output_bytes') >= received, server.name);
+    for (const name of ['instantaneous_ops_per_sec', 'instantaneous_input_kbps', 'instantaneous_output_kbps'])
+      assert.ok(after.has(name), `${server.name}: ${name}`);
+  }
+});
+
+test('instantaneous_ops_per_sec follows a burst of commands', async () => {
+  const c = await fixture.raw();
+  const burst = Buffer.concat(Array.from({ length: 2000 }, () => encodeCommand(['PING'])));
+  for (let round = 0; round < 5; round++) {
+    c.send(burst);
+    for (let i = 0; i < 2000; i++) await c.readReply();
+    await sleep(100);
+  }
+  // 10 000 commands within about a second and a half of 100 ms samples: well above 0.
+  assert.ok((await stats(c)).get('instantaneous_ops_per_sec')! > 1000);
 });
 
 // Argument errors and edge cases: replies compared byte for byte with redis-server's.

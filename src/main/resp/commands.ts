@@ -68,6 +68,8 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     w.errorCode('NOAUTH', 'Authentication required.');
     return true;
   }
+  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH).
+  conn.server.stats.commandsProcessed++;
   return spec.run(conn, cmd, w);
 }
 
@@ -85,7 +87,6 @@ function unknownCommand(cmd: RespCommand, w: RespWriter): void {
   w.error(`unknown command '${name}', with args beginning with: ${args}`);
 }
 
-/** The reply for an error a Tessera operation failed with. */
 /**
  * Answers a command whose result comes later (a scan, a count, INFO) in its place in the reply
  * order: `write` gets the value; a failure is written as an error.
@@ -111,6 +112,7 @@ export function answerLater<T>(
   return false;
 }
 
+/** The reply for an error a Tessera operation failed with. */
 export function writeFailure(w: RespWriter, error: TesseraError): void {
   switch (error.kind) {
     case ErrorKind.Backpressure:

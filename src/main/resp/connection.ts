@@ -210,6 +210,7 @@ export class RespConnection {
   }
 
   private onData(chunk: Buffer): void {
+    this.server.stats.netInputBytes += chunk.length;
     if (this.closed || this.closeAfterFlush) return;
     this.parser.push(chunk);
     this.drainCommands();
@@ -300,7 +301,10 @@ export class RespConnection {
   flush(): void {
     this.flushScheduled = false;
     if (this.closed) return;
-    if (this.out.length > 0) this.socket.write(this.out.take());
+    if (this.out.length > 0) {
+      this.server.stats.netOutputBytes += this.out.length;
+      this.socket.write(this.out.take());
+    }
     if (this.socket.writableLength > CONNECTION_OUTPUT_BYTES_MAX) {
       this.outputOverflow(this.socket.writableLength);
       return;
@@ -333,6 +337,16 @@ export class RespConnection {
     queueMicrotask(() => {
       if (!this.closed) this.drainCommands();
     });
+  }
+
+  /** Whether a blocking command holds back this connection's later commands (INFO's blocked_clients). */
+  get isBlocked(): boolean {
+    return this.blocked;
+  }
+
+  /** Error replies this connection's writers have written. */
+  get errorReplies(): number {
+    return this.out.errorReplies + this.scratch.errorReplies;
   }
 
   close(): void {

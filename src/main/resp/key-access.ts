@@ -100,6 +100,7 @@ export function readKey(
   if (conn.writesInFlight === 0) {
     const local = dispatcher.readLocal(fragment, key, conn.readReplica);
     if (local !== NOT_LOCAL) {
+      conn.server.stats.lookup(local !== undefined);
       formatRead(w, mode, local, a, b);
       return true;
     }
@@ -381,6 +382,7 @@ export function substring(value: Uint8Array, start: number, end: number): Uint8A
 }
 
 function accumulate(slot: ReplySlot, mode: number, record: Uint8Array | undefined, index: number): void {
+  slot.conn.server.stats.lookup(record !== undefined);
   if (mode === ReadMode.MgetPart) {
     slot.values![index] = record === undefined ? null : Buffer.from(valueBytesOf(record));
   } else if (record !== undefined) {
@@ -417,6 +419,8 @@ const readHandler: ResultHandler<ReplySlot> = {
   onResult(slot, buf, at, length) {
     const w = slot.conn.beginReply(slot);
     const status = resultStatus(buf, at);
+    if (status === Reply.Found || status === Reply.NotFound)
+      slot.conn.server.stats.lookup(status === Reply.Found);
     if (status === Reply.Found)
       formatRead(w, slot.mode, buf.subarray(at + RESULT_HEADER_BYTES, at + length), slot.a, slot.b);
     else if (status === Reply.NotFound) formatRead(w, slot.mode, undefined, slot.a, slot.b);
@@ -440,7 +444,7 @@ const partReadHandler: ResultHandler<PartToken> = {
     const status = resultStatus(buf, at);
     if (status === Reply.Found) {
       accumulate(part.slot, part.mode, buf.subarray(at + RESULT_HEADER_BYTES, at + length), part.index);
-    }
+    } else if (status === Reply.NotFound) part.slot.conn.server.stats.lookup(false);
     partDone(
       part.slot,
       status === Reply.Found || status === Reply.NotFound ? undefined : resultError(buf, at, length).message,

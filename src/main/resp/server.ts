@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
+import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX } from '../../core/resp-parser.js';
 import type { Health, Tessera } from '../node.js';
 import { RespConnection } from './connection.js';
@@ -25,6 +26,23 @@ const KEY_COUNT_REUSE_MS = 10_000;
 /** Keys read per page while counting. */
 const COUNT_PAGE_KEYS = 1000;
 
+/** The counters of INFO's Stats section, under Redis's names there. */
+export class RespStats {
+  commandsProcessed = 0;
+  netInputBytes = 0;
+  netOutputBytes = 0;
+  /** Reads that found a live key, and those that did not (MGET and EXISTS count each key). */
+  keyspaceHits = 0;
+  keyspaceMisses = 0;
+  /** Error replies of connections that have closed (live ones are summed when INFO asks). */
+  closedErrorReplies = 0;
+
+  lookup(found: boolean): void {
+    if (found) this.keyspaceHits++;
+    else this.keyspaceMisses++;
+  }
+}
+
 export interface RespServerOptions {
   port?: number;
   bind?: string;
@@ -37,7 +55,12 @@ export interface RespServerOptions {
 
 export class RespServer {
   readonly cursors = new ScanCursors();
+  readonly stats = new RespStats();
   readonly logger: Logger;
+  private readonly commandRate: RateWindow;
+  private readonly inputRate: RateWindow;
+  private readonly outputRate: RateWindow;
+  private readonly rateTimer: NodeJS.Timeout;
   private readonly server: Server;
   private readonly clients = new Set<RespConnection>();
   /** Connections with replies to send at the end of this turn (`flushSoon`), and the spare list. */
@@ -61,6 +84,20 @@ export class RespServer {
     this.passwordDigest =
       options.password === undefined ? undefined : digest(Buffer.from(options.password, 'utf8'));
     this.server = createServer((socket) => this.accept(socket));
+    const now = Date.now();
+    this.commandRate = new RateWindow(now, 0);
+    this.inputRate = new RateWindow(now, 0);
+    this.outputRate = new RateWindow(now, 0);
+    this.rateTimer = setInterval(() => this.sampleRates(), RATE_SAMPLE_INTERVAL_MS);
+    // A sampling timer does not keep the process alive.
+    this.rateTimer.unref();
+  }
+
+  private sampleRates(): void {
+    const now = Date.now();
+    this.commandRate.sample(now, this.stats.commandsProcessed);
+    this.inputRate.sample(now, this.stats.netInputBytes);
+    this.outputRate.sample(now, this.stats.netOutputBytes);
   }
 
   /** Starts listening; resolves once the port is bound. */
@@ -103,7 +140,7 @@ export class RespServer {
   }
 
   forget(conn: RespConnection): void {
-    this.clients.delete(conn);
+    if (this.clients.delete(conn)) this.stats.closedErrorReplies += conn.errorReplies;
   }
 
   /**
@@ -127,6 +164,7 @@ export class RespServer {
   /** Stops accepting, closes every client, and resolves once the listener is closed. */
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    clearInterval(this.rateTimer);
     for (const conn of this.clients) conn.close();
     await closed;
   }
@@ -208,7 +246,7 @@ export class RespServer {
         section('Clients', [
           ['connected_clients', this.clients.size],
           ['maxclients', RESP_CLIENTS_MAX],
-          ['blocked_clients', 0],
+          ['blocked_clients', this.connections().filter((c) => c.isBlocked).length],
         ]),
       );
     if (wants('memory')) parts.push(this.memorySection());
@@ -268,12 +306,26 @@ export class RespServer {
   private async statsSection(healthOf: () => Promise<Health>): Promise<string> {
     const health = await healthOf();
     const shed = health.fragments.reduce((n, f) => n + f.shed[0] + f.shed[1] + f.shed[2], 0);
+    const stats = this.stats;
+    let errorReplies = stats.closedErrorReplies;
+    for (const c of this.clients) errorReplies += c.errorReplies;
+    const kbps = (bytesPerSecond: number) => (bytesPerSecond / 1024).toFixed(2);
     return section('Stats', [
       ['total_connections_received', this.connectionsReceived],
+      ['total_commands_processed', stats.commandsProcessed],
+      ['instantaneous_ops_per_sec', Math.round(this.commandRate.perSecond())],
+      ['total_net_input_bytes', stats.netInputBytes],
+      ['total_net_output_bytes', stats.netOutputBytes],
+      ['instantaneous_input_kbps', kbps(this.inputRate.perSecond())],
+      ['instantaneous_output_kbps', kbps(this.outputRate.perSecond())],
       ['rejected_connections', this.connectionsRejected],
       ['expired_keys', health.fragments.reduce((n, f) => n + f.expiredSwept, 0)],
-      ['total_writes_processed', health.fragments.reduce((n, f) => n + f.writes, 0)],
-      ['total_reads_processed_by_workers', health.fragments.reduce((n, f) => n + f.reads, 0)],
+      ['keyspace_hits', stats.keyspaceHits],
+      ['keyspace_misses', stats.keyspaceMisses],
+      ['total_error_replies', errorReplies],
+      // Tessera's own: writes applied and reads served by the fragment actors, operations shed.
+      ['fragment_writes_applied', health.fragments.reduce((n, f) => n + f.writes, 0)],
+      ['fragment_reads_in_workers', health.fragments.reduce((n, f) => n + f.reads, 0)],
       ['shed_operations', shed],
     ]);
   }
