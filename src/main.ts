@@ -50,9 +50,15 @@ async function main(): Promise<number> {
     logger.fatal({ code, err: (err as Error).message }, 'node failed to start');
     return 1;
   }
+  let stop: (reason: string, now?: boolean) => void = () => {};
   let resp: RespServer;
   try {
-    resp = await RespServer.listen(node, { ...args.resp, logger, version: version() });
+    resp = await RespServer.listen(node, {
+      ...args.resp,
+      logger,
+      version: version(),
+      onShutdown: ({ now }) => stop('SHUTDOWN', now),
+    });
   } catch (err) {
     logger.fatal(
       { err: (err as Error).message, port: args.resp.port, bind: args.resp.bind },
@@ -65,19 +71,15 @@ async function main(): Promise<number> {
   logger.info({ nodeId: node.nodeId, version: version(), host, port, auth: resp.requiresAuth }, 'ready');
   return new Promise<number>((resolve) => {
     let stopping = false;
-    const stop = (signal: NodeJS.Signals) => {
+    /** On SIGINT / SIGTERM, or the SHUTDOWN command (`now`: without waiting for replicas). */
+    stop = (reason: string, now = false) => {
       if (stopping) return;
       stopping = true;
-      logger.info({ signal }, 'shutting down');
+      logger.info({ reason }, 'shutting down');
+      const drain = node.cluster !== undefined && args.drainTimeoutMs > 0 && !now;
       resp
         .close()
-        .then(() =>
-          node.close(
-            node.cluster !== undefined && args.drainTimeoutMs > 0
-              ? { drainReplication: { timeoutMs: args.drainTimeoutMs } }
-              : {},
-          ),
-        )
+        .then(() => node.close(drain ? { drainReplication: { timeoutMs: args.drainTimeoutMs } } : {}))
         .then(
           () => resolve(0),
           (err: Error) => {

@@ -293,6 +293,9 @@ export function helpText(): string {
     const env = flag.kind === 'boolean' ? '' : `  [${envName(flag.name)}]`;
     lines.push(`  --${flag.name}${value}${env}`, `      ${flag.help}`);
   }
-  lines.push('', 'SIGINT or SIGTERM shuts the node down gracefully: admitted writes finish and are fsynced.');
+  lines.push(
+    '',
+    'SIGINT, SIGTERM or the SHUTDOWN command shuts the node down gracefully: admitted writes finish and are fsynced.',
+  );
   return lines.join('\n');
 }

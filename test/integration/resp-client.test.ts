@@ -155,6 +155,15 @@ describe('WAIT', () => {
   });
 });
 
+test('SHUTDOWN of an embedded node is refused: its application closes it', async () => {
+  const c = await fixture.raw();
+  assert.equal(
+    await c.call('SHUTDOWN'),
+    '-ERR SHUTDOWN is not supported here: an embedded node is closed by its application\r\n',
+  );
+  assert.equal(await c.call('PING'), '+PONG\r\n');
+});
+
 test('COMMAND GETKEYS names the keys of a command; ROLE answers as a primary', async () => {
   for (const server of servers()) {
     const c = await server.raw();
@@ -283,6 +292,12 @@ const EDGE_CASES = [
   'COMMAND GETKEYS DEL a b',
   'COMMAND GETKEYS BITFIELD a GET u8 0',
   'COMMAND GETKEYS EXPIRE a 10 NX',
+  'SHUTDOWN FOO',
+  'SHUTDOWN SAVE NOSAVE',
+  'SHUTDOWN ABORT',
+  'SHUTDOWN abort',
+  'SHUTDOWN ABORT NOW',
+  'SHUTDOWN NOW ABORT',
   'ROLE x',
   'WAIT 0',
   'WAIT -1 0',

@@ -1,5 +1,5 @@
 // Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, COMMAND,
-// CONFIG GET, INFO, TIME, ROLE, WAIT, and TESSERA.DURABILITY (this connection's write
+// CONFIG GET, INFO, TIME, ROLE, WAIT, SHUTDOWN, and TESSERA.DURABILITY (this connection's write
 // acknowledgement level).
 
 import { globMatch } from '../../core/glob.js';
@@ -557,6 +557,31 @@ function wait(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   return false;
 }
 
+/**
+ * SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]: closes the node as SIGTERM does — stop admitting,
+ * finish admitted work, commit and fsync every fragment (so SAVE and NOSAVE alike), and, in a
+ * cluster, wait for replicas to acknowledge (`--drain-timeout`) unless NOW. As in Redis, a shutdown
+ * that starts answers nothing: the connections close. FORCE is accepted; nothing here stops a
+ * shutdown that has started. ABORT has nothing to cancel.
+ */
+function shutdown(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const given = new Set<string>();
+  for (let i = 1; i < cmd.argc; i++) {
+    const option = optionName(cmd, i);
+    if (!SHUTDOWN_OPTIONS.has(option)) return replyError(w, SYNTAX_ERROR);
+    given.add(option);
+  }
+  if ((given.has('ABORT') && given.size > 1) || (given.has('SAVE') && given.has('NOSAVE')))
+    return replyError(w, SYNTAX_ERROR);
+  if (given.has('ABORT')) return replyError(w, 'No shutdown in progress.');
+  if (!conn.server.shutdown({ now: given.has('NOW') })) {
+    return replyError(w, 'SHUTDOWN is not supported here: an embedded node is closed by its application');
+  }
+  return true;
+}
+
+const SHUTDOWN_OPTIONS = new Set(['NOSAVE', 'SAVE', 'NOW', 'FORCE', 'ABORT']);
+
 const MEMORY_HELP = [
   'MEMORY <subcommand> [<arg> ...]. Subcommands are:',
   'USAGE <key> [SAMPLES <count>]',
@@ -581,5 +606,6 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'MEMORY', arity: -2, flags: [], keys: NONE, subcommandKeys: { USAGE: [2, 2, 1] }, run: memory },
   { name: 'ROLE', arity: 1, flags: ['fast'], keys: NONE, run: role },
   { name: 'WAIT', arity: 3, flags: [], keys: NONE, run: wait },
+  { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, run: shutdown },
   { name: 'TESSERA.DURABILITY', arity: -1, flags: ['fast'], keys: NONE, run: durability },
 ];

@@ -51,6 +51,11 @@ export interface RespServerOptions {
   logger: Logger;
   /** Package version, for INFO. */
   version?: string;
+  /**
+   * Shuts the node down (the SHUTDOWN command); `now` skips waiting for replicas. Without it, SHUTDOWN
+   * is refused: an embedded node is closed by its application.
+   */
+  onShutdown?: (how: { now: boolean }) => void;
 }
 
 export class RespServer {
@@ -75,6 +80,8 @@ export class RespServer {
   private counting: Promise<number> | undefined;
   private port = 0;
   private host = '';
+  /** SHUTDOWN has run: the node is closing. */
+  shuttingDown = false;
 
   private constructor(
     readonly node: Tessera,
@@ -123,6 +130,14 @@ export class RespServer {
 
   get address(): { host: string; port: number } {
     return { host: this.host, port: this.port };
+  }
+
+  /** Starts the node's shutdown for SHUTDOWN; false when this server has no way to (embedded). */
+  shutdown(how: { now: boolean }): boolean {
+    if (this.options.onShutdown === undefined) return false;
+    this.shuttingDown = true;
+    this.options.onShutdown(how);
+    return true;
   }
 
   get requiresAuth(): boolean {

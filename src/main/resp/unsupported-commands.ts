@@ -164,7 +164,6 @@ const REASONS: Record<string, readonly string[]> = {
     'BGSAVE',
     'BGREWRITEAOF',
     'LASTSAVE',
-    'SHUTDOWN',
     'DEBUG',
     'MONITOR',
     'SLAVEOF',
