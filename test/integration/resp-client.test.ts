@@ -181,6 +181,65 @@ test('COMMAND GETKEYS names the keys of a command; ROLE answers as a primary', a
   }
 });
 
+describe('MONITOR', () => {
+  test('shows every command run, as Redis writes it: quoted, escaped, passwords redacted, admin commands hidden', async () => {
+    for (const server of servers()) {
+      const m = await server.raw();
+      const o = await server.raw();
+      assert.equal(await m.call('MONITOR'), '+OK\r\n', server.name);
+      const own = `${o.socket.localAddress}:${o.socket.localPort}`;
+      const mine = `${m.socket.localAddress}:${m.socket.localPort}`;
+      const commands: Array<Array<string | Buffer>> = [
+        ['SET', 'mon:k', 'a"b\\c'],
+        ['GET', 'mon:k'],
+        ['SET', 'mon:bin', Buffer.from([0x01, 0x0a, 0x09, 0x0d, 0x07, 0x08, 0xff, 0x20, 0x7e])],
+        ['ECHO', 'h\u00e9'],
+        ['AUTH', 'secret'],
+        ['HELLO', '2', 'AUTH', 'default', 'secret'],
+        ['CONFIG', 'GET', 'maxmemory'],
+        ['client', 'list'],
+        ['CLIENT', 'KILL', 'ID', '99999'],
+        ['CLIENT', 'ID'],
+        ['NO-SUCH-COMMAND'],
+        ['GET'],
+        ['DBSIZE'],
+      ];
+      for (const args of commands) await o.call(...args);
+      // The monitor's own commands: shown after their reply; keyspace commands refused and not shown.
+      m.sendCommand('PING');
+      m.sendCommand('GET', 'mon:k');
+      m.sendCommand('MONITOR');
+      m.sendCommand('RESET');
+      m.sendCommand('GET', 'mon:k');
+      const lines = (await repliesUntil(m, bulk('a"b\\c'))).map((line) => {
+        const match = /^\+(\d+)\.\d{6} \[0 ([^\]]+)\] (.*)\r\n$/.exec(line);
+        if (match === null) return line;
+        assert.ok(Math.abs(Number(match[1]) - Date.now() / 1000) < 60, `${server.name}: time in ${line}`);
+        return `${match[2] === own ? 'other' : match[2] === mine ? 'self' : match[2]}: ${match[3]}`;
+      });
+      assert.deepEqual(
+        lines,
+        [
+          'other: "SET" "mon:k" "a\\"b\\\\c"',
+          'other: "GET" "mon:k"',
+          'other: "SET" "mon:bin" "\\x01\\n\\t\\r\\a\\b\\xff ~"',
+          'other: "ECHO" "h\\xc3\\xa9"',
+          'other: "AUTH" "(redacted)"',
+          'other: "HELLO" "2" "AUTH" "(redacted)" "(redacted)"',
+          'other: "CLIENT" "ID"',
+          'other: "DBSIZE"',
+          '+PONG\r\n',
+          'self: "PING"',
+          "-ERR Replica can't interact with the keyspace\r\n",
+          '+RESET\r\n',
+          bulk('a"b\\c'),
+        ],
+        server.name,
+      );
+    }
+  });
+});
+
 /** INFO stats fields as numbers. */
 async function stats(client: RawClient): Promise<Map<string, number>> {
   const text = await client.call('INFO', 'stats');

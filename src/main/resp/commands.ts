@@ -53,6 +53,7 @@ export function findCommand(name: Uint8Array): CommandSpec | undefined {
 
 /** Executes one parsed command for `conn`; true when answered into `w` now. */
 export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  conn.commandRan = undefined;
   const id = TABLE.lookupCommand(cmd);
   if (id === -1) {
     unknownCommand(cmd, w);
@@ -68,8 +69,13 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     w.errorCode('NOAUTH', 'Authentication required.');
     return true;
   }
+  if (conn.monitoring && (spec.flags.includes('write') || spec.flags.includes('readonly'))) {
+    w.error("Replica can't interact with the keyspace");
+    return true;
+  }
   // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH).
   conn.server.stats.commandsProcessed++;
+  conn.commandRan = spec;
   return spec.run(conn, cmd, w);
 }
 

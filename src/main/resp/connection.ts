@@ -16,7 +16,7 @@ import {
   RespProtocolError,
 } from '../../core/resp-parser.js';
 import { type RespProtocol, RespWriter } from '../../core/resp-writer.js';
-import { executeCommand } from './commands.js';
+import { type CommandSpec, executeCommand } from './commands.js';
 import type { RespServer } from './server.js';
 
 /** Commands in flight per connection before its socket is paused (a pipeline depth no client needs). */
@@ -86,6 +86,10 @@ export class RespConnection {
   skipNextReply = false;
   /** The command running now has its reply dropped by a SKIP before it (CLIENT REPLY ON clears it). */
   replySkipped = false;
+  /** MONITOR: every command the server runs is shown to this connection. */
+  monitoring = false;
+  /** The command just executed, if it ran (not refused as unknown, by arity or by NOAUTH). */
+  commandRan: CommandSpec | undefined = undefined;
   readonly out: RespWriter;
   private readonly scratch: RespWriter;
   private readonly parser = new RespParser();
@@ -256,12 +260,28 @@ export class RespConnection {
     const silent = this.replyOff || this.replySkipped;
     if (!answeredNow) {
       if (silent) this.tail!.silent = true;
+    } else {
+      assert(before === this.tail, 'a command both answered and deferred');
+      if (silent) w.truncate(mark);
+      // Answered at once, but behind replies still pending: park it in its own slot.
+      else if (w === this.scratch) this.park(this.defer());
+    }
+    // After its own reply is placed: a monitoring client sees its PING answered, then shown.
+    if (this.server.monitors.size !== 0 && this.commandRan !== undefined)
+      this.server.showToMonitors(this, command, this.commandRan);
+  }
+
+  /** A line that is not a command's reply (MONITOR's feed), sent after the replies queued before it. */
+  sendLine(line: string): void {
+    if (this.closed || this.replyOff) return;
+    if (this.head === null) {
+      this.out.simple(line);
+      this.scheduleFlush();
       return;
     }
-    assert(before === this.tail, 'a command both answered and deferred');
-    if (silent) w.truncate(mark);
-    // Answered at once, but behind replies still pending: park it in its own slot.
-    else if (w === this.scratch) this.park(this.defer());
+    this.scratch.reset();
+    this.scratch.simple(line);
+    this.park(this.defer());
   }
 
   /**

@@ -151,6 +151,8 @@ function reset(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean 
   conn.skipNextReply = false;
   conn.durability = conn.server.node.settings.durability;
   conn.authenticated = !conn.server.requiresAuth;
+  conn.monitoring = false;
+  conn.server.monitors.delete(conn);
   w.simple('RESET');
   return true;
 }
@@ -509,6 +511,19 @@ function memory(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
   }
 }
 
+/**
+ * MONITOR: from now on this connection is shown every command the node's RESP server runs (those
+ * of other nodes' clients are theirs to show). It may still run commands that do not touch keys.
+ * A second MONITOR is ignored without a reply, as in Redis; RESET ends it.
+ */
+function monitor(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
+  if (conn.monitoring) return true;
+  conn.monitoring = true;
+  conn.server.monitors.add(conn);
+  w.ok();
+  return true;
+}
+
 /** ROLE: every node answers as a primary (each serves some fragments first); replicas are not listed. */
 function role(_conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
   w.arrayHeader(3);
@@ -607,5 +622,6 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'ROLE', arity: 1, flags: ['fast'], keys: NONE, run: role },
   { name: 'WAIT', arity: 3, flags: [], keys: NONE, run: wait },
   { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, run: shutdown },
+  { name: 'MONITOR', arity: 1, flags: [], keys: NONE, run: monitor },
   { name: 'TESSERA.DURABILITY', arity: -1, flags: ['fast'], keys: NONE, run: durability },
 ];

@@ -10,9 +10,11 @@ import { invalidInput } from '../../core/errors.js';
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
-import { RESP_BULK_BYTES_MAX } from '../../core/resp-parser.js';
+import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
 import type { Health, Tessera } from '../node.js';
+import type { CommandSpec } from './commands.js';
 import { RespConnection } from './connection.js';
+import { monitorLine } from './monitor.js';
 import { ScanCursors } from './scan-cursors.js';
 
 /** The Redis version whose protocol and command semantics Tessera follows (reported by INFO, HELLO). */
@@ -61,6 +63,8 @@ export interface RespServerOptions {
 export class RespServer {
   readonly cursors = new ScanCursors();
   readonly stats = new RespStats();
+  /** Connections in MONITOR mode. */
+  readonly monitors = new Set<RespConnection>();
   readonly logger: Logger;
   private readonly commandRate: RateWindow;
   private readonly inputRate: RateWindow;
@@ -155,7 +159,18 @@ export class RespServer {
   }
 
   forget(conn: RespConnection): void {
+    this.monitors.delete(conn);
     if (this.clients.delete(conn)) this.stats.closedErrorReplies += conn.errorReplies;
+  }
+
+  /**
+   * MONITOR's feed: `cmd`, run by `from`, as Redis shows it — `+<seconds.micros> [0 <addr>] "arg" …`,
+   * arguments quoted and escaped, passwords redacted, administrative commands not shown.
+   */
+  showToMonitors(from: RespConnection, cmd: RespCommand, spec: CommandSpec): void {
+    const line = monitorLine(from.remoteAddress, cmd, spec);
+    if (line === undefined) return;
+    for (const monitor of this.monitors) monitor.sendLine(line);
   }
 
   /**

@@ -165,7 +165,6 @@ const REASONS: Record<string, readonly string[]> = {
     'BGREWRITEAOF',
     'LASTSAVE',
     'DEBUG',
-    'MONITOR',
     'SLAVEOF',
     'REPLICAOF',
     'SYNC',
