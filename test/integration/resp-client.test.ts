@@ -26,7 +26,8 @@ let fixture: RespFixture;
 let redisServer: RedisServer | undefined;
 
 before(async () => {
-  fixture = await startResp({ label: 'resp-client' });
+  // INFO starts a new key count whenever asked (the keyspace test needs a stale count).
+  fixture = await startResp({ label: 'resp-client', server: { keyCountReuseMs: 0 } });
   if (redisSkip === false) redisServer = await startRedisServer('resp-client-redis');
 });
 
@@ -300,6 +301,29 @@ test('instantaneous_ops_per_sec follows a burst of commands', async () => {
   }
   // 10 000 commands within about a second and a half of 100 ms samples: well above 0.
   assert.ok((await stats(c)).get('instantaneous_ops_per_sec')! > 1000);
+});
+
+test('INFO keyspace answers with the last key count instead of waiting for a new one', async () => {
+  const a = await fixture.raw();
+  const b = await fixture.raw();
+  assert.equal(await a.call('SET', 'count:first', 'v'), '+OK\r\n');
+  // The first INFO waits for a count; DBSIZE counts now, and INFO reuses that.
+  assert.match(await b.call('INFO', 'keyspace'), /# Keyspace/);
+  const before = Number((await a.call('DBSIZE')).slice(1));
+  const keys = 200_000;
+  for (let i = 0; i < keys; i += 1000) {
+    const args = ['MSET'];
+    for (let j = i; j < i + 1000; j++) args.push(`count:${j}`, 'v');
+    assert.equal(await a.call(...args), '+OK\r\n');
+  }
+  // A DBSIZE count of 200 000 keys takes many worker round trips; INFO answers meanwhile.
+  const received = a.receivedBytes;
+  a.sendCommand('DBSIZE');
+  const info = await b.call('INFO', 'keyspace');
+  assert.equal(a.receivedBytes, received, 'INFO answered while the count ran');
+  assert.match(info, new RegExp(`db0:keys=${before},`), 'the last count, not a new one');
+  assert.equal((await a.readReply(30_000)).toString('latin1'), `:${before + keys}\r\n`);
+  assert.match(await b.call('INFO', 'keyspace'), new RegExp(`db0:keys=${before + keys},`));
 });
 
 // Argument errors and edge cases: replies compared byte for byte with redis-server's.

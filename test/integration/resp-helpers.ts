@@ -10,7 +10,7 @@ import pino from 'pino';
 import { freePorts } from '../../bench/ports.js';
 import type { TesseraOptions } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
-import { RespServer } from '../../src/main/resp/server.js';
+import { RespServer, type RespServerOptions } from '../../src/main/resp/server.js';
 import { eventually, tempDir } from './helpers.js';
 
 export interface RespFixture {
@@ -30,6 +30,8 @@ export interface RespFixtureOptions {
   password?: string;
   /** Node options over the defaults (lmdb, 2 workers, 16 fragments). */
   node?: Omit<TesseraOptions, 'dataDir'>;
+  /** RESP server options over the defaults. */
+  server?: Pick<RespServerOptions, 'keyCountReuseMs'>;
 }
 
 /** Starts a node and its RESP server on 127.0.0.1, port 0. */
@@ -47,6 +49,7 @@ export async function startResp(options: RespFixtureOptions): Promise<RespFixtur
     bind: '127.0.0.1',
     logger: pino({ level: 'silent' }),
     password: options.password,
+    ...options.server,
   });
   const { port } = server.address;
   const clients: Redis[] = [];

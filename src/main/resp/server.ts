@@ -23,8 +23,13 @@ export const RESP_PORT_DEFAULT = 6380;
 export const RESP_BIND_DEFAULT = '127.0.0.1';
 /** Clients connected at once; more are refused with Redis's error. */
 export const RESP_CLIENTS_MAX = 10_000;
-/** How long a counted DBSIZE stays good enough for INFO's keyspace line. */
-const KEY_COUNT_REUSE_MS = 10_000;
+/** How long a key count stays good enough for INFO's keyspace line before INFO starts a new one. */
+export const KEY_COUNT_REUSE_MS_DEFAULT = 10_000;
+/**
+ * A new count for INFO also waits this many times as long as the last count took, so however large
+ * the keyspace, monitoring that polls INFO keeps the workers counting at most a tenth of the time.
+ */
+const KEY_COUNT_REUSE_PER_COUNT_MS = 10;
 /** Keys read per page while counting. */
 const COUNT_PAGE_KEYS = 1000;
 
@@ -58,6 +63,8 @@ export interface RespServerOptions {
    * is refused: an embedded node is closed by its application.
    */
   onShutdown?: (how: { now: boolean }) => void;
+  /** How long INFO reuses a key count before it starts a new one (default KEY_COUNT_REUSE_MS_DEFAULT). */
+  keyCountReuseMs?: number;
 }
 
 export class RespServer {
@@ -80,7 +87,7 @@ export class RespServer {
   private nextClientId = 1;
   private connectionsReceived = 0;
   private connectionsRejected = 0;
-  private keyCount: { value: number; atMs: number } | undefined;
+  private keyCount: { value: number; atMs: number; tookMs: number } | undefined;
   private counting: Promise<number> | undefined;
   private port = 0;
   private host = '';
@@ -210,18 +217,28 @@ export class RespServer {
     this.clients.add(conn);
   }
 
-  /** Live keys, counted by paging through every fragment (keys only). */
-  countKeys(): Promise<number> {
+  /**
+   * Live keys, counted by paging through every fragment (keys only). INFO's counts run at Background
+   * priority, behind client traffic; DBSIZE's at Default. A count already running is shared.
+   */
+  countKeys(priority: 'default' | 'background' = 'default'): Promise<number> {
     if (this.counting !== undefined) return this.counting;
     const count = async (): Promise<number> => {
+      const startedMs = Date.now();
       let n = 0;
       let cursor: string | undefined;
       do {
-        const page = await this.node.scan({ cursor, limit: COUNT_PAGE_KEYS, keysOnly: true });
+        const page = await this.node.scan({
+          cursor,
+          limit: COUNT_PAGE_KEYS,
+          keysOnly: true,
+          priority,
+        });
         n += page.entries.length;
         cursor = page.cursor;
       } while (cursor !== undefined);
-      this.keyCount = { value: n, atMs: Date.now() };
+      const atMs = Date.now();
+      this.keyCount = { value: n, atMs, tookMs: atMs - startedMs };
       return n;
     };
     this.counting = count().finally(() => {
@@ -361,8 +378,23 @@ export class RespServer {
   }
 
   private async keyspaceSection(): Promise<string> {
-    const fresh = this.keyCount !== undefined && Date.now() - this.keyCount.atMs < KEY_COUNT_REUSE_MS;
-    const keys = fresh ? this.keyCount!.value : await this.countKeys();
+    // The first INFO waits for a count; later ones answer with the last count at once and start a
+    // new one in the background once it is old (INFO must stay quick for monitoring, whatever the
+    // keyspace's size: a count reads every key).
+    const known = this.keyCount;
+    if (known === undefined) await this.countKeys('background');
+    else if (
+      Date.now() - known.atMs >=
+      Math.max(
+        this.options.keyCountReuseMs ?? KEY_COUNT_REUSE_MS_DEFAULT,
+        known.tookMs * KEY_COUNT_REUSE_PER_COUNT_MS,
+      )
+    ) {
+      this.countKeys('background').catch((err: Error) =>
+        this.logger.warn({ err: err.message }, 'key count for INFO failed'),
+      );
+    }
+    const keys = this.keyCount!.value;
     return section('Keyspace', keys === 0 ? [] : [['db0', `keys=${keys},expires=0,avg_ttl=0`]]);
   }
 
