@@ -88,8 +88,8 @@ async function main(): Promise<number> {
           },
         );
     };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
   });
 }
 

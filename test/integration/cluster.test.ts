@@ -256,28 +256,37 @@ describe('failures', () => {
     }
   });
 
-  test('shutdown with replication drain loses no acknowledged write', async () => {
-    // No periodic anti-entropy: whatever b holds after a is gone came through a's senders.
-    const cluster = await startCluster('cluster-drain', ['a', 'b'], ['--anti-entropy-interval', '1h']);
-    try {
-      const [a, b] = cluster.nodes;
-      const writer = await a.client();
-      const keys = keysOf('drain:', 3000);
-      const pipeline = writer.pipeline();
-      for (const k of keys) pipeline.set(k, `value-of-${k}`);
-      const results = await pipeline.exec();
-      assert.ok(results!.every(([err]) => err === null));
-      await a.stop('SIGTERM');
-      assert.match(a.log, /"msg":"node closed"/);
-      assert.doesNotMatch(a.log, /replication drain timed out/);
-      const values = await localValues(b, keys);
-      assert.deepEqual(
-        values.map((v, i) => v === `value-of-${keys[i]}`).filter((ok) => !ok).length,
-        0,
-        'b holds every acknowledged write',
-      );
-    } finally {
-      await cluster.stop();
-    }
-  });
+  for (const how of ['SIGTERM', 'SHUTDOWN'] as const) {
+    test(`shutdown (${how}) with replication drain loses no acknowledged write`, async () => {
+      // No periodic anti-entropy: whatever b holds after a is gone came through a's senders.
+      const cluster = await startCluster('cluster-drain', ['a', 'b'], ['--anti-entropy-interval', '1h']);
+      try {
+        const [a, b] = cluster.nodes;
+        const writer = await a.client();
+        const keys = keysOf('drain:', 3000);
+        const pipeline = writer.pipeline();
+        for (const k of keys) pipeline.set(k, `value-of-${k}`);
+        const results = await pipeline.exec();
+        assert.ok(results!.every(([err]) => err === null));
+        if (how === 'SIGTERM') await a.stop('SIGTERM');
+        else {
+          const exited = new Promise<void>((resolve) => a.child!.once('exit', () => resolve()));
+          // SHUTDOWN answers nothing: the connection closes as the node goes down.
+          await writer.call('SHUTDOWN').catch(() => undefined);
+          await exited;
+          await a.stop();
+        }
+        assert.match(a.log, /"msg":"node closed"/);
+        assert.doesNotMatch(a.log, /replication drain timed out/);
+        const values = await localValues(b, keys);
+        assert.deepEqual(
+          values.map((v, i) => v === `value-of-${keys[i]}`).filter((ok) => !ok).length,
+          0,
+          'b holds every acknowledged write',
+        );
+      } finally {
+        await cluster.stop();
+      }
+    });
+  }
 });
