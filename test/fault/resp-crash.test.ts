@@ -11,6 +11,7 @@ import { test } from 'node:test';
 import { freePorts } from '../../bench/ports.js';
 import { NodeProcess } from '../integration/cluster-helpers.js';
 import { tempDir } from '../integration/helpers.js';
+import { xorshift32 } from '../unit/fixtures/xorshift32.js';
 
 /** Key groups, and the connections they share (a connection pipelines its groups' commands). */
 const GROUPS = 96;
@@ -30,15 +31,10 @@ interface Step {
   after: GroupState;
 }
 
-/** Tiny deterministic generator, so a failing run can be replayed from its printed seed. */
+/** Uniform in [0, 1), replayable from the seed. */
 function rng(seed: number): () => number {
-  let s = seed >>> 0 || 1;
-  return () => {
-    s ^= s << 13;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    return (s >>> 0) / 2 ** 32;
-  };
+  const next = xorshift32(seed);
+  return () => next() / 2 ** 32;
 }
 
 /** An integer as Redis's string2ll accepts it (no leading zeros, no `-0`, no sign alone). */

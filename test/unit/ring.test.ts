@@ -21,6 +21,7 @@ import {
   WRITE_INDEX,
 } from '../../src/threads/ring.js';
 import { RingOutbox } from '../../src/threads/ring-outbox.js';
+import { xorshift32 } from './fixtures/xorshift32.js';
 
 interface Pair {
   writer: RingWriter;
@@ -572,17 +573,6 @@ function consumeInWorker(input: WorkerInput): void {
 
 function stopQuietly(): void {}
 
-/** Seeded xorshift32, so a failure can be replayed from the printed seed. */
-function prng(seed: number): () => number {
-  let state = seed >>> 0 || 1;
-  return () => {
-    state ^= state << 13;
-    state ^= state >>> 17;
-    state ^= state << 5;
-    return state >>> 0;
-  };
-}
-
 interface Produced {
   checksum: number;
   spaceWaits: number;
@@ -639,7 +629,7 @@ async function runWorkerExchange(): Promise<void> {
     });
   });
   const writer = new RingWriter(input.requests);
-  const produced = await produce(writer, prng(seed));
+  const produced = await produce(writer, xorshift32(seed));
   await Promise.race([acked, exited.then(() => assert.fail('worker exited early'))]);
   assert.equal(lastChecksum, produced.checksum, `checksums differ (seed ${seed})`);
   assert.ok(produced.spaceWaits > 1000, `the producer waited for space (${produced.spaceWaits} times)`);
