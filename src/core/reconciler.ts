@@ -384,6 +384,7 @@ export class ReconcileResponder {
 }
 
 /** A record without its value: what a summary carries. */
-export function stampOf(record: Uint8Array): Uint8Array {
-  return record.subarray(0, RECORD_HEADER_BYTES + record[15]);
+export function stampOf<T extends Uint8Array>(record: T): T {
+  // A Buffer's subarray is a Buffer, a Uint8Array's a Uint8Array.
+  return record.subarray(0, RECORD_HEADER_BYTES + record[15]) as T;
 }

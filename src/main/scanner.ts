@@ -25,7 +25,7 @@ import {
 } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, PRIORITY_NAMES, Priority, parsePriority, Reply } from '../core/ops.js';
-import { valueBytesOf } from '../core/record.js';
+import { expiresAtOf, valueBytesOf } from '../core/record.js';
 import { isPoolThreadLoaded } from '../threads/messages.js';
 import {
   type PoolSpanRequest,
@@ -58,6 +58,8 @@ export interface ScanOptions {
   limit?: number;
   /** Return keys without values. */
   keysOnly?: boolean;
+  /** Give each entry its deadline (`expiresAtMs`, 0 for none), with or without values. */
+  expiry?: boolean;
   /**
    * Most keys this page examines (default 100 000): a pattern scan returns what it found so far, with
    * a cursor, once it has looked at this many — like Redis's SCAN COUNT.
@@ -67,7 +69,8 @@ export interface ScanOptions {
 }
 
 export interface ScanResult {
-  entries: Array<{ key: Buffer; value: Buffer | undefined }>;
+  /** `expiresAtMs` (0: none) when the scan asked for `expiry`. */
+  entries: Array<{ key: Buffer; value: Buffer | undefined; expiresAtMs?: number }>;
   /** Pass to the next call; undefined when the iteration is complete. */
   cursor: string | undefined;
 }
@@ -120,12 +123,16 @@ export class Scanner {
         byteLimit: SCAN_PAGE_BYTES_MAX - bytes,
         examineLimit: plan.examineLimit,
         pattern: plan.pattern,
-        keysOnly: plan.keysOnly,
+        // Keys with their deadlines: the records' stamps travel, not their values.
+        keysOnly: plan.keysOnly && !plan.expiry,
+        stampsOnly: plan.keysOnly && plan.expiry,
       };
       const page = await this.readPage(request, plan.priority);
       for (const e of page.entries) {
-        const value = e.record === undefined ? undefined : Buffer.from(valueBytesOf(e.record));
-        entries.push({ key: e.key, value });
+        const value =
+          e.record === undefined || plan.keysOnly ? undefined : Buffer.from(valueBytesOf(e.record));
+        if (plan.expiry) entries.push({ key: e.key, value, expiresAtMs: expiresAtOf(e.record!) });
+        else entries.push({ key: e.key, value });
         bytes += e.key.length + (value?.length ?? 0);
       }
       if (page.done) {
@@ -274,6 +281,7 @@ interface ScanPlan {
   pattern: Uint8Array | undefined;
   limit: number;
   keysOnly: boolean;
+  expiry: boolean;
   priority: Priority;
   cursor: { fragment: number; resume: Buffer | undefined };
 }
@@ -327,6 +335,7 @@ function planScan(options: ScanOptions): ScanPlan {
     pattern: pattern !== undefined && pattern.length > 0 ? pattern : undefined,
     limit,
     keysOnly: options.keysOnly === true,
+    expiry: options.expiry === true,
     priority,
     cursor: decodeCursor(options.cursor),
   };

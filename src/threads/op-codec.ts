@@ -114,6 +114,8 @@ export const SCAN_START_INCLUSIVE = 1;
 export const SCAN_HAS_START = 2;
 export const SCAN_HAS_END = 4;
 export const SCAN_KEYS_ONLY = 8;
+/** Records without their values (version and deadline: `stampOf`); bits 4–5 hold the priority. */
+export const SCAN_STAMPS_ONLY = 64;
 
 export function requestBytes(keyBytes: number, recordBytes: number): number {
   return REQUEST_HEADER_BYTES + keyBytes + recordBytes;
@@ -326,6 +328,8 @@ export interface ScanRequest {
   examineLimit: number;
   pattern: Uint8Array | undefined;
   keysOnly: boolean;
+  /** Without keysOnly: each entry's record without its value (its stamp). */
+  stampsOnly: boolean;
 }
 
 export function scanRequestBytes(s: ScanRequest): number {
@@ -345,6 +349,7 @@ export function writeScanRequest(
     (s.start !== undefined ? SCAN_HAS_START : 0) |
     (s.end !== undefined ? SCAN_HAS_END : 0) |
     (s.keysOnly ? SCAN_KEYS_ONLY : 0) |
+    (s.stampsOnly ? SCAN_STAMPS_ONLY : 0) |
     (priority << 4);
   buf.writeUInt16LE(s.fragment, at + 2);
   buf.writeUInt32LE(reqId, at + 4);
@@ -379,6 +384,7 @@ export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; p
     examineLimit,
     pattern: pattern.length > 0 ? pattern : undefined,
     keysOnly: (flags & SCAN_KEYS_ONLY) !== 0,
+    stampsOnly: (flags & SCAN_STAMPS_ONLY) !== 0,
   };
   return { scan, priority: ((flags >> 4) & 3) as Priority };
 }
@@ -537,7 +543,7 @@ export function resultRecordBytes(record: Uint8Array, headerOnly: boolean): numb
 /** One live entry of a scan page. */
 export interface ScanEntry {
   key: Buffer;
-  /** The stored record, or undefined for keys-only scans. */
+  /** The stored record (its stamp for stamps-only scans), or undefined for keys-only scans. */
   record: Buffer | undefined;
 }
 

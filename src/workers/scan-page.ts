@@ -3,6 +3,7 @@
 // range ends. Shared by the fragment's worker and the background pool.
 
 import { globMatch } from '../core/glob.js';
+import { stampOf } from '../core/reconciler.js';
 import { isLive } from '../core/record.js';
 import type { KvStore, PageStart } from '../native-bindings/kv-store.js';
 import type { ScanPage, ScanRequest } from '../threads/op-codec.js';
@@ -16,7 +17,7 @@ export async function collectScanPage(
   nowMs: number,
 ): Promise<ScanPage> {
   const page: ScanPage = { done: false, resumeKey: undefined, entries: [] };
-  const { pattern, keysOnly } = request;
+  const { pattern, keysOnly, stampsOnly } = request;
   let bytes = 0;
   let examined = 0;
   let start: PageStart | undefined =
@@ -26,11 +27,12 @@ export async function collectScanPage(
     const stored = await store.page(request.fragment, start, request.end, want);
     for (const e of stored) {
       if (isLive(e.record, nowMs) && (pattern === undefined || globMatch(pattern, e.key))) {
-        const size = e.key.length + (keysOnly ? 0 : e.record.length);
+        const record = keysOnly ? undefined : stampsOnly ? stampOf(e.record) : e.record;
+        const size = e.key.length + (record?.length ?? 0);
         // Stop before an entry that would pass the byte bound (unless the page is still empty), so
         // a page always fits one ring record; that entry starts the next page.
         if (page.entries.length > 0 && bytes + size > request.byteLimit) return page;
-        page.entries.push({ key: e.key, record: keysOnly ? undefined : e.record });
+        page.entries.push({ key: e.key, record });
         bytes += size;
       }
       examined++;

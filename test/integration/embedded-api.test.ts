@@ -177,6 +177,29 @@ for (const store of STORES) {
       await assert.rejects(node.scan({ prefix: 'a', start: 'b' }), isKind(ErrorKind.InvalidInput));
     });
 
+    test('scan with expiry gives each key its deadline, with or without values', async () => {
+      const deadline = Date.now() + 600_000;
+      await node.put('dl:a', 'x', { expiresAtMs: deadline });
+      await node.put('dl:b', 'y');
+      const entries = async (opts: Parameters<Tessera['scan']>[0]) =>
+        (await node.scan(opts)).entries
+          .map((e) => [e.key.toString(), e.value?.toString(), e.expiresAtMs])
+          .sort((a, b) => String(a[0]).localeCompare(String(b[0])));
+      for (const keysOnly of [true, false]) {
+        const x = keysOnly ? undefined : 'x';
+        const y = keysOnly ? undefined : 'y';
+        const want = [
+          ['dl:a', x, deadline],
+          ['dl:b', y, 0],
+        ];
+        assert.deepEqual(await entries({ prefix: 'dl:', expiry: true, keysOnly }), want);
+        // A pattern over the whole keyspace (read by the background pool on lmdb).
+        assert.deepEqual(await entries({ match: 'dl:*', expiry: true, keysOnly }), want);
+      }
+      const plain = await node.scan({ prefix: 'dl:', keysOnly: true });
+      assert.ok(plain.entries.every((e) => e.expiresAtMs === undefined));
+    });
+
     test('durability per request and flush', async () => {
       await node.put('mem', 'v', { durability: 'memory' });
       await node.put('sto', 'v', { durability: 'store' });

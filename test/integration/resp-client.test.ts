@@ -326,6 +326,20 @@ test('INFO keyspace answers with the last key count instead of waiting for a new
   assert.match(await b.call('INFO', 'keyspace'), new RegExp(`db0:keys=${before + keys},`));
 });
 
+test('INFO keyspace counts the keys with a deadline and their mean time left', async () => {
+  const c = await fixture.raw();
+  assert.equal(await c.call('FLUSHALL'), '+OK\r\n');
+  assert.equal(await c.call('SET', 'ttl:a', 'v', 'PX', '1000000'), '+OK\r\n');
+  assert.equal(await c.call('SET', 'ttl:b', 'v', 'PX', '2000000'), '+OK\r\n');
+  assert.equal(await c.call('SET', 'ttl:c', 'v'), '+OK\r\n');
+  assert.equal(await c.call('DBSIZE'), ':3\r\n');
+  const line = /db0:keys=(\d+),expires=(\d+),avg_ttl=(\d+)\r\n/.exec(await c.call('INFO', 'keyspace'));
+  assert.ok(line !== null);
+  assert.deepEqual([line[1], line[2]], ['3', '2']);
+  const avg = Number(line[3]);
+  assert.ok(avg > 1_400_000 && avg <= 1_500_000, `avg_ttl ${avg}`);
+});
+
 // Argument errors and edge cases: replies compared byte for byte with redis-server's.
 const EDGE_CASES = [
   'CLIENT KILL',

@@ -33,6 +33,15 @@ const KEY_COUNT_REUSE_PER_COUNT_MS = 10;
 /** Keys read per page while counting. */
 const COUNT_PAGE_KEYS = 1000;
 
+interface KeyCount {
+  keys: number;
+  expires: number;
+  /** Mean time left of the keys with a deadline, at the count (Redis's avg_ttl is an estimate too). */
+  avgTtlMs: number;
+  atMs: number;
+  tookMs: number;
+}
+
 /** The counters of INFO's Stats section, under Redis's names there. */
 export class RespStats {
   commandsProcessed = 0;
@@ -87,7 +96,8 @@ export class RespServer {
   private nextClientId = 1;
   private connectionsReceived = 0;
   private connectionsRejected = 0;
-  private keyCount: { value: number; atMs: number; tookMs: number } | undefined;
+  /** The last count: live keys, those with a deadline and their mean time left, when and how long it took. */
+  private keyCount: KeyCount | undefined;
   private counting: Promise<number> | undefined;
   private port = 0;
   private host = '';
@@ -226,19 +236,29 @@ export class RespServer {
     const count = async (): Promise<number> => {
       const startedMs = Date.now();
       let n = 0;
+      let expires = 0;
+      let ttlSumMs = 0;
       let cursor: string | undefined;
       do {
         const page = await this.node.scan({
           cursor,
           limit: COUNT_PAGE_KEYS,
           keysOnly: true,
+          expiry: true,
           priority,
         });
         n += page.entries.length;
+        const nowMs = Date.now();
+        for (const e of page.entries) {
+          if (e.expiresAtMs! === 0) continue;
+          expires++;
+          ttlSumMs += Math.max(0, e.expiresAtMs! - nowMs);
+        }
         cursor = page.cursor;
       } while (cursor !== undefined);
       const atMs = Date.now();
-      this.keyCount = { value: n, atMs, tookMs: atMs - startedMs };
+      const avgTtlMs = expires === 0 ? 0 : Math.round(ttlSumMs / expires);
+      this.keyCount = { keys: n, expires, avgTtlMs, atMs, tookMs: atMs - startedMs };
       return n;
     };
     this.counting = count().finally(() => {
@@ -394,8 +414,11 @@ export class RespServer {
         this.logger.warn({ err: err.message }, 'key count for INFO failed'),
       );
     }
-    const keys = this.keyCount!.value;
-    return section('Keyspace', keys === 0 ? [] : [['db0', `keys=${keys},expires=0,avg_ttl=0`]]);
+    const { keys, expires, avgTtlMs } = this.keyCount!;
+    return section(
+      'Keyspace',
+      keys === 0 ? [] : [['db0', `keys=${keys},expires=${expires},avg_ttl=${avgTtlMs}`]],
+    );
   }
 
   /**
