@@ -149,6 +149,7 @@ describe('WAIT', () => {
       await sleep(WAIT_MS);
       assert.equal(stuck.receivedBytes, 0, `${server.name}: WAIT 1 0 answered`);
       assert.match(await watcher.call('INFO', 'clients'), /\r\nblocked_clients:1\r\n/, server.name);
+      assert.match(await watcher.call('CLIENT', 'LIST'), / flags=b /, server.name);
       const stuckId = `${stuck.socket.localAddress}:${stuck.socket.localPort}`;
       assert.equal(await watcher.call('CLIENT', 'KILL', stuckId), '+OK\r\n', server.name);
       await stuck.closedWithin();
@@ -188,6 +189,7 @@ describe('MONITOR', () => {
       const m = await server.raw();
       const o = await server.raw();
       assert.equal(await m.call('MONITOR'), '+OK\r\n', server.name);
+      assert.match(await (await server.raw()).call('CLIENT', 'LIST'), / flags=O /, server.name);
       const own = `${o.socket.localAddress}:${o.socket.localPort}`;
       const mine = `${m.socket.localAddress}:${m.socket.localPort}`;
       const commands: Array<Array<string | Buffer>> = [

@@ -326,12 +326,18 @@ function clientReply(conn: RespConnection, cmd: RespCommand, w: RespWriter): boo
   return true;
 }
 
+/** CLIENT LIST's flags: O for a monitor, b for a client blocked in WAIT, N for none. */
+function clientFlags(c: RespConnection): string {
+  const flags = `${c.monitoring ? 'O' : ''}${c.isBlocked ? 'b' : ''}`;
+  return flags === '' ? 'N' : flags;
+}
+
 function clientInfo(c: RespConnection): string {
   const now = Date.now();
   return (
     `id=${c.id} addr=${c.remoteAddress} laddr=${c.localAddress} fd=-1 name=${c.name} ` +
     `age=${Math.floor((now - c.createdAtMs) / 1000)} idle=${Math.floor((now - c.lastCommandAtMs) / 1000)} ` +
-    `flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 tot-mem=0 ` +
+    `flags=${clientFlags(c)} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 tot-mem=0 ` +
     `rbs=0 rbp=0 obl=0 oll=${c.commandsInFlight} omem=0 events=r cmd=${c.lastCommand.toLowerCase()} ` +
     `user=default redir=-1 resp=${c.protocol} lib-name=${c.libName} lib-ver=${c.libVersion}`
   );
