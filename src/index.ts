@@ -13,3 +13,4 @@ export {
   type WriteOptions,
 } from './main/node.js';
 export type { ScanOptions, ScanResult } from './main/scanner.js';
+export type { BackupReport } from './native-bindings/backup.js';

@@ -175,6 +175,11 @@ const FLAGS: Flag[] = [
     kind: 'string',
     help: 'clients must AUTH with this password first (also TESSERA_PASSWORD); prefer the variable: flags show in ps',
   },
+  {
+    name: 'backup-dir',
+    kind: 'string',
+    help: 'where TESSERA.BACKUP writes backups (one new directory each); unset: the command is refused',
+  },
   { name: 'log-level', kind: 'string', help: `log level: ${LOG_LEVELS.join(' | ')} (default info)` },
   { name: 'help', kind: 'boolean', help: 'print this help and exit' },
   { name: 'version', kind: 'boolean', help: 'print the version and exit' },
@@ -184,7 +189,7 @@ export interface CliArgs {
   options: TesseraOptions;
   /** Replication drain on shutdown (cluster nodes), in ms. */
   drainTimeoutMs: number;
-  resp: { port: number; bind: string; password: string | undefined };
+  resp: { port: number; bind: string; password: string | undefined; backupDir: string | undefined };
   logLevel: (typeof LOG_LEVELS)[number];
   help: boolean;
   version: boolean;
@@ -265,7 +270,14 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   if (port < 0 || port > 65535) throw invalidInput(`--port must be in 0..65535, got ${port}`);
   const password = (values.get('requirepass') as string | undefined) ?? env.TESSERA_PASSWORD;
   if (password === '') throw invalidInput('--requirepass must not be empty');
-  const resp = { port, bind: (values.get('bind') as string | undefined) ?? RESP_BIND_DEFAULT, password };
+  const backupDir = values.get('backup-dir') as string | undefined;
+  if (backupDir === '') throw invalidInput('--backup-dir must not be empty');
+  const resp = {
+    port,
+    bind: (values.get('bind') as string | undefined) ?? RESP_BIND_DEFAULT,
+    password,
+    backupDir,
+  };
   const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
   if (!LOG_LEVELS.includes(logLevel))
     throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);

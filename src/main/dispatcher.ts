@@ -25,6 +25,7 @@ import {
   writeRecordHeader,
 } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
+import { type BackupReport, backupDataDir } from '../native-bindings/backup.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
 import { openStore } from '../native-bindings/open-store.js';
@@ -513,6 +514,19 @@ export class Dispatcher {
     const link = this.links[index];
     if (link === undefined) throw invalidInput(`no worker ${index}`);
     return link;
+  }
+
+  /**
+   * Backs the data directory up into `targetDir` from this thread's lmdb view (a read snapshot:
+   * the workers go on writing). What is committed when the copy starts is in it.
+   */
+  backup(targetDir: string): Promise<BackupReport> {
+    if (this.snapshot === undefined) {
+      return Promise.reject(
+        invalidInput(`backups need the lmdb store (this node runs ${this.config.store})`),
+      );
+    }
+    return backupDataDir(this.snapshot, this.config.dataDir, targetDir);
   }
 
   private async openSnapshot(): Promise<void> {

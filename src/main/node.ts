@@ -27,6 +27,7 @@ import {
 } from '../core/ops.js';
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
+import type { BackupReport } from '../native-bindings/backup.js';
 import { bindStore } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
@@ -328,6 +329,20 @@ export class Tessera {
   /** Commits and fsyncs every fragment: everything acknowledged so far is on disk when it resolves. */
   flush(): Promise<void> {
     return this.task(() => this.fenceAll(Durability.Stable));
+  }
+
+  /**
+   * Copies the data directory into `targetDir` (new or empty) while the node serves: every write
+   * acknowledged before the call is in the copy (lmdb only). Start a node on the copy to restore.
+   */
+  backup(targetDir: string): Promise<BackupReport> {
+    return this.task(async () => {
+      if (typeof targetDir !== 'string' || targetDir.length === 0)
+        throw invalidInput('backup needs a target directory');
+      // Commit what is acknowledged but not yet committed here (memory durability, a flush interval).
+      await this.fenceAll(Durability.Store, true);
+      return this.dispatcher.backup(targetDir);
+    });
   }
 
   /** Per-worker and per-fragment state. */

@@ -81,6 +81,13 @@ export interface KvStore {
   highWaterWallMs(fragment: number): number;
   /** Removes a fragment's data whole. */
   dropFragment(fragment: number): Promise<void>;
+  /**
+   * Writes a consistent copy of everything committed so far into the data directory
+   * `targetDataDir`, in this store's own layout, and fsyncs it; the store keeps serving meanwhile
+   * (lmdb copies from a read snapshot). The store's files only: the caller copies the manifest.
+   * Stores that cannot (LevelDB has one owner; memory has no files) reject with InvalidInput.
+   */
+  backup(targetDataDir: string): Promise<void>;
   /** Releases the store; later calls fail. */
   close(): Promise<void>;
 }

@@ -20,8 +20,9 @@ import path from 'node:path';
 import { type ChainedBatch, ClassicLevel } from 'classic-level';
 import { assert } from '../core/assert.js';
 import { asBuffer } from '../core/bytes.js';
-import { asStorageError, storageError } from '../core/errors.js';
+import { asStorageError, invalidInput, storageError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX } from '../core/limits.js';
+import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
 import {
   checkFragment,
@@ -236,6 +237,10 @@ class LevelStore implements KvStore {
     return this.#highWaterWallMs[fragment];
   }
 
+  async backup(): Promise<void> {
+    throw invalidInput('backups need the lmdb store: LevelDB allows one owner, and it is serving');
+  }
+
   async dropFragment(fragment: number): Promise<void> {
     const group = this.#group(fragment);
     // Only the data range goes: the high-water mark stays, since the timestamps it covers were
@@ -373,22 +378,8 @@ const highWaterKey = (fragment: number): Buffer => storedKey(fragment, TAG_META,
 async function syncGroup(group: Group): Promise<void> {
   await group.db.batch([{ type: 'del', key: SYNC_MARKER_KEY }], { sync: true });
   const names = await fs.readdir(group.dir);
-  for (const name of names) if (LOG_FILE_PATTERN.test(name)) await fsyncPath(path.join(group.dir, name));
+  // A log deleted meanwhile was compacted into a table LevelDB has already synced.
+  for (const name of names)
+    if (LOG_FILE_PATTERN.test(name)) await fsyncPath(path.join(group.dir, name), true);
   await fsyncPath(group.dir);
-}
-
-/** fsync by path; a log deleted meanwhile was compacted into a table LevelDB has already synced. */
-async function fsyncPath(p: string): Promise<void> {
-  let handle: fs.FileHandle;
-  try {
-    handle = await fs.open(p, 'r');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-    throw err;
-  }
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
 }

@@ -16,11 +16,13 @@
 // with an env fsync only at checkpoints. A store opened without a log (readers, tools) fences with
 // an env fsync each time.
 
+import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Database, open, type RootDatabase } from 'lmdb';
 import { assert } from '../core/assert.js';
 import { asStorageError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
+import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
 import {
   checkFragment,
@@ -62,6 +64,8 @@ const META_HIGH_WATER_KEY = Buffer.concat([
   Buffer.from('high-water-wall-ms', 'latin1'),
 ]);
 const LMDB_DIR = 'lmdb';
+/** The env's data file in LMDB_DIR (a backup's only file: the lock file is made at open). */
+const LMDB_DATA_FILE = 'data.mdb';
 
 assert(PREFIX_BYTES + KEY_BYTES_MAX + 1 <= LMDB_KEY_BYTES_MAX, 'a prefixed key must fit LMDB');
 
@@ -303,6 +307,20 @@ class LmdbStore implements KvStore {
       });
       // Replaying the log must not bring the dropped records back: the next fence checkpoints.
       this.#log?.markIncomplete();
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  async backup(targetDataDir: string): Promise<void> {
+    this.#checkOpen();
+    const dir = path.join(targetDataDir, LMDB_DIR);
+    try {
+      await fs.mkdir(dir, { recursive: true });
+      // mdb_env_copy2 from a read transaction: a committed state, while writers go on.
+      await this.#root.backup(dir, false);
+      await fsyncPath(path.join(dir, LMDB_DATA_FILE));
+      await fsyncPath(dir);
     } catch (err) {
       throw asStorageError(err);
     }

@@ -10,8 +10,9 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { assert } from '../core/assert.js';
-import { asStorageError, storageError, type TesseraError } from '../core/errors.js';
+import { asStorageError, invalidInput, storageError, type TesseraError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, NODE_ID_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
+import { fsyncPath } from './fsync-path.js';
 import { STORE_KINDS, type StoreKind } from './kv-store.js';
 
 /** Bumped whenever the stored layout (key forms, meta keys, directory layout) changes incompatibly. */
@@ -183,7 +184,7 @@ async function createManifest(opts: BindOptions): Promise<Manifest> {
     store: opts.kind,
     levelGroupCount: opts.kind === 'level' ? Math.min(opts.workerCount, opts.fragmentCount) : 0,
   };
-  const created = await writeOnce(opts.dataDir, `${JSON.stringify(manifest, null, 2)}\n`);
+  const created = await writeOnce(opts.dataDir, manifestText(manifest));
   // Lost a race with another process binding the same directory: its manifest is the one.
   return created ? manifest : ((await readManifest(opts.dataDir)) ?? manifest);
 }
@@ -199,6 +200,8 @@ async function refuseUnmanifestedData(dataDir: string): Promise<void> {
     );
   }
 }
+
+const manifestText = (manifest: Manifest): string => `${JSON.stringify(manifest, null, 2)}\n`;
 
 /**
  * Writes the manifest atomically and only if absent: a temp file is written and fsynced, then
@@ -224,16 +227,19 @@ async function writeOnce(dataDir: string, text: string): Promise<boolean> {
   } finally {
     await fs.rm(temp, { force: true });
   }
-  await fsyncDir(dataDir);
+  await fsyncPath(dataDir);
   return created;
 }
 
-async function fsyncDir(dir: string): Promise<void> {
-  const handle = await fs.open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
+/**
+ * Copies the manifest of `dataDir` into `targetDir` (a backup of the data directory), written as
+ * a new manifest is: atomically, fsynced, refused if the target already has one.
+ */
+export async function copyManifest(dataDir: string, targetDir: string): Promise<void> {
+  const manifest = await readManifest(dataDir);
+  if (manifest === undefined) throw invalidInput(`data directory ${dataDir} has no ${MANIFEST_FILE}`);
+  if (!(await writeOnce(targetDir, manifestText(manifest)))) {
+    throw invalidInput(`${targetDir} already holds a ${MANIFEST_FILE}`);
   }
 }
 

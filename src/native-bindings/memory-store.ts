@@ -7,6 +7,7 @@
 
 import { assert } from '../core/assert.js';
 import { latin1 } from '../core/bytes.js';
+import { invalidInput } from '../core/errors.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
 import {
   checkFragment,
@@ -106,6 +107,10 @@ class MemoryStore implements KvStore {
 
   highWaterWallMs(fragment: number): number {
     return this.#fragment(fragment).highWaterWallMs;
+  }
+
+  async backup(): Promise<void> {
+    throw invalidInput('backups need the lmdb store: the memory store keeps nothing on disk');
   }
 
   async dropFragment(fragment: number): Promise<void> {

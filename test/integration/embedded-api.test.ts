@@ -200,6 +200,58 @@ for (const store of STORES) {
       assert.ok(plain.entries.every((e) => e.expiresAtMs === undefined));
     });
 
+    test('backup copies every acknowledged write while writes go on (lmdb; the others refuse)', async () => {
+      const target = await tempDir(`backup-${store}`);
+      try {
+        if (store !== 'lmdb') {
+          await assert.rejects(node.backup(`${target.path}/copy`), isKind(ErrorKind.InvalidInput));
+          return;
+        }
+        // Acknowledged at every level.
+        for (const durability of ['memory', 'store', 'stable'] as const) {
+          await node.putMany(
+            Array.from({ length: 300 }, (_, i) => [`bk:${durability}:${i}`, `v${i}`] as const),
+            { durability },
+          );
+        }
+        await node.put('bk:gone', 'x');
+        await node.delete('bk:gone');
+        let writing = true;
+        let during = 0;
+        const writer = (async () => {
+          while (writing) await node.put(`bk:during:${during++}`, 'd');
+        })();
+        const report = await node.backup(`${target.path}/copy`);
+        writing = false;
+        await writer;
+        assert.equal(report.path, `${target.path}/copy`);
+        assert.ok(report.bytes > 0);
+        await node.put('bk:after', 'x');
+        await assert.rejects(node.backup(`${target.path}/copy`), isKind(ErrorKind.InvalidInput), 'not empty');
+        await assert.rejects(node.backup(`${dir.path}/inside`), isKind(ErrorKind.InvalidInput), 'inside');
+        const restored = await Tessera.start({ store, dataDir: report.path, workers: 1, fragments: 16 });
+        try {
+          assert.equal(restored.nodeId, node.nodeId);
+          for (const durability of ['memory', 'store', 'stable'] as const) {
+            const values = await restored.getMany(
+              Array.from({ length: 300 }, (_, i) => `bk:${durability}:${i}`),
+            );
+            assert.ok(
+              values.every((v, i) => v.ok && v.value?.toString() === `v${i}`),
+              durability,
+            );
+          }
+          assert.equal(await restored.get('bk:gone'), undefined);
+          assert.equal(await restored.get('bk:after'), undefined, 'written after the backup');
+          assert.ok(during > 0, 'writes went on during the backup');
+        } finally {
+          await restored.close();
+        }
+      } finally {
+        await target.cleanup();
+      }
+    });
+
     test('durability per request and flush', async () => {
       await node.put('mem', 'v', { durability: 'memory' });
       await node.put('sto', 'v', { durability: 'store' });
@@ -229,6 +281,34 @@ for (const store of STORES) {
     });
   });
 }
+
+test('a backup commits memory-durability writes that are still waiting for their commit', async () => {
+  await withNode(
+    'backup-uncommitted',
+    { store: 'lmdb', workers: 1, fragments: 4, durability: 'memory', flushIntervalMs: 600_000 },
+    async (node) => {
+      await node.putMany(Array.from({ length: 100 }, (_, i) => [`w:${i}`, `v${i}`] as const));
+      const target = await tempDir('backup-uncommitted-copy');
+      try {
+        const report = await node.backup(`${target.path}/copy`);
+        const restored = await Tessera.start({
+          store: 'lmdb',
+          dataDir: report.path,
+          workers: 1,
+          fragments: 4,
+        });
+        try {
+          const values = await restored.getMany(Array.from({ length: 100 }, (_, i) => `w:${i}`));
+          assert.ok(values.every((v, i) => v.ok && v.value?.toString() === `v${i}`));
+        } finally {
+          await restored.close();
+        }
+      } finally {
+        await target.cleanup();
+      }
+    },
+  );
+});
 
 describe('the request ring', () => {
   test("requests that cross the ring's end, small and large, arrive intact", async () => {

@@ -7,7 +7,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { sleep } from './helpers.js';
+import { Tessera } from '../../src/main/node.js';
+import { sleep, tempDir } from './helpers.js';
 import {
   encodeCommand,
   type RawClient,
@@ -340,6 +341,32 @@ test('INFO keyspace counts the keys with a deadline and their mean time left', a
   assert.deepEqual([line[1], line[2]], ['3', '2']);
   const avg = Number(line[3]);
   assert.ok(avg > 1_400_000 && avg <= 1_500_000, `avg_ttl ${avg}`);
+});
+
+test('TESSERA.BACKUP writes a backup under --backup-dir and answers its path; without it, refuses', async () => {
+  const c = await fixture.raw();
+  assert.equal(
+    await c.call('TESSERA.BACKUP'),
+    '-ERR TESSERA.BACKUP needs a backup directory: start the node with --backup-dir\r\n',
+  );
+  const backups = await tempDir('resp-backups');
+  const server = await startResp({ label: 'resp-backup', server: { backupDir: backups.path } });
+  try {
+    const r = await server.raw();
+    assert.equal(await r.call('SET', 'bk:k', 'v'), '+OK\r\n');
+    const reply = await r.call('TESSERA.BACKUP');
+    const path = /^\$\d+\r\n(.*)\r\n$/.exec(reply)?.[1];
+    assert.ok(path?.startsWith(`${backups.path}/${server.node.nodeId}-`), reply);
+    const restored = await Tessera.start({ dataDir: path, workers: 1, fragments: 16 });
+    try {
+      assert.equal((await restored.get('bk:k'))?.toString(), 'v');
+    } finally {
+      await restored.close();
+    }
+  } finally {
+    await server.stop();
+    await backups.cleanup();
+  }
 });
 
 // Argument errors and edge cases: replies compared byte for byte with redis-server's.

@@ -31,7 +31,7 @@ export interface RespFixtureOptions {
   /** Node options over the defaults (lmdb, 2 workers, 16 fragments). */
   node?: Omit<TesseraOptions, 'dataDir'>;
   /** RESP server options over the defaults. */
-  server?: Pick<RespServerOptions, 'keyCountReuseMs'>;
+  server?: Pick<RespServerOptions, 'keyCountReuseMs' | 'backupDir'>;
 }
 
 /** Starts a node and its RESP server on 127.0.0.1, port 0. */

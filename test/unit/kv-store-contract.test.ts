@@ -388,6 +388,36 @@ for (const { kind, stableLog, name } of CONTRACT_RUNS) {
       });
     }
 
+    if (kind === 'lmdb') {
+      it('backs up what is committed into another data directory, which opens with the same data', async () => {
+        await store.commit([write(0, [[b('a'), b('1')]], [], 77), write(5, [[bytes(), b('empty')]])]);
+        const target = await tempDir('backup');
+        try {
+          await store.backup(target);
+          // Writes after the copy are the source's only.
+          await store.commit([write(0, [[b('later'), b('x')]])]);
+          const copy = await openAll(locationFor(kind, target));
+          try {
+            assert.deepEqual(copy.get(0, b('a')), b('1'));
+            assert.deepEqual(copy.get(5, bytes()), b('empty'));
+            assert.equal(copy.get(0, b('later')), undefined);
+            assert.equal(copy.highWaterWallMs(0), 77);
+          } finally {
+            await copy.close();
+          }
+        } finally {
+          await fs.rm(target, { recursive: true, force: true });
+        }
+      });
+    } else {
+      it('refuses a backup with InvalidInput (LevelDB has one owner; memory keeps no files)', async () => {
+        await assert.rejects(
+          store.backup(dir),
+          (err: unknown) => err instanceof TesseraError && err.kind === ErrorKind.InvalidInput,
+        );
+      });
+    }
+
     it('agrees with a sorted-map reference over random batches (fast-check)', async () => {
       const key = fc.uint8Array({ maxLength: 3 }).map((k) => Buffer.from(k.map((x) => x % 4)));
       const batch = fc.record({

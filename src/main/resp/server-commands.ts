@@ -1,7 +1,8 @@
 // Connection and server commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, COMMAND,
-// CONFIG GET, INFO, TIME, ROLE, WAIT, SHUTDOWN, and TESSERA.DURABILITY (this connection's write
-// acknowledgement level).
+// CONFIG GET, INFO, TIME, ROLE, WAIT, SHUTDOWN, MONITOR, and Tessera's own TESSERA.DURABILITY (this
+// connection's write acknowledgement level) and TESSERA.BACKUP.
 
+import path from 'node:path';
 import { globMatch } from '../../core/glob.js';
 import { DURABILITY_NAMES, parseDurability } from '../../core/ops.js';
 import type { RespCommand } from '../../core/resp-parser.js';
@@ -530,6 +531,22 @@ function monitor(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolea
   return true;
 }
 
+/**
+ * TESSERA.BACKUP: backs the node's data up into a new directory under `--backup-dir`, named after
+ * the node and the time, and answers its path once the copy is on disk. The path is never taken
+ * from the client, so the command cannot write anywhere the operator did not choose.
+ */
+function backup(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
+  const root = conn.server.backupDir;
+  if (root === undefined) {
+    return replyError(w, 'TESSERA.BACKUP needs a backup directory: start the node with --backup-dir');
+  }
+  const node = conn.server.node;
+  const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('.', '');
+  const target = path.join(root, `${node.nodeId}-${stamp}`);
+  return answerLater(conn, node.backup(target), (out, report) => out.bulk(report.path));
+}
+
 /** ROLE: every node answers as a primary (each serves some fragments first); replicas are not listed. */
 function role(_conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
   w.arrayHeader(3);
@@ -629,5 +646,6 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'WAIT', arity: 3, flags: [], keys: NONE, run: wait },
   { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, run: shutdown },
   { name: 'MONITOR', arity: 1, flags: [], keys: NONE, run: monitor },
+  { name: 'TESSERA.BACKUP', arity: 1, flags: [], keys: NONE, run: backup },
   { name: 'TESSERA.DURABILITY', arity: -1, flags: ['fast'], keys: NONE, run: durability },
 ];

@@ -74,6 +74,8 @@ export interface RespServerOptions {
   onShutdown?: (how: { now: boolean }) => void;
   /** How long INFO reuses a key count before it starts a new one (default KEY_COUNT_REUSE_MS_DEFAULT). */
   keyCountReuseMs?: number;
+  /** Where TESSERA.BACKUP puts backups; without it the command is refused. */
+  backupDir?: string;
 }
 
 export class RespServer {
@@ -151,6 +153,11 @@ export class RespServer {
 
   get address(): { host: string; port: number } {
     return { host: this.host, port: this.port };
+  }
+
+  /** Where TESSERA.BACKUP writes, if the operator allowed it. */
+  get backupDir(): string | undefined {
+    return this.options.backupDir;
   }
 
   /** Starts the node's shutdown for SHUTDOWN; false when this server has no way to (embedded). */
