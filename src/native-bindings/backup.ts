@@ -29,17 +29,35 @@ export async function backupDataDir(
   if (target === source || target.startsWith(`${source}${path.sep}`)) {
     throw invalidInput(`a backup cannot go inside the data directory it copies (${source})`);
   }
-  const existing = await fs.readdir(target).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') return undefined;
-    throw invalidInput(`cannot use ${target} for a backup: ${err.message}`);
-  });
-  if (existing !== undefined && existing.length > 0) {
-    throw invalidInput(`${target} is not empty: a backup goes into a new or empty directory`);
+  await fs.mkdir(path.dirname(target), { recursive: true });
+  // Creating the directory claims it: of two backups into one new directory, one fails here.
+  const created = await fs.mkdir(target).then(
+    () => true,
+    (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EEXIST') return false;
+      throw invalidInput(`cannot use ${target} for a backup: ${err.message}`);
+    },
+  );
+  if (!created) {
+    const existing = await fs.readdir(target).catch((err: NodeJS.ErrnoException) => {
+      throw invalidInput(`cannot use ${target} for a backup: ${err.message}`);
+    });
+    if (existing.length > 0) {
+      throw invalidInput(`${target} is not empty: a backup goes into a new or empty directory`);
+    }
   }
-  await fs.mkdir(target, { recursive: true });
-  await store.backup(target);
-  await copyManifest(source, target);
-  await fsyncPath(path.dirname(target));
+  try {
+    await store.backup(target);
+    await copyManifest(source, target);
+    await fsyncPath(path.dirname(target));
+  } catch (err) {
+    // A partial backup must not look like one: remove what this call wrote.
+    if (created) await fs.rm(target, { recursive: true, force: true });
+    else
+      for (const name of await fs.readdir(target))
+        await fs.rm(path.join(target, name), { recursive: true, force: true });
+    throw err;
+  }
   return { path: target, bytes: await treeBytes(target), tookMs: Date.now() - startedMs };
 }
 

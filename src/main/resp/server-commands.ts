@@ -543,7 +543,7 @@ function backup(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean
   }
   const node = conn.server.node;
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('.', '');
-  const target = path.join(root, `${node.nodeId}-${stamp}`);
+  const target = path.join(root, `${node.nodeId}-${stamp}-${conn.server.nextBackupNumber()}`);
   return answerLater(conn, node.backup(target), (out, report) => out.bulk(report.path));
 }
 

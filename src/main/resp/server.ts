@@ -103,8 +103,7 @@ export class RespServer {
   private counting: Promise<number> | undefined;
   private port = 0;
   private host = '';
-  /** SHUTDOWN has run: the node is closing. */
-  shuttingDown = false;
+  private backups = 0;
 
   private constructor(
     readonly node: Tessera,
@@ -160,10 +159,14 @@ export class RespServer {
     return this.options.backupDir;
   }
 
+  /** Numbers this server's backups, so two in one millisecond get two directories. */
+  nextBackupNumber(): number {
+    return ++this.backups;
+  }
+
   /** Starts the node's shutdown for SHUTDOWN; false when this server has no way to (embedded). */
   shutdown(how: { now: boolean }): boolean {
     if (this.options.onShutdown === undefined) return false;
-    this.shuttingDown = true;
     this.options.onShutdown(how);
     return true;
   }
