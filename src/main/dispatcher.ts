@@ -13,7 +13,7 @@ import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
 import { Modifier } from '../core/modify.js';
-import { Durability, OpKind, Priority } from '../core/ops.js';
+import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import {
   expiresAtOf,
   isLive,
@@ -40,6 +40,7 @@ import {
   readPoolSpanRequest,
   requestBytes,
   requestStampAt,
+  resultStatus,
   type ScanRequest,
   scanRequestBytes,
   writeModifyParams,
@@ -47,6 +48,7 @@ import {
   writeScanRequest,
 } from '../threads/op-codec.js';
 import type { NodeConfig } from './config.js';
+import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
 import { type ResultHandler, WorkerLink } from './worker-link.js';
 
@@ -517,16 +519,40 @@ export class Dispatcher {
   }
 
   /**
-   * Backs the data directory up into `targetDir` from this thread's lmdb view (a read snapshot:
-   * the workers go on writing). What is committed when the copy starts is in it.
+   * Backs the data directory up into `targetDir` while the workers go on writing: lmdb from this
+   * thread's view (one read snapshot of the env), LevelDB by each worker for the groups it owns
+   * (one snapshot per group). What is committed when the copy starts is in it.
    */
   backup(targetDir: string): Promise<BackupReport> {
-    if (this.snapshot === undefined) {
+    const snapshot = this.snapshot;
+    if (snapshot !== undefined)
+      return backupDataDir((t) => snapshot.backup(t), this.config.dataDir, targetDir);
+    if (this.config.store === 'memory') {
       return Promise.reject(
-        invalidInput(`backups need the lmdb store (this node runs ${this.config.store})`),
+        invalidInput('backups need a store on disk: the memory store keeps nothing there'),
       );
     }
-    return backupDataDir(this.snapshot, this.config.dataDir, targetDir);
+    const copy = async (target: string): Promise<void> => {
+      await Promise.all(this.links.map((link) => this.workerBackup(link, target)));
+    };
+    return backupDataDir(copy, this.config.dataDir, targetDir);
+  }
+
+  /** Asks a worker to copy its part of the store into the data directory `target`. */
+  private workerBackup(link: WorkerLink, target: string): Promise<void> {
+    if (link.state !== 'ready') {
+      return Promise.reject(
+        storageError(`worker ${link.index} is not running (${link.state}); try the backup again`),
+      );
+    }
+    return new Promise((resolve, reject) => {
+      const bytes = Buffer.byteLength(target);
+      const at = link.begin(backupHandler, { resolve, reject }, 8 + bytes);
+      link.buffer[at] = RequestKind.Backup;
+      link.buffer.writeUInt32LE(link.reqId, at + 4);
+      link.buffer.write(target, at + 8, bytes, 'utf8');
+      link.end();
+    });
   }
 
   private async openSnapshot(): Promise<void> {
@@ -597,6 +623,14 @@ function assignFragments(config: NodeConfig, levelGroupCount: number): Map<numbe
   }
   return new Map([...owned.entries()].sort(([a], [b]) => a - b));
 }
+
+const backupHandler: ResultHandler<{ resolve: () => void; reject: (error: Error) => void }> = {
+  onResult(token, buf, at, length) {
+    if (resultStatus(buf, at) === Reply.Applied) token.resolve();
+    else token.reject(resultError(buf, at, length));
+  },
+  onFailure: (token, error) => token.reject(error),
+};
 
 const healthHandler: ResultHandler<(report: WorkerHealthReport | undefined) => void> = {
   onResult(resolve, buf, at, length) {

@@ -6,7 +6,6 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { invalidInput } from '../core/errors.js';
 import { fsyncPath } from './fsync-path.js';
-import type { KvStore } from './kv-store.js';
 import { copyManifest } from './manifest.js';
 
 export interface BackupReport {
@@ -17,9 +16,12 @@ export interface BackupReport {
   tookMs: number;
 }
 
-/** Copies `store` (a view of `dataDir`) and the manifest into `targetDir`, which must be new or empty. */
+/**
+ * Copies the store (`copyStore` writes its files into the target, as `KvStore.backup`) and the
+ * manifest of `dataDir` into `targetDir`, which must be new or empty.
+ */
 export async function backupDataDir(
-  store: KvStore,
+  copyStore: (targetDataDir: string) => Promise<void>,
   dataDir: string,
   targetDir: string,
 ): Promise<BackupReport> {
@@ -47,7 +49,7 @@ export async function backupDataDir(
     }
   }
   try {
-    await store.backup(target);
+    await copyStore(target);
     await copyManifest(source, target);
     await fsyncPath(path.dirname(target));
   } catch (err) {

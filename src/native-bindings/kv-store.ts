@@ -84,8 +84,9 @@ export interface KvStore {
   /**
    * Writes a consistent copy of everything committed so far into the data directory
    * `targetDataDir`, in this store's own layout, and fsyncs it; the store keeps serving meanwhile
-   * (lmdb copies from a read snapshot). The store's files only: the caller copies the manifest.
-   * Stores that cannot (LevelDB has one owner; memory has no files) reject with InvalidInput.
+   * (lmdb copies the env from a read snapshot; LevelDB each group this store owns from an
+   * iterator's). The store's files only: the caller copies the manifest. The memory store, which
+   * has no files, rejects with InvalidInput.
    */
   backup(targetDataDir: string): Promise<void>;
   /** Releases the store; later calls fail. */

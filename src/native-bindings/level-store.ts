@@ -17,10 +17,10 @@
 
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type ChainedBatch, ClassicLevel } from 'classic-level';
+import { type ChainedBatch, ClassicLevel, type Iterator } from 'classic-level';
 import { assert } from '../core/assert.js';
 import { asBuffer } from '../core/bytes.js';
-import { asStorageError, invalidInput, storageError } from '../core/errors.js';
+import { asStorageError, storageError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX } from '../core/limits.js';
 import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
@@ -46,12 +46,15 @@ const META_HIGH_WATER_NAME = Buffer.from('high-water-wall-ms', 'latin1');
  */
 const SYNC_MARKER_KEY = Buffer.from([0xff, 0xff, TAG_META]);
 const LEVEL_DIR = 'level';
+/** Entries a backup reads and writes per step. */
+const BACKUP_BATCH_ENTRIES = 1000;
 /** LevelDB names its write-ahead logs `<number>.log`; rotated ones wait there for compaction. */
 const LOG_FILE_PATTERN = /^\d+\.log$/;
 
 assert(FRAGMENT_COUNT_MAX < 0xffff, 'fragment ids must fit the u16 key prefix, below the sync marker');
 
 type LevelDb = ClassicLevel<Buffer, Buffer>;
+type LevelIterator = Iterator<LevelDb, Buffer, Buffer>;
 /**
  * A commit's writes to one group. A chained batch copies each key and value into LevelDB's write
  * batch as it is added, so the caller's buffers (and the key scratch) are free at once; an array
@@ -237,8 +240,46 @@ class LevelStore implements KvStore {
     return this.#highWaterWallMs[fragment];
   }
 
-  async backup(): Promise<void> {
-    throw invalidInput('backups need the lmdb store: LevelDB allows one owner, and it is serving');
+  /**
+   * Copies each group this store owns into a new LevelDB under `targetDataDir`, entry by entry from
+   * an iterator's snapshot taken after every write issued so far; writes go on meanwhile.
+   */
+  async backup(targetDataDir: string): Promise<void> {
+    this.#checkOpen();
+    try {
+      await fs.mkdir(path.join(targetDataDir, LEVEL_DIR), { recursive: true });
+      for (const [g, group] of this.#groups) await this.#backupGroup(group, levelGroupDir(targetDataDir, g));
+      await fsyncPath(path.join(targetDataDir, LEVEL_DIR));
+    } catch (err) {
+      throw asStorageError(err);
+    }
+  }
+
+  async #backupGroup(group: Group, dir: string): Promise<void> {
+    let snapshot: LevelIterator | undefined;
+    // In the group's write order: the iterator's implicit snapshot holds every write issued before.
+    await this.#enqueue(group, async () => {
+      snapshot = group.db.iterator();
+    });
+    const copy: LevelDb = new ClassicLevel<Buffer, Buffer>(dir, {
+      keyEncoding: 'buffer',
+      valueEncoding: 'buffer',
+      errorIfExists: true,
+    });
+    await copy.open();
+    try {
+      for (;;) {
+        const entries = await snapshot!.nextv(BACKUP_BATCH_ENTRIES);
+        if (entries.length === 0) break;
+        await copy.batch(entries.map(([key, value]) => ({ type: 'put' as const, key, value })));
+      }
+    } finally {
+      await snapshot!.close();
+      await copy.close();
+    }
+    // Closed, the copy is its files: make them and their names durable.
+    for (const name of await fs.readdir(dir)) await fsyncPath(path.join(dir, name));
+    await fsyncPath(dir);
   }
 
   async dropFragment(fragment: number): Promise<void> {

@@ -110,7 +110,7 @@ class MemoryStore implements KvStore {
   }
 
   async backup(): Promise<void> {
-    throw invalidInput('backups need the lmdb store: the memory store keeps nothing on disk');
+    throw invalidInput('backups need a store on disk: the memory store keeps nothing there');
   }
 
   async dropFragment(fragment: number): Promise<void> {

@@ -76,6 +76,8 @@ export const RequestKind = {
   PoolSpanResult: 22,
   /** Test hook: the worker's next N store commits fail as a failing disk's would (u32 N at 8). */
   FailCommits: 23,
+  /** Back the worker's store up into a data directory: its UTF-8 path from byte 8 (KvStore.backup). */
+  Backup: 24,
 } as const;
 
 export const ResultKind = {

@@ -6,7 +6,7 @@
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { copyBytes, copyRange, writeU32LE } from '../core/bytes.js';
-import { asStorageError, ErrorKind, truncateErrorMessage } from '../core/errors.js';
+import { asStorageError, ErrorKind, TesseraError, truncateErrorMessage } from '../core/errors.js';
 import { type CommitAction, type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
 import { CLEAN_PAGE_KEYS_MAX, RESULT_ACKS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
@@ -259,6 +259,8 @@ export class WorkerRuntime {
       case RequestKind.FailCommits:
         this.commitFailuresToInject = buf.readUInt32LE(at + 8);
         return this.ack(Reply.Applied, 0, reqId);
+      case RequestKind.Backup:
+        return this.backup(reqId, buf.toString('utf8', at + 8, at + length));
       case RequestKind.Close:
         void this.close(reqId);
         return;
@@ -474,6 +476,18 @@ export class WorkerRuntime {
   }
 
   /** Runs `fn` from a store callback, then carries out what it produced. */
+  /** Copies this worker's part of the store into a backup (LevelDB: only its owner can read it). */
+  private backup(reqId: number, targetDataDir: string): void {
+    this.store.backup(targetDataDir).then(
+      () => this.afterAsync(() => this.ack(Reply.Applied, 0, reqId)),
+      (err: unknown) =>
+        this.afterAsync(() => {
+          const error = err instanceof TesseraError ? err : asStorageError(err);
+          this.error(error.kind, reqId, error.message);
+        }),
+    );
+  }
+
   private afterAsync(fn: () => void): void {
     fn();
     this.carryOut();

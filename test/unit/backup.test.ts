@@ -22,25 +22,26 @@ test('a backup goes into a new or empty directory outside the data directory; a 
     levelGroups: [],
     levelGroupCount: 0,
   });
+  const copy = (target: string) => store.backup(target);
   const dataDir = path.join(root, 'data');
   try {
     await fs.mkdir(dataDir);
-    await assert.rejects(backupDataDir(store, dataDir, path.join(dataDir, 'inside')), invalid);
-    await assert.rejects(backupDataDir(store, dataDir, dataDir), invalid);
+    await assert.rejects(backupDataDir(copy, dataDir, path.join(dataDir, 'inside')), invalid);
+    await assert.rejects(backupDataDir(copy, dataDir, dataDir), invalid);
 
     const full = path.join(root, 'full');
     await fs.mkdir(full);
     await fs.writeFile(path.join(full, 'keep'), 'x');
-    await assert.rejects(backupDataDir(store, dataDir, full), /not empty/);
+    await assert.rejects(backupDataDir(copy, dataDir, full), /not empty/);
     assert.deepEqual(await fs.readdir(full), ['keep']);
 
     const fresh = path.join(root, 'fresh');
-    await assert.rejects(backupDataDir(store, dataDir, fresh), invalid);
+    await assert.rejects(backupDataDir(copy, dataDir, fresh), invalid);
     await assert.rejects(fs.stat(fresh), { code: 'ENOENT' }, 'the directory it created is removed');
 
     const empty = path.join(root, 'empty');
     await fs.mkdir(empty);
-    await assert.rejects(backupDataDir(store, dataDir, empty), invalid);
+    await assert.rejects(backupDataDir(copy, dataDir, empty), invalid);
     assert.deepEqual(await fs.readdir(empty), [], 'a directory that was there stays, empty');
   } finally {
     await store.close();
