@@ -1,12 +1,14 @@
 #!/usr/bin/env node
 // The `tessera` command: starts a node from flags and environment, logs readiness as JSON, and shuts
-// down gracefully on SIGINT / SIGTERM.
+// down gracefully on SIGINT / SIGTERM; `tessera status` and `tessera placement` ask a running node
+// through its admin port.
 
 import { readFileSync } from 'node:fs';
 import pino from 'pino';
 import { TesseraError } from './core/errors.js';
+import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
 import { helpText, parseCliArgs } from './main/cli-args.js';
-import { Tessera } from './main/node.js';
+import { type FragmentPlacement, type Health, Tessera } from './main/node.js';
 import { RespServer } from './main/resp/server.js';
 
 /** The package version, from the package.json above this file (dist/ or a test build). */
@@ -26,6 +28,8 @@ function version(): string {
 }
 
 async function main(): Promise<number> {
+  const [first, ...rest] = process.argv.slice(2);
+  if (first === 'status' || first === 'placement') return askNode(first, rest);
   let args: ReturnType<typeof parseCliArgs>;
   try {
     args = parseCliArgs(process.argv.slice(2), process.env);
@@ -67,8 +71,29 @@ async function main(): Promise<number> {
     await node.close();
     return 1;
   }
+  let admin: AdminServer | undefined;
+  if (args.admin !== undefined) {
+    try {
+      admin = await AdminServer.listen(node, { ...args.admin, logger, resp });
+    } catch (err) {
+      logger.fatal({ err: (err as Error).message, ...args.admin }, 'admin port failed to open');
+      await resp.close();
+      await node.close();
+      return 1;
+    }
+  }
   const { host, port } = resp.address;
-  logger.info({ nodeId: node.nodeId, version: version(), host, port, auth: resp.requiresAuth }, 'ready');
+  logger.info(
+    {
+      nodeId: node.nodeId,
+      version: version(),
+      host,
+      port,
+      adminPort: admin?.address.port,
+      auth: resp.requiresAuth,
+    },
+    'ready',
+  );
   return new Promise<number>((resolve) => {
     let stopping = false;
     /** On SIGINT / SIGTERM, or the SHUTDOWN command (`now`: without waiting for replicas). */
@@ -77,8 +102,7 @@ async function main(): Promise<number> {
       stopping = true;
       logger.info({ reason }, 'shutting down');
       const drain = node.cluster !== undefined && args.drainTimeoutMs > 0 && !now;
-      resp
-        .close()
+      Promise.all([resp.close(), admin?.close()])
         .then(() => node.close(drain ? { drainReplication: { timeoutMs: args.drainTimeoutMs } } : {}))
         .then(
           () => resolve(0),
@@ -91,6 +115,80 @@ async function main(): Promise<number> {
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
   });
+}
+
+/**
+ * `tessera status` / `tessera placement`: reads the node's /health or /placement and prints it for
+ * a person. Exit 0 when healthy (status) or answered (placement), 1 when not, 2 for bad flags.
+ */
+async function askNode(what: 'status' | 'placement', argv: string[]): Promise<number> {
+  let admin: { port: number; bind: string } | undefined;
+  try {
+    admin = parseCliArgs(argv, process.env).admin;
+  } catch (err) {
+    process.stderr.write(`tessera: ${(err as Error).message}\n`);
+    return 2;
+  }
+  if (admin === undefined) {
+    process.stderr.write(
+      `tessera ${what}: give the node's admin port (--admin-port or TESSERA_ADMIN_PORT)\n`,
+    );
+    return 2;
+  }
+  const host = admin.bind.includes(':') ? `[${admin.bind}]` : admin.bind;
+  const url = `http://${host}:${admin.port}/${what === 'status' ? 'health' : 'placement'}`;
+  let response: Response;
+  try {
+    response = await fetch(url, { signal: AbortSignal.timeout(ADMIN_REQUEST_TIMEOUT_MS) });
+  } catch (err) {
+    process.stderr.write(`tessera ${what}: cannot reach ${url}: ${(err as Error).message}\n`);
+    return 1;
+  }
+  const body = (await response.json()) as Record<string, unknown>;
+  if (what === 'placement') {
+    if (!response.ok) {
+      process.stderr.write(`tessera placement: ${url} answered ${response.status}\n`);
+      return 1;
+    }
+    process.stdout.write(`${formatPlacement(body as unknown as FragmentPlacement[])}\n`);
+    return 0;
+  }
+  process.stdout.write(`${formatStatus(body)}\n`);
+  return response.status === 200 ? 0 : 1;
+}
+
+function formatStatus(body: Record<string, unknown>): string {
+  if (typeof body.error === 'string') return `not healthy: ${body.error}`;
+  const health = body as unknown as Health & { healthy: boolean };
+  const lines = [
+    `node ${health.nodeId}: ${health.healthy ? 'healthy' : 'NOT HEALTHY'} (store ${health.store}, durability ${health.durability}, ${health.fragmentCount} fragments)`,
+  ];
+  for (const w of health.workers) {
+    const mine = health.fragments.filter((f) => f.worker === w.index);
+    const failing = mine.reduce((n, f) => Math.max(n, f.commitFailures), 0);
+    lines.push(
+      `  worker ${w.index}: ${w.state}, ${w.restarts} restarts, ${mine.length} fragments, ` +
+        `${mine.reduce((n, f) => n + f.queued[0] + f.queued[1] + f.queued[2], 0)} queued` +
+        (failing > 0 ? `, ${failing} commits failed in a row` : ''),
+    );
+  }
+  for (const p of health.cluster?.peers ?? []) {
+    const senders = health.cluster!.senders.filter((s) => s.peer === p.id);
+    lines.push(
+      `  peer ${p.id}: ${p.connected ? 'connected' : 'DISCONNECTED'}, backlog ` +
+        `${senders.reduce((n, s) => n + s.buffered + s.inFlight, 0)}, lag ${senders.reduce((n, s) => Math.max(n, s.lagMs), 0)} ms`,
+    );
+  }
+  return lines.join('\n');
+}
+
+function formatPlacement(fragments: FragmentPlacement[]): string {
+  const rows = fragments.map(
+    (f) =>
+      `${String(f.fragment).padStart(8)}  ${`${f.slots[0]}-${f.slots[1]}`.padEnd(11)}  ` +
+      `${(f.serving ?? '(none reachable)').padEnd(20)}  ${f.replicas.join(',')}${f.local ? '' : '  (not here)'}`,
+  );
+  return [`fragment  slots        serving               replicas`, ...rows].join('\n');
 }
 
 main().then(

@@ -5,6 +5,7 @@
 import { invalidInput } from '../core/errors.js';
 import { DURABILITY_NAMES } from '../core/ops.js';
 import { STORE_KINDS } from '../native-bindings/kv-store.js';
+import { ADMIN_BIND_DEFAULT } from './admin/server.js';
 import type { TesseraOptions } from './config.js';
 import { RESP_BIND_DEFAULT, RESP_PORT_DEFAULT } from './resp/server.js';
 
@@ -176,6 +177,16 @@ const FLAGS: Flag[] = [
     help: 'clients must AUTH with this password first (also TESSERA_PASSWORD); prefer the variable: flags show in ps',
   },
   {
+    name: 'admin-port',
+    kind: 'integer',
+    help: 'admin HTTP port: /health, /placement, /cluster, /metrics (Prometheus), a status page; 0 picks a free one (default: none)',
+  },
+  {
+    name: 'admin-bind',
+    kind: 'string',
+    help: 'address the admin port listens on (default 127.0.0.1: this machine only)',
+  },
+  {
     name: 'backup-dir',
     kind: 'string',
     help: 'where TESSERA.BACKUP writes backups (one new directory each); unset: the command is refused',
@@ -190,6 +201,8 @@ export interface CliArgs {
   /** Replication drain on shutdown (cluster nodes), in ms. */
   drainTimeoutMs: number;
   resp: { port: number; bind: string; password: string | undefined; backupDir: string | undefined };
+  /** The admin HTTP server, when --admin-port is given. */
+  admin: { port: number; bind: string } | undefined;
   logLevel: (typeof LOG_LEVELS)[number];
   help: boolean;
   version: boolean;
@@ -278,6 +291,13 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     password,
     backupDir,
   };
+  const adminPort = values.get('admin-port') as number | undefined;
+  if (adminPort !== undefined && (adminPort < 0 || adminPort > 65535))
+    throw invalidInput(`--admin-port must be in 0..65535, got ${adminPort}`);
+  const admin =
+    adminPort === undefined
+      ? undefined
+      : { port: adminPort, bind: (values.get('admin-bind') as string | undefined) ?? ADMIN_BIND_DEFAULT };
   const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
   if (!LOG_LEVELS.includes(logLevel))
     throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
@@ -286,6 +306,7 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     options: options as TesseraOptions,
     drainTimeoutMs: (values.get('drain-timeout') as number | undefined) ?? DRAIN_TIMEOUT_MS_DEFAULT,
     resp,
+    admin,
     logLevel,
     help: values.get('help') === true,
     version: values.get('version') === true,
@@ -308,6 +329,10 @@ export function helpText(): string {
   lines.push(
     '',
     'SIGINT, SIGTERM or the SHUTDOWN command shuts the node down gracefully: admitted writes finish and are fsynced.',
+    '',
+    'Subcommands ask a running node through its admin port:',
+    '  tessera status --admin-port <port> [--admin-bind <host>]     health: workers, fragments, peers (exit 1 if not healthy)',
+    '  tessera placement --admin-port <port> [--admin-bind <host>]  every fragment: slots, replicas, serving replica',
   );
   return lines.join('\n');
 }

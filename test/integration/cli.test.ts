@@ -61,6 +61,49 @@ for (const trigger of ['SIGTERM', 'SIGINT', 'SHUTDOWN'] as const) {
   });
 }
 
+test('tessera status and tessera placement ask a running node through its admin port', async () => {
+  const dir = await tempDir('cli-admin');
+  const child = spawn(
+    process.execPath,
+    [MAIN, '--data-dir', dir.path, '--workers', '1', '--fragments', '4', '--port', '0', '--admin-port', '0'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  try {
+    let adminPort: number | undefined;
+    for await (const line of createInterface({ input: child.stdout })) {
+      const entry = JSON.parse(line) as Record<string, unknown>;
+      if (entry.msg === 'ready') {
+        adminPort = entry.adminPort as number;
+        break;
+      }
+    }
+    // The rest of the log is not read: keep the pipe flowing.
+    child.stdout!.resume();
+    assert.ok(adminPort !== undefined && adminPort > 0, 'the ready line names the admin port');
+    const ask = (...args: string[]) =>
+      spawnSync(process.execPath, [MAIN, ...args, '--admin-port', String(adminPort)], { encoding: 'utf8' });
+    const status = ask('status');
+    assert.equal(status.status, 0, status.stderr);
+    assert.match(
+      status.stdout,
+      /^node n-[0-9a-f]+: healthy \(store lmdb, durability store, 4 fragments\)\n {2}worker 0: ready, 0 restarts, 4 fragments, 0 queued\n$/,
+    );
+    const placement = ask('placement');
+    assert.equal(placement.status, 0, placement.stderr);
+    const lines = placement.stdout.trim().split('\n');
+    assert.equal(lines.length, 5);
+    assert.match(lines[1], /^ {7}0 {2}0-4095 +n-[0-9a-f]+ +n-[0-9a-f]+$/);
+    const noPort = spawnSync(process.execPath, [MAIN, 'status'], { encoding: 'utf8', env: {} });
+    assert.equal(noPort.status, 2);
+    assert.match(noPort.stderr, /give the node's admin port/);
+  } finally {
+    child.kill('SIGTERM');
+    assert.equal(await exited, 0);
+    await dir.cleanup();
+  }
+});
+
 test('bad flags exit 2 with a message; --help exits 0', () => {
   const bad = spawnSync(process.execPath, [MAIN, '--store', 'memory', '--bogus'], { encoding: 'utf8' });
   assert.equal(bad.status, 2);

@@ -14,7 +14,11 @@ const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) =
 describe('a three-node cluster', () => {
   let cluster: ClusterFixture;
   before(async () => {
-    cluster = await startCluster('cluster-basic', ['a', 'b', 'c'], ['--anti-entropy-interval', '1s']);
+    cluster = await startCluster(
+      'cluster-basic',
+      ['a', 'b', 'c'],
+      ['--anti-entropy-interval', '1s', '--admin-port', '0'],
+    );
   });
   after(async () => {
     await cluster?.stop();
@@ -94,6 +98,32 @@ describe('a three-node cluster', () => {
         return values[0] === '\u0000A' && values[1] !== null && values[2] === 'new';
       });
     }
+  });
+
+  test('the admin face reports the peers: /cluster, /metrics, /placement', async () => {
+    const a = cluster.nodes[0];
+    const port = (
+      JSON.parse(a.log.split('\n').find((l) => l.includes('"msg":"ready"'))!) as { adminPort: number }
+    ).adminPort;
+    const base = `http://127.0.0.1:${port}`;
+    const info = (await (await fetch(`${base}/cluster`)).json()) as {
+      members: string[];
+      peers: Array<{ id: string; connected: boolean }>;
+    };
+    assert.deepEqual(info.members, ['a', 'b', 'c']);
+    assert.deepEqual(
+      info.peers.map((p) => [p.id, p.connected]),
+      [
+        ['b', true],
+        ['c', true],
+      ],
+    );
+    const metrics = await (await fetch(`${base}/metrics`)).text();
+    assert.match(metrics, /\ntessera_peer_up\{peer="b"\} 1\n/);
+    assert.match(metrics, /\ntessera_replication_lag_seconds\{peer="c"\} [0-9.]+\n/);
+    const placement = (await (await fetch(`${base}/placement`)).json()) as Array<{ replicas: string[] }>;
+    assert.equal(placement.length, 16);
+    assert.ok(placement.every((f) => f.replicas.length === 3));
   });
 
   test('CLUSTER SLOTS covers every slot once, and ioredis Cluster reads and writes through it', async () => {

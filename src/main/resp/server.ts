@@ -33,6 +33,22 @@ const KEY_COUNT_REUSE_PER_COUNT_MS = 10;
 /** Keys read per page while counting. */
 const COUNT_PAGE_KEYS = 1000;
 
+/** The RESP server's counters at one moment (INFO, the admin server's /metrics). */
+export interface RespStatsSnapshot {
+  connectedClients: number;
+  blockedClients: number;
+  connectionsReceived: number;
+  rejectedConnections: number;
+  commandsProcessed: number;
+  errorReplies: number;
+  keyspaceHits: number;
+  keyspaceMisses: number;
+  netInputBytes: number;
+  netOutputBytes: number;
+  /** The last key count (INFO keyspace), if one was made. */
+  keys: { keys: number; expires: number } | undefined;
+}
+
 interface KeyCount {
   keys: number;
   expires: number;
@@ -318,14 +334,16 @@ export class RespServer {
       return health;
     };
     if (wants('server')) parts.push(this.serverSection());
-    if (wants('clients'))
+    if (wants('clients')) {
+      const s = this.statsSnapshot();
       parts.push(
         section('Clients', [
-          ['connected_clients', this.clients.size],
+          ['connected_clients', s.connectedClients],
           ['maxclients', RESP_CLIENTS_MAX],
-          ['blocked_clients', this.connections().filter((c) => c.isBlocked).length],
+          ['blocked_clients', s.blockedClients],
         ]),
       );
+    }
     if (wants('memory')) parts.push(this.memorySection());
     if (wants('persistence')) parts.push(await this.persistenceSection(healthOnce));
     if (wants('stats')) parts.push(await this.statsSection(healthOnce));
@@ -380,26 +398,49 @@ export class RespServer {
     ]);
   }
 
+  /** The counters INFO's Stats and Clients sections and the admin server's metrics report. */
+  statsSnapshot(): RespStatsSnapshot {
+    const stats = this.stats;
+    let errorReplies = stats.closedErrorReplies;
+    let blockedClients = 0;
+    for (const c of this.clients) {
+      errorReplies += c.errorReplies;
+      if (c.isBlocked) blockedClients++;
+    }
+    const keys = this.keyCount;
+    return {
+      connectedClients: this.clients.size,
+      blockedClients,
+      connectionsReceived: this.connectionsReceived,
+      rejectedConnections: this.connectionsRejected,
+      commandsProcessed: stats.commandsProcessed,
+      errorReplies,
+      keyspaceHits: stats.keyspaceHits,
+      keyspaceMisses: stats.keyspaceMisses,
+      netInputBytes: stats.netInputBytes,
+      netOutputBytes: stats.netOutputBytes,
+      keys: keys === undefined ? undefined : { keys: keys.keys, expires: keys.expires },
+    };
+  }
+
   private async statsSection(healthOf: () => Promise<Health>): Promise<string> {
     const health = await healthOf();
     const shed = health.fragments.reduce((n, f) => n + f.shed[0] + f.shed[1] + f.shed[2], 0);
-    const stats = this.stats;
-    let errorReplies = stats.closedErrorReplies;
-    for (const c of this.clients) errorReplies += c.errorReplies;
+    const s = this.statsSnapshot();
     const kbps = (bytesPerSecond: number) => (bytesPerSecond / 1024).toFixed(2);
     return section('Stats', [
-      ['total_connections_received', this.connectionsReceived],
-      ['total_commands_processed', stats.commandsProcessed],
+      ['total_connections_received', s.connectionsReceived],
+      ['total_commands_processed', s.commandsProcessed],
       ['instantaneous_ops_per_sec', Math.round(this.commandRate.perSecond())],
-      ['total_net_input_bytes', stats.netInputBytes],
-      ['total_net_output_bytes', stats.netOutputBytes],
+      ['total_net_input_bytes', s.netInputBytes],
+      ['total_net_output_bytes', s.netOutputBytes],
       ['instantaneous_input_kbps', kbps(this.inputRate.perSecond())],
       ['instantaneous_output_kbps', kbps(this.outputRate.perSecond())],
-      ['rejected_connections', this.connectionsRejected],
+      ['rejected_connections', s.rejectedConnections],
       ['expired_keys', health.fragments.reduce((n, f) => n + f.expiredSwept, 0)],
-      ['keyspace_hits', stats.keyspaceHits],
-      ['keyspace_misses', stats.keyspaceMisses],
-      ['total_error_replies', errorReplies],
+      ['keyspace_hits', s.keyspaceHits],
+      ['keyspace_misses', s.keyspaceMisses],
+      ['total_error_replies', s.errorReplies],
       // Tessera's own: writes applied and reads served by the fragment actors, operations shed.
       ['fragment_writes_applied', health.fragments.reduce((n, f) => n + f.writes, 0)],
       ['fragment_reads_in_workers', health.fragments.reduce((n, f) => n + f.reads, 0)],

@@ -1,0 +1,271 @@
+// The node's metrics in Prometheus's text exposition format (version 0.0.4), built from one health
+// report and the RESP server's counters. Series are per node, per worker and per peer — never per
+// fragment or per (fragment, peer) sender, which would be up to 16 384 series each; those details
+// are in /health.
+
+import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
+import type { Health } from '../node.js';
+import type { RespStatsSnapshot } from '../resp/server.js';
+
+export interface MetricsInput {
+  health: Health;
+  /** The RESP server's counters; absent for a node without one (embedded). */
+  resp: RespStatsSnapshot | undefined;
+  process: { residentBytes: number; heapUsedBytes: number; uptimeSeconds: number };
+}
+
+type Labels = Record<string, string | number>;
+
+class Exposition {
+  private readonly lines: string[] = [];
+
+  family(name: string, type: 'counter' | 'gauge', help: string, samples: Array<[Labels, number]>): void {
+    this.lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+    for (const [labels, value] of samples)
+      this.lines.push(`${name}${labelText(labels)} ${formatValue(value)}`);
+  }
+
+  one(name: string, type: 'counter' | 'gauge', help: string, value: number): void {
+    this.family(name, type, help, [[{}, value]]);
+  }
+
+  text(): string {
+    return `${this.lines.join('\n')}\n`;
+  }
+}
+
+function labelText(labels: Labels): string {
+  const pairs = Object.entries(labels);
+  if (pairs.length === 0) return '';
+  // Label values escape backslash, double quote and newline (the exposition format's rules).
+  const escaped = (v: string) => v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+  return `{${pairs.map(([k, v]) => `${k}="${escaped(String(v))}"`).join(',')}}`;
+}
+
+function formatValue(value: number): string {
+  if (Number.isNaN(value)) return 'NaN';
+  if (value === Number.POSITIVE_INFINITY) return '+Inf';
+  if (value === Number.NEGATIVE_INFINITY) return '-Inf';
+  return String(value);
+}
+
+const PRIORITIES = ['high', 'default', 'background'] as const;
+
+export function prometheusText(input: MetricsInput): string {
+  const { health, resp } = input;
+  const out = new Exposition();
+  out.family('tessera_node_info', 'gauge', 'The node: id, store and default durability (always 1).', [
+    [{ node_id: health.nodeId, store: health.store, durability: health.durability }, 1],
+  ]);
+  out.one(
+    'tessera_uptime_seconds',
+    'gauge',
+    'Seconds since the process started.',
+    input.process.uptimeSeconds,
+  );
+  out.one(
+    'tessera_resident_memory_bytes',
+    'gauge',
+    'Resident set size of the process.',
+    input.process.residentBytes,
+  );
+  out.one(
+    'tessera_heap_used_bytes',
+    'gauge',
+    "The main thread's V8 heap in use.",
+    input.process.heapUsedBytes,
+  );
+  out.one('tessera_fragments', 'gauge', 'Fragments the keyspace is cut into.', health.fragmentCount);
+
+  const workers = health.workers;
+  out.family(
+    'tessera_worker_up',
+    'gauge',
+    'Whether a worker is ready (1) or starting, restarting or stopped (0).',
+    workers.map((w) => [{ worker: w.index }, w.state === 'ready' ? 1 : 0]),
+  );
+  out.family(
+    'tessera_worker_restarts_total',
+    'counter',
+    'Times a worker died and was restarted.',
+    workers.map((w) => [{ worker: w.index }, w.restarts]),
+  );
+  out.family(
+    'tessera_worker_pending_requests',
+    'gauge',
+    'Requests sent to a worker and not yet answered.',
+    workers.map((w) => [{ worker: w.index }, w.pending]),
+  );
+  const byWorker = (pick: (f: Health['fragments'][number]) => number): Array<[Labels, number]> =>
+    workers.map((w) => [
+      { worker: w.index },
+      health.fragments.filter((f) => f.worker === w.index).reduce((n, f) => n + pick(f), 0),
+    ]);
+  out.family(
+    'tessera_worker_writes_total',
+    'counter',
+    "Writes applied by a worker's fragments.",
+    byWorker((f) => f.writes),
+  );
+  out.family(
+    'tessera_worker_reads_total',
+    'counter',
+    "Reads served by a worker's fragments.",
+    byWorker((f) => f.reads),
+  );
+  out.family(
+    'tessera_expired_keys_total',
+    'counter',
+    'Expired values the TTL cleaner replaced with tombstones.',
+    byWorker((f) => f.expiredSwept),
+  );
+  out.family(
+    'tessera_unflushed_writes',
+    'gauge',
+    'Writes applied and not yet committed to the store.',
+    byWorker((f) => f.unflushed),
+  );
+  const perPriority = (
+    pick: (f: Health['fragments'][number], p: number) => number,
+  ): Array<[Labels, number]> =>
+    workers.flatMap((w) =>
+      PRIORITIES.map((priority, p): [Labels, number] => [
+        { worker: w.index, priority },
+        health.fragments.filter((f) => f.worker === w.index).reduce((n, f) => n + pick(f, p), 0),
+      ]),
+    );
+  out.family(
+    'tessera_queued_operations',
+    'gauge',
+    'Operations waiting in fragment queues.',
+    perPriority((f, p) => f.queued[p]),
+  );
+  out.family(
+    'tessera_shed_operations_total',
+    'counter',
+    'Operations refused with Backpressure because their queue was full.',
+    perPriority((f, p) => f.shed[p]),
+  );
+  out.one(
+    'tessera_store_commit_failures_in_a_row',
+    'gauge',
+    'The most store commits failed in a row on any fragment (0 when the last ones succeeded).',
+    health.fragments.reduce((n, f) => Math.max(n, f.commitFailures), 0),
+  );
+  out.one(
+    'tessera_store_refusing_writes',
+    'gauge',
+    `1 while some fragment refuses writes after ${COMMIT_ATTEMPTS_MAX} failed commits in a row.`,
+    health.fragments.some((f) => f.commitFailures >= COMMIT_ATTEMPTS_MAX) ? 1 : 0,
+  );
+
+  if (resp !== undefined) {
+    out.one('tessera_connected_clients', 'gauge', 'Redis-protocol clients connected.', resp.connectedClients);
+    out.one('tessera_blocked_clients', 'gauge', 'Clients blocked in WAIT.', resp.blockedClients);
+    out.one(
+      'tessera_connections_received_total',
+      'counter',
+      'Redis-protocol connections accepted.',
+      resp.connectionsReceived,
+    );
+    out.one(
+      'tessera_rejected_connections_total',
+      'counter',
+      'Connections refused at the client limit.',
+      resp.rejectedConnections,
+    );
+    out.one(
+      'tessera_commands_processed_total',
+      'counter',
+      'Redis-protocol commands run.',
+      resp.commandsProcessed,
+    );
+    out.one('tessera_error_replies_total', 'counter', 'Error replies written.', resp.errorReplies);
+    out.one(
+      'tessera_keyspace_hits_total',
+      'counter',
+      'Key reads that found a live value.',
+      resp.keyspaceHits,
+    );
+    out.one('tessera_keyspace_misses_total', 'counter', 'Key reads that found none.', resp.keyspaceMisses);
+    out.one(
+      'tessera_net_input_bytes_total',
+      'counter',
+      'Bytes read from Redis-protocol clients.',
+      resp.netInputBytes,
+    );
+    out.one(
+      'tessera_net_output_bytes_total',
+      'counter',
+      'Bytes written to Redis-protocol clients.',
+      resp.netOutputBytes,
+    );
+    if (resp.keys !== undefined) {
+      out.one('tessera_keys', 'gauge', 'Live keys at the last count (INFO keyspace).', resp.keys.keys);
+      out.one('tessera_keys_with_deadline', 'gauge', 'Of those, keys with a deadline.', resp.keys.expires);
+    }
+  }
+
+  const cluster = health.cluster;
+  if (cluster !== undefined) {
+    out.one(
+      'tessera_cluster_members',
+      'gauge',
+      'Members of the cluster, this node included.',
+      cluster.members.length,
+    );
+    out.family(
+      'tessera_peer_up',
+      'gauge',
+      'Whether the connection to a peer is up.',
+      cluster.peers.map((p) => [{ peer: p.id }, p.connected ? 1 : 0]),
+    );
+    out.family(
+      'tessera_peer_sent_bytes_total',
+      'counter',
+      'Bytes sent to a peer, by what they carried.',
+      cluster.peers.flatMap(
+        (p): Array<[Labels, number]> => [
+          [{ peer: p.id, kind: 'replication' }, p.replicationBytesSent],
+          [{ peer: p.id, kind: 'anti_entropy' }, p.antiEntropyBytesSent],
+          [
+            { peer: p.id, kind: 'other' },
+            Math.max(0, p.bytesSent - p.replicationBytesSent - p.antiEntropyBytesSent),
+          ],
+        ],
+      ),
+    );
+    const senders = (peer: string) => cluster.senders.filter((s) => s.peer === peer);
+    out.family(
+      'tessera_replication_backlog_operations',
+      'gauge',
+      'Writes waiting to reach a peer (buffered and in flight), over all fragments.',
+      cluster.peers.map((p) => [
+        { peer: p.id },
+        senders(p.id).reduce((n, s) => n + s.buffered + s.inFlight, 0),
+      ]),
+    );
+    out.family(
+      'tessera_replication_lag_seconds',
+      'gauge',
+      'Age of the oldest write a peer has not acknowledged, over all fragments.',
+      cluster.peers.map((p) => [
+        { peer: p.id },
+        senders(p.id).reduce((n, s) => Math.max(n, s.lagMs), 0) / 1000,
+      ]),
+    );
+    out.family(
+      'tessera_replication_acked_operations_total',
+      'counter',
+      'Writes a peer acknowledged.',
+      cluster.peers.map((p) => [{ peer: p.id }, senders(p.id).reduce((n, s) => n + s.opsAcked, 0)]),
+    );
+    out.family(
+      'tessera_replication_buffer_resets_total',
+      'counter',
+      'Times a backlog overflowed and was dropped for anti-entropy to repair.',
+      cluster.peers.map((p) => [{ peer: p.id }, senders(p.id).reduce((n, s) => n + s.resets, 0)]),
+    );
+  }
+  return out.text();
+}

@@ -1,0 +1,268 @@
+// The admin HTTP face (DESIGN.md "Faces"): health, cluster and placement as JSON, Prometheus
+// metrics, and a small status page. Read-only: GET and HEAD, nothing else. It binds loopback unless
+// told otherwise, and serves a few scrapers and operators, so its connections are bounded.
+//
+//   GET /health     the node's health report; 200 when every worker is ready and no fragment
+//                   refuses writes, 503 otherwise (same body)
+//   GET /placement  where every fragment lives and which replica serves it
+//   GET /cluster    members, peers and replication senders (404 on a node without peers)
+//   GET /metrics    Prometheus text format (admin/metrics.ts)
+//   GET /           the status page
+
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
+import type { Health, Tessera } from '../node.js';
+import type { RespServer } from '../resp/server.js';
+import { prometheusText } from './metrics.js';
+
+export const ADMIN_BIND_DEFAULT = '127.0.0.1';
+/** Connections at once; more are refused. */
+export const ADMIN_CONNECTIONS_MAX = 64;
+/** How long a request may take to arrive whole. */
+export const ADMIN_REQUEST_TIMEOUT_MS = 10_000;
+/** How often the status page reloads itself. */
+const STATUS_PAGE_REFRESH_S = 5;
+
+export interface AdminServerOptions {
+  port: number;
+  bind?: string;
+  logger: Logger;
+  /** The node's RESP server, for its counters in /metrics and on the status page. */
+  resp?: RespServer;
+}
+
+/** Every worker ready and no fragment refusing writes. */
+export function isHealthy(health: Health): boolean {
+  return (
+    health.workers.every((w) => w.state === 'ready') &&
+    health.fragments.every((f) => f.commitFailures < COMMIT_ATTEMPTS_MAX)
+  );
+}
+
+export class AdminServer {
+  private readonly server: Server;
+  private port = 0;
+  private host = '';
+
+  private constructor(
+    private readonly node: Tessera,
+    private readonly options: AdminServerOptions,
+  ) {
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((err: Error) => {
+        options.logger.warn({ err: err.message, path: req.url }, 'admin request failed');
+        if (!res.headersSent) send(res, req, 500, JSON_TYPE, json({ error: err.message }));
+        else res.destroy();
+      });
+    });
+    this.server.maxConnections = ADMIN_CONNECTIONS_MAX;
+    this.server.requestTimeout = ADMIN_REQUEST_TIMEOUT_MS;
+    this.server.headersTimeout = ADMIN_REQUEST_TIMEOUT_MS;
+  }
+
+  static async listen(node: Tessera, options: AdminServerOptions): Promise<AdminServer> {
+    const admin = new AdminServer(node, options);
+    await new Promise<void>((resolve, reject) => {
+      admin.server.once('error', reject);
+      admin.server.listen(options.port, options.bind ?? ADMIN_BIND_DEFAULT, () => {
+        admin.server.off('error', reject);
+        resolve();
+      });
+    });
+    const address = admin.server.address();
+    if (address !== null && typeof address === 'object') {
+      admin.port = address.port;
+      admin.host = address.address;
+    }
+    return admin;
+  }
+
+  get address(): { host: string; port: number } {
+    return { host: this.host, port: this.port };
+  }
+
+  /** Stops listening and ends every connection, idle or not. */
+  close(): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.server.closeAllConnections();
+    return closed;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('Allow', 'GET, HEAD');
+      return send(
+        res,
+        req,
+        405,
+        JSON_TYPE,
+        json({ error: `${req.method} is not allowed: the admin face is read-only` }),
+      );
+    }
+    const path = new URL(req.url ?? '/', 'http://admin').pathname;
+    switch (path) {
+      case '/health': {
+        const health = await this.health(res, req);
+        if (health === undefined) return;
+        const healthy = isHealthy(health);
+        return send(res, req, healthy ? 200 : 503, JSON_TYPE, json({ healthy, ...health }));
+      }
+      case '/placement':
+        return send(res, req, 200, JSON_TYPE, json(this.node.placementReport()));
+      case '/cluster': {
+        const health = await this.health(res, req);
+        if (health === undefined) return;
+        if (health.cluster === undefined)
+          return send(res, req, 404, JSON_TYPE, json({ error: 'this node has no peers' }));
+        return send(res, req, 200, JSON_TYPE, json(health.cluster));
+      }
+      case '/metrics': {
+        const health = await this.health(res, req);
+        if (health === undefined) return;
+        const text = prometheusText({
+          health,
+          resp: this.options.resp?.statsSnapshot(),
+          process: processFigures(),
+        });
+        return send(res, req, 200, METRICS_TYPE, text);
+      }
+      case '/': {
+        const health = await this.health(res, req);
+        if (health === undefined) return;
+        return send(res, req, 200, HTML_TYPE, statusPage(health, this.options.resp));
+      }
+      default:
+        return send(res, req, 404, JSON_TYPE, json({ error: `no such page: ${path}` }));
+    }
+  }
+
+  /** The node's health, or undefined after answering 503 when it cannot give one (closing). */
+  private async health(res: ServerResponse, req: IncomingMessage): Promise<Health | undefined> {
+    try {
+      return await this.node.health();
+    } catch (err) {
+      send(res, req, 503, JSON_TYPE, json({ healthy: false, error: (err as Error).message }));
+      return undefined;
+    }
+  }
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+const HTML_TYPE = 'text/html; charset=utf-8';
+/** Prometheus's text exposition format. */
+const METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+const json = (value: unknown): string => `${JSON.stringify(value, null, 2)}\n`;
+
+function send(res: ServerResponse, req: IncomingMessage, status: number, type: string, body: string): void {
+  res.statusCode = status;
+  res.setHeader('Content-Type', type);
+  res.setHeader('Content-Length', Buffer.byteLength(body));
+  res.setHeader('Cache-Control', 'no-store');
+  res.end(req.method === 'HEAD' ? undefined : body);
+}
+
+function processFigures(): { residentBytes: number; heapUsedBytes: number; uptimeSeconds: number } {
+  const memory = process.memoryUsage();
+  return {
+    residentBytes: memory.rss,
+    heapUsedBytes: memory.heapUsed,
+    uptimeSeconds: Math.floor(process.uptime()),
+  };
+}
+
+function html(text: string | number): string {
+  return String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+function table(head: string[], rows: Array<Array<string | number>>): string {
+  const cells = (tag: string, row: Array<string | number>) =>
+    row.map((c) => `<${tag}>${html(c)}</${tag}>`).join('');
+  return `<table><tr>${cells('th', head)}</tr>${rows.map((r) => `<tr>${cells('td', r)}</tr>`).join('')}</table>`;
+}
+
+function statusPage(health: Health, resp: RespServer | undefined): string {
+  const sum = (pick: (f: Health['fragments'][number]) => number) =>
+    health.fragments.reduce((n, f) => n + pick(f), 0);
+  const stats = resp?.statsSnapshot();
+  const sections = [
+    `<h1>Tessera node ${html(health.nodeId)}</h1>`,
+    `<p>${isHealthy(health) ? 'Healthy' : '<strong>Not healthy</strong>'} · store ${html(health.store)} · ` +
+      `durability ${html(health.durability)} · ${health.fragmentCount} fragments · up ${Math.floor(process.uptime())} s</p>`,
+    '<h2>Workers</h2>',
+    table(
+      ['worker', 'state', 'restarts', 'pending', 'fragments', 'writes', 'reads'],
+      health.workers.map((w) => {
+        const mine = health.fragments.filter((f) => f.worker === w.index);
+        return [
+          w.index,
+          w.state,
+          w.restarts,
+          w.pending,
+          mine.length,
+          mine.reduce((n, f) => n + f.writes, 0),
+          mine.reduce((n, f) => n + f.reads, 0),
+        ];
+      }),
+    ),
+    '<h2>Fragments</h2>',
+    table(
+      ['queued (high / default / background)', 'shed', 'unflushed', 'commit failures in a row (most)'],
+      [
+        [
+          `${sum((f) => f.queued[0])} / ${sum((f) => f.queued[1])} / ${sum((f) => f.queued[2])}`,
+          sum((f) => f.shed[0] + f.shed[1] + f.shed[2]),
+          sum((f) => f.unflushed),
+          health.fragments.reduce((n, f) => Math.max(n, f.commitFailures), 0),
+        ],
+      ],
+    ),
+  ];
+  if (stats !== undefined) {
+    sections.push(
+      '<h2>Clients</h2>',
+      table(
+        ['connected', 'blocked', 'commands', 'key hits', 'key misses', 'error replies'],
+        [
+          [
+            stats.connectedClients,
+            stats.blockedClients,
+            stats.commandsProcessed,
+            stats.keyspaceHits,
+            stats.keyspaceMisses,
+            stats.errorReplies,
+          ],
+        ],
+      ),
+    );
+  }
+  const cluster = health.cluster;
+  if (cluster !== undefined) {
+    sections.push(
+      '<h2>Peers</h2>',
+      table(
+        ['peer', 'connected', 'replication backlog', 'lag ms', 'acknowledged writes'],
+        cluster.peers.map((p) => {
+          const senders = cluster.senders.filter((s) => s.peer === p.id);
+          return [
+            p.id,
+            p.connected ? 'yes' : 'no',
+            senders.reduce((n, s) => n + s.buffered + s.inFlight, 0),
+            senders.reduce((n, s) => Math.max(n, s.lagMs), 0),
+            senders.reduce((n, s) => n + s.opsAcked, 0),
+          ];
+        }),
+      ),
+    );
+  }
+  sections.push(
+    '<p><a href="/health">health</a> · <a href="/placement">placement</a> · <a href="/metrics">metrics</a></p>',
+  );
+  return (
+    `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="${STATUS_PAGE_REFRESH_S}">` +
+    `<title>Tessera ${html(health.nodeId)}</title><style>body{font-family:sans-serif;margin:2em}` +
+    'table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}</style>' +
+    `</head><body>${sections.join('\n')}</body></html>\n`
+  );
+}
