@@ -86,6 +86,8 @@ export class RespConnection {
   skipNextReply = false;
   /** The command running now has its reply dropped by a SKIP before it (CLIENT REPLY ON clears it). */
   replySkipped = false;
+  /** While a command whose reply is dropped runs: the reply slots it takes are silent from the start. */
+  private silencing = false;
   /** MONITOR: every command the server runs is shown to this connection. */
   monitoring = false;
   /** The command just executed, if it ran (not refused as unknown, by arity or by NOAUTH). */
@@ -163,6 +165,8 @@ export class RespConnection {
   /** Reserves the next reply position for a command answered later; pass the slot as the token. */
   defer(): ReplySlot {
     const slot = new ReplySlot(this);
+    // Silent before it can be answered: a command may answer its slot before it returns.
+    slot.silent = this.silencing;
     if (this.tail === null) this.head = slot;
     else this.tail.next = slot;
     this.tail = slot;
@@ -255,14 +259,13 @@ export class RespConnection {
     const mark = w.length;
     this.replySkipped = this.skipNextReply;
     this.skipNextReply = false;
+    this.silencing = this.replyOff || this.replySkipped;
     const answeredNow = executeCommand(this, command, w);
-    // Judged after the command: CLIENT REPLY ON answers, OFF and SKIP do not.
-    const silent = this.replyOff || this.replySkipped;
-    if (!answeredNow) {
-      if (silent) this.tail!.silent = true;
-    } else {
+    this.silencing = false;
+    if (answeredNow) {
       assert(before === this.tail, 'a command both answered and deferred');
-      if (silent) w.truncate(mark);
+      // Judged after the command: CLIENT REPLY ON answers, OFF and SKIP do not.
+      if (this.replyOff || this.replySkipped) w.truncate(mark);
       // Answered at once, but behind replies still pending: park it in its own slot.
       else if (w === this.scratch) this.park(this.defer());
     }
