@@ -57,15 +57,26 @@ async function main(): Promise<number> {
   let stop: (reason: string, now?: boolean) => void = () => {};
   let resp: RespServer;
   try {
+    const tls = args.tls;
     resp = await RespServer.listen(node, {
       ...args.resp,
       logger,
       version: version(),
       onShutdown: ({ now }) => stop('SHUTDOWN', now),
+      tls:
+        tls === undefined
+          ? undefined
+          : {
+              port: tls.port,
+              cert: readFileSync(tls.certFile),
+              key: readFileSync(tls.keyFile),
+              ca: tls.caFile === undefined ? undefined : readFileSync(tls.caFile),
+              authClients: tls.authClients,
+            },
     });
   } catch (err) {
     logger.fatal(
-      { err: (err as Error).message, port: args.resp.port, bind: args.resp.bind },
+      { err: (err as Error).message, port: args.resp.port, tlsPort: args.tls?.port, bind: args.resp.bind },
       'RESP port failed to open',
     );
     await node.close();
@@ -89,6 +100,7 @@ async function main(): Promise<number> {
       version: version(),
       host,
       port,
+      tlsPort: resp.tlsAddress?.port,
       adminPort: admin?.address.port,
       auth: resp.requiresAuth,
     },

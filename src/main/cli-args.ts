@@ -7,7 +7,12 @@ import { DURABILITY_NAMES } from '../core/ops.js';
 import { STORE_KINDS } from '../native-bindings/kv-store.js';
 import { ADMIN_BIND_DEFAULT } from './admin/server.js';
 import type { TesseraOptions } from './config.js';
-import { RESP_BIND_DEFAULT, RESP_PORT_DEFAULT } from './resp/server.js';
+import {
+  RESP_BIND_DEFAULT,
+  RESP_PORT_DEFAULT,
+  TLS_AUTH_CLIENTS,
+  type TlsAuthClients,
+} from './resp/server.js';
 
 type FlagKind = 'string' | 'integer' | 'duration' | 'size' | 'boolean';
 
@@ -177,6 +182,23 @@ const FLAGS: Flag[] = [
     help: 'clients must AUTH with this password first (also TESSERA_PASSWORD); prefer the variable: flags show in ps',
   },
   {
+    name: 'tls-port',
+    kind: 'integer',
+    help: 'also serve the Redis protocol over TLS on this port (default: none); needs --tls-cert-file and --tls-key-file',
+  },
+  { name: 'tls-cert-file', kind: 'string', help: "the TLS port's certificate chain (PEM)" },
+  { name: 'tls-key-file', kind: 'string', help: "the TLS port's private key (PEM)" },
+  {
+    name: 'tls-ca-cert-file',
+    kind: 'string',
+    help: 'CA certificates (PEM) that client certificates must chain to',
+  },
+  {
+    name: 'tls-auth-clients',
+    kind: 'string',
+    help: 'client certificates: yes (required, the default, as in Redis) | optional | no; yes and optional need --tls-ca-cert-file',
+  },
+  {
     name: 'admin-port',
     kind: 'integer',
     help: 'admin HTTP port: /health, /placement, /cluster, /metrics (Prometheus), a status page; 0 picks a free one (default: none)',
@@ -201,6 +223,16 @@ export interface CliArgs {
   /** Replication drain on shutdown (cluster nodes), in ms. */
   drainTimeoutMs: number;
   resp: { port: number; bind: string; password: string | undefined; backupDir: string | undefined };
+  /** The TLS listener's port and the PEM files to read at start, when --tls-port is given. */
+  tls:
+    | {
+        port: number;
+        certFile: string;
+        keyFile: string;
+        caFile: string | undefined;
+        authClients: TlsAuthClients;
+      }
+    | undefined;
   /** The admin HTTP server, when --admin-port is given. */
   admin: { port: number; bind: string } | undefined;
   logLevel: (typeof LOG_LEVELS)[number];
@@ -291,6 +323,7 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     password,
     backupDir,
   };
+  const tls = tlsArgs(values);
   const adminPort = values.get('admin-port') as number | undefined;
   if (adminPort !== undefined && (adminPort < 0 || adminPort > 65535))
     throw invalidInput(`--admin-port must be in 0..65535, got ${adminPort}`);
@@ -306,11 +339,38 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     options: options as TesseraOptions,
     drainTimeoutMs: (values.get('drain-timeout') as number | undefined) ?? DRAIN_TIMEOUT_MS_DEFAULT,
     resp,
+    tls,
     admin,
     logLevel,
     help: values.get('help') === true,
     version: values.get('version') === true,
   };
+}
+
+function tlsArgs(values: Map<string, string | number | boolean>): CliArgs['tls'] {
+  const port = values.get('tls-port') as number | undefined;
+  const certFile = values.get('tls-cert-file') as string | undefined;
+  const keyFile = values.get('tls-key-file') as string | undefined;
+  const caFile = values.get('tls-ca-cert-file') as string | undefined;
+  const authClients = (values.get('tls-auth-clients') ?? 'yes') as TlsAuthClients;
+  if (port === undefined) {
+    const stray = ['tls-cert-file', 'tls-key-file', 'tls-ca-cert-file', 'tls-auth-clients'].find((f) =>
+      values.has(f),
+    );
+    if (stray !== undefined) throw invalidInput(`--${stray} is given without --tls-port`);
+    return undefined;
+  }
+  if (port < 0 || port > 65535) throw invalidInput(`--tls-port must be in 0..65535, got ${port}`);
+  if (certFile === undefined || keyFile === undefined)
+    throw invalidInput('--tls-port needs --tls-cert-file and --tls-key-file');
+  if (!TLS_AUTH_CLIENTS.includes(authClients))
+    throw invalidInput(`--tls-auth-clients must be one of ${TLS_AUTH_CLIENTS.join(', ')}`);
+  if (authClients !== 'no' && caFile === undefined) {
+    throw invalidInput(
+      `--tls-auth-clients ${authClients} needs --tls-ca-cert-file to verify client certificates (or --tls-auth-clients no)`,
+    );
+  }
+  return { port, certFile, keyFile, caFile, authClients };
 }
 
 export function helpText(): string {

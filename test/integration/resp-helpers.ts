@@ -31,7 +31,7 @@ export interface RespFixtureOptions {
   /** Node options over the defaults (lmdb, 2 workers, 16 fragments). */
   node?: Omit<TesseraOptions, 'dataDir'>;
   /** RESP server options over the defaults. */
-  server?: Pick<RespServerOptions, 'keyCountReuseMs' | 'backupDir'>;
+  server?: Pick<RespServerOptions, 'keyCountReuseMs' | 'backupDir' | 'tls'>;
 }
 
 /** Starts a node and its RESP server on 127.0.0.1, port 0. */
@@ -44,13 +44,21 @@ export async function startResp(options: RespFixtureOptions): Promise<RespFixtur
     ...options.node,
     dataDir: dir.path,
   });
-  const server = await RespServer.listen(node, {
-    port: 0,
-    bind: '127.0.0.1',
-    logger: pino({ level: 'silent' }),
-    password: options.password,
-    ...options.server,
-  });
+  let server: RespServer;
+  try {
+    server = await RespServer.listen(node, {
+      port: 0,
+      bind: '127.0.0.1',
+      logger: pino({ level: 'silent' }),
+      password: options.password,
+      ...options.server,
+    });
+  } catch (err) {
+    // A server that does not start must not leave its node running (the test process would not exit).
+    await node.close();
+    await dir.cleanup();
+    throw err;
+  }
   const { port } = server.address;
   const clients: Redis[] = [];
   const raws: RawClient[] = [];

@@ -85,3 +85,26 @@ test('--help documents every flag with its environment variable', () => {
   }
   assert.equal(parseCliArgs(['--help'], {}).help, true);
 });
+
+test('TLS and admin flags: what each needs is checked where the flags enter', () => {
+  const tls = ['--tls-port', '6443', '--tls-cert-file', 'c.pem', '--tls-key-file', 'k.pem'];
+  assert.deepEqual(parseCliArgs([...tls, '--tls-ca-cert-file', 'ca.pem'], {}).tls, {
+    port: 6443,
+    certFile: 'c.pem',
+    keyFile: 'k.pem',
+    caFile: 'ca.pem',
+    authClients: 'yes',
+  });
+  assert.equal(parseCliArgs([...tls, '--tls-auth-clients', 'no'], {}).tls?.authClients, 'no');
+  assert.throws(() => parseCliArgs(tls, {}), /--tls-auth-clients yes needs --tls-ca-cert-file/);
+  assert.throws(() => parseCliArgs(['--tls-port', '6443'], {}), /needs --tls-cert-file and --tls-key-file/);
+  assert.throws(
+    () => parseCliArgs(['--tls-cert-file', 'c.pem'], {}),
+    /--tls-cert-file is given without --tls-port/,
+  );
+  assert.throws(() => parseCliArgs([...tls, '--tls-auth-clients', 'maybe'], {}), /one of yes, no, optional/);
+  assert.equal(parseCliArgs([], {}).tls, undefined);
+  assert.deepEqual(parseCliArgs(['--admin-port', '0'], {}).admin, { port: 0, bind: '127.0.0.1' });
+  assert.throws(() => parseCliArgs(['--admin-port', '70000'], {}), /--admin-port must be in 0..65535/);
+  assert.equal(parseCliArgs([], {}).admin, undefined);
+});

@@ -5,6 +5,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { arch, hostname, platform, release } from 'node:os';
+import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
@@ -92,7 +93,26 @@ export interface RespServerOptions {
   keyCountReuseMs?: number;
   /** Where TESSERA.BACKUP puts backups; without it the command is refused. */
   backupDir?: string;
+  /** A second listener speaking TLS (Redis's tls-port), beside the plain one. */
+  tls?: RespTlsOptions;
 }
+
+/** Client certificates: required and verified (yes), verified when given (optional), not asked (no). */
+export const TLS_AUTH_CLIENTS = ['yes', 'no', 'optional'] as const;
+export type TlsAuthClients = (typeof TLS_AUTH_CLIENTS)[number];
+
+export interface RespTlsOptions {
+  port: number;
+  /** PEM: the server's certificate chain and private key. */
+  cert: string | Buffer;
+  key: string | Buffer;
+  /** PEM: the CAs client certificates must chain to (needed unless authClients is 'no'). */
+  ca?: string | Buffer;
+  authClients: TlsAuthClients;
+}
+
+/** How long a TLS client may take to finish its handshake. */
+export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 
 export class RespServer {
   readonly cursors = new ScanCursors();
@@ -119,7 +139,9 @@ export class RespServer {
   private counting: Promise<number> | undefined;
   private port = 0;
   private host = '';
+  private tlsPort = 0;
   private backups = 0;
+  private readonly tlsServer: TlsServer | undefined;
 
   private constructor(
     readonly node: Tessera,
@@ -129,6 +151,29 @@ export class RespServer {
     this.passwordDigest =
       options.password === undefined ? undefined : digest(Buffer.from(options.password, 'utf8'));
     this.server = createServer((socket) => this.accept(socket));
+    const tls = options.tls;
+    if (tls !== undefined) {
+      if (tls.authClients !== 'no' && tls.ca === undefined) {
+        throw invalidInput('TLS client authentication needs the CA certificates to verify clients with');
+      }
+      this.tlsServer = createTlsServer(
+        {
+          cert: tls.cert,
+          key: tls.key,
+          ca: tls.ca,
+          requestCert: tls.authClients !== 'no',
+          rejectUnauthorized: tls.authClients === 'yes',
+          minVersion: 'TLSv1.2',
+          handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS,
+        },
+        (socket) => this.accept(socket),
+      );
+      // A client that fails its handshake (no or a bad certificate, not TLS at all) only loses its
+      // own connection.
+      this.tlsServer.on('tlsClientError', (err: Error, socket) =>
+        this.logger.info({ err: err.message, client: socket.remoteAddress }, 'TLS handshake failed'),
+      );
+    }
     const now = Date.now();
     this.commandRate = new RateWindow(now, 0);
     this.inputRate = new RateWindow(now, 0);
@@ -163,11 +208,33 @@ export class RespServer {
       server.port = address.port;
       server.host = address.address;
     }
+    const tlsServer = server.tlsServer;
+    if (tlsServer !== undefined) {
+      try {
+        await new Promise<void>((resolve, reject) => {
+          tlsServer.once('error', reject);
+          tlsServer.listen(options.tls!.port, options.bind ?? RESP_BIND_DEFAULT, () => {
+            tlsServer.off('error', reject);
+            resolve();
+          });
+        });
+      } catch (err) {
+        await server.close();
+        throw err;
+      }
+      const tlsAddress = tlsServer.address();
+      if (tlsAddress !== null && typeof tlsAddress === 'object') server.tlsPort = tlsAddress.port;
+    }
     return server;
   }
 
   get address(): { host: string; port: number } {
     return { host: this.host, port: this.port };
+  }
+
+  /** The TLS listener's port, when there is one. */
+  get tlsAddress(): { host: string; port: number } | undefined {
+    return this.tlsServer === undefined ? undefined : { host: this.host, port: this.tlsPort };
   }
 
   /** Where TESSERA.BACKUP writes, if the operator allowed it. */
@@ -236,10 +303,16 @@ export class RespServer {
 
   /** Stops accepting, closes every client, and resolves once the listener is closed. */
   async close(): Promise<void> {
-    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    const closing = [this.server, this.tlsServer].map(
+      (listener) =>
+        new Promise<void>((resolve) => {
+          if (listener === undefined || !listener.listening) resolve();
+          else listener.close(() => resolve());
+        }),
+    );
     clearInterval(this.rateTimer);
     for (const conn of this.clients) conn.close();
-    await closed;
+    await Promise.all(closing);
   }
 
   private accept(socket: Socket): void {
@@ -298,6 +371,8 @@ export class RespServer {
     const s = this.node.settings;
     return new Map([
       ['port', String(this.port)],
+      ['tls-port', String(this.tlsPort)],
+      ['tls-auth-clients', this.options.tls?.authClients ?? 'yes'],
       ['bind', this.host],
       ['databases', '1'],
       ['maxclients', String(RESP_CLIENTS_MAX)],
