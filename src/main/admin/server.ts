@@ -12,6 +12,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
+import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
 import type { RespServer } from '../resp/server.js';
 import { prometheusText } from './metrics.js';
@@ -42,8 +43,7 @@ export function isHealthy(health: Health): boolean {
 
 export class AdminServer {
   private readonly server: Server;
-  private port = 0;
-  private host = '';
+  private bound = { host: '', port: 0 };
 
   private constructor(
     private readonly node: Tessera,
@@ -63,23 +63,12 @@ export class AdminServer {
 
   static async listen(node: Tessera, options: AdminServerOptions): Promise<AdminServer> {
     const admin = new AdminServer(node, options);
-    await new Promise<void>((resolve, reject) => {
-      admin.server.once('error', reject);
-      admin.server.listen(options.port, options.bind ?? ADMIN_BIND_DEFAULT, () => {
-        admin.server.off('error', reject);
-        resolve();
-      });
-    });
-    const address = admin.server.address();
-    if (address !== null && typeof address === 'object') {
-      admin.port = address.port;
-      admin.host = address.address;
-    }
+    admin.bound = await listenOn(admin.server, options.port, options.bind ?? ADMIN_BIND_DEFAULT);
     return admin;
   }
 
   get address(): { host: string; port: number } {
-    return { host: this.host, port: this.port };
+    return { ...this.bound };
   }
 
   /** Stops listening and ends every connection, idle or not. */

@@ -9,6 +9,7 @@ import { compareRank } from '../../core/handshake.js';
 import { PEER_CONNECT_TIMEOUT_MS, PEER_RECONNECT_MS_BASE, PEER_RECONNECT_MS_MAX } from '../../core/limits.js';
 import type { EnvelopePeek } from '../../core/peer-frame.js';
 import type { PeerAddress } from '../cluster-config.js';
+import { listenOn } from '../listen.js';
 import { PeerConnection, type PeerConnectionEvents } from './peer-connection.js';
 
 export interface MeshOptions {
@@ -59,16 +60,9 @@ export class Mesh implements PeerConnectionEvents {
   async start(): Promise<number> {
     const server = createServer((socket) => this.accept(socket));
     this.server = server;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.options.port, this.options.bindHost, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    const { port } = await listenOn(server, this.options.port, this.options.bindHost);
     for (let m = 0; m < this.options.members.length; m++) if (m !== this.selfIndex) this.dial(m);
-    const address = server.address();
-    return typeof address === 'object' && address !== null ? address.port : this.options.port;
+    return port;
   }
 
   isUp(member: number): boolean {

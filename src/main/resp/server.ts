@@ -12,6 +12,7 @@ import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
+import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
 import type { CommandSpec } from './commands.js';
 import { RespConnection } from './connection.js';
@@ -196,34 +197,17 @@ export class RespServer {
       throw invalidInput('the RESP password must not be empty');
     }
     const server = new RespServer(node, options);
-    await new Promise<void>((resolve, reject) => {
-      server.server.once('error', reject);
-      server.server.listen(options.port ?? RESP_PORT_DEFAULT, options.bind ?? RESP_BIND_DEFAULT, () => {
-        server.server.off('error', reject);
-        resolve();
-      });
-    });
-    const address = server.server.address();
-    if (address !== null && typeof address === 'object') {
-      server.port = address.port;
-      server.host = address.address;
-    }
-    const tlsServer = server.tlsServer;
-    if (tlsServer !== undefined) {
+    const bind = options.bind ?? RESP_BIND_DEFAULT;
+    const { host, port } = await listenOn(server.server, options.port ?? RESP_PORT_DEFAULT, bind);
+    server.host = host;
+    server.port = port;
+    if (server.tlsServer !== undefined) {
       try {
-        await new Promise<void>((resolve, reject) => {
-          tlsServer.once('error', reject);
-          tlsServer.listen(options.tls!.port, options.bind ?? RESP_BIND_DEFAULT, () => {
-            tlsServer.off('error', reject);
-            resolve();
-          });
-        });
+        server.tlsPort = (await listenOn(server.tlsServer, options.tls!.port, bind)).port;
       } catch (err) {
         await server.close();
         throw err;
       }
-      const tlsAddress = tlsServer.address();
-      if (tlsAddress !== null && typeof tlsAddress === 'object') server.tlsPort = tlsAddress.port;
     }
     return server;
   }
