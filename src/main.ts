@@ -72,6 +72,7 @@ async function main(): Promise<number> {
               key: readFileSync(tls.keyFile),
               ca: tls.caFile === undefined ? undefined : readFileSync(tls.caFile),
               authClients: tls.authClients,
+              only: tls.only,
             },
     });
   } catch (err) {

@@ -194,6 +194,11 @@ const FLAGS: Flag[] = [
     help: 'CA certificates (PEM) that client certificates must chain to',
   },
   {
+    name: 'tls-only',
+    kind: 'boolean',
+    help: 'serve the Redis protocol over TLS only: no plain port (Redis: port 0 with a tls-port)',
+  },
+  {
     name: 'tls-auth-clients',
     kind: 'string',
     help: 'client certificates: yes (required, the default, as in Redis) | optional | no; yes and optional need --tls-ca-cert-file',
@@ -231,6 +236,7 @@ export interface CliArgs {
         keyFile: string;
         caFile: string | undefined;
         authClients: TlsAuthClients;
+        only: boolean;
       }
     | undefined;
   /** The admin HTTP server, when --admin-port is given. */
@@ -334,7 +340,8 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
   if (!LOG_LEVELS.includes(logLevel))
     throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
-  if (options.peers !== undefined) (options as TesseraOptions).clientPort = port;
+  // The port cluster clients are sent to (CLUSTER SLOTS): the TLS one when there is no other.
+  if (options.peers !== undefined) (options as TesseraOptions).clientPort = tls?.only ? tls.port : port;
   return {
     options: options as TesseraOptions,
     drainTimeoutMs: (values.get('drain-timeout') as number | undefined) ?? DRAIN_TIMEOUT_MS_DEFAULT,
@@ -353,9 +360,10 @@ function tlsArgs(values: Map<string, string | number | boolean>): CliArgs['tls']
   const keyFile = values.get('tls-key-file') as string | undefined;
   const caFile = values.get('tls-ca-cert-file') as string | undefined;
   const authClients = (values.get('tls-auth-clients') ?? 'yes') as TlsAuthClients;
+  const only = values.get('tls-only') === true;
   if (port === undefined) {
-    const stray = ['tls-cert-file', 'tls-key-file', 'tls-ca-cert-file', 'tls-auth-clients'].find((f) =>
-      values.has(f),
+    const stray = ['tls-cert-file', 'tls-key-file', 'tls-ca-cert-file', 'tls-auth-clients', 'tls-only'].find(
+      (f) => values.has(f),
     );
     if (stray !== undefined) throw invalidInput(`--${stray} is given without --tls-port`);
     return undefined;
@@ -370,7 +378,9 @@ function tlsArgs(values: Map<string, string | number | boolean>): CliArgs['tls']
       `--tls-auth-clients ${authClients} needs --tls-ca-cert-file to verify client certificates (or --tls-auth-clients no)`,
     );
   }
-  return { port, certFile, keyFile, caFile, authClients };
+  if (only && values.has('port'))
+    throw invalidInput('--port and --tls-only: with --tls-only there is no plain port');
+  return { port, certFile, keyFile, caFile, authClients, only };
 }
 
 export function helpText(): string {

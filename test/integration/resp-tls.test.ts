@@ -135,6 +135,34 @@ describe('TLS with optional and with no client certificates', () => {
   }
 });
 
+test('--tls-only: no plain port at all; CONFIG GET port answers 0, as Redis with port 0', async () => {
+  const fixture = await startResp({
+    label: 'resp-tls-only',
+    server: {
+      tls: {
+        port: 0,
+        cert: pem('server.crt'),
+        key: pem('server.key'),
+        ca: CA,
+        authClients: 'yes',
+        only: true,
+      },
+    },
+  });
+  try {
+    assert.equal(fixture.server.address.port, 0);
+    const secure = tlsClient(fixture.server.tlsAddress!.port, true);
+    try {
+      assert.deepEqual(await secure.config('GET', 'port'), ['port', '0']);
+      assert.equal(await secure.set('tls-only:k', 'v'), 'OK');
+    } finally {
+      secure.disconnect();
+    }
+  } finally {
+    await fixture.stop();
+  }
+});
+
 test('client authentication without CA certificates is refused at start', async () => {
   await assert.rejects(
     startResp({

@@ -94,7 +94,14 @@ test('TLS and admin flags: what each needs is checked where the flags enter', ()
     keyFile: 'k.pem',
     caFile: 'ca.pem',
     authClients: 'yes',
+    only: false,
   });
+  assert.equal(parseCliArgs([...tls, '--tls-auth-clients', 'no', '--tls-only'], {}).tls?.only, true);
+  assert.throws(() => parseCliArgs(['--tls-only'], {}), /--tls-only is given without --tls-port/);
+  assert.throws(
+    () => parseCliArgs([...tls, '--tls-auth-clients', 'no', '--tls-only', '--port', '7000'], {}),
+    /with --tls-only there is no plain port/,
+  );
   assert.equal(parseCliArgs([...tls, '--tls-auth-clients', 'no'], {}).tls?.authClients, 'no');
   assert.throws(() => parseCliArgs(tls, {}), /--tls-auth-clients yes needs --tls-ca-cert-file/);
   assert.throws(() => parseCliArgs(['--tls-port', '6443'], {}), /needs --tls-cert-file and --tls-key-file/);

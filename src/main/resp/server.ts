@@ -110,6 +110,8 @@ export interface RespTlsOptions {
   /** PEM: the CAs client certificates must chain to (needed unless authClients is 'no'). */
   ca?: string | Buffer;
   authClients: TlsAuthClients;
+  /** No plain listener at all (Redis's `port 0` beside a tls-port): CONFIG GET port answers 0. */
+  only?: boolean;
 }
 
 /** How long a TLS client may take to finish its handshake. */
@@ -141,6 +143,7 @@ export class RespServer {
   private port = 0;
   private host = '';
   private tlsPort = 0;
+  private tlsHost = '';
   private backups = 0;
   private readonly tlsServer: TlsServer | undefined;
 
@@ -198,12 +201,16 @@ export class RespServer {
     }
     const server = new RespServer(node, options);
     const bind = options.bind ?? RESP_BIND_DEFAULT;
-    const { host, port } = await listenOn(server.server, options.port ?? RESP_PORT_DEFAULT, bind);
-    server.host = host;
-    server.port = port;
+    if (options.tls?.only !== true) {
+      const { host, port } = await listenOn(server.server, options.port ?? RESP_PORT_DEFAULT, bind);
+      server.host = host;
+      server.port = port;
+    }
     if (server.tlsServer !== undefined) {
       try {
-        server.tlsPort = (await listenOn(server.tlsServer, options.tls!.port, bind)).port;
+        const tlsAddress = await listenOn(server.tlsServer, options.tls!.port, bind);
+        server.tlsHost = tlsAddress.host;
+        server.tlsPort = tlsAddress.port;
       } catch (err) {
         await server.close();
         throw err;
@@ -218,7 +225,7 @@ export class RespServer {
 
   /** The TLS listener's port, when there is one. */
   get tlsAddress(): { host: string; port: number } | undefined {
-    return this.tlsServer === undefined ? undefined : { host: this.host, port: this.tlsPort };
+    return this.tlsServer === undefined ? undefined : { host: this.tlsHost, port: this.tlsPort };
   }
 
   /** Where TESSERA.BACKUP writes, if the operator allowed it. */
