@@ -98,6 +98,13 @@ test('TLS and admin flags: what each needs is checked where the flags enter', ()
   });
   assert.equal(parseCliArgs([...tls, '--tls-auth-clients', 'no', '--tls-only'], {}).tls?.only, true);
   assert.throws(() => parseCliArgs(['--tls-only'], {}), /--tls-only is given without --tls-port/);
+  // Cluster clients are sent to the TLS port when it is the only one.
+  const peers = ['--peers', 'a@127.0.0.1:7001,b@127.0.0.1:7002', '--node-id', 'a'];
+  assert.equal(
+    parseCliArgs([...tls, '--tls-auth-clients', 'no', '--tls-only', ...peers], {}).options.clientPort,
+    6443,
+  );
+  assert.equal(parseCliArgs([...tls, '--tls-auth-clients', 'no', ...peers], {}).options.clientPort, 6380);
   assert.throws(
     () => parseCliArgs([...tls, '--tls-auth-clients', 'no', '--tls-only', '--port', '7000'], {}),
     /with --tls-only there is no plain port/,
