@@ -8,6 +8,7 @@ import pino from 'pino';
 import { TesseraError } from './core/errors.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
 import { helpText, parseCliArgs } from './main/cli-args.js';
+import { peerSummaries, workerSummaries } from './main/health-summary.js';
 import { type FragmentPlacement, type Health, Tessera } from './main/node.js';
 import { RespServer } from './main/resp/server.js';
 
@@ -176,20 +177,16 @@ function formatStatus(body: Record<string, unknown>): string {
   const lines = [
     `node ${health.nodeId}: ${health.healthy ? 'healthy' : 'NOT HEALTHY'} (store ${health.store}, durability ${health.durability}, ${health.fragmentCount} fragments)`,
   ];
-  for (const w of health.workers) {
-    const mine = health.fragments.filter((f) => f.worker === w.index);
-    const failing = mine.reduce((n, f) => Math.max(n, f.commitFailures), 0);
+  for (const w of workerSummaries(health)) {
     lines.push(
-      `  worker ${w.index}: ${w.state}, ${w.restarts} restarts, ${mine.length} fragments, ` +
-        `${mine.reduce((n, f) => n + f.queued[0] + f.queued[1] + f.queued[2], 0)} queued` +
-        (failing > 0 ? `, ${failing} commits failed in a row` : ''),
+      `  worker ${w.index}: ${w.state}, ${w.restarts} restarts, ${w.fragments} fragments, ` +
+        `${w.queued[0] + w.queued[1] + w.queued[2]} queued` +
+        (w.commitFailures > 0 ? `, ${w.commitFailures} commits failed in a row` : ''),
     );
   }
-  for (const p of health.cluster?.peers ?? []) {
-    const senders = health.cluster!.senders.filter((s) => s.peer === p.id);
+  for (const p of health.cluster === undefined ? [] : peerSummaries(health.cluster)) {
     lines.push(
-      `  peer ${p.id}: ${p.connected ? 'connected' : 'DISCONNECTED'}, backlog ` +
-        `${senders.reduce((n, s) => n + s.buffered + s.inFlight, 0)}, lag ${senders.reduce((n, s) => Math.max(n, s.lagMs), 0)} ms`,
+      `  peer ${p.id}: ${p.connected ? 'connected' : 'DISCONNECTED'}, backlog ${p.backlog}, lag ${p.lagMs} ms`,
     );
   }
   return lines.join('\n');

@@ -4,6 +4,13 @@
 // are in /health.
 
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
+import {
+  type PeerSummary,
+  peerSummaries,
+  refusesWrites,
+  type WorkerSummary,
+  workerSummaries,
+} from '../health-summary.js';
 import type { Health } from '../node.js';
 import type { RespStatsSnapshot } from '../resp/server.js';
 
@@ -77,86 +84,78 @@ export function prometheusText(input: MetricsInput): string {
   );
   out.one('tessera_fragments', 'gauge', 'Fragments the keyspace is cut into.', health.fragmentCount);
 
-  const workers = health.workers;
+  const workers = workerSummaries(health);
+  const perWorker = (pick: (w: WorkerSummary) => number): Array<[Labels, number]> =>
+    workers.map((w) => [{ worker: w.index }, pick(w)]);
+  const perPriority = (pick: (w: WorkerSummary) => number[]): Array<[Labels, number]> =>
+    workers.flatMap((w) =>
+      PRIORITIES.map((priority, p): [Labels, number] => [{ worker: w.index, priority }, pick(w)[p]]),
+    );
   out.family(
     'tessera_worker_up',
     'gauge',
     'Whether a worker is ready (1) or starting, restarting or stopped (0).',
-    workers.map((w) => [{ worker: w.index }, w.state === 'ready' ? 1 : 0]),
+    perWorker((w) => (w.state === 'ready' ? 1 : 0)),
   );
   out.family(
     'tessera_worker_restarts_total',
     'counter',
     'Times a worker died and was restarted.',
-    workers.map((w) => [{ worker: w.index }, w.restarts]),
+    perWorker((w) => w.restarts),
   );
   out.family(
     'tessera_worker_pending_requests',
     'gauge',
     'Requests sent to a worker and not yet answered.',
-    workers.map((w) => [{ worker: w.index }, w.pending]),
+    perWorker((w) => w.pending),
   );
-  const byWorker = (pick: (f: Health['fragments'][number]) => number): Array<[Labels, number]> =>
-    workers.map((w) => [
-      { worker: w.index },
-      health.fragments.filter((f) => f.worker === w.index).reduce((n, f) => n + pick(f), 0),
-    ]);
   out.family(
     'tessera_worker_writes_total',
     'counter',
     "Writes applied by a worker's fragments.",
-    byWorker((f) => f.writes),
+    perWorker((w) => w.writes),
   );
   out.family(
     'tessera_worker_reads_total',
     'counter',
     "Reads served by a worker's fragments.",
-    byWorker((f) => f.reads),
+    perWorker((w) => w.reads),
   );
   out.family(
     'tessera_expired_keys_total',
     'counter',
     'Expired values the TTL cleaner replaced with tombstones.',
-    byWorker((f) => f.expiredSwept),
+    perWorker((w) => w.expiredSwept),
   );
   out.family(
     'tessera_unflushed_writes',
     'gauge',
     'Writes applied and not yet committed to the store.',
-    byWorker((f) => f.unflushed),
+    perWorker((w) => w.unflushed),
   );
-  const perPriority = (
-    pick: (f: Health['fragments'][number], p: number) => number,
-  ): Array<[Labels, number]> =>
-    workers.flatMap((w) =>
-      PRIORITIES.map((priority, p): [Labels, number] => [
-        { worker: w.index, priority },
-        health.fragments.filter((f) => f.worker === w.index).reduce((n, f) => n + pick(f, p), 0),
-      ]),
-    );
   out.family(
     'tessera_queued_operations',
     'gauge',
     'Operations waiting in fragment queues.',
-    perPriority((f, p) => f.queued[p]),
+    perPriority((w) => w.queued),
   );
   out.family(
     'tessera_shed_operations_total',
     'counter',
     'Operations refused with Backpressure because their queue was full.',
-    perPriority((f, p) => f.shed[p]),
+    perPriority((w) => w.shed),
   );
   out.one(
     'tessera_store_commit_failures_in_a_row',
     'gauge',
     'The most store commits failed in a row on any fragment (0 when the last ones succeeded).',
-    health.fragments.reduce((n, f) => Math.max(n, f.commitFailures), 0),
+    workers.reduce((n, w) => Math.max(n, w.commitFailures), 0),
   );
   out.one(
     'tessera_store_refusing_writes',
     'gauge',
     `1 while some fragment refuses writes after ${COMMIT_ATTEMPTS_MAX} failed commits in a row.`,
-    health.fragments.some((f) => f.commitFailures >= COMMIT_ATTEMPTS_MAX) ? 1 : 0,
+    refusesWrites(health) ? 1 : 0,
   );
 
   if (resp !== undefined) {
@@ -214,17 +213,20 @@ export function prometheusText(input: MetricsInput): string {
       'Members of the cluster, this node included.',
       cluster.members.length,
     );
+    const peers = peerSummaries(cluster);
+    const perPeer = (pick: (p: PeerSummary) => number): Array<[Labels, number]> =>
+      peers.map((p) => [{ peer: p.id }, pick(p)]);
     out.family(
       'tessera_peer_up',
       'gauge',
       'Whether the connection to a peer is up.',
-      cluster.peers.map((p) => [{ peer: p.id }, p.connected ? 1 : 0]),
+      perPeer((p) => (p.connected ? 1 : 0)),
     );
     out.family(
       'tessera_peer_sent_bytes_total',
       'counter',
       'Bytes sent to a peer, by what they carried.',
-      cluster.peers.flatMap(
+      peers.flatMap(
         (p): Array<[Labels, number]> => [
           [{ peer: p.id, kind: 'replication' }, p.replicationBytesSent],
           [{ peer: p.id, kind: 'anti_entropy' }, p.antiEntropyBytesSent],
@@ -235,36 +237,29 @@ export function prometheusText(input: MetricsInput): string {
         ],
       ),
     );
-    const senders = (peer: string) => cluster.senders.filter((s) => s.peer === peer);
     out.family(
       'tessera_replication_backlog_operations',
       'gauge',
       'Writes waiting to reach a peer (buffered and in flight), over all fragments.',
-      cluster.peers.map((p) => [
-        { peer: p.id },
-        senders(p.id).reduce((n, s) => n + s.buffered + s.inFlight, 0),
-      ]),
+      perPeer((p) => p.backlog),
     );
     out.family(
       'tessera_replication_lag_seconds',
       'gauge',
       'Age of the oldest write a peer has not acknowledged, over all fragments.',
-      cluster.peers.map((p) => [
-        { peer: p.id },
-        senders(p.id).reduce((n, s) => Math.max(n, s.lagMs), 0) / 1000,
-      ]),
+      perPeer((p) => p.lagMs / 1000),
     );
     out.family(
       'tessera_replication_acked_operations_total',
       'counter',
       'Writes a peer acknowledged.',
-      cluster.peers.map((p) => [{ peer: p.id }, senders(p.id).reduce((n, s) => n + s.opsAcked, 0)]),
+      perPeer((p) => p.acked),
     );
     out.family(
       'tessera_replication_buffer_resets_total',
       'counter',
       'Times a backlog overflowed and was dropped for anti-entropy to repair.',
-      cluster.peers.map((p) => [{ peer: p.id }, senders(p.id).reduce((n, s) => n + s.resets, 0)]),
+      perPeer((p) => p.resets),
     );
   }
   return out.text();

@@ -11,7 +11,7 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
+import { isHealthy, peerSummaries, type WorkerSummary, workerSummaries } from '../health-summary.js';
 import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
 import type { RespServer } from '../resp/server.js';
@@ -31,14 +31,6 @@ export interface AdminServerOptions {
   logger: Logger;
   /** The node's RESP server, for its counters in /metrics and on the status page. */
   resp?: RespServer;
-}
-
-/** Every worker ready and no fragment refusing writes. */
-export function isHealthy(health: Health): boolean {
-  return (
-    health.workers.every((w) => w.state === 'ready') &&
-    health.fragments.every((f) => f.commitFailures < COMMIT_ATTEMPTS_MAX)
-  );
 }
 
 export class AdminServer {
@@ -172,8 +164,8 @@ function table(head: string[], rows: Array<Array<string | number>>): string {
 }
 
 function statusPage(health: Health, resp: RespServer | undefined): string {
-  const sum = (pick: (f: Health['fragments'][number]) => number) =>
-    health.fragments.reduce((n, f) => n + pick(f), 0);
+  const workers = workerSummaries(health);
+  const sum = (pick: (w: WorkerSummary) => number) => workers.reduce((n, w) => n + pick(w), 0);
   const stats = resp?.statsSnapshot();
   const sections = [
     `<h1>Tessera node ${html(health.nodeId)}</h1>`,
@@ -182,28 +174,17 @@ function statusPage(health: Health, resp: RespServer | undefined): string {
     '<h2>Workers</h2>',
     table(
       ['worker', 'state', 'restarts', 'pending', 'fragments', 'writes', 'reads'],
-      health.workers.map((w) => {
-        const mine = health.fragments.filter((f) => f.worker === w.index);
-        return [
-          w.index,
-          w.state,
-          w.restarts,
-          w.pending,
-          mine.length,
-          mine.reduce((n, f) => n + f.writes, 0),
-          mine.reduce((n, f) => n + f.reads, 0),
-        ];
-      }),
+      workers.map((w) => [w.index, w.state, w.restarts, w.pending, w.fragments, w.writes, w.reads]),
     ),
     '<h2>Fragments</h2>',
     table(
       ['queued (high / default / background)', 'shed', 'unflushed', 'commit failures in a row (most)'],
       [
         [
-          `${sum((f) => f.queued[0])} / ${sum((f) => f.queued[1])} / ${sum((f) => f.queued[2])}`,
-          sum((f) => f.shed[0] + f.shed[1] + f.shed[2]),
-          sum((f) => f.unflushed),
-          health.fragments.reduce((n, f) => Math.max(n, f.commitFailures), 0),
+          `${sum((w) => w.queued[0])} / ${sum((w) => w.queued[1])} / ${sum((w) => w.queued[2])}`,
+          sum((w) => w.shed[0] + w.shed[1] + w.shed[2]),
+          sum((w) => w.unflushed),
+          workers.reduce((n, w) => Math.max(n, w.commitFailures), 0),
         ],
       ],
     ),
@@ -232,16 +213,7 @@ function statusPage(health: Health, resp: RespServer | undefined): string {
       '<h2>Peers</h2>',
       table(
         ['peer', 'connected', 'replication backlog', 'lag ms', 'acknowledged writes'],
-        cluster.peers.map((p) => {
-          const senders = cluster.senders.filter((s) => s.peer === p.id);
-          return [
-            p.id,
-            p.connected ? 'yes' : 'no',
-            senders.reduce((n, s) => n + s.buffered + s.inFlight, 0),
-            senders.reduce((n, s) => Math.max(n, s.lagMs), 0),
-            senders.reduce((n, s) => n + s.opsAcked, 0),
-          ];
-        }),
+        peerSummaries(cluster).map((p) => [p.id, p.connected ? 'yes' : 'no', p.backlog, p.lagMs, p.acked]),
       ),
     );
   }

@@ -8,10 +8,10 @@ import { arch, hostname, platform, release } from 'node:os';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
-import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
+import { peerSummaries, refusesWrites } from '../health-summary.js';
 import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
 import type { CommandSpec } from './commands.js';
@@ -550,16 +550,7 @@ export class RespServer {
       return section('Replication', rows);
     }
     const senders = cluster.senders;
-    const peers = cluster.peers.map((p) => {
-      const mine = senders.filter((s) => s.peer === p.id);
-      return {
-        ...p,
-        senders: mine.length,
-        backlog: mine.reduce((n, s) => n + s.buffered + s.inFlight, 0),
-        lagMs: mine.reduce((n, s) => Math.max(n, s.lagMs), 0),
-        acked: mine.reduce((n, s) => n + s.opsAcked, 0),
-      };
-    });
+    const peers = peerSummaries(cluster);
     const connected = peers.filter((p) => p.connected);
     rows.push(['connected_slaves', connected.length]);
     // Redis's per-replica lines, for tools that read them: offset counts the writes it acknowledged.
@@ -607,11 +598,7 @@ export class RespServer {
       ['workers', health.workers.length],
       ['durability', health.durability],
       ['store_commit_failures_in_a_row', health.fragments.reduce((n, f) => Math.max(n, f.commitFailures), 0)],
-      // A fragment refuses writes after COMMIT_ATTEMPTS_MAX failed commits in a row, until one succeeds.
-      [
-        'store_refusing_writes',
-        health.fragments.some((f) => f.commitFailures >= COMMIT_ATTEMPTS_MAX) ? 1 : 0,
-      ],
+      ['store_refusing_writes', refusesWrites(health) ? 1 : 0],
     ];
     for (const w of health.workers) {
       rows.push([`worker${w.index}`, `state=${w.state},restarts=${w.restarts},pending=${w.pending}`]);
