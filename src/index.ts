@@ -8,9 +8,11 @@ export {
   type Key,
   type ReadOptions,
   type Settled,
+  type SubscribeTo,
   Tessera,
   type Value,
   type WriteOptions,
 } from './main/node.js';
+export type { PubSubMessage } from './main/pubsub.js';
 export type { ScanOptions, ScanResult } from './main/scanner.js';
 export type { BackupReport } from './native-bindings/backup.js';

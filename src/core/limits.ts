@@ -16,6 +16,11 @@ export const KEY_BYTES_MAX = 1024;
 export const VALUE_BYTES_MAX_DEFAULT = 4 * 1024 * 1024;
 /** The configurable value limit may not exceed this: a record must fit one peer frame (16 MiB) with its header. */
 export const VALUE_BYTES_MAX_CEILING = 15 * 1024 * 1024;
+/**
+ * A published Pub/Sub message, channel name and message together: what one PUBLISH may carry. Redis
+ * bounds it only by its bulk limit; here it must also cross to peers in one frame.
+ */
+export const PUBSUB_PAYLOAD_BYTES_MAX = 15 * 1024 * 1024;
 /** Hard limit of one peer frame (spec §4.6). */
 export const FRAME_BYTES_MAX = 16 * 1024 * 1024;
 
@@ -35,6 +40,12 @@ export const PEER_CONNECT_TIMEOUT_MS = 5_000;
  * does): senders replay after the reconnect, and forwarded operations fail with a Network error.
  */
 export const PEER_OUTBOUND_BYTES_MAX = 64 * 1024 * 1024;
+/**
+ * Bytes queued for a peer beyond which Pub/Sub messages for it are dropped (at most once, as Redis's
+ * delivery) rather than queued: a flood of publishes must not push the connection to the limit
+ * above and so cut replication off.
+ */
+export const PUBSUB_PEER_QUEUED_BYTES_MAX = 16 * 1024 * 1024;
 /** A forwarded operation chain stops after this many nodes (spec §5.7). */
 export const MAX_FORWARD_HOPS = 4;
 /** A forwarded operation without a result after this long fails with a Network error. */
@@ -269,6 +280,14 @@ assert(VALUE_BYTES_MAX_DEFAULT <= VALUE_BYTES_MAX_CEILING, 'default value limit 
 assert(
   VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + 64 * 1024 <= FRAME_BYTES_MAX,
   'a maximal record must fit one peer frame',
+);
+assert(
+  PUBSUB_PAYLOAD_BYTES_MAX + 64 * 1024 <= FRAME_BYTES_MAX,
+  'a published message must fit one peer frame',
+);
+assert(
+  PUBSUB_PEER_QUEUED_BYTES_MAX + FRAME_BYTES_MAX <= PEER_OUTBOUND_BYTES_MAX,
+  'Pub/Sub alone must never fill a peer queue to its limit',
 );
 assert(ringBytesFor(VALUE_BYTES_MAX_CEILING) <= 2 ** 30, 'ring counters need capacity ≤ 2^30');
 /** Framing bytes of one scan entry in a ring record (u16 key length + u32 record length). */

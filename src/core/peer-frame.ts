@@ -24,6 +24,7 @@ export const EnvelopeField = {
   ReconcileResponse: 12,
   ReconcileFetch: 13,
   ReconcileData: 14,
+  PublishBatch: 15,
 } as const;
 export type EnvelopeField = (typeof EnvelopeField)[keyof typeof EnvelopeField];
 

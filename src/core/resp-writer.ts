@@ -226,6 +226,11 @@ export class RespWriter {
     else this.header(0x25, pairs);
   }
 
+  /** RESP3 `><n>` (an out-of-band push: Pub/Sub messages); RESP2 `*<n>`. */
+  pushHeader(n: number): void {
+    this.header(this.protocol === 2 ? 0x2a : 0x3e, n);
+  }
+
   /** RESP3 `~<n>`; RESP2 `*<n>`. */
   setHeader(n: number): void {
     this.header(this.protocol === 2 ? 0x2a : 0x7e, n);

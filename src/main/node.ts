@@ -3,6 +3,7 @@
 // fragment → worker ring. Writes are stamped here, once, with the node's hybrid logical clock.
 
 import pino, { type Logger } from 'pino';
+import { asBuffer, latin1 } from '../core/bytes.js';
 import {
   asStorageError,
   internalError,
@@ -13,7 +14,12 @@ import {
 } from '../core/errors.js';
 import type { FragmentStats } from '../core/fragment.js';
 import { slotRange } from '../core/keyspace.js';
-import { BATCH_ITEMS_MAX, EXPIRES_AT_MS_MAX, KEY_BYTES_MAX } from '../core/limits.js';
+import {
+  BATCH_ITEMS_MAX,
+  EXPIRES_AT_MS_MAX,
+  KEY_BYTES_MAX,
+  PUBSUB_PAYLOAD_BYTES_MAX,
+} from '../core/limits.js';
 import { Modifier } from '../core/modify.js';
 import {
   DURABILITY_NAMES,
@@ -25,6 +31,7 @@ import {
   parsePriority,
   Reply,
 } from '../core/ops.js';
+import { SubscriptionKind } from '../core/pubsub.js';
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
 import type { BackupReport } from '../native-bindings/backup.js';
@@ -34,6 +41,7 @@ import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-c
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
 import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
 import { Cluster } from './mesh/cluster.js';
+import { ListenerClient, PubSubHub, type PubSubMessage } from './pubsub.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
 import type { ResultHandler } from './worker-link.js';
@@ -43,6 +51,15 @@ export type Value = string | Uint8Array;
 
 /** Keys `deleteAll` deletes per page: one scan page, its deletes in flight together. */
 const DELETE_ALL_PAGE_KEYS = 1000;
+
+/** What `subscribe` listens to; names are strings (UTF-8) or bytes. */
+export interface SubscribeTo {
+  channels?: readonly Key[];
+  /** Redis glob patterns over channel names (not shard channels). */
+  patterns?: readonly Key[];
+  /** Shard channels (Redis's SSUBSCRIBE): a namespace apart from the plain channels. */
+  shardChannels?: readonly Key[];
+}
 
 export interface WriteOptions {
   /** Time to live in milliseconds (a positive integer). */
@@ -157,6 +174,8 @@ export class Tessera {
   private readonly scanner: Scanner;
   /** This node's place in its cluster; undefined for a single node. */
   readonly cluster: Cluster | undefined;
+  /** Pub/Sub subscriptions and delivery (RESP's SUBSCRIBE and PUBLISH, and the embedded API's). */
+  readonly pubsub = new PubSubHub();
   private closing = false;
   private closed: Promise<void> | undefined;
   private admittedTasks = 0;
@@ -175,6 +194,9 @@ export class Tessera {
     if (config.cluster !== undefined) {
       this.cluster = new Cluster(config.cluster, this.dispatcher, logger, config.valueBytesMax);
       this.dispatcher.attachCluster(this.cluster);
+      const relay = this.cluster.pubsub;
+      this.pubsub.forward = (shard, channel, message) => relay.publish(shard, channel, message);
+      relay.onPublished = (shard, channel, message) => this.pubsub.deliver(shard, channel, message);
     }
     this.scanner = new Scanner(config, this.dispatcher);
     if (config.store === 'lmdb') this.dispatcher.poolSpanRunner = (task) => this.scanner.poolSpan(task);
@@ -490,6 +512,48 @@ export class Tessera {
       this.dispatcher.links.map((link) => this.dispatcher.workerHealth(link)),
     );
     return reports.flatMap((r) => r?.replication ?? []);
+  }
+
+  // ---- Pub/Sub ------------------------------------------------------------------------------------
+
+  /**
+   * Publishes `message` on `channel` (a shard channel with `shard`, Redis's SPUBLISH) to this node's
+   * subscribers — RESP clients and `subscribe` listeners — and, in a cluster, to every connected
+   * peer's. At most once: nothing is stored or retried. Returns the number of local receivers, as
+   * PUBLISH answers.
+   */
+  publish(channel: Key, message: Value, options?: { shard?: boolean }): number {
+    const refused = this.admit();
+    if (refused !== undefined) throw refused;
+    const c = asBuffer(toBytes(channel));
+    const m = asBuffer(toBytes(message));
+    if (c.length + m.length > PUBSUB_PAYLOAD_BYTES_MAX) {
+      throw invalidInput(
+        `channel and message are ${c.length + m.length} bytes; the limit is ${PUBSUB_PAYLOAD_BYTES_MAX}`,
+      );
+    }
+    return this.pubsub.publish(options?.shard === true, c, m);
+  }
+
+  /**
+   * Calls `listener` with every message published on `channels`, on channels matching `patterns`
+   * (Redis globs) or on `shardChannels` — at this node or at a peer — until the returned function
+   * is called. The listener runs in a microtask of its own with copies of the bytes; an error it
+   * throws is the application's, as an event listener's is.
+   */
+  subscribe(to: SubscribeTo, listener: (message: PubSubMessage) => void): () => void {
+    const refused = this.admit();
+    if (refused !== undefined) throw refused;
+    const registry = this.pubsub.registry;
+    const client = new ListenerClient(listener);
+    const kinds = [
+      [SubscriptionKind.Channel, to.channels],
+      [SubscriptionKind.Pattern, to.patterns],
+      [SubscriptionKind.Shard, to.shardChannels],
+    ] as const;
+    const names = kinds.map(([kind, list]) => [kind, (list ?? []).map((n) => latin1(toBytes(n)))] as const);
+    for (const [kind, list] of names) for (const name of list) registry.subscribe(client, kind, name);
+    return () => registry.unsubscribeAll(client);
   }
 
   // ---- internals ----------------------------------------------------------------------------------

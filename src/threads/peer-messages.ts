@@ -40,6 +40,12 @@ export interface KeySummaryMessage {
   stamp: Uint8Array;
 }
 
+export interface PublishedMessage {
+  channel: Uint8Array;
+  message: Uint8Array;
+  shard: boolean;
+}
+
 /** One decoded envelope: exactly one field set, named as in the .proto (camelCase). */
 export interface Envelope {
   hello?: HelloMessage;
@@ -87,6 +93,7 @@ export interface Envelope {
     done: boolean;
     maxWallMs: number;
   };
+  publishBatch?: { messages: readonly PublishedMessage[] };
 }
 
 /** Encodes an envelope (without the frame's length prefix). */

@@ -8,6 +8,7 @@ import { connect, type Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { authTag, freshHello, type Hello } from '../../src/core/handshake.js';
 import { Keyspace } from '../../src/core/keyspace.js';
+import { PUBSUB_PAYLOAD_BYTES_MAX } from '../../src/core/limits.js';
 import { FrameReader, frameOf } from '../../src/core/peer-frame.js';
 import { encodeRecord } from '../../src/core/record.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
@@ -192,6 +193,41 @@ describe('the peer port refuses', () => {
     await eventually(() => cluster.nodes[0].log.includes("too far ahead of this node's clock"));
     const redis = await cluster.nodes[0].client(true);
     assert.equal(await redis.get(key), null);
+  });
+
+  test('a Pub/Sub batch from a peer reaches local subscribers; a malformed or oversized one closes the connection', async () => {
+    const sub = await cluster.nodes[0].client();
+    const received: string[] = [];
+    sub.on('message', (channel: string, message: string) => received.push(`${channel}=${message}`));
+    await sub.subscribe('from-d');
+    const { peer, accepted } = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    assert.equal(accepted, true);
+    peer.send({
+      publishBatch: {
+        messages: [
+          { channel: Buffer.from('from-d'), message: Buffer.from('one'), shard: false },
+          { channel: Buffer.from('from-d'), message: Buffer.from('apart'), shard: true },
+          { channel: Buffer.from('from-d'), message: Buffer.from('two'), shard: false },
+        ],
+      },
+    });
+    await eventually(async () => received.length === 2);
+    assert.deepEqual(received, ['from-d=one', 'from-d=two']);
+    // A PublishBatch whose message field runs past its end.
+    peer.socket.write(frameOf(Buffer.from([0x7a, 3, 0x0a, 0x7f, 0x00])));
+    await peer.whenClosed;
+    const again = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    again.peer.send({
+      publishBatch: {
+        messages: [
+          { channel: Buffer.from('from-d'), message: Buffer.alloc(PUBSUB_PAYLOAD_BYTES_MAX), shard: false },
+        ],
+      },
+    });
+    await again.peer.whenClosed;
+    // Both were refused for what they are (not cut off earlier as unreadable frames).
+    await eventually(() => cluster.nodes[0].log.split('malformed or oversized Pub/Sub batch').length === 3);
+    assert.deepEqual(received, ['from-d=one', 'from-d=two'], 'nothing of a refused batch is delivered');
   });
 
   test('after all of it the nodes still serve, and still talk to each other', async () => {

@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { Cluster as RedisCluster } from 'ioredis';
 import { type ClusterFixture, infoOf, localValues, startCluster } from './cluster-helpers.js';
 import { eventually, sleep } from './helpers.js';
-import { rejectsWith } from './resp-helpers.js';
+import { RawClient, rejectsWith } from './resp-helpers.js';
 
 const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
 
@@ -164,6 +164,50 @@ describe('a three-node cluster', () => {
       String(await a.call('CLUSTER', 'KEYSLOT', 'rc:1')),
     );
     assert.ok((counted as number) >= 1);
+  });
+
+  test('Pub/Sub: a message published at any node reaches the subscribers of every node, once', async () => {
+    const [a, b, c] = cluster.nodes;
+    const subB = await RawClient.connect(b.respPort);
+    const subC = await RawClient.connect(c.respPort);
+    try {
+      subB.sendCommand('SUBSCRIBE', 'cluster:news');
+      subC.sendCommand('PSUBSCRIBE', 'cluster:*');
+      subC.sendCommand('SSUBSCRIBE', 'cluster:{shard}');
+      for (const client of [subB, subC, subC]) await client.readReply();
+      const pub = await a.client();
+      // Redis Cluster's count: the receivers at the node that was asked.
+      assert.equal(await pub.publish('cluster:news', 'one'), 0);
+      assert.equal(await pub.spublish('cluster:{shard}', 'two'), 0);
+      const local = await c.client();
+      assert.equal(await local.publish('cluster:news', 'three'), 1);
+      const message = (...parts: string[]) =>
+        `*${parts.length}\r\n${parts.map((p) => `$${p.length}\r\n${p}\r\n`).join('')}`;
+      // Each exactly once (a receiver never passes a message on); from two nodes, in either order.
+      const atB = [(await subB.readReply()).toString(), (await subB.readReply()).toString()];
+      assert.deepEqual(atB.sort(), [
+        message('message', 'cluster:news', 'one'),
+        message('message', 'cluster:news', 'three'),
+      ]);
+      const atC = [];
+      for (let i = 0; i < 3; i++) atC.push((await subC.readReply()).toString());
+      assert.deepEqual(
+        atC.sort(),
+        [
+          message('pmessage', 'cluster:*', 'cluster:news', 'one'),
+          message('pmessage', 'cluster:*', 'cluster:news', 'three'),
+          message('smessage', 'cluster:{shard}', 'two'),
+        ].sort(),
+      );
+      await sleep(200);
+      assert.equal(subB.pendingBytes + subC.pendingBytes, 0, 'no message arrived twice');
+      // PUBSUB answers for the node asked, as in Redis Cluster.
+      assert.deepEqual(await pub.pubsub('NUMSUB', 'cluster:news'), ['cluster:news', 0]);
+      assert.deepEqual(await (await b.client()).pubsub('NUMSUB', 'cluster:news'), ['cluster:news', 1]);
+    } finally {
+      subB.destroy();
+      subC.destroy();
+    }
   });
 
   test('redis-cli -c reads and writes through any node', (t) => {

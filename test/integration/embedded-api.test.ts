@@ -4,8 +4,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
-import { COMMIT_ATTEMPTS_MAX, KEY_BYTES_MAX } from '../../src/core/limits.js';
+import { COMMIT_ATTEMPTS_MAX, KEY_BYTES_MAX, PUBSUB_PAYLOAD_BYTES_MAX } from '../../src/core/limits.js';
 import { Tessera } from '../../src/main/node.js';
+import type { PubSubMessage } from '../../src/main/pubsub.js';
 import { eventually, STORES, sleep, tempDir, withNode } from './helpers.js';
 
 const isKind = (kind: ErrorKind) => (err: unknown) => err instanceof TesseraError && err.kind === kind;
@@ -333,6 +334,71 @@ describe('the request ring', () => {
         });
       }
     });
+  });
+});
+
+describe('Pub/Sub', () => {
+  test('listeners get channel, pattern and shard messages as copies, in publish order, until they unsubscribe', async () => {
+    await withNode('pubsub', { store: 'memory', workers: 1, fragments: 4 }, async (node) => {
+      const got: string[] = [];
+      const show = (m: PubSubMessage) =>
+        `${m.shard ? 's' : ''}${m.pattern === undefined ? '' : `${m.pattern}|`}${m.channel}=${m.message.toString('hex')}`;
+      const first = node.subscribe({ channels: ['news', Buffer.from([0xff])], patterns: ['n*'] }, (m) =>
+        got.push(show(m)),
+      );
+      const second = node.subscribe({ shardChannels: ['news'] }, (m) => got.push(`second:${show(m)}`));
+      const payload = Buffer.from('hello');
+      assert.equal(node.publish('news', payload), 2, 'the channel and the pattern');
+      // The listener has its own copy: the publisher may reuse its buffer at once.
+      payload.fill(0);
+      assert.equal(node.publish(Buffer.from([0xff]), Buffer.from([0, 1])), 1);
+      assert.equal(node.publish('news', 'shard', { shard: true }), 1, 'shard channels are apart');
+      assert.equal(node.publish('nobody', 'x'), 1, 'the pattern alone');
+      assert.equal(got.length, 0, 'listeners run after the publish returns');
+      await eventually(async () => got.length === 5);
+      assert.deepEqual(got, [
+        'news=68656c6c6f',
+        'n*|news=68656c6c6f',
+        `${Buffer.from([0xff])}=0001`,
+        'second:snews=7368617264',
+        'n*|nobody=78',
+      ]);
+      first();
+      second();
+      assert.equal(node.publish('news', 'later'), 0);
+      assert.equal(node.publish('news', 'later', { shard: true }), 0);
+      // A listener may publish: the message it sends is delivered after the one it is handling.
+      const chain: string[] = [];
+      const unsubscribe = node.subscribe({ channels: ['ping', 'pong'] }, (m) => {
+        chain.push(`${m.channel}`);
+        if (`${m.channel}` === 'ping') node.publish('pong', 'back');
+      });
+      node.publish('ping', 'x');
+      await eventually(async () => chain.length === 2);
+      assert.deepEqual(chain, ['ping', 'pong']);
+      unsubscribe();
+    });
+  });
+
+  test('bad input is a typed error; after close nothing is published', async () => {
+    const dir = await tempDir('pubsub-close');
+    const node = await Tessera.start({ store: 'memory', dataDir: dir.path, workers: 1, fragments: 4 });
+    try {
+      assert.throws(() => node.publish('c', 42 as unknown as string), isKind(ErrorKind.InvalidInput));
+      assert.throws(
+        () => node.publish('c', Buffer.alloc(PUBSUB_PAYLOAD_BYTES_MAX)),
+        isKind(ErrorKind.InvalidInput),
+      );
+      assert.throws(
+        () => node.subscribe({ channels: [7 as unknown as string] }, () => {}),
+        isKind(ErrorKind.InvalidInput),
+      );
+    } finally {
+      await node.close();
+      await dir.cleanup();
+    }
+    assert.throws(() => node.publish('c', 'm'), isKind(ErrorKind.ShuttingDown));
+    assert.throws(() => node.subscribe({ channels: ['c'] }, () => {}), isKind(ErrorKind.ShuttingDown));
   });
 });
 

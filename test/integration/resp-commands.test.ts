@@ -1311,7 +1311,6 @@ describe('errors', () => {
       [['BLPOP', 'l', '0'], /^-ERR BLPOP is not supported\b.*blocking/],
       [['LPUSH', 'l', 'a'], /^-ERR LPUSH is not supported\b.*strings only/],
       [['HSET', 'h', 'f', 'v'], /^-ERR HSET is not supported\b.*strings only/],
-      [['SUBSCRIBE', 'ch'], /^-ERR SUBSCRIBE is not supported\b.*pub\/sub/],
       [['MOVE', 'a', '1'], /^-ERR MOVE is not supported\b.*one database/],
       [['SWAPDB', '0', '1'], /^-ERR SWAPDB is not supported\b/],
     ];

@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import {
   authTag,
+  CAPABILITY_PUBSUB,
   CAPABILITY_QUERY_PAGES,
   CAPABILITY_SCAN,
   compareRank,
@@ -43,8 +44,9 @@ const LISTENER = hello('listener', 0x02);
 test('constants match the seed', () => {
   assert.equal(WIRE_PROTOCOL_VERSION, 3);
   assert.equal(REQUIRED_WIRE_CAPABILITIES, 0x7f);
-  assert.equal(LOCAL_CAPABILITIES, 0xff);
+  assert.equal(LOCAL_CAPABILITIES, 0x2ff);
   assert.equal(LOCAL_CAPABILITIES & CAPABILITY_SCAN, CAPABILITY_SCAN);
+  assert.equal(LOCAL_CAPABILITIES & CAPABILITY_PUBSUB, CAPABILITY_PUBSUB);
   assert.equal(LOCAL_CAPABILITIES & CAPABILITY_QUERY_PAGES, 0);
 });
 
@@ -185,7 +187,7 @@ test('freshHello advertises version 3 and local capabilities with no legacy tag'
     authTag: new Uint8Array(0),
     minProtocolVersion: 3,
     maxProtocolVersion: 3,
-    capabilities: 0xff,
+    capabilities: LOCAL_CAPABILITIES,
     challenge,
   });
   assert.equal(validatePeerHello('n2', 'n1', h), undefined);

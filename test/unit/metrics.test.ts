@@ -106,6 +106,10 @@ test('metrics follow the text format and add up the figures per worker and per p
       netInputBytes: 1000,
       netOutputBytes: 2000,
       keys: { keys: 42, expires: 7 },
+      pubsubChannels: 4,
+      pubsubPatterns: 2,
+      pubsubShardChannels: 1,
+      pubsubPeerMessagesDropped: 0,
     },
     process: { residentBytes: 1, heapUsedBytes: 2, uptimeSeconds: 3 },
   });
@@ -122,6 +126,8 @@ test('metrics follow the text format and add up the figures per worker and per p
   assert.equal(m.get('tessera_commands_processed_total'), 1234);
   assert.equal(m.get('tessera_keyspace_misses_total'), 2);
   assert.equal(m.get('tessera_keys'), 42);
+  assert.equal(m.get('tessera_pubsub_subscribed{kind="pattern"}'), 2);
+  assert.equal(m.get('tessera_pubsub_subscribed{kind="shard_channel"}'), 1);
   assert.equal(m.get('tessera_peer_up{peer="b"}'), 1);
   assert.equal(m.get('tessera_peer_sent_bytes_total{peer="b",kind="other"}'), 10);
   assert.equal(m.get('tessera_replication_backlog_operations{peer="b"}'), 0 + 1 + 2 + 3);

@@ -199,6 +199,22 @@ export function prometheusText(input: MetricsInput): string {
       'Bytes written to Redis-protocol clients.',
       resp.netOutputBytes,
     );
+    out.family(
+      'tessera_pubsub_subscribed',
+      'gauge',
+      'Pub/Sub channels and patterns with a subscriber here.',
+      [
+        [{ kind: 'channel' }, resp.pubsubChannels],
+        [{ kind: 'pattern' }, resp.pubsubPatterns],
+        [{ kind: 'shard_channel' }, resp.pubsubShardChannels],
+      ],
+    );
+    out.one(
+      'tessera_pubsub_peer_messages_dropped_total',
+      'counter',
+      'Pub/Sub messages not sent to a peer that had fallen behind.',
+      resp.pubsubPeerMessagesDropped,
+    );
     if (resp.keys !== undefined) {
       out.one('tessera_keys', 'gauge', 'Live keys at the last count (INFO keyspace).', resp.keys.keys);
       out.one('tessera_keys_with_deadline', 'gauge', 'Of those, keys with a deadline.', resp.keys.expires);

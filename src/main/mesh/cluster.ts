@@ -26,6 +26,7 @@ import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { Mesh } from './mesh.js';
 import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
+import { PubSubRelay } from './pubsub-relay.js';
 
 /** A forwarded operation this node serves (or relays): whom to answer, under which request id. */
 interface Origin {
@@ -52,6 +53,8 @@ class UnreachableLink implements OpLink {
 
 export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly mesh: Mesh;
+  /** Pub/Sub messages to and from the peers. */
+  readonly pubsub: PubSubRelay;
   private readonly peerLinks: (PeerLink | undefined)[];
   private readonly unreachable: UnreachableLink[] = [];
   private readonly answerOrigin: ResultHandler<Origin>;
@@ -89,6 +92,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         onFrame: (m, peek, bytes) => this.onFrame(m, peek, bytes),
       },
     );
+    this.pubsub = new PubSubRelay(this.mesh, config.members, logger);
     this.results = config.members.map(
       () => new ListFrameBuilder(EnvelopeField.ForwardedResults, RESULTS_FIELD),
     );
@@ -222,6 +226,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const link = this.peerLinks[member];
       if (link?.onResults(bytes, peek.start, peek.end)) return;
       return this.mesh.drop(member, 'malformed forwarded results');
+    }
+    if (peek.field === EnvelopeField.PublishBatch) {
+      if (this.pubsub.receive(bytes)) return;
+      return this.mesh.drop(member, 'malformed or oversized Pub/Sub batch');
     }
     this.mesh.drop(member, `unexpected message (field ${peek.field})`);
   }

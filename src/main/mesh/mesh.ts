@@ -74,6 +74,17 @@ export class Mesh implements PeerConnectionEvents {
     return this.bytesOut[member];
   }
 
+  /** The capabilities a connected peer advertised (0 when it is not connected). */
+  capabilitiesOf(member: number): number {
+    const conn = this.connections[member];
+    return conn?.established === true ? conn.peerCapabilities : 0;
+  }
+
+  /** Bytes queued to a connected peer and not yet sent. */
+  queuedBytesTo(member: number): number {
+    return this.connections[member]?.queuedBytes ?? 0;
+  }
+
   clientPortOf(member: number): number {
     return this.connections[member]?.peerClientPort ?? 0;
   }

@@ -48,6 +48,8 @@ export class PeerConnection {
   peerId: string | undefined;
   rank: ConnectionRank | undefined;
   peerClientPort = 0;
+  /** What the peer advertised in its Hello (authenticated by the handshake's transcript). */
+  peerCapabilities = 0;
   closed = false;
   private readonly reader = new FrameReader();
   private readonly handshake: HandshakeMachine;
@@ -115,6 +117,11 @@ export class PeerConnection {
     // Every message field number is below 16, so the envelope's first byte is its tag.
     this.bytesOut[frame[FRAME_PREFIX_BYTES] >> 3] += frame.length;
     this.socket.write(frame);
+  }
+
+  /** Bytes handed to the socket and not yet sent. */
+  get queuedBytes(): number {
+    return this.socket.writableLength;
   }
 
   /** Counts later bytes into `counters` (the identified peer's). */
@@ -185,6 +192,7 @@ export class PeerConnection {
           this.handshakeTimer = undefined;
           this.peerId = action.peerId;
           this.rank = action.rank;
+          this.peerCapabilities = action.peerCapabilities;
           this.reader.limit = FRAME_BYTES_MAX;
           this.events.onEstablished(this);
           break;

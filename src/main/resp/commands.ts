@@ -11,6 +11,7 @@ import { CLUSTER_COMMANDS } from './cluster-commands.js';
 import type { RespConnection } from './connection.js';
 import { HLL_COMMANDS } from './hll-commands.js';
 import { KEY_COMMANDS } from './key-commands.js';
+import { ALLOWED_WHILE_SUBSCRIBED, PUBSUB_COMMANDS, refuseWhileSubscribed } from './pubsub-commands.js';
 import { SERVER_COMMANDS } from './server-commands.js';
 import { STRING_COMMANDS } from './string-commands.js';
 import { UNSUPPORTED_COMMANDS } from './unsupported-commands.js';
@@ -40,6 +41,7 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...HLL_COMMANDS,
   ...KEY_COMMANDS,
   ...CLUSTER_COMMANDS,
+  ...PUBSUB_COMMANDS,
   ...UNSUPPORTED_COMMANDS,
 ];
 const TABLE = new CommandTable(COMMANDS.map((c) => c.name));
@@ -69,6 +71,9 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     w.errorCode('NOAUTH', 'Authentication required.');
     return true;
   }
+  if (conn.pubsubMode && conn.protocol === 2 && !ALLOWED_WHILE_SUBSCRIBED.has(spec.name)) {
+    return refuseWhileSubscribed(w, fullName(spec, cmd));
+  }
   if (conn.monitoring && (spec.flags.includes('write') || spec.flags.includes('readonly'))) {
     w.error("Replica can't interact with the keyspace");
     return true;
@@ -77,6 +82,32 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
   conn.server.stats.commandsProcessed++;
   conn.commandRan = spec;
   return spec.run(conn, cmd, w);
+}
+
+/** Redis commands with subcommands: their full name is `container|subcommand`. */
+const CONTAINER_COMMANDS = new Set([
+  'ACL',
+  'CLIENT',
+  'CLUSTER',
+  'COMMAND',
+  'CONFIG',
+  'FUNCTION',
+  'LATENCY',
+  'MEMORY',
+  'MODULE',
+  'OBJECT',
+  'PUBSUB',
+  'SCRIPT',
+  'SLOWLOG',
+  'XGROUP',
+  'XINFO',
+]);
+
+/** A command's name as Redis's errors write it: lower case, with its subcommand (`client|list`). */
+export function fullName(spec: CommandSpec, cmd: RespCommand): string {
+  const name = spec.name.toLowerCase();
+  if (cmd.argc < 2 || !CONTAINER_COMMANDS.has(spec.name)) return name;
+  return `${name}|${cmd.arg(1).toString('latin1').toLowerCase()}`;
 }
 
 export function arityHolds(arity: number, argc: number): boolean {

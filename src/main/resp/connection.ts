@@ -9,6 +9,7 @@
 import type { Socket } from 'node:net';
 import { assert } from '../../core/assert.js';
 import type { Durability } from '../../core/ops.js';
+import { Subscriptions } from '../../core/pubsub.js';
 import {
   RESP_CLIENT_BUFFER_BYTES_MAX,
   type RespCommand,
@@ -16,6 +17,7 @@ import {
   RespProtocolError,
 } from '../../core/resp-parser.js';
 import { type RespProtocol, RespWriter } from '../../core/resp-writer.js';
+import type { Delivery, PubSubClient } from '../pubsub.js';
 import { type CommandSpec, executeCommand } from './commands.js';
 import type { RespServer } from './server.js';
 
@@ -65,7 +67,7 @@ function formatAddress(ip: string | undefined, port: number | undefined): string
   return `${host.includes(':') ? `[${host}]` : host}:${port ?? 0}`;
 }
 
-export class RespConnection {
+export class RespConnection implements PubSubClient {
   readonly id: number;
   readonly createdAtMs = Date.now();
   name = '';
@@ -90,6 +92,17 @@ export class RespConnection {
   private silencing = false;
   /** MONITOR: every command the server runs is shown to this connection. */
   monitoring = false;
+  /** Pub/Sub: the channels, patterns and shard channels this connection is subscribed to. */
+  readonly subscriptions = new Subscriptions();
+  /**
+   * Redis's CLIENT_PUBSUB: set by a subscribe, cleared by an unsubscribe that leaves none. Under
+   * RESP2 it limits the connection to the subscription commands, PING, QUIT and RESET.
+   */
+  pubsubMode = false;
+  /** The writer of the command running now: a push to this connection goes there, before its reply. */
+  private running: RespWriter | null = null;
+  /** The running command's output up to here is pushes, kept when its reply is dropped. */
+  private pushedUpTo = 0;
   /** The command just executed, if it ran (not refused as unknown, by arity or by NOAUTH). */
   commandRan: CommandSpec | undefined = undefined;
   readonly out: RespWriter;
@@ -260,14 +273,18 @@ export class RespConnection {
     this.replySkipped = this.skipNextReply;
     this.skipNextReply = false;
     this.silencing = this.replyOff || this.replySkipped;
+    this.running = w;
+    this.pushedUpTo = mark;
     const answeredNow = executeCommand(this, command, w);
+    this.running = null;
     this.silencing = false;
     if (answeredNow) {
       assert(before === this.tail, 'a command both answered and deferred');
-      // Judged after the command: CLIENT REPLY ON answers, OFF and SKIP do not.
-      if (this.replyOff || this.replySkipped) w.truncate(mark);
+      // Judged after the command: CLIENT REPLY ON answers, OFF and SKIP do not. Pushes (Pub/Sub
+      // confirmations and messages) are sent regardless, as Redis 7.0 sends them.
+      if (this.replyOff || this.replySkipped) w.truncate(this.pushedUpTo);
       // Answered at once, but behind replies still pending: park it in its own slot.
-      else if (w === this.scratch) this.park(this.defer());
+      if (w === this.scratch && w.length > 0) this.park(this.defer());
     }
     // After its own reply is placed: a monitoring client sees its PING answered, then shown.
     if (this.server.monitors.size !== 0 && this.commandRan !== undefined)
@@ -285,6 +302,33 @@ export class RespConnection {
     this.scratch.reset();
     this.scratch.simple(line);
     this.park(this.defer());
+  }
+
+  /** A Pub/Sub message for this connection, in its protocol. */
+  receive(delivery: Delivery): void {
+    this.push(delivery.resp(this.protocol));
+  }
+
+  /** An out-of-band push: after the replies queued so far, and before the running command's own. */
+  push(bytes: Buffer): void {
+    if (this.closed) return;
+    const w = this.running;
+    if (w !== null) {
+      w.raw(bytes);
+      this.markPushed(w);
+    } else if (this.head === null) {
+      this.out.raw(bytes);
+      this.scheduleFlush();
+    } else {
+      this.scratch.reset();
+      this.scratch.raw(bytes);
+      this.park(this.defer());
+    }
+  }
+
+  /** What the running command has written to `w` so far is pushes (kept when its reply is dropped). */
+  markPushed(w: RespWriter): void {
+    this.pushedUpTo = w.length;
   }
 
   /**

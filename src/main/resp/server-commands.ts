@@ -5,6 +5,7 @@
 import path from 'node:path';
 import { globMatch } from '../../core/glob.js';
 import { DURABILITY_NAMES, parseDurability } from '../../core/ops.js';
+import { SubscriptionKind } from '../../core/pubsub.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import {
@@ -25,9 +26,14 @@ import type { RespConnection } from './connection.js';
 import { keyFits, ReadMode, readKey } from './key-access.js';
 import { REDIS_VERSION } from './server.js';
 
-function ping(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+function ping(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   if (cmd.argc > 2) w.error("wrong number of arguments for 'ping' command");
-  else if (cmd.argc === 2) w.bulk(cmd.arg(1));
+  else if (conn.pubsubMode && conn.protocol === 2) {
+    // A subscribed RESP2 client reads every reply as a push-shaped array.
+    w.arrayHeader(2);
+    w.bulk('pong');
+    w.bulk(cmd.argc === 2 ? cmd.arg(1) : '');
+  } else if (cmd.argc === 2) w.bulk(cmd.arg(1));
   else w.simple('PONG');
   return true;
 }
@@ -154,6 +160,9 @@ function reset(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean 
   conn.authenticated = !conn.server.requiresAuth;
   conn.monitoring = false;
   conn.server.monitors.delete(conn);
+  // Unsubscribed from everything, without a confirmation per name.
+  conn.server.node.pubsub.registry.unsubscribeAll(conn);
+  conn.pubsubMode = false;
   w.simple('RESET');
   return true;
 }
@@ -244,7 +253,7 @@ const CLIENT_HELP = [
   'KILL <ip:port>',
   'KILL <option> <value> [<option> <value> [...]]',
   '    Options: ID <client-id>, ADDR <ip:port>, LADDR <ip:port>, USER <username>,',
-  '    TYPE <normal|master|replica|pubsub> (every client here is normal), SKIPME <yes|no>.',
+  '    TYPE <normal|master|replica|pubsub> (subscribers are pubsub, every other client normal), SKIPME <yes|no>.',
   'LIST',
   'REPLY <ON|OFF|SKIP>',
   'SETINFO <LIB-NAME|LIB-VER> <value>',
@@ -252,7 +261,7 @@ const CLIENT_HELP = [
   'HELP',
 ];
 
-/** Client types CLIENT KILL TYPE accepts; every RESP client of a node is `normal`. */
+/** Client types CLIENT KILL TYPE accepts: a RESP client of a node is `pubsub` while subscribed, else `normal`. */
 const CLIENT_TYPES = new Set(['normal', 'master', 'replica', 'slave', 'pubsub']);
 
 /**
@@ -264,8 +273,7 @@ function clientKill(conn: RespConnection, cmd: RespCommand, w: RespWriter): bool
   let id: number | undefined;
   let addr: string | undefined;
   let laddr: string | undefined;
-  let normalOnly = false;
-  let typeGiven = false;
+  let type: string | undefined;
   let skipMe = true;
   const legacy = cmd.argc === 3;
   if (legacy) addr = cmd.arg(2).toString('latin1');
@@ -281,10 +289,8 @@ function clientKill(conn: RespConnection, cmd: RespCommand, w: RespWriter): bool
       } else if (option === 'ADDR') addr = value;
       else if (option === 'LADDR') laddr = value;
       else if (option === 'TYPE') {
-        const type = value.toLowerCase();
+        type = value.toLowerCase();
         if (!CLIENT_TYPES.has(type)) return replyError(w, `Unknown client type '${value}'`);
-        typeGiven = true;
-        normalOnly = type === 'normal';
       } else if (option === 'USER') {
         if (value !== 'default') return replyError(w, `No such user '${value}'`);
       } else if (option === 'SKIPME') {
@@ -300,7 +306,7 @@ function clientKill(conn: RespConnection, cmd: RespCommand, w: RespWriter): bool
     if (id !== undefined && c.id !== id) continue;
     if (addr !== undefined && c.remoteAddress !== addr) continue;
     if (laddr !== undefined && c.localAddress !== laddr) continue;
-    if (typeGiven && !normalOnly) continue;
+    if (type !== undefined && type !== (c.pubsubMode ? 'pubsub' : 'normal')) continue;
     if (c === conn) {
       if (!legacy && skipMe) continue;
       self = true;
@@ -327,18 +333,19 @@ function clientReply(conn: RespConnection, cmd: RespCommand, w: RespWriter): boo
   return true;
 }
 
-/** CLIENT LIST's flags: O for a monitor, b for a client blocked in WAIT, N for none. */
+/** CLIENT LIST's flags: O for a monitor, b for a client blocked in WAIT, P for a subscriber, N for none. */
 function clientFlags(c: RespConnection): string {
-  const flags = `${c.monitoring ? 'O' : ''}${c.isBlocked ? 'b' : ''}`;
+  const flags = `${c.monitoring ? 'O' : ''}${c.isBlocked ? 'b' : ''}${c.pubsubMode ? 'P' : ''}`;
   return flags === '' ? 'N' : flags;
 }
 
 function clientInfo(c: RespConnection): string {
   const now = Date.now();
+  const subs = c.subscriptions;
   return (
     `id=${c.id} addr=${c.remoteAddress} laddr=${c.localAddress} fd=-1 name=${c.name} ` +
     `age=${Math.floor((now - c.createdAtMs) / 1000)} idle=${Math.floor((now - c.lastCommandAtMs) / 1000)} ` +
-    `flags=${clientFlags(c)} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 tot-mem=0 ` +
+    `flags=${clientFlags(c)} db=0 sub=${subs.names[SubscriptionKind.Channel].size} psub=${subs.names[SubscriptionKind.Pattern].size} ssub=${subs.shardCount} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 tot-mem=0 ` +
     `rbs=0 rbp=0 obl=0 oll=${c.commandsInFlight} omem=0 events=r cmd=${c.lastCommand.toLowerCase()} ` +
     `user=default redir=-1 resp=${c.protocol} lib-name=${c.libName} lib-ver=${c.libVersion}`
   );

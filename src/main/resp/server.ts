@@ -49,6 +49,12 @@ export interface RespStatsSnapshot {
   netOutputBytes: number;
   /** The last key count (INFO keyspace), if one was made. */
   keys: { keys: number; expires: number } | undefined;
+  /** Pub/Sub: channels, distinct patterns and shard channels with a subscriber at this node. */
+  pubsubChannels: number;
+  pubsubPatterns: number;
+  pubsubShardChannels: number;
+  /** Pub/Sub messages not sent to a peer that had fallen behind (once per peer). */
+  pubsubPeerMessagesDropped: number;
 }
 
 interface KeyCount {
@@ -261,6 +267,7 @@ export class RespServer {
 
   forget(conn: RespConnection): void {
     this.monitors.delete(conn);
+    this.node.pubsub.registry.unsubscribeAll(conn);
     if (this.clients.delete(conn)) this.stats.closedErrorReplies += conn.errorReplies;
   }
 
@@ -474,6 +481,7 @@ export class RespServer {
       if (c.isBlocked) blockedClients++;
     }
     const keys = this.keyCount;
+    const pubsub = this.node.pubsub.registry;
     return {
       connectedClients: this.clients.size,
       blockedClients,
@@ -486,6 +494,10 @@ export class RespServer {
       netInputBytes: stats.netInputBytes,
       netOutputBytes: stats.netOutputBytes,
       keys: keys === undefined ? undefined : { keys: keys.keys, expires: keys.expires },
+      pubsubChannels: pubsub.channelCount,
+      pubsubPatterns: pubsub.patternCount,
+      pubsubShardChannels: pubsub.shardChannelCount,
+      pubsubPeerMessagesDropped: this.node.cluster?.pubsub.dropped ?? 0,
     };
   }
 
@@ -506,11 +518,15 @@ export class RespServer {
       ['expired_keys', health.fragments.reduce((n, f) => n + f.expiredSwept, 0)],
       ['keyspace_hits', s.keyspaceHits],
       ['keyspace_misses', s.keyspaceMisses],
+      ['pubsub_channels', s.pubsubChannels],
+      ['pubsub_patterns', s.pubsubPatterns],
+      ['pubsubshard_channels', s.pubsubShardChannels],
       ['total_error_replies', s.errorReplies],
       // Tessera's own: writes applied and reads served by the fragment actors, operations shed.
       ['fragment_writes_applied', health.fragments.reduce((n, f) => n + f.writes, 0)],
       ['fragment_reads_in_workers', health.fragments.reduce((n, f) => n + f.reads, 0)],
       ['shed_operations', shed],
+      ['pubsub_peer_messages_dropped', s.pubsubPeerMessagesDropped],
     ]);
   }
 

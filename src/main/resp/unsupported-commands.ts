@@ -32,17 +32,6 @@ const REASONS: Record<string, readonly string[]> = {
     'BZMPOP',
     'WAITAOF',
   ],
-  'pub/sub is not supported': [
-    'SUBSCRIBE',
-    'UNSUBSCRIBE',
-    'PSUBSCRIBE',
-    'PUNSUBSCRIBE',
-    'PUBLISH',
-    'PUBSUB',
-    'SSUBSCRIBE',
-    'SUNSUBSCRIBE',
-    'SPUBLISH',
-  ],
   'Tessera stores strings only': [
     'LPUSH',
     'RPUSH',
