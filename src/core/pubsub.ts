@@ -112,8 +112,11 @@ export class PubSubRegistry<S extends Subscriber> {
     channel: Uint8Array,
     visit: (subscriber: S, pattern: Buffer | undefined) => void,
   ): number {
+    const table = shard ? this.shardChannels : this.channels;
+    // Nobody listening at all: no name to build.
+    if (table.size === 0 && (shard || this.patterns.size === 0)) return 0;
     let receivers = 0;
-    const subscribers = (shard ? this.shardChannels : this.channels).get(latin1(channel));
+    const subscribers = table.get(latin1(channel));
     if (subscribers !== undefined) {
       for (const s of subscribers) visit(s, undefined);
       receivers += subscribers.size;

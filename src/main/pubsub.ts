@@ -78,8 +78,9 @@ export class PubSubHub {
 
   /** Delivers to this node's subscribers only (a message published here, or at a peer). */
   deliver(shard: boolean, channel: Buffer, message: Buffer): number {
-    const delivery = new Delivery(shard, channel, message);
+    let delivery: Delivery | undefined;
     return this.registry.forEachReceiver(shard, channel, (client, pattern) => {
+      delivery ??= new Delivery(shard, channel, message);
       if (pattern !== delivery.pattern) delivery.setPattern(pattern);
       client.receive(delivery);
     });
