@@ -7,7 +7,8 @@ import { readFileSync } from 'node:fs';
 import pino from 'pino';
 import { TesseraError } from './core/errors.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
-import { helpText, parseCliArgs } from './main/cli-args.js';
+import { type CliArgs, helpText, parseCliArgs } from './main/cli-args.js';
+import type { TesseraOptions } from './main/config.js';
 import { peerSummaries, workerSummaries } from './main/health-summary.js';
 import { type FragmentPlacement, type Health, Tessera } from './main/node.js';
 import { RespServer } from './main/resp/server.js';
@@ -46,10 +47,17 @@ async function main(): Promise<number> {
     process.stdout.write(`${version()}\n`);
     return 0;
   }
+  let peerTls: TesseraOptions['peerTls'];
+  try {
+    peerTls = readPeerTls(args.peerTls);
+  } catch (err) {
+    process.stderr.write(`tessera: ${(err as Error).message}\n`);
+    return 2;
+  }
   const logger = pino({ level: args.logLevel, base: { pid: process.pid } });
   let node: Tessera;
   try {
-    node = await Tessera.start({ ...args.options, logger });
+    node = await Tessera.start({ ...args.options, peerTls, logger });
   } catch (err) {
     const code = err instanceof TesseraError ? err.code : undefined;
     logger.fatal({ code, err: (err as Error).message }, 'node failed to start');
@@ -135,6 +143,26 @@ async function main(): Promise<number> {
  * `tessera status` / `tessera placement`: reads the node's /health or /placement and prints it for
  * a person. Exit 0 when healthy (status) or answered (placement), 1 when not, 2 for bad flags.
  */
+/** The peer mesh's PEM files, read before the node starts; an unreadable one names its flag. */
+function readPeerTls(files: CliArgs['peerTls']): TesseraOptions['peerTls'] {
+  if (files === undefined) return undefined;
+  const read = (flag: string, path: string | undefined): Buffer | undefined => {
+    if (path === undefined) return undefined;
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw new Error(`--${flag}: ${(err as Error).message}`);
+    }
+  };
+  return {
+    cert: read('tls-cert-file', files.certFile)!,
+    key: read('tls-key-file', files.keyFile)!,
+    ca: read('tls-ca-cert-file', files.caFile)!,
+    clientCert: read('tls-client-cert-file', files.clientCertFile),
+    clientKey: read('tls-client-key-file', files.clientKeyFile),
+  };
+}
+
 async function askNode(what: 'status' | 'placement', argv: string[]): Promise<number> {
   let admin: { port: number; bind: string } | undefined;
   try {

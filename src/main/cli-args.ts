@@ -186,13 +186,28 @@ const FLAGS: Flag[] = [
     kind: 'integer',
     help: 'also serve the Redis protocol over TLS on this port (default: none); needs --tls-cert-file and --tls-key-file',
   },
-  { name: 'tls-cert-file', kind: 'string', help: "the TLS port's certificate chain (PEM)" },
-  { name: 'tls-key-file', kind: 'string', help: "the TLS port's private key (PEM)" },
+  {
+    name: 'tls-cert-file',
+    kind: 'string',
+    help: "the TLS port's (and the peer mesh's) certificate chain (PEM)",
+  },
+  { name: 'tls-key-file', kind: 'string', help: "the TLS port's (and the peer mesh's) private key (PEM)" },
   {
     name: 'tls-ca-cert-file',
     kind: 'string',
-    help: 'CA certificates (PEM) that client certificates must chain to',
+    help: 'CA certificates (PEM) that client certificates, and with --tls-cluster peer certificates, must chain to',
   },
+  {
+    name: 'tls-cluster',
+    kind: 'boolean',
+    help: 'encrypt the peer mesh with mutually verified TLS (Redis: tls-cluster yes); needs --tls-cert-file, --tls-key-file and --tls-ca-cert-file on every node',
+  },
+  {
+    name: 'tls-client-cert-file',
+    kind: 'string',
+    help: 'with --tls-cluster: the certificate this node presents when it dials a peer (default: --tls-cert-file)',
+  },
+  { name: 'tls-client-key-file', kind: 'string', help: 'the private key of --tls-client-cert-file' },
   {
     name: 'tls-only',
     kind: 'boolean',
@@ -238,6 +253,10 @@ export interface CliArgs {
         authClients: TlsAuthClients;
         only: boolean;
       }
+    | undefined;
+  /** The PEM files of the peer mesh's TLS (read at start), when --tls-cluster is given. */
+  peerTls:
+    | { certFile: string; keyFile: string; caFile: string; clientCertFile?: string; clientKeyFile?: string }
     | undefined;
   /** The admin HTTP server, when --admin-port is given. */
   admin: { port: number; bind: string } | undefined;
@@ -330,6 +349,7 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     backupDir,
   };
   const tls = tlsArgs(values);
+  const peerTls = peerTlsArgs(values, options.peers !== undefined);
   const adminPort = values.get('admin-port') as number | undefined;
   if (adminPort !== undefined && (adminPort < 0 || adminPort > 65535))
     throw invalidInput(`--admin-port must be in 0..65535, got ${adminPort}`);
@@ -347,6 +367,7 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     drainTimeoutMs: (values.get('drain-timeout') as number | undefined) ?? DRAIN_TIMEOUT_MS_DEFAULT,
     resp,
     tls,
+    peerTls,
     admin,
     logLevel,
     help: values.get('help') === true,
@@ -362,9 +383,10 @@ function tlsArgs(values: Map<string, string | number | boolean>): CliArgs['tls']
   const authClients = (values.get('tls-auth-clients') ?? 'yes') as TlsAuthClients;
   const only = values.get('tls-only') === true;
   if (port === undefined) {
-    const stray = ['tls-cert-file', 'tls-key-file', 'tls-ca-cert-file', 'tls-auth-clients', 'tls-only'].find(
-      (f) => values.has(f),
-    );
+    // The certificate files also serve the peer mesh's TLS.
+    const files =
+      values.get('tls-cluster') === true ? [] : ['tls-cert-file', 'tls-key-file', 'tls-ca-cert-file'];
+    const stray = [...files, 'tls-auth-clients', 'tls-only'].find((f) => values.has(f));
     if (stray !== undefined) throw invalidInput(`--${stray} is given without --tls-port`);
     return undefined;
   }
@@ -381,6 +403,28 @@ function tlsArgs(values: Map<string, string | number | boolean>): CliArgs['tls']
   if (only && values.has('port'))
     throw invalidInput('--port and --tls-only: with --tls-only there is no plain port');
   return { port, certFile, keyFile, caFile, authClients, only };
+}
+
+function peerTlsArgs(values: Map<string, string | number | boolean>, clustered: boolean): CliArgs['peerTls'] {
+  const clientCertFile = values.get('tls-client-cert-file') as string | undefined;
+  const clientKeyFile = values.get('tls-client-key-file') as string | undefined;
+  if (values.get('tls-cluster') !== true) {
+    const stray = ['tls-client-cert-file', 'tls-client-key-file'].find((f) => values.has(f));
+    if (stray !== undefined) throw invalidInput(`--${stray} is given without --tls-cluster`);
+    return undefined;
+  }
+  if (!clustered) throw invalidInput("--tls-cluster needs --peers (the cluster's members)");
+  const certFile = values.get('tls-cert-file') as string | undefined;
+  const keyFile = values.get('tls-key-file') as string | undefined;
+  const caFile = values.get('tls-ca-cert-file') as string | undefined;
+  if (certFile === undefined || keyFile === undefined || caFile === undefined) {
+    throw invalidInput(
+      '--tls-cluster needs --tls-cert-file, --tls-key-file and --tls-ca-cert-file: each peer verifies the other against the CA',
+    );
+  }
+  if ((clientCertFile === undefined) !== (clientKeyFile === undefined))
+    throw invalidInput('--tls-client-cert-file and --tls-client-key-file go together');
+  return { certFile, keyFile, caFile, clientCertFile, clientKeyFile };
 }
 
 export function helpText(): string {

@@ -19,6 +19,20 @@ export interface PeerAddress {
   port: number;
 }
 
+/**
+ * TLS for the peer mesh (Redis's `tls-cluster`), PEM: every node presents `cert` when it accepts a
+ * peer and `clientCert` (default `cert`) when it dials one, and each side requires the other's to
+ * chain to `ca`. Which member a peer is, is proven by the cluster secret's handshake inside TLS, so
+ * a certificate's host names are not checked.
+ */
+export interface PeerTlsOptions {
+  cert: string | Buffer;
+  key: string | Buffer;
+  ca: string | Buffer;
+  clientCert?: string | Buffer;
+  clientKey?: string | Buffer;
+}
+
 /** Cluster options of `Tessera.start` (all optional; `peers` turns cluster mode on). */
 export interface ClusterOptions {
   /** Members as `id@host:port` (peer ports), comma-separated or as a list; may include this node. */
@@ -43,6 +57,8 @@ export interface ClusterOptions {
   clientPort?: number;
   /** Host clients should use to reach this node (default: its host in `peers`, else peerBind). */
   clientHost?: string;
+  /** Encrypt the peer mesh with mutually verified TLS. */
+  peerTls?: PeerTlsOptions;
 }
 
 export const CLUSTER_OPTION_NAMES = [
@@ -57,6 +73,7 @@ export const CLUSTER_OPTION_NAMES = [
   'antiEntropyIntervalMs',
   'clientPort',
   'clientHost',
+  'peerTls',
 ] as const;
 
 export interface ClusterConfig {
@@ -73,6 +90,8 @@ export interface ClusterConfig {
   antiEntropyIntervalMs: number;
   clientPort: number;
   clientHost: string;
+  /** TLS for the peer mesh; undefined for plain TCP. */
+  tls: { cert: Buffer; key: Buffer; ca: Buffer; clientCert: Buffer; clientKey: Buffer } | undefined;
 }
 
 const ACK_OF_DURABILITY = [AckLevel.Memory, AckLevel.Store, AckLevel.Stable] as const;
@@ -204,5 +223,29 @@ export function resolveClusterConfig(
     antiEntropyIntervalMs,
     clientPort: options.clientPort ?? 0,
     clientHost: options.clientHost ?? own?.host ?? peerBind,
+    tls: resolvePeerTls(options.peerTls),
   };
+}
+
+function resolvePeerTls(tls: PeerTlsOptions | undefined): ClusterConfig['tls'] {
+  if (tls === undefined) return undefined;
+  const pem = (name: keyof PeerTlsOptions): Buffer | undefined => {
+    const value = tls[name];
+    if (value === undefined) return undefined;
+    if (typeof value !== 'string' && !Buffer.isBuffer(value)) {
+      throw invalidInput(`peerTls.${name} must be PEM text (a string or a Buffer)`);
+    }
+    if (value.length === 0) throw invalidInput(`peerTls.${name} is empty`);
+    return Buffer.from(value);
+  };
+  const [cert, key, ca, clientCert, clientKey] = (
+    ['cert', 'key', 'ca', 'clientCert', 'clientKey'] as const
+  ).map(pem);
+  if (cert === undefined || key === undefined || ca === undefined) {
+    throw invalidInput('peerTls needs cert, key and ca: each peer verifies the other against the CA');
+  }
+  if ((clientCert === undefined) !== (clientKey === undefined)) {
+    throw invalidInput('peerTls: give clientCert and clientKey together');
+  }
+  return { cert, key, ca, clientCert: clientCert ?? cert, clientKey: clientKey ?? key };
 }

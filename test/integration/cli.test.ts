@@ -113,6 +113,26 @@ test('bad flags exit 2 with a message; --help exits 0', () => {
   });
   assert.equal(invalid.status, 1);
   assert.match(invalid.stdout, /TESSERA_INVALID_INPUT/);
+  // An unreadable certificate file names its flag, before anything starts.
+  const noCert = spawnSync(
+    process.execPath,
+    [
+      MAIN,
+      ...['--store', 'memory', '--node-id', 'a', '--peers', 'a@127.0.0.1:7001,b@127.0.0.1:7002'],
+      ...[
+        '--tls-cluster',
+        '--tls-cert-file',
+        '/nonexistent/c.pem',
+        '--tls-key-file',
+        'k',
+        '--tls-ca-cert-file',
+        'ca',
+      ],
+    ],
+    { encoding: 'utf8' },
+  );
+  assert.equal(noCert.status, 2);
+  assert.match(noCert.stderr, /--tls-cert-file: ENOENT/);
   const help = spawnSync(process.execPath, [MAIN, '--help'], { encoding: 'utf8' });
   assert.equal(help.status, 0);
   assert.match(help.stdout, /--durability/);

@@ -4,15 +4,18 @@
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { connect as tlsConnect } from 'node:tls';
+import { fileURLToPath } from 'node:url';
 import { authTag, freshHello, type Hello } from '../../src/core/handshake.js';
 import { Keyspace } from '../../src/core/keyspace.js';
 import { PUBSUB_PAYLOAD_BYTES_MAX } from '../../src/core/limits.js';
 import { FrameReader, frameOf } from '../../src/core/peer-frame.js';
 import { encodeRecord } from '../../src/core/record.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
-import { CLUSTER_SECRET, type ClusterFixture, infoOf, startCluster } from './cluster-helpers.js';
+import { CLUSTER_SECRET, type ClusterFixture, infoOf, localValues, startCluster } from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 
 /** One connection to a node's peer port, speaking frames. */
@@ -237,5 +240,67 @@ describe('the peer port refuses', () => {
     const b = await cluster.nodes[1].client();
     assert.equal(await a.set('still', 'serving'), 'OK');
     assert.equal(await b.get('still'), 'serving');
+  });
+});
+
+describe('a peer mesh over TLS (--tls-cluster)', () => {
+  const fixture = (name: string) =>
+    fileURLToPath(new URL(`../../../test/fixtures/tls/${name}`, import.meta.url));
+  let cluster: ClusterFixture;
+  before(async () => {
+    cluster = await startCluster(
+      'cluster-tls',
+      ['a', 'b'],
+      [
+        '--tls-cluster',
+        ...['--tls-cert-file', fixture('server.crt'), '--tls-key-file', fixture('server.key')],
+        ...['--tls-ca-cert-file', fixture('ca.crt')],
+        // The fixture's server certificate is for servers only: dial with the client one, as Redis's
+        // tls-client-cert-file does.
+        ...['--tls-client-cert-file', fixture('client.crt'), '--tls-client-key-file', fixture('client.key')],
+      ],
+    );
+  });
+  after(async () => {
+    await cluster?.stop();
+  });
+
+  test('the nodes connect, replicate and relay Pub/Sub over it', async () => {
+    const [a, b] = cluster.nodes;
+    const keys = Array.from({ length: 50 }, (_, i) => `tls:${i}`);
+    const writer = await a.client();
+    for (const k of keys) assert.equal(await writer.set(k, `v-${k}`), 'OK');
+    await eventually(async () => (await localValues(b, keys)).every((v, i) => v === `v-${keys[i]}`), 15_000);
+    const sub = await b.client();
+    const got: string[] = [];
+    sub.on('message', (_channel: string, message: string) => got.push(message));
+    await sub.subscribe('over-tls');
+    assert.equal(await writer.publish('over-tls', 'sealed'), 0);
+    await eventually(async () => got.length === 1);
+    assert.deepEqual(got, ['sealed']);
+  });
+
+  test('a plaintext peer, and a TLS peer without a certificate, are refused before the handshake', async () => {
+    const port = cluster.nodes[0].peerPort;
+    const plain = await FakePeer.connect(port);
+    plain.send({ hello: { ...freshHello('b', nonZeroChallenge()), clientPort: 0 } });
+    assert.equal(await plain.next(), undefined, 'no Hello comes back: the connection is closed');
+    const anonymous = tlsConnect({
+      host: '127.0.0.1',
+      port,
+      ca: readFileSync(fixture('ca.crt')),
+      checkServerIdentity: () => undefined,
+    });
+    const outcome = await new Promise<string>((resolve) => {
+      anonymous.once('error', (err) => resolve(`error: ${err.message}`));
+      anonymous.once('close', () => resolve('closed'));
+      anonymous.on('data', () => resolve('data'));
+    });
+    anonymous.destroy();
+    assert.notEqual(outcome, 'data');
+    await eventually(() => cluster.nodes[0].log.split('peer TLS handshake failed').length >= 3);
+    // The real peer is still connected.
+    const info = await infoOf(cluster.nodes[0], 'replication');
+    assert.match(info.get('peer_b') ?? '', /state=online/);
   });
 });

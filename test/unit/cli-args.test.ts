@@ -86,6 +86,49 @@ test('--help documents every flag with its environment variable', () => {
   assert.equal(parseCliArgs(['--help'], {}).help, true);
 });
 
+test('--tls-cluster: the peer mesh over TLS, with the certificate files and without a TLS port', () => {
+  const peers = ['--peers', 'a@127.0.0.1:7001,b@127.0.0.1:7002', '--node-id', 'a'];
+  const files = ['--tls-cert-file', 'c.pem', '--tls-key-file', 'k.pem', '--tls-ca-cert-file', 'ca.pem'];
+  const args = parseCliArgs(['--tls-cluster', ...files, ...peers], {});
+  assert.deepEqual(args.peerTls, {
+    certFile: 'c.pem',
+    keyFile: 'k.pem',
+    caFile: 'ca.pem',
+    clientCertFile: undefined,
+    clientKeyFile: undefined,
+  });
+  assert.equal(args.tls, undefined, 'no TLS port for clients');
+  assert.equal(
+    parseCliArgs(
+      [
+        '--tls-cluster',
+        ...files,
+        ...peers,
+        '--tls-client-cert-file',
+        'cc.pem',
+        '--tls-client-key-file',
+        'ck.pem',
+      ],
+      {},
+    ).peerTls?.clientKeyFile,
+    'ck.pem',
+  );
+  assert.throws(() => parseCliArgs(['--tls-cluster', ...files], {}), /--tls-cluster needs --peers/);
+  assert.throws(
+    () => parseCliArgs(['--tls-cluster', ...files.slice(0, 4), ...peers], {}),
+    /--tls-cluster needs --tls-cert-file, --tls-key-file and --tls-ca-cert-file/,
+  );
+  assert.throws(
+    () => parseCliArgs(['--tls-cluster', ...files, ...peers, '--tls-client-cert-file', 'cc.pem'], {}),
+    /--tls-client-cert-file and --tls-client-key-file go together/,
+  );
+  assert.throws(
+    () => parseCliArgs([...peers, '--tls-client-key-file', 'ck.pem'], {}),
+    /--tls-client-key-file is given without --tls-cluster/,
+  );
+  assert.equal(parseCliArgs(peers, {}).peerTls, undefined);
+});
+
 test('TLS and admin flags: what each needs is checked where the flags enter', () => {
   const tls = ['--tls-port', '6443', '--tls-cert-file', 'c.pem', '--tls-key-file', 'k.pem'];
   assert.deepEqual(parseCliArgs([...tls, '--tls-ca-cert-file', 'ca.pem'], {}).tls, {

@@ -213,6 +213,31 @@ describe('cluster options', () => {
       /listed twice/,
     );
   });
+
+  test('peer TLS: cert, key and CA are required, client cert and key go together and default to the cert', () => {
+    const pem = 'not checked until a connection is made';
+    const full = { cert: pem, key: pem, ca: pem };
+    const tls = resolveClusterConfig({ peers, peerTls: full }, 'a', 16)!.tls!;
+    assert.deepEqual(tls.clientCert, Buffer.from(pem));
+    assert.equal(resolveClusterConfig({ peers }, 'a', 16)!.tls, undefined);
+    assert.throws(
+      () => resolveClusterConfig({ peers, peerTls: { cert: pem, key: pem } as never }, 'a', 16),
+      /needs cert, key and ca/,
+    );
+    assert.throws(
+      () => resolveClusterConfig({ peers, peerTls: { ...full, clientCert: pem } }, 'a', 16),
+      /clientCert and clientKey together/,
+    );
+    assert.throws(
+      () => resolveClusterConfig({ peers, peerTls: { ...full, ca: '' } }, 'a', 16),
+      /peerTls.ca is empty/,
+    );
+    assert.throws(
+      () => resolveClusterConfig({ peers, peerTls: { ...full, key: 42 as never } }, 'a', 16),
+      /peerTls.key must be PEM text/,
+    );
+    assert.throws(() => resolveClusterConfig({ peerTls: full }, 'a', 16), /peerTls needs peers/);
+  });
 });
 
 describe('requests from peers', () => {

@@ -84,6 +84,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         port: config.peerPort,
         secret: config.secret,
         clientPort: config.clientPort,
+        tls: config.tls,
         logger,
       },
       {

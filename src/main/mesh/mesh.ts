@@ -2,13 +2,21 @@
 // other member (jittered exponential backoff, 100 ms → 30 s), and one authenticated connection per
 // peer pair. When both ends dial at once, both keep the connection of higher rank
 // (src/core/handshake.ts) and close the other, so they agree without depending on arrival order.
+// With TLS (Redis's tls-cluster) every connection is mutually verified TLS first, and the peer
+// handshake runs inside it.
 
 import { createServer, type Server, Socket } from 'node:net';
+import { connect as connectTls, createServer as createTlsServer } from 'node:tls';
 import type { Logger } from 'pino';
 import { compareRank } from '../../core/handshake.js';
-import { PEER_CONNECT_TIMEOUT_MS, PEER_RECONNECT_MS_BASE, PEER_RECONNECT_MS_MAX } from '../../core/limits.js';
+import {
+  HANDSHAKE_TIMEOUT_MS,
+  PEER_CONNECT_TIMEOUT_MS,
+  PEER_RECONNECT_MS_BASE,
+  PEER_RECONNECT_MS_MAX,
+} from '../../core/limits.js';
 import type { EnvelopePeek } from '../../core/peer-frame.js';
-import type { PeerAddress } from '../cluster-config.js';
+import type { ClusterConfig, PeerAddress } from '../cluster-config.js';
 import { listenOn } from '../listen.js';
 import { PeerConnection, type PeerConnectionEvents } from './peer-connection.js';
 
@@ -22,6 +30,7 @@ export interface MeshOptions {
   port: number;
   secret: Uint8Array | undefined;
   clientPort: number;
+  tls: ClusterConfig['tls'];
   logger: Logger;
 }
 
@@ -58,7 +67,27 @@ export class Mesh implements PeerConnectionEvents {
 
   /** Listens for peers, then starts dialing every other member. Resolves once listening. */
   async start(): Promise<number> {
-    const server = createServer((socket) => this.accept(socket));
+    const tls = this.options.tls;
+    const server =
+      tls === undefined
+        ? createServer((socket) => this.accept(socket))
+        : createTlsServer(
+            {
+              cert: tls.cert,
+              key: tls.key,
+              ca: tls.ca,
+              requestCert: true,
+              rejectUnauthorized: true,
+              minVersion: 'TLSv1.2',
+              handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+            },
+            (socket) => this.accept(socket),
+          ).on('tlsClientError', (err: Error, socket: Socket) =>
+            this.options.logger.warn(
+              { remote: `${socket.remoteAddress}:${socket.remotePort}`, err: err.message },
+              'peer TLS handshake failed',
+            ),
+          );
     this.server = server;
     const { port } = await listenOn(server, this.options.port, this.options.bindHost);
     for (let m = 0; m < this.options.members.length; m++) if (m !== this.selfIndex) this.dial(m);
@@ -203,7 +232,20 @@ export class Mesh implements PeerConnectionEvents {
       return;
     }
     const address = this.options.addresses[member]!;
-    const socket = new Socket();
+    const tls = this.options.tls;
+    const socket =
+      tls === undefined
+        ? new Socket()
+        : connectTls({
+            host: address.host,
+            port: address.port,
+            cert: tls.clientCert,
+            key: tls.clientKey,
+            ca: tls.ca,
+            minVersion: 'TLSv1.2',
+            // The member is proven by the cluster secret's handshake; the CA admits the certificate.
+            checkServerIdentity: () => undefined,
+          });
     const timeout = setTimeout(() => socket.destroy(new Error('connect timed out')), PEER_CONNECT_TIMEOUT_MS);
     const events: PeerConnectionEvents = {
       onEstablished: (c) => this.onEstablished(c),
@@ -213,12 +255,18 @@ export class Mesh implements PeerConnectionEvents {
         this.afterDial(member);
       },
     };
-    const onConnectError = () => {
+    const onConnectError = (err: Error) => {
       clearTimeout(timeout);
+      if (tls !== undefined && !/ECONNREFUSED|connect timed out/.test(err.message)) {
+        this.options.logger.warn(
+          { peer: this.options.members[member], err: err.message },
+          'peer TLS handshake failed',
+        );
+      }
       this.afterDial(member, socket);
     };
     socket.once('error', onConnectError);
-    socket.once('connect', () => {
+    socket.once(tls === undefined ? 'connect' : 'secureConnect', () => {
       clearTimeout(timeout);
       socket.off('error', onConnectError);
       const conn = new PeerConnection(
@@ -228,7 +276,7 @@ export class Mesh implements PeerConnectionEvents {
       );
       this.pending.add(conn);
     });
-    socket.connect(address.port, address.host);
+    if (tls === undefined) socket.connect(address.port, address.host);
   }
 
   /** After a dial ends (failed, lost the election, or disconnected): back off and dial again. */
