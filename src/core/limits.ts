@@ -185,6 +185,12 @@ export const RING_RECORD_HEADER_BYTES = 4;
  * Backpressure instead of an unbounded wait.
  */
 export const RING_OVERFLOW_RECORDS_MAX = 65_536;
+/**
+ * Period of each thread's ring watchdog: a ring wait whose counter has moved for a whole period was
+ * not woken (a wake-up lost below us: seen about once in 10^6 waits under CPU contention on Node 20),
+ * and the watchdog ends it. A timed `Atomics.waitAsync` would do the same at ~30 % more CPU per wait.
+ */
+export const RING_WAKE_CHECK_MS = 100;
 
 /** Workers at most; more threads than this would only contend on the store's write lock. */
 export const WORKER_COUNT_MAX = 64;

@@ -132,6 +132,8 @@ export interface ClusterRouter {
 
 export interface WorkerHealthReport {
   heapUsedBytes: number;
+  /** Ring waits the worker's watchdog ended because their wake-up never came (src/threads/ring.ts). */
+  ringWakeupsRecovered: number;
   fragments: FragmentStats[];
   /** The worker's replication senders (empty outside a cluster). */
   replication: SenderReport[];

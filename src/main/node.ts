@@ -38,6 +38,7 @@ import type { BackupReport } from '../native-bindings/backup.js';
 import { bindStore } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
+import { ringWakeupsRecovered } from '../threads/ring.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
 import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
 import { Cluster } from './mesh/cluster.js';
@@ -97,7 +98,17 @@ export interface Health {
   store: string;
   durability: string;
   fragmentCount: number;
-  workers: Array<{ index: number; state: string; restarts: number; pending: number; heapUsedBytes?: number }>;
+  workers: Array<{
+    index: number;
+    state: string;
+    restarts: number;
+    pending: number;
+    heapUsedBytes?: number;
+    /** Ring waits whose wake-up never came, ended by the worker's watchdog (since it started). */
+    ringWakeupsRecovered?: number;
+  }>;
+  /** The same on the main thread. */
+  ringWakeupsRecovered: number;
   fragments: FragmentHealth[];
   /** Set when the node is part of a cluster. */
   cluster?: ClusterHealth;
@@ -382,6 +393,7 @@ export class Tessera {
           restarts: link.restarts,
           pending: link.pending,
           heapUsedBytes: report?.heapUsedBytes,
+          ringWakeupsRecovered: report?.ringWakeupsRecovered,
         });
         for (const f of report?.fragments ?? []) fragments.push({ ...f, worker: index });
       });
@@ -393,6 +405,7 @@ export class Tessera {
         durability: DURABILITY_NAMES[this.config.durability],
         fragmentCount: this.config.fragments,
         workers,
+        ringWakeupsRecovered: ringWakeupsRecovered(),
         fragments,
         cluster:
           cluster === undefined

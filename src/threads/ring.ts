@@ -24,7 +24,7 @@
 
 import { assert } from '../core/assert.js';
 import { ErrorKind, TesseraError } from '../core/errors.js';
-import { RING_RECORD_HEADER_BYTES } from '../core/limits.js';
+import { RING_RECORD_HEADER_BYTES, RING_WAKE_CHECK_MS } from '../core/limits.js';
 
 /** Int32 indices into the header. */
 export const WRITE_INDEX = 0;
@@ -111,6 +111,44 @@ const atomicsWaitAsync = (
 assert(atomicsWaitAsync !== undefined, 'the ring needs Atomics.waitAsync (Node ≥ 16)');
 const waitAsync = atomicsWaitAsync;
 
+/** A wait in flight on this thread, as the watchdog sees it. */
+interface Sleeper {
+  header: Int32Array;
+  counterIndex: number;
+  expected: number;
+  /** Watchdog periods the counter has been seen moved (or the ring closed) while still waiting. */
+  periodsMoved: number;
+  resolve: () => void;
+}
+
+// The wake-up safety net. By the argument above no wake-up is lost, and yet under heavy CPU contention
+// Node 20 was seen (about once in 10^6 waits) to leave a waitAsync unresolved although its counter had
+// moved and the notifier had taken the flag down, i.e. had notified: a consumer stranded that way would
+// never wake again, since later publishers see the flag down. Each thread's watchdog looks at its waits
+// every RING_WAKE_CHECK_MS and ends one whose counter has moved (or whose ring closed) for a whole
+// period; an early end is harmless, as every waiter checks its condition again when it wakes.
+const sleepers = new Set<Sleeper>();
+let watchdogRunning = false;
+let wakeupsRecovered = 0;
+
+/** Waits this thread's watchdog has ended because their wake-up never came (for tests and health). */
+export function ringWakeupsRecovered(): number {
+  return wakeupsRecovered;
+}
+
+function checkSleepers(): void {
+  for (const s of sleepers) {
+    const moved =
+      Atomics.load(s.header, s.counterIndex) !== s.expected || Atomics.load(s.header, CLOSED_INDEX) !== 0;
+    if (!moved) s.periodsMoved = 0;
+    else if (++s.periodsMoved >= 2) {
+      sleepers.delete(s);
+      wakeupsRecovered++;
+      s.resolve();
+    }
+  }
+}
+
 /** Announces a wait on `counterIndex` (still `expected`); null if it changed already, else the wake-up. */
 function sleepWhileEqual(header: Int32Array, flagIndex: number, counterIndex: number, expected: number) {
   Atomics.store(header, flagIndex, 1);
@@ -120,7 +158,19 @@ function sleepWhileEqual(header: Int32Array, flagIndex: number, counterIndex: nu
     return null;
   }
   if (Atomics.load(header, CLOSED_INDEX) !== 0) Atomics.notify(header, counterIndex);
-  return result.value;
+  // Unref'd: the watchdog never keeps a thread alive by itself (drainLoop holds its own timer).
+  if (!watchdogRunning) {
+    watchdogRunning = true;
+    setInterval(checkSleepers, RING_WAKE_CHECK_MS).unref();
+  }
+  return new Promise<void>((resolve) => {
+    const sleeper: Sleeper = { header, counterIndex, expected: expected | 0, periodsMoved: 0, resolve };
+    sleepers.add(sleeper);
+    result.value.then(() => {
+      sleepers.delete(sleeper);
+      resolve();
+    });
+  });
 }
 
 /** Header and data views both ends share; validates that `sab` is a ring. */

@@ -43,7 +43,7 @@ import {
   writeResultHeader,
   writeScanPage,
 } from '../threads/op-codec.js';
-import { type DrainLoop, drainLoop, RingReader, RingWriter } from '../threads/ring.js';
+import { type DrainLoop, drainLoop, RingReader, RingWriter, ringWakeupsRecovered } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
 import { NEXT_PAGE, type Span, type SpanQuery } from './reconcile-span.js';
 import { WorkerReplication } from './replication.js';
@@ -758,6 +758,7 @@ export class WorkerRuntime {
       syncInFlight: this.syncInFlight,
       replication: this.replication?.reports() ?? [],
       heapUsedBytes: process.memoryUsage().heapUsed,
+      ringWakeupsRecovered: ringWakeupsRecovered(),
     };
   }
 

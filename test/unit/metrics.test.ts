@@ -26,9 +26,10 @@ const health: Health = {
   durability: 'store',
   fragmentCount: 3,
   workers: [
-    { index: 0, state: 'ready', restarts: 0, pending: 0 },
+    { index: 0, state: 'ready', restarts: 0, pending: 0, ringWakeupsRecovered: 3 },
     { index: 1, state: 'restarting', restarts: 2, pending: 5 },
   ],
+  ringWakeupsRecovered: 1,
   fragments: [fragment(0, 0, 10), fragment(1, 1, 20), fragment(2, 0, 30, COMMIT_ATTEMPTS_MAX)],
   cluster: {
     members: ['a', 'b'],
@@ -118,6 +119,9 @@ test('metrics follow the text format and add up the figures per worker and per p
   assert.equal(m.get('tessera_worker_up{worker="0"}'), 1);
   assert.equal(m.get('tessera_worker_up{worker="1"}'), 0);
   assert.equal(m.get('tessera_worker_restarts_total{worker="1"}'), 2);
+  assert.equal(m.get('tessera_ring_wakeups_recovered_total{thread="main"}'), 1);
+  assert.equal(m.get('tessera_ring_wakeups_recovered_total{thread="worker-0"}'), 3);
+  assert.equal(m.get('tessera_ring_wakeups_recovered_total{thread="worker-1"}'), 0);
   assert.equal(m.get('tessera_worker_writes_total{worker="0"}'), 40);
   assert.equal(m.get('tessera_worker_writes_total{worker="1"}'), 20);
   assert.equal(m.get('tessera_queued_operations{worker="0",priority="background"}'), 6);

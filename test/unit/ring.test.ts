@@ -8,7 +8,9 @@ import { isMainThread, Worker, workerData } from 'node:worker_threads';
 import fc from 'fast-check';
 import { AssertionFailure } from '../../src/core/assert.js';
 import { TesseraError } from '../../src/core/errors.js';
+import { RING_WAKE_CHECK_MS } from '../../src/core/limits.js';
 import {
+  CLOSED_INDEX,
   CONSUMER_WAITING_INDEX,
   createRing,
   drainLoop,
@@ -18,6 +20,7 @@ import {
   RingReader,
   RingWriter,
   ringRecordBytes,
+  ringWakeupsRecovered,
   WRITE_INDEX,
 } from '../../src/threads/ring.js';
 import { RingOutbox } from '../../src/threads/ring-outbox.js';
@@ -293,6 +296,56 @@ function ringTests(): void {
     await space;
     assert.equal(reader.notifyCount, 2);
     assert.notEqual(writeRecord(writer, 6, 20), -1);
+  });
+
+  test('a wake-up that never comes is made up by the watchdog: the waiter still wakes, in two periods or three', async () => {
+    // The state a lost wake-up leaves: the counter moved and the flag taken down, but no notify.
+    // A pending wait holds no handle: keep this thread up while the watchdog (unref'd) works.
+    const keepAlive = setInterval(() => {}, 1000);
+    const { writer, reader, header } = ringPair(64);
+    const before = ringWakeupsRecovered();
+    let woke = false;
+    const waiting = reader.waitForData().then(() => {
+      woke = true;
+    });
+    assert.equal(header[CONSUMER_WAITING_INDEX], 1);
+    writeRecord(writer, 0, 4);
+    Atomics.store(header, WRITE_INDEX, Atomics.load(header, WRITE_INDEX) + 8);
+    Atomics.store(header, CONSUMER_WAITING_INDEX, 0);
+    const startedMs = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, RING_WAKE_CHECK_MS / 2));
+    assert.equal(woke, false, 'no wake-up before a whole period has passed with the counter moved');
+    await waiting;
+    const tookMs = Date.now() - startedMs;
+    assert.ok(tookMs >= RING_WAKE_CHECK_MS && tookMs < 10 * RING_WAKE_CHECK_MS, `woke after ${tookMs} ms`);
+    assert.equal(ringWakeupsRecovered(), before + 1);
+    // A producer waiting for space the same way.
+    const full = ringPair(64);
+    while (writeRecord(full.writer, 0, 4) !== -1);
+    const spaceWait = full.writer.waitForSpace(4);
+    Atomics.store(full.header, READ_INDEX, Atomics.load(full.header, WRITE_INDEX));
+    Atomics.store(full.header, PRODUCER_WAITING_INDEX, 0);
+    await spaceWait;
+    assert.equal(ringWakeupsRecovered(), before + 2);
+    clearInterval(keepAlive);
+  });
+
+  test('the watchdog ends no wait whose counter has not moved, and counts none that were woken', async () => {
+    const keepAlive = setInterval(() => {}, 1000);
+    const { writer, reader } = ringPair(64);
+    const before = ringWakeupsRecovered();
+    let woke = false;
+    const waiting = reader.waitForData().then(() => {
+      woke = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 3 * RING_WAKE_CHECK_MS));
+    assert.equal(woke, false);
+    writeRecord(writer, 0, 4);
+    writer.publish();
+    await waiting;
+    await new Promise((resolve) => setTimeout(resolve, 3 * RING_WAKE_CHECK_MS));
+    assert.equal(ringWakeupsRecovered(), before);
+    clearInterval(keepAlive);
   });
 
   test('close wakes a waiting consumer and a waiting producer with a ShuttingDown error', async () => {
@@ -578,7 +631,11 @@ interface Produced {
   spaceWaits: number;
 }
 
-async function produce(writer: RingWriter, random: () => number): Promise<Produced> {
+async function produce(
+  writer: RingWriter,
+  random: () => number,
+  progress: { producer: string },
+): Promise<Produced> {
   let checksum = 0x811c9dc5;
   let spaceWaits = 0;
   for (let seq = 0; seq < RECORD_COUNT; seq++) {
@@ -588,7 +645,9 @@ async function produce(writer: RingWriter, random: () => number): Promise<Produc
     let offset = writer.reserve(payloadBytes);
     if (offset === -1) {
       spaceWaits++;
+      progress.producer = `waiting for space for record ${seq} (${payloadBytes} bytes)`;
       await writer.waitForSpace(payloadBytes);
+      progress.producer = 'producing';
       offset = writer.reserve(payloadBytes);
       assert.notEqual(offset, -1, 'waitForSpace resolved without space');
     }
@@ -599,6 +658,7 @@ async function produce(writer: RingWriter, random: () => number): Promise<Produc
     if ((roll >>> 8) % 8 === 0) writer.publish();
   }
   writer.publish();
+  progress.producer = 'done';
   return { checksum, spaceWaits };
 }
 
@@ -629,13 +689,47 @@ async function runWorkerExchange(): Promise<void> {
     });
   });
   const writer = new RingWriter(input.requests);
-  const produced = await produce(writer, xorshift32(seed));
-  await Promise.race([acked, exited.then(() => assert.fail('worker exited early'))]);
-  assert.equal(lastChecksum, produced.checksum, `checksums differ (seed ${seed})`);
-  assert.ok(produced.spaceWaits > 1000, `the producer waited for space (${produced.spaceWaits} times)`);
-  console.log(`seed ${seed}: ${produced.spaceWaits} waits for space, ${writer.notifyCount} wake-ups sent`);
+  // A stall fails with both rings' counters and flags, not a bare timeout: which side waits on what.
+  const progress = { acked: -1, atMs: Date.now(), producer: 'producing' };
+  let stallTimer: NodeJS.Timeout | undefined;
+  const stalled = new Promise<never>((_, reject) => {
+    stallTimer = setInterval(() => {
+      if (lastCount !== progress.acked) {
+        progress.acked = lastCount;
+        progress.atMs = Date.now();
+      } else if (Date.now() - progress.atMs > STALL_MS) {
+        reject(new Error(`no progress for ${STALL_MS} ms (seed ${seed}): ${describeRings(input, progress)}`));
+      }
+    }, 250);
+  });
+  stalled.catch(() => {});
+  try {
+    const produced = await Promise.race([produce(writer, xorshift32(seed), progress), stalled]);
+    await Promise.race([acked, stalled, exited.then(() => assert.fail('worker exited early'))]);
+    assert.equal(lastChecksum, produced.checksum, `checksums differ (seed ${seed})`);
+    assert.ok(produced.spaceWaits > 1000, `the producer waited for space (${produced.spaceWaits} times)`);
+    console.log(
+      `seed ${seed}: ${produced.spaceWaits} waits for space, ${writer.notifyCount} wake-ups sent, ${ringWakeupsRecovered()} recovered by the watchdog`,
+    );
+  } finally {
+    clearInterval(stallTimer);
+  }
   writer.close();
   assert.equal(await exited, 0, 'the worker ends once its ring is closed');
+}
+
+/** Without an acknowledgement for this long the exchange is stuck (a run takes about a second). */
+const STALL_MS = 10_000;
+
+function describeRings(input: WorkerInput, progress: { acked: number; producer: string }): string {
+  const ring = (sab: SharedArrayBuffer) => {
+    const h = new Int32Array(sab, 0, RING_HEADER_BYTES / 4);
+    return (
+      `write ${h[WRITE_INDEX] >>> 0} read ${h[READ_INDEX] >>> 0} producer-waiting ${h[PRODUCER_WAITING_INDEX]} ` +
+      `consumer-waiting ${h[CONSUMER_WAITING_INDEX]} closed ${h[CLOSED_INDEX]}`
+    );
+  };
+  return `acked ${progress.acked}, producer ${progress.producer}; requests: ${ring(input.requests)}; acks: ${ring(input.acks)}`;
 }
 
 if (isMainThread) ringTests();

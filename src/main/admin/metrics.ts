@@ -98,6 +98,18 @@ export function prometheusText(input: MetricsInput): string {
     perWorker((w) => (w.state === 'ready' ? 1 : 0)),
   );
   out.family(
+    'tessera_ring_wakeups_recovered_total',
+    'counter',
+    'Ring waits whose wake-up never came, ended by the thread’s watchdog.',
+    [
+      [{ thread: 'main' }, health.ringWakeupsRecovered],
+      ...health.workers.map((w): [Labels, number] => [
+        { thread: `worker-${w.index}` },
+        w.ringWakeupsRecovered ?? 0,
+      ]),
+    ],
+  );
+  out.family(
     'tessera_worker_restarts_total',
     'counter',
     'Times a worker died and was restarted.',
