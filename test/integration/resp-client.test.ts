@@ -15,6 +15,7 @@ import {
   type RedisServer,
   type RespFixture,
   redisServerSkip,
+  replyDifferences,
   startRedisServer,
   startResp,
 } from './resp-helpers.js';
@@ -437,13 +438,5 @@ const EDGE_CASES = [
 test('argument errors and edge cases get the same replies as from redis-server', {
   skip: redisSkip,
 }, async () => {
-  const ours = await fixture.raw();
-  const theirs = await redisServer!.raw();
-  const differences: string[] = [];
-  for (const line of EDGE_CASES) {
-    const args = line.split(' ');
-    const [a, b] = [await ours.call(...args), await theirs.call(...args)];
-    if (a !== b) differences.push(`${line}: ${JSON.stringify(a)} (redis-server ${JSON.stringify(b)})`);
-  }
-  assert.deepEqual(differences, []);
+  assert.deepEqual(await replyDifferences(await fixture.raw(), await redisServer!.raw(), EDGE_CASES), []);
 });

@@ -267,6 +267,30 @@ function quote(buf: Buffer, start: number, end: number): string {
   return JSON.stringify(buf.toString('latin1', start, Math.min(end, buf.length)));
 }
 
+/**
+ * Sends each line (arguments split on spaces) to both clients and lists where the replies differ;
+ * `repliesOf(args)` says how many replies a line gets (one unless given).
+ */
+export async function replyDifferences(
+  ours: RawClient,
+  theirs: RawClient,
+  lines: readonly string[],
+  repliesOf: (args: string[]) => number = () => 1,
+): Promise<string[]> {
+  const differences: string[] = [];
+  for (const line of lines) {
+    const args = line.split(' ');
+    ours.sendCommand(...args);
+    theirs.sendCommand(...args);
+    for (let i = repliesOf(args); i > 0; i--) {
+      const a = (await ours.readReply()).toString('latin1');
+      const b = (await theirs.readReply()).toString('latin1');
+      if (a !== b) differences.push(`${line}: ${JSON.stringify(a)} (redis-server ${JSON.stringify(b)})`);
+    }
+  }
+  return differences;
+}
+
 /** A plain TCP client: send bytes, read whole replies as text or bytes. */
 export class RawClient {
   /** Received bytes not yet read as replies: `buffered`, then `chunks` not yet joined to it. */

@@ -16,6 +16,7 @@ import {
   type RedisServer,
   type RespFixture,
   redisServerSkip,
+  replyDifferences,
   startRedisServer,
   startResp,
 } from './resp-helpers.js';
@@ -301,24 +302,12 @@ const EDGE_CASES = [
 test('Pub/Sub argument errors and edge cases get the same replies as from redis-server', {
   skip: redisSkip,
 }, async () => {
-  const ours = await fixture.raw();
-  const theirs = await redisServer!.raw();
-  const differences: string[] = [];
-  for (const line of EDGE_CASES) {
-    const args = line.split(' ');
-    // An UNSUBSCRIBE of several names answers once per name.
-    const replies = args[0].endsWith('UNSUBSCRIBE') ? Math.max(1, args.length - 1) : 1;
-    ours.sendCommand(...args);
-    theirs.sendCommand(...args);
-    for (let i = 0; i < replies; i++) {
-      const [a, b] = [
-        (await ours.readReply()).toString('latin1'),
-        (await theirs.readReply()).toString('latin1'),
-      ];
-      if (a !== b) differences.push(`${line}: ${JSON.stringify(a)} (redis-server ${JSON.stringify(b)})`);
-    }
-  }
-  assert.deepEqual(differences, []);
+  // An UNSUBSCRIBE of several names answers once per name.
+  const repliesOf = (args: string[]) => (args[0].endsWith('UNSUBSCRIBE') ? Math.max(1, args.length - 1) : 1);
+  assert.deepEqual(
+    await replyDifferences(await fixture.raw(), await redisServer!.raw(), EDGE_CASES, repliesOf),
+    [],
+  );
 });
 
 describe('Pub/Sub on Tessera', () => {
