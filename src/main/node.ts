@@ -564,6 +564,7 @@ export class Tessera {
       [SubscriptionKind.Pattern, to.patterns],
       [SubscriptionKind.Shard, to.shardChannels],
     ] as const;
+    // Every name is checked before any is subscribed: a bad one leaves no partial subscription.
     const names = kinds.map(([kind, list]) => [kind, (list ?? []).map((n) => latin1(toBytes(n)))] as const);
     for (const [kind, list] of names) for (const name of list) registry.subscribe(client, kind, name);
     return () => registry.unsubscribeAll(client);

@@ -294,14 +294,9 @@ export class RespConnection implements PubSubClient {
   /** A line that is not a command's reply (MONITOR's feed), sent after the replies queued before it. */
   sendLine(line: string): void {
     if (this.closed || this.replyOff) return;
-    if (this.head === null) {
-      this.out.simple(line);
-      this.scheduleFlush();
-      return;
-    }
-    this.scratch.reset();
-    this.scratch.simple(line);
-    this.park(this.defer());
+    const w = this.syncWriter();
+    w.simple(line);
+    this.placeOutOfBand(w);
   }
 
   /** A Pub/Sub message for this connection, in its protocol. */
@@ -316,14 +311,17 @@ export class RespConnection implements PubSubClient {
     if (w !== null) {
       w.raw(bytes);
       this.markPushed(w);
-    } else if (this.head === null) {
-      this.out.raw(bytes);
-      this.scheduleFlush();
     } else {
-      this.scratch.reset();
-      this.scratch.raw(bytes);
-      this.park(this.defer());
+      const out = this.syncWriter();
+      out.raw(bytes);
+      this.placeOutOfBand(out);
     }
+  }
+
+  /** Sends what was written to `syncWriter()`'s writer outside any command: now, or parked in order. */
+  private placeOutOfBand(w: RespWriter): void {
+    if (w === this.scratch) this.park(this.defer());
+    else this.scheduleFlush();
   }
 
   /** What the running command has written to `w` so far is pushes (kept when its reply is dropped). */
