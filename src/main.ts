@@ -139,10 +139,6 @@ async function main(): Promise<number> {
   });
 }
 
-/**
- * `tessera status` / `tessera placement`: reads the node's /health or /placement and prints it for
- * a person. Exit 0 when healthy (status) or answered (placement), 1 when not, 2 for bad flags.
- */
 /** The peer mesh's PEM files, read before the node starts; an unreadable one names its flag. */
 function readPeerTls(files: CliArgs['peerTls']): TesseraOptions['peerTls'] {
   if (files === undefined) return undefined;
@@ -163,6 +159,10 @@ function readPeerTls(files: CliArgs['peerTls']): TesseraOptions['peerTls'] {
   };
 }
 
+/**
+ * `tessera status` / `tessera placement`: reads the node's /health or /placement and prints it for
+ * a person. Exit 0 when healthy (status) or answered (placement), 1 when not, 2 for bad flags.
+ */
 async function askNode(what: 'status' | 'placement', argv: string[]): Promise<number> {
   let admin: { port: number; bind: string } | undefined;
   try {

@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { Tessera } from '../../src/main/node.js';
 import { sleep, tempDir } from './helpers.js';
 import {
+  comparedServers,
   encodeCommand,
   type RawClient,
   type RedisServer,
@@ -39,12 +40,7 @@ after(async () => {
 });
 
 /** The servers to hold to the same bytes: Tessera, and redis-server when it is there. */
-function servers(): Array<{ name: string; port: number; raw(): Promise<RawClient> }> {
-  const list = [{ name: 'tessera', port: fixture.port, raw: () => fixture.raw() }];
-  if (redisServer !== undefined)
-    list.push({ name: 'redis-server', port: redisServer.port, raw: redisServer.raw });
-  return list;
-}
+const servers = () => comparedServers(fixture, redisServer);
 
 /** Reads replies until (and including) `last`; the connection must then have nothing more to say. */
 async function repliesUntil(client: RawClient, last: string): Promise<string[]> {

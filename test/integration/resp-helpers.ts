@@ -145,6 +145,24 @@ export interface RedisServer {
   stop(): Promise<void>;
 }
 
+/** A server a test holds to the bytes redis-server sends. */
+export interface ComparedServer {
+  name: string;
+  port: number;
+  raw(): Promise<RawClient>;
+}
+
+/** Tessera, and redis-server when it is there: the servers that must send the same bytes. */
+export function comparedServers(
+  fixture: RespFixture,
+  redisServer: RedisServer | undefined,
+): ComparedServer[] {
+  const list: ComparedServer[] = [{ name: 'tessera', port: fixture.port, raw: () => fixture.raw() }];
+  if (redisServer !== undefined)
+    list.push({ name: 'redis-server', port: redisServer.port, raw: redisServer.raw });
+  return list;
+}
+
 /** A redis-server without persistence on a free loopback port, in a temporary directory. */
 export async function startRedisServer(label: string): Promise<RedisServer> {
   const dir = await tempDir(label);

@@ -11,6 +11,8 @@ import { PUBSUB_PAYLOAD_BYTES_MAX } from '../../src/core/limits.js';
 import { CONNECTION_OUTPUT_BYTES_MAX } from '../../src/main/resp/connection.js';
 import { eventually } from './helpers.js';
 import {
+  type ComparedServer,
+  comparedServers,
   encodeCommand,
   type RawClient,
   type RedisServer,
@@ -36,16 +38,7 @@ after(async () => {
   await fixture?.stop();
 });
 
-interface Server {
-  name: string;
-  raw(): Promise<RawClient>;
-}
-
-function servers(): Server[] {
-  const list: Server[] = [{ name: 'tessera', raw: () => fixture.raw() }];
-  if (redisServer !== undefined) list.push({ name: 'redis-server', raw: redisServer.raw });
-  return list;
-}
+const servers = () => comparedServers(fixture, redisServer);
 
 const bulk = (s: string) => `$${s.length}\r\n${s}\r\n`;
 /** A confirmation or message as a RESP2 client reads it (`*`), or a RESP3 one (`>`). */
@@ -63,7 +56,7 @@ class Script {
   readonly transcript: string[] = [];
   private readonly conns: RawClient[] = [];
 
-  constructor(private readonly server: Server) {}
+  constructor(private readonly server: ComparedServer) {}
 
   async c(i: number): Promise<RawClient> {
     while (this.conns.length <= i) this.conns.push(await this.server.raw());

@@ -47,7 +47,7 @@ export class PubSubRelay {
     }
   }
 
-  /** A PublishBatch from `member`: its messages, for local subscribers. False when it is malformed. */
+  /** A peer's PublishBatch: its messages, for local subscribers. False when it is malformed. */
   receive(bytes: Buffer): boolean {
     let messages: readonly PublishedMessage[];
     try {
