@@ -81,6 +81,7 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
       flushBytesMax: limits.FLUSH_PENDING_BYTES_MAX,
     },
     cleanIntervalMs: 3_600_000,
+    cleanKeysPerSec: limits.CLEAN_KEYS_PER_SEC_DEFAULT,
     logLevel: 'silent',
     cluster: undefined,
     restarted: false,

@@ -42,8 +42,8 @@ import {
   encodeRecord,
   expiresAtOf,
   expiryTombstoneOf,
+  isExpiredValue,
   isLive,
-  isTombstone,
   logicalOf,
   mergeOutcome,
   nodeIdOf,
@@ -592,7 +592,7 @@ export class FragmentCore {
     // A pending write is newer than (or the same as) what the store holds; the sweep of a later
     // page or pass will see it once it is committed.
     if (this.pendingOf(key, hash) !== undefined) return;
-    if (isTombstone(stored) || isLive(stored, this.nowMs)) return;
+    if (!isExpiredValue(stored, this.nowMs)) return;
     this.putPending(key, hash, expiryTombstoneOf(stored));
     this.expiredSwept++;
   }

@@ -100,6 +100,17 @@ export const EXPIRES_AT_MS_MAX = HLC_WALL_MS_MAX;
 export const CLEAN_INTERVAL_MS_DEFAULT = 30_000;
 /** Keys the cleaner examines per fragment per event-loop turn, so a sweep never stalls the actor. */
 export const CLEAN_PAGE_KEYS_MAX = 512;
+/**
+ * Keys the background pool examines for the cleaner per task (lmdb): only the expired ones come
+ * back, so a page can be larger than one the actor reads itself.
+ */
+export const CLEAN_POOL_PAGE_KEYS = 4096;
+/**
+ * Keys the cleaner examines per second per worker, so its cost stays bounded however many keys a
+ * node holds: a pass over N keys takes at least N / rate seconds (expired values are hidden from
+ * reads meanwhile; the cleaner only reclaims their space).
+ */
+export const CLEAN_KEYS_PER_SEC_DEFAULT = 100_000;
 
 /**
  * How long `memory`-durability writes may stay unflushed before the actor commits them anyway;

@@ -71,6 +71,15 @@ export class TokenBucket {
     return true;
   }
 
+  /**
+   * Takes `n` tokens at once, going into debt when fewer are saved: for work counted after it is
+   * done (a page of keys), which `waitMs` then makes the caller pay for before the next.
+   */
+  spend(n: number, nowMs: number): void {
+    this.refill(nowMs);
+    this.tokens -= n;
+  }
+
   /** Milliseconds from `nowMs` until one token is available (0 if one is). */
   waitMs(nowMs: number): number {
     this.refill(nowMs);

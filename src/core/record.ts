@@ -92,6 +92,11 @@ export function isLive(r: Uint8Array, nowMs: number): boolean {
   return expiresAt === 0 || expiresAt > nowMs;
 }
 
+/** A value (not a tombstone) whose deadline has passed at `nowMs`: the cleaner's to retire. */
+export function isExpiredValue(r: Uint8Array, nowMs: number): boolean {
+  return (r[FLAGS] & FLAG_TOMBSTONE) === 0 && !isLive(r, nowMs);
+}
+
 /**
  * Last-writer-wins order of two records (DESIGN.md "Version"): timestamp, then writer node id (bytewise),
  * then tombstone over value. The last rule only separates a value from the expiry tombstone that

@@ -82,6 +82,12 @@ const FLAGS: Flag[] = [
     help: 'period of the TTL cleaner (default 30s)',
   },
   {
+    name: 'clean-keys-per-sec',
+    kind: 'integer',
+    option: 'cleanKeysPerSec',
+    help: 'keys the TTL cleaner examines per second in each worker (default 100000)',
+  },
+  {
     name: 'flush-interval',
     kind: 'duration',
     option: 'flushIntervalMs',

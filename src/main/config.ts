@@ -8,6 +8,7 @@ import { invalidInput } from '../core/errors.js';
 import {
   BACKGROUND_OPS_PER_SEC_DEFAULT,
   CLEAN_INTERVAL_MS_DEFAULT,
+  CLEAN_KEYS_PER_SEC_DEFAULT,
   FLUSH_INTERVAL_MS_DEFAULT,
   FLUSH_PENDING_BYTES_MAX,
   FLUSH_PENDING_WRITES_MAX,
@@ -50,6 +51,8 @@ export interface TesseraOptions extends ClusterOptions {
   maxClockSkewMs?: number;
   /** Period of the TTL cleaner that turns expired values into tombstones (default 30 s). */
   cleanIntervalMs?: number;
+  /** Keys the TTL cleaner examines per second in each worker (default 100 000). */
+  cleanKeysPerSec?: number;
   /** Longest time `memory`-durability writes stay uncommitted (default 2 ms). */
   flushIntervalMs?: number;
   /** Queued operations per fragment per priority before Backpressure (default 8192). */
@@ -74,6 +77,7 @@ export interface NodeConfig {
   valueBytesMax: number;
   maxClockSkewMs: number;
   cleanIntervalMs: number;
+  cleanKeysPerSec: number;
   flushIntervalMs: number;
   queueOpsMax: number;
   backgroundOpsPerSec: number;
@@ -95,6 +99,7 @@ const KNOWN_OPTIONS = new Set([
   'valueBytesMax',
   'maxClockSkewMs',
   'cleanIntervalMs',
+  'cleanKeysPerSec',
   'flushIntervalMs',
   'queueOpsMax',
   'backgroundOpsPerSec',
@@ -187,6 +192,13 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
       1,
       INTERVAL_MS_MAX,
       CLEAN_INTERVAL_MS_DEFAULT,
+    ),
+    cleanKeysPerSec: integerIn(
+      'cleanKeysPerSec',
+      options.cleanKeysPerSec,
+      1,
+      1_000_000_000,
+      CLEAN_KEYS_PER_SEC_DEFAULT,
     ),
     flushIntervalMs,
     queueOpsMax: integerIn('queueOpsMax', options.queueOpsMax, 1, 1 << 20, QUEUE_OPS_MAX_DEFAULT),

@@ -595,6 +595,7 @@ export class Dispatcher {
         flushBytesMax: c.flushBytesMax,
       },
       cleanIntervalMs: c.cleanIntervalMs,
+      cleanKeysPerSec: c.cleanKeysPerSec,
       logLevel: this.logger.level,
       cluster: this.cluster?.workerInit(),
       restarted,

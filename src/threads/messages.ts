@@ -16,6 +16,7 @@ export interface WorkerInit {
   fragments: number[];
   fragment: Omit<FragmentConfig, 'fragment' | 'storedHighWaterWallMs'>;
   cleanIntervalMs: number;
+  cleanKeysPerSec: number;
   /** pino level of the node's logger; the worker logs JSON lines at the same level. */
   logLevel: string;
   /** Set when the node is part of a cluster: whom the worker's fragments replicate to. */

@@ -41,7 +41,15 @@
 
 import { assert } from '../core/assert.js';
 import { BitOperation } from '../core/bits.js';
-import { copyBytes, readU16LE, readU32LE, writeU16LE, writeU32LE } from '../core/bytes.js';
+import {
+  copyBytes,
+  readU16LE,
+  readU32LE,
+  readU48BE,
+  writeU16LE,
+  writeU32LE,
+  writeU48BE,
+} from '../core/bytes.js';
 import { isErrorKind } from '../core/errors.js';
 import {
   KEY_BYTES_MAX,
@@ -391,7 +399,11 @@ export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; p
   return { scan, priority: ((flags >> 4) & 3) as Priority };
 }
 
-/** What a worker asks the background pool to read for anti-entropy (src/workers/reconcile-span.ts). */
+/**
+ * What a worker asks the background pool to read: a span for anti-entropy
+ * (src/workers/reconcile-span.ts), or with `expiredAtMs` a page for the TTL cleaner
+ * (src/workers/expired-span.ts).
+ */
 export interface PoolSpanRequest {
   fragment: number;
   /** Undefined: from the first key. */
@@ -399,6 +411,8 @@ export interface PoolSpanRequest {
   /** The requester's last range key; undefined when it has none. */
   lastKey: Uint8Array | undefined;
   openEnd: boolean;
+  /** The cleaner's time: only records expired by then come back (and the page's last key). */
+  expiredAtMs?: number;
 }
 
 /** The span's keys with their versions (stamps: records without values), in key order. */
@@ -411,23 +425,31 @@ export interface PoolSpanResult {
 const SPAN_AFTER_KEY = 1;
 const SPAN_LAST_KEY = 2;
 const SPAN_OPEN_END = 4;
+const SPAN_EXPIRED_AT = 8;
 const SPAN_TRUNCATED = 1;
 const SPAN_FAILED = 2;
 
 export function poolSpanRequestBytes(r: PoolSpanRequest): number {
-  return 8 + 2 + (r.afterKey?.length ?? 0) + 2 + (r.lastKey?.length ?? 0);
+  return (
+    8 + 2 + (r.afterKey?.length ?? 0) + 2 + (r.lastKey?.length ?? 0) + (r.expiredAtMs === undefined ? 0 : 6)
+  );
 }
 
-/** ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys. */
+/**
+ * ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys, then the
+ * cleaner's time (u48) when it is one of its pages.
+ */
 export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r: PoolSpanRequest): void {
   buf[at] = ResultKind.PoolSpan;
   buf[at + 1] =
     (r.afterKey !== undefined ? SPAN_AFTER_KEY : 0) |
     (r.lastKey !== undefined ? SPAN_LAST_KEY : 0) |
-    (r.openEnd ? SPAN_OPEN_END : 0);
+    (r.openEnd ? SPAN_OPEN_END : 0) |
+    (r.expiredAtMs !== undefined ? SPAN_EXPIRED_AT : 0);
   writeU16LE(buf, at + 2, r.fragment);
   writeU32LE(buf, at + 4, taskId);
-  writeBytes16(buf, writeBytes16(buf, at + 8, r.afterKey), r.lastKey);
+  const end = writeBytes16(buf, writeBytes16(buf, at + 8, r.afterKey), r.lastKey);
+  if (r.expiredAtMs !== undefined) writeU48BE(buf, end, r.expiredAtMs);
 }
 
 /** Decodes a PoolSpan request, copying its keys out of ring memory. */
@@ -435,15 +457,15 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
   const flags = buf[at + 1];
   const afterKey = readBytes16(buf, at + 8);
   const lastKey = readBytes16(buf, at + 10 + afterKey.length);
-  return {
-    taskId: readU32LE(buf, at + 4),
-    request: {
-      fragment: readU16LE(buf, at + 2),
-      afterKey: flags & SPAN_AFTER_KEY ? afterKey : undefined,
-      lastKey: flags & SPAN_LAST_KEY ? lastKey : undefined,
-      openEnd: (flags & SPAN_OPEN_END) !== 0,
-    },
+  const request: PoolSpanRequest = {
+    fragment: readU16LE(buf, at + 2),
+    afterKey: flags & SPAN_AFTER_KEY ? afterKey : undefined,
+    lastKey: flags & SPAN_LAST_KEY ? lastKey : undefined,
+    openEnd: (flags & SPAN_OPEN_END) !== 0,
   };
+  if (flags & SPAN_EXPIRED_AT)
+    request.expiredAtMs = readU48BE(buf, at + 12 + afterKey.length + lastKey.length);
+  return { taskId: readU32LE(buf, at + 4), request };
 }
 
 export function poolSpanResultBytes(span: PoolSpanResult | undefined): number {

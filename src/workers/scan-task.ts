@@ -1,15 +1,18 @@
 // Background-pool tasks (piscina), read from the lmdb environment as a reader beside the fragments'
 // writers: one pattern-filtered scan page of one fragment (the main thread fences the fragment
-// first, so every write acknowledged before the scan is committed and visible here), or the span of
-// keys and versions an anti-entropy responder compares (src/workers/reconcile-span.ts).
+// first, so every write acknowledged before the scan is committed and visible here), the span of
+// keys and versions an anti-entropy responder compares (src/workers/reconcile-span.ts), or a page
+// of the TTL cleaner's candidates (src/workers/expired-span.ts).
 
 import { parentPort, threadId } from 'node:worker_threads';
+import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
 import { stampOf } from '../core/reconciler.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { openStore } from '../native-bindings/open-store.js';
 import type { PoolThreadLoaded } from '../threads/messages.js';
 import type { PoolSpanRequest, PoolSpanResult, ScanPage, ScanRequest } from '../threads/op-codec.js';
-import { readSpan } from './reconcile-span.js';
+import { readExpiredSpan } from './expired-span.js';
+import { type PageReader, readSpan } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
 
 // The imports above loaded lmdb's native addon: from here on the thread may be ended safely.
@@ -58,12 +61,12 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
   const store = await storeFor(task, task.fragment);
   // A snapshot per task: the fragment's writer commits between tasks.
   store.refreshReads();
+  const read: PageReader = (start, limit) => store.page(task.fragment, start, undefined, limit);
   const ranges = task.lastKey === undefined ? [] : [{ lastKey: task.lastKey }];
-  const span = await readSpan(
-    (start, limit) => store.page(task.fragment, start, undefined, limit),
-    task.afterKey,
-    { ranges, openEnd: task.openEnd },
-  );
+  const span =
+    task.expiredAtMs === undefined
+      ? await readSpan(read, task.afterKey, { ranges, openEnd: task.openEnd })
+      : await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
   return {
     keys: span.entries.map((e) => e.key),
     stamps: span.entries.map((e) => stampOf(e.record)),

@@ -8,9 +8,15 @@ import { assert } from '../core/assert.js';
 import { copyBytes, copyRange, writeU32LE } from '../core/bytes.js';
 import { asStorageError, ErrorKind, TesseraError, truncateErrorMessage } from '../core/errors.js';
 import { type CommitAction, type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
-import { CLEAN_PAGE_KEYS_MAX, RESULT_ACKS_MAX, WORKER_TURN_OPS_MAX } from '../core/limits.js';
+import {
+  CLEAN_PAGE_KEYS_MAX,
+  CLEAN_POOL_PAGE_KEYS,
+  RESULT_ACKS_MAX,
+  WORKER_TURN_OPS_MAX,
+} from '../core/limits.js';
+import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
-import { isLive, isTombstone } from '../core/record.js';
+import { isExpiredValue } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
@@ -102,6 +108,10 @@ export class WorkerRuntime {
   private immediatePending = false;
   private cleanTimer: NodeJS.Timeout | undefined;
   private sweeping = false;
+  /** Keys the cleaner may examine (`cleanKeysPerSec`); an idle spell saves up none. */
+  private readonly sweepKeys: TokenBucket;
+  /** Ends the cleaner's wait for its next page early (at close). */
+  private sweepPaceWake: (() => void) | undefined;
   private closing = false;
   private readonly logger: Logger;
   private readonly replication: WorkerReplication | undefined;
@@ -129,6 +139,7 @@ export class WorkerRuntime {
     this.activeMark = new Uint8Array(init.store.fragmentCount);
     this.logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
     const nowMs = Date.now();
+    this.sweepKeys = new TokenBucket(init.cleanKeysPerSec, 1, nowMs);
     const replication =
       init.cluster === undefined
         ? undefined
@@ -581,7 +592,11 @@ export class WorkerRuntime {
     this.publishResults();
   }
 
-  /** Offers every stored record to the cleaner, a page per event-loop turn, fragment by fragment. */
+  /**
+   * Offers every stored record to the cleaner, fragment by fragment, a page per event-loop turn at
+   * most and `cleanKeysPerSec` keys a second: a pass over many keys takes longer instead of costing
+   * more. A pass still running when the next interval comes is not started again.
+   */
   private async sweepAll(): Promise<void> {
     if (this.sweeping || this.closing) return;
     this.sweeping = true;
@@ -590,12 +605,13 @@ export class WorkerRuntime {
         if (this.store.sharesReaders && (await this.sweepFromPool(fragment))) continue;
         let start: PageStart | undefined;
         for (;;) {
+          await this.paceSweep();
           if (this.closing) return;
           const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
+          this.sweepKeys.spend(entries.length, Date.now());
           if (entries.length === 0) break;
           this.sweepPage(this.cores[fragment]!, Date.now(), entries);
           start = { key: entries[entries.length - 1].key, inclusive: false };
-          await new Promise<void>((resolve) => setImmediate(resolve));
         }
       }
     } catch (err) {
@@ -618,33 +634,56 @@ export class WorkerRuntime {
   }
 
   /**
-   * A fragment's TTL sweep with the reading done in the background pool (lmdb): the pool pages
-   * through keys and stamps — no values — from a read-only view, and this thread looks only at the
-   * candidates already expired, each against its current record (it may have changed since the pool
-   * read it). False when the pool would not take a page: the caller then sweeps in this thread.
+   * A fragment's TTL sweep with the reading done in the background pool (lmdb): the pool examines
+   * a page of keys from a read-only view and sends back only those expired at the time asked
+   * (expired-span.ts); this thread checks each against its current record (it may have changed
+   * since the pool read it). False when the pool would not take a page: the caller then sweeps in
+   * this thread.
    */
   private async sweepFromPool(fragment: number): Promise<boolean> {
     const core = this.cores[fragment]!;
     let afterKey: Uint8Array | undefined;
     for (;;) {
+      await this.paceSweep();
+      if (this.closing) return true;
       let span: Span;
       try {
-        span = await this.poolSpan(fragment, afterKey, NEXT_PAGE);
+        span = await this.poolSpan(fragment, afterKey, NEXT_PAGE, Date.now());
       } catch {
         return false;
       }
       if (this.closing) return true;
+      // A short last page is counted in full: the pool does not say how many keys it examined.
+      this.sweepKeys.spend(CLEAN_POOL_PAGE_KEYS, Date.now());
       const nowMs = Date.now();
       const entries: Array<{ key: Buffer; record: Buffer }> = [];
       for (const e of span.entries) {
-        if (isTombstone(e.record) || isLive(e.record, nowMs)) continue;
         const current = core.current(e.key);
-        if (current !== undefined) entries.push({ key: e.key, record: Buffer.from(current) });
+        if (current !== undefined && isExpiredValue(current, nowMs)) {
+          entries.push({ key: e.key, record: Buffer.from(current) });
+        }
       }
       if (entries.length > 0) this.sweepPage(core, nowMs, entries);
       if (!span.truncated || span.entries.length === 0) return true;
       afterKey = span.entries[span.entries.length - 1].key;
     }
+  }
+
+  /** Waits until the cleaner may examine its next page: the next event-loop turn at the soonest. */
+  private paceSweep(): Promise<void> {
+    const waitMs = this.sweepKeys.waitMs(Date.now());
+    return new Promise<void>((resolve) => {
+      if (waitMs === 0) return setImmediate(resolve);
+      const timer = setTimeout(() => {
+        this.sweepPaceWake = undefined;
+        resolve();
+      }, waitMs);
+      this.sweepPaceWake = () => {
+        clearTimeout(timer);
+        this.sweepPaceWake = undefined;
+        resolve();
+      };
+    });
   }
 
   /** Keeps one timer for the earliest fragment deadline, and an immediate when work is runnable now. */
@@ -700,10 +739,15 @@ export class WorkerRuntime {
   }
 
   /** Asks the main thread to read a span in the background pool; the answer comes as PoolSpanResult. */
-  private poolSpan(fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery): Promise<Span> {
+  private poolSpan(
+    fragment: number,
+    afterKey: Uint8Array | undefined,
+    q: SpanQuery,
+    expiredAtMs?: number,
+  ): Promise<Span> {
     const taskId = this.nextPoolTask++;
     const lastKey = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
-    const request = { fragment, afterKey, lastKey, openEnd: q.openEnd };
+    const request = { fragment, afterKey, lastKey, openEnd: q.openEnd, expiredAtMs };
     const at = this.outbox.reserve(poolSpanRequestBytes(request));
     writePoolSpanRequest(this.outbox.buffer, at, taskId, request);
     this.outbox.commit();
@@ -771,6 +815,7 @@ export class WorkerRuntime {
     this.drain?.stop();
     this.replication?.close();
     if (this.cleanTimer !== undefined) clearInterval(this.cleanTimer);
+    this.sweepPaceWake?.();
     if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
     for (const f of this.fragments) {
       if (!this.cores[f]!.idle()) this.logger.warn({ fragment: f }, 'fragment not idle at close');

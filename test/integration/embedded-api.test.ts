@@ -460,6 +460,10 @@ describe('admission', () => {
       Tessera.start({ store: 'memory', valueBytesMax: 64 * 1024 * 1024 }),
       /valueBytesMax/,
     );
+    await assert.rejects(
+      Tessera.start({ store: 'memory', cleanKeysPerSec: 0 }),
+      /cleanKeysPerSec must be an integer/,
+    );
   });
 });
 
@@ -545,6 +549,32 @@ describe('TTL cleaner', () => {
           assert.equal((await node.get('keep'))?.toString(), 'v');
           const page = await node.scan({ prefix: 'exp-' });
           assert.deepEqual(page.entries, []);
+        },
+      );
+    });
+  }
+
+  // lmdb: the background pool reads the pages; memory: the worker itself.
+  for (const store of ['lmdb', 'memory'] as const) {
+    test(`the cleaner examines at most cleanKeysPerSec keys a second, then finishes, on ${store}`, async () => {
+      const keys = 6000;
+      const perSec = 3000;
+      await withNode(
+        `clean-rate-${store}`,
+        { store, workers: 1, fragments: 1, cleanIntervalMs: 100, cleanKeysPerSec: perSec },
+        async (node) => {
+          await node.putMany(
+            Array.from({ length: keys }, (_, i) => [`exp-${i}`, 'v'] as const),
+            { ttlMs: 200 },
+          );
+          const swept = async () => (await node.health()).fragments.reduce((n, f) => n + f.expiredSwept, 0);
+          await eventually(async () => (await swept()) > 0);
+          const firstMs = Date.now();
+          await eventually(async () => (await swept()) === keys, 20_000);
+          const elapsedMs = Date.now() - firstMs;
+          // Unpaced, a pass over 6000 keys takes a few tens of ms. Paced, the keys after the first
+          // page wait their turn: at least one lmdb pool page (4096 keys) or 11 worker pages (512).
+          assert.ok(elapsedMs >= 1000, `${keys} expired keys swept in ${elapsedMs} ms at ${perSec} keys/s`);
         },
       );
     });

@@ -56,8 +56,14 @@ test('every flag reads its environment variable; the command line wins', () => {
     TESSERA_WORKERS: '5',
     TESSERA_STORE: 'memory',
     TESSERA_CLEAN_INTERVAL: '5s',
+    TESSERA_CLEAN_KEYS_PER_SEC: '20000',
   });
-  assert.deepEqual(args.options, { workers: 2, store: 'memory', cleanIntervalMs: 5000 });
+  assert.deepEqual(args.options, {
+    workers: 2,
+    store: 'memory',
+    cleanIntervalMs: 5000,
+    cleanKeysPerSec: 20000,
+  });
 });
 
 test('bad flags are refused with a message naming them', () => {

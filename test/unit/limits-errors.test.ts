@@ -67,3 +67,16 @@ test('token bucket admits its burst, then its rate', () => {
   assert.ok(b.tryTake(1000) && b.tryTake(1000));
   assert.equal(b.tryTake(1000), false, 'never more than the burst saved up');
 });
+
+test('token bucket: work spent after the fact is paid for by waiting before the next', () => {
+  // 1 000 a second with a page of 100 saved up: a page costs nothing, the next page 100 ms.
+  const b = new TokenBucket(1000, 100, 0);
+  b.spend(100, 0);
+  assert.equal(b.waitMs(0), 1, 'a page spent the burst: the next token is a millisecond away');
+  b.spend(400, 0);
+  assert.equal(b.waitMs(0), 401, 'a larger page runs into debt, and the debt is waited off');
+  assert.equal(b.waitMs(300), 101);
+  assert.equal(b.waitMs(401), 0);
+  b.spend(100, 10_000);
+  assert.equal(b.waitMs(10_000), 1, 'an idle spell saves up no more than the burst');
+});

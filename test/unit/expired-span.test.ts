@@ -1,0 +1,107 @@
+// The TTL cleaner's page read in the background pool (src/workers/expired-span.ts), over a real
+// lmdb store, and the PoolSpan request that carries the cleaner's time across the rings.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { encodeRecord, expiryTombstoneOf, isExpiredValue } from '../../src/core/record.js';
+import { openStore } from '../../src/native-bindings/open-store.js';
+import {
+  type PoolSpanRequest,
+  poolSpanRequestBytes,
+  readPoolSpanRequest,
+  writePoolSpanRequest,
+} from '../../src/threads/op-codec.js';
+import { readExpiredSpan } from '../../src/workers/expired-span.js';
+
+const NOW = 1_000_000;
+const node = Buffer.from('n1');
+const value = (expiresAtMs: number) => encodeRecord(false, 5, 0, expiresAtMs, node, Buffer.from('v'));
+
+test('expired values are the cleaner’s; live values, values without a deadline and tombstones are not', () => {
+  assert.equal(isExpiredValue(value(NOW), NOW), true, 'a deadline reached');
+  assert.equal(isExpiredValue(value(NOW - 1), NOW), true);
+  assert.equal(isExpiredValue(value(NOW + 1), NOW), false, 'a deadline ahead');
+  assert.equal(isExpiredValue(value(0), NOW), false, 'no deadline');
+  assert.equal(isExpiredValue(expiryTombstoneOf(value(NOW - 1)), NOW), false, 'already retired');
+});
+
+test('a cleaner page sends back only the expired keys, and its last key to resume after', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'tessera-expired-span-'));
+  const store = await openStore({
+    kind: 'lmdb',
+    dataDir: dir,
+    fragmentCount: 1,
+    levelGroups: [],
+    levelGroupCount: 0,
+  });
+  try {
+    await store.openFragment(0);
+    // k00..k24: every fifth expired, every seventh retired already, the rest live or without a deadline.
+    const puts: Array<[Uint8Array, Uint8Array]> = [];
+    const expired: string[] = [];
+    for (let i = 0; i < 25; i++) {
+      const key = `k${String(i).padStart(2, '0')}`;
+      let record = value(i % 2 === 0 ? NOW + 60_000 : 0);
+      if (i % 5 === 0) {
+        record = value(NOW - i);
+        expired.push(key);
+      } else if (i % 7 === 0) {
+        record = expiryTombstoneOf(value(NOW - 1));
+      }
+      puts.push([Buffer.from(key), record]);
+    }
+    await store.commit([{ fragment: 0, puts, deletes: [], highWaterWallMs: 5 }]);
+    const read = (start: { key: Uint8Array; inclusive: boolean } | undefined, limit: number) =>
+      store.page(0, start, undefined, limit);
+
+    const seen: string[] = [];
+    const pageEnds: string[] = [];
+    let afterKey: Uint8Array | undefined;
+    for (let pages = 0; ; pages++) {
+      assert.ok(pages < 10, 'the pages come to an end');
+      const span = await readExpiredSpan(read, afterKey, NOW, 10);
+      const keys = span.entries.map((e) => e.key.toString());
+      const last = keys[keys.length - 1];
+      pageEnds.push(last);
+      for (const e of span.entries) if (isExpiredValue(e.record, NOW)) seen.push(e.key.toString());
+      assert.ok(
+        span.entries.every((e, i) => i === span.entries.length - 1 || isExpiredValue(e.record, NOW)),
+        'nothing but expired values, and the last key examined',
+      );
+      if (!span.truncated) break;
+      afterKey = span.entries[span.entries.length - 1].key;
+    }
+    assert.deepEqual(seen, expired, 'every expired key, once, in key order');
+    assert.deepEqual(pageEnds, ['k09', 'k19', 'k24'], 'pages of ten keys examined, resumed after the last');
+  } finally {
+    await store.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a PoolSpan request carries the cleaner’s time, and an anti-entropy one none', () => {
+  const requests: PoolSpanRequest[] = [
+    {
+      fragment: 7,
+      afterKey: Buffer.from('after'),
+      lastKey: undefined,
+      openEnd: true,
+      expiredAtMs: 2 ** 47 + 3,
+    },
+    { fragment: 0, afterKey: undefined, lastKey: undefined, openEnd: true, expiredAtMs: 0 },
+    { fragment: 3, afterKey: Buffer.from('a'), lastKey: Buffer.from('zz'), openEnd: false },
+  ];
+  for (const request of requests) {
+    const buf = Buffer.alloc(poolSpanRequestBytes(request) + 4, 0xee);
+    writePoolSpanRequest(buf, 2, 99, request);
+    const read = readPoolSpanRequest(buf, 2);
+    assert.equal(read.taskId, 99);
+    assert.deepEqual(
+      { ...read.request, afterKey: read.request.afterKey && Buffer.from(read.request.afterKey) },
+      { ...request, afterKey: request.afterKey && Buffer.from(request.afterKey) },
+    );
+    assert.equal(buf[buf.length - 2], 0xee, 'nothing written past the request');
+  }
+});
