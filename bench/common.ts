@@ -18,6 +18,10 @@ export interface BenchTask {
   opsPerCall: number;
   fn: () => unknown;
   baseline?: string;
+  /** Untimed, before a task's calls of a round (and of its warm-up) start. */
+  beforeAll?: () => Promise<void> | void;
+  /** Untimed, after a task's last call of a round (and of its warm-up). */
+  afterAll?: () => Promise<void> | void;
 }
 
 /** Milliseconds each task runs (after warm-up); override with TESSERA_BENCH_MS. */
@@ -46,7 +50,7 @@ export async function runTasks(suite: string, tasks: BenchTask[], rounds = 1): P
             warmupTime: Math.min(100, roundMs / 2),
             warmupIterations: 1,
           });
-    for (const t of tasks) bench.add(t.name, t.fn);
+    for (const t of tasks) bench.add(t.name, t.fn, { beforeAll: t.beforeAll, afterAll: t.afterAll });
     await bench.run();
     tasks.forEach((t, i) => {
       const result = bench.tasks[i].result;

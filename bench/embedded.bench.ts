@@ -6,6 +6,10 @@
 // one transaction, no concurrency and no per-operation result at all. Reads
 // compare with lmdb's `getBinary` and with its faster reused-buffer read plus a copy of the value,
 // which is what a Tessera read does on the main thread when the fragment has nothing uncommitted.
+// The put tasks run twice: in calls of BATCHES_PER_CALL batches that each wait for all of theirs
+// (an application's bursts: the pipeline fills and drains every call), and sustained — the window
+// kept full across calls, each call awaiting the oldest batch and issuing the next (an application
+// that never stops writing: throughput without the fill and drain).
 // The tasks take turns in ROUNDS rounds and each reports its median round (`runTasks`).
 
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -13,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { open } from 'lmdb';
 import { Tessera } from '../src/main/node.js';
-import { type BenchRow, formatTable, isMain, runTasks } from './common.js';
+import { type BenchRow, type BenchTask, formatTable, isMain, runTasks } from './common.js';
 
 // The write workload, shared with embedded-ab.ts.
 export const BATCH = 1000;
@@ -37,6 +41,29 @@ export async function windowed(batch: () => Promise<unknown>): Promise<void> {
     inFlight.push(batch());
   }
   await Promise.all(inFlight);
+}
+
+/**
+ * A task keeping WINDOW batches in flight across its calls: each call waits for the oldest and
+ * issues one more. The window is filled before the timed calls and drained after them.
+ */
+function sustained(name: string, batch: () => Promise<unknown>, baseline?: string): BenchTask {
+  const inFlight: Promise<unknown>[] = [];
+  return {
+    name,
+    opsPerCall: BATCH,
+    baseline,
+    beforeAll: () => {
+      while (inFlight.length < WINDOW) inFlight.push(batch());
+    },
+    fn: async () => {
+      await inFlight.shift();
+      inFlight.push(batch());
+    },
+    afterAll: async () => {
+      await Promise.all(inFlight.splice(0));
+    },
+  };
 }
 
 export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
@@ -91,6 +118,12 @@ export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
           fn: () => windowed(() => Promise.all(nextKeys().map((k) => node.put(k, VALUE)))),
           baseline: 'lmdb put (async, batched by lmdb-js)',
         },
+        sustained('lmdb put (async), sustained', () => Promise.all(nextKeys().map((k) => raw.put(k, VALUE)))),
+        sustained(
+          `tessera put @store (${workersLabel}), sustained`,
+          () => Promise.all(nextKeys().map((k) => node.put(k, VALUE))),
+          'lmdb put (async), sustained',
+        ),
         {
           name: 'lmdb getBinary',
           opsPerCall: BATCH,
