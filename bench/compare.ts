@@ -574,8 +574,9 @@ async function embedded(s: Settings, out: string): Promise<Row[]> {
   for (const r of rows) {
     if (r.baseline === undefined) continue;
     const base = rows.find((b) => b.suite === r.suite && b.name === r.baseline);
+    const op = r.name.startsWith('tessera put') ? 'put' : 'get';
     found.push({
-      test: `embedded, in process (${r.name.startsWith('tessera put') ? 'put' : 'get'})`,
+      test: `embedded, in process (${r.name.endsWith('sustained') ? `${op}, sustained` : op})`,
       tessera: r.name,
       baseline: r.baseline,
       a: { opsPerSec: r.opsPerSec, p99Ms: undefined, errors: 0 },
