@@ -1,8 +1,10 @@
 // Peer frames and static placement: the frame reader's limits, routing fields read without
-// decoding, and rendezvous placement's determinism, balance and small movement on membership change.
+// decoding, and rendezvous placement's determinism, balance and small movement on membership change
+// (by fast-check against each fragment's full ranking of the members).
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import { Keyspace } from '../../src/core/keyspace.js';
 import { Modifier } from '../../src/core/modify.js';
 import { Durability, OpKind, Priority, Reply } from '../../src/core/ops.js';
@@ -156,6 +158,52 @@ describe('placement', () => {
       }
     }
     assert.ok(moved > 150 && moved < 360, `about a quarter moved: ${moved}`);
+  });
+
+  /** Replica lists as member ids. */
+  const ids = (p: ReturnType<typeof computePlacement>) => p.replicas.map((r) => r.map((m) => p.members[m]));
+  const membersArb = fc.uniqueArray(fc.string({ minLength: 1, maxLength: 6 }), {
+    minLength: 2,
+    maxLength: 8,
+  });
+
+  test('fast-check: a member leaving takes only its own places; each list is the rest of the full ranking', () => {
+    fc.assert(
+      fc.property(
+        membersArb,
+        fc.integer({ min: 1, max: 64 }),
+        fc.nat(),
+        fc.nat(),
+        (members, fragments, r, gone) => {
+          const ranking = ids(computePlacement(members, fragments, members.length));
+          const leaving = members[gone % members.length];
+          const rest = members.filter((m) => m !== leaving);
+          const replicas = 1 + (r % rest.length);
+          const after = ids(computePlacement(rest, fragments, replicas));
+          for (let f = 0; f < fragments; f++) {
+            assert.equal(new Set(ranking[f]).size, members.length, 'a ranking names every member once');
+            assert.deepEqual(after[f], ranking[f].filter((m) => m !== leaving).slice(0, replicas));
+          }
+        },
+      ),
+    );
+  });
+
+  test('fast-check: a member joining only enters lists; the others keep their order', () => {
+    fc.assert(
+      fc.property(membersArb, fc.integer({ min: 1, max: 64 }), fc.nat(), (members, fragments, r) => {
+        const joining = members[members.length - 1];
+        const old = members.slice(0, -1);
+        const replicas = 1 + (r % old.length);
+        const before = ids(computePlacement(old, fragments, replicas));
+        const after = ids(computePlacement(members, fragments, replicas));
+        for (let f = 0; f < fragments; f++) {
+          const kept = after[f].filter((m) => m !== joining);
+          assert.deepEqual(kept, before[f].slice(0, kept.length));
+          assert.equal(kept.length, after[f].includes(joining) ? replicas - 1 : replicas);
+        }
+      }),
+    );
   });
 
   test('the first serving replica skips members that are down', () => {

@@ -1,10 +1,12 @@
 // Anti-entropy state machines without sockets or stores: a requester and a responder over two maps
 // converge to the LWW winner while listing only the ranges whose digests differ; the responder
 // refuses out-of-order pages and unadvertised fetches; the requester refuses pages and records that
-// break the protocol.
+// break the protocol. fast-check holds a round against a set difference: it fetches exactly the keys
+// whose peer record wins.
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import { Keyspace } from '../../src/core/keyspace.js';
 import { RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
 import {
@@ -23,8 +25,10 @@ import { type PageReader, readSpan } from '../../src/workers/reconcile-span.js';
 
 const NODE_A = Buffer.from('a');
 const NODE_B = Buffer.from('b');
+const NODE_C = Buffer.from('c');
 const keyspace = new Keyspace(1);
 type Start = { key: Uint8Array; inclusive: boolean } | undefined;
+type Version = { wallMs: number; node: Buffer };
 
 /** One replica's copy of fragment 0. */
 class Replica implements VersionReader {
@@ -73,11 +77,15 @@ const check = (nowMs = 1_000_000): RecordCheck => ({
   maxClockSkewMs: 300_000,
 });
 
-/** One whole round of `local` pulling from `remote`: messages, summaries listed, keys repaired. */
+/**
+ * One whole round of `local` pulling from `remote`: messages, summaries listed, keys repaired; the
+ * keys it asked for (latin1) are added to `fetched` when given.
+ */
 async function pull(
   local: Replica,
   remote: Replica,
   horizonMs = 0,
+  fetched?: Set<string>,
 ): Promise<{ messages: number; repaired: number; summaries: number }> {
   const responder = new ReconcileResponder();
   responder.onSessionStart(7);
@@ -104,6 +112,7 @@ async function pull(
       summaries += page.summaries.length;
       step = round.onSummaries(page, local);
     } else if (step.kind === 'fetch') {
+      for (const key of step.keys) fetched?.add(key.toString('latin1'));
       const pages = responder.onFetch(
         { sessionId: 7, roundId: 1, chunkSeq: step.chunkSeq, keys: step.keys },
         remote,
@@ -238,6 +247,89 @@ describe('anti-entropy rounds', () => {
     const a = new Replica();
     a.put('k', 1, NODE_A, 'v');
     assert.deepEqual(await pull(a, new Replica()), { messages: 2, repaired: 0, summaries: 0 });
+  });
+});
+
+/** A write's version: a few wall ms and three writers, so that replicas often tie or cross. */
+const versionArb = fc.record({
+  wallMs: fc.integer({ min: 1, max: 40 }),
+  node: fc.constantFrom(NODE_A, NODE_B, NODE_C),
+});
+/** Keys (the empty key among them) with what each replica holds of them: a version, or nothing. */
+const replicasArb = fc.uniqueArray(
+  fc.record({
+    key: fc.uint8Array({ maxLength: 4 }).map((k) => Buffer.from(k).toString('latin1')),
+    a: fc.option(versionArb, { nil: undefined }),
+    b: fc.option(versionArb, { nil: undefined }),
+  }),
+  { maxLength: 700, size: 'max', selector: (c) => c.key },
+);
+
+/** The reference LWW order of two versions: wall ms, then writer (every writer id here is one byte). */
+function newer(x: Version, y: Version | undefined): boolean {
+  return y === undefined || x.wallMs > y.wallMs || (x.wallMs === y.wallMs && x.node[0] > y.node[0]);
+}
+
+/** The record of a version: one version is one write, so its value and kind follow from it. */
+function putVersion(replica: Replica, key: string, v: Version): void {
+  const tombstone = (v.wallMs * 3 + v.node[0]) % 5 === 0;
+  replica.put(key, v.wallMs, v.node, tombstone ? undefined : `v${v.wallMs}${v.node.toString()}`);
+}
+
+function replicasOf(cases: ReadonlyArray<{ key: string; a?: Version; b?: Version }>): [Replica, Replica] {
+  const a = new Replica();
+  const b = new Replica();
+  for (const c of cases) {
+    if (c.a !== undefined) putVersion(a, c.key, c.a);
+    if (c.b !== undefined) putVersion(b, c.key, c.b);
+  }
+  return [a, b];
+}
+
+describe('anti-entropy against a set difference (spec §6)', () => {
+  test('fast-check: a round fetches exactly the keys whose peer record wins, and merges nothing else', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        replicasArb,
+        fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 40 })),
+        async (cases, horizonMs) => {
+          const [a, b] = replicasOf(cases);
+          const before = new Map(a.data);
+          // The peer's versions not past the horizon that are newer than the requester's (or new to it).
+          const wins = new Set<string>();
+          for (const c of cases) {
+            if (c.b === undefined || (horizonMs > 0 && c.b.wallMs > horizonMs)) continue;
+            if (newer(c.b, c.a)) wins.add(c.key);
+          }
+          const fetched = new Set<string>();
+          const { repaired } = await pull(a, b, horizonMs, fetched);
+          assert.deepEqual([...fetched].sort(), [...wins].sort());
+          assert.equal(repaired, wins.size);
+          for (const c of cases) {
+            assert.deepEqual(a.data.get(c.key), wins.has(c.key) ? b.data.get(c.key) : before.get(c.key));
+          }
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  test('fast-check: a round each way leaves both replicas with the LWW winner of every key', async () => {
+    await fc.assert(
+      fc.asyncProperty(replicasArb, async (cases) => {
+        const [a, b] = replicasOf(cases);
+        const winners = new Replica();
+        for (const c of cases) {
+          const winner = c.a !== undefined && !(c.b !== undefined && newer(c.b, c.a)) ? c.a : c.b;
+          if (winner !== undefined) putVersion(winners, c.key, winner);
+        }
+        await pull(a, b);
+        await pull(b, a);
+        assert.deepEqual(a.data, winners.data);
+        assert.deepEqual(b.data, winners.data);
+      }),
+      { numRuns: 60 },
+    );
   });
 });
 
