@@ -605,7 +605,7 @@ export class Dispatcher {
   /** Seeds the clock with a worker's newest stored timestamp; refuses one too far in the future. */
   private observeStored(index: number, highWaterWallMs: number): TesseraError | undefined {
     const nowMs = Date.now();
-    if (highWaterWallMs > 0 && !this.clock.observe(highWaterWallMs, 0, nowMs)) {
+    if (highWaterWallMs > 0 && !this.clock.observeStored(highWaterWallMs, nowMs)) {
       return storageError(
         `worker ${index}: a stored timestamp (${highWaterWallMs}) is ${highWaterWallMs - nowMs} ms ahead of ` +
           `the wall clock, more than maxClockSkewMs=${this.config.maxClockSkewMs}; check the system clock`,

@@ -80,3 +80,31 @@ test('observe rejects a timestamp more than maxClockSkew ahead and never stores 
   assert.equal(c.observe(1000 + 5 * 60_000, 0, 1000), true);
   assert.deepEqual(stamp(c), [301_000, 0]);
 });
+
+test('a clock seeded from a stored millisecond ahead of the wall clock issues no stamp within it again', () => {
+  // Before a restart the node followed a faster peer: its clock ran at the peer's 5 000 while its
+  // own wall clock read 4 980, and it stamped 5000.1, 5000.2, … Only 5 000 is stored.
+  const before = new HybridLogicalClock();
+  before.observe(5000, 0, 4980);
+  const issued: Array<[number, number]> = [];
+  for (let i = 0; i < 3; i++) {
+    before.tick(4980);
+    issued.push([before.wallMs, before.logical]);
+  }
+  const after = new HybridLogicalClock();
+  assert.equal(after.observeStored(5000, 4990), true);
+  after.tick(4990);
+  for (const [wallMs, logical] of issued) {
+    assert.ok(
+      after.wallMs > wallMs || (after.wallMs === wallMs && after.logical > logical),
+      `${after.wallMs}.${after.logical} after ${wallMs}.${logical}`,
+    );
+  }
+  assert.deepEqual([after.wallMs, after.logical], [5001, 0]);
+});
+
+test('observeStored refuses a stored millisecond more than maxClockSkew ahead, as observe does', () => {
+  const clock = new HybridLogicalClock(1000);
+  assert.equal(clock.observeStored(10_000, 8_000), false);
+  assert.deepEqual([clock.wallMs, clock.logical], [0, 0]);
+});
