@@ -1,50 +1,54 @@
 // A seeded simulator of one fragment replicated on every node of a small cluster (STYLE.md "Tests"):
-// the replication senders, the anti-entropy rounds and their responders, the record merge and the
-// hybrid logical clock are the real cores from src/core; the network, the clock and the stores are
-// simulated, in one thread, from one seed. What the worker's replication driver does with them
-// (src/workers/replication.ts) is done here the same way, message for message.
+// the fragment actors, the replication senders, the anti-entropy rounds and their responders and
+// the hybrid logical clocks are the real cores from src/core; the network, the clock and the stores
+// are simulated (sim-world.ts), in one thread, from one seed. What the worker's runtime and its
+// replication driver do with the cores (src/workers/worker-runtime.ts, replication.ts) is done here
+// the same way, message for message: client writes and replicated records go through the actor,
+// its commits reach the store, the writes it applied go to the senders, and a replicated batch is
+// acknowledged once its fence is reached. Every node takes client writes for every key, as replicas
+// do in turn while the first ones are down, so writes to one key race between nodes.
 //
 // The faults are the ones a TCP peer mesh has: a connection is FIFO with a random latency, and when
-// it breaks every message in flight on it is lost; it comes back later. A node restarts: its
-// senders' backlog (whatever its peers had not acknowledged) is gone, while its store survives, as
-// at `store` durability. Backlogs are kept small, so that an outage overflows them and anti-entropy
-// has to repair what replication dropped. After the faults stop and every connection is back, each
-// replica must hold, for every key, the newest write made anywhere — tombstones included.
+// it breaks every message in flight on it is lost; it comes back later. A node restarts — the whole
+// process, whose connections break, or its worker, whose peers are told their sessions are gone —
+// and loses its actor's and senders' state (whatever its peers had not acknowledged), while its
+// store survives, as at `store` durability. Backlogs are kept small, so that an outage overflows
+// them and anti-entropy has to repair what replication dropped. After the faults stop and every
+// connection is back, each replica must hold, for every key, the newest write applied anywhere —
+// tombstones included.
 
 import { assert } from '../../src/core/assert.js';
+import { type FragmentAction, FragmentCore, FragmentOp, type ReplySink } from '../../src/core/fragment.js';
 import { HybridLogicalClock } from '../../src/core/hlc.js';
-import { RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
+import {
+  BACKGROUND_OPS_PER_SEC_DEFAULT,
+  FLUSH_INTERVAL_MS_DEFAULT,
+  FLUSH_PENDING_BYTES_MAX,
+  FLUSH_PENDING_WRITES_MAX,
+  QUEUE_OPS_MAX_DEFAULT,
+  RECONCILE_PAGE_ITEMS_MAX,
+  VALUE_BYTES_MAX_DEFAULT,
+} from '../../src/core/limits.js';
+import { Durability, OpKind, Priority, Reply } from '../../src/core/ops.js';
 import {
   checkRecords,
-  type DataPage,
   describePage,
-  type FetchRequest,
-  type PageRequest,
+  type KeyRecord,
   ReconcileResponder,
   ReconcileRound,
   type RecordCheck,
   type RoundStep,
-  type SummaryPage,
-  type VersionReader,
 } from '../../src/core/reconciler.js';
+import { encodeRecord, isTombstone, logicalOf, nodeIdOf, wallMsOf } from '../../src/core/record.js';
 import {
-  ApplyOutcome,
-  encodeRecord,
-  isTombstone,
-  logicalOf,
-  mergeOutcome,
-  nodeIdOf,
-  wallMsOf,
-} from '../../src/core/record.js';
-import {
-  type AckLevel,
   ReplicationSender,
   SENDER_CONFIG_DEFAULTS,
   type SenderAction,
   type SenderConfig,
 } from '../../src/core/replication-sender.js';
-import { NEXT_PAGE, type PageReader, readSpan } from '../../src/workers/reconcile-span.js';
+import { NEXT_PAGE, readSpan } from '../../src/workers/reconcile-span.js';
 import { xorshift32 } from '../unit/fixtures/xorshift32.js';
+import { Connection, type Message, SimStore } from './sim-world.js';
 
 export interface SimOptions {
   seed: number;
@@ -62,6 +66,13 @@ export interface SimOptions {
   writeChance: number;
   breakChance: number;
   restartChance: number;
+  /**
+   * Ops a sender may hold for a peer. Small, so that outages overflow it and anti-entropy must
+   * repair; unbounded with `antiEntropy` off, so that replication alone must deliver every write.
+   */
+  backlogOpsMax: number;
+  /** Off: every round a sender starts is reported done at once, so nothing but replication repairs. */
+  antiEntropy: boolean;
 }
 
 export const SIM_DEFAULTS: Omit<SimOptions, 'seed'> = {
@@ -73,6 +84,19 @@ export const SIM_DEFAULTS: Omit<SimOptions, 'seed'> = {
   writeChance: 0.3,
   breakChance: 0.0004,
   restartChance: 0.0002,
+  backlogOpsMax: 48,
+  antiEntropy: true,
+};
+
+/**
+ * Replication alone: connections break (the batch in flight must be replayed), nothing restarts
+ * and no backlog overflows, and no anti-entropy round runs.
+ */
+export const REPLICATION_ONLY: Omit<SimOptions, 'seed'> = {
+  ...SIM_DEFAULTS,
+  restartChance: 0,
+  backlogOpsMax: 1_000_000,
+  antiEntropy: false,
 };
 
 /** The senders' timing, shortened so that a simulated minute sees many timeouts and rounds. */
@@ -81,8 +105,6 @@ const SENDER_TIMING: Omit<SenderConfig, 'fragment' | 'peer'> = {
   batchOpsMax: 8,
   batchBytesMax: 4096,
   batchIntervalMs: 2,
-  bufferOpsMax: 48,
-  bufferBytesMax: 64 * 1024,
   ackTimeoutMs: 300,
   retryFloorMs: 100,
   reconcileIntervalMs: 1_500,
@@ -95,80 +117,18 @@ const DOWN_MS_MAX = 1_500;
 /** Nodes' wall clocks differ by up to this much (well inside the receivers' skew limit). */
 const CLOCK_SKEW_MS_MAX = 40;
 const MAX_CLOCK_SKEW_MS = 300_000;
+const EMPTY = Buffer.alloc(0);
+/** Anti-entropy repairs are not awaited (as in the driver): LWW decides, and the next round retries. */
+const IGNORE_REPLIES: ReplySink = { onReply() {} };
 
-type Message =
-  | { kind: 'session-start'; sessionId: number }
-  | { kind: 'session-reset' }
-  | { kind: 'batch'; sessionId: number; batchSeq: number; level: AckLevel; ops: Array<[Buffer, Buffer]> }
-  | { kind: 'ack'; sessionId: number; batchSeq: number; level: AckLevel }
-  | { kind: 'request'; q: PageRequest }
-  | { kind: 'summaries'; page: SummaryPage }
-  | { kind: 'fetch'; f: FetchRequest }
-  | { kind: 'data'; page: DataPage };
-
-/** One node's copy of the fragment: what its store holds, merged by LWW, with its keys in order. */
-class SimStore implements VersionReader {
-  readonly data = new Map<string, Buffer>();
-  private readonly sorted: Buffer[] = [];
-
-  current(key: Buffer): Uint8Array | undefined {
-    return this.data.get(key.toString('latin1'));
-  }
-
-  merge(key: Uint8Array, record: Uint8Array): void {
-    const k = Buffer.from(key).toString('latin1');
-    const held = this.data.get(k);
-    if (mergeOutcome(held, record, 0) === ApplyOutcome.Superseded) return;
-    if (held === undefined) this.sorted.splice(this.firstAtOrAfter(Buffer.from(key)), 0, Buffer.from(key));
-    this.data.set(k, Buffer.from(record));
-  }
-
-  readonly read: PageReader = async (start, limit) => {
-    let at = start === undefined ? 0 : this.firstAtOrAfter(Buffer.from(start.key));
-    if (
-      start !== undefined &&
-      !start.inclusive &&
-      at < this.sorted.length &&
-      this.sorted[at].equals(start.key)
-    )
-      at++;
-    return this.sorted
-      .slice(at, at + limit)
-      .map((key) => ({ key, record: this.data.get(key.toString('latin1'))! }));
-  };
-
-  private firstAtOrAfter(key: Buffer): number {
-    let lo = 0;
-    let hi = this.sorted.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (Buffer.compare(this.sorted[mid], key) < 0) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
-  }
-}
-
-/** A connection between two nodes: FIFO each way, everything in flight lost when it breaks. */
-class Connection {
-  up = false;
-  upAtMs = 0;
-  readonly queues: Array<Array<{ atMs: number; to: number; from: number; message: Message }>> = [[], []];
-
-  constructor(
-    readonly low: number,
-    readonly high: number,
-  ) {}
-
-  queueTo(to: number) {
-    return this.queues[to === this.low ? 0 : 1];
-  }
-}
-
-/** What the driver keeps per node; all of it but the store and the clock is lost in a restart. */
+/** What a node keeps: its store survives every restart, its clock a worker's, the rest none. */
 class SimNode {
   readonly store = new SimStore();
-  readonly clock = new HybridLogicalClock(MAX_CLOCK_SKEW_MS);
+  clock = new HybridLogicalClock(MAX_CLOCK_SKEW_MS);
+  core!: FragmentCore;
+  /** Client writes waiting for their answer, by request id. */
+  readonly writing = new Map<number, { key: string; record: Buffer }>();
+  nextReqId = 1;
   senders: Array<ReplicationSender | undefined> = [];
   rounds = new Map<number, ReconcileRound>();
   responders = new Map<number, ReconcileResponder>();
@@ -186,6 +146,8 @@ class SimNode {
 
 export interface SimReport {
   writes: number;
+  /** Client writes older than what their key already held when they ran (Superseded). */
+  superseded: number;
   breaks: number;
   restarts: number;
   messages: number;
@@ -197,7 +159,17 @@ export interface SimReport {
 }
 
 export function emptyReport(): SimReport {
-  return { writes: 0, breaks: 0, restarts: 0, messages: 0, roundsDone: 0, resets: 0, repaired: 0, keys: 0 };
+  return {
+    writes: 0,
+    superseded: 0,
+    breaks: 0,
+    restarts: 0,
+    messages: 0,
+    roundsDone: 0,
+    resets: 0,
+    repaired: 0,
+    keys: 0,
+  };
 }
 
 export class ReplicationSim {
@@ -205,7 +177,7 @@ export class ReplicationSim {
   private nowMs = 0;
   private readonly nodes: SimNode[] = [];
   private readonly connections: Connection[] = [];
-  /** Every write made, the newest per key: what every replica must end with. */
+  /** The newest write applied per key: what every replica must end with. */
   private readonly newest = new Map<string, Buffer>();
   private readonly ids = { next: (): number => 1 + (this.random() % (2 ** 31 - 1)) };
   private readonly report = emptyReport();
@@ -218,7 +190,7 @@ export class ReplicationSim {
     }
     for (let i = 0; i < options.nodes; i++)
       for (let j = i + 1; j < options.nodes; j++) this.connections.push(new Connection(i, j));
-    for (const node of this.nodes) this.boot(node);
+    for (const node of this.nodes) this.boot(node, true);
     for (const c of this.connections) c.upAtMs = 1 + this.below(DOWN_MS_MIN);
   }
 
@@ -251,27 +223,48 @@ export class ReplicationSim {
     return 1_000_000 + this.nowMs + node.skewMs;
   }
 
-  private connection(a: number, b: number): Connection {
-    const low = Math.min(a, b);
-    const high = Math.max(a, b);
-    return this.connections.find((c) => c.low === low && c.high === high)!;
-  }
-
-  /** A node (re)starts: fresh senders, rounds and responders, every peer seen down. */
-  private boot(node: SimNode): void {
+  /** A node (re)starts: a fresh actor from its store, fresh senders, every peer seen down. */
+  private boot(node: SimNode, wholeProcess: boolean): void {
     for (const sender of node.senders) this.report.resets += sender?.report(this.nowMs).resets ?? 0;
     node.senders = this.nodes.map((peer) =>
       peer === node
         ? undefined
-        : new ReplicationSender({ ...SENDER_TIMING, fragment: 0, peer: peer.id.toString() }, this.ids),
+        : new ReplicationSender(
+            {
+              ...SENDER_TIMING,
+              bufferOpsMax: this.options.backlogOpsMax,
+              bufferBytesMax: this.options.backlogOpsMax * 1024,
+              fragment: 0,
+              peer: peer.id.toString(),
+            },
+            this.ids,
+          ),
     );
     node.rounds = new Map();
     node.responders = new Map();
     node.up = this.nodes.map(() => false);
     node.resetSent = new Set();
-    // As a worker seeds its clock from the store: later stamps order after everything it holds.
-    for (const record of node.store.data.values())
-      node.clock.observe(wallMsOf(record), logicalOf(record), this.wallMs(node));
+    node.writing.clear();
+    const { highWaterWallMs } = node.store;
+    node.core = new FragmentCore(
+      {
+        fragment: 0,
+        replicates: true,
+        valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
+        storedHighWaterWallMs: highWaterWallMs,
+        queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
+        backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
+        flushIntervalMs: FLUSH_INTERVAL_MS_DEFAULT,
+        flushWritesMax: FLUSH_PENDING_WRITES_MAX,
+        flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+      },
+      node.store,
+      this.wallMs(node),
+    );
+    // The clock is the main thread's: a process restart starts a new one; either way it is seeded
+    // from the store's high-water mark, as a node is from each worker's when the worker is ready.
+    if (wholeProcess) node.clock = new HybridLogicalClock(MAX_CLOCK_SKEW_MS);
+    assert(node.clock.observeStored(highWaterWallMs, this.wallMs(node)), 'a stored stamp too far ahead');
   }
 
   private injectFaults(): void {
@@ -281,34 +274,31 @@ export class ReplicationSim {
         this.breakConnection(c, DOWN_MS_MIN + this.below(DOWN_MS_MAX - DOWN_MS_MIN));
       }
     }
-    for (const node of this.nodes) {
-      if (!this.chance(this.options.restartChance)) continue;
-      this.report.restarts++;
-      const processRestart = this.chance(0.5);
-      // A process restart breaks its connections; a worker restart leaves them to the main thread,
-      // and the new worker tells each peer it forgot their sessions.
-      if (processRestart) {
-        for (const c of this.connections)
-          if (c.low === node.index || c.high === node.index)
-            this.breakConnection(c, DOWN_MS_MIN + this.below(200));
-      }
-      this.boot(node);
-      node.restarted = true;
-      if (!processRestart) {
-        for (const c of this.connections) {
-          if (!c.up || (c.low !== node.index && c.high !== node.index)) continue;
-          this.peerState(node, c.low === node.index ? c.high : c.low, true);
-        }
-      }
+    for (const node of this.nodes) if (this.chance(this.options.restartChance)) this.restart(node);
+  }
+
+  /**
+   * A process restart breaks the node's connections; a worker restart leaves them to the main
+   * thread, and the new worker tells each peer it forgot their sessions.
+   */
+  private restart(node: SimNode): void {
+    this.report.restarts++;
+    const wholeProcess = this.chance(0.5);
+    if (wholeProcess) {
+      for (const c of this.connections)
+        if (c.joins(node.index)) this.breakConnection(c, DOWN_MS_MIN + this.below(200));
     }
+    this.boot(node, wholeProcess);
+    node.restarted = true;
+    if (wholeProcess) return;
+    for (const c of this.connections)
+      if (c.up && c.joins(node.index)) this.peerState(node, c.other(node.index), true);
   }
 
   private breakConnection(c: Connection, downMs: number): void {
     c.upAtMs = Math.max(c.upAtMs, this.nowMs + downMs);
     if (!c.up) return;
-    c.up = false;
-    c.queues[0].length = 0;
-    c.queues[1].length = 0;
+    c.drop();
     this.peerState(this.nodes[c.low], c.high, false);
     this.peerState(this.nodes[c.high], c.low, false);
   }
@@ -325,16 +315,9 @@ export class ReplicationSim {
 
   private send(from: SimNode, to: number, message: Message): void {
     if (!from.up[to]) return;
-    const c = this.connection(from.index, to);
+    const c = this.connections.find((x) => x.joins(from.index) && x.joins(to))!;
     assert(c.up, 'a node sends only over a connection it sees up');
-    const queue = c.queueTo(to);
-    const last = queue.length > 0 ? queue[queue.length - 1].atMs : 0;
-    queue.push({
-      atMs: Math.max(last, this.nowMs + 1 + this.below(LATENCY_MS_MAX)),
-      to,
-      from: from.index,
-      message,
-    });
+    c.push(from.index, to, message, this.nowMs + 1 + this.below(LATENCY_MS_MAX));
   }
 
   private async deliver(): Promise<void> {
@@ -349,32 +332,34 @@ export class ReplicationSim {
     }
   }
 
+  /** A client write at a random node: stamped by its clock, run by its actor at `store` durability. */
   private write(): void {
     const node = this.nodes[this.below(this.nodes.length)];
     const hot = this.chance(0.5);
-    const key = Buffer.from(
-      hot ? `h${this.below(this.options.hotKeys)}` : `c${this.below(this.options.coldKeys)}`,
-    );
+    const name = hot ? `h${this.below(this.options.hotKeys)}` : `c${this.below(this.options.coldKeys)}`;
+    const key = Buffer.from(name);
     const tombstone = this.chance(0.2);
     node.clock.tick(this.wallMs(node));
     const { wallMs, logical } = node.clock;
-    const value = tombstone ? Buffer.alloc(0) : Buffer.from(`${node.id}@${wallMs}.${logical}`);
+    const value = tombstone ? EMPTY : Buffer.from(`${node.id}@${wallMs}.${logical}`);
     const record = encodeRecord(tombstone, wallMs, logical, 0, node.id, value);
     this.report.writes++;
-    const k = key.toString('latin1');
-    const held = this.newest.get(k);
-    if (held === undefined || newerVersion(record, held)) this.newest.set(k, record);
-    node.store.merge(key, record);
-    for (let peer = 0; peer < this.nodes.length; peer++) {
-      const sender = node.senders[peer];
-      if (sender === undefined) continue;
-      sender.step({ kind: 'enqueue', key, record, nowMs: this.nowMs });
-      this.pump(node, peer);
+    const reqId = node.nextReqId++;
+    node.writing.set(reqId, { key: name, record });
+    // As the worker hands a write over: directly when nothing is queued ahead of it, else as an op.
+    const now = this.wallMs(node);
+    if (!node.core.tryDirectWrite(reqId, Priority.Default, Durability.Store, key, record, now)) {
+      const op = new FragmentOp(OpKind.Write, reqId, Priority.Default, Durability.Store, key, record);
+      node.core.step({ kind: 'request', op });
     }
+    this.runCore(node);
+    assert(!node.writing.has(reqId), 'a write at store durability is answered once its turn commits');
   }
 
   private tick(): void {
     for (const node of this.nodes) {
+      node.core.step({ kind: 'tick', nowMs: this.wallMs(node) });
+      this.runCore(node);
       for (let peer = 0; peer < this.nodes.length; peer++) {
         node.senders[peer]?.step({ kind: 'tick', nowMs: this.nowMs });
         this.pump(node, peer);
@@ -382,7 +367,52 @@ export class ReplicationSim {
     }
   }
 
-  // --- the driver, as src/workers/replication.ts does it --------------------------------------------
+  // --- the worker runtime, as src/workers/worker-runtime.ts does it -------------------------------
+
+  /** One turn of a node's actor and all it asks for: answers, commits, the writes to replicate. */
+  private runCore(node: SimNode): void {
+    node.core.step({ kind: 'run', nowMs: this.wallMs(node), budget: QUEUE_OPS_MAX_DEFAULT });
+    const actions: FragmentAction[] = [];
+    for (node.core.takeActions(actions); actions.length > 0; node.core.takeActions(actions)) {
+      for (const action of actions.splice(0)) {
+        if (action instanceof FragmentOp) {
+          if (action.sink !== undefined) action.sink.onReply(action, action.reply, action.text);
+          else this.answered(node, action.reqId, action.reply);
+        } else if (action.kind === 'acks') {
+          for (const reqId of action.reqIds) this.answered(node, reqId, action.reply);
+        } else if (action.kind === 'commit') {
+          node.store.commit(action.puts, action.highWaterWallMs);
+          node.core.step({ kind: 'committed', generation: action.generation });
+        } else {
+          node.core.step({ kind: 'synced', generation: action.generation });
+        }
+      }
+    }
+    const log = node.core.takeReplicated();
+    if (log.length === 0) return;
+    for (let peer = 0; peer < this.nodes.length; peer++) {
+      const sender = node.senders[peer];
+      if (sender === undefined) continue;
+      for (const [key, record] of log) sender.step({ kind: 'enqueue', key, record, nowMs: this.nowMs });
+      this.pump(node, peer);
+    }
+  }
+
+  /** A client write's answer: applied (a write every replica must end with), or older than its key's. */
+  private answered(node: SimNode, reqId: number, reply: Reply): void {
+    const w = node.writing.get(reqId);
+    assert(w !== undefined, `an answer to request ${reqId}, which is not waiting`);
+    node.writing.delete(reqId);
+    if (reply === Reply.Superseded) {
+      this.report.superseded++;
+      return;
+    }
+    assert(reply === Reply.Applied, `a client write answered ${reply}`);
+    const held = this.newest.get(w.key);
+    if (held === undefined || newerVersion(w.record, held)) this.newest.set(w.key, w.record);
+  }
+
+  // --- the replication driver, as src/workers/replication.ts does it ------------------------------
 
   private peerState(node: SimNode, peer: number, up: boolean): void {
     if (node.up[peer] === up) return;
@@ -411,15 +441,17 @@ export class ReplicationSim {
     switch (action.kind) {
       case 'session-start':
         return this.send(node, peer, { kind: 'session-start', sessionId: action.sessionId });
-      case 'batch':
-        return this.send(node, peer, {
-          kind: 'batch',
-          sessionId: action.sessionId,
-          batchSeq: action.batchSeq,
-          level: action.requiredAck,
-          ops: action.ops.map(([k, r]) => [Buffer.from(k), Buffer.from(r)]),
-        });
+      case 'batch': {
+        const { sessionId, batchSeq, requiredAck: level } = action;
+        const ops = action.ops.map(([k, r]): [Buffer, Buffer] => [Buffer.from(k), Buffer.from(r)]);
+        return this.send(node, peer, { kind: 'batch', sessionId, batchSeq, level, ops });
+      }
       case 'start-round': {
+        if (!this.options.antiEntropy) {
+          const { sessionId, roundId } = action;
+          node.senders[peer]!.step({ kind: 'round-done', sessionId, roundId, nowMs: this.nowMs });
+          return this.pump(node, peer);
+        }
         const round = new ReconcileRound(action.sessionId, action.roundId, this.wallMs(node));
         node.rounds.set(peer, round);
         void this.stepRound(node, peer, round, round.start());
@@ -443,13 +475,46 @@ export class ReplicationSim {
     return { fragment: 0, fragmentOf: () => 0, nowMs: this.wallMs(node), maxClockSkewMs: MAX_CLOCK_SKEW_MS };
   }
 
-  /** A record from a peer: observed by the clock (as the real receiver's skew check does), then merged. */
-  private mergeRemote(node: SimNode, key: Uint8Array, record: Uint8Array): void {
-    assert(
-      node.clock.observe(wallMsOf(record), logicalOf(record), this.wallMs(node)),
-      'a record too far ahead',
-    );
-    node.store.merge(key, record);
+  /** Records from a peer, merged through the actor; the node's clock observes the newest stamp. */
+  private submitReplicated(node: SimNode, entries: readonly KeyRecord[], sink: ReplySink): void {
+    let maxWallMs = 0;
+    for (const e of entries) {
+      maxWallMs = Math.max(maxWallMs, wallMsOf(e.record));
+      const key = Buffer.from(e.key);
+      const op = new FragmentOp(
+        OpKind.Write,
+        0,
+        Priority.Default,
+        Durability.Memory,
+        key,
+        Buffer.from(e.record),
+      );
+      op.replicated = true;
+      op.sink = sink;
+      node.core.step({ kind: 'request', op });
+    }
+    assert(node.clock.observe(maxWallMs, 0, this.wallMs(node)), 'a record too far ahead of the clock');
+  }
+
+  /** A replicated batch: applied through the actor, acknowledged once its fence is reached. */
+  private applyBatch(node: SimNode, peer: number, m: Extract<Message, { kind: 'batch' }>): void {
+    if (node.responders.get(peer)?.sessionId !== m.sessionId || m.sessionId === 0) return;
+    const ops = m.ops.map(([key, record]) => ({ key, record }));
+    const invalid = checkRecords(ops, this.recordCheck(node));
+    assert(invalid === undefined, `a replicated batch refused: ${invalid}`);
+    const { sessionId, batchSeq, level } = m;
+    const batch: ReplySink = {
+      onReply: (op, reply) => {
+        if (op.kind !== OpKind.Fence) return;
+        assert(reply === Reply.FenceReached, `a replicated batch's fence answered ${reply}`);
+        this.send(node, peer, { kind: 'ack', sessionId, batchSeq, level });
+      },
+    };
+    this.submitReplicated(node, ops, batch);
+    const fence = new FragmentOp(OpKind.Fence, 0, Priority.Default, Durability.Store, EMPTY, EMPTY);
+    fence.sink = batch;
+    node.core.step({ kind: 'request', op: fence });
+    this.runCore(node);
   }
 
   private async receive(node: SimNode, peer: number, m: Message): Promise<void> {
@@ -464,41 +529,17 @@ export class ReplicationSim {
         sender.step({ kind: 'disconnected', nowMs: this.nowMs });
         sender.step({ kind: 'connected', nowMs: this.nowMs });
         return this.pump(node, peer);
-      case 'batch': {
-        if (node.responders.get(peer)?.sessionId !== m.sessionId || m.sessionId === 0) return;
-        const ops = m.ops.map(([key, record]) => ({ key, record }));
-        const invalid = checkRecords(ops, this.recordCheck(node));
-        assert(invalid === undefined, `a replicated batch refused: ${invalid}`);
-        for (const op of ops) this.mergeRemote(node, op.key, op.record);
-        return this.send(node, peer, {
-          kind: 'ack',
-          sessionId: m.sessionId,
-          batchSeq: m.batchSeq,
-          level: m.level,
-        });
-      }
-      case 'ack':
-        sender.step({
-          kind: 'ack',
-          sessionId: m.sessionId,
-          batchSeq: m.batchSeq,
-          level: m.level,
-          nowMs: this.nowMs,
-        });
+      case 'batch':
+        return this.applyBatch(node, peer, m);
+      case 'ack': {
+        const { sessionId, batchSeq, level } = m;
+        sender.step({ kind: 'ack', sessionId, batchSeq, level, nowMs: this.nowMs });
         return this.pump(node, peer);
-      case 'request': {
-        const responder = this.responderOf(node, peer);
-        const serve = responder.onRequest(m.q);
-        assert(serve.kind !== 'violation', `responder: ${serve.kind === 'violation' ? serve.reason : ''}`);
-        if (serve.kind !== 'read-page') return;
-        const span = await readSpan(node.store.read, serve.afterKey, m.q);
-        if (node.responders.get(peer) !== responder) return;
-        const page = responder.pageRead(m.q, span.entries, span.truncated);
-        if (page !== undefined) this.send(node, peer, { kind: 'summaries', page });
-        return;
       }
+      case 'request':
+        return this.serveSummaries(node, peer, m);
       case 'fetch': {
-        const pages = this.responderOf(node, peer).onFetch(m.f, node.store);
+        const pages = this.responderOf(node, peer).onFetch(m.f, node.core);
         if (!Array.isArray(pages)) {
           assert(pages.kind !== 'violation', `responder: ${pages.kind === 'violation' ? pages.reason : ''}`);
           return;
@@ -509,16 +550,27 @@ export class ReplicationSim {
       case 'summaries': {
         const round = node.rounds.get(peer);
         if (round !== undefined)
-          await this.stepRound(node, peer, round, round.onSummaries(m.page, node.store));
+          await this.stepRound(node, peer, round, round.onSummaries(m.page, node.core));
         return;
       }
       case 'data': {
         const round = node.rounds.get(peer);
-        if (round !== undefined)
-          await this.stepRound(node, peer, round, round.onData(m.page, this.recordCheck(node)));
+        if (round === undefined) return;
+        await this.stepRound(node, peer, round, round.onData(m.page, this.recordCheck(node)));
         return;
       }
     }
+  }
+
+  private async serveSummaries(node: SimNode, peer: number, m: Extract<Message, { kind: 'request' }>) {
+    const responder = this.responderOf(node, peer);
+    const serve = responder.onRequest(m.q);
+    assert(serve.kind !== 'violation', `responder: ${serve.kind === 'violation' ? serve.reason : ''}`);
+    if (serve.kind !== 'read-page') return;
+    const span = await readSpan(node.store.read, serve.afterKey, m.q);
+    if (node.responders.get(peer) !== responder) return;
+    const page = responder.pageRead(m.q, span.entries, span.truncated);
+    if (page !== undefined) this.send(node, peer, { kind: 'summaries', page });
   }
 
   private async stepRound(
@@ -531,8 +583,11 @@ export class ReplicationSim {
     const { sessionId, roundId, horizonMs } = round;
     switch (step.kind) {
       case 'request-page': {
-        const afterKey = step.pageSeq === 0 ? undefined : step.afterKey;
-        const mine = await readSpan(node.store.read, afterKey, NEXT_PAGE);
+        const mine = await readSpan(
+          node.store.read,
+          step.pageSeq === 0 ? undefined : step.afterKey,
+          NEXT_PAGE,
+        );
         if (node.rounds.get(peer) !== round) return;
         assert(mine.entries.length <= RECONCILE_PAGE_ITEMS_MAX, 'a page is at most a page of keys');
         const { ranges, openEnd } = describePage(mine.entries, horizonMs);
@@ -547,16 +602,16 @@ export class ReplicationSim {
         };
         return this.send(node, peer, { kind: 'request', q });
       }
-      case 'fetch':
+      case 'fetch': {
         sender.step({ kind: 'round-progress', sessionId, roundId, nowMs: this.nowMs });
-        return this.send(node, peer, {
-          kind: 'fetch',
-          f: { sessionId, roundId, chunkSeq: step.chunkSeq, keys: step.keys },
-        });
+        const f = { sessionId, roundId, chunkSeq: step.chunkSeq, keys: step.keys };
+        return this.send(node, peer, { kind: 'fetch', f });
+      }
       case 'merge':
         sender.step({ kind: 'round-progress', sessionId, roundId, nowMs: this.nowMs });
         this.report.repaired += step.entries.length;
-        for (const e of step.entries) this.mergeRemote(node, e.key, e.record);
+        this.submitReplicated(node, step.entries, IGNORE_REPLIES);
+        this.runCore(node);
         if (step.next !== undefined) await this.stepRound(node, peer, round, step.next);
         return;
       case 'done':
@@ -576,14 +631,14 @@ export class ReplicationSim {
 
   private check(): void {
     for (const node of this.nodes) {
+      assert(!node.core.hasUncommitted(), `n${node.index}'s actor still holds uncommitted writes`);
       for (const [key, record] of this.newest) {
         const held = node.store.data.get(key);
-        if (held === undefined || !held.equals(record)) {
-          throw new Error(
-            `node n${node.index} holds ${held === undefined ? 'nothing' : describeVersion(held)} for ${key}, ` +
-              `not its newest write ${describeVersion(record)}`,
-          );
-        }
+        if (held?.equals(record)) continue;
+        throw new Error(
+          `node n${node.index} holds ${held === undefined ? 'nothing' : describeVersion(held)} for ${key}, ` +
+            `not its newest write ${describeVersion(record)}`,
+        );
       }
       assert(node.store.data.size === this.newest.size, `node n${node.index} holds keys nobody wrote`);
       for (const sender of node.senders) {

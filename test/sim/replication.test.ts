@@ -1,11 +1,19 @@
 // The replication simulator (replication-sim.ts) over many seeds: after writes racing on hot keys and
 // scattered over cold ones, broken connections and restarted nodes and workers, every replica converges to the newest write
-// of every key (spec §3 replication, §6 anti-entropy). A failure names its seed;
+// of every key (spec §3 replication, §6 anti-entropy); and without anti-entropy, restarts or
+// overflowing backlogs, replication alone delivers every write. A failure names its seed;
 // `TESSERA_SIM_SEED=<seed>` replays that one alone, `TESSERA_SIM_SEEDS=<n>` runs n seeds.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { emptyReport, ReplicationSim, SIM_DEFAULTS, type SimReport } from './replication-sim.js';
+import {
+  emptyReport,
+  REPLICATION_ONLY,
+  ReplicationSim,
+  SIM_DEFAULTS,
+  type SimOptions,
+  type SimReport,
+} from './replication-sim.js';
 
 /** Seeds per run: enough to meet buffer resets and restarts mid-round, quick enough for CI. */
 const SEEDS_DEFAULT = 12;
@@ -19,12 +27,12 @@ function seeds(): number[] {
   return Array.from({ length: count }, (_, i) => (base + i * 0x9e3779b9) >>> 0 || 1);
 }
 
-test("§3, §6: replicas converge to every key's newest write through lost messages, outages and restarts", async (t) => {
+async function runSeeds(options: Omit<SimOptions, 'seed'>): Promise<SimReport> {
   const total = emptyReport();
   for (const seed of seeds()) {
     let report: SimReport;
     try {
-      report = await new ReplicationSim({ ...SIM_DEFAULTS, seed }).run();
+      report = await new ReplicationSim({ ...options, seed }).run();
     } catch (error) {
       throw new Error(
         `replication sim failed with seed ${seed} (replay: TESSERA_SIM_SEED=${seed}): ${(error as Error).message}`,
@@ -32,9 +40,25 @@ test("§3, §6: replicas converge to every key's newest write through lost messa
     }
     for (const k of Object.keys(total) as Array<keyof SimReport>) total[k] += report[k];
   }
+  return total;
+}
+
+test("§3, §6: replicas converge to every key's newest write through lost messages, outages and restarts", async (t) => {
+  const total = await runSeeds(SIM_DEFAULTS);
   t.diagnostic(JSON.stringify(total));
   // The faults happened: otherwise the run proves nothing.
   assert.ok(total.writes > 0 && total.breaks > 0 && total.restarts > 0, 'writes, outages and restarts');
   assert.ok(total.resets > 0, 'backlogs overflowed, so replication alone could not deliver every write');
   assert.ok(total.roundsDone > 0 && total.repaired > 0, 'anti-entropy repaired keys');
+});
+
+test('§3: without anti-entropy, replication alone delivers every write through broken connections', async (t) => {
+  const total = await runSeeds(REPLICATION_ONLY);
+  t.diagnostic(JSON.stringify(total));
+  assert.ok(total.writes > 0 && total.breaks > 0, 'writes and outages');
+  assert.equal(
+    total.resets + total.repaired + total.restarts,
+    0,
+    'nothing but replication delivered the writes',
+  );
 });
