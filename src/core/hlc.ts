@@ -49,14 +49,16 @@ export class HybridLogicalClock {
   }
 
   /**
-   * Takes the newest wall ms a store holds into account, as a node does when it starts. Only the
-   * wall ms is stored, so every logical counter within it may have been issued already: later ticks
-   * order after all of them. (Seeded with the counter at 0, a node whose wall clock is still behind
-   * that millisecond — it had followed a peer's faster clock, or its own clock stepped back across
-   * the restart — would issue those stamps again: a write under an existing version is taken as
-   * that write, AlreadyPresent, and is lost.) False, changing nothing, as `observe`.
+   * Takes into account a wall ms whose logical counter is not known — a store's high-water mark (only
+   * the wall ms is stored), the newest stamp of a peer's frame — as if every counter within it were
+   * taken, so later ticks order after all of them. Seeded with the counter at 0, a node starting while
+   * its wall clock was behind its stored millisecond (it had followed a faster peer's clock, or its
+   * clock stepped back across the restart) issued stamps it had issued before, and a write under an
+   * existing version was taken for that write (AlreadyPresent) and lost; and a client write right
+   * after a peer's records of the same millisecond could lose to them (Superseded). False, changing
+   * nothing, as `observe`.
    */
-  observeStored(wallMs: number, nowMs: number): boolean {
+  observeWallMs(wallMs: number, nowMs: number): boolean {
     return this.observe(wallMs, HLC_LOGICAL_MAX, nowMs);
   }
 }

@@ -484,9 +484,9 @@ export class Dispatcher {
     );
   }
 
-  /** Observes a peer's timestamp; false when it is too far ahead of this node's clock. */
+  /** Observes the newest wall ms of a peer's frame; false when it is too far ahead of this node's clock. */
   observeRemote(wallMs: number): boolean {
-    return this.clock.observe(wallMs, 0, Date.now());
+    return this.clock.observeWallMs(wallMs, Date.now());
   }
 
   /** Asks a worker for its fragments' state (undefined when it is not running). */
@@ -605,7 +605,7 @@ export class Dispatcher {
   /** Seeds the clock with a worker's newest stored timestamp; refuses one too far in the future. */
   private observeStored(index: number, highWaterWallMs: number): TesseraError | undefined {
     const nowMs = Date.now();
-    if (highWaterWallMs > 0 && !this.clock.observeStored(highWaterWallMs, nowMs)) {
+    if (highWaterWallMs > 0 && !this.clock.observeWallMs(highWaterWallMs, nowMs)) {
       return storageError(
         `worker ${index}: a stored timestamp (${highWaterWallMs}) is ${highWaterWallMs - nowMs} ms ahead of ` +
           `the wall clock, more than maxClockSkewMs=${this.config.maxClockSkewMs}; check the system clock`,

@@ -29,7 +29,7 @@ import {
   RECONCILE_PAGE_ITEMS_MAX,
   VALUE_BYTES_MAX_DEFAULT,
 } from '../../src/core/limits.js';
-import { Durability, OpKind, Priority, Reply } from '../../src/core/ops.js';
+import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
 import {
   checkRecords,
   describePage,
@@ -146,8 +146,6 @@ class SimNode {
 
 export interface SimReport {
   writes: number;
-  /** Client writes older than what their key already held when they ran (Superseded). */
-  superseded: number;
   breaks: number;
   restarts: number;
   messages: number;
@@ -161,7 +159,6 @@ export interface SimReport {
 export function emptyReport(): SimReport {
   return {
     writes: 0,
-    superseded: 0,
     breaks: 0,
     restarts: 0,
     messages: 0,
@@ -264,7 +261,7 @@ export class ReplicationSim {
     // The clock is the main thread's: a process restart starts a new one; either way it is seeded
     // from the store's high-water mark, as a node is from each worker's when the worker is ready.
     if (wholeProcess) node.clock = new HybridLogicalClock(MAX_CLOCK_SKEW_MS);
-    assert(node.clock.observeStored(highWaterWallMs, this.wallMs(node)), 'a stored stamp too far ahead');
+    assert(node.clock.observeWallMs(highWaterWallMs, this.wallMs(node)), 'a stored stamp too far ahead');
   }
 
   private injectFaults(): void {
@@ -398,16 +395,16 @@ export class ReplicationSim {
     }
   }
 
-  /** A client write's answer: applied (a write every replica must end with), or older than its key's. */
+  /**
+   * A client write's answer, which must be Applied: its stamp is newer than anything its node holds,
+   * since every record reaching a node moves the node's clock past it. Then every replica must end
+   * with it, or with a newer write of its key.
+   */
   private answered(node: SimNode, reqId: number, reply: Reply): void {
     const w = node.writing.get(reqId);
     assert(w !== undefined, `an answer to request ${reqId}, which is not waiting`);
     node.writing.delete(reqId);
-    if (reply === Reply.Superseded) {
-      this.report.superseded++;
-      return;
-    }
-    assert(reply === Reply.Applied, `a client write answered ${reply}`);
+    assert(reply === Reply.Applied, `a client write at n${node.index} answered ${REPLY_NAMES[reply]}`);
     const held = this.newest.get(w.key);
     if (held === undefined || newerVersion(w.record, held)) this.newest.set(w.key, w.record);
   }
@@ -493,7 +490,7 @@ export class ReplicationSim {
       op.sink = sink;
       node.core.step({ kind: 'request', op });
     }
-    assert(node.clock.observe(maxWallMs, 0, this.wallMs(node)), 'a record too far ahead of the clock');
+    assert(node.clock.observeWallMs(maxWallMs, this.wallMs(node)), 'a record too far ahead of the clock');
   }
 
   /** A replicated batch: applied through the actor, acknowledged once its fence is reached. */

@@ -92,7 +92,7 @@ test('a clock seeded from a stored millisecond ahead of the wall clock issues no
     issued.push([before.wallMs, before.logical]);
   }
   const after = new HybridLogicalClock();
-  assert.equal(after.observeStored(5000, 4990), true);
+  assert.equal(after.observeWallMs(5000, 4990), true);
   after.tick(4990);
   for (const [wallMs, logical] of issued) {
     assert.ok(
@@ -103,8 +103,17 @@ test('a clock seeded from a stored millisecond ahead of the wall clock issues no
   assert.deepEqual([after.wallMs, after.logical], [5001, 0]);
 });
 
-test('observeStored refuses a stored millisecond more than maxClockSkew ahead, as observe does', () => {
+test('observeWallMs refuses a millisecond more than maxClockSkew ahead, as observe does', () => {
   const clock = new HybridLogicalClock(1000);
-  assert.equal(clock.observeStored(10_000, 8_000), false);
+  assert.equal(clock.observeWallMs(10_000, 8_000), false);
   assert.deepEqual([clock.wallMs, clock.logical], [0, 0]);
+});
+
+test("a tick after observing a peer frame's newest millisecond orders after every stamp in it", () => {
+  // The frame's newest record is 7000.9; the frame says 7000 only. A client write right after it
+  // must not lose to it.
+  const clock = new HybridLogicalClock();
+  clock.observeWallMs(7000, 6990);
+  clock.tick(6990);
+  assert.deepEqual([clock.wallMs, clock.logical], [7001, 0]);
 });
