@@ -15,7 +15,8 @@
 // store survives, as at `store` durability. Backlogs are kept small, so that an outage overflows
 // them and anti-entropy has to repair what replication dropped. After the faults stop and every
 // connection is back, each replica must hold, for every key, the newest write applied anywhere —
-// tombstones included.
+// tombstones included — or, where that write's deadline has passed, its expiry tombstone (values
+// get deadlines, and each node's TTL sweep retires what expired, as the cleaner does).
 
 import { assert } from '../../src/core/assert.js';
 import { type FragmentAction, FragmentCore, FragmentOp, type ReplySink } from '../../src/core/fragment.js';
@@ -39,7 +40,16 @@ import {
   type RecordCheck,
   type RoundStep,
 } from '../../src/core/reconciler.js';
-import { encodeRecord, isTombstone, logicalOf, nodeIdOf, wallMsOf } from '../../src/core/record.js';
+import {
+  encodeRecord,
+  expiresAtOf,
+  expiryTombstoneOf,
+  isExpiredValue,
+  isTombstone,
+  logicalOf,
+  nodeIdOf,
+  wallMsOf,
+} from '../../src/core/record.js';
 import {
   ReplicationSender,
   SENDER_CONFIG_DEFAULTS,
@@ -64,6 +74,10 @@ export interface SimOptions {
   settleMs: number;
   /** Per simulated ms: a write somewhere; a connection breaking; a node restarting. */
   writeChance: number;
+  /** Share of value writes given a deadline, up to `ttlMsMax` ahead; each node's TTL sweep period. */
+  ttlChance: number;
+  ttlMsMax: number;
+  sweepIntervalMs: number;
   breakChance: number;
   restartChance: number;
   /**
@@ -82,6 +96,9 @@ export const SIM_DEFAULTS: Omit<SimOptions, 'seed'> = {
   faultMs: 8_000,
   settleMs: 12_000,
   writeChance: 0.3,
+  ttlChance: 0.3,
+  ttlMsMax: 3_000,
+  sweepIntervalMs: 500,
   breakChance: 0.0004,
   restartChance: 0.0002,
   backlogOpsMax: 48,
@@ -151,6 +168,8 @@ export interface SimReport {
   messages: number;
   roundsDone: number;
   resets: number;
+  /** Expired values handed to the actors by the TTL sweeps. */
+  swept: number;
   repaired: number;
   /** Keys written, each checked on every replica. */
   keys: number;
@@ -164,6 +183,7 @@ export function emptyReport(): SimReport {
     messages: 0,
     roundsDone: 0,
     resets: 0,
+    swept: 0,
     repaired: 0,
     keys: 0,
   };
@@ -339,7 +359,9 @@ export class ReplicationSim {
     node.clock.tick(this.wallMs(node));
     const { wallMs, logical } = node.clock;
     const value = tombstone ? EMPTY : Buffer.from(`${node.id}@${wallMs}.${logical}`);
-    const record = encodeRecord(tombstone, wallMs, logical, 0, node.id, value);
+    const ttl = !tombstone && this.chance(this.options.ttlChance);
+    const expiresAtMs = ttl ? this.wallMs(node) + 1 + this.below(this.options.ttlMsMax) : 0;
+    const record = encodeRecord(tombstone, wallMs, logical, expiresAtMs, node.id, value);
     this.report.writes++;
     const reqId = node.nextReqId++;
     node.writing.set(reqId, { key: name, record });
@@ -357,6 +379,7 @@ export class ReplicationSim {
     for (const node of this.nodes) {
       node.core.step({ kind: 'tick', nowMs: this.wallMs(node) });
       this.runCore(node);
+      if ((this.nowMs + node.index * 97) % this.options.sweepIntervalMs === 0) this.sweep(node);
       for (let peer = 0; peer < this.nodes.length; peer++) {
         node.senders[peer]?.step({ kind: 'tick', nowMs: this.nowMs });
         this.pump(node, peer);
@@ -365,6 +388,18 @@ export class ReplicationSim {
   }
 
   // --- the worker runtime, as src/workers/worker-runtime.ts does it -------------------------------
+
+  /** The TTL cleaner: the store's expired values go to the actor, which retires each still current. */
+  private sweep(node: SimNode): void {
+    const nowMs = this.wallMs(node);
+    const entries: Array<{ key: Buffer; record: Buffer }> = [];
+    for (const [key, record] of node.store.data)
+      if (isExpiredValue(record, nowMs)) entries.push({ key: Buffer.from(key, 'latin1'), record });
+    if (entries.length === 0) return;
+    this.report.swept += entries.length;
+    node.core.step({ kind: 'sweep', nowMs, entries });
+    this.runCore(node);
+  }
 
   /** One turn of a node's actor and all it asks for: answers, commits, the writes to replicate. */
   private runCore(node: SimNode): void {
@@ -629,12 +664,14 @@ export class ReplicationSim {
   private check(): void {
     for (const node of this.nodes) {
       assert(!node.core.hasUncommitted(), `n${node.index}'s actor still holds uncommitted writes`);
-      for (const [key, record] of this.newest) {
+      for (const [key, newest] of this.newest) {
+        const expired = isExpiredValue(newest, this.wallMs(node));
+        const want = expired ? expiryTombstoneOf(newest) : newest;
         const held = node.store.data.get(key);
-        if (held?.equals(record)) continue;
+        if (held?.equals(want)) continue;
         throw new Error(
           `node n${node.index} holds ${held === undefined ? 'nothing' : describeVersion(held)} for ${key}, ` +
-            `not its newest write ${describeVersion(record)}`,
+            `not ${expired ? 'the expiry tombstone of ' : ''}its newest write ${describeVersion(newest)}`,
         );
       }
       assert(node.store.data.size === this.newest.size, `node n${node.index} holds keys nobody wrote`);
@@ -657,5 +694,6 @@ function newerVersion(a: Buffer, b: Buffer): boolean {
 }
 
 function describeVersion(r: Buffer): string {
-  return `${isTombstone(r) ? 'tombstone' : 'value'} ${wallMsOf(r)}.${logicalOf(r)}/${Buffer.from(nodeIdOf(r))}`;
+  const deadline = expiresAtOf(r) === 0 ? '' : ` expiring at ${expiresAtOf(r)}`;
+  return `${isTombstone(r) ? 'tombstone' : 'value'} ${wallMsOf(r)}.${logicalOf(r)}/${Buffer.from(nodeIdOf(r))}${deadline}`;
 }

@@ -50,6 +50,7 @@ test("§3, §6: replicas converge to every key's newest write through lost messa
   assert.ok(total.writes > 0 && total.breaks > 0 && total.restarts > 0, 'writes, outages and restarts');
   assert.ok(total.resets > 0, 'backlogs overflowed, so replication alone could not deliver every write');
   assert.ok(total.roundsDone > 0 && total.repaired > 0, 'anti-entropy repaired keys');
+  assert.ok(total.swept > 0, 'values expired and were swept');
 });
 
 test('§3: without anti-entropy, replication alone delivers every write through broken connections', async (t) => {
