@@ -12,10 +12,12 @@
 // it breaks every message in flight on it is lost; it comes back later. A node restarts — the whole
 // process, whose connections break, or its worker, whose peers are told their sessions are gone —
 // and loses its actor's and senders' state (whatever its peers had not acknowledged), while its
-// store survives, as at `store` durability. Backlogs are kept small, so that an outage overflows
+// store survives, as at `store` durability. A store refuses some commits, which the actor retries
+// (a client write answered StorageFailed may or may not land; a batch whose fence fails is NACKed
+// and sent again). Backlogs are kept small, so that an outage overflows
 // them and anti-entropy has to repair what replication dropped. After the faults stop and every
-// connection is back, each replica must hold, for every key, the newest write applied anywhere —
-// tombstones included — or, where that write's deadline has passed, its expiry tombstone (values
+// connection is back, every replica must hold the same record for every key: the newest write
+// applied anywhere — tombstones included — or a newer one whose outcome the client was not told; or, where that write's deadline has passed, its expiry tombstone (values
 // get deadlines, and each node's TTL sweep retires what expired, as the cleaner does).
 
 import { assert } from '../../src/core/assert.js';
@@ -80,6 +82,8 @@ export interface SimOptions {
   sweepIntervalMs: number;
   breakChance: number;
   restartChance: number;
+  /** Per commit during the faults: the store refuses it (the actor retries; after three in a row it answers StorageFailed). */
+  commitFailChance: number;
   /**
    * Ops a sender may hold for a peer. Small, so that outages overflow it and anti-entropy must
    * repair; unbounded with `antiEntropy` off, so that replication alone must deliver every write.
@@ -101,6 +105,7 @@ export const SIM_DEFAULTS: Omit<SimOptions, 'seed'> = {
   sweepIntervalMs: 500,
   breakChance: 0.0004,
   restartChance: 0.0002,
+  commitFailChance: 0.03,
   backlogOpsMax: 48,
   antiEntropy: true,
 };
@@ -170,6 +175,9 @@ export interface SimReport {
   resets: number;
   /** Expired values handed to the actors by the TTL sweeps. */
   swept: number;
+  /** Commits the stores refused, and client writes whose outcome was not known (StorageFailed, or lost unanswered). */
+  commitsFailed: number;
+  unsure: number;
   repaired: number;
   /** Keys written, each checked on every replica. */
   keys: number;
@@ -184,6 +192,8 @@ export function emptyReport(): SimReport {
     roundsDone: 0,
     resets: 0,
     swept: 0,
+    commitsFailed: 0,
+    unsure: 0,
     repaired: 0,
     keys: 0,
   };
@@ -194,8 +204,10 @@ export class ReplicationSim {
   private nowMs = 0;
   private readonly nodes: SimNode[] = [];
   private readonly connections: Connection[] = [];
-  /** The newest write applied per key: what every replica must end with. */
+  /** The newest write applied per key: what every replica must end with, or something newer. */
   private readonly newest = new Map<string, Buffer>();
+  /** Per key, writes answered StorageFailed or lost with their actor unanswered. */
+  private readonly unsure = new Map<string, Buffer[]>();
   private readonly ids = { next: (): number => 1 + (this.random() % (2 ** 31 - 1)) };
   private readonly report = emptyReport();
 
@@ -261,6 +273,7 @@ export class ReplicationSim {
     node.responders = new Map();
     node.up = this.nodes.map(() => false);
     node.resetSent = new Set();
+    for (const w of node.writing.values()) this.mayLand(w.key, w.record);
     node.writing.clear();
     const { highWaterWallMs } = node.store;
     node.core = new FragmentCore(
@@ -372,7 +385,6 @@ export class ReplicationSim {
       node.core.step({ kind: 'request', op });
     }
     this.runCore(node);
-    assert(!node.writing.has(reqId), 'a write at store durability is answered once its turn commits');
   }
 
   private tick(): void {
@@ -413,8 +425,14 @@ export class ReplicationSim {
         } else if (action.kind === 'acks') {
           for (const reqId of action.reqIds) this.answered(node, reqId, action.reply);
         } else if (action.kind === 'commit') {
+          const { generation } = action;
+          if (this.nowMs <= this.options.faultMs && this.chance(this.options.commitFailChance)) {
+            this.report.commitsFailed++;
+            node.core.step({ kind: 'commit-failed', generation, message: 'simulated store failure' });
+            continue;
+          }
           node.store.commit(action.puts, action.highWaterWallMs);
-          node.core.step({ kind: 'committed', generation: action.generation });
+          node.core.step({ kind: 'committed', generation });
         } else {
           node.core.step({ kind: 'synced', generation: action.generation });
         }
@@ -431,17 +449,25 @@ export class ReplicationSim {
   }
 
   /**
-   * A client write's answer, which must be Applied: its stamp is newer than anything its node holds,
-   * since every record reaching a node moves the node's clock past it. Then every replica must end
-   * with it, or with a newer write of its key.
+   * A client write's answer. Applied — never Superseded, since every record reaching a node moves its
+   * clock past it — and then every replica must end with it or a newer write of its key; or
+   * StorageFailed, after which it may or may not land.
    */
   private answered(node: SimNode, reqId: number, reply: Reply): void {
     const w = node.writing.get(reqId);
     assert(w !== undefined, `an answer to request ${reqId}, which is not waiting`);
     node.writing.delete(reqId);
+    if (reply === Reply.StorageFailed) return this.mayLand(w.key, w.record);
     assert(reply === Reply.Applied, `a client write at n${node.index} answered ${REPLY_NAMES[reply]}`);
     const held = this.newest.get(w.key);
     if (held === undefined || newerVersion(w.record, held)) this.newest.set(w.key, w.record);
+  }
+
+  /** A write whose client was not told it held: a replica may end with it, or not. */
+  private mayLand(key: string, record: Buffer): void {
+    const list = this.unsure.get(key);
+    if (list === undefined) this.unsure.set(key, [record]);
+    else list.push(record);
   }
 
   // --- the replication driver, as src/workers/replication.ts does it ------------------------------
@@ -535,11 +561,18 @@ export class ReplicationSim {
     const invalid = checkRecords(ops, this.recordCheck(node));
     assert(invalid === undefined, `a replicated batch refused: ${invalid}`);
     const { sessionId, batchSeq, level } = m;
+    // As BatchApply: acknowledged once its fence is reached, refused if an op or the fence failed.
+    let failure = '';
     const batch: ReplySink = {
-      onReply: (op, reply) => {
-        if (op.kind !== OpKind.Fence) return;
-        assert(reply === Reply.FenceReached, `a replicated batch's fence answered ${reply}`);
-        this.send(node, peer, { kind: 'ack', sessionId, batchSeq, level });
+      onReply: (op, reply, text) => {
+        const failed = reply === Reply.StorageFailed || reply === Reply.Backpressure;
+        if (op.kind !== OpKind.Fence) {
+          if (failed && failure === '') failure = text;
+          return;
+        }
+        if (reply !== Reply.FenceReached && failure === '') failure = text || 'fence failed';
+        if (failure === '') this.send(node, peer, { kind: 'ack', sessionId, batchSeq, level });
+        else this.send(node, peer, { kind: 'nack', sessionId, batchSeq, error: failure });
       },
     };
     this.submitReplicated(node, ops, batch);
@@ -566,6 +599,11 @@ export class ReplicationSim {
       case 'ack': {
         const { sessionId, batchSeq, level } = m;
         sender.step({ kind: 'ack', sessionId, batchSeq, level, nowMs: this.nowMs });
+        return this.pump(node, peer);
+      }
+      case 'nack': {
+        const { sessionId, batchSeq, error } = m;
+        sender.step({ kind: 'nack', sessionId, batchSeq, error, nowMs: this.nowMs });
         return this.pump(node, peer);
       }
       case 'request':
@@ -662,19 +700,22 @@ export class ReplicationSim {
   // --- the verdict --------------------------------------------------------------------------------
 
   private check(): void {
+    const keys = new Set([...this.newest.keys(), ...this.unsure.keys()]);
+    const first = this.nodes[0];
     for (const node of this.nodes) {
       assert(!node.core.hasUncommitted(), `n${node.index}'s actor still holds uncommitted writes`);
-      for (const [key, newest] of this.newest) {
-        const expired = isExpiredValue(newest, this.wallMs(node));
-        const want = expired ? expiryTombstoneOf(newest) : newest;
+      for (const key of node.store.data.keys())
+        assert(keys.has(key), `n${node.index} holds ${key}, which nobody wrote`);
+      for (const key of keys) {
         const held = node.store.data.get(key);
-        if (held?.equals(want)) continue;
-        throw new Error(
-          `node n${node.index} holds ${held === undefined ? 'nothing' : describeVersion(held)} for ${key}, ` +
-            `not ${expired ? 'the expiry tombstone of ' : ''}its newest write ${describeVersion(newest)}`,
-        );
+        const reason = this.wrongRecord(node, key, held);
+        if (reason !== undefined) throw new Error(`node n${node.index}, key ${key}: ${reason}`);
+        const same =
+          held === undefined
+            ? first.store.data.get(key) === undefined
+            : held.equals(first.store.data.get(key) ?? EMPTY);
+        assert(same, `n${node.index} and n0 hold different records for ${key}`);
       }
-      assert(node.store.data.size === this.newest.size, `node n${node.index} holds keys nobody wrote`);
       for (const sender of node.senders) {
         const r = sender?.report(this.nowMs);
         if (r === undefined) continue;
@@ -682,7 +723,31 @@ export class ReplicationSim {
         this.report.resets += r.resets;
       }
     }
-    this.report.keys = this.newest.size;
+    this.report.keys = keys.size;
+    for (const list of this.unsure.values()) this.report.unsure += list.length;
+  }
+
+  /**
+   * Why `held` is not what `node` may hold for `key` — the newest applied write, or a newer one
+   * whose client was not told it held, each as it stands now (its expiry tombstone once its
+   * deadline has passed); undefined when it is.
+   */
+  private wrongRecord(node: SimNode, key: string, held: Buffer | undefined): string | undefined {
+    const now = this.wallMs(node);
+    const asNow = (w: Buffer) => (isExpiredValue(w, now) ? expiryTombstoneOf(w) : w);
+    const newest = this.newest.get(key);
+    const allowed = (this.unsure.get(key) ?? []).filter(
+      (w) => newest === undefined || newerVersion(w, newest),
+    );
+    if (newest !== undefined) allowed.push(newest);
+    if (held === undefined) {
+      if (newest === undefined) return undefined;
+      return `holds nothing, not its newest write ${describeVersion(newest)}`;
+    }
+    if (allowed.some((w) => asNow(w).equals(held))) return undefined;
+    const what =
+      newest === undefined ? 'no write it may hold' : `not its newest write ${describeVersion(newest)}`;
+    return `holds ${describeVersion(held)}, ${what}`;
   }
 }
 

@@ -51,6 +51,7 @@ test("§3, §6: replicas converge to every key's newest write through lost messa
   assert.ok(total.resets > 0, 'backlogs overflowed, so replication alone could not deliver every write');
   assert.ok(total.roundsDone > 0 && total.repaired > 0, 'anti-entropy repaired keys');
   assert.ok(total.swept > 0, 'values expired and were swept');
+  assert.ok(total.commitsFailed > 0, 'stores refused commits');
 });
 
 test('§3: without anti-entropy, replication alone delivers every write through broken connections', async (t) => {

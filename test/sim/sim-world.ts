@@ -12,6 +12,7 @@ export type Message =
   | { kind: 'session-reset' }
   | { kind: 'batch'; sessionId: number; batchSeq: number; level: AckLevel; ops: Array<[Buffer, Buffer]> }
   | { kind: 'ack'; sessionId: number; batchSeq: number; level: AckLevel }
+  | { kind: 'nack'; sessionId: number; batchSeq: number; error: string }
   | { kind: 'request'; q: PageRequest }
   | { kind: 'summaries'; page: SummaryPage }
   | { kind: 'fetch'; f: FetchRequest }
