@@ -136,8 +136,11 @@ const SENDER_TIMING: Omit<SenderConfig, 'fragment' | 'peer'> = {
 const LATENCY_MS_MAX = 15;
 const DOWN_MS_MIN = 20;
 const DOWN_MS_MAX = 1_500;
-/** Nodes' wall clocks differ by up to this much (well inside the receivers' skew limit). */
-const CLOCK_SKEW_MS_MAX = 40;
+/**
+ * Nodes' wall clocks differ by up to this much, in half the runs the first, in half the second (both
+ * well inside the receivers' skew limit): a node then often stamps ahead of its own wall clock.
+ */
+const CLOCK_SKEW_MS_MAX = [40, 3_000];
 const MAX_CLOCK_SKEW_MS = 300_000;
 const EMPTY = Buffer.alloc(0);
 /** Anti-entropy repairs are not awaited (as in the driver): LWW decides, and the next round retries. */
@@ -213,8 +216,9 @@ export class ReplicationSim {
 
   constructor(private readonly options: SimOptions) {
     this.random = xorshift32(options.seed);
+    const skewMax = CLOCK_SKEW_MS_MAX[this.below(CLOCK_SKEW_MS_MAX.length)];
     for (let i = 0; i < options.nodes; i++) {
-      const skew = this.below(2 * CLOCK_SKEW_MS_MAX + 1) - CLOCK_SKEW_MS_MAX;
+      const skew = this.below(2 * skewMax + 1) - skewMax;
       this.nodes.push(new SimNode(i, Buffer.from(`n${i}`), skew));
     }
     for (let i = 0; i < options.nodes; i++)
