@@ -1,0 +1,266 @@
+// The fragment actor (src/core/fragment.ts) against a dumb reference (STYLE.md "Tests"): fast-check
+// runs random writes (of several writers, older, equal and newer versions, tombstones, deadlines
+// past and future, at `memory` and `store` durability, handed over directly or queued), reads,
+// TTL sweeps, passing time and failing commits through the actor and a map-backed store, and holds
+// every answer against a map merged by the LWW rule written out here (spec §2.4–2.6): each write's
+// exact outcome, each read's record, the freshest record anti-entropy would see, and in the end
+// the store itself.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import fc from 'fast-check';
+import { type FragmentAction, FragmentCore, FragmentOp } from '../../src/core/fragment.js';
+import {
+  BACKGROUND_OPS_PER_SEC_DEFAULT,
+  FLUSH_PENDING_BYTES_MAX,
+  FLUSH_PENDING_WRITES_MAX,
+  QUEUE_OPS_MAX_DEFAULT,
+  VALUE_BYTES_MAX_DEFAULT,
+} from '../../src/core/limits.js';
+import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
+import {
+  describeRecord,
+  encodeRecord,
+  expiresAtOf,
+  expiryTombstoneOf,
+  isTombstone,
+  logicalOf,
+  nodeIdOf,
+  wallMsOf,
+} from '../../src/core/record.js';
+
+const WRITERS = [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')];
+const KEYS = 6;
+const START_MS = 1_000;
+
+type Command =
+  | {
+      kind: 'write';
+      key: number;
+      wallMs: number;
+      logical: number;
+      writer: number;
+      tombstone: boolean;
+      /** Deadline relative to now (0: none). */
+      ttlMs: number;
+      store: boolean;
+      direct: boolean;
+    }
+  | { kind: 'read'; key: number }
+  | { kind: 'advance'; ms: number }
+  | { kind: 'sweep' }
+  | { kind: 'fail-next-commit' };
+
+const commandArb: fc.Arbitrary<Command> = fc.oneof(
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      kind: fc.constant('write' as const),
+      key: fc.nat(KEYS - 1),
+      // Around the clock: older, equal and newer versions than what a key holds.
+      wallMs: fc.integer({ min: START_MS - 5, max: START_MS + 60 }),
+      logical: fc.nat(2),
+      writer: fc.nat(WRITERS.length - 1),
+      tombstone: fc.boolean(),
+      ttlMs: fc.oneof(fc.constant(0), fc.integer({ min: -5, max: 30 })),
+      store: fc.boolean(),
+      direct: fc.boolean(),
+    }),
+  },
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant('read' as const), key: fc.nat(KEYS - 1) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 1, max: 8 }) }),
+  },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('sweep' as const) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-commit' as const) }) },
+);
+
+/** The reference LWW order (spec §2.5), written out: wall ms, logical, writer, then tombstone over value. */
+function compare(a: Buffer, b: Buffer): number {
+  if (wallMsOf(a) !== wallMsOf(b)) return wallMsOf(a) - wallMsOf(b);
+  if (logicalOf(a) !== logicalOf(b)) return logicalOf(a) - logicalOf(b);
+  const node = Buffer.compare(Buffer.from(nodeIdOf(a)), Buffer.from(nodeIdOf(b)));
+  if (node !== 0) return node;
+  return Number(isTombstone(a)) - Number(isTombstone(b));
+}
+
+const live = (r: Buffer | undefined, nowMs: number): boolean =>
+  r !== undefined && !isTombstone(r) && (expiresAtOf(r) === 0 || expiresAtOf(r) > nowMs);
+
+/** The actor with a map for a store, commits applied at once unless the next one is set to fail. */
+class Harness {
+  readonly store = new Map<number, Buffer>();
+  /** The reference: what each key holds once every write so far is merged. */
+  readonly model = new Map<number, Buffer>();
+  readonly core: FragmentCore;
+  nowMs = START_MS;
+  private nextReqId = 1;
+  /** The answer each request must get, once its durability is reached. */
+  private readonly expected = new Map<number, { reply: Reply; record?: Buffer }>();
+  private failNext = false;
+  private failuresInARow = 0;
+
+  constructor(flushIntervalMs: number) {
+    const reader = { get: (_f: number, key: Uint8Array) => this.store.get(key[0]) };
+    this.core = new FragmentCore(
+      {
+        fragment: 0,
+        valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
+        storedHighWaterWallMs: 0,
+        queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
+        backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
+        flushIntervalMs,
+        flushWritesMax: FLUSH_PENDING_WRITES_MAX,
+        flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+      },
+      reader,
+      this.nowMs,
+    );
+  }
+
+  get waiting(): number {
+    return this.expected.size;
+  }
+
+  apply(c: Command): void {
+    switch (c.kind) {
+      case 'write':
+        return this.write(c);
+      case 'read': {
+        const reqId = this.nextReqId++;
+        const record = this.model.get(c.key);
+        this.expected.set(
+          reqId,
+          live(record, this.nowMs) ? { reply: Reply.Found, record } : { reply: Reply.NotFound },
+        );
+        this.core.step({
+          kind: 'request',
+          op: new FragmentOp(OpKind.Read, reqId, Priority.Default, Durability.Memory, key(c.key), EMPTY),
+        });
+        return this.run();
+      }
+      case 'advance':
+        this.nowMs += c.ms;
+        this.core.step({ kind: 'tick', nowMs: this.nowMs });
+        return this.run();
+      case 'sweep':
+        return this.sweep();
+      case 'fail-next-commit':
+        // Never a third failure in a row: the actor would then answer StorageFailed, which the
+        // reference does not model.
+        this.failNext = this.failuresInARow < 2;
+        return;
+    }
+  }
+
+  private write(c: Extract<Command, { kind: 'write' }>): void {
+    const expiresAtMs = c.ttlMs === 0 || c.tombstone ? 0 : Math.max(1, this.nowMs + c.ttlMs);
+    const value = c.tombstone ? EMPTY : Buffer.from(`v${c.wallMs}.${c.logical}`);
+    const record = encodeRecord(c.tombstone, c.wallMs, c.logical, expiresAtMs, WRITERS[c.writer], value);
+    const reqId = this.nextReqId++;
+    const held = this.model.get(c.key);
+    const order = held === undefined ? 1 : compare(record, held);
+    if (order < 0) this.expected.set(reqId, { reply: Reply.Superseded, record: held });
+    else if (order === 0) this.expected.set(reqId, { reply: Reply.AlreadyPresent });
+    else if (expiresAtMs !== 0 && expiresAtMs <= this.nowMs) {
+      this.expected.set(reqId, { reply: Reply.Expired });
+      this.model.set(c.key, expiryTombstoneOf(record));
+    } else {
+      this.expected.set(reqId, { reply: Reply.Applied });
+      this.model.set(c.key, record);
+    }
+    const durability = c.store ? Durability.Store : Durability.Memory;
+    const k = key(c.key);
+    if (!(c.direct && this.core.tryDirectWrite(reqId, Priority.Default, durability, k, record, this.nowMs))) {
+      this.core.step({
+        kind: 'request',
+        op: new FragmentOp(OpKind.Write, reqId, Priority.Default, durability, k, record),
+      });
+    }
+    this.run();
+  }
+
+  /** The cleaner's pass, offered only when the store holds everything (as the model then does). */
+  private sweep(): void {
+    if (this.core.hasUncommitted()) return;
+    const entries: Array<{ key: Buffer; record: Buffer }> = [];
+    for (const [k, record] of this.store) {
+      if (isTombstone(record) || live(record, this.nowMs)) continue;
+      entries.push({ key: key(k), record });
+      this.model.set(k, expiryTombstoneOf(record));
+    }
+    this.core.step({ kind: 'sweep', nowMs: this.nowMs, entries });
+    this.run();
+  }
+
+  /** A turn: runs the queue, then carries out every action until none is left. */
+  run(): void {
+    this.core.step({ kind: 'run', nowMs: this.nowMs, budget: QUEUE_OPS_MAX_DEFAULT });
+    const actions: FragmentAction[] = [];
+    for (this.core.takeActions(actions); actions.length > 0; this.core.takeActions(actions)) {
+      for (const action of actions.splice(0)) {
+        if (action instanceof FragmentOp) this.answered(action.reqId, action.reply, action.replyRecord);
+        else if (action.kind === 'acks')
+          for (const reqId of action.reqIds) this.answered(reqId, action.reply, undefined);
+        else if (action.kind === 'commit') this.commit(action);
+        else this.core.step({ kind: 'synced', generation: action.generation });
+      }
+    }
+  }
+
+  private commit(action: Extract<FragmentAction, { kind: 'commit' }>): void {
+    if (this.failNext) {
+      this.failNext = false;
+      this.failuresInARow++;
+      return this.core.step({ kind: 'commit-failed', generation: action.generation, message: 'refused' });
+    }
+    this.failuresInARow = 0;
+    for (const [k, record] of action.puts) this.store.set(k[0], Buffer.from(record));
+    this.core.step({ kind: 'committed', generation: action.generation });
+  }
+
+  private answered(reqId: number, reply: Reply, record: Uint8Array | undefined): void {
+    const want = this.expected.get(reqId);
+    assert.ok(want !== undefined, `an answer to request ${reqId}, which is not waiting`);
+    this.expected.delete(reqId);
+    assert.equal(REPLY_NAMES[reply], REPLY_NAMES[want.reply], `request ${reqId}`);
+    if (want.record !== undefined) {
+      assert.equal(describeRecord(record), describeRecord(want.record), `request ${reqId}'s record`);
+    }
+  }
+
+  /** What anti-entropy and read-modify-writes see of every key equals the reference. */
+  checkCurrent(): void {
+    for (let k = 0; k < KEYS; k++) {
+      assert.equal(describeRecord(this.core.current(key(k))), describeRecord(this.model.get(k)), `key ${k}`);
+    }
+  }
+}
+
+const EMPTY = Buffer.alloc(0);
+const key = (k: number): Buffer => Buffer.from([k]);
+
+test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, through queues, expiry, sweeps and failed commits', () => {
+  fc.assert(
+    fc.property(
+      fc.array(commandArb, { minLength: 1, maxLength: 120, size: 'max' }),
+      fc.constantFrom(0, 5),
+      (commands, flushIntervalMs) => {
+        const h = new Harness(flushIntervalMs);
+        for (const c of commands) {
+          h.apply(c);
+          h.checkCurrent();
+        }
+        // Let every retry and deferred commit happen: then every request is answered and the store is the reference.
+        for (let i = 0; i < 50 && (h.waiting > 0 || h.core.hasUncommitted()); i++)
+          h.apply({ kind: 'advance', ms: 10 });
+        assert.equal(h.waiting, 0, 'every request answered');
+        for (let k = 0; k < KEYS; k++) {
+          assert.equal(describeRecord(h.store.get(k)), describeRecord(h.model.get(k)), `stored key ${k}`);
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
