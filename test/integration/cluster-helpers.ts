@@ -25,13 +25,16 @@ export class NodeProcess {
     private readonly args: string[],
   ) {}
 
-  /** Starts the process and resolves once it logs `ready`. */
-  async start(): Promise<void> {
+  /** Starts the process (`env`: variables added to the environment) and resolves once it logs `ready`. */
+  async start(env: Readonly<Record<string, string>> = {}): Promise<void> {
     const from = this.log.length;
     const child = spawn(
       process.execPath,
       [MAIN, '--node-id', this.id, '--port', String(this.respPort), '--data-dir', this.dataDir, ...this.args],
-      { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, TESSERA_CLUSTER_SECRET: CLUSTER_SECRET } },
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, TESSERA_CLUSTER_SECRET: CLUSTER_SECRET, ...env },
+      },
     );
     this.child = child;
     child.stdout!.on('data', (chunk: Buffer) => {
