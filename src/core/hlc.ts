@@ -49,14 +49,11 @@ export class HybridLogicalClock {
   }
 
   /**
-   * Takes into account a wall ms whose logical counter is not known — a store's high-water mark (only
+   * Takes into account a wall ms whose logical counter is unknown — a store's high-water mark (only
    * the wall ms is stored), the newest stamp of a peer's frame — as if every counter within it were
-   * taken, so later ticks order after all of them. Seeded with the counter at 0, a node starting while
-   * its wall clock was behind its stored millisecond (it had followed a faster peer's clock, or its
-   * clock stepped back across the restart) issued stamps it had issued before, and a write under an
-   * existing version was taken for that write (AlreadyPresent) and lost; and a client write right
-   * after a peer's records of the same millisecond could lose to them (Superseded). False, changing
-   * nothing, as `observe`.
+   * taken: a node whose wall clock reads earlier than that millisecond (it followed a faster peer,
+   * or its clock stepped back across a restart) must not issue those stamps again, or a new write
+   * would share an older one's version and be taken for it. False, changing nothing, as `observe`.
    */
   observeWallMs(wallMs: number, nowMs: number): boolean {
     return this.observe(wallMs, HLC_LOGICAL_MAX, nowMs);
