@@ -6,7 +6,8 @@
 // the same way, message for message: client writes and replicated records go through the actor,
 // its commits reach the store, the writes it applied go to the senders, and a replicated batch is
 // acknowledged once its fence is reached. Every node takes client writes for every key, as replicas
-// do in turn while the first ones are down, so writes to one key race between nodes.
+// do in turn while the first ones are down, so writes to one key race between nodes; values get
+// deadlines, and each node's TTL sweep retires what expired, as the cleaner does.
 //
 // The faults are the ones a TCP peer mesh has: a connection is FIFO with a random latency, and when
 // it breaks every message in flight on it is lost; it comes back later. A node restarts — the whole
@@ -14,11 +15,13 @@
 // and loses its actor's and senders' state (whatever its peers had not acknowledged), while its
 // store survives, as at `store` durability. A store refuses some commits, which the actor retries
 // (a client write answered StorageFailed may or may not land; a batch whose fence fails is NACKed
-// and sent again). Backlogs are kept small, so that an outage overflows
-// them and anti-entropy has to repair what replication dropped. After the faults stop and every
-// connection is back, every replica must hold the same record for every key: the newest write
-// applied anywhere — tombstones included — or a newer one whose outcome the client was not told; or, where that write's deadline has passed, its expiry tombstone (values
-// get deadlines, and each node's TTL sweep retires what expired, as the cleaner does).
+// and sent again). Backlogs are kept small, so that an outage overflows them and anti-entropy has
+// to repair what replication dropped.
+//
+// After the faults stop and every connection is back, every replica must hold the same record for
+// every key: the newest write applied anywhere (tombstones included), or a newer one whose client
+// was not told it held — each as it stands, its expiry tombstone once its deadline has passed. And
+// every client write must be Applied: a node's clock has moved past every record it holds.
 
 import { assert } from '../../src/core/assert.js';
 import { type FragmentAction, FragmentCore, FragmentOp, type ReplySink } from '../../src/core/fragment.js';
