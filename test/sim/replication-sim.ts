@@ -63,7 +63,7 @@ import {
 } from '../../src/core/replication-sender.js';
 import { NEXT_PAGE, readSpan } from '../../src/workers/reconcile-span.js';
 import { xorshift32 } from '../unit/fixtures/xorshift32.js';
-import { Connection, type Message, SimStore } from './sim-world.js';
+import { Connection, fromWire, type Message, maxWallMsOf, SimStore, toWire } from './sim-world.js';
 
 export interface SimOptions {
   seed: number;
@@ -354,16 +354,16 @@ export class ReplicationSim {
     if (!from.up[to]) return;
     const c = this.connections.find((x) => x.joins(from.index) && x.joins(to))!;
     assert(c.up, 'a node sends only over a connection it sees up');
-    c.push(from.index, to, message, this.nowMs + 1 + this.below(LATENCY_MS_MAX));
+    c.push(from.index, to, toWire(message), this.nowMs + 1 + this.below(LATENCY_MS_MAX));
   }
 
   private async deliver(): Promise<void> {
     for (const c of this.connections) {
       for (const queue of c.queues) {
         while (c.up && queue.length > 0 && queue[0].atMs <= this.nowMs) {
-          const { to, from, message } = queue.shift()!;
+          const { to, from, bytes } = queue.shift()!;
           this.report.messages++;
-          await this.receive(this.nodes[to], from, message);
+          await this.receive(this.nodes[to], from, fromWire(bytes));
         }
       }
     }
@@ -508,8 +508,15 @@ export class ReplicationSim {
         return this.send(node, peer, { kind: 'session-start', sessionId: action.sessionId });
       case 'batch': {
         const { sessionId, batchSeq, requiredAck: level } = action;
-        const ops = action.ops.map(([k, r]): [Buffer, Buffer] => [Buffer.from(k), Buffer.from(r)]);
-        return this.send(node, peer, { kind: 'batch', sessionId, batchSeq, level, ops });
+        const ops = action.ops.map(([key, record]) => ({ key, record }));
+        return this.send(node, peer, {
+          kind: 'batch',
+          sessionId,
+          batchSeq,
+          level,
+          maxWallMs: maxWallMsOf(ops),
+          ops,
+        });
       }
       case 'start-round': {
         if (!this.options.antiEntropy) {
@@ -540,31 +547,28 @@ export class ReplicationSim {
     return { fragment: 0, fragmentOf: () => 0, nowMs: this.wallMs(node), maxClockSkewMs: MAX_CLOCK_SKEW_MS };
   }
 
-  /** Records from a peer, merged through the actor; the node's clock observes the newest stamp. */
+  /** Records from a peer, merged through the actor as the replication driver submits them. */
   private submitReplicated(node: SimNode, entries: readonly KeyRecord[], sink: ReplySink): void {
-    let maxWallMs = 0;
     for (const e of entries) {
-      maxWallMs = Math.max(maxWallMs, wallMsOf(e.record));
-      const key = Buffer.from(e.key);
+      const record = Buffer.from(e.record);
       const op = new FragmentOp(
         OpKind.Write,
         0,
         Priority.Default,
         Durability.Memory,
-        key,
-        Buffer.from(e.record),
+        Buffer.from(e.key),
+        record,
       );
       op.replicated = true;
       op.sink = sink;
       node.core.step({ kind: 'request', op });
     }
-    assert(node.clock.observeWallMs(maxWallMs, this.wallMs(node)), 'a record too far ahead of the clock');
   }
 
   /** A replicated batch: applied through the actor, acknowledged once its fence is reached. */
   private applyBatch(node: SimNode, peer: number, m: Extract<Message, { kind: 'batch' }>): void {
     if (node.responders.get(peer)?.sessionId !== m.sessionId || m.sessionId === 0) return;
-    const ops = m.ops.map(([key, record]) => ({ key, record }));
+    const { ops } = m;
     const invalid = checkRecords(ops, this.recordCheck(node));
     assert(invalid === undefined, `a replicated batch refused: ${invalid}`);
     const { sessionId, batchSeq, level } = m;
@@ -591,6 +595,11 @@ export class ReplicationSim {
 
   private async receive(node: SimNode, peer: number, m: Message): Promise<void> {
     const sender = node.senders[peer]!;
+    // As the main thread does when such a frame arrives, before its worker sees it: later client
+    // writes order after every record in it.
+    if ((m.kind === 'batch' || m.kind === 'data') && m.maxWallMs > 0) {
+      assert(node.clock.observeWallMs(m.maxWallMs, this.wallMs(node)), 'a frame too far ahead of the clock');
+    }
     switch (m.kind) {
       case 'session-start':
         if (m.sessionId !== 0) this.responderOf(node, peer).onSessionStart(m.sessionId);
@@ -621,7 +630,8 @@ export class ReplicationSim {
           assert(pages.kind !== 'violation', `responder: ${pages.kind === 'violation' ? pages.reason : ''}`);
           return;
         }
-        for (const page of pages) this.send(node, peer, { kind: 'data', page });
+        for (const page of pages)
+          this.send(node, peer, { kind: 'data', page, maxWallMs: maxWallMsOf(page.entries) });
         return;
       }
       case 'summaries': {
