@@ -1,7 +1,7 @@
 // The fragment actor (src/core/fragment.ts) against a dumb reference (STYLE.md "Tests"): fast-check
 // runs random writes (of several writers, older, equal and newer versions, tombstones, deadlines
-// past and future, at `memory` and `store` durability, handed over directly or queued), reads,
-// TTL sweeps, passing time and failing commits through the actor and a map-backed store, and holds
+// past and future, at each durability, handed over directly or queued), reads, TTL sweeps, passing
+// time and failing commits and syncs through the actor and a map-backed store, and holds
 // every answer against a map merged by the LWW rule written out here (spec §2.4–2.6): each write's
 // exact outcome, each read's record, the freshest record anti-entropy would see, and in the end
 // the store itself.
@@ -43,13 +43,14 @@ type Command =
       tombstone: boolean;
       /** Deadline relative to now (0: none). */
       ttlMs: number;
-      store: boolean;
+      durability: Durability;
       direct: boolean;
     }
   | { kind: 'read'; key: number }
   | { kind: 'advance'; ms: number }
   | { kind: 'sweep' }
-  | { kind: 'fail-next-commit' };
+  | { kind: 'fail-next-commit' }
+  | { kind: 'fail-next-sync' };
 
 const commandArb: fc.Arbitrary<Command> = fc.oneof(
   {
@@ -63,7 +64,7 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
       writer: fc.nat(WRITERS.length - 1),
       tombstone: fc.boolean(),
       ttlMs: fc.oneof(fc.constant(0), fc.integer({ min: -5, max: 30 })),
-      store: fc.boolean(),
+      durability: fc.constantFrom(Durability.Memory, Durability.Store, Durability.Stable),
       direct: fc.boolean(),
     }),
   },
@@ -74,6 +75,7 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
   },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('sweep' as const) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-commit' as const) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-sync' as const) }) },
 );
 
 /** The reference LWW order (spec §2.5), written out: wall ms, logical, writer, then tombstone over value. */
@@ -96,10 +98,19 @@ class Harness {
   readonly core: FragmentCore;
   nowMs = START_MS;
   private nextReqId = 1;
-  /** The answer each request must get, once its durability is reached. */
-  private readonly expected = new Map<number, { reply: Reply; record?: Buffer }>();
+  /**
+   * The answer each request must get, once its durability is reached; `stable`: a `stable` write
+   * that waits for a sync, which a failed sync answers StorageFailed instead (it stays applied).
+   */
+  private readonly expected = new Map<
+    number,
+    { reply: Reply; record?: Buffer; stable?: boolean; syncFailed?: boolean; syncsBefore?: number }
+  >();
+  /** Syncs done: a `stable` write is answered only after one that began after it was admitted. */
+  private syncsDone = 0;
   private failNext = false;
   private failuresInARow = 0;
+  private failNextSync = false;
 
   constructor(flushIntervalMs: number) {
     const reader = { get: (_f: number, key: Uint8Array) => this.store.get(key[0]) };
@@ -151,6 +162,9 @@ class Harness {
         // reference does not model.
         this.failNext = this.failuresInARow < 2;
         return;
+      case 'fail-next-sync':
+        this.failNextSync = true;
+        return;
     }
   }
 
@@ -170,7 +184,12 @@ class Harness {
       this.expected.set(reqId, { reply: Reply.Applied });
       this.model.set(c.key, record);
     }
-    const durability = c.store ? Durability.Store : Durability.Memory;
+    const { durability } = c;
+    const want = this.expected.get(reqId)!;
+    want.stable =
+      durability === Durability.Stable &&
+      (want.reply === Reply.Applied || want.reply === Reply.AlreadyPresent);
+    want.syncsBefore = this.syncsDone;
     const k = key(c.key);
     if (!(c.direct && this.core.tryDirectWrite(reqId, Priority.Default, durability, k, record, this.nowMs))) {
       this.core.step({
@@ -204,9 +223,20 @@ class Harness {
         else if (action.kind === 'acks')
           for (const reqId of action.reqIds) this.answered(reqId, action.reply, undefined);
         else if (action.kind === 'commit') this.commit(action);
-        else this.core.step({ kind: 'synced', generation: action.generation });
+        else this.sync(action.generation);
       }
     }
+  }
+
+  /** A sync: done, or failed — then every `stable` write waiting may be answered StorageFailed. */
+  private sync(generation: number): void {
+    if (!this.failNextSync) {
+      this.syncsDone++;
+      return this.core.step({ kind: 'synced', generation });
+    }
+    this.failNextSync = false;
+    for (const want of this.expected.values()) if (want.stable) want.syncFailed = true;
+    this.core.step({ kind: 'sync-failed', generation, message: 'refused' });
   }
 
   private commit(action: Extract<FragmentAction, { kind: 'commit' }>): void {
@@ -224,7 +254,10 @@ class Harness {
     const want = this.expected.get(reqId);
     assert.ok(want !== undefined, `an answer to request ${reqId}, which is not waiting`);
     this.expected.delete(reqId);
+    if (reply === Reply.StorageFailed && want.syncFailed === true) return;
     assert.equal(REPLY_NAMES[reply], REPLY_NAMES[want.reply], `request ${reqId}`);
+    if (want.stable === true)
+      assert.ok(this.syncsDone > want.syncsBefore!, `stable request ${reqId} answered before a sync`);
     if (want.record !== undefined) {
       assert.equal(describeRecord(record), describeRecord(want.record), `request ${reqId}'s record`);
     }
@@ -241,7 +274,7 @@ class Harness {
 const EMPTY = Buffer.alloc(0);
 const key = (k: number): Buffer => Buffer.from([k]);
 
-test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, through queues, expiry, sweeps and failed commits', () => {
+test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, through queues, expiry, sweeps, failed commits and syncs', () => {
   fc.assert(
     fc.property(
       fc.array(commandArb, { minLength: 1, maxLength: 120, size: 'max' }),
