@@ -62,6 +62,7 @@ import {
   type SenderConfig,
 } from '../../src/core/replication-sender.js';
 import { NEXT_PAGE, readSpan } from '../../src/workers/reconcile-span.js';
+import { referenceOrder } from '../unit/fixtures/lww-reference.js';
 import { xorshift32 } from '../unit/fixtures/xorshift32.js';
 import { Connection, fromWire, type Message, maxWallMsOf, SimStore, toWire } from './sim-world.js';
 
@@ -768,11 +769,9 @@ export class ReplicationSim {
   }
 }
 
-/** The reference LWW order, written out: wall ms, then logical counter, then writer id. */
+/** Whether `a` is a newer write than `b`, by the reference LWW order. */
 function newerVersion(a: Buffer, b: Buffer): boolean {
-  if (wallMsOf(a) !== wallMsOf(b)) return wallMsOf(a) > wallMsOf(b);
-  if (logicalOf(a) !== logicalOf(b)) return logicalOf(a) > logicalOf(b);
-  return Buffer.compare(nodeIdOf(a), nodeIdOf(b)) > 0;
+  return referenceOrder(a, b) > 0;
 }
 
 function describeVersion(r: Buffer): string {

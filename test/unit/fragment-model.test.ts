@@ -24,10 +24,8 @@ import {
   expiresAtOf,
   expiryTombstoneOf,
   isTombstone,
-  logicalOf,
-  nodeIdOf,
-  wallMsOf,
 } from '../../src/core/record.js';
+import { referenceOrder } from './fixtures/lww-reference.js';
 
 const WRITERS = [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')];
 const KEYS = 6;
@@ -77,15 +75,6 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-commit' as const) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-sync' as const) }) },
 );
-
-/** The reference LWW order (spec §2.5), written out: wall ms, logical, writer, then tombstone over value. */
-function compare(a: Buffer, b: Buffer): number {
-  if (wallMsOf(a) !== wallMsOf(b)) return wallMsOf(a) - wallMsOf(b);
-  if (logicalOf(a) !== logicalOf(b)) return logicalOf(a) - logicalOf(b);
-  const node = Buffer.compare(Buffer.from(nodeIdOf(a)), Buffer.from(nodeIdOf(b)));
-  if (node !== 0) return node;
-  return Number(isTombstone(a)) - Number(isTombstone(b));
-}
 
 const live = (r: Buffer | undefined, nowMs: number): boolean =>
   r !== undefined && !isTombstone(r) && (expiresAtOf(r) === 0 || expiresAtOf(r) > nowMs);
@@ -174,7 +163,7 @@ class Harness {
     const record = encodeRecord(c.tombstone, c.wallMs, c.logical, expiresAtMs, WRITERS[c.writer], value);
     const reqId = this.nextReqId++;
     const held = this.model.get(c.key);
-    const order = held === undefined ? 1 : compare(record, held);
+    const order = held === undefined ? 1 : referenceOrder(record, held);
     if (order < 0) this.expected.set(reqId, { reply: Reply.Superseded, record: held });
     else if (order === 0) this.expected.set(reqId, { reply: Reply.AlreadyPresent });
     else if (expiresAtMs !== 0 && expiresAtMs <= this.nowMs) {
