@@ -33,9 +33,7 @@ WARM_N=200000
 
 log() { printf '%s\n' "$*" >&2; }
 
-for tool in redis-server redis-benchmark redis-cli node; do
-  command -v "$tool" >/dev/null 2>&1 || { log "hop-anatomy: $tool is not on PATH"; exit 2; }
-done
+require_redis_tools hop-anatomy
 [ -d /proc/self/task ] || { log "hop-anatomy: needs Linux /proc"; exit 2; }
 [ -f dist/main.js ] || { log "hop-anatomy: dist/ is missing; run npm run build first"; exit 2; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
