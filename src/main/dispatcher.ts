@@ -565,6 +565,7 @@ export class Dispatcher {
       fragmentCount: this.config.fragments,
       levelGroups: [],
       levelGroupCount: 0,
+      reader: true,
     });
     for (let f = 0; f < this.config.fragments; f++) await snapshot.openFragment(f);
     this.snapshot = snapshot;

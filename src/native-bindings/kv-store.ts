@@ -108,4 +108,9 @@ export interface StoreLocation {
    * append to it instead of syncing the env. Undefined for readers and tools.
    */
   stableLog?: number;
+  /**
+   * lmdb: the store only reads (the main thread's snapshot, the background pool's view). It opens
+   * fragments the workers have already opened, so it reserves no disk for creating them.
+   */
+  reader?: boolean;
 }

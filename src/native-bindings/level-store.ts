@@ -48,6 +48,11 @@ const SYNC_MARKER_KEY = Buffer.from([0xff, 0xff, TAG_META]);
 const LEVEL_DIR = 'level';
 /** Entries a backup reads and writes per step. */
 const BACKUP_BATCH_ENTRIES = 1000;
+/**
+ * Free bytes a failed group's file system needs before the group is reopened: opening turns the log
+ * into a table (up to LevelDB's 4 MiB write buffer) and starts a new log and manifest.
+ */
+const LEVEL_REOPEN_FREE_BYTES_MIN = 16 * 1024 * 1024;
 /** LevelDB names its write-ahead logs `<number>.log`; rotated ones wait there for compaction. */
 const LOG_FILE_PATTERN = /^\d+\.log$/;
 
@@ -73,6 +78,12 @@ interface Group {
    * classic-level runs each batch on the libuv pool, where two batches in flight may swap.
    */
   tail: Promise<void>;
+  /**
+   * A write failed. LevelDB keeps the first failed write's error and fails every later one with
+   * it (a full disk stays an error after space is freed), so the group is reopened, once its file
+   * system has room, before it is written again.
+   */
+  failed: boolean;
 }
 
 export const levelGroupDir = (dataDir: string, group: number): string =>
@@ -113,7 +124,7 @@ async function openGroup(dataDir: string, g: number): Promise<Group> {
     }
     throw asStorageError(err);
   }
-  return { dir, db, tail: Promise.resolve() };
+  return { dir, db, tail: Promise.resolve(), failed: false };
 }
 
 /** classic-level reports a held LOCK with code LEVEL_LOCKED, as the cause of LEVEL_DATABASE_NOT_OPEN. */
@@ -199,12 +210,25 @@ class LevelStore implements KvStore {
   }
 
   commit(writes: FragmentWrites[]): Promise<void> {
+    let failed: Group[] | undefined;
     try {
       this.#checkOpen();
       checkWrites(writes, this.#fragmentCount);
-      for (const w of writes) this.#group(w.fragment);
+      for (const w of writes) {
+        const group = this.#group(w.fragment);
+        if (group.failed && !failed?.includes(group)) (failed ??= []).push(group);
+      }
     } catch (err) {
       return Promise.reject(err);
+    }
+    // A batch belongs to the database it was made on: reopen first, then stage.
+    if (failed !== undefined) {
+      return Promise.all(failed.map((group) => this.#enqueue(group, () => reopenGroup(group)))).then(
+        () => this.commit(writes),
+        (err: unknown) => {
+          throw asStorageError(err);
+        },
+      );
     }
     let batches: Map<Group, LevelBatch>;
     try {
@@ -214,7 +238,14 @@ class LevelStore implements KvStore {
     }
     const done: Promise<void>[] = [];
     for (const [group, batch] of batches) {
-      done.push(this.#enqueue(group, () => batch.write(COMMIT_WRITE_OPTIONS)));
+      done.push(
+        this.#enqueue(group, () =>
+          batch.write(COMMIT_WRITE_OPTIONS).catch((err: unknown) => {
+            group.failed = true;
+            throw err;
+          }),
+        ),
+      );
     }
     return Promise.all(done).then(
       () => undefined,
@@ -411,13 +442,36 @@ function tagEnd(fragment: number, tag: number): Buffer {
 const highWaterKey = (fragment: number): Buffer => storedKey(fragment, TAG_META, META_HIGH_WATER_NAME);
 
 /**
+ * Closes and opens a group whose write failed, so that LevelDB forgets the failure; refuses while
+ * its file system has too little room for the reopening (it would fail, and leave the group closed).
+ */
+async function reopenGroup(group: Group): Promise<void> {
+  const { bavail, bsize } = await fs.statfs(group.dir);
+  const free = bavail * bsize;
+  if (free < LEVEL_REOPEN_FREE_BYTES_MIN) {
+    throw storageError(
+      `disk full: ${free} bytes free for LevelDB at ${group.dir}, which stays failed until ${LEVEL_REOPEN_FREE_BYTES_MIN} are`,
+    );
+  }
+  await group.db.close();
+  await group.db.open();
+  group.failed = false;
+}
+
+/**
  * The stable fence for one group. A `sync: true` write fsyncs the current log, but LevelDB never
  * fsyncs a log it rotates away from (google/leveldb#193): until that log's memtable is compacted
  * into a table, its writes are only in the page cache. So every log still present is fsynced too,
  * and the directory, which may hold log files created since the last fence.
  */
 async function syncGroup(group: Group): Promise<void> {
-  await group.db.batch([{ type: 'del', key: SYNC_MARKER_KEY }], { sync: true });
+  if (group.failed) await reopenGroup(group);
+  try {
+    await group.db.batch([{ type: 'del', key: SYNC_MARKER_KEY }], { sync: true });
+  } catch (err) {
+    group.failed = true;
+    throw err;
+  }
   const names = await fs.readdir(group.dir);
   // A log deleted meanwhile was compacted into a table LevelDB has already synced.
   for (const name of names)

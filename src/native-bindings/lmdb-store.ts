@@ -24,6 +24,7 @@ import { asStorageError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
 import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
+import { LmdbFileReserve, reserveBytesFor } from './lmdb-reserve.js';
 import {
   checkFragment,
   checkKey,
@@ -76,6 +77,23 @@ interface EnvSync {
   sync(callback: (error?: Error | null) => void): void;
 }
 
+/** What lmdb-js's `getStats()` reports of a database (mdb_stat). */
+interface DbStats {
+  pageSize: number;
+  treeBranchPageCount: number;
+  treeLeafPageCount: number;
+  overflowPages: number;
+}
+
+/** lmdb-js's native env, under a root database's `env`: `info()` is mdb_env_info of the last commit. */
+interface NativeEnv {
+  env: { info(): { lastPageNumber: number } };
+}
+
+function pageBytesOf(root: RootDatabase<Uint8Array, Uint8Array>): number {
+  return (root.getStats() as DbStats).pageSize;
+}
+
 export const fragmentDbName = (fragment: number): string => `fragment-${String(fragment).padStart(5, '0')}`;
 
 export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
@@ -90,10 +108,13 @@ export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
       encoding: 'binary',
       keyEncoding: 'binary',
     });
-    if (location.stableLog === undefined) return new LmdbStore(root, location.fragmentCount, undefined);
+    const dataFile = path.join(location.dataDir, LMDB_DIR, LMDB_DATA_FILE);
+    const reserve = location.reader === true ? undefined : new LmdbFileReserve(dataFile, pageBytesOf(root));
+    if (location.stableLog === undefined)
+      return new LmdbStore(root, location.fragmentCount, reserve, undefined);
     try {
       const log = await StableLogFile.open(path.join(location.dataDir, LMDB_DIR), location.stableLog);
-      return new LmdbStore(root, location.fragmentCount, log);
+      return new LmdbStore(root, location.fragmentCount, reserve, log);
     } catch (err) {
       await root.close();
       throw err;
@@ -142,6 +163,8 @@ class LmdbStore implements KvStore {
   readonly #applyPending = (): void => this.#apply(this.#pending);
   /** This worker's stable log; undefined: every stable fence is an env fsync. */
   readonly #log: StableLogFile | undefined;
+  /** Disk blocks allocated ahead of the data file's last page before each transaction writes; none for a reader. */
+  readonly #reserve: LmdbFileReserve | undefined;
   /** Fences run one after another: a log frame is written at one offset, a checkpoint truncates. */
   #fences: Promise<void> = Promise.resolve();
   #closed = false;
@@ -149,10 +172,12 @@ class LmdbStore implements KvStore {
   constructor(
     root: RootDatabase<Uint8Array, Uint8Array>,
     fragmentCount: number,
+    reserve: LmdbFileReserve | undefined,
     log: StableLogFile | undefined,
   ) {
     this.#root = root;
     this.#log = log;
+    this.#reserve = reserve;
     this.#fragmentCount = fragmentCount;
     this.#dbs = new Array<FragmentDb | undefined>(fragmentCount).fill(undefined);
     this.#highWaterWallMs = new Float64Array(fragmentCount);
@@ -163,7 +188,9 @@ class LmdbStore implements KvStore {
     checkFragment(fragment, this.#fragmentCount);
     if (this.#dbs[fragment] !== undefined) return;
     try {
-      // Opening a named database takes the env's write lock briefly (it may create the database).
+      // Opening a named database takes the env's write lock briefly (it may create the database,
+      // in a transaction of lmdb-js's own, so a writer reserves its pages here first).
+      if (this.#reserve !== undefined) this.#root.transactionSync(() => this.#reserveFor(0, 0));
       const db = this.#root.openDB<Uint8Array, Uint8Array>(fragmentDbName(fragment), {
         encoding: 'binary',
         keyEncoding: 'binary',
@@ -302,6 +329,10 @@ class LmdbStore implements KvStore {
       // the process (a background reader may hold it). The high-water mark survives the drop: the
       // timestamps it covers were issued, and may live on in other replicas.
       this.#root.transactionSync(() => {
+        // The free list takes a page number (8 bytes, twice with its overhead) per page freed.
+        const stats = db.getStats() as DbStats;
+        const pages = stats.treeBranchPageCount + stats.treeLeafPageCount + stats.overflowPages;
+        this.#reserveFor(1, 16 * pages);
         db.clearSync();
         if (highWater > 0) db.putSync(META_HIGH_WATER_KEY, encodeHighWater(highWater));
       });
@@ -336,6 +367,7 @@ class LmdbStore implements KvStore {
     // every thread sharing the env. Closing the root releases this thread's hold on the env only.
     this.#dbs.fill(undefined);
     try {
+      this.#reserve?.close();
       await this.#root.close();
     } catch (err) {
       throw asStorageError(err);
@@ -343,6 +375,14 @@ class LmdbStore implements KvStore {
   }
 
   #apply(writes: FragmentWrites[]): void {
+    let ops = 0;
+    let recordBytes = 0;
+    for (const w of writes) {
+      // The high-water mark is one more put.
+      ops += w.puts.length + w.deletes.length + 1;
+      for (const [, record] of w.puts) recordBytes += record.length;
+    }
+    this.#reserveFor(ops, recordBytes);
     for (const w of writes) {
       const db = this.#dbs[w.fragment]!;
       // Deletes first, then puts: within one batch a put is the later write (FragmentWrites).
@@ -352,6 +392,14 @@ class LmdbStore implements KvStore {
         db.putSync(META_HIGH_WATER_KEY, encodeHighWater(w.highWaterWallMs));
       }
     }
+  }
+
+  /** Reserves the file blocks a transaction of `ops` operations storing `recordBytes` may take; inside it. */
+  #reserveFor(ops: number, recordBytes: number): void {
+    const reserve = this.#reserve;
+    assert(reserve !== undefined, 'a reader store does not write');
+    const nextPage = (this.#root as unknown as NativeEnv).env.info().lastPageNumber + 1;
+    reserve.ensure(nextPage, reserveBytesFor(ops, recordBytes, reserve.pageBytes));
   }
 
   /** The prefixed key in the scratch buffer; valid until the next call. */

@@ -149,7 +149,10 @@ export class StableLogFile {
     try {
       const bytesWritten = fs.writeSync(this.#file.fd, frame, 0, frame.length, this.#fileBytes);
       if (bytesWritten !== frame.length) {
-        throw new Error(`stable log write stopped at ${bytesWritten} of ${frame.length} bytes`);
+        // A regular file takes less than a whole write only when its disk (or quota) has no more room.
+        throw new Error(
+          `disk full: the stable log's write stopped at ${bytesWritten} of ${frame.length} bytes`,
+        );
       }
     } catch (err) {
       // The frame may be half on disk; the next checkpoint covers its writes instead.

@@ -25,17 +25,28 @@ export class NodeProcess {
     private readonly args: string[],
   ) {}
 
-  /** Starts the process (`env`: variables added to the environment) and resolves once it logs `ready`. */
-  async start(env: Readonly<Record<string, string>> = {}): Promise<void> {
+  /**
+   * Starts the process (`env`: variables added to the environment; `launcher`: a command that runs
+   * node, such as `nsenter … --`) and resolves once it logs `ready`.
+   */
+  async start(env: Readonly<Record<string, string>> = {}, launcher: readonly string[] = []): Promise<void> {
     const from = this.log.length;
-    const child = spawn(
+    const command = [
+      ...launcher,
       process.execPath,
-      [MAIN, '--node-id', this.id, '--port', String(this.respPort), '--data-dir', this.dataDir, ...this.args],
-      {
-        stdio: ['ignore', 'pipe', 'pipe'],
-        env: { ...process.env, TESSERA_CLUSTER_SECRET: CLUSTER_SECRET, ...env },
-      },
-    );
+      MAIN,
+      '--node-id',
+      this.id,
+      '--port',
+      String(this.respPort),
+      '--data-dir',
+      this.dataDir,
+      ...this.args,
+    ];
+    const child = spawn(command[0]!, command.slice(1), {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, TESSERA_CLUSTER_SECRET: CLUSTER_SECRET, ...env },
+    });
     this.child = child;
     child.stdout!.on('data', (chunk: Buffer) => {
       this.log += chunk.toString('utf8');

@@ -1,0 +1,177 @@
+// A node whose disk fills up must keep running: writes refused with an error that says the disk is
+// full, reads answered, every acknowledged write kept — and once space is freed, writes accepted
+// again without a restart. (With LMDB's write map a full disk used to kill the node with SIGBUS
+// at the first page LMDB touched that had no block behind it.)
+//
+// The node runs on a 32 MiB tmpfs mounted in a mount namespace of its own (`unshare`, util-linux),
+// so nothing outside the test sees the mount and it vanishes with the namespace. It is filled with
+// 64 KiB SETs until one fails, then the file system is grown and the node must take writes again;
+// finally it is killed with SIGKILL and restarted, and must still hold every acknowledged write.
+
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, readlinkSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { freePorts } from '../../bench/ports.js';
+import { NodeProcess } from '../integration/cluster-helpers.js';
+import { eventually, tempDir } from '../integration/helpers.js';
+
+const FS_BYTES_SMALL = 32 * 1024 * 1024;
+const FS_BYTES_GROWN = 128 * 1024 * 1024;
+const VALUE_BYTES = 64 * 1024;
+/** SETs sent at once; the fill stops at the first batch with a failure. */
+const BATCH = 8;
+/** More than the small file system holds several times over: the fill must fail before. */
+const WRITES_MAX = 4 * (FS_BYTES_SMALL / VALUE_BYTES);
+const HINT = 'needs root (or user namespaces) for `unshare --mount` and a tmpfs mount';
+
+/** Whether this machine lets a process mount a tmpfs in a mount namespace of its own. */
+function canMountPrivately(): boolean {
+  try {
+    const dir = execFileSync('mktemp', ['-d'], { encoding: 'utf8' }).trim();
+    try {
+      execFileSync(
+        'unshare',
+        [
+          '--mount',
+          '--propagation',
+          'private',
+          'sh',
+          '-c',
+          'mount -t tmpfs -o size=1m tessera-probe "$0"',
+          dir,
+        ],
+        { stdio: 'ignore' },
+      );
+      return true;
+    } finally {
+      execFileSync('rmdir', [dir]);
+    }
+  } catch {
+    return false;
+  }
+}
+
+const available = canMountPrivately();
+if (!available && process.env.TESSERA_REQUIRE_SMALL_FS === '1') throw new Error(`the disk-full test ${HINT}`);
+
+/** A process holding a mount namespace with a small tmpfs at `dir`; nodes enter it with `launcher`. */
+async function smallFileSystem(dir: string): Promise<{ launcher: string[]; grow(): void; close(): void }> {
+  const holder: ChildProcess = spawn('unshare', ['--mount', '--propagation', 'private', 'sleep', '3600'], {
+    stdio: 'ignore',
+  });
+  const pid = holder.pid;
+  assert.ok(pid !== undefined, 'unshare started');
+  const ownNamespace = readlinkSync('/proc/self/ns/mnt');
+  // Until unshare has made the namespace, entering the process's would enter this one.
+  await eventually(() => {
+    try {
+      return readlinkSync(`/proc/${pid}/ns/mnt`) !== ownNamespace;
+    } catch {
+      return false;
+    }
+  }, 5_000);
+  const inside = (...command: string[]) =>
+    execFileSync('nsenter', ['-t', String(pid), '-m', '--', ...command]);
+  inside('mount', '-t', 'tmpfs', '-o', `size=${FS_BYTES_SMALL}`, 'tessera-disk-full', dir);
+  return {
+    launcher: ['nsenter', '-t', String(pid), '-m', '--'],
+    grow: () => inside('mount', '-o', `remount,size=${FS_BYTES_GROWN}`, dir),
+    close: () => holder.kill('SIGKILL'),
+  };
+}
+
+/** Key i's value: bytes that do not compress (LevelDB compresses its tables), the same on every call. */
+function valueFor(i: number): Buffer {
+  const value = Buffer.allocUnsafe(VALUE_BYTES);
+  let x = (i + 1) * 0x9e3779b1;
+  for (let at = 0; at < VALUE_BYTES; at += 4) {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    value.writeInt32LE(x | 0, at);
+  }
+  return value;
+}
+
+const SETUPS = [
+  { store: 'lmdb', durability: 'store' },
+  { store: 'lmdb', durability: 'stable' },
+  { store: 'level', durability: 'store' },
+  { store: 'level', durability: 'stable' },
+] as const;
+
+for (const { store, durability } of SETUPS) {
+  test(`a full disk under ${store} at ${durability}: writes refused, reads served, nothing acknowledged lost, writes back once space is freed`, {
+    skip: available ? false : HINT,
+    timeout: 120_000,
+  }, async () => {
+    const dir = await tempDir(`disk-full-${store}-${durability}`);
+    const mountDir = join(dir.path, 'fs');
+    mkdirSync(mountDir);
+    const fsHandle = await smallFileSystem(mountDir);
+    const [port] = await freePorts(1);
+    const node = new NodeProcess('n1', port, 0, join(mountDir, 'data'), [
+      '--store',
+      store,
+      '--durability',
+      durability,
+      '--workers',
+      '1',
+    ]);
+    try {
+      await node.start({}, fsHandle.launcher);
+      const client = await node.client();
+      const acknowledged: number[] = [];
+      let failure: string | undefined;
+      for (let i = 0; i < WRITES_MAX && failure === undefined; i += BATCH) {
+        const batch = client.pipeline();
+        for (let j = i; j < i + BATCH; j++) batch.set(`k${j}`, valueFor(j));
+        const replies = (await batch.exec()) ?? [];
+        replies.forEach(([error, reply], j) => {
+          if (error === null && reply === 'OK') acknowledged.push(i + j);
+          else failure ??= error?.message ?? String(reply);
+        });
+      }
+      assert.ok(failure !== undefined, `the file system filled up within ${WRITES_MAX} writes`);
+      assert.match(failure, /disk full|No space left on device/);
+      console.log(`${store} ${durability}: ${acknowledged.length} writes acknowledged before: ${failure}`);
+
+      // Still running, still reading.
+      assert.equal(await client.ping(), 'PONG');
+      assert.equal(node.child?.exitCode, null);
+      // A write larger than what is left: refused as well.
+      await assert.rejects(
+        client.set('refused', Buffer.alloc(2 * 1024 * 1024, 1)),
+        /disk full|No space left on device/,
+      );
+      for (const i of acknowledged)
+        assert.deepEqual(await client.getBuffer(`k${i}`), valueFor(i), `k${i} after the disk filled`);
+
+      // Room again: the node takes writes without a restart.
+      fsHandle.grow();
+      await eventually(async () => {
+        try {
+          return (await client.set('after', valueFor(7))) === 'OK';
+        } catch {
+          return false;
+        }
+      }, 30_000);
+
+      await node.stop('SIGKILL');
+      await node.start({}, fsHandle.launcher);
+      const restarted = await node.client();
+      for (const i of acknowledged)
+        assert.deepEqual(await restarted.getBuffer(`k${i}`), valueFor(i), `k${i} after the restart`);
+      assert.deepEqual(await restarted.getBuffer('after'), valueFor(7));
+      console.log(
+        `${store} ${durability}: ${acknowledged.length + 1} acknowledged writes checked after the restart`,
+      );
+    } finally {
+      await node.stop('SIGKILL');
+      fsHandle.close();
+      await dir.cleanup();
+    }
+  });
+}
