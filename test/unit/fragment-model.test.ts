@@ -97,6 +97,8 @@ class Harness {
   >();
   /** Syncs done: a `stable` write is answered only after one that began after it was admitted. */
   private syncsDone = 0;
+  /** Syncs done when each key's reference record was written: a sync after that made it stable. */
+  private readonly heldSince = new Map<number, number>();
   private failNext = false;
   private failuresInARow = 0;
   private failNextSync = false;
@@ -168,17 +170,19 @@ class Harness {
     else if (order === 0) this.expected.set(reqId, { reply: Reply.AlreadyPresent });
     else if (expiresAtMs !== 0 && expiresAtMs <= this.nowMs) {
       this.expected.set(reqId, { reply: Reply.Expired });
-      this.model.set(c.key, expiryTombstoneOf(record));
+      this.hold(c.key, expiryTombstoneOf(record));
     } else {
       this.expected.set(reqId, { reply: Reply.Applied });
-      this.model.set(c.key, record);
+      this.hold(c.key, record);
     }
     const { durability } = c;
     const want = this.expected.get(reqId)!;
     want.stable =
       durability === Durability.Stable &&
       (want.reply === Reply.Applied || want.reply === Reply.AlreadyPresent);
-    want.syncsBefore = this.syncsDone;
+    // A write the key already holds is stable once the record it repeats is: after a sync that
+    // followed that record's write, which may have been before this one.
+    want.syncsBefore = want.reply === Reply.AlreadyPresent ? this.heldSince.get(c.key)! : this.syncsDone;
     const k = key(c.key);
     if (!(c.direct && this.core.tryDirectWrite(reqId, Priority.Default, durability, k, record, this.nowMs))) {
       this.core.step({
@@ -189,6 +193,12 @@ class Harness {
     this.run();
   }
 
+  /** `record` becomes what the reference holds for key `k`. */
+  private hold(k: number, record: Buffer): void {
+    this.model.set(k, record);
+    this.heldSince.set(k, this.syncsDone);
+  }
+
   /** The cleaner's pass, offered only when the store holds everything (as the model then does). */
   private sweep(): void {
     if (this.core.hasUncommitted()) return;
@@ -196,7 +206,7 @@ class Harness {
     for (const [k, record] of this.store) {
       if (isTombstone(record) || live(record, this.nowMs)) continue;
       entries.push({ key: key(k), record });
-      this.model.set(k, expiryTombstoneOf(record));
+      this.hold(k, expiryTombstoneOf(record));
     }
     this.core.step({ kind: 'sweep', nowMs: this.nowMs, entries });
     this.run();
