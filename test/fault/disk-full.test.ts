@@ -7,14 +7,17 @@
 // so nothing outside the test sees the mount and it vanishes with the namespace. It is filled with
 // 64 KiB SETs until one fails, then the file system is grown and the node must take writes again;
 // finally it is killed with SIGKILL and restarted, and must still hold every acknowledged write.
+// In a two-node cluster whose second node has the small file system, the first must go on taking
+// the writes of the fragments it serves, and once space is freed both copies must agree.
 
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
-import { NodeProcess } from '../integration/cluster-helpers.js';
+import { infoOf, NodeProcess } from '../integration/cluster-helpers.js';
 import { eventually, tempDir } from '../integration/helpers.js';
 
 const FS_BYTES_SMALL = 32 * 1024 * 1024;
@@ -95,6 +98,37 @@ function valueFor(i: number): Buffer {
   return value;
 }
 
+/**
+ * SETs k0… with their values, BATCH at a time, up to `count` (or through the first batch with a
+ * failure, when `stopAtFailure`); returns the keys acknowledged and the first failure.
+ */
+async function writeValues(
+  client: Redis,
+  count: number,
+  stopAtFailure: boolean,
+): Promise<{ acknowledged: number[]; failure: string | undefined }> {
+  const acknowledged: number[] = [];
+  let failure: string | undefined;
+  for (let i = 0; i < count && !(stopAtFailure && failure !== undefined); i += BATCH) {
+    const batch = client.pipeline();
+    for (let j = i; j < i + BATCH; j++) batch.set(`k${j}`, valueFor(j));
+    const replies = (await batch.exec()) ?? [];
+    replies.forEach(([error, reply], j) => {
+      if (error === null && reply === 'OK') acknowledged.push(i + j);
+      else failure ??= error?.message ?? String(reply);
+    });
+  }
+  return { acknowledged, failure };
+}
+
+/** Each of keys k0…k(count-1) as `node`'s own copy holds it (READONLY reads). */
+async function localCopy(node: NodeProcess, count: number): Promise<Array<Buffer | null>> {
+  const client = await node.client(true);
+  const out: Array<Buffer | null> = [];
+  for (let i = 0; i < count; i++) out.push(await client.getBuffer(`k${i}`));
+  return out;
+}
+
 const SETUPS = [
   { store: 'lmdb', durability: 'store' },
   { store: 'lmdb', durability: 'stable' },
@@ -123,17 +157,7 @@ for (const { store, durability } of SETUPS) {
     try {
       await node.start({}, fsHandle.launcher);
       const client = await node.client();
-      const acknowledged: number[] = [];
-      let failure: string | undefined;
-      for (let i = 0; i < WRITES_MAX && failure === undefined; i += BATCH) {
-        const batch = client.pipeline();
-        for (let j = i; j < i + BATCH; j++) batch.set(`k${j}`, valueFor(j));
-        const replies = (await batch.exec()) ?? [];
-        replies.forEach(([error, reply], j) => {
-          if (error === null && reply === 'OK') acknowledged.push(i + j);
-          else failure ??= error?.message ?? String(reply);
-        });
-      }
+      const { acknowledged, failure } = await writeValues(client, WRITES_MAX, true);
       assert.ok(failure !== undefined, `the file system filled up within ${WRITES_MAX} writes`);
       assert.match(failure, /disk full|No space left on device/);
       console.log(`${store} ${durability}: ${acknowledged.length} writes acknowledged before: ${failure}`);
@@ -175,3 +199,55 @@ for (const { store, durability } of SETUPS) {
     }
   });
 }
+
+test('a replica whose disk fills: the other node goes on serving its fragments, and the replicas agree once space is freed', {
+  skip: available ? false : HINT,
+  timeout: 120_000,
+}, async () => {
+  const dir = await tempDir('disk-full-cluster');
+  const mountDir = join(dir.path, 'fs');
+  mkdirSync(mountDir);
+  const fsHandle = await smallFileSystem(mountDir);
+  const [port1, peer1, port2, peer2] = await freePorts(4);
+  const peers = `n1@127.0.0.1:${peer1},n2@127.0.0.1:${peer2}`;
+  const args = ['--peers', peers, '--workers', '1', '--fragments', '16', '--store', 'lmdb'];
+  const n1 = new NodeProcess('n1', port1, peer1, join(dir.path, 'n1'), args);
+  const n2 = new NodeProcess('n2', port2, peer2, join(mountDir, 'n2'), args);
+  // Enough to fill n2's file system twice over: every write lands on both replicas.
+  const writes = 2 * (FS_BYTES_SMALL / VALUE_BYTES);
+  try {
+    await Promise.all([n1.start(), n2.start({}, fsHandle.launcher)]);
+    await eventually(async () => (await infoOf(n1, 'replication')).get('connected_slaves') === '1', 20_000);
+    const { acknowledged, failure } = await writeValues(await n1.client(), writes, false);
+    assert.ok(failure !== undefined, `n2's file system filled up within ${writes} writes`);
+    assert.match(failure, /disk full/);
+    // n1 serves half the fragments itself, and the replica it cannot reach does not stop it.
+    assert.ok(acknowledged.length > writes / 4, `${acknowledged.length} of ${writes} writes acknowledged`);
+    assert.equal(n2.child?.exitCode, null);
+    console.log(
+      `cluster: ${acknowledged.length} of ${writes} writes acknowledged; first failure: ${failure}`,
+    );
+
+    fsHandle.grow();
+    // Replication retries what n2 refused (and anti-entropy repairs the rest): the copies agree,
+    // every acknowledged write in both.
+    let copies: Array<Array<Buffer | null>> = [];
+    await eventually(async () => {
+      copies = await Promise.all([localCopy(n1, writes), localCopy(n2, writes)]);
+      return copies[0].every((v, i) =>
+        v === null ? copies[1][i] === null : v.equals(copies[1][i] ?? Buffer.alloc(0)),
+      );
+    }, 60_000);
+    for (const i of acknowledged) {
+      assert.deepEqual(copies[0][i], valueFor(i), `k${i} on n1`);
+      assert.deepEqual(copies[1][i], valueFor(i), `k${i} on n2`);
+    }
+    console.log(
+      `cluster: both replicas agree on ${writes} keys; ${acknowledged.length} acknowledged ones checked`,
+    );
+  } finally {
+    await Promise.all([n1.stop('SIGKILL'), n2.stop('SIGKILL')]);
+    fsHandle.close();
+    await dir.cleanup();
+  }
+});
