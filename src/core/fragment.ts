@@ -613,6 +613,24 @@ export class FragmentCore {
     return log;
   }
 
+  /**
+   * The freshest record of every key with a write not yet committed, in no order: what a reader of
+   * the store must lay over it while commits fail (a scan cannot wait for its fence then).
+   */
+  pendingRecords(): PendingEntry[] {
+    const out: PendingEntry[] = [];
+    const seen = new Set<string>();
+    for (const set of [this.unflushed, this.flushing]) {
+      for (const [key] of set.entries()) {
+        const id = latin1(key);
+        if (seen.has(id)) continue;
+        seen.add(id);
+        out.push([key, this.pendingOf(key, HASH_UNKNOWN)![1]]);
+      }
+    }
+    return out;
+  }
+
   /** The freshest record of `key` — pending, then stored — a view valid until the next read. */
   current(key: Buffer): Uint8Array | undefined {
     return this.lookupKey(key, keyHash(key));

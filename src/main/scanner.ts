@@ -6,7 +6,7 @@
 
 import { Piscina } from 'piscina';
 import { assert } from '../core/assert.js';
-import { backpressure, invalidInput, type TesseraError } from '../core/errors.js';
+import { backpressure, ErrorKind, invalidInput, TesseraError } from '../core/errors.js';
 import { literalPrefix } from '../core/glob.js';
 import type { Keyspace } from '../core/keyspace.js';
 import {
@@ -188,7 +188,14 @@ export class Scanner {
     if (request.pattern === undefined || this.config.store !== 'lmdb' || !large || !here) {
       return this.workerPage(request, priority);
     }
-    await this.fence(request.fragment);
+    try {
+      await this.fence(request.fragment);
+    } catch (err) {
+      // The store is failing: the worker reads it with the writes it could not commit laid over it.
+      if (err instanceof TesseraError && err.kind === ErrorKind.Storage)
+        return this.workerPage(request, priority);
+      throw err;
+    }
     return this.poolPage(request);
   }
 

@@ -16,6 +16,7 @@ import {
 } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
+import type { PendingEntry } from '../core/pending-writes.js';
 import { isExpiredValue } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
@@ -53,7 +54,7 @@ import { type DrainLoop, drainLoop, RingReader, RingWriter, ringWakeupsRecovered
 import { RingOutbox } from '../threads/ring-outbox.js';
 import { NEXT_PAGE, type Span, type SpanQuery } from './reconcile-span.js';
 import { WorkerReplication } from './replication.js';
-import { collectScanPage } from './scan-page.js';
+import { collectScanPage, withPending } from './scan-page.js';
 
 const EMPTY_KEY = Buffer.alloc(0);
 /** Records up to this size are copied out of the ring together with their neighbours (`takeTurn`). */
@@ -522,6 +523,12 @@ export class WorkerRuntime {
         void this.runScan(op.reqId, scan);
         return;
       }
+      // The store is failing (a full disk): read it with the writes it could not take laid over
+      // it, so SCAN, DBSIZE and INFO go on answering.
+      if (reply === Reply.StorageFailed) {
+        void this.runScan(op.reqId, scan, this.cores[scan.fragment]?.pendingRecords());
+        return;
+      }
     }
     const detail = op.prior ? 1 : 0;
     const record = op.replyRecord;
@@ -576,10 +583,14 @@ export class WorkerRuntime {
     this.outbox.publish();
   }
 
-  /** Reads one page of live entries from the (fenced) store, filtered by the pattern. */
-  private async runScan(reqId: number, scan: ScanRequest): Promise<void> {
+  /**
+   * Reads one page of live entries from the (fenced) store, filtered by the pattern; `pending`: the
+   * fragment's uncommitted writes, laid over an unfenced store.
+   */
+  private async runScan(reqId: number, scan: ScanRequest, pending?: PendingEntry[]): Promise<void> {
     try {
-      const page = await collectScanPage(this.store, scan, Date.now());
+      const source = pending === undefined ? this.store : withPending(this.store, pending);
+      const page = await collectScanPage(source, scan, Date.now());
       const n = scanPageBytes(page.entries, page.resumeKey);
       const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
       const buf = this.outbox.buffer;

@@ -6,6 +6,7 @@
 // The node runs on a 32 MiB tmpfs mounted in a mount namespace of its own (`unshare`, util-linux),
 // so nothing outside the test sees the mount and it vanishes with the namespace. It is filled with
 // 64 KiB SETs until one fails, then the file system is grown and the node must take writes again;
+// INFO, DBSIZE and SCAN must still answer while it is full;
 // finally it is killed with SIGKILL and restarted, and must still hold every acknowledged write.
 // In a two-node cluster whose second node has the small file system, the first must go on taking
 // the writes of the fragments it serves, and once space is freed both copies must agree.
@@ -172,6 +173,22 @@ for (const { store, durability } of SETUPS) {
       );
       for (const i of acknowledged)
         assert.deepEqual(await client.getBuffer(`k${i}`), valueFor(i), `k${i} after the disk filled`);
+      // INFO says the store is failing; DBSIZE, SCAN and KEYS (a filtered read over many keys, in
+      // the background pool for lmdb) count and list what the node holds, its uncommitted writes too.
+      assert.match(await client.info(), /aof_last_write_status:err/);
+      assert.ok(Number(await client.dbsize()) >= acknowledged.length);
+      const scanned = new Set<string>();
+      let cursor = '0';
+      do {
+        const [next, keys] = await client.scan(cursor);
+        for (const k of keys) scanned.add(k);
+        cursor = next;
+      } while (cursor !== '0');
+      const listed = new Set(await client.keys('k*'));
+      for (const i of acknowledged) {
+        assert.ok(scanned.has(`k${i}`), `SCAN lists k${i}`);
+        assert.ok(listed.has(`k${i}`), `KEYS lists k${i}`);
+      }
 
       // Room again: the node takes writes without a restart.
       fsHandle.grow();

@@ -164,3 +164,34 @@ describe('SCAN cursors', () => {
     }
   });
 });
+
+describe('SCAN while a worker cannot commit', () => {
+  test('SCAN, KEYS, DBSIZE and INFO answer with what the node holds, its writes not yet committed too', async () => {
+    const failing = Array.from({ length: 40 }, (_, i) => `failing:${i}`);
+    fx.node.debug.failCommits(0, 1_000_000);
+    try {
+      // Writes to worker 0's fragments are answered with the storage error but stay pending.
+      await Promise.allSettled(failing.map((k) => r.set(k, `${k}-v`)));
+      assert.match(await r.info(), /aof_last_write_status:err/);
+      const pending = [];
+      for (const k of failing) if ((await r.get(k)) !== null) pending.push(k);
+      assert.equal(pending.length, failing.length, 'every write is readable, committed or not');
+      const scanned = new Set<string>();
+      let cursor = '0';
+      do {
+        const [next, keys] = (await r.call('SCAN', cursor, 'COUNT', '500')) as ScanReply;
+        for (const k of keys) scanned.add(k);
+        cursor = next;
+      } while (cursor !== '0');
+      for (let i = 0; i < STABLE_KEYS; i++) assert.ok(scanned.has(`stable:${i}`), `SCAN lists stable:${i}`);
+      for (const k of failing) assert.ok(scanned.has(k), `SCAN lists ${k}`);
+      assert.deepEqual((await r.keys('failing:*')).sort(), [...failing].sort());
+      assert.ok(Number(await r.dbsize()) >= STABLE_KEYS);
+    } finally {
+      fx.node.debug.failCommits(0, 0);
+    }
+    // Once commits succeed again the pending writes reach the store, and go.
+    await eventually(async () => (await r.info('persistence')).includes('aof_last_write_status:ok'));
+    await r.del(...failing);
+  });
+});
