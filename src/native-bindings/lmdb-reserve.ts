@@ -54,10 +54,12 @@ export class LmdbFileReserve {
 
   /**
    * Makes sure the file's blocks are allocated from page `nextPage` (the first page LMDB has not
-   * used) for `needBytes`; throws a storage error when the disk has no room for them. Call it with
-   * the env's write lock held.
+   * used) for `needBytes`; throws a storage error when the disk has no room for them. `mapBytes`:
+   * the map's size, to which LMDB cuts the file when it maps it again, dropping blocks past it.
+   * Call it with the env's write lock held.
    */
-  ensure(nextPage: number, needBytes: number): void {
+  ensure(nextPage: number, needBytes: number, mapBytes: number): void {
+    if (this.#allocatedEnd > mapBytes) this.#allocatedEnd = mapBytes;
     const next = nextPage * this.pageBytes;
     const end = next + needBytes;
     if (end <= this.#allocatedEnd) return;

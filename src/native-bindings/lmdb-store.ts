@@ -87,7 +87,7 @@ interface DbStats {
 
 /** lmdb-js's native env, under a root database's `env`: `info()` is mdb_env_info of the last commit. */
 interface NativeEnv {
-  env: { info(): { lastPageNumber: number } };
+  env: { info(): { lastPageNumber: number; mapSize: number } };
 }
 
 function pageBytesOf(root: RootDatabase<Uint8Array, Uint8Array>): number {
@@ -398,8 +398,12 @@ class LmdbStore implements KvStore {
   #reserveFor(ops: number, recordBytes: number): void {
     const reserve = this.#reserve;
     assert(reserve !== undefined, 'a reader store does not write');
-    const nextPage = (this.#root as unknown as NativeEnv).env.info().lastPageNumber + 1;
-    reserve.ensure(nextPage, reserveBytesFor(ops, recordBytes, reserve.pageBytes));
+    const info = (this.#root as unknown as NativeEnv).env.info();
+    reserve.ensure(
+      info.lastPageNumber + 1,
+      reserveBytesFor(ops, recordBytes, reserve.pageBytes),
+      info.mapSize,
+    );
   }
 
   /** The prefixed key in the scratch buffer; valid until the next call. */

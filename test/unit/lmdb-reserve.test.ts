@@ -19,6 +19,8 @@ import {
 } from '../../src/native-bindings/lmdb-reserve.js';
 
 const PAGE = 4096;
+/** A map far larger than any file here. */
+const MAP = 1 << 30;
 
 async function withFile(run: (file: string) => Promise<void>): Promise<void> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-reserve-'));
@@ -46,7 +48,7 @@ test('a fill writes zeros from the next page to past the need, and only once for
     await fs.writeFile(file, used);
     const reserve = new LmdbFileReserve(file, PAGE);
     try {
-      reserve.ensure(8, 100_000);
+      reserve.ensure(8, 100_000, MAP);
       const size = (await fs.stat(file)).size;
       assert.equal(size, 8 * PAGE + 100_000 + RESERVE_FILL_AHEAD_BYTES);
       const bytes = await fs.readFile(file);
@@ -57,17 +59,34 @@ test('a fill writes zeros from the next page to past the need, and only once for
       const handle = await fs.open(file, 'r+');
       await handle.write(Buffer.from([0x5a]), 0, 1, 20 * PAGE);
       await handle.close();
-      reserve.ensure(10, RESERVE_FILL_AHEAD_BYTES);
+      reserve.ensure(10, RESERVE_FILL_AHEAD_BYTES, MAP);
       assert.equal((await fs.readFile(file))[20 * PAGE], 0x5a);
       assert.equal((await fs.stat(file)).size, size);
 
       // Past it: the fill starts where the last one ended, not at the next page again.
-      reserve.ensure(10, RESERVE_FILL_AHEAD_BYTES + 200_000);
+      reserve.ensure(10, RESERVE_FILL_AHEAD_BYTES + 200_000, MAP);
       assert.equal((await fs.readFile(file))[20 * PAGE], 0x5a);
       assert.equal(
         (await fs.stat(file)).size,
         10 * PAGE + RESERVE_FILL_AHEAD_BYTES + 200_000 + RESERVE_FILL_AHEAD_BYTES,
       );
+    } finally {
+      reserve.close();
+    }
+  });
+});
+
+test('blocks past the map are filled again after the file is cut to the map', async () => {
+  await withFile(async (file) => {
+    const reserve = new LmdbFileReserve(file, PAGE);
+    try {
+      reserve.ensure(0, 100_000, MAP);
+      // LMDB maps the file again at the map's size, cutting what lay past it.
+      const mapBytes = 64 * PAGE;
+      await fs.truncate(file, mapBytes);
+      // A need within what was filled before the cut, but past the map: filled again.
+      reserve.ensure(0, 300_000, mapBytes);
+      assert.equal((await fs.stat(file)).size, 300_000 + RESERVE_FILL_AHEAD_BYTES);
     } finally {
       reserve.close();
     }
@@ -81,7 +100,7 @@ test('a fill that the disk has no room for is a storage error saying the disk is
   const reserve = new LmdbFileReserve('/dev/full', PAGE);
   try {
     assert.throws(
-      () => reserve.ensure(0, 10_000),
+      () => reserve.ensure(0, 10_000, MAP),
       (err: unknown) =>
         err instanceof TesseraError &&
         err.kind === ErrorKind.Storage &&
