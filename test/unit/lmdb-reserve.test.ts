@@ -9,6 +9,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
+import { open } from 'lmdb';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import {
   LmdbFileReserve,
@@ -109,5 +110,60 @@ test('a fill that the disk has no room for is a storage error saying the disk is
     );
   } finally {
     reserve.close();
+  }
+});
+
+test('no LMDB transaction grows its file past the bound the reserve assumes', async () => {
+  // Mixed transactions over 16 databases: 1 to 2 000 puts and removals of random keys, keys of 16
+  // or 1 000 bytes, values of 100 bytes or of several pages.
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-reserve-bound-'));
+  const root = open<Buffer, Buffer>({
+    path: dir,
+    noSync: true,
+    useWritemap: true,
+    maxDbs: 20,
+    encoding: 'binary',
+    keyEncoding: 'binary',
+  });
+  const env = (root as unknown as { env: { info(): { lastPageNumber: number } } }).env;
+  try {
+    const dbs = Array.from({ length: 16 }, (_, f) =>
+      root.openDB<Buffer, Buffer>({ name: `f${f}`, encoding: 'binary', keyEncoding: 'binary' }),
+    );
+    let seed = 7;
+    const random = (n: number) => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return seed % n;
+    };
+    let worst = 0;
+    for (let t = 0; t < 400; t++) {
+      const ops = 1 + random(t % 3 === 0 ? 2000 : 50);
+      const keyBytes = t % 5 === 0 ? 1000 : 16;
+      const valueBytes = t % 7 === 0 ? 5000 + random(20000) : 100;
+      let recordBytes = 0;
+      const writes: Array<[number, Buffer, Buffer | undefined]> = [];
+      for (let i = 0; i < ops; i++) {
+        const key = Buffer.alloc(keyBytes);
+        key.writeUInt32BE(random(200_000), keyBytes - 4);
+        const value = random(10) === 0 ? undefined : Buffer.alloc(valueBytes, 1);
+        recordBytes += value?.length ?? 0;
+        writes.push([random(16), key, value]);
+      }
+      const before = env.info().lastPageNumber;
+      root.transactionSync(() => {
+        for (const [f, key, value] of writes) {
+          if (value === undefined) dbs[f].removeSync(key);
+          else dbs[f].putSync(key, value);
+        }
+      });
+      const grew = (env.info().lastPageNumber - before) * PAGE;
+      // As the store counts them: every put and removal, and one high-water put per database.
+      worst = Math.max(worst, grew / reserveBytesFor(ops + dbs.length, recordBytes, PAGE));
+    }
+    assert.ok(worst <= 1, `a transaction grew the file by ${worst.toFixed(2)}× its bound`);
+    console.log(`largest growth: ${worst.toFixed(2)} of the bound`);
+  } finally {
+    await root.close();
+    await fs.rm(dir, { recursive: true, force: true });
   }
 });
