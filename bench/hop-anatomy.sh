@@ -31,8 +31,6 @@ WORKERS=${ANATOMY_WORKERS:-1}
 VALUE_BYTES=${ANATOMY_VALUE_BYTES:-100}
 WARM_N=200000
 
-log() { printf '%s\n' "$*" >&2; }
-
 require_redis_tools hop-anatomy
 [ -d /proc/self/task ] || { log "hop-anatomy: needs Linux /proc"; exit 2; }
 [ -f dist/main.js ] || { log "hop-anatomy: dist/ is missing; run npm run build first"; exit 2; }

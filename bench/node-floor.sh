@@ -29,8 +29,6 @@ N_P16=${FLOOR_N_P16:-1000000}
 CLIENTS=${FLOOR_CLIENTS:-50}
 KEYS=100000
 
-log() { printf '%s\n' "$*" >&2; }
-
 require_redis_tools node-floor
 [ -f dist/main.js ] || { log "node-floor: dist/ is missing; run npm run build first"; exit 2; }
 [ -f .build/bench/node-floor-server.js ] || { log "node-floor: .build/ is missing; run npm run build:test first"; exit 2; }

@@ -20,8 +20,6 @@ SUBSCRIBERS=${BENCH_SUBSCRIBERS:-10}
 # shellcheck source=bench/servers.sh
 source bench/servers.sh
 
-log() { printf '%s\n' "$*" >&2; }
-
 for tool in redis-server redis-benchmark redis-cli node; do
   command -v "$tool" >/dev/null 2>&1 || { log "pubsub-compare: $tool is not on PATH"; exit 2; }
 done

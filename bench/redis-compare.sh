@@ -32,8 +32,6 @@ CLIENT_THREADS=()
 # shellcheck source=bench/servers.sh
 source bench/servers.sh
 
-log() { printf '%s\n' "$*" >&2; }
-
 for tool in redis-server redis-benchmark redis-cli node; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     log "redis-compare: $tool is not on PATH."

@@ -6,6 +6,7 @@
 #                                   sets SERVER_PID and PORT
 #   require_redis_tools NAME        exits 2 unless redis-server, redis-benchmark, redis-cli and node
 #                                   are on PATH
+#   log MESSAGE…                    prints a progress line on stderr
 #   start_redis_server DIR FLAGS…   runs redis-server in DIR (its log in DIR/redis.log, no RDB
 #                                   snapshots) with FLAGS; sets SERVER_PID and PORT
 #   stop_server                     SIGTERM to SERVER_PID, waits for it, clears it
@@ -16,6 +17,8 @@
 # server's log and returns 1.
 
 SERVER_READY_TIMEOUT_S=${SERVER_READY_TIMEOUT_S:-30}
+
+log() { printf '%s\n' "$*" >&2; }
 
 start_tessera_node() {
   local log=$1

@@ -31,8 +31,6 @@ export BENCH_PAIRS=${BENCH_PAIRS:-none everysec}
 CLIENT_THREADS=()
 [ -n "${BENCH_CLIENT_THREADS:-}" ] && CLIENT_THREADS=(--threads "$BENCH_CLIENT_THREADS")
 
-log() { printf '%s\n' "$*" >&2; }
-
 for w in $WORKERS_LIST; do
   [[ $w =~ ^[1-9][0-9]*$ ]] || { log "worker-scaling: SCALING_WORKERS: '$w' is not a worker count"; exit 2; }
 done

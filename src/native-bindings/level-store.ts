@@ -238,14 +238,7 @@ class LevelStore implements KvStore {
     }
     const done: Promise<void>[] = [];
     for (const [group, batch] of batches) {
-      done.push(
-        this.#enqueue(group, () =>
-          batch.write(COMMIT_WRITE_OPTIONS).catch((err: unknown) => {
-            group.failed = true;
-            throw err;
-          }),
-        ),
-      );
+      done.push(this.#enqueue(group, () => failsGroup(group, batch.write(COMMIT_WRITE_OPTIONS))));
     }
     return Promise.all(done).then(
       () => undefined,
@@ -441,6 +434,14 @@ function tagEnd(fragment: number, tag: number): Buffer {
 
 const highWaterKey = (fragment: number): Buffer => storedKey(fragment, TAG_META, META_HIGH_WATER_NAME);
 
+/** `write`, marking its group failed if it fails. */
+function failsGroup(group: Group, write: Promise<void>): Promise<void> {
+  return write.catch((err: unknown) => {
+    group.failed = true;
+    throw err;
+  });
+}
+
 /**
  * Closes and opens a group whose write failed, so that LevelDB forgets the failure; refuses while
  * its file system has too little room for the reopening (it would fail, and leave the group closed).
@@ -466,12 +467,7 @@ async function reopenGroup(group: Group): Promise<void> {
  */
 async function syncGroup(group: Group): Promise<void> {
   if (group.failed) await reopenGroup(group);
-  try {
-    await group.db.batch([{ type: 'del', key: SYNC_MARKER_KEY }], { sync: true });
-  } catch (err) {
-    group.failed = true;
-    throw err;
-  }
+  await failsGroup(group, group.db.batch([{ type: 'del', key: SYNC_MARKER_KEY }], { sync: true }));
   const names = await fs.readdir(group.dir);
   // A log deleted meanwhile was compacted into a table LevelDB has already synced.
   for (const name of names)

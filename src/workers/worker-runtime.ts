@@ -526,7 +526,7 @@ export class WorkerRuntime {
       // The store is failing (a full disk): read it with the writes it could not take laid over
       // it, so SCAN, DBSIZE and INFO go on answering.
       if (reply === Reply.StorageFailed) {
-        void this.runScan(op.reqId, scan, this.cores[scan.fragment]?.pendingRecords());
+        void this.runScan(op.reqId, scan, this.cores[scan.fragment]!.pendingRecords());
         return;
       }
     }

@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
-import { infoOf, NodeProcess } from '../integration/cluster-helpers.js';
+import { infoOf, localBuffers, NodeProcess } from '../integration/cluster-helpers.js';
 import { eventually, tempDir } from '../integration/helpers.js';
 
 const FS_BYTES_SMALL = 32 * 1024 * 1024;
@@ -120,14 +120,6 @@ async function writeValues(
     });
   }
   return { acknowledged, failure };
-}
-
-/** Each of keys k0…k(count-1) as `node`'s own copy holds it (READONLY reads). */
-async function localCopy(node: NodeProcess, count: number): Promise<Array<Buffer | null>> {
-  const client = await node.client(true);
-  const out: Array<Buffer | null> = [];
-  for (let i = 0; i < count; i++) out.push(await client.getBuffer(`k${i}`));
-  return out;
 }
 
 const SETUPS = [
@@ -232,6 +224,7 @@ test('a replica whose disk fills: the other node goes on serving its fragments, 
   const n2 = new NodeProcess('n2', port2, peer2, join(mountDir, 'n2'), args);
   // Enough to fill n2's file system twice over: every write lands on both replicas.
   const writes = 2 * (FS_BYTES_SMALL / VALUE_BYTES);
+  const keys = Array.from({ length: writes }, (_, i) => `k${i}`);
   try {
     await Promise.all([n1.start(), n2.start({}, fsHandle.launcher)]);
     await eventually(async () => (await infoOf(n1, 'replication')).get('connected_slaves') === '1', 20_000);
@@ -250,7 +243,7 @@ test('a replica whose disk fills: the other node goes on serving its fragments, 
     // every acknowledged write in both.
     let copies: Array<Array<Buffer | null>> = [];
     await eventually(async () => {
-      copies = await Promise.all([localCopy(n1, writes), localCopy(n2, writes)]);
+      copies = await Promise.all([localBuffers(n1, keys), localBuffers(n2, keys)]);
       return copies[0].every((v, i) =>
         v === null ? copies[1][i] === null : v.equals(copies[1][i] ?? Buffer.alloc(0)),
       );

@@ -176,12 +176,29 @@ export async function infoOf(node: NodeProcess, section: string): Promise<Map<st
 }
 
 /** Values of `keys` as this node's own copy holds them (READONLY reads). */
-export async function localValues(node: NodeProcess, keys: string[]): Promise<Array<string | null>> {
+export function localValues(node: NodeProcess, keys: string[]): Promise<Array<string | null>> {
+  return localReads(node, keys, (redis, batch) => redis.mget(...batch));
+}
+
+/** `localValues` as bytes. */
+export function localBuffers(node: NodeProcess, keys: string[]): Promise<Array<Buffer | null>> {
+  return localReads(node, keys, (redis, batch) => redis.mgetBuffer(...batch));
+}
+
+/** Key batch for one MGET of `localReads`. */
+const LOCAL_READ_KEYS = 500;
+
+async function localReads<T>(
+  node: NodeProcess,
+  keys: string[],
+  read: (redis: Redis, batch: string[]) => Promise<T[]>,
+): Promise<T[]> {
   const redis = newClient(node.respPort);
   try {
     await redis.call('READONLY');
-    const out: Array<string | null> = [];
-    for (let i = 0; i < keys.length; i += 500) out.push(...(await redis.mget(...keys.slice(i, i + 500))));
+    const out: T[] = [];
+    for (let i = 0; i < keys.length; i += LOCAL_READ_KEYS)
+      out.push(...(await read(redis, keys.slice(i, i + LOCAL_READ_KEYS))));
     return out;
   } finally {
     redis.disconnect();
