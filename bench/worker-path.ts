@@ -70,7 +70,7 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
     requestRing,
     resultRing,
     store: location,
-    board: FragmentBoard.create(WORKER_PATH_FRAGMENTS).buffer,
+    board: FragmentBoard.create(WORKER_PATH_FRAGMENTS, 1).buffer,
     fragments,
     fragment: {
       valueBytesMax: limits.VALUE_BYTES_MAX_DEFAULT,

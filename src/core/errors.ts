@@ -13,6 +13,8 @@ export const ErrorKind = {
   InvalidInput: 6,
   Network: 7,
   Internal: 8,
+  /** The memory store holds more than `maxMemoryBytes`: writes that add data are refused (Redis's OOM). */
+  OutOfMemory: 9,
 } as const;
 export type ErrorKind = (typeof ErrorKind)[keyof typeof ErrorKind];
 
@@ -25,6 +27,7 @@ export const ERROR_CODES: Record<ErrorKind, string> = {
   [ErrorKind.InvalidInput]: 'TESSERA_INVALID_INPUT',
   [ErrorKind.Network]: 'TESSERA_NETWORK',
   [ErrorKind.Internal]: 'TESSERA_INTERNAL',
+  [ErrorKind.OutOfMemory]: 'TESSERA_OUT_OF_MEMORY',
 };
 
 /** The version that beat a write reported as Superseded. */
@@ -51,7 +54,7 @@ export class TesseraError extends Error {
 }
 
 export function isErrorKind(n: number): n is ErrorKind {
-  return n >= ErrorKind.ShuttingDown && n <= ErrorKind.Internal && Number.isInteger(n);
+  return n >= ErrorKind.ShuttingDown && n <= ErrorKind.OutOfMemory && Number.isInteger(n);
 }
 
 export const shuttingDown = (): TesseraError =>
@@ -72,6 +75,12 @@ export const expired = (): TesseraError =>
 
 export const storageError = (what: string): TesseraError =>
   new TesseraError(ErrorKind.Storage, `storage error: ${what}`);
+
+export const outOfMemory = (usedBytes: number, maxBytes: number): TesseraError =>
+  new TesseraError(
+    ErrorKind.OutOfMemory,
+    `out of memory: the memory store holds ${usedBytes} bytes, more than maxMemoryBytes (${maxBytes}); delete keys or raise the bound`,
+  );
 
 export const invalidInput = (what: string): TesseraError =>
   new TesseraError(ErrorKind.InvalidInput, `invalid input: ${what}`);

@@ -179,6 +179,23 @@ export const RESULT_ACKS_MAX = 1024;
  * garbage that only mark-compact reclaims (measured: half the runs at ~1.5× the CPU per write).
  */
 export const WORKER_YOUNG_GENERATION_MB = 96;
+/**
+ * What an entry of the memory store takes beyond its key and record bytes: the Map's slot, the
+ * key's string header and the record's Buffer object (measured: ~160 bytes an entry of a 12-byte key
+ * and a 30–5 000-byte record, heap and external memory after a full GC). `maxMemoryBytes` counts it.
+ */
+export const MEMORY_ENTRY_OVERHEAD_BYTES = 160;
+/**
+ * Old-generation room a memory store's worker has beyond `maxMemoryBytes` (its queues, pending
+ * writes, turn copies and replication backlog), so the bound refuses writes before V8's own
+ * heap limit ends the thread.
+ */
+export const WORKER_HEAP_HEADROOM_MB = 512;
+/**
+ * The largest `maxMemoryBytes`: 1 TiB. Workers publish their memory in KiB on the fragment board's
+ * 32-bit cells, which holds up to 2 TiB each.
+ */
+export const MAX_MEMORY_BYTES_CEILING = 2 ** 40;
 
 /**
  * Requests the main thread encodes for a worker before it shows them to the worker without waiting

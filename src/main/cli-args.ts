@@ -70,6 +70,12 @@ const FLAGS: Flag[] = [
     help: 'largest value (default 4mb, at most 15mb)',
   },
   {
+    name: 'max-memory',
+    kind: 'size',
+    option: 'maxMemoryBytes',
+    help: 'memory store only: refuse writes that add data once its records take more (Redis maxmemory, noeviction; default 0: no bound)',
+  },
+  {
     name: 'max-clock-skew',
     kind: 'duration',
     option: 'maxClockSkewMs',

@@ -15,6 +15,7 @@ import {
   FRAGMENT_COUNT_DEFAULT,
   FRAGMENT_COUNT_MAX,
   MAX_CLOCK_SKEW_MS_DEFAULT,
+  MAX_MEMORY_BYTES_CEILING,
   NODE_ID_BYTES_MAX,
   POOL_TASKS_PER_SEC_DEFAULT,
   QUEUE_OPS_MAX_DEFAULT,
@@ -63,6 +64,11 @@ export interface TesseraOptions extends ClusterOptions {
   poolThreads?: number;
   /** Background-pool tasks started per second (default 200). */
   poolTasksPerSec?: number;
+  /**
+   * The memory store only: once its records take more than this many bytes, writes that add data
+   * are refused with OutOfMemory (Redis's `maxmemory` with `noeviction`); 0 (the default): no bound.
+   */
+  maxMemoryBytes?: number;
   /** Structured logger (default: silent). */
   logger?: Logger;
 }
@@ -85,6 +91,8 @@ export interface NodeConfig {
   poolTasksPerSec: number;
   flushWritesMax: number;
   flushBytesMax: number;
+  /** 0: no bound (`TesseraOptions.maxMemoryBytes`). */
+  maxMemoryBytes: number;
   /** Set when the node is part of a cluster. */
   cluster: ClusterConfig | undefined;
 }
@@ -105,6 +113,7 @@ const KNOWN_OPTIONS = new Set([
   'backgroundOpsPerSec',
   'poolThreads',
   'poolTasksPerSec',
+  'maxMemoryBytes',
   'logger',
   ...CLUSTER_OPTION_NAMES,
 ]);
@@ -164,6 +173,12 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     FLUSH_INTERVAL_MS_DEFAULT,
   );
   const fragments = integerIn('fragments', options.fragments, 1, FRAGMENT_COUNT_MAX, FRAGMENT_COUNT_DEFAULT);
+  const maxMemoryBytes = integerIn('maxMemoryBytes', options.maxMemoryBytes, 0, MAX_MEMORY_BYTES_CEILING, 0);
+  if (maxMemoryBytes > 0 && store !== 'memory') {
+    throw invalidInput(
+      `maxMemoryBytes bounds the memory store; the ${store} store keeps its data on disk (its pages in memory are the OS's cache)`,
+    );
+  }
   return {
     cluster: resolveClusterConfig(options, nodeId, fragments),
     dataDir: resolve(options.dataDir ?? './data'),
@@ -219,6 +234,7 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     ),
     flushWritesMax: FLUSH_PENDING_WRITES_MAX,
     flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+    maxMemoryBytes,
   };
 }
 

@@ -4,14 +4,15 @@
 // the workers' lifecycle. The embedded API (node.ts) and the RESP server both submit through it;
 // results come back to a ResultHandler, so neither pays a closure or a promise per operation.
 
+import { getHeapStatistics } from 'node:v8';
 import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { copyBytes, writeU32LE } from '../core/bytes.js';
-import { invalidInput, storageError, type TesseraError } from '../core/errors.js';
+import { invalidInput, outOfMemory, storageError, type TesseraError } from '../core/errors.js';
 import type { FragmentStats } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
-import { KEY_BYTES_MAX, ringBytesFor } from '../core/limits.js';
+import { KEY_BYTES_MAX, ringBytesFor, WORKER_HEAP_HEADROOM_MB } from '../core/limits.js';
 import { Modifier } from '../core/modify.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import {
@@ -132,6 +133,8 @@ export interface ClusterRouter {
 
 export interface WorkerHealthReport {
   heapUsedBytes: number;
+  /** V8's heap limit of the worker (raised for a memory store's `maxMemoryBytes`). */
+  heapLimitBytes: number;
   /** Ring waits the worker's watchdog ended because their wake-up never came (src/threads/ring.ts). */
   ringWakeupsRecovered: number;
   fragments: FragmentStats[];
@@ -169,8 +172,9 @@ export class Dispatcher {
     this.keyspace = new Keyspace(config.fragments);
     this.clock = new HybridLogicalClock(config.maxClockSkewMs);
     this.linkOfFragment = new Uint16Array(config.fragments);
-    this.board = FragmentBoard.create(config.fragments);
+    this.board = FragmentBoard.create(config.fragments, config.workers);
     const ringBytes = ringBytesFor(config.valueBytesMax);
+    const oldGenerationMb = workerOldGenerationMb(config);
     for (const [worker, fragments] of assignFragments(config, levelGroupCount)) {
       const linkIndex = this.links.length;
       for (const f of fragments) this.linkOfFragment[f] = linkIndex;
@@ -185,6 +189,7 @@ export class Dispatcher {
       this.links.push(
         new WorkerLink(linkIndex, {
           ringBytes,
+          oldGenerationMb,
           entry: WORKER_ENTRY,
           logger,
           makeInit: (index, requestRing, resultRing, restarted) =>
@@ -472,6 +477,22 @@ export class Dispatcher {
     return this.config.maxClockSkewMs;
   }
 
+  /** Bytes of memory the workers' stores hold, as each published at its last commit (0 on disk). */
+  memoryBytes(): number {
+    return this.board.memoryBytes();
+  }
+
+  /**
+   * The OutOfMemory error a write that adds data gets while the memory store holds more than
+   * `maxMemoryBytes`; undefined while it may. Writes that only remove (DEL, expiry) are never refused.
+   */
+  memoryRefusal(): TesseraError | undefined {
+    const max = this.config.maxMemoryBytes;
+    if (max === 0) return undefined;
+    const used = this.board.memoryBytes();
+    return used > max ? outOfMemory(used, max) : undefined;
+  }
+
   /** A worker's PoolSpan request: run it in the pool and answer the same worker. */
   private runPoolSpan(link: WorkerLink, buf: Buffer, at: number): void {
     const { taskId, request } = readPoolSpanRequest(buf, at);
@@ -614,6 +635,20 @@ export class Dispatcher {
     }
     return undefined;
   }
+}
+
+const MIB = 1024 * 1024;
+
+/**
+ * A memory store's worker may hold all of `maxMemoryBytes` (fragments are not spread evenly by
+ * size), plus its working room: its heap limit is raised to that where V8's default is lower, so
+ * the bound, not the heap limit, is what a growing data set meets first.
+ */
+function workerOldGenerationMb(config: NodeConfig): number | undefined {
+  if (config.store !== 'memory' || config.maxMemoryBytes === 0) return undefined;
+  const needMb = Math.ceil(config.maxMemoryBytes / MIB) + WORKER_HEAP_HEADROOM_MB;
+  const defaultMb = Math.floor(getHeapStatistics().heap_size_limit / MIB);
+  return needMb > defaultMb ? needMb : undefined;
 }
 
 /** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */

@@ -104,11 +104,14 @@ export interface Health {
     restarts: number;
     pending: number;
     heapUsedBytes?: number;
+    heapLimitBytes?: number;
     /** Ring waits whose wake-up never came, ended by the worker's watchdog (since it started). */
     ringWakeupsRecovered?: number;
   }>;
   /** The same on the main thread. */
   ringWakeupsRecovered: number;
+  /** Bytes of memory the stores hold (the memory store's records; 0 on disk) and the bound (0: none). */
+  memory: { usedBytes: number; maxBytes: number };
   fragments: FragmentHealth[];
   /** Set when the node is part of a cluster. */
   cluster?: ClusterHealth;
@@ -277,6 +280,16 @@ export class Tessera {
     return this.config;
   }
 
+  /** Bytes of memory the stores hold, as of their last commits (the memory store's; 0 on disk). */
+  memoryBytes(): number {
+    return this.dispatcher.memoryBytes();
+  }
+
+  /** The OutOfMemory error a write adding data gets now (`maxMemoryBytes`), or undefined. */
+  memoryRefusal(): TesseraError | undefined {
+    return this.dispatcher.memoryRefusal();
+  }
+
   /** False once `close()` has been called: operations fail with ShuttingDown. */
   get admitting(): boolean {
     return !this.closing;
@@ -393,6 +406,7 @@ export class Tessera {
           restarts: link.restarts,
           pending: link.pending,
           heapUsedBytes: report?.heapUsedBytes,
+          heapLimitBytes: report?.heapLimitBytes,
           ringWakeupsRecovered: report?.ringWakeupsRecovered,
         });
         for (const f of report?.fragments ?? []) fragments.push({ ...f, worker: index });
@@ -406,6 +420,7 @@ export class Tessera {
         fragmentCount: this.config.fragments,
         workers,
         ringWakeupsRecovered: ringWakeupsRecovered(),
+        memory: { usedBytes: this.dispatcher.memoryBytes(), maxBytes: this.config.maxMemoryBytes },
         fragments,
         cluster:
           cluster === undefined
@@ -605,7 +620,7 @@ export class Tessera {
     wantsPrior: boolean,
     modifier?: Modifier,
   ): Promise<T> {
-    const refused = this.admit();
+    const refused = this.admit() ?? (value === undefined ? undefined : this.dispatcher.memoryRefusal());
     if (refused !== undefined) return Promise.reject(refused);
     const spec = this.writeSpec;
     try {

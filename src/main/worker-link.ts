@@ -49,6 +49,8 @@ export type LinkState = 'starting' | 'ready' | 'restarting' | 'failed' | 'closin
 
 export interface LinkDeps {
   ringBytes: number;
+  /** The worker's old-generation limit in MiB; undefined: V8's default. */
+  oldGenerationMb?: number;
   entry: URL;
   makeInit(
     index: number,
@@ -268,7 +270,10 @@ export class WorkerLink {
     );
     const worker = new Worker(this.deps.entry, {
       workerData: init,
-      resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MB },
+      resourceLimits: {
+        maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MB,
+        maxOldGenerationSizeMb: this.deps.oldGenerationMb,
+      },
     });
     this.worker = worker;
     return new Promise<void>((resolve, reject) => {

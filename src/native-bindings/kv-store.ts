@@ -89,6 +89,11 @@ export interface KvStore {
    * has no files, rejects with InvalidInput.
    */
   backup(targetDataDir: string): Promise<void>;
+  /**
+   * Bytes of this thread's memory the committed data takes (the memory store's records and their
+   * bookkeeping, MEMORY_ENTRY_OVERHEAD_BYTES an entry); 0 for the stores that keep it on disk.
+   */
+  memoryBytes(): number;
   /** Releases the store; later calls fail. */
   close(): Promise<void>;
 }

@@ -357,6 +357,11 @@ class LmdbStore implements KvStore {
     }
   }
 
+  /** The data is on disk; its pages in memory are the OS's page cache. */
+  memoryBytes(): number {
+    return 0;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

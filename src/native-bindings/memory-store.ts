@@ -3,11 +3,13 @@
 //
 // A fragment is a Map from the key as a latin1 string (one char per byte, so string order is byte
 // order) to a private copy of the record. Pages walk a sorted key list, rebuilt lazily: only when
-// the fragment changed since the last page.
+// the fragment changed since the last page. The bytes the records take are counted as they are
+// written (`memoryBytes`), so a node can bound them (`maxMemoryBytes`).
 
 import { assert } from '../core/assert.js';
 import { latin1 } from '../core/bytes.js';
 import { invalidInput } from '../core/errors.js';
+import { MEMORY_ENTRY_OVERHEAD_BYTES } from '../core/limits.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
 import {
   checkFragment,
@@ -25,6 +27,8 @@ interface MemoryFragment {
   /** True when a key was added or removed since `sorted` was built. */
   dirty: boolean;
   highWaterWallMs: number;
+  /** Key, record and MEMORY_ENTRY_OVERHEAD_BYTES of each entry held. */
+  bytes: number;
 }
 
 export async function openMemoryStore(location: StoreLocation): Promise<KvStore> {
@@ -39,6 +43,8 @@ class MemoryStore implements KvStore {
 
   readonly #fragmentCount: number;
   readonly #fragments = new Map<number, MemoryFragment>();
+  /** The sum of the fragments' `bytes`. */
+  #bytes = 0;
   #closed = false;
 
   constructor(fragmentCount: number) {
@@ -49,7 +55,13 @@ class MemoryStore implements KvStore {
     this.#checkOpen();
     checkFragment(fragment, this.#fragmentCount);
     if (this.#fragments.has(fragment)) return;
-    this.#fragments.set(fragment, { records: new Map(), sorted: [], dirty: false, highWaterWallMs: 0 });
+    this.#fragments.set(fragment, {
+      records: new Map(),
+      sorted: [],
+      dirty: false,
+      highWaterWallMs: 0,
+      bytes: 0,
+    });
   }
 
   get(fragment: number, key: Uint8Array): Buffer | undefined {
@@ -89,16 +101,31 @@ class MemoryStore implements KvStore {
     // Nothing below can fail, so the batch applies whole.
     for (const w of writes) {
       const f = this.#fragments.get(w.fragment)!;
+      let bytes = f.bytes;
       for (const key of w.deletes) {
-        if (f.records.delete(latin1(key))) f.dirty = true;
+        const k = latin1(key);
+        const held = f.records.get(k);
+        if (held === undefined) continue;
+        f.records.delete(k);
+        f.dirty = true;
+        bytes -= entryBytes(key.length, held.length);
       }
       for (const [key, record] of w.puts) {
         const k = latin1(key);
-        if (!f.records.has(k)) f.dirty = true;
+        const held = f.records.get(k);
+        if (held === undefined) f.dirty = true;
+        else bytes -= entryBytes(key.length, held.length);
         f.records.set(k, Buffer.from(record));
+        bytes += entryBytes(key.length, record.length);
       }
+      this.#bytes += bytes - f.bytes;
+      f.bytes = bytes;
       if (w.highWaterWallMs > f.highWaterWallMs) f.highWaterWallMs = w.highWaterWallMs;
     }
+  }
+
+  memoryBytes(): number {
+    return this.#bytes;
   }
 
   async sync(): Promise<void> {
@@ -119,11 +146,14 @@ class MemoryStore implements KvStore {
     f.records.clear();
     f.sorted = [];
     f.dirty = false;
+    this.#bytes -= f.bytes;
+    f.bytes = 0;
   }
 
   async close(): Promise<void> {
     this.#closed = true;
     this.#fragments.clear();
+    this.#bytes = 0;
   }
 
   #fragment(fragment: number): MemoryFragment {
@@ -137,6 +167,10 @@ class MemoryStore implements KvStore {
   #checkOpen(): void {
     if (this.#closed) throw closedError('memory');
   }
+}
+
+function entryBytes(keyBytes: number, recordBytes: number): number {
+  return MEMORY_ENTRY_OVERHEAD_BYTES + keyBytes + recordBytes;
 }
 
 function sortedKeys(f: MemoryFragment): string[] {

@@ -3,6 +3,7 @@
 // commits of a drained batch, one fsync for every stable write waiting (group commit) — and writes
 // results back through the result ring, one publish (one wake-up of the main thread) per batch.
 
+import { getHeapStatistics } from 'node:v8';
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { copyBytes, copyRange, writeU32LE } from '../core/bytes.js';
@@ -136,7 +137,9 @@ export class WorkerRuntime {
     this.fragments = init.fragments;
     this.reader = new RingReader(init.requestRing);
     this.outbox = new RingOutbox(new RingWriter(init.resultRing));
-    this.board = new FragmentBoard(init.board);
+    this.board = new FragmentBoard(init.board, init.store.fragmentCount);
+    // A restarted worker's memory store starts empty: the main thread's bound must see it so.
+    this.board.setMemoryBytes(init.index, store.memoryBytes());
     this.activeMark = new Uint8Array(init.store.fragmentCount);
     this.logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
     const nowMs = Date.now();
@@ -432,8 +435,11 @@ export class WorkerRuntime {
 
   private committed(commits: CommitAction[], err: unknown): void {
     const message = err === undefined ? '' : asStorageError(err).message;
-    if (err === undefined) this.board.markCommitted();
-    else
+    if (err === undefined) {
+      // Before the replies: a client that saw its write acknowledged sees the memory it took.
+      this.board.setMemoryBytes(this.init.index, this.store.memoryBytes());
+      this.board.markCommitted();
+    } else
       this.logStorageFailure(
         'store commit failed; its writes stay pending and are retried',
         commits.map((c) => c.fragment),
@@ -813,6 +819,7 @@ export class WorkerRuntime {
       syncInFlight: this.syncInFlight,
       replication: this.replication?.reports() ?? [],
       heapUsedBytes: process.memoryUsage().heapUsed,
+      heapLimitBytes: getHeapStatistics().heap_size_limit,
       ringWakeupsRecovered: ringWakeupsRecovered(),
     };
   }

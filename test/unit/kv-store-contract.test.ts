@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import fc from 'fast-check';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
-import { KEY_BYTES_MAX } from '../../src/core/limits.js';
+import { KEY_BYTES_MAX, MEMORY_ENTRY_OVERHEAD_BYTES } from '../../src/core/limits.js';
 import {
   type FragmentWrites,
   type KvStore,
@@ -171,6 +171,35 @@ for (const { kind, stableLog, name } of CONTRACT_RUNS) {
       assert.deepEqual(store.get(0, b('k')), b('second'));
       assert.equal((await store.page(0, undefined, undefined, 10)).length, 1);
     });
+
+    it(
+      kind === 'memory'
+        ? 'counts the memory its records take, entry by entry'
+        : 'takes no memory of its own for records',
+      async () => {
+        const entry = (key: Uint8Array, record: Uint8Array) =>
+          kind === 'memory' ? MEMORY_ENTRY_OVERHEAD_BYTES + key.length + record.length : 0;
+        assert.equal(store.memoryBytes(), 0);
+        await putAll(store, 0, [
+          [b('a'), b('12345')],
+          [b('bb'), b('1')],
+        ]);
+        await putAll(store, 1, [[b('a'), b('xyz')]]);
+        assert.equal(
+          store.memoryBytes(),
+          entry(b('a'), b('12345')) + entry(b('bb'), b('1')) + entry(b('a'), b('xyz')),
+        );
+        // An overwrite counts the new record instead of the old; a delete (and a delete of an absent
+        // key) gives back what the entry took.
+        await store.commit([write(0, [[b('a'), b('1234567890')]], [b('bb'), b('absent')])]);
+        assert.equal(store.memoryBytes(), entry(b('a'), b('1234567890')) + entry(b('a'), b('xyz')));
+        await store.dropFragment(0);
+        assert.equal(store.memoryBytes(), entry(b('a'), b('xyz')));
+        // Reopened, the memory store starts empty; the others still hold nothing in memory.
+        await reopen();
+        assert.equal(store.memoryBytes(), 0);
+      },
+    );
 
     it('deletes keys, and ignores deletes of absent keys', async () => {
       await putAll(store, 0, [

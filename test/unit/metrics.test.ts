@@ -30,6 +30,7 @@ const health: Health = {
     { index: 1, state: 'restarting', restarts: 2, pending: 5 },
   ],
   ringWakeupsRecovered: 1,
+  memory: { usedBytes: 4096, maxBytes: 8192 },
   fragments: [fragment(0, 0, 10), fragment(1, 1, 20), fragment(2, 0, 30, COMMIT_ATTEMPTS_MAX)],
   cluster: {
     members: ['a', 'b'],
@@ -127,6 +128,8 @@ test('metrics follow the text format and add up the figures per worker and per p
   assert.equal(m.get('tessera_queued_operations{worker="0",priority="background"}'), 6);
   assert.equal(m.get('tessera_shed_operations_total{worker="1",priority="default"}'), 4);
   assert.equal(m.get('tessera_store_refusing_writes'), 1);
+  assert.equal(m.get('tessera_store_memory_bytes'), 4096);
+  assert.equal(m.get('tessera_store_memory_max_bytes'), 8192);
   assert.equal(m.get('tessera_commands_processed_total'), 1234);
   assert.equal(m.get('tessera_keyspace_misses_total'), 2);
   assert.equal(m.get('tessera_keys'), 42);

@@ -82,6 +82,18 @@ export function prometheusText(input: MetricsInput): string {
     "The main thread's V8 heap in use.",
     input.process.heapUsedBytes,
   );
+  out.one(
+    'tessera_store_memory_bytes',
+    'gauge',
+    "Memory the stores' records take (the memory store's; 0 for stores on disk).",
+    health.memory.usedBytes,
+  );
+  out.one(
+    'tessera_store_memory_max_bytes',
+    'gauge',
+    'The bound beyond which writes that add data are refused (maxMemoryBytes; 0: none).',
+    health.memory.maxBytes,
+  );
   out.one('tessera_fragments', 'gauge', 'Fragments the keyspace is cut into.', health.fragmentCount);
 
   const workers = workerSummaries(health);

@@ -45,6 +45,8 @@ export const COMMANDS: readonly CommandSpec[] = [
   ...UNSUPPORTED_COMMANDS,
 ];
 const TABLE = new CommandTable(COMMANDS.map((c) => c.name));
+/** By command id: the command adds data, so it is refused while the memory store is over its bound. */
+const DENY_OOM = COMMANDS.map((c) => c.flags.includes('denyoom'));
 /** Bytes of each argument an unknown-command error quotes, at most (Redis's 128). */
 const UNKNOWN_ARGS_QUOTED_BYTES_MAX = 128;
 
@@ -78,7 +80,11 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     w.error("Replica can't interact with the keyspace");
     return true;
   }
-  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH).
+  if (DENY_OOM[id] && conn.server.node.memoryRefusal() !== undefined) {
+    w.errorCode('OOM', "command not allowed when used memory > 'maxmemory'.");
+    return true;
+  }
+  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM).
   conn.server.stats.commandsProcessed++;
   conn.commandRan = spec;
   return spec.run(conn, cmd, w);
@@ -158,6 +164,9 @@ export function writeFailure(w: RespWriter, error: TesseraError): void {
       return;
     case ErrorKind.InvalidInput:
       w.error(error.message.replace(/^invalid input: /, ''));
+      return;
+    case ErrorKind.OutOfMemory:
+      w.errorCode('OOM', "command not allowed when used memory > 'maxmemory'.");
       return;
     default:
       w.error(error.message);

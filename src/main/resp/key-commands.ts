@@ -397,7 +397,7 @@ export const KEY_COMMANDS: CommandSpec[] = [
   { name: 'FLUSHALL', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
   { name: 'RENAME', arity: 3, flags: ['write'], keys: [1, 2, 1], run: rename(false) },
   { name: 'RENAMENX', arity: 3, flags: ['write', 'fast'], keys: [1, 2, 1], run: rename(true) },
-  { name: 'COPY', arity: -3, flags: ['write'], keys: [1, 2, 1], run: copy },
+  { name: 'COPY', arity: -3, flags: ['write', 'denyoom'], keys: [1, 2, 1], run: copy },
   // DUMP key: the value's payload in Redis's DUMP format, or null.
   {
     name: 'DUMP',

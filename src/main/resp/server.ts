@@ -374,7 +374,7 @@ export class RespServer {
       ['bind', this.host],
       ['databases', '1'],
       ['maxclients', String(RESP_CLIENTS_MAX)],
-      ['maxmemory', '0'],
+      ['maxmemory', String(s.maxMemoryBytes)],
       ['maxmemory-policy', 'noeviction'],
       ['appendonly', s.durability === Durability.Memory ? 'no' : 'yes'],
       // The durability levels' Redis counterparts (README "Durability").
@@ -452,7 +452,9 @@ export class RespServer {
       ['used_memory_human', `${((m.heapUsed + m.external) / 1048576).toFixed(2)}M`],
       ['used_memory_rss', m.rss],
       ['used_memory_rss_human', `${(m.rss / 1048576).toFixed(2)}M`],
-      ['maxmemory', 0],
+      ['used_memory_dataset', this.node.memoryBytes()],
+      ['maxmemory', this.node.settings.maxMemoryBytes],
+      ['maxmemory_human', `${(this.node.settings.maxMemoryBytes / 1048576).toFixed(2)}M`],
       ['maxmemory_policy', 'noeviction'],
       ['mem_allocator', 'libc'],
     ]);

@@ -1,0 +1,169 @@
+// The memory store's bound (`maxMemoryBytes`, `--max-memory`): Redis's `maxmemory` with the
+// `noeviction` policy. Once the records take more than the bound, writes that add data are refused
+// (OutOfMemory in the API, `-OOM` over RESP) while reads, deletes and expiry go on; deleting gives
+// the room back.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { getHeapStatistics } from 'node:v8';
+import pino from 'pino';
+import { ErrorKind, TesseraError } from '../../src/core/errors.js';
+import { MEMORY_ENTRY_OVERHEAD_BYTES, WORKER_HEAP_HEADROOM_MB } from '../../src/core/limits.js';
+import { recordBytes } from '../../src/core/record.js';
+import { Tessera } from '../../src/main/node.js';
+import { tempDir } from './helpers.js';
+import { startResp } from './resp-helpers.js';
+
+const MAX_BYTES = 64 * 1024;
+const VALUE = Buffer.alloc(1000, 7);
+const WORKERS = 2;
+/** Each worker publishes its memory rounded up to a KiB. */
+const ROUNDING_BYTES = WORKERS * 1024;
+
+const isOutOfMemory = (err: unknown) =>
+  err instanceof TesseraError && err.kind === ErrorKind.OutOfMemory && err.code === 'TESSERA_OUT_OF_MEMORY';
+
+describe('maxMemoryBytes: the embedded API', () => {
+  test('puts are refused once the records take more than the bound; reads, deletes and expiry go on, and deleting gives the room back', async () => {
+    const node = await Tessera.start({
+      store: 'memory',
+      workers: WORKERS,
+      fragments: 16,
+      maxMemoryBytes: MAX_BYTES,
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      const accepted: string[] = [];
+      let refusal: unknown;
+      for (let i = 0; refusal === undefined; i++) {
+        assert.ok(i < 1000, 'the bound never refused a put');
+        const key = `key:${i}`;
+        try {
+          await node.put(key, VALUE);
+          accepted.push(key);
+        } catch (err) {
+          refusal = err;
+        }
+      }
+      assert.ok(isOutOfMemory(refusal), String(refusal));
+      // Each acknowledged put is counted before its answer: the refusal came at the first put after
+      // the records passed the bound, not later.
+      const { usedBytes, maxBytes } = (await node.health()).memory;
+      assert.equal(maxBytes, MAX_BYTES);
+      const entryBytes =
+        MEMORY_ENTRY_OVERHEAD_BYTES +
+        'key:000'.length +
+        recordBytes(Buffer.byteLength(node.nodeId), VALUE.length);
+      assert.ok(usedBytes > MAX_BYTES, `used ${usedBytes}`);
+      assert.ok(usedBytes <= MAX_BYTES + entryBytes + ROUNDING_BYTES, `used ${usedBytes}`);
+      assert.ok(accepted.length >= MAX_BYTES / entryBytes, `accepted ${accepted.length}`);
+
+      // Every accepted put is there; a put of the empty value and putMany are refused as well.
+      for (const key of accepted) assert.deepEqual(await node.get(key), VALUE);
+      await assert.rejects(node.put('another', ''), isOutOfMemory);
+      const many = await node.putMany([
+        ['m1', 'x'],
+        ['m2', 'y'],
+      ]);
+      assert.ok(many.every((r) => !r.ok && isOutOfMemory(r.error)));
+      assert.equal(await node.expire(accepted[0], 60_000), true);
+
+      // A delete leaves a tombstone the size of a record header: ten of them free ten values.
+      for (const key of accepted.slice(0, 10)) assert.equal(await node.delete(key), true);
+      const after = (await node.health()).memory.usedBytes;
+      assert.ok(after <= MAX_BYTES, `used ${after} after the deletes`);
+      await node.put('fits-again', VALUE);
+      assert.deepEqual(await node.get('fits-again'), VALUE);
+    } finally {
+      await node.close();
+    }
+  });
+
+  test("a worker's heap limit is raised to hold the bound, where V8's default is lower", async () => {
+    const maxMemoryBytes = 2 * Number(getHeapStatistics().heap_size_limit);
+    const node = await Tessera.start({
+      store: 'memory',
+      workers: 1,
+      fragments: 4,
+      maxMemoryBytes,
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      const [worker] = (await node.health()).workers;
+      const expected = maxMemoryBytes + WORKER_HEAP_HEADROOM_MB * 1024 * 1024;
+      assert.ok((worker.heapLimitBytes ?? 0) >= expected, `heap limit ${worker.heapLimitBytes}`);
+    } finally {
+      await node.close();
+    }
+  });
+
+  test('the bound is for the memory store, and is checked as an option', async () => {
+    const dir = await tempDir('max-memory');
+    try {
+      const invalid = (pattern: RegExp) => (err: unknown) =>
+        err instanceof TesseraError && err.kind === ErrorKind.InvalidInput && pattern.test(err.message);
+      await assert.rejects(
+        Tessera.start({ store: 'lmdb', dataDir: dir.path, maxMemoryBytes: MAX_BYTES }),
+        invalid(/maxMemoryBytes bounds the memory store; the lmdb store keeps its data on disk/),
+      );
+      await assert.rejects(
+        Tessera.start({ store: 'memory', maxMemoryBytes: -1 }),
+        invalid(/maxMemoryBytes must be an integer in 0\.\./),
+      );
+      await assert.rejects(
+        Tessera.start({ store: 'memory', maxMemoryBytes: 1.5 }),
+        invalid(/maxMemoryBytes must be an integer/),
+      );
+    } finally {
+      await dir.cleanup();
+    }
+  });
+});
+
+describe('maxMemoryBytes over RESP', () => {
+  test("commands that add data get Redis's OOM error; reads, DEL and EXPIRE are served; CONFIG GET and INFO show the bound", async () => {
+    const resp = await startResp({
+      label: 'max-memory-resp',
+      node: { store: 'memory', workers: WORKERS, maxMemoryBytes: MAX_BYTES },
+    });
+    try {
+      const redis = await resp.client();
+      const oom = /^OOM command not allowed when used memory > 'maxmemory'\.$/;
+      const value = VALUE.toString('latin1');
+      let stored = 0;
+      for (;;) {
+        assert.ok(stored < 1000, 'the bound never refused a SET');
+        try {
+          await redis.set(`k${stored}`, value);
+          stored++;
+        } catch (err) {
+          assert.match((err as Error).message, oom);
+          break;
+        }
+      }
+      assert.ok(stored > 0);
+      for (const refused of [
+        () => redis.set('other', 'x'),
+        () => redis.incr('counter'),
+        () => redis.append('k0', 'more'),
+        () => redis.mset('a', '1', 'b', '2'),
+        () => redis.setbit('bits', 7, 1),
+        () => redis.copy('k0', 'k0-copy'),
+      ]) {
+        await assert.rejects(refused(), (err: Error) => oom.test(err.message));
+      }
+      assert.equal(await redis.get('k1'), value);
+      assert.equal(await redis.exists('k0', 'k1'), 2);
+      assert.equal(await redis.expire('k1', 100), 1);
+      assert.deepEqual(await redis.config('GET', 'maxmemory'), ['maxmemory', String(MAX_BYTES)]);
+      const info = await redis.info('memory');
+      assert.match(info, new RegExp(`\\r\\nmaxmemory:${MAX_BYTES}\\r\\n`));
+      const dataset = Number(/\r\nused_memory_dataset:(\d+)\r\n/.exec(info)?.[1]);
+      assert.ok(dataset > MAX_BYTES, info);
+      assert.equal(await redis.del(...Array.from({ length: 10 }, (_, i) => `k${i}`)), 10);
+      assert.equal(await redis.set('room-again', value), 'OK');
+    } finally {
+      await resp.stop();
+    }
+  });
+});
