@@ -11,7 +11,7 @@ import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import { MEMORY_ENTRY_OVERHEAD_BYTES, WORKER_HEAP_HEADROOM_MB } from '../../src/core/limits.js';
 import { recordBytes } from '../../src/core/record.js';
 import { Tessera } from '../../src/main/node.js';
-import { tempDir } from './helpers.js';
+import { eventually, tempDir } from './helpers.js';
 import { startResp } from './resp-helpers.js';
 
 const MAX_BYTES = 64 * 1024;
@@ -74,6 +74,37 @@ describe('maxMemoryBytes: the embedded API', () => {
       assert.ok(after <= MAX_BYTES, `used ${after} after the deletes`);
       await node.put('fits-again', VALUE);
       assert.deepEqual(await node.get('fits-again'), VALUE);
+    } finally {
+      await node.close();
+    }
+  });
+
+  test('a worker that died starts its memory store empty, and the bound counts it so', async () => {
+    const node = await Tessera.start({
+      store: 'memory',
+      workers: 1,
+      fragments: 4,
+      maxMemoryBytes: MAX_BYTES,
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      let i = 0;
+      for (;;) {
+        assert.ok(i < 1000, 'the bound never refused a put');
+        const refused = await node.put(`key:${i++}`, VALUE).then(
+          () => false,
+          (err: unknown) => (isOutOfMemory(err) ? true : Promise.reject(err)),
+        );
+        if (refused) break;
+      }
+      node.debug.crashWorker(0);
+      await eventually(async () => {
+        const health = await node.health();
+        return health.workers[0].state === 'ready' && health.workers[0].restarts >= 1;
+      });
+      assert.equal((await node.health()).memory.usedBytes, 0);
+      await node.put('after-restart', VALUE);
+      assert.deepEqual(await node.get('after-restart'), VALUE);
     } finally {
       await node.close();
     }
