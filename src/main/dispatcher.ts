@@ -487,10 +487,13 @@ export class Dispatcher {
    * `maxMemoryBytes`; undefined while it may. Writes that only remove (DEL, expiry) are never refused.
    */
   memoryRefusal(): TesseraError | undefined {
+    return this.memoryFull() ? outOfMemory(this.board.memoryBytes(), this.config.maxMemoryBytes) : undefined;
+  }
+
+  /** True while the memory store holds more than `maxMemoryBytes` (never without a bound). */
+  memoryFull(): boolean {
     const max = this.config.maxMemoryBytes;
-    if (max === 0) return undefined;
-    const used = this.board.memoryBytes();
-    return used > max ? outOfMemory(used, max) : undefined;
+    return max !== 0 && this.board.memoryBytes() > max;
   }
 
   /** A worker's PoolSpan request: run it in the pool and answer the same worker. */

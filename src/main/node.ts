@@ -285,9 +285,9 @@ export class Tessera {
     return this.dispatcher.memoryBytes();
   }
 
-  /** The OutOfMemory error a write adding data gets now (`maxMemoryBytes`), or undefined. */
-  memoryRefusal(): TesseraError | undefined {
-    return this.dispatcher.memoryRefusal();
+  /** True while writes that add data are refused (`maxMemoryBytes`). */
+  memoryFull(): boolean {
+    return this.dispatcher.memoryFull();
   }
 
   /** False once `close()` has been called: operations fail with ShuttingDown. */

@@ -80,8 +80,8 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     w.error("Replica can't interact with the keyspace");
     return true;
   }
-  if (DENY_OOM[id] && conn.server.node.memoryRefusal() !== undefined) {
-    w.errorCode('OOM', "command not allowed when used memory > 'maxmemory'.");
+  if (DENY_OOM[id] && conn.server.node.memoryFull()) {
+    writeOutOfMemory(w);
     return true;
   }
   // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM).
@@ -166,11 +166,16 @@ export function writeFailure(w: RespWriter, error: TesseraError): void {
       w.error(error.message.replace(/^invalid input: /, ''));
       return;
     case ErrorKind.OutOfMemory:
-      w.errorCode('OOM', "command not allowed when used memory > 'maxmemory'.");
+      writeOutOfMemory(w);
       return;
     default:
       w.error(error.message);
   }
+}
+
+/** Redis's answer to a command that adds data while used memory is over `maxmemory`. */
+function writeOutOfMemory(w: RespWriter): void {
+  w.errorCode('OOM', "command not allowed when used memory > 'maxmemory'.");
 }
 
 /** Redis Cluster's answer to a command whose keys span hash slots. */
