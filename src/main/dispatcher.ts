@@ -185,6 +185,7 @@ export class Dispatcher {
         levelGroups: levelGroupsOfWorker(worker, levelGroupCount, config.workers),
         levelGroupCount,
         stableLog: config.store === 'lmdb' ? worker : undefined,
+        dropTombstones: config.store === 'memory' && config.cluster === undefined,
       };
       this.links.push(
         new WorkerLink(linkIndex, {

@@ -118,4 +118,10 @@ export interface StoreLocation {
    * fragments the workers have already opened, so it reserves no disk for creating them.
    */
   reader?: boolean;
+  /**
+   * memory: a tombstone is stored as the key's absence. Only for a node without peers: no replica can
+   * bring back what a delete removed, and nothing the store holds outlives the process, so the
+   * tombstone guards nothing and would only take memory (`maxMemoryBytes`) for ever.
+   */
+  dropTombstones?: boolean;
 }

@@ -4,12 +4,14 @@
 // A fragment is a Map from the key as a latin1 string (one char per byte, so string order is byte
 // order) to a private copy of the record. Pages walk a sorted key list, rebuilt lazily: only when
 // the fragment changed since the last page. The bytes the records take are counted as they are
-// written (`memoryBytes`), so a node can bound them (`maxMemoryBytes`).
+// written (`memoryBytes`), so a node can bound them (`maxMemoryBytes`); on a node without peers a
+// tombstone is not kept (`StoreLocation.dropTombstones`).
 
 import { assert } from '../core/assert.js';
 import { latin1 } from '../core/bytes.js';
 import { invalidInput } from '../core/errors.js';
 import { MEMORY_ENTRY_OVERHEAD_BYTES } from '../core/limits.js';
+import { isTombstone } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
 import {
   checkFragment,
@@ -33,7 +35,7 @@ interface MemoryFragment {
 
 export async function openMemoryStore(location: StoreLocation): Promise<KvStore> {
   checkLocation(location);
-  return new MemoryStore(location.fragmentCount);
+  return new MemoryStore(location.fragmentCount, location.dropTombstones === true);
 }
 
 class MemoryStore implements KvStore {
@@ -42,13 +44,16 @@ class MemoryStore implements KvStore {
   readonly durable = false;
 
   readonly #fragmentCount: number;
+  /** StoreLocation.dropTombstones. */
+  readonly #dropTombstones: boolean;
   readonly #fragments = new Map<number, MemoryFragment>();
   /** The sum of the fragments' `bytes`. */
   #bytes = 0;
   #closed = false;
 
-  constructor(fragmentCount: number) {
+  constructor(fragmentCount: number, dropTombstones: boolean) {
     this.#fragmentCount = fragmentCount;
+    this.#dropTombstones = dropTombstones;
   }
 
   async openFragment(fragment: number): Promise<void> {
@@ -102,15 +107,12 @@ class MemoryStore implements KvStore {
     for (const w of writes) {
       const f = this.#fragments.get(w.fragment)!;
       let bytes = f.bytes;
-      for (const key of w.deletes) {
-        const k = latin1(key);
-        const held = f.records.get(k);
-        if (held === undefined) continue;
-        f.records.delete(k);
-        f.dirty = true;
-        bytes -= entryBytes(key.length, held.length);
-      }
+      for (const key of w.deletes) bytes -= this.#remove(f, key);
       for (const [key, record] of w.puts) {
+        if (this.#dropTombstones && isTombstone(record)) {
+          bytes -= this.#remove(f, key);
+          continue;
+        }
         const k = latin1(key);
         const held = f.records.get(k);
         if (held === undefined) f.dirty = true;
@@ -126,6 +128,16 @@ class MemoryStore implements KvStore {
 
   memoryBytes(): number {
     return this.#bytes;
+  }
+
+  /** Removes the key's entry, if any; returns the bytes it took. */
+  #remove(f: MemoryFragment, key: Uint8Array): number {
+    const k = latin1(key);
+    const held = f.records.get(k);
+    if (held === undefined) return 0;
+    f.records.delete(k);
+    f.dirty = true;
+    return entryBytes(key.length, held.length);
   }
 
   async sync(): Promise<void> {

@@ -23,15 +23,21 @@ const ROUNDING_BYTES = WORKERS * 1024;
 const isOutOfMemory = (err: unknown) =>
   err instanceof TesseraError && err.kind === ErrorKind.OutOfMemory && err.code === 'TESSERA_OUT_OF_MEMORY';
 
+/** A memory-store node without peers, bounded at MAX_BYTES. */
+function startBounded(options: { cleanIntervalMs?: number } = {}): Promise<Tessera> {
+  return Tessera.start({
+    store: 'memory',
+    workers: WORKERS,
+    fragments: 16,
+    maxMemoryBytes: MAX_BYTES,
+    logger: pino({ level: 'silent' }),
+    ...options,
+  });
+}
+
 describe('maxMemoryBytes: the embedded API', () => {
   test('puts are refused once the records take more than the bound; reads, deletes and expiry go on, and deleting gives the room back', async () => {
-    const node = await Tessera.start({
-      store: 'memory',
-      workers: WORKERS,
-      fragments: 16,
-      maxMemoryBytes: MAX_BYTES,
-      logger: pino({ level: 'silent' }),
-    });
+    const node = await startBounded();
     try {
       const accepted: string[] = [];
       let refusal: unknown;
@@ -68,12 +74,32 @@ describe('maxMemoryBytes: the embedded API', () => {
       assert.ok(many.every((r) => !r.ok && isOutOfMemory(r.error)));
       assert.equal(await node.expire(accepted[0], 60_000), true);
 
-      // A delete leaves a tombstone the size of a record header: ten of them free ten values.
+      // On a node without peers a delete keeps no tombstone: it gives back all its entry took.
       for (const key of accepted.slice(0, 10)) assert.equal(await node.delete(key), true);
       const after = (await node.health()).memory.usedBytes;
-      assert.ok(after <= MAX_BYTES, `used ${after} after the deletes`);
+      assert.ok(usedBytes - after >= 10 * entryBytes - ROUNDING_BYTES, `used ${usedBytes} → ${after}`);
       await node.put('fits-again', VALUE);
       assert.deepEqual(await node.get('fits-again'), VALUE);
+    } finally {
+      await node.close();
+    }
+  });
+
+  test('a key space that churns (new keys written, then deleted or expired) never fills the bound on a node without peers', async () => {
+    const node = await startBounded({ cleanIntervalMs: 20 });
+    try {
+      // Ten times the bound's worth of values, each deleted after its round.
+      const perRound = 20;
+      for (let round = 0; round < (10 * MAX_BYTES) / (perRound * VALUE.length); round++) {
+        const keys = Array.from({ length: perRound }, (_, i) => `churn:${round}:${i}`);
+        for (const key of keys) await node.put(key, VALUE);
+        for (const key of keys) assert.equal(await node.delete(key), true);
+      }
+      assert.equal((await node.health()).memory.usedBytes, 0);
+      // Values that expire: the cleaner's expiry tombstones are dropped the same way.
+      for (let i = 0; i < 20; i++) await node.put(`expiring:${i}`, VALUE, { ttlMs: 1_000 });
+      assert.ok((await node.health()).memory.usedBytes > 20 * VALUE.length);
+      await eventually(async () => (await node.health()).memory.usedBytes === 0);
     } finally {
       await node.close();
     }
