@@ -172,6 +172,7 @@ test('COMMAND GETKEYS names the keys of a command; ROLE answers as a primary', a
     assert.equal(await c.call('COMMAND', 'GETKEYS', 'mset', 'a', '1', 'b', '2'), keys('a', 'b'), server.name);
     assert.equal(await c.call('COMMAND', 'GETKEYS', 'BITOP', 'AND', 'd', 'x', 'y'), keys('d', 'x', 'y'));
     assert.equal(await c.call('COMMAND', 'GETKEYS', 'MEMORY', 'USAGE', 'k'), keys('k'), server.name);
+    assert.equal(await c.call('COMMAND', 'GETKEYS', 'OBJECT', 'ENCODING', 'k'), keys('k'), server.name);
     assert.equal(
       await c.call('COMMAND', 'GETKEYS', 'GET', 'a', 'b'),
       '-ERR Invalid number of arguments specified for command\r\n',
@@ -430,6 +431,46 @@ const EDGE_CASES = [
   'WAIT x -1',
   'WAIT 0 99999999999999999999',
 ];
+
+// OBJECT's answers for strings of every encoding, compared byte for byte with redis-server's.
+const OBJECT_CASES = [
+  ...[
+    ['obj:int', '123'],
+    ['obj:zero', '0'],
+    ['obj:shared-max', '9999'],
+    ['obj:unshared', '10000'],
+    ['obj:negative', '-5'],
+    ['obj:leading-zero', '0123'],
+    ['obj:plus', '+5'],
+    ['obj:int64-max', '9223372036854775807'],
+    ['obj:int64-over', '9223372036854775808'],
+    ['obj:short', 'hello'],
+    ['obj:embstr-max', 'e'.repeat(44)],
+    ['obj:raw', 'r'.repeat(45)],
+  ].flatMap(([key, value]) => [`SET ${key} ${value}`, `OBJECT ENCODING ${key}`, `OBJECT REFCOUNT ${key}`]),
+  'OBJECT ENCODING obj:missing',
+  'OBJECT REFCOUNT obj:missing',
+  'OBJECT FREQ obj:missing',
+  'OBJECT IDLETIME obj:missing',
+  'OBJECT FREQ obj:int',
+  'OBJECT ENCODING',
+  'OBJECT encoding obj:int extra',
+  'OBJECT NOPE obj:int',
+];
+
+test('OBJECT answers as redis-server does for each string encoding', { skip: redisSkip }, async () => {
+  assert.deepEqual(await replyDifferences(await fixture.raw(), await redisServer!.raw(), OBJECT_CASES), []);
+});
+
+test('OBJECT IDLETIME of a key is refused: no access times are kept', async () => {
+  const c = await fixture.raw();
+  assert.equal(await c.call('SET', 'obj:idle', 'v'), '+OK\r\n');
+  assert.equal(
+    await c.call('OBJECT', 'IDLETIME', 'obj:idle'),
+    '-ERR OBJECT IDLETIME is not supported: Tessera keeps no access times\r\n',
+  );
+  assert.match(await c.call('OBJECT', 'HELP'), /^\*\d+\r\n\+OBJECT <subcommand>/);
+});
 
 test('argument errors and edge cases get the same replies as from redis-server', {
   skip: redisSkip,

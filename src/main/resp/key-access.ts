@@ -7,6 +7,7 @@
 import { assert } from '../../core/assert.js';
 import { parseBitfieldAnswers } from '../../core/bitfield.js';
 import type { TesseraError } from '../../core/errors.js';
+import { parseInt64 } from '../../core/int64.js';
 import { slotOf } from '../../core/keyspace.js';
 import { parseLcsRanges } from '../../core/lcs.js';
 import { KEY_BYTES_MAX } from '../../core/limits.js';
@@ -39,6 +40,11 @@ export const ReadMode = {
   ExistsPart: 11,
   /** MEMORY USAGE: the key's length (in `a`) plus its stored record's, or null. */
   MemoryUsage: 12,
+  /** OBJECT ENCODING / REFCOUNT / FREQ / IDLETIME: null for a missing key (`formatObject`). */
+  ObjectEncoding: 13,
+  ObjectRefcount: 14,
+  ObjectFreq: 15,
+  ObjectIdletime: 16,
 } as const;
 export type ReadMode = (typeof ReadMode)[keyof typeof ReadMode];
 
@@ -343,8 +349,52 @@ export function formatRead(
       if (record === undefined) w.null();
       else w.integer(a + record.length);
       return;
+    case ReadMode.ObjectEncoding:
+    case ReadMode.ObjectRefcount:
+    case ReadMode.ObjectFreq:
+    case ReadMode.ObjectIdletime:
+      if (record === undefined) w.null();
+      else formatObject(w, mode, valueBytesOf(record));
+      return;
     default:
       formatExpiry(w, mode, record);
+  }
+}
+
+/** Redis keeps strings of up to this many bytes in one allocation with their header (`embstr`). */
+const EMBSTR_BYTES_MAX = 44;
+/** Redis shares one object for each integer value below this (OBJ_SHARED_INTEGERS)… */
+const SHARED_INTEGERS = 10_000;
+/** …whose reference count reads as this (OBJ_SHARED_REFCOUNT). */
+const SHARED_REFCOUNT = 2_147_483_647;
+
+/** The encoding Redis would give a string of these bytes: `int`, `embstr` or `raw`. */
+export function stringEncodingOf(value: Uint8Array): 'int' | 'embstr' | 'raw' {
+  if (parseInt64(value) !== undefined) return 'int';
+  return value.length <= EMBSTR_BYTES_MAX ? 'embstr' : 'raw';
+}
+
+/**
+ * OBJECT's answers for a live string. The encoding is Redis's for a string of these bytes as SET
+ * stores it (one grown by APPEND or SETRANGE is `raw` in Redis whatever its length). Redis tracks
+ * access frequency only under an LFU eviction policy, which Tessera has none of, and answers FREQ
+ * with this error; access times Tessera does not keep at all.
+ */
+function formatObject(w: RespWriter, mode: number, value: Uint8Array): void {
+  switch (mode) {
+    case ReadMode.ObjectEncoding:
+      return w.bulk(Buffer.from(stringEncodingOf(value), 'latin1'));
+    case ReadMode.ObjectRefcount: {
+      const n = parseInt64(value);
+      return w.integer(n !== undefined && n >= 0n && n < BigInt(SHARED_INTEGERS) ? SHARED_REFCOUNT : 1);
+    }
+    case ReadMode.ObjectFreq:
+      return w.error(
+        'An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.',
+      );
+    default:
+      assert(mode === ReadMode.ObjectIdletime, `unknown read mode ${mode}`);
+      return w.error('OBJECT IDLETIME is not supported: Tessera keeps no access times');
   }
 }
 

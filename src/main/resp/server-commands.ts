@@ -525,6 +525,42 @@ function memory(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
   }
 }
 
+/** OBJECT ENCODING / REFCOUNT / FREQ / IDLETIME key, and OBJECT HELP (`formatRead` answers them). */
+function object(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const sub = optionName(cmd, 1);
+  conn.lastCommand = `OBJECT|${sub}`;
+  const mode = OBJECT_READ_MODES[sub];
+  if (mode !== undefined) {
+    if (cmd.argc !== 3) return wrongArity(w, `object|${sub.toLowerCase()}`);
+    const key = cmd.arg(2);
+    if (!keyFits(key, w)) return true;
+    return readKey(conn, key, mode, w);
+  }
+  if (sub === 'HELP') return writeHelp(w, OBJECT_HELP);
+  return unknownSubcommand(w, cmd, 'OBJECT');
+}
+
+const OBJECT_READ_MODES: Record<string, ReadMode | undefined> = {
+  ENCODING: ReadMode.ObjectEncoding,
+  REFCOUNT: ReadMode.ObjectRefcount,
+  FREQ: ReadMode.ObjectFreq,
+  IDLETIME: ReadMode.ObjectIdletime,
+};
+
+const OBJECT_HELP = [
+  'OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'ENCODING <key>',
+  '    Return the kind of internal representation Redis would use for the value stored at <key>.',
+  'FREQ <key>',
+  '    Return the access frequency index of the <key> (needs an LFU policy: refused here).',
+  'IDLETIME <key>',
+  '    Return the idle time of the <key> (not kept by Tessera: refused).',
+  'REFCOUNT <key>',
+  '    Return the number of references of the value associated with the specified <key>.',
+  'HELP',
+  '    Print this help.',
+];
+
 /**
  * MONITOR: from now on this connection is shown every command the node's RESP server runs (those
  * of other nodes' clients are theirs to show). It may still run commands that do not touch keys.
@@ -649,6 +685,14 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'INFO', arity: -1, flags: [], keys: NONE, run: info },
   { name: 'TIME', arity: 1, flags: ['fast'], keys: NONE, run: time },
   { name: 'MEMORY', arity: -2, flags: [], keys: NONE, subcommandKeys: { USAGE: [2, 2, 1] }, run: memory },
+  {
+    name: 'OBJECT',
+    arity: -2,
+    flags: [],
+    keys: NONE,
+    subcommandKeys: { ENCODING: [2, 2, 1], REFCOUNT: [2, 2, 1], FREQ: [2, 2, 1], IDLETIME: [2, 2, 1] },
+    run: object,
+  },
   { name: 'ROLE', arity: 1, flags: ['fast'], keys: NONE, run: role },
   { name: 'WAIT', arity: 3, flags: [], keys: NONE, run: wait },
   { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, run: shutdown },

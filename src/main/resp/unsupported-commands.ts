@@ -147,7 +147,7 @@ const REASONS: Record<string, readonly string[]> = {
     'SWAPDB',
     'MIGRATE',
   ],
-  'it is not supported: keys are not sampled, nor their internal encodings reported': ['OBJECT', 'RANDOMKEY'],
+  'it is not supported: keys are not sampled': ['RANDOMKEY'],
   'it is not supported: persistence is continuous and configured at start': [
     'SAVE',
     'BGSAVE',
