@@ -488,7 +488,10 @@ export class Dispatcher {
    * `maxMemoryBytes`; undefined while it may. Writes that only remove (DEL, expiry) are never refused.
    */
   memoryRefusal(): TesseraError | undefined {
-    return this.memoryFull() ? outOfMemory(this.board.memoryBytes(), this.config.maxMemoryBytes) : undefined;
+    const max = this.config.maxMemoryBytes;
+    if (max === 0) return undefined;
+    const used = this.board.memoryBytes();
+    return used > max ? outOfMemory(used, max) : undefined;
   }
 
   /** True while the memory store holds more than `maxMemoryBytes` (never without a bound). */

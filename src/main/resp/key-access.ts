@@ -364,12 +364,12 @@ export function formatRead(
 /** Redis keeps strings of up to this many bytes in one allocation with their header (`embstr`). */
 const EMBSTR_BYTES_MAX = 44;
 /** Redis shares one object for each integer value below this (OBJ_SHARED_INTEGERS)… */
-const SHARED_INTEGERS = 10_000;
+const SHARED_INTEGERS = 10_000n;
 /** …whose reference count reads as this (OBJ_SHARED_REFCOUNT). */
 const SHARED_REFCOUNT = 2_147_483_647;
 
 /** The encoding Redis would give a string of these bytes: `int`, `embstr` or `raw`. */
-export function stringEncodingOf(value: Uint8Array): 'int' | 'embstr' | 'raw' {
+function stringEncodingOf(value: Uint8Array): 'int' | 'embstr' | 'raw' {
   if (parseInt64(value) !== undefined) return 'int';
   return value.length <= EMBSTR_BYTES_MAX ? 'embstr' : 'raw';
 }
@@ -386,7 +386,7 @@ function formatObject(w: RespWriter, mode: number, value: Uint8Array): void {
       return w.bulk(Buffer.from(stringEncodingOf(value), 'latin1'));
     case ReadMode.ObjectRefcount: {
       const n = parseInt64(value);
-      return w.integer(n !== undefined && n >= 0n && n < BigInt(SHARED_INTEGERS) ? SHARED_REFCOUNT : 1);
+      return w.integer(n !== undefined && n >= 0n && n < SHARED_INTEGERS ? SHARED_REFCOUNT : 1);
     }
     case ReadMode.ObjectFreq:
       return w.error(

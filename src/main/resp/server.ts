@@ -449,12 +449,12 @@ export class RespServer {
     const m = process.memoryUsage();
     return section('Memory', [
       ['used_memory', m.heapUsed + m.external],
-      ['used_memory_human', `${((m.heapUsed + m.external) / 1048576).toFixed(2)}M`],
+      ['used_memory_human', humanBytes(m.heapUsed + m.external)],
       ['used_memory_rss', m.rss],
-      ['used_memory_rss_human', `${(m.rss / 1048576).toFixed(2)}M`],
+      ['used_memory_rss_human', humanBytes(m.rss)],
       ['used_memory_dataset', this.node.memoryBytes()],
       ['maxmemory', this.node.settings.maxMemoryBytes],
-      ['maxmemory_human', `${(this.node.settings.maxMemoryBytes / 1048576).toFixed(2)}M`],
+      ['maxmemory_human', humanBytes(this.node.settings.maxMemoryBytes)],
       ['maxmemory_policy', 'noeviction'],
       ['mem_allocator', 'libc'],
     ]);
@@ -631,4 +631,9 @@ function section(title: string, rows: Array<[string, string | number]>): string 
 
 function digest(bytes: Uint8Array): Buffer {
   return createHash('sha256').update(bytes).digest();
+}
+
+/** INFO's `*_human` figures: mebibytes with two decimals. */
+function humanBytes(bytes: number): string {
+  return `${(bytes / 1048576).toFixed(2)}M`;
 }
