@@ -73,7 +73,13 @@ const FLAGS: Flag[] = [
     name: 'max-memory',
     kind: 'size',
     option: 'maxMemoryBytes',
-    help: 'memory store only: refuse writes that add data once its records take more (Redis maxmemory, noeviction; default 0: no bound)',
+    help: 'memory store only: bound the memory its records take (Redis maxmemory; default 0: no bound)',
+  },
+  {
+    name: 'max-memory-policy',
+    kind: 'string',
+    option: 'maxMemoryPolicy',
+    help: 'at --max-memory: noeviction (refuse writes that add data; the default), allkeys-lru or volatile-lru (evict the least recently used keys, or those with a TTL; a node without peers only)',
   },
   {
     name: 'max-clock-skew',

@@ -24,7 +24,12 @@ import {
   WORKER_COUNT_MAX,
 } from '../core/limits.js';
 import { DURABILITY_NAMES, type Durability, type DurabilityName, parseDurability } from '../core/ops.js';
-import { STORE_KINDS, type StoreKind } from '../native-bindings/kv-store.js';
+import {
+  EVICTION_POLICIES,
+  type EvictionPolicy,
+  STORE_KINDS,
+  type StoreKind,
+} from '../native-bindings/kv-store.js';
 import {
   CLUSTER_OPTION_NAMES,
   type ClusterConfig,
@@ -69,6 +74,13 @@ export interface TesseraOptions extends ClusterOptions {
    * are refused with OutOfMemory (Redis's `maxmemory` with `noeviction`); 0 (the default): no bound.
    */
   maxMemoryBytes?: number;
+  /**
+   * What the memory store does at `maxMemoryBytes` (Redis's `maxmemory-policy`): `noeviction` (the
+   * default) refuses writes that add data; `allkeys-lru` removes the least recently used keys to
+   * make room, `volatile-lru` the least recently used of those with a TTL (and refuses once none is
+   * left). Evicting needs a node without peers.
+   */
+  maxMemoryPolicy?: EvictionPolicy;
   /** Structured logger (default: silent). */
   logger?: Logger;
 }
@@ -93,6 +105,7 @@ export interface NodeConfig {
   flushBytesMax: number;
   /** 0: no bound (`TesseraOptions.maxMemoryBytes`). */
   maxMemoryBytes: number;
+  maxMemoryPolicy: EvictionPolicy;
   /** Set when the node is part of a cluster. */
   cluster: ClusterConfig | undefined;
 }
@@ -114,6 +127,7 @@ const KNOWN_OPTIONS = new Set([
   'poolThreads',
   'poolTasksPerSec',
   'maxMemoryBytes',
+  'maxMemoryPolicy',
   'logger',
   ...CLUSTER_OPTION_NAMES,
 ]);
@@ -179,8 +193,10 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
       `maxMemoryBytes bounds the memory store; the ${store} store keeps its data on disk (its pages in memory are the OS's cache)`,
     );
   }
+  const cluster = resolveClusterConfig(options, nodeId, fragments);
+  const maxMemoryPolicy = evictionPolicyOf(options.maxMemoryPolicy, store, cluster !== undefined);
   return {
-    cluster: resolveClusterConfig(options, nodeId, fragments),
+    cluster,
     dataDir: resolve(options.dataDir ?? './data'),
     store,
     fragments,
@@ -235,7 +251,38 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     flushWritesMax: FLUSH_PENDING_WRITES_MAX,
     flushBytesMax: FLUSH_PENDING_BYTES_MAX,
     maxMemoryBytes,
+    maxMemoryPolicy,
   };
+}
+
+/** Redis's policies Tessera does not offer, named so a client's setting gets a clear refusal. */
+const UNSUPPORTED_EVICTION_POLICIES = [
+  'allkeys-lfu',
+  'volatile-lfu',
+  'allkeys-random',
+  'volatile-random',
+  'volatile-ttl',
+];
+
+function evictionPolicyOf(value: unknown, store: StoreKind, clustered: boolean): EvictionPolicy {
+  if (value === undefined || value === 'noeviction') return 'noeviction';
+  if (!EVICTION_POLICIES.includes(value as EvictionPolicy)) {
+    const why = UNSUPPORTED_EVICTION_POLICIES.includes(value as string) ? 'is not supported' : 'is unknown';
+    throw invalidInput(
+      `maxMemoryPolicy ${JSON.stringify(value)} ${why}; it must be one of ${EVICTION_POLICIES.join(', ')}`,
+    );
+  }
+  if (store !== 'memory') {
+    throw invalidInput(
+      `maxMemoryPolicy evicts from the memory store; the ${store} store keeps its data on disk`,
+    );
+  }
+  if (clustered) {
+    throw invalidInput(
+      'maxMemoryPolicy evicts only on a node without peers: a key evicted here would come back from its other replicas',
+    );
+  }
+  return value as EvictionPolicy;
 }
 
 export function validateNodeId(nodeId: unknown): asserts nodeId is string {

@@ -135,6 +135,8 @@ export interface WorkerHealthReport {
   heapUsedBytes: number;
   /** V8's heap limit of the worker (raised for a memory store's `maxMemoryBytes`). */
   heapLimitBytes: number;
+  /** Keys its memory store evicted under `maxMemoryPolicy`, since the worker started. */
+  evictedKeys: number;
   /** Ring waits the worker's watchdog ended because their wake-up never came (src/threads/ring.ts). */
   ringWakeupsRecovered: number;
   fragments: FragmentStats[];
@@ -186,6 +188,7 @@ export class Dispatcher {
         levelGroupCount,
         stableLog: config.store === 'lmdb' ? worker : undefined,
         dropTombstones: config.store === 'memory' && config.cluster === undefined,
+        eviction: config.maxMemoryPolicy === 'noeviction' ? undefined : config.maxMemoryPolicy,
       };
       this.links.push(
         new WorkerLink(linkIndex, {
@@ -625,6 +628,10 @@ export class Dispatcher {
       },
       cleanIntervalMs: c.cleanIntervalMs,
       cleanKeysPerSec: c.cleanKeysPerSec,
+      evictAboveBytes:
+        store.eviction === undefined || c.maxMemoryBytes === 0
+          ? undefined
+          : evictionShareBytes(c, fragments.length),
       logLevel: this.logger.level,
       cluster: this.cluster?.workerInit(),
       restarted,
@@ -644,7 +651,8 @@ export class Dispatcher {
   }
 }
 
-const MIB = 1024 * 1024;
+const KIB = 1024;
+const MIB = 1024 * KIB;
 
 /**
  * A memory store's worker may hold all of `maxMemoryBytes` (fragments are not spread evenly by
@@ -656,6 +664,15 @@ function workerOldGenerationMb(config: NodeConfig): number | undefined {
   const needMb = Math.ceil(config.maxMemoryBytes / MIB) + WORKER_HEAP_HEADROOM_MB;
   const defaultMb = Math.floor(getHeapStatistics().heap_size_limit / MIB);
   return needMb > defaultMb ? needMb : undefined;
+}
+
+/**
+ * The memory a worker's store keeps under an eviction policy: its fragments' share of
+ * `maxMemoryBytes`, in whole KiB (what the board publishes), so that the shares' sum — the figure
+ * the bound is checked against — never passes it while every worker keeps to its own.
+ */
+function evictionShareBytes(config: NodeConfig, workerFragments: number): number {
+  return Math.floor((config.maxMemoryBytes * workerFragments) / config.fragments / KIB) * KIB;
 }
 
 /** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */

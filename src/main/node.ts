@@ -35,6 +35,7 @@ import { SubscriptionKind } from '../core/pubsub.js';
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
 import type { BackupReport } from '../native-bindings/backup.js';
+import type { EvictionPolicy } from '../native-bindings/kv-store.js';
 import { bindStore } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
@@ -105,13 +106,18 @@ export interface Health {
     pending: number;
     heapUsedBytes?: number;
     heapLimitBytes?: number;
+    /** Keys its memory store evicted under `maxMemoryPolicy` (since that worker started). */
+    evictedKeys?: number;
     /** Ring waits whose wake-up never came, ended by the worker's watchdog (since it started). */
     ringWakeupsRecovered?: number;
   }>;
   /** The same on the main thread. */
   ringWakeupsRecovered: number;
-  /** Bytes of memory the stores hold (the memory store's records; 0 on disk) and the bound (0: none). */
-  memory: { usedBytes: number; maxBytes: number };
+  /**
+   * Bytes of memory the stores hold (the memory store's records; 0 on disk), the bound (0: none),
+   * what is done there, and the keys evicted (by the workers running now, since each started).
+   */
+  memory: { usedBytes: number; maxBytes: number; policy: EvictionPolicy; evictedKeys: number };
   fragments: FragmentHealth[];
   /** Set when the node is part of a cluster. */
   cluster?: ClusterHealth;
@@ -407,6 +413,7 @@ export class Tessera {
           pending: link.pending,
           heapUsedBytes: report?.heapUsedBytes,
           heapLimitBytes: report?.heapLimitBytes,
+          evictedKeys: report?.evictedKeys,
           ringWakeupsRecovered: report?.ringWakeupsRecovered,
         });
         for (const f of report?.fragments ?? []) fragments.push({ ...f, worker: index });
@@ -420,7 +427,12 @@ export class Tessera {
         fragmentCount: this.config.fragments,
         workers,
         ringWakeupsRecovered: ringWakeupsRecovered(),
-        memory: { usedBytes: this.dispatcher.memoryBytes(), maxBytes: this.config.maxMemoryBytes },
+        memory: {
+          usedBytes: this.dispatcher.memoryBytes(),
+          maxBytes: this.config.maxMemoryBytes,
+          policy: this.config.maxMemoryPolicy,
+          evictedKeys: workers.reduce((n, w) => n + (w.evictedKeys ?? 0), 0),
+        },
         fragments,
         cluster:
           cluster === undefined

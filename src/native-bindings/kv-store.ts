@@ -11,6 +11,14 @@
 export type StoreKind = 'lmdb' | 'level' | 'memory';
 export const STORE_KINDS: readonly StoreKind[] = ['lmdb', 'level', 'memory'];
 
+/**
+ * What a memory store bound by `maxMemoryBytes` removes to make room (Redis's `maxmemory-policy`):
+ * nothing (writes that add data are refused), the least recently used key, or the least recently
+ * used key that has a deadline.
+ */
+export type EvictionPolicy = 'noeviction' | 'allkeys-lru' | 'volatile-lru';
+export const EVICTION_POLICIES: readonly EvictionPolicy[] = ['noeviction', 'allkeys-lru', 'volatile-lru'];
+
 /** The writes one commit applies to one fragment. */
 export interface FragmentWrites {
   fragment: number;
@@ -94,6 +102,12 @@ export interface KvStore {
    * bookkeeping, MEMORY_ENTRY_OVERHEAD_BYTES an entry); 0 for the stores that keep it on disk.
    */
   memoryBytes(): number;
+  /**
+   * Removes committed entries, least recently used first (read or written; of those with a deadline
+   * under `volatile-lru`), until they took `bytes` of memory or none is left to remove; returns how
+   * many it removed. Only a memory store opened with an eviction policy evicts (0 for the others).
+   */
+  evict(bytes: number): number;
   /** Releases the store; later calls fail. */
   close(): Promise<void>;
 }
@@ -124,4 +138,10 @@ export interface StoreLocation {
    * tombstone guards nothing and would only take memory (`maxMemoryBytes`) for ever.
    */
   dropTombstones?: boolean;
+  /**
+   * memory, with `dropTombstones` only: keep the entries in order of use so `evict` can remove the
+   * least recently used (an evicted key is absent, as if deleted; on a node with peers a replica
+   * would bring it back). Undefined: `noeviction`.
+   */
+  eviction?: Exclude<EvictionPolicy, 'noeviction'>;
 }

@@ -324,6 +324,11 @@ class LevelStore implements KvStore {
     return 0;
   }
 
+  /** Data on disk is never evicted. */
+  evict(): number {
+    return 0;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

@@ -362,6 +362,11 @@ class LmdbStore implements KvStore {
     return 0;
   }
 
+  /** Data on disk is never evicted. */
+  evict(): number {
+    return 0;
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

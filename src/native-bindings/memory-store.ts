@@ -5,13 +5,20 @@
 // order) to a private copy of the record. Pages walk a sorted key list, rebuilt lazily: only when
 // the fragment changed since the last page. The bytes the records take are counted as they are
 // written (`memoryBytes`), so a node can bound them (`maxMemoryBytes`); on a node without peers a
-// tombstone is not kept (`StoreLocation.dropTombstones`).
+// tombstone is not kept (`StoreLocation.dropTombstones`), and an eviction policy may remove the
+// least recently used entries to make room (`evict`). Each fragment keeps its candidate keys in a
+// Map in order of use (a read or a write moves a key to its end, stamped by the store's use clock),
+// so its first is its oldest, and an eviction takes the oldest of the fragments' firsts.
 
 import { assert } from '../core/assert.js';
 import { latin1 } from '../core/bytes.js';
 import { invalidInput } from '../core/errors.js';
-import { MEMORY_ENTRY_OVERHEAD_BYTES } from '../core/limits.js';
-import { isTombstone } from '../core/record.js';
+import {
+  EVICTION_SAMPLE_FRAGMENTS,
+  MEMORY_ENTRY_OVERHEAD_BYTES,
+  MEMORY_RECENCY_ENTRY_BYTES,
+} from '../core/limits.js';
+import { expiresAtOf, isTombstone } from '../core/record.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
 import {
   checkFragment,
@@ -24,18 +31,30 @@ import {
 
 interface MemoryFragment {
   records: Map<string, Buffer>;
+  /**
+   * The keys eviction may remove, least recently used first, each with the use clock's reading at
+   * its last use: every key (`allkeys-lru`) or those with a deadline (`volatile-lru`); undefined
+   * without an eviction policy.
+   */
+  recency: Map<string, number> | undefined;
   /** The keys in byte order when `dirty` is false; stale otherwise. */
   sorted: string[];
   /** True when a key was added or removed since `sorted` was built. */
   dirty: boolean;
   highWaterWallMs: number;
-  /** Key, record and MEMORY_ENTRY_OVERHEAD_BYTES of each entry held. */
+  /** Key, record and MEMORY_ENTRY_OVERHEAD_BYTES of each entry held, MEMORY_RECENCY_ENTRY_BYTES of each in `recency`. */
   bytes: number;
 }
 
 export async function openMemoryStore(location: StoreLocation): Promise<KvStore> {
   checkLocation(location);
-  return new MemoryStore(location.fragmentCount, location.dropTombstones === true);
+  const dropTombstones = location.dropTombstones === true;
+  // An evicted key is simply absent: only where a delete is too (no tombstone is kept).
+  assert(
+    location.eviction === undefined || dropTombstones,
+    'eviction needs a store that keeps no tombstones',
+  );
+  return new MemoryStore(location.fragmentCount, dropTombstones, location.eviction);
 }
 
 class MemoryStore implements KvStore {
@@ -46,14 +65,21 @@ class MemoryStore implements KvStore {
   readonly #fragmentCount: number;
   /** StoreLocation.dropTombstones. */
   readonly #dropTombstones: boolean;
+  /** StoreLocation.eviction. */
+  readonly #eviction: StoreLocation['eviction'];
   readonly #fragments = new Map<number, MemoryFragment>();
   /** The sum of the fragments' `bytes`. */
   #bytes = 0;
+  /** Counts uses (reads and writes), turning at USE_CLOCK_MASK + 1. */
+  #useClock = 0;
+  /** The fragment an eviction's sample starts at, in turn. */
+  #evictTurn = 0;
   #closed = false;
 
-  constructor(fragmentCount: number, dropTombstones: boolean) {
+  constructor(fragmentCount: number, dropTombstones: boolean, eviction: StoreLocation['eviction']) {
     this.#fragmentCount = fragmentCount;
     this.#dropTombstones = dropTombstones;
+    this.#eviction = eviction;
   }
 
   async openFragment(fragment: number): Promise<void> {
@@ -62,6 +88,7 @@ class MemoryStore implements KvStore {
     if (this.#fragments.has(fragment)) return;
     this.#fragments.set(fragment, {
       records: new Map(),
+      recency: this.#eviction === undefined ? undefined : new Map(),
       sorted: [],
       dirty: false,
       highWaterWallMs: 0,
@@ -72,8 +99,13 @@ class MemoryStore implements KvStore {
   get(fragment: number, key: Uint8Array): Buffer | undefined {
     const f = this.#fragment(fragment);
     checkKey(key);
-    const record = f.records.get(latin1(key));
-    return record === undefined ? undefined : Buffer.from(record);
+    const k = latin1(key);
+    const record = f.records.get(k);
+    if (record === undefined) return undefined;
+    // A read is a use: the key moves to the recent end (if it is a candidate at all).
+    const recency = f.recency;
+    if (recency?.delete(k)) recency.set(k, this.#tick());
+    return Buffer.from(record);
   }
 
   /** Reads always see the latest commit. */
@@ -107,18 +139,19 @@ class MemoryStore implements KvStore {
     for (const w of writes) {
       const f = this.#fragments.get(w.fragment)!;
       let bytes = f.bytes;
-      for (const key of w.deletes) bytes -= this.#remove(f, key);
+      for (const key of w.deletes) bytes -= this.#remove(f, latin1(key));
       for (const [key, record] of w.puts) {
+        const k = latin1(key);
         if (this.#dropTombstones && isTombstone(record)) {
-          bytes -= this.#remove(f, key);
+          bytes -= this.#remove(f, k);
           continue;
         }
-        const k = latin1(key);
         const held = f.records.get(k);
         if (held === undefined) f.dirty = true;
         else bytes -= entryBytes(key.length, held.length);
         f.records.set(k, Buffer.from(record));
         bytes += entryBytes(key.length, record.length);
+        if (f.recency !== undefined) bytes += this.#used(f.recency, k, record);
       }
       this.#bytes += bytes - f.bytes;
       f.bytes = bytes;
@@ -130,14 +163,83 @@ class MemoryStore implements KvStore {
     return this.#bytes;
   }
 
-  /** Removes the key's entry, if any; returns the bytes it took. */
-  #remove(f: MemoryFragment, key: Uint8Array): number {
-    const k = latin1(key);
+  evict(bytes: number): number {
+    this.#checkOpen();
+    if (this.#eviction === undefined) return 0;
+    const fragments = [...this.#fragments.values()];
+    let freed = 0;
+    let evicted = 0;
+    // A round merges the candidates of up to EVICTION_SAMPLE_FRAGMENTS fragments, oldest first,
+    // walking each fragment's in order of use; a round that finds none means none is left.
+    while (freed < bytes) {
+      const owners: MemoryFragment[] = [];
+      const cursors: Iterator<[string, number]>[] = [];
+      const heads: Array<[string, number] | undefined> = [];
+      for (let seen = 0; seen < fragments.length && owners.length < EVICTION_SAMPLE_FRAGMENTS; seen++) {
+        const f = fragments[(this.#evictTurn + seen) % fragments.length];
+        const cursor = f.recency!.entries();
+        const first = cursor.next();
+        if (first.done === true) continue;
+        owners.push(f);
+        cursors.push(cursor);
+        heads.push(first.value);
+      }
+      this.#evictTurn = (this.#evictTurn + 1) % fragments.length;
+      if (owners.length === 0) break;
+      while (freed < bytes) {
+        let oldest = -1;
+        let oldestAge = -1;
+        for (let i = 0; i < heads.length; i++) {
+          const head = heads[i];
+          if (head === undefined) continue;
+          // Modular: a key unused for a whole turn of the clock looks recent again (as Redis's LRU clock).
+          const age = (this.#useClock - head[1]) & USE_CLOCK_MASK;
+          if (age > oldestAge) {
+            oldest = i;
+            oldestAge = age;
+          }
+        }
+        if (oldest === -1) break;
+        const key = heads[oldest]![0];
+        const next = cursors[oldest].next();
+        heads[oldest] = next.done === true ? undefined : next.value;
+        const f = owners[oldest];
+        const removed = this.#remove(f, key);
+        f.bytes -= removed;
+        this.#bytes -= removed;
+        freed += removed;
+        evicted++;
+      }
+    }
+    return evicted;
+  }
+
+  /** The use clock's next reading. */
+  #tick(): number {
+    this.#useClock = (this.#useClock + 1) & USE_CLOCK_MASK;
+    return this.#useClock;
+  }
+
+  /**
+   * Moves the written key `k` to the recent end of the candidates, or out of them (`volatile-lru`,
+   * and the record has no deadline); returns the change in bytes they take.
+   */
+  #used(recency: Map<string, number>, k: string, record: Uint8Array): number {
+    const held = recency.delete(k);
+    if (this.#eviction === 'volatile-lru' && expiresAtOf(record) === 0)
+      return held ? -MEMORY_RECENCY_ENTRY_BYTES : 0;
+    recency.set(k, this.#tick());
+    return held ? 0 : MEMORY_RECENCY_ENTRY_BYTES;
+  }
+
+  /** Removes the entry of `k` (a key as latin1), if any; returns the bytes it took. */
+  #remove(f: MemoryFragment, k: string): number {
     const held = f.records.get(k);
     if (held === undefined) return 0;
     f.records.delete(k);
     f.dirty = true;
-    return entryBytes(key.length, held.length);
+    const recencyBytes = f.recency?.delete(k) === true ? MEMORY_RECENCY_ENTRY_BYTES : 0;
+    return entryBytes(k.length, held.length) + recencyBytes;
   }
 
   async sync(): Promise<void> {
@@ -156,6 +258,7 @@ class MemoryStore implements KvStore {
     const f = this.#fragment(fragment);
     // The high-water mark stays, as in the durable stores: its timestamps were issued.
     f.records.clear();
+    f.recency?.clear();
     f.sorted = [];
     f.dirty = false;
     this.#bytes -= f.bytes;
@@ -180,6 +283,9 @@ class MemoryStore implements KvStore {
     if (this.#closed) throw closedError('memory');
   }
 }
+
+/** The use clock turns at 2^30, so its readings stay small integers (V8 stores them unboxed). */
+const USE_CLOCK_MASK = 2 ** 30 - 1;
 
 function entryBytes(keyBytes: number, recordBytes: number): number {
   return MEMORY_ENTRY_OVERHEAD_BYTES + keyBytes + recordBytes;

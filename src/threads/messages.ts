@@ -17,6 +17,11 @@ export interface WorkerInit {
   fragment: Omit<FragmentConfig, 'fragment' | 'storedHighWaterWallMs'>;
   cleanIntervalMs: number;
   cleanKeysPerSec: number;
+  /**
+   * Under an eviction policy (StoreLocation.eviction): the memory the worker's store may keep after
+   * a commit before it evicts, its share of `maxMemoryBytes`; undefined: it never evicts.
+   */
+  evictAboveBytes?: number;
   /** pino level of the node's logger; the worker logs JSON lines at the same level. */
   logLevel: string;
   /** Set when the node is part of a cluster: whom the worker's fragments replicate to. */

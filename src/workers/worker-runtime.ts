@@ -105,6 +105,8 @@ export class WorkerRuntime {
   private storageFailuresUnlogged = 0;
   /** Test hook (RequestKind.FailCommits): this many next commits fail without reaching the store. */
   private commitFailuresToInject = 0;
+  /** Keys the store evicted to keep to `init.evictAboveBytes`, since the worker started. */
+  private evictedKeys = 0;
   private wakeTimer: NodeJS.Timeout | undefined;
   private wakeAtMs = Number.POSITIVE_INFINITY;
   private immediatePending = false;
@@ -436,6 +438,7 @@ export class WorkerRuntime {
   private committed(commits: CommitAction[], err: unknown): void {
     const message = err === undefined ? '' : asStorageError(err).message;
     if (err === undefined) {
+      this.evictOverShare();
       // Before the replies: a client that saw its write acknowledged sees the memory it took.
       this.board.setMemoryBytes(this.init.index, this.store.memoryBytes());
       this.board.markCommitted();
@@ -452,6 +455,18 @@ export class WorkerRuntime {
       else core.step({ kind: 'commit-failed', generation: c.generation, message });
       core.takeActions(this.actions);
     }
+  }
+
+  /**
+   * Under an eviction policy, brings the store back within the worker's share of the bound after a
+   * commit took it over, before the commit's figure is published: a write is refused only when
+   * nothing is left to evict (`volatile-lru` with no key that has a deadline).
+   */
+  private evictOverShare(): void {
+    const share = this.init.evictAboveBytes;
+    if (share === undefined) return;
+    const over = this.store.memoryBytes() - share;
+    if (over > 0) this.evictedKeys += this.store.evict(over);
   }
 
   /** One fsync for every sync request gathered so far; requests arriving meanwhile wait for the next. */
@@ -820,6 +835,7 @@ export class WorkerRuntime {
       replication: this.replication?.reports() ?? [],
       heapUsedBytes: process.memoryUsage().heapUsed,
       heapLimitBytes: getHeapStatistics().heap_size_limit,
+      evictedKeys: this.evictedKeys,
       ringWakeupsRecovered: ringWakeupsRecovered(),
     };
   }

@@ -1,7 +1,8 @@
-// The memory store's bound (`maxMemoryBytes`, `--max-memory`): Redis's `maxmemory` with the
-// `noeviction` policy. Once the records take more than the bound, writes that add data are refused
+// The memory store's bound (`maxMemoryBytes`, `--max-memory`): Redis's `maxmemory`. With the
+// `noeviction` policy, once the records take more than the bound, writes that add data are refused
 // (OutOfMemory in the API, `-OOM` over RESP) while reads, deletes and expiry go on; deleting gives
-// the room back.
+// the room back. With `allkeys-lru` / `volatile-lru` (`maxMemoryPolicy`) the least recently used
+// keys (of those with a TTL) are evicted to make room instead.
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -10,6 +11,7 @@ import pino from 'pino';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import { MEMORY_ENTRY_OVERHEAD_BYTES, WORKER_HEAP_HEADROOM_MB } from '../../src/core/limits.js';
 import { recordBytes } from '../../src/core/record.js';
+import { resolveConfig } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
 import { eventually, tempDir } from './helpers.js';
 import { startResp } from './resp-helpers.js';
@@ -24,7 +26,13 @@ const isOutOfMemory = (err: unknown) =>
   err instanceof TesseraError && err.kind === ErrorKind.OutOfMemory && err.code === 'TESSERA_OUT_OF_MEMORY';
 
 /** A memory-store node without peers, bounded at MAX_BYTES. */
-function startBounded(options: { cleanIntervalMs?: number } = {}): Promise<Tessera> {
+function startBounded(
+  options: {
+    cleanIntervalMs?: number;
+    maxMemoryPolicy?: 'allkeys-lru' | 'volatile-lru';
+    workers?: number;
+  } = {},
+): Promise<Tessera> {
   return Tessera.start({
     store: 'memory',
     workers: WORKERS,
@@ -219,6 +227,124 @@ describe('maxMemoryBytes over RESP', () => {
       assert.ok(dataset > MAX_BYTES, info);
       assert.equal(await redis.del(...Array.from({ length: 10 }, (_, i) => `k${i}`)), 10);
       assert.equal(await redis.set('room-again', value), 'OK');
+    } finally {
+      await resp.stop();
+    }
+  });
+});
+
+describe('maxMemoryPolicy: evicting to make room', () => {
+  test('allkeys-lru: puts are never refused, the records stay within the bound, and a key in use survives', async () => {
+    const node = await startBounded({ maxMemoryPolicy: 'allkeys-lru' });
+    try {
+      await node.put('hot', VALUE);
+      // Ten bounds' worth of new keys, 'hot' read between every few of them.
+      const keys = Array.from({ length: Math.floor((10 * MAX_BYTES) / VALUE.length) }, (_, i) => `key:${i}`);
+      for (let i = 0; i < keys.length; i++) {
+        await node.put(keys[i], VALUE);
+        if (i % 4 === 0) assert.deepEqual(await node.get('hot'), VALUE);
+        const { usedBytes } = (await node.health()).memory;
+        assert.ok(usedBytes <= MAX_BYTES, `used ${usedBytes} after ${i + 1} puts`);
+      }
+      const { memory } = await node.health();
+      assert.equal(memory.policy, 'allkeys-lru');
+      const held = (await node.getMany(keys)).map((r) => r.ok && r.value !== undefined);
+      const kept = held.filter(Boolean).length;
+      assert.ok(kept > 0 && kept < keys.length / 4, `kept ${kept} of ${keys.length}`);
+      assert.equal(memory.evictedKeys, keys.length - kept);
+      // The oldest keys went, the newest stayed; the key in use stayed throughout.
+      assert.equal(held[0], false);
+      assert.equal(held[keys.length - 1], true);
+      assert.deepEqual(await node.get('hot'), VALUE);
+    } finally {
+      await node.close();
+    }
+  });
+
+  test('volatile-lru evicts only keys with a TTL, and refuses once none is left', async () => {
+    // One worker: with several, each keeps its fragments to their share of the bound.
+    const node = await startBounded({ maxMemoryPolicy: 'volatile-lru', workers: 1 });
+    try {
+      const persistent = Array.from({ length: 16 }, (_, i) => `persistent:${i}`);
+      for (const key of persistent) await node.put(key, VALUE);
+      // Keys with a TTL make room for each other...
+      for (let i = 0; i < Math.floor((3 * MAX_BYTES) / VALUE.length); i++) {
+        await node.put(`session:${i}`, VALUE, { ttlMs: 600_000 });
+      }
+      assert.ok((await node.health()).memory.evictedKeys > 0);
+      for (const key of persistent) assert.deepEqual(await node.get(key), VALUE);
+      // ...but never for a key without one: once the TTL keys are gone, puts are refused.
+      let refusal: unknown;
+      for (let i = 0; refusal === undefined; i++) {
+        assert.ok(i < 1000, 'the bound never refused a put');
+        try {
+          await node.put(`more:${i}`, VALUE);
+        } catch (err) {
+          refusal = err;
+        }
+      }
+      assert.ok(isOutOfMemory(refusal), String(refusal));
+      for (const key of persistent) assert.deepEqual(await node.get(key), VALUE);
+      const sessions = await node.scan({ prefix: 'session:' });
+      assert.equal(sessions.entries.length, 0);
+    } finally {
+      await node.close();
+    }
+  });
+
+  test('the policy is checked as an option: a known one, the memory store, no peers', () => {
+    const invalid = (pattern: RegExp) => (err: unknown) =>
+      err instanceof TesseraError && err.kind === ErrorKind.InvalidInput && pattern.test(err.message);
+    assert.equal(resolveConfig({ store: 'memory' }).maxMemoryPolicy, 'noeviction');
+    assert.equal(
+      resolveConfig({ store: 'memory', maxMemoryPolicy: 'volatile-lru' }).maxMemoryPolicy,
+      'volatile-lru',
+    );
+    assert.throws(
+      () => resolveConfig({ store: 'memory', maxMemoryPolicy: 'allkeys-lfu' as 'allkeys-lru' }),
+      invalid(
+        /maxMemoryPolicy "allkeys-lfu" is not supported; it must be one of noeviction, allkeys-lru, volatile-lru/,
+      ),
+    );
+    assert.throws(
+      () => resolveConfig({ store: 'memory', maxMemoryPolicy: 'lru' as 'allkeys-lru' }),
+      invalid(/maxMemoryPolicy "lru" is unknown/),
+    );
+    assert.throws(
+      () => resolveConfig({ store: 'lmdb', maxMemoryPolicy: 'allkeys-lru' }),
+      invalid(/maxMemoryPolicy evicts from the memory store; the lmdb store keeps its data on disk/),
+    );
+    assert.throws(
+      () =>
+        resolveConfig({
+          store: 'memory',
+          maxMemoryPolicy: 'allkeys-lru',
+          nodeId: 'a',
+          peers: 'a@127.0.0.1:7001,b@127.0.0.1:7002',
+        }),
+      invalid(/maxMemoryPolicy evicts only on a node without peers/),
+    );
+  });
+
+  test('over RESP: SET is never refused under allkeys-lru; CONFIG GET and INFO show the policy and the evictions', async () => {
+    const resp = await startResp({
+      label: 'max-memory-policy-resp',
+      node: { store: 'memory', workers: WORKERS, maxMemoryBytes: MAX_BYTES, maxMemoryPolicy: 'allkeys-lru' },
+    });
+    try {
+      const redis = await resp.client();
+      const value = VALUE.toString('latin1');
+      const count = Math.floor((4 * MAX_BYTES) / VALUE.length);
+      for (let i = 0; i < count; i++) assert.equal(await redis.set(`k${i}`, value), 'OK');
+      assert.equal(await redis.incr('counter'), 1);
+      assert.deepEqual(await redis.config('GET', 'maxmemory-policy'), ['maxmemory-policy', 'allkeys-lru']);
+      assert.match(await redis.info('memory'), /\r\nmaxmemory_policy:allkeys-lru\r\n/);
+      const evicted = Number(/\r\nevicted_keys:(\d+)\r\n/.exec(await redis.info('stats'))?.[1]);
+      const kept = await redis.dbsize();
+      assert.ok(evicted > 0, `evicted ${evicted}`);
+      assert.equal(evicted + kept, count + 1);
+      assert.equal(await redis.get(`k${count - 1}`), value);
+      assert.equal(await redis.get('k0'), null);
     } finally {
       await resp.stop();
     }

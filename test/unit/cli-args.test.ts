@@ -43,13 +43,25 @@ test('flags map onto node options', () => {
     durability: 'stable',
   });
   const more = parseCliArgs(
-    ['--flush-interval', '250ms', '--value-bytes-max', '1mb', '--max-memory', '2gb', '--log-level', 'warn'],
+    [
+      '--flush-interval',
+      '250ms',
+      '--value-bytes-max',
+      '1mb',
+      '--max-memory',
+      '2gb',
+      '--max-memory-policy',
+      'allkeys-lru',
+      '--log-level',
+      'warn',
+    ],
     {},
   );
   assert.deepEqual(more.options, {
     flushIntervalMs: 250,
     valueBytesMax: 1024 * 1024,
     maxMemoryBytes: 2 * 1024 ** 3,
+    maxMemoryPolicy: 'allkeys-lru',
   });
   assert.equal(more.logLevel, 'warn');
 });

@@ -201,6 +201,12 @@ for (const { kind, stableLog, name } of CONTRACT_RUNS) {
       },
     );
 
+    it('evicts nothing unless opened with an eviction policy (memory only)', async () => {
+      await putAll(store, 0, [[b('a'), b('1')]]);
+      assert.equal(store.evict(1 << 20), 0);
+      assert.deepEqual(store.get(0, b('a')), b('1'));
+    });
+
     it('deletes keys, and ignores deletes of absent keys', async () => {
       await putAll(store, 0, [
         [b('a'), b('1')],

@@ -1,17 +1,20 @@
-// The memory store's own rules beyond the KvStore contract: what it counts, and tombstones dropped
-// on a node without peers (StoreLocation.dropTombstones).
+// The memory store's own rules beyond the KvStore contract: what it counts, tombstones dropped on a
+// node without peers (StoreLocation.dropTombstones), and eviction in order of use
+// (StoreLocation.eviction).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { MEMORY_ENTRY_OVERHEAD_BYTES } from '../../src/core/limits.js';
+import { MEMORY_ENTRY_OVERHEAD_BYTES, MEMORY_RECENCY_ENTRY_BYTES } from '../../src/core/limits.js';
 import { encodeRecord } from '../../src/core/record.js';
-import type { KvStore } from '../../src/native-bindings/kv-store.js';
+import type { KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
 import { openStore } from '../../src/native-bindings/open-store.js';
 
 const NODE_ID = Buffer.from('n1');
 const value = (text: string, wallMs = 1000) => encodeRecord(false, wallMs, 0, 0, NODE_ID, Buffer.from(text));
 const tombstone = (wallMs: number) => encodeRecord(true, wallMs, 0, 0, NODE_ID, undefined);
+const volatile = (text: string, expiresAtMs: number) =>
+  encodeRecord(false, 1000, 0, expiresAtMs, NODE_ID, Buffer.from(text));
 
-async function memoryStore(dropTombstones: boolean): Promise<KvStore> {
+async function memoryStore(dropTombstones: boolean, eviction?: StoreLocation['eviction']): Promise<KvStore> {
   const store = await openStore({
     kind: 'memory',
     dataDir: '',
@@ -19,14 +22,18 @@ async function memoryStore(dropTombstones: boolean): Promise<KvStore> {
     levelGroups: [],
     levelGroupCount: 0,
     dropTombstones,
+    eviction,
   });
   await store.openFragment(0);
   await store.openFragment(1);
   return store;
 }
 
-const put = (store: KvStore, key: string, record: Uint8Array) =>
-  store.commit([{ fragment: 0, puts: [[Buffer.from(key), record]], deletes: [], highWaterWallMs: 0 }]);
+const put = (store: KvStore, key: string, record: Uint8Array, fragment = 0) =>
+  store.commit([{ fragment, puts: [[Buffer.from(key), record]], deletes: [], highWaterWallMs: 0 }]);
+
+const keysOf = async (store: KvStore, fragment: number) =>
+  (await store.page(fragment, undefined, undefined, 100)).map((e) => e.key.toString());
 
 test('on a node without peers a tombstone removes the entry and all the memory it took', async () => {
   const store = await memoryStore(true);
@@ -57,6 +64,85 @@ test('in a cluster a tombstone is kept, as every store keeps it, and counted', a
     await put(store, 'gone', tombstone(2000));
     assert.deepEqual(store.get(0, Buffer.from('gone')), tombstone(2000));
     assert.equal(store.memoryBytes(), MEMORY_ENTRY_OVERHEAD_BYTES + 'gone'.length + tombstone(2000).length);
+  } finally {
+    await store.close();
+  }
+});
+
+test('allkeys-lru evicts the least recently used keys first: a read or a write is a use', async () => {
+  const store = await memoryStore(true, 'allkeys-lru');
+  try {
+    for (const key of ['a', 'b', 'c', 'd']) await put(store, key, value(key));
+    const entry = MEMORY_ENTRY_OVERHEAD_BYTES + MEMORY_RECENCY_ENTRY_BYTES + 1 + value('a').length;
+    assert.equal(store.memoryBytes(), 4 * entry);
+    assert.ok(store.get(0, Buffer.from('a')) !== undefined); // a is now the most recent
+    await put(store, 'b', value('B')); // and then b
+    // One byte over: one entry goes, the oldest (c).
+    assert.equal(store.evict(1), 1);
+    assert.deepEqual(await keysOf(store, 0), ['a', 'b', 'd']);
+    assert.equal(store.memoryBytes(), 3 * entry);
+    assert.equal(store.evict(entry + 1), 2); // d, then a
+    assert.deepEqual(await keysOf(store, 0), ['b']);
+    // A read of a key not held, and evicting more than is held, are harmless.
+    assert.equal(store.get(0, Buffer.from('c')), undefined);
+    assert.equal(store.evict(10 * entry), 1);
+    assert.equal(store.memoryBytes(), 0);
+    assert.equal(store.evict(1), 0);
+  } finally {
+    await store.close();
+  }
+});
+
+test('eviction takes the least recently used key of all fragments, and a deleted key is no candidate', async () => {
+  const store = await memoryStore(true, 'allkeys-lru');
+  try {
+    for (const key of ['a1', 'a2', 'a3']) await put(store, key, value(key), 0);
+    for (const key of ['b1', 'b2']) await put(store, key, value(key), 1);
+    await put(store, 'a1', tombstone(2000)); // deleted: not a candidate any more
+    store.get(0, Buffer.from('a2')); // a3, b1, b2, a2 from the oldest
+    const entry = MEMORY_ENTRY_OVERHEAD_BYTES + MEMORY_RECENCY_ENTRY_BYTES + 2 + value('a1').length;
+    assert.equal(store.memoryBytes(), 4 * entry);
+    assert.equal(store.evict(2 * entry), 2);
+    assert.deepEqual(await keysOf(store, 0), ['a2']);
+    assert.deepEqual(await keysOf(store, 1), ['b2']);
+  } finally {
+    await store.close();
+  }
+});
+
+test('volatile-lru evicts only keys with a deadline, and stops when none is left', async () => {
+  const store = await memoryStore(true, 'volatile-lru');
+  try {
+    await put(store, 'v1', volatile('x', 10_000));
+    await put(store, 'p1', value('x'));
+    await put(store, 'v2', volatile('x', 20_000));
+    await put(store, 'v3', volatile('x', 30_000));
+    await put(store, 'v3', value('y')); // persisted: no longer a candidate
+    await put(store, 'p2', volatile('x', 40_000));
+    await put(store, 'p2', value('z'));
+    const plain = MEMORY_ENTRY_OVERHEAD_BYTES + 2 + value('x').length;
+    const timed = MEMORY_ENTRY_OVERHEAD_BYTES + MEMORY_RECENCY_ENTRY_BYTES + 2 + volatile('x', 1).length;
+    assert.equal(store.memoryBytes(), 3 * plain + 2 * timed);
+    store.get(0, Buffer.from('v1')); // v1 is now the most recent with a deadline
+    assert.equal(store.evict(1), 1);
+    assert.deepEqual(await keysOf(store, 0), ['p1', 'p2', 'v1', 'v3']);
+    // Asked for more than the keys with a deadline hold: v1 goes, the others stay.
+    assert.equal(store.evict(10 * plain), 1);
+    assert.deepEqual(await keysOf(store, 0), ['p1', 'p2', 'v3']);
+    assert.equal(store.memoryBytes(), 3 * plain);
+    assert.equal(store.evict(1), 0);
+  } finally {
+    await store.close();
+  }
+});
+
+test('without an eviction policy nothing is evicted', async () => {
+  const store = await memoryStore(true);
+  try {
+    await put(store, 'a', value('a'));
+    assert.equal(store.evict(1_000_000), 0);
+    assert.deepEqual(await keysOf(store, 0), ['a']);
+    assert.equal(store.memoryBytes(), MEMORY_ENTRY_OVERHEAD_BYTES + 1 + value('a').length);
   } finally {
     await store.close();
   }

@@ -26,11 +26,11 @@ const health: Health = {
   durability: 'store',
   fragmentCount: 3,
   workers: [
-    { index: 0, state: 'ready', restarts: 0, pending: 0, ringWakeupsRecovered: 3 },
+    { index: 0, state: 'ready', restarts: 0, pending: 0, ringWakeupsRecovered: 3, evictedKeys: 7 },
     { index: 1, state: 'restarting', restarts: 2, pending: 5 },
   ],
   ringWakeupsRecovered: 1,
-  memory: { usedBytes: 4096, maxBytes: 8192 },
+  memory: { usedBytes: 4096, maxBytes: 8192, policy: 'allkeys-lru', evictedKeys: 7 },
   fragments: [fragment(0, 0, 10), fragment(1, 1, 20), fragment(2, 0, 30, COMMIT_ATTEMPTS_MAX)],
   cluster: {
     members: ['a', 'b'],
@@ -130,6 +130,8 @@ test('metrics follow the text format and add up the figures per worker and per p
   assert.equal(m.get('tessera_store_refusing_writes'), 1);
   assert.equal(m.get('tessera_store_memory_bytes'), 4096);
   assert.equal(m.get('tessera_store_memory_max_bytes'), 8192);
+  assert.equal(m.get('tessera_evicted_keys_total{worker="0"}'), 7);
+  assert.equal(m.get('tessera_evicted_keys_total{worker="1"}'), 0);
   assert.equal(m.get('tessera_commands_processed_total'), 1234);
   assert.equal(m.get('tessera_keyspace_misses_total'), 2);
   assert.equal(m.get('tessera_keys'), 42);

@@ -91,7 +91,7 @@ export function prometheusText(input: MetricsInput): string {
   out.one(
     'tessera_store_memory_max_bytes',
     'gauge',
-    'The bound beyond which writes that add data are refused (maxMemoryBytes; 0: none).',
+    'The bound of the memory store (maxMemoryBytes; 0: none).',
     health.memory.maxBytes,
   );
   out.one('tessera_fragments', 'gauge', 'Fragments the keyspace is cut into.', health.fragmentCount);
@@ -150,6 +150,12 @@ export function prometheusText(input: MetricsInput): string {
     'counter',
     'Expired values the TTL cleaner replaced with tombstones.',
     perWorker((w) => w.expiredSwept),
+  );
+  out.family(
+    'tessera_evicted_keys_total',
+    'counter',
+    'Keys the memory store evicted to keep within maxMemoryBytes (maxMemoryPolicy), since the worker started.',
+    health.workers.map((w): [Labels, number] => [{ worker: w.index }, w.evictedKeys ?? 0]),
   );
   out.family(
     'tessera_unflushed_writes',

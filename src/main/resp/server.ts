@@ -375,7 +375,7 @@ export class RespServer {
       ['databases', '1'],
       ['maxclients', String(RESP_CLIENTS_MAX)],
       ['maxmemory', String(s.maxMemoryBytes)],
-      ['maxmemory-policy', 'noeviction'],
+      ['maxmemory-policy', s.maxMemoryPolicy],
       ['appendonly', s.durability === Durability.Memory ? 'no' : 'yes'],
       // The durability levels' Redis counterparts (README "Durability").
       [
@@ -455,7 +455,7 @@ export class RespServer {
       ['used_memory_dataset', this.node.memoryBytes()],
       ['maxmemory', this.node.settings.maxMemoryBytes],
       ['maxmemory_human', humanBytes(this.node.settings.maxMemoryBytes)],
-      ['maxmemory_policy', 'noeviction'],
+      ['maxmemory_policy', this.node.settings.maxMemoryPolicy],
       ['mem_allocator', 'libc'],
     ]);
   }
@@ -518,6 +518,7 @@ export class RespServer {
       ['instantaneous_output_kbps', kbps(this.outputRate.perSecond())],
       ['rejected_connections', s.rejectedConnections],
       ['expired_keys', health.fragments.reduce((n, f) => n + f.expiredSwept, 0)],
+      ['evicted_keys', health.memory.evictedKeys],
       ['keyspace_hits', s.keyspaceHits],
       ['keyspace_misses', s.keyspaceMisses],
       ['pubsub_channels', s.pubsubChannels],
