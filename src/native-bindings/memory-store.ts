@@ -2,8 +2,12 @@
 // both fences are reached as soon as a commit returns.
 //
 // A fragment is a Map from the key as a latin1 string (one char per byte, so string order is byte
-// order) to a private copy of the record. Pages walk a sorted key list, rebuilt lazily: only when
-// the fragment changed since the last page. The bytes the records take are counted as they are
+// order) to a private copy of the record. Pages walk a sorted list of the keys, a snapshot: sorting
+// tens of thousands of keys takes a worker ~100 ms here, so the list is rebuilt only for a scan that
+// starts (a page from the first key, or from a range's start) after keys were added or removed,
+// never for a scan that resumes. A resumed page skips the keys deleted since and does not see those
+// added since, which is what a scan promises (every key present for the whole iteration, at least
+// once); a page that reaches the end of a stale list lets it go. The bytes the records take are counted as they are
 // written (`memoryBytes`), so a node can bound them (`maxMemoryBytes`); on a node without peers a
 // tombstone is not kept (`StoreLocation.dropTombstones`), and an eviction policy may remove the
 // least recently used entries to make room (`evict`). Each fragment keeps its candidate keys in a
@@ -37,8 +41,8 @@ interface MemoryFragment {
    * without an eviction policy.
    */
   recency: Map<string, number> | undefined;
-  /** The keys in byte order when `dirty` is false; stale otherwise. */
-  sorted: string[];
+  /** The keys in byte order when `dirty` is false; a stale snapshot otherwise; undefined until a page needs it. */
+  sorted: string[] | undefined;
   /** True when a key was added or removed since `sorted` was built. */
   dirty: boolean;
   highWaterWallMs: number;
@@ -89,7 +93,7 @@ class MemoryStore implements KvStore {
     this.#fragments.set(fragment, {
       records: new Map(),
       recency: this.#eviction === undefined ? undefined : new Map(),
-      sorted: [],
+      sorted: undefined,
       dirty: false,
       highWaterWallMs: 0,
       bytes: 0,
@@ -119,15 +123,26 @@ class MemoryStore implements KvStore {
   ): Promise<StoredEntry[]> {
     const f = this.#fragment(fragment);
     checkPageArgs(start, end, limit);
-    const sorted = sortedKeys(f);
+    const starting = start === undefined || start.inclusive;
+    if (f.sorted === undefined || (starting && f.dirty)) {
+      // Default sort compares UTF-16 code units; latin1 chars are all < 0x100, so this is byte order.
+      f.sorted = [...f.records.keys()].sort();
+      f.dirty = false;
+    }
+    const sorted = f.sorted;
     const endKey = end === undefined ? undefined : latin1(end);
     const out: StoredEntry[] = [];
     let i = start === undefined ? 0 : firstIndexFrom(sorted, latin1(start.key), start.inclusive);
     for (; i < sorted.length && out.length < limit; i++) {
       const key = sorted[i];
       if (endKey !== undefined && key >= endKey) break;
-      out.push({ key: Buffer.from(key, 'latin1'), record: Buffer.from(f.records.get(key)!) });
+      const record = f.records.get(key);
+      // Deleted since the snapshot was taken.
+      if (record === undefined) continue;
+      out.push({ key: Buffer.from(key, 'latin1'), record: Buffer.from(record) });
     }
+    // The end of a stale snapshot: nothing resumes past it, so it need not keep deleted keys alive.
+    if (i === sorted.length && f.dirty) f.sorted = undefined;
     return out;
   }
 
@@ -259,7 +274,7 @@ class MemoryStore implements KvStore {
     // The high-water mark stays, as in the durable stores: its timestamps were issued.
     f.records.clear();
     f.recency?.clear();
-    f.sorted = [];
+    f.sorted = undefined;
     f.dirty = false;
     this.#bytes -= f.bytes;
     f.bytes = 0;
@@ -289,15 +304,6 @@ const USE_CLOCK_MASK = 2 ** 30 - 1;
 
 function entryBytes(keyBytes: number, recordBytes: number): number {
   return MEMORY_ENTRY_OVERHEAD_BYTES + keyBytes + recordBytes;
-}
-
-function sortedKeys(f: MemoryFragment): string[] {
-  if (f.dirty) {
-    // Default sort compares UTF-16 code units; latin1 chars are all < 0x100, so this is byte order.
-    f.sorted = [...f.records.keys()].sort();
-    f.dirty = false;
-  }
-  return f.sorted;
 }
 
 /** Index of the first key ≥ `key` (inclusive) or > `key` (exclusive), by binary search. */

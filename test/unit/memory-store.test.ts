@@ -147,3 +147,37 @@ test('without an eviction policy nothing is evicted', async () => {
     await store.close();
   }
 });
+
+test('a scan that starts reads every key committed before it; one that resumes reads the snapshot it started with, less the keys deleted since', async () => {
+  const store = await memoryStore(true);
+  try {
+    for (const key of ['a', 'b', 'c', 'd']) await put(store, key, value(key));
+    const keys = (entries: Array<{ key: Buffer }>) => entries.map((e) => e.key.toString());
+    assert.deepEqual(keys(await store.page(0, undefined, undefined, 2)), ['a', 'b']);
+    await store.commit([
+      {
+        fragment: 0,
+        puts: [
+          [Buffer.from('bb'), value('new')],
+          [Buffer.from('e'), value('new')],
+          [Buffer.from('d'), value('D')],
+        ],
+        deletes: [Buffer.from('c')],
+        highWaterWallMs: 0,
+      },
+    ]);
+    // Resumed after 'b': c is gone, d has its new record, the keys added since are not in the snapshot.
+    const resumed = await store.page(0, { key: Buffer.from('b'), inclusive: false }, undefined, 10);
+    assert.deepEqual(keys(resumed), ['d']);
+    assert.deepEqual(resumed[0].record, value('D'));
+    // A scan that starts, from the first key or from a range's start, sees them all.
+    assert.deepEqual(keys(await store.page(0, undefined, undefined, 10)), ['a', 'b', 'bb', 'd', 'e']);
+    await put(store, 'ba', value('x'));
+    assert.deepEqual(
+      keys(await store.page(0, { key: Buffer.from('b'), inclusive: true }, Buffer.from('c'), 10)),
+      ['b', 'ba', 'bb'],
+    );
+  } finally {
+    await store.close();
+  }
+});
