@@ -3,16 +3,18 @@
 //
 // A fragment is a Map from the key as a latin1 string (one char per byte, so string order is byte
 // order) to a private copy of the record. Pages walk a sorted list of the keys, a snapshot: sorting
-// tens of thousands of keys takes a worker ~100 ms here, so the list is rebuilt only for a scan that
-// starts (a page from the first key, or from a range's start) after keys were added or removed,
-// never for a scan that resumes. A resumed page skips the keys deleted since and does not see those
-// added since, which is what a scan promises (every key present for the whole iteration, at least
-// once); a page that reaches the end of a stale list lets it go. The bytes the records take are counted as they are
-// written (`memoryBytes`), so a node can bound them (`maxMemoryBytes`); on a node without peers a
-// tombstone is not kept (`StoreLocation.dropTombstones`), and an eviction policy may remove the
-// least recently used entries to make room (`evict`). Each fragment keeps its candidate keys in a
-// Map in order of use (a read or a write moves a key to its end, stamped by the store's use clock),
-// so its first is its oldest, and an eviction takes the oldest of the fragments' firsts.
+// tens of thousands of keys takes a worker ~100 ms here, so the list is brought up to date only for
+// a scan that starts (a page from the first key, or from a range's start) after keys were added or
+// removed — by sorting the keys added since and merging them in — never for a scan that resumes. A
+// resumed page skips the keys deleted since and does not see those added since, which is what a
+// scan promises (every key present for the whole iteration, at least once).
+//
+// The bytes the records take are counted as they are written (`memoryBytes`), so a node can bound
+// them (`maxMemoryBytes`); on a node without peers a tombstone is not kept
+// (`StoreLocation.dropTombstones`), and an eviction policy may remove the least recently used
+// entries to make room (`evict`). Each fragment keeps its candidate keys in a Map in order of use
+// (a read or a write moves a key to its end, stamped by the store's use clock), so its first is its
+// oldest, and an eviction takes the oldest of the fragments' firsts.
 
 import { assert } from '../core/assert.js';
 import { latin1 } from '../core/bytes.js';
@@ -41,12 +43,14 @@ interface MemoryFragment {
    * without an eviction policy.
    */
   recency: Map<string, number> | undefined;
-  /** The keys in byte order when `dirty` is false; a stale snapshot otherwise; undefined until a page needs it. */
+  /** The keys in byte order as of its last update (a snapshot); undefined until a page needs it. */
   sorted: string[] | undefined;
-  /** True when a key was added or removed since `sorted` was built. */
-  dirty: boolean;
+  /** Keys added since `sorted` was updated, in no order (kept only while there is a snapshot). */
+  added: string[];
+  /** Keys removed since `sorted` was updated (still in it, skipped by pages). */
+  removed: Set<string>;
   highWaterWallMs: number;
-  /** Key, record and MEMORY_ENTRY_OVERHEAD_BYTES of each entry held, MEMORY_RECENCY_ENTRY_BYTES of each in `recency`. */
+  /** Key, record and MEMORY_ENTRY_OVERHEAD_BYTES of each entry; MEMORY_RECENCY_ENTRY_BYTES of each in `recency`. */
   bytes: number;
 }
 
@@ -94,7 +98,8 @@ class MemoryStore implements KvStore {
       records: new Map(),
       recency: this.#eviction === undefined ? undefined : new Map(),
       sorted: undefined,
-      dirty: false,
+      added: [],
+      removed: new Set(),
       highWaterWallMs: 0,
       bytes: 0,
     });
@@ -124,12 +129,8 @@ class MemoryStore implements KvStore {
     const f = this.#fragment(fragment);
     checkPageArgs(start, end, limit);
     const starting = start === undefined || start.inclusive;
-    if (f.sorted === undefined || (starting && f.dirty)) {
-      // Default sort compares UTF-16 code units; latin1 chars are all < 0x100, so this is byte order.
-      f.sorted = [...f.records.keys()].sort();
-      f.dirty = false;
-    }
-    const sorted = f.sorted;
+    if (f.sorted === undefined || (starting && (f.added.length > 0 || f.removed.size > 0))) updateSorted(f);
+    const sorted = f.sorted!;
     const endKey = end === undefined ? undefined : latin1(end);
     const out: StoredEntry[] = [];
     let i = start === undefined ? 0 : firstIndexFrom(sorted, latin1(start.key), start.inclusive);
@@ -141,8 +142,6 @@ class MemoryStore implements KvStore {
       if (record === undefined) continue;
       out.push({ key: Buffer.from(key, 'latin1'), record: Buffer.from(record) });
     }
-    // The end of a stale snapshot: nothing resumes past it, so it need not keep deleted keys alive.
-    if (i === sorted.length && f.dirty) f.sorted = undefined;
     return out;
   }
 
@@ -162,7 +161,7 @@ class MemoryStore implements KvStore {
           continue;
         }
         const held = f.records.get(k);
-        if (held === undefined) f.dirty = true;
+        if (held === undefined) noteAdded(f, k);
         else bytes -= entryBytes(key.length, held.length);
         f.records.set(k, Buffer.from(record));
         bytes += entryBytes(key.length, record.length);
@@ -252,7 +251,7 @@ class MemoryStore implements KvStore {
     const held = f.records.get(k);
     if (held === undefined) return 0;
     f.records.delete(k);
-    f.dirty = true;
+    noteRemoved(f, k);
     const recencyBytes = f.recency?.delete(k) === true ? MEMORY_RECENCY_ENTRY_BYTES : 0;
     return entryBytes(k.length, held.length) + recencyBytes;
   }
@@ -274,8 +273,7 @@ class MemoryStore implements KvStore {
     // The high-water mark stays, as in the durable stores: its timestamps were issued.
     f.records.clear();
     f.recency?.clear();
-    f.sorted = undefined;
-    f.dirty = false;
+    dropSorted(f);
     this.#bytes -= f.bytes;
     f.bytes = 0;
   }
@@ -306,9 +304,91 @@ function entryBytes(keyBytes: number, recordBytes: number): number {
   return MEMORY_ENTRY_OVERHEAD_BYTES + keyBytes + recordBytes;
 }
 
-/** Index of the first key ≥ `key` (inclusive) or > `key` (exclusive), by binary search. */
-function firstIndexFrom(sorted: string[], key: string, inclusive: boolean): number {
-  let lo = 0;
+/** Notes a new key for the snapshot's next update; past as many as it holds, a new sort is cheaper. */
+function noteAdded(f: MemoryFragment, k: string): void {
+  if (f.sorted === undefined) return;
+  if (f.added.length >= f.sorted.length) return dropSorted(f);
+  f.added.push(k);
+}
+
+/** Notes a removed key; once half the snapshot is dead it is let go rather than keep them alive. */
+function noteRemoved(f: MemoryFragment, k: string): void {
+  if (f.sorted === undefined) return;
+  f.removed.add(k);
+  if (f.removed.size > f.sorted.length / 2) dropSorted(f);
+}
+
+function dropSorted(f: MemoryFragment): void {
+  f.sorted = undefined;
+  f.added = [];
+  f.removed.clear();
+}
+
+/**
+ * Brings the snapshot up to date: the keys added since, sorted, are merged in and the keys removed
+ * since are left out, each found by binary search from the last (a few changed keys cost a few
+ * searches, and the keys held are copied without being read: their strings are scattered over the
+ * heap, and touching each would miss the cache). Without a snapshot, all keys are sorted.
+ */
+function updateSorted(f: MemoryFragment): void {
+  const records = f.records;
+  const old = f.sorted;
+  // Default sort compares UTF-16 code units; latin1 chars are all < 0x100, so this is byte order.
+  if (old === undefined) {
+    f.sorted = [...records.keys()].sort();
+    f.added = [];
+    f.removed.clear();
+    return;
+  }
+  // Where the keys removed and not added again stand in the snapshot, ascending.
+  const gone: number[] = [];
+  let from = 0;
+  for (const key of [...f.removed].sort()) {
+    if (records.has(key)) continue;
+    const at = firstIndexFrom(old, key, true, from);
+    if (at < old.length && old[at] === key) gone.push(at);
+    from = at;
+  }
+  const out: string[] = [];
+  const copy = { next: 0, gone, g: 0 };
+  const fresh = f.added.sort();
+  from = 0;
+  for (let j = 0; j < fresh.length; j++) {
+    const key = fresh[j];
+    if (j > 0 && fresh[j - 1] === key) continue;
+    const at = firstIndexFrom(old, key, true, from);
+    copyKept(old, at, copy, out);
+    from = at;
+    // A key removed and added again is still in the snapshot: it is copied from there.
+    if ((at === old.length || old[at] !== key) && records.has(key)) out.push(key);
+  }
+  copyKept(old, old.length, copy, out);
+  f.sorted = out;
+  f.added = [];
+  f.removed.clear();
+}
+
+/** Appends the snapshot's keys from `copy.next` to `to` to `out`, less those at `copy.gone` positions. */
+function copyKept(
+  old: string[],
+  to: number,
+  copy: { next: number; gone: number[]; g: number },
+  out: string[],
+): void {
+  const gone = copy.gone;
+  for (let i = copy.next; i < to; i++) {
+    if (copy.g < gone.length && gone[copy.g] === i) {
+      copy.g++;
+      continue;
+    }
+    out.push(old[i]);
+  }
+  copy.next = to;
+}
+
+/** Index of the first key ≥ `key` (inclusive) or > `key` (exclusive) at or after `lo`, by binary search. */
+function firstIndexFrom(sorted: string[], key: string, inclusive: boolean, from = 0): number {
+  let lo = from;
   let hi = sorted.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;

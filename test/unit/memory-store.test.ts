@@ -3,6 +3,7 @@
 // (StoreLocation.eviction).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import fc from 'fast-check';
 import { MEMORY_ENTRY_OVERHEAD_BYTES, MEMORY_RECENCY_ENTRY_BYTES } from '../../src/core/limits.js';
 import { encodeRecord } from '../../src/core/record.js';
 import type { KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
@@ -180,4 +181,94 @@ test('a scan that starts reads every key committed before it; one that resumes r
   } finally {
     await store.close();
   }
+});
+
+// A model of the fragment's keys against the store's pages, writes interleaved with scans: a scan
+// returns, in ascending order and once each, every key present for its whole iteration and only
+// keys present when their page was read, each with its record of that moment; a scan with no write
+// during it returns exactly the keys held.
+test('scans under random writes and deletes keep what a scan promises', async () => {
+  const keyOf = (n: number) => `k${String(n).padStart(3, '0')}`;
+  // Most writes anywhere in the key space, some among a few keys (added, deleted, added again).
+  const keyArb = fc.oneof(fc.integer({ min: 0, max: 299 }), fc.integer({ min: 0, max: 9 })).map(keyOf);
+  const stepArb = fc.oneof(
+    fc.record({ kind: fc.constant('put' as const), keys: fc.array(keyArb, { maxLength: 3 }) }),
+    fc.record({ kind: fc.constant('delete' as const), keys: fc.array(keyArb, { maxLength: 3 }) }),
+    fc.record({ kind: fc.constant('page' as const), limit: fc.integer({ min: 1, max: 60 }) }),
+    fc.record({ kind: fc.constant('restart' as const) }),
+  );
+  await fc.assert(
+    fc.asyncProperty(fc.array(stepArb, { maxLength: 80, size: 'max' }), async (steps) => {
+      const store = await memoryStore(true);
+      try {
+        const model = new Map<string, Buffer>();
+        let version = 0;
+        // Half the key space held and scanned first, so that the snapshot is updated by merging
+        // (a few keys changed among many) as well as rebuilt.
+        const preload: Array<[Buffer, Buffer]> = [];
+        for (let n = 0; n < 300; n += 2) {
+          const record = value(`v${++version}`);
+          preload.push([Buffer.from(keyOf(n)), record]);
+          model.set(keyOf(n), record);
+        }
+        await store.commit([{ fragment: 0, puts: preload, deletes: [], highWaterWallMs: 0 }]);
+        assert.equal((await store.page(0, undefined, undefined, 1000)).length, 150);
+        // The scan in progress: keys returned, keys present throughout so far, where it resumes.
+        let returned: string[] = [];
+        let throughout = new Set<string>();
+        let resumeAfter: string | undefined;
+        let wroteDuring = false;
+        const startScan = () => {
+          returned = [];
+          throughout = new Set(model.keys());
+          resumeAfter = undefined;
+          wroteDuring = false;
+        };
+        startScan();
+        for (const step of steps) {
+          if (step.kind === 'put' || step.kind === 'delete') {
+            const puts: Array<[Buffer, Buffer]> = [];
+            const deletes: Buffer[] = [];
+            for (const key of step.keys) {
+              if (step.kind === 'put') {
+                const record = value(`v${++version}`);
+                puts.push([Buffer.from(key), record]);
+                model.set(key, record);
+              } else {
+                deletes.push(Buffer.from(key));
+                model.delete(key);
+                throughout.delete(key);
+              }
+            }
+            await store.commit([{ fragment: 0, puts, deletes, highWaterWallMs: 0 }]);
+            wroteDuring ||= step.keys.length > 0;
+            continue;
+          }
+          if (step.kind === 'restart') {
+            startScan();
+            continue;
+          }
+          const start =
+            resumeAfter === undefined ? undefined : { key: Buffer.from(resumeAfter), inclusive: false };
+          const page = await store.page(0, start, undefined, step.limit);
+          for (const e of page) {
+            const key = e.key.toString('latin1');
+            assert.ok(model.has(key), `${key} returned but deleted`);
+            assert.deepEqual(e.record, model.get(key));
+            if (returned.length > 0) assert.ok(returned[returned.length - 1] < key, 'ascending, once each');
+            returned.push(key);
+          }
+          if (page.length < step.limit) {
+            const got = new Set(returned);
+            for (const key of throughout) assert.ok(got.has(key), `${key} present throughout, not returned`);
+            if (!wroteDuring) assert.deepEqual(returned, [...model.keys()].sort());
+            startScan();
+          } else resumeAfter = page[page.length - 1].key.toString('latin1');
+        }
+      } finally {
+        await store.close();
+      }
+    }),
+    { numRuns: 300 },
+  );
 });
