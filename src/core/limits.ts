@@ -186,17 +186,16 @@ export const WORKER_YOUNG_GENERATION_MB = 96;
  */
 export const MEMORY_ENTRY_OVERHEAD_BYTES = 160;
 /**
- * What a key in the memory store's order of use takes on top (an eviction policy keeps one: a Map's
- * slot for the key's string, which the entry already holds, and its use stamp; measured ~29 bytes
- * an entry for 10⁶ keys after a full GC). `maxMemoryBytes` counts it.
+ * What a key the memory store may evict takes on top (an eviction policy keeps it in a Map: a slot
+ * for the key's string, which the entry already holds, and its use stamp; measured ~29 bytes an
+ * entry for 10⁶ keys after a full GC). `maxMemoryBytes` counts it.
  */
 export const MEMORY_RECENCY_ENTRY_BYTES = 32;
 /**
- * Fragments whose least recently used keys an eviction compares, to take the oldest of them (each
- * fragment keeps its keys in order of use). All of a worker's fragments at the default fragment
- * count; with more, a sample in turn, as Redis samples keys.
+ * Keys an eviction compares, to remove the one least recently used (Redis's `maxmemory-samples`,
+ * 5 by default there): read in turn from the fragments' hands, all of them in a store that small.
  */
-export const EVICTION_SAMPLE_FRAGMENTS = 16;
+export const EVICTION_SAMPLE_KEYS = 16;
 /**
  * Old-generation room a memory store's worker has beyond `maxMemoryBytes` (its queues, pending
  * writes, turn copies and replication backlog), so the bound refuses writes before V8's own

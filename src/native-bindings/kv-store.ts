@@ -104,8 +104,9 @@ export interface KvStore {
   memoryBytes(): number;
   /**
    * Removes committed entries, least recently used first (read or written; of those with a deadline
-   * under `volatile-lru`), until they took `bytes` of memory or none is left to remove; returns how
-   * many it removed. Only a memory store opened with an eviction policy evicts (0 for the others).
+   * under `volatile-lru`; approximately, from a sample), until they took `bytes` of memory or none is
+   * left to remove; returns how many it removed. Only a memory store opened with an eviction policy
+   * evicts (0 for the others).
    */
   evict(bytes: number): number;
   /** Releases the store; later calls fail. */
@@ -139,9 +140,9 @@ export interface StoreLocation {
    */
   dropTombstones?: boolean;
   /**
-   * memory, with `dropTombstones` only: keep the entries in order of use so `evict` can remove the
-   * least recently used (an evicted key is absent, as if deleted; on a node with peers a replica
-   * would bring it back). Undefined: `noeviction`.
+   * memory, with `dropTombstones` only: note each entry's last use so `evict` can remove the least
+   * recently used (an evicted key is absent, as if deleted; on a node with peers a replica would
+   * bring it back). Undefined: `noeviction`.
    */
   eviction?: Exclude<EvictionPolicy, 'noeviction'>;
 }

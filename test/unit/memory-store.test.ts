@@ -1,6 +1,6 @@
 // The memory store's own rules beyond the KvStore contract: what it counts, tombstones dropped on a
-// node without peers (StoreLocation.dropTombstones), and eviction in order of use
-// (StoreLocation.eviction).
+// node without peers (StoreLocation.dropTombstones), and eviction of the least recently used
+// (StoreLocation.eviction; exact in stores this small, where the sample is every key).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
@@ -106,6 +106,46 @@ test('eviction takes the least recently used key of all fragments, and a deleted
     assert.equal(store.evict(2 * entry), 2);
     assert.deepEqual(await keysOf(store, 0), ['a2']);
     assert.deepEqual(await keysOf(store, 1), ['b2']);
+  } finally {
+    await store.close();
+  }
+});
+
+test('in a store larger than the sample, eviction takes keys from the least recently used half', async () => {
+  const store = await memoryStore(true, 'allkeys-lru');
+  try {
+    const KEYS = 2000;
+    const keyOf = (n: number) => Buffer.from(`key:${String(n).padStart(5, '0')}`);
+    for (let f = 0; f < 2; f++) {
+      const puts: Array<[Buffer, Buffer]> = [];
+      for (let n = f; n < KEYS; n += 2) puts.push([keyOf(n), value('x')]);
+      await store.commit([{ fragment: f, puts, deletes: [], highWaterWallMs: 0 }]);
+    }
+    // Every key read once, in a shuffled order (a fixed seed): its place in it is its recency.
+    let seed = 12345;
+    const order = Array.from({ length: KEYS }, (_, n) => n);
+    for (let i = KEYS - 1; i > 0; i--) {
+      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      const j = seed % (i + 1);
+      [order[i], order[j]] = [order[j], order[i]];
+    }
+    const usedAt = new Map<number, number>();
+    order.forEach((n, at) => {
+      assert.ok(store.get(n % 2, keyOf(n)) !== undefined);
+      usedAt.set(n, at);
+    });
+    const entry =
+      MEMORY_ENTRY_OVERHEAD_BYTES + MEMORY_RECENCY_ENTRY_BYTES + keyOf(0).length + value('x').length;
+    assert.equal(store.evict(200 * entry), 200);
+    const kept = new Set<number>();
+    for (let f = 0; f < 2; f++) {
+      for (const e of await store.page(f, undefined, undefined, KEYS))
+        kept.add(Number(e.key.toString().slice(4)));
+    }
+    assert.equal(kept.size, KEYS - 200);
+    for (let n = 0; n < KEYS; n++) {
+      if (!kept.has(n)) assert.ok(usedAt.get(n)! < KEYS / 2, `key ${n}, used at ${usedAt.get(n)}, evicted`);
+    }
   } finally {
     await store.close();
   }
