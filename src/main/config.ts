@@ -70,8 +70,9 @@ export interface TesseraOptions extends ClusterOptions {
   /** Background-pool tasks started per second (default 200). */
   poolTasksPerSec?: number;
   /**
-   * The memory store only: once its records take more than this many bytes, writes that add data
-   * are refused with OutOfMemory (Redis's `maxmemory` with `noeviction`); 0 (the default): no bound.
+   * The memory store only: the bytes its records may take (Redis's `maxmemory`); past it, writes that
+   * add data are refused with OutOfMemory, or keys are evicted (`maxMemoryPolicy`). 0 (the
+   * default): no bound.
    */
   maxMemoryBytes?: number;
   /**
