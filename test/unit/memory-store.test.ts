@@ -125,7 +125,7 @@ test('in a store larger than the sample, eviction takes keys from the least rece
     let seed = 12345;
     const order = Array.from({ length: KEYS }, (_, n) => n);
     for (let i = KEYS - 1; i > 0; i--) {
-      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+      seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff;
       const j = seed % (i + 1);
       [order[i], order[j]] = [order[j], order[i]];
     }
