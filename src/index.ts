@@ -16,3 +16,4 @@ export {
 export type { PubSubMessage } from './main/pubsub.js';
 export type { ScanOptions, ScanResult } from './main/scanner.js';
 export type { BackupReport } from './native-bindings/backup.js';
+export type { EvictionPolicy } from './native-bindings/kv-store.js';

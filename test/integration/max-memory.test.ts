@@ -9,7 +9,11 @@ import { describe, test } from 'node:test';
 import { getHeapStatistics } from 'node:v8';
 import pino from 'pino';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
-import { MEMORY_ENTRY_OVERHEAD_BYTES, WORKER_HEAP_HEADROOM_MB } from '../../src/core/limits.js';
+import {
+  EVICTION_SAMPLE_KEYS,
+  MEMORY_ENTRY_OVERHEAD_BYTES,
+  WORKER_HEAP_HEADROOM_MB,
+} from '../../src/core/limits.js';
 import { recordBytes } from '../../src/core/record.js';
 import { resolveConfig } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
@@ -338,6 +342,10 @@ describe('maxMemoryPolicy: evicting to make room', () => {
       for (let i = 0; i < count; i++) assert.equal(await redis.set(`k${i}`, value), 'OK');
       assert.equal(await redis.incr('counter'), 1);
       assert.deepEqual(await redis.config('GET', 'maxmemory-policy'), ['maxmemory-policy', 'allkeys-lru']);
+      assert.deepEqual(await redis.config('GET', 'maxmemory-samples'), [
+        'maxmemory-samples',
+        String(EVICTION_SAMPLE_KEYS),
+      ]);
       assert.match(await redis.info('memory'), /\r\nmaxmemory_policy:allkeys-lru\r\n/);
       const evicted = Number(/\r\nevicted_keys:(\d+)\r\n/.exec(await redis.info('stats'))?.[1]);
       const kept = await redis.dbsize();

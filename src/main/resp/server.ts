@@ -8,6 +8,7 @@ import { arch, hostname, platform, release } from 'node:os';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
+import { EVICTION_SAMPLE_KEYS } from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
@@ -376,6 +377,7 @@ export class RespServer {
       ['maxclients', String(RESP_CLIENTS_MAX)],
       ['maxmemory', String(s.maxMemoryBytes)],
       ['maxmemory-policy', s.maxMemoryPolicy],
+      ['maxmemory-samples', String(EVICTION_SAMPLE_KEYS)],
       ['appendonly', s.durability === Durability.Memory ? 'no' : 'yes'],
       // The durability levels' Redis counterparts (README "Durability").
       [
