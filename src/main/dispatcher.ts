@@ -30,7 +30,7 @@ import { type BackupReport, backupDataDir } from '../native-bindings/backup.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
 import { openStore } from '../native-bindings/open-store.js';
-import { FragmentBoard } from '../threads/fragment-board.js';
+import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-board.js';
 import type { ClusterInit, WorkerInit } from '../threads/messages.js';
 import {
   MODIFY_PARAMS_BYTES,
@@ -491,10 +491,7 @@ export class Dispatcher {
    * `maxMemoryBytes`; undefined while it may. Writes that only remove (DEL, expiry) are never refused.
    */
   memoryRefusal(): TesseraError | undefined {
-    const max = this.config.maxMemoryBytes;
-    if (max === 0) return undefined;
-    const used = this.board.memoryBytes();
-    return used > max ? outOfMemory(used, max) : undefined;
+    return this.memoryFull() ? outOfMemory(this.board.memoryBytes(), this.config.maxMemoryBytes) : undefined;
   }
 
   /** True while the memory store holds more than `maxMemoryBytes` (never without a bound). */
@@ -651,8 +648,7 @@ export class Dispatcher {
   }
 }
 
-const KIB = 1024;
-const MIB = 1024 * KIB;
+const MIB = 1024 * 1024;
 
 /**
  * A memory store's worker may hold all of `maxMemoryBytes` (fragments are not spread evenly by
@@ -668,11 +664,12 @@ function workerOldGenerationMb(config: NodeConfig): number | undefined {
 
 /**
  * The memory a worker's store keeps under an eviction policy: its fragments' share of
- * `maxMemoryBytes`, in whole KiB (what the board publishes), so that the shares' sum — the figure
+ * `maxMemoryBytes`, in whole units of the board's figures, so that the shares' sum — the figure
  * the bound is checked against — never passes it while every worker keeps to its own.
  */
 function evictionShareBytes(config: NodeConfig, workerFragments: number): number {
-  return Math.floor((config.maxMemoryBytes * workerFragments) / config.fragments / KIB) * KIB;
+  const unit = BOARD_MEMORY_UNIT_BYTES;
+  return Math.floor((config.maxMemoryBytes * workerFragments) / config.fragments / unit) * unit;
 }
 
 /** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */

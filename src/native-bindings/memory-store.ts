@@ -346,22 +346,26 @@ function dropSorted(f: MemoryFragment): void {
 }
 
 /**
- * Brings the snapshot up to date: the keys added since, sorted, are merged in and the keys removed
- * since are left out, each found by binary search from the last (a few changed keys cost a few
- * searches, and the keys held are copied without being read: their strings are scattered over the
- * heap, and touching each would miss the cache). Without a snapshot, all keys are sorted.
+ * Brings the snapshot up to date: without one, all keys are sorted; with one, the keys added since
+ * are merged in and those removed since left out.
  */
 function updateSorted(f: MemoryFragment): void {
-  const records = f.records;
   const old = f.sorted;
   // Default sort compares UTF-16 code units; latin1 chars are all < 0x100, so this is byte order.
-  if (old === undefined) {
-    f.sorted = [...records.keys()].sort();
-    f.added = [];
-    f.removed.clear();
-    return;
-  }
-  // Where the keys removed and not added again stand in the snapshot, ascending.
+  f.sorted = old === undefined ? [...f.records.keys()].sort() : mergeChanges(f, old);
+  f.added = [];
+  f.removed.clear();
+}
+
+/**
+ * `old` with the fragment's keys added since, sorted, merged in and its keys removed since left
+ * out, each found by binary search from the last: a few changed keys cost a few searches, and the
+ * keys kept are copied without being read (their strings are scattered over the heap, and touching
+ * each would miss the cache).
+ */
+function mergeChanges(f: MemoryFragment, old: string[]): string[] {
+  const records = f.records;
+  // Where the keys removed and not added again stand in `old`, ascending.
   const gone: number[] = [];
   let from = 0;
   for (const key of [...f.removed].sort()) {
@@ -371,43 +375,28 @@ function updateSorted(f: MemoryFragment): void {
     from = at;
   }
   const out: string[] = [];
-  const copy = { next: 0, gone, g: 0 };
+  let next = 0;
+  let g = 0;
+  const copyKeptTo = (to: number): void => {
+    for (; next < to; next++) {
+      if (g < gone.length && gone[g] === next) g++;
+      else out.push(old[next]);
+    }
+  };
   const fresh = f.added.sort();
-  from = 0;
   for (let j = 0; j < fresh.length; j++) {
     const key = fresh[j];
     if (j > 0 && fresh[j - 1] === key) continue;
-    const at = firstIndexFrom(old, key, true, from);
-    copyKept(old, at, copy, out);
-    from = at;
-    // A key removed and added again is still in the snapshot: it is copied from there.
+    const at = firstIndexFrom(old, key, true, next);
+    copyKeptTo(at);
+    // A key removed and added again is still in `old`: it is copied from there.
     if ((at === old.length || old[at] !== key) && records.has(key)) out.push(key);
   }
-  copyKept(old, old.length, copy, out);
-  f.sorted = out;
-  f.added = [];
-  f.removed.clear();
+  copyKeptTo(old.length);
+  return out;
 }
 
-/** Appends the snapshot's keys from `copy.next` to `to` to `out`, less those at `copy.gone` positions. */
-function copyKept(
-  old: string[],
-  to: number,
-  copy: { next: number; gone: number[]; g: number },
-  out: string[],
-): void {
-  const gone = copy.gone;
-  for (let i = copy.next; i < to; i++) {
-    if (copy.g < gone.length && gone[copy.g] === i) {
-      copy.g++;
-      continue;
-    }
-    out.push(old[i]);
-  }
-  copy.next = to;
-}
-
-/** Index of the first key ≥ `key` (inclusive) or > `key` (exclusive) at or after `lo`, by binary search. */
+/** Index of the first key ≥ `key` (inclusive) or > `key` (exclusive) at or after `from`, by binary search. */
 function firstIndexFrom(sorted: string[], key: string, inclusive: boolean, from = 0): number {
   let lo = from;
   let hi = sorted.length;

@@ -14,7 +14,8 @@
 const COMMIT_EPOCH = 0;
 const DIRTY_BASE = 1;
 
-const KIB = 1024;
+/** The unit workers publish their stores' memory in (a cell holds up to 2 TiB of it). */
+export const BOARD_MEMORY_UNIT_BYTES = 1024;
 
 export class FragmentBoard {
   private readonly cells: Int32Array;
@@ -56,7 +57,7 @@ export class FragmentBoard {
 
   /** Publishes the bytes of memory worker `worker`'s store holds. */
   setMemoryBytes(worker: number, bytes: number): void {
-    const kib = Math.ceil(bytes / KIB);
+    const kib = Math.ceil(bytes / BOARD_MEMORY_UNIT_BYTES);
     const at = this.memoryBase + worker;
     if (this.cells[at] !== kib) Atomics.store(this.cells, at, kib);
   }
@@ -65,6 +66,6 @@ export class FragmentBoard {
   memoryBytes(): number {
     let kib = 0;
     for (let w = 0; w < this.workerCount; w++) kib += Atomics.load(this.cells, this.memoryBase + w);
-    return kib * KIB;
+    return kib * BOARD_MEMORY_UNIT_BYTES;
   }
 }

@@ -15,7 +15,12 @@ const tombstone = (wallMs: number) => encodeRecord(true, wallMs, 0, 0, NODE_ID, 
 const volatile = (text: string, expiresAtMs: number) =>
   encodeRecord(false, 1000, 0, expiresAtMs, NODE_ID, Buffer.from(text));
 
-async function memoryStore(dropTombstones: boolean, eviction?: StoreLocation['eviction']): Promise<KvStore> {
+/** Runs `body` on a fresh two-fragment memory store, closed after it. */
+async function withMemoryStore(
+  dropTombstones: boolean,
+  eviction: StoreLocation['eviction'],
+  body: (store: KvStore) => Promise<void>,
+): Promise<void> {
   const store = await openStore({
     kind: 'memory',
     dataDir: '',
@@ -25,20 +30,24 @@ async function memoryStore(dropTombstones: boolean, eviction?: StoreLocation['ev
     dropTombstones,
     eviction,
   });
-  await store.openFragment(0);
-  await store.openFragment(1);
-  return store;
+  try {
+    await store.openFragment(0);
+    await store.openFragment(1);
+    await body(store);
+  } finally {
+    await store.close();
+  }
 }
 
 const put = (store: KvStore, key: string, record: Uint8Array, fragment = 0) =>
   store.commit([{ fragment, puts: [[Buffer.from(key), record]], deletes: [], highWaterWallMs: 0 }]);
 
+const keyNames = (entries: Array<{ key: Buffer }>) => entries.map((e) => e.key.toString());
 const keysOf = async (store: KvStore, fragment: number) =>
-  (await store.page(fragment, undefined, undefined, 100)).map((e) => e.key.toString());
+  keyNames(await store.page(fragment, undefined, undefined, 100));
 
-test('on a node without peers a tombstone removes the entry and all the memory it took', async () => {
-  const store = await memoryStore(true);
-  try {
+test('on a node without peers a tombstone removes the entry and all the memory it took', () =>
+  withMemoryStore(true, undefined, async (store) => {
     await put(store, 'kept', value('x'));
     const kept = store.memoryBytes();
     await put(store, 'gone', value('a value'));
@@ -53,26 +62,18 @@ test('on a node without peers a tombstone removes the entry and all the memory i
     await put(store, 'never', tombstone(3000));
     assert.equal(store.memoryBytes(), kept);
     assert.equal(kept, MEMORY_ENTRY_OVERHEAD_BYTES + 'kept'.length + value('x').length);
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
-test('in a cluster a tombstone is kept, as every store keeps it, and counted', async () => {
-  const store = await memoryStore(false);
-  try {
+test('in a cluster a tombstone is kept, as every store keeps it, and counted', () =>
+  withMemoryStore(false, undefined, async (store) => {
     await put(store, 'gone', value('a value'));
     await put(store, 'gone', tombstone(2000));
     assert.deepEqual(store.get(0, Buffer.from('gone')), tombstone(2000));
     assert.equal(store.memoryBytes(), MEMORY_ENTRY_OVERHEAD_BYTES + 'gone'.length + tombstone(2000).length);
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
-test('allkeys-lru evicts the least recently used keys first: a read or a write is a use', async () => {
-  const store = await memoryStore(true, 'allkeys-lru');
-  try {
+test('allkeys-lru evicts the least recently used keys first: a read or a write is a use', () =>
+  withMemoryStore(true, 'allkeys-lru', async (store) => {
     for (const key of ['a', 'b', 'c', 'd']) await put(store, key, value(key));
     const entry = MEMORY_ENTRY_OVERHEAD_BYTES + MEMORY_RECENCY_ENTRY_BYTES + 1 + value('a').length;
     assert.equal(store.memoryBytes(), 4 * entry);
@@ -89,14 +90,10 @@ test('allkeys-lru evicts the least recently used keys first: a read or a write i
     assert.equal(store.evict(10 * entry), 1);
     assert.equal(store.memoryBytes(), 0);
     assert.equal(store.evict(1), 0);
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
-test('eviction takes the least recently used key of all fragments, and a deleted key is no candidate', async () => {
-  const store = await memoryStore(true, 'allkeys-lru');
-  try {
+test('eviction takes the least recently used key of all fragments, and a deleted key is no candidate', () =>
+  withMemoryStore(true, 'allkeys-lru', async (store) => {
     for (const key of ['a1', 'a2', 'a3']) await put(store, key, value(key), 0);
     for (const key of ['b1', 'b2']) await put(store, key, value(key), 1);
     await put(store, 'a1', tombstone(2000)); // deleted: not a candidate any more
@@ -106,14 +103,10 @@ test('eviction takes the least recently used key of all fragments, and a deleted
     assert.equal(store.evict(2 * entry), 2);
     assert.deepEqual(await keysOf(store, 0), ['a2']);
     assert.deepEqual(await keysOf(store, 1), ['b2']);
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
-test('in a store larger than the sample, eviction takes keys from the least recently used half', async () => {
-  const store = await memoryStore(true, 'allkeys-lru');
-  try {
+test('in a store larger than the sample, eviction takes keys from the least recently used half', () =>
+  withMemoryStore(true, 'allkeys-lru', async (store) => {
     const KEYS = 2000;
     const keyOf = (n: number) => Buffer.from(`key:${String(n).padStart(5, '0')}`);
     for (let f = 0; f < 2; f++) {
@@ -146,14 +139,10 @@ test('in a store larger than the sample, eviction takes keys from the least rece
     for (let n = 0; n < KEYS; n++) {
       if (!kept.has(n)) assert.ok(usedAt.get(n)! < KEYS / 2, `key ${n}, used at ${usedAt.get(n)}, evicted`);
     }
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
-test('volatile-lru evicts only keys with a deadline, and stops when none is left', async () => {
-  const store = await memoryStore(true, 'volatile-lru');
-  try {
+test('volatile-lru evicts only keys with a deadline, and stops when none is left', () =>
+  withMemoryStore(true, 'volatile-lru', async (store) => {
     await put(store, 'v1', volatile('x', 10_000));
     await put(store, 'p1', value('x'));
     await put(store, 'v2', volatile('x', 20_000));
@@ -172,29 +161,20 @@ test('volatile-lru evicts only keys with a deadline, and stops when none is left
     assert.deepEqual(await keysOf(store, 0), ['p1', 'p2', 'v3']);
     assert.equal(store.memoryBytes(), 3 * plain);
     assert.equal(store.evict(1), 0);
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
-test('without an eviction policy nothing is evicted', async () => {
-  const store = await memoryStore(true);
-  try {
+test('without an eviction policy nothing is evicted', () =>
+  withMemoryStore(true, undefined, async (store) => {
     await put(store, 'a', value('a'));
     assert.equal(store.evict(1_000_000), 0);
     assert.deepEqual(await keysOf(store, 0), ['a']);
     assert.equal(store.memoryBytes(), MEMORY_ENTRY_OVERHEAD_BYTES + 1 + value('a').length);
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
-test('a scan that starts reads every key committed before it; one that resumes reads the snapshot it started with, less the keys deleted since', async () => {
-  const store = await memoryStore(true);
-  try {
+test('a scan that starts reads every key committed before it; one that resumes reads the snapshot it started with, less the keys deleted since', () =>
+  withMemoryStore(true, undefined, async (store) => {
     for (const key of ['a', 'b', 'c', 'd']) await put(store, key, value(key));
-    const keys = (entries: Array<{ key: Buffer }>) => entries.map((e) => e.key.toString());
-    assert.deepEqual(keys(await store.page(0, undefined, undefined, 2)), ['a', 'b']);
+    assert.deepEqual(keyNames(await store.page(0, undefined, undefined, 2)), ['a', 'b']);
     await store.commit([
       {
         fragment: 0,
@@ -209,19 +189,16 @@ test('a scan that starts reads every key committed before it; one that resumes r
     ]);
     // Resumed after 'b': c is gone, d has its new record, the keys added since are not in the snapshot.
     const resumed = await store.page(0, { key: Buffer.from('b'), inclusive: false }, undefined, 10);
-    assert.deepEqual(keys(resumed), ['d']);
+    assert.deepEqual(keyNames(resumed), ['d']);
     assert.deepEqual(resumed[0].record, value('D'));
     // A scan that starts, from the first key or from a range's start, sees them all.
-    assert.deepEqual(keys(await store.page(0, undefined, undefined, 10)), ['a', 'b', 'bb', 'd', 'e']);
+    assert.deepEqual(keyNames(await store.page(0, undefined, undefined, 10)), ['a', 'b', 'bb', 'd', 'e']);
     await put(store, 'ba', value('x'));
     assert.deepEqual(
-      keys(await store.page(0, { key: Buffer.from('b'), inclusive: true }, Buffer.from('c'), 10)),
+      keyNames(await store.page(0, { key: Buffer.from('b'), inclusive: true }, Buffer.from('c'), 10)),
       ['b', 'ba', 'bb'],
     );
-  } finally {
-    await store.close();
-  }
-});
+  }));
 
 // A model of the fragment's keys against the store's pages, writes interleaved with scans: a scan
 // returns, in ascending order and once each, every key present for its whole iteration and only
@@ -238,9 +215,8 @@ test('scans under random writes and deletes keep what a scan promises', async ()
     fc.record({ kind: fc.constant('restart' as const) }),
   );
   await fc.assert(
-    fc.asyncProperty(fc.array(stepArb, { maxLength: 80, size: 'max' }), async (steps) => {
-      const store = await memoryStore(true);
-      try {
+    fc.asyncProperty(fc.array(stepArb, { maxLength: 80, size: 'max' }), (steps) =>
+      withMemoryStore(true, undefined, async (store) => {
         const model = new Map<string, Buffer>();
         let version = 0;
         // Half the key space held and scanned first, so that the snapshot is updated by merging
@@ -305,10 +281,8 @@ test('scans under random writes and deletes keep what a scan promises', async ()
             startScan();
           } else resumeAfter = page[page.length - 1].key.toString('latin1');
         }
-      } finally {
-        await store.close();
-      }
-    }),
+      }),
+    ),
     { numRuns: 300 },
   );
 });
