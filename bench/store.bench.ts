@@ -1,15 +1,17 @@
-// put and get per store binding, through the KvStore interface a worker uses: one commit of a batch
-// of records, and point reads of stored keys. Writes come in three spreads over the same stored
-// keys: in key order (neighbouring puts share a B-tree page), at random among the first HOT_KEYS
-// keys (a few pages, all in cache), and at random among all KEYS, as `redis-benchmark -r` sends
-// them — where LMDB copies a page for nearly every put (its copy-on-write B-tree).
+// put, get and page per store binding, through the KvStore interface a worker uses: one commit of a
+// batch of records, point reads of stored keys, and ordered pages as a scan reads them. Writes come
+// in three spreads over the same stored keys: in key order (neighbouring puts share a B-tree page),
+// at random among the first HOT_KEYS keys (a few pages, all in cache), and at random among all KEYS,
+// as `redis-benchmark -r` sends them — where LMDB copies a page for nearly every put (its
+// copy-on-write B-tree).
 
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { encodeRecord } from '../src/core/record.js';
-import { STORE_KINDS } from '../src/native-bindings/kv-store.js';
+import { type PageStart, STORE_KINDS } from '../src/native-bindings/kv-store.js';
 import { openStore } from '../src/native-bindings/open-store.js';
+import { STORE_PAGE_KEYS_MAX } from '../src/workers/scan-page.js';
 import { type BenchRow, formatTable, isMain, runTasks } from './common.js';
 
 const BATCH = 1000;
@@ -58,6 +60,7 @@ export async function storeBench(): Promise<BenchRow[]> {
     const fromHot = () => keys[hot[drawn++ & (RANDOM_DRAWS - 1)]];
     const fromAll = () => keys[all[drawn++ & (RANDOM_DRAWS - 1)]];
     const sequential = `${kind} commit of ${BATCH} puts`;
+    let pageStart: PageStart | undefined;
     for (let i = 0; i < KEYS / BATCH; i++) await commit(inOrder);
     try {
       rows.push(
@@ -80,6 +83,21 @@ export async function storeBench(): Promise<BenchRow[]> {
             opsPerCall: BATCH,
             fn: () => {
               for (let i = 0; i < BATCH; i++) store.get(0, keys[n++ % KEYS]);
+            },
+          },
+          {
+            name: `${kind} pages of ${STORE_PAGE_KEYS_MAX} entries in key order`,
+            opsPerCall: BATCH,
+            fn: async () => {
+              for (let read = 0; read < BATCH; ) {
+                const page = await store.page(0, pageStart, undefined, STORE_PAGE_KEYS_MAX);
+                read += page.length;
+                // Past the last key: start over.
+                pageStart =
+                  page.length < STORE_PAGE_KEYS_MAX
+                    ? undefined
+                    : { key: page[page.length - 1].key, inclusive: false };
+              }
             },
           },
         ])),

@@ -239,9 +239,10 @@ class LmdbStore implements KvStore {
         limit,
       });
       // With binary encodings lmdb-js returns keys as fresh Buffer slices and values as fresh Buffer
-      // copies, so the caller may keep both; the prefix is dropped with a view.
+      // copies, so the caller may keep both. The prefix is dropped with a second copy, not a view: a
+      // key that small lives on V8's heap, and a view of it first moves it off (~1 µs against ~0.2).
       for (const { key, value } of range)
-        out.push({ key: (key as Buffer).subarray(PREFIX_BYTES), record: value as Buffer });
+        out.push({ key: copySlice.call(key, PREFIX_BYTES) as Buffer, record: value as Buffer });
     } catch (err) {
       throw asStorageError(err);
     }
@@ -446,6 +447,9 @@ class LmdbStore implements KvStore {
 function ignore(): void {}
 
 /** A fresh prefixed key: range bounds are held by the iterator, so they cannot share the scratch. */
+/** Uint8Array's own slice, a copy (Buffer's is a view); called on a Buffer it makes a Buffer. */
+const copySlice = Uint8Array.prototype.slice;
+
 function dataKeyOf(key: Uint8Array): Buffer {
   const out = Buffer.allocUnsafe(PREFIX_BYTES + key.length);
   out[0] = PREFIX_DATA;

@@ -10,7 +10,7 @@ import type { KvStore, PageStart, StoredEntry } from '../native-bindings/kv-stor
 import type { ScanPage, ScanRequest } from '../threads/op-codec.js';
 
 /** Store entries read per call while a page fills (fewer when the page may examine fewer). */
-const STORE_PAGE_KEYS_MAX = 256;
+export const STORE_PAGE_KEYS_MAX = 256;
 
 /** What a scan page reads of a store. */
 type PageReader = Pick<KvStore, 'page'>;
