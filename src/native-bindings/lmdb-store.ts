@@ -446,10 +446,10 @@ class LmdbStore implements KvStore {
 
 function ignore(): void {}
 
-/** A fresh prefixed key: range bounds are held by the iterator, so they cannot share the scratch. */
 /** Uint8Array's own slice, a copy (Buffer's is a view); called on a Buffer it makes a Buffer. */
 const copySlice = Uint8Array.prototype.slice;
 
+/** A fresh prefixed key: range bounds are held by the iterator, so they cannot share the scratch. */
 function dataKeyOf(key: Uint8Array): Buffer {
   const out = Buffer.allocUnsafe(PREFIX_BYTES + key.length);
   out[0] = PREFIX_DATA;
