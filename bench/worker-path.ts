@@ -59,7 +59,6 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
     fragmentCount: WORKER_PATH_FRAGMENTS,
     levelGroups: [],
     levelGroupCount: 0,
-    stableLog: 0,
   };
   const store = await openStore(location);
   for (const f of fragments) await store.openFragment(f);

@@ -140,28 +140,10 @@ export const COMMIT_RETRY_DELAY_MS_MIN = 1;
 export const COMMIT_RETRY_DELAY_MS_MAX = 1000;
 
 /**
- * One stable-log frame (src/core/stable-log.ts) at most: the writes committed between two group
- * syncs. Past it the worker stops logging and its next sync is a full checkpoint (an fsync of the
- * store), so a stream of `store` writes with no stable write in sight holds at most this much.
+ * One stable-log frame (src/core/stable-log.ts) at most: a frame larger than this in a log an older
+ * version of the lmdb store left is read as torn, not allocated (src/native-bindings/stable-log-file.ts).
  */
 export const STABLE_LOG_FRAME_BYTES_MAX = 16 * 1024 * 1024;
-/**
- * A stable log file grows to at most about this much before the next sync checkpoints it (fsyncs
- * the store, then empties the log): bounds the disk it takes and the replay at the next start.
- */
-export const STABLE_LOG_FILE_BYTES_MAX = 64 * 1024 * 1024;
-/**
- * Bytes of a stable log zero-filled (and synced) ahead of its frames, so that a frame's O_DSYNC
- * write overwrites allocated blocks and need not also make a new file size durable (a journal
- * commit: measured 0.31–0.38 ms per 16 KiB append against 0.21 ms per overwrite on this disk).
- */
-export const STABLE_LOG_PREPARE_BYTES = 4 * 1024 * 1024;
-/**
- * What a checkpoint zero-fills of the emptied log before the first frame may go there: small, so
- * the stable writes waiting on the checkpoint do not also wait for a full STABLE_LOG_PREPARE_BYTES
- * write; the frames then top it up in the background as usual.
- */
-export const STABLE_LOG_PREPARE_FIRST_BYTES = 256 * 1024;
 
 /** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
 export const QUEUE_OPS_MAX_DEFAULT = 8192;

@@ -186,7 +186,6 @@ export class Dispatcher {
         fragmentCount: config.fragments,
         levelGroups: levelGroupsOfWorker(worker, levelGroupCount, config.workers),
         levelGroupCount,
-        stableLog: config.store === 'lmdb' ? worker : undefined,
         dropTombstones: config.store === 'memory' && config.cluster === undefined,
         eviction: config.maxMemoryPolicy === 'noeviction' ? undefined : config.maxMemoryPolicy,
       };
@@ -593,7 +592,6 @@ export class Dispatcher {
       fragmentCount: this.config.fragments,
       levelGroups: [],
       levelGroupCount: 0,
-      reader: true,
     });
     for (let f = 0; f < this.config.fragments; f++) await snapshot.openFragment(f);
     this.snapshot = snapshot;

@@ -124,16 +124,6 @@ export interface StoreLocation {
   /** LevelDB group count bound at first start (0 for the other kinds). */
   levelGroupCount: number;
   /**
-   * lmdb: the worker whose stable log this store keeps (stable-log-file.ts), so stable fences
-   * append to it instead of syncing the env. Undefined for readers and tools.
-   */
-  stableLog?: number;
-  /**
-   * lmdb: the store only reads (the main thread's snapshot, the background pool's view). It opens
-   * fragments the workers have already opened, so it reserves no disk for creating them.
-   */
-  reader?: boolean;
-  /**
    * memory: a tombstone is stored as the key's absence. Only for a node without peers: no replica can
    * bring back what a delete removed, and nothing the store holds outlives the process, so the
    * tombstone guards nothing and would only take memory (`maxMemoryBytes`) for ever.

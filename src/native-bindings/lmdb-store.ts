@@ -10,21 +10,30 @@
 //   0x00 name   fragment metadata; `high-water-wall-ms` holds an 8-byte u64 BE
 //   0x01 key    a user key; the value is the record, stored as-is
 //
-// Fences (kv-store.ts): the env runs with `noSync` + `useWritemap`, so a committed transaction is
-// in the shared map (it survives the process dying, DESIGN.md "What we measured"). The stable
-// fence of a worker's store is its stable log (stable-log-file.ts): one O_DSYNC append per group,
-// with an env fsync only at checkpoints. A store opened without a log (readers, tools) fences with
-// an env fsync each time.
+// Power loss (README "Durability"): the env runs with lmdb-js's `overlappingSync` and without a
+// write map. A transaction's pages are written to the file (pwrite) and its meta page marked
+// unflushed; lmdb-js's write thread then fdatasyncs the file and writes a flushed meta of its own,
+// on an O_DSYNC descriptor, in a third meta slot. Pages the last flushed transaction can reach are
+// never reused until a later one is flushed. After a reboot (the kernel's boot id changed) LMDB
+// opens at the newest flushed meta, so the unflushed pages a power loss leaves half-written are
+// never read. With a write map (this store's mode before) the kernel writes pages back in any
+// order and the map's dirty pages may overwrite what the last synced state needs: a power loss
+// then damaged the file in most crash states (test/crash/).
+//
+// Fences (kv-store.ts): commits go to lmdb-js's write thread (`batch`), which commits them in one
+// transaction with the other batches queued meanwhile; the batch's promise resolves once the
+// transaction is committed and visible (the committed fence: it survives the process dying), and
+// `flushed` once the file holds it on disk (the stable fence). Every transaction is flushed, so a
+// `stable` write waits for no more than the flush already under way.
 
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type Database, open, type RootDatabase } from 'lmdb';
+import { type Database, open, type RootDatabase, type RootDatabaseOptions } from 'lmdb';
 import { assert } from '../core/assert.js';
-import { asStorageError } from '../core/errors.js';
+import { asStorageError, storageError, type TesseraError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
 import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
-import { LmdbFileReserve, reserveBytesFor } from './lmdb-reserve.js';
 import {
   checkFragment,
   checkKey,
@@ -35,7 +44,7 @@ import {
   decodeHighWater,
   encodeHighWater,
 } from './open-store.js';
-import { replayStableLogs, StableLogFile, type StableLogReplay, stableLogFiles } from './stable-log-file.js';
+import { replayStableLogs, type StableLogReplay, stableLogFiles } from './stable-log-file.js';
 
 /** One named database per fragment, plus headroom for LMDB's own and any future side tables. */
 const LMDB_DBS_MAX = FRAGMENT_COUNT_MAX + 16;
@@ -45,11 +54,17 @@ const LMDB_DBS_MAX = FRAGMENT_COUNT_MAX + 16;
  * range iterator running across a commit may hold one more.
  */
 const LMDB_READERS_MAX = 4 * WORKER_COUNT_MAX;
-/**
- * Initial map size. lmdb-js grows the map on demand (doubling what is used), so this only saves
- * early remaps; with `useWritemap` the data file is a sparse file of this size.
- */
+/** Initial map size. lmdb-js grows the map on demand (doubling what is used), so this only saves early remaps. */
 const LMDB_MAP_BYTES_INITIAL = 256 * 1024 * 1024;
+/** LMDB's two meta pages at the file's start (two pages of the smallest page size it uses). */
+const LMDB_META_PAGES_BYTES = 8192;
+/** Bytes read at a time when a data file is checked for zeros. */
+const LMDB_CHECK_CHUNK_BYTES = 1024 * 1024;
+/**
+ * A commit that fails while its file system has less than this free is reported as a full disk: a
+ * transaction of a turn's writes needs at most a few MiB of new pages.
+ */
+const LMDB_FULL_FREE_BYTES_MAX = 16 * 1024 * 1024;
 /** LMDB's own key limit with the default page size (lmdb-js caps keys at it). */
 const LMDB_KEY_BYTES_MAX = 1978;
 /** Stored keys are one prefix byte plus the user key (plus one more for an exclusive page start). */
@@ -72,56 +87,96 @@ assert(PREFIX_BYTES + KEY_BYTES_MAX + 1 <= LMDB_KEY_BYTES_MAX, 'a prefixed key m
 
 type FragmentDb = Database<Uint8Array, Uint8Array>;
 
-/** lmdb-js has `sync(callback)` (it calls `env.sync`, an fsync on the libuv pool) but does not type it. */
-interface EnvSync {
-  sync(callback: (error?: Error | null) => void): void;
-}
+/**
+ * The env's options. `overlappingSync` is lmdb-js's default on Linux, named here because the power
+ * loss guarantee rests on it; `noSync` and `useWritemap` must stay off (see the file's header).
+ */
+const LMDB_ENV_OPTIONS: RootDatabaseOptions = {
+  maxDbs: LMDB_DBS_MAX,
+  maxReaders: LMDB_READERS_MAX,
+  mapSize: LMDB_MAP_BYTES_INITIAL,
+  overlappingSync: true,
+  noSync: false,
+  useWritemap: false,
+  // Each commit is one explicit `batch`. lmdb-js's batching of an event turn's writes makes a
+  // promise of its own that nothing awaits, whose rejection on a failed commit would end the worker.
+  eventTurnBatching: false,
+  encoding: 'binary',
+  keyEncoding: 'binary',
+};
 
-/** What lmdb-js's `getStats()` reports of a database (mdb_stat). */
-interface DbStats {
-  pageSize: number;
-  treeBranchPageCount: number;
-  treeLeafPageCount: number;
-  overflowPages: number;
-}
-
-/** lmdb-js's native env, under a root database's `env`: `info()` is mdb_env_info of the last commit. */
-interface NativeEnv {
-  env: { info(): { lastPageNumber: number; mapSize: number } };
-}
-
-function pageBytesOf(root: RootDatabase<Uint8Array, Uint8Array>): number {
-  return (root.getStats() as DbStats).pageSize;
-}
+/**
+ * LMDB's codes for a file whose pages do not hold what its meta page says (mdb.c's error table):
+ * what a damaged data file reports, at open or at the first read of a damaged page.
+ */
+const LMDB_DAMAGE_CODES = [
+  'MDB_CORRUPTED',
+  'MDB_PAGE_NOTFOUND',
+  'MDB_INVALID',
+  'MDB_BAD_TXN',
+  'MDB_VERSION_MISMATCH',
+];
 
 export const fragmentDbName = (fragment: number): string => `fragment-${String(fragment).padStart(5, '0')}`;
 
 export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
   checkLocation(location);
+  const dataFile = path.join(location.dataDir, LMDB_DIR, LMDB_DATA_FILE);
+  await checkMetaPages(dataFile);
   try {
-    const root = open<Uint8Array, Uint8Array>(path.join(location.dataDir, LMDB_DIR), {
-      maxDbs: LMDB_DBS_MAX,
-      maxReaders: LMDB_READERS_MAX,
-      mapSize: LMDB_MAP_BYTES_INITIAL,
-      noSync: true,
-      useWritemap: true,
-      encoding: 'binary',
-      keyEncoding: 'binary',
-    });
-    const dataFile = path.join(location.dataDir, LMDB_DIR, LMDB_DATA_FILE);
-    const reserve = location.reader === true ? undefined : new LmdbFileReserve(dataFile, pageBytesOf(root));
-    if (location.stableLog === undefined)
-      return new LmdbStore(root, location.fragmentCount, reserve, undefined);
-    try {
-      const log = await StableLogFile.open(path.join(location.dataDir, LMDB_DIR), location.stableLog);
-      return new LmdbStore(root, location.fragmentCount, reserve, log);
-    } catch (err) {
-      await root.close();
-      throw err;
-    }
+    const root = open<Uint8Array, Uint8Array>(path.join(location.dataDir, LMDB_DIR), LMDB_ENV_OPTIONS);
+    return new LmdbStore(root, location.fragmentCount, dataFile);
   } catch (err) {
+    throw lmdbError(err, dataFile);
+  }
+}
+
+/**
+ * Refuses a data file whose meta pages are zeros, which lmdb-js cannot open (3.5 crashes the process
+ * instead of reporting it). A file that is zeros throughout is one a power loss took before its
+ * first flush, which is also when LMDB's first meta pages reach the disk: it never held anything
+ * durable, so it is removed and the store starts empty, as it did then. Any other such file is damaged.
+ */
+async function checkMetaPages(dataFile: string): Promise<void> {
+  let file: fs.FileHandle;
+  try {
+    file = await fs.open(dataFile, 'r');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
     throw asStorageError(err);
   }
+  let allZeros = true;
+  try {
+    const chunk = Buffer.alloc(LMDB_CHECK_CHUNK_BYTES);
+    const meta = await file.read(chunk, 0, LMDB_META_PAGES_BYTES, 0);
+    // Meta pages that hold anything (or an empty file, which LMDB initialises) are LMDB's to judge.
+    if (meta.bytesRead === 0 || !isZeros(chunk.subarray(0, meta.bytesRead))) return;
+    for (let at = meta.bytesRead; allZeros; at += chunk.length) {
+      const { bytesRead } = await file.read(chunk, 0, chunk.length, at);
+      if (bytesRead === 0) break;
+      allZeros = isZeros(chunk.subarray(0, bytesRead));
+    }
+  } finally {
+    await file.close();
+  }
+  if (!allZeros) throw lmdbError(new Error('MDB_INVALID: its meta pages are zeros'), dataFile);
+  await fs.rm(dataFile);
+}
+
+const isZeros = (bytes: Uint8Array): boolean => bytes.every((byte) => byte === 0);
+
+/**
+ * A storage error for an LMDB failure. A damaged data file is named, with what to do: its pages
+ * cannot be trusted, so the node must not serve from it.
+ */
+function lmdbError(err: unknown, dataFile: string): TesseraError {
+  const message = err instanceof Error ? err.message : String(err);
+  if (!LMDB_DAMAGE_CODES.some((code) => message.includes(code))) return asStorageError(err);
+  return storageError(
+    `the LMDB data file ${dataFile} is damaged (${message}); the node cannot serve from it. ` +
+      'In a cluster, move the data directory aside and restart the node empty: anti-entropy refills it ' +
+      'from its replicas. A node without peers needs a backup restored (README "Backups").',
+  );
 }
 
 /**
@@ -132,7 +187,7 @@ export async function recoverStableLogs(location: StoreLocation): Promise<Stable
   const envDir = path.join(location.dataDir, LMDB_DIR);
   const files = await stableLogFiles(envDir);
   if (files.length === 0) return { files: 0, entries: 0, applied: 0, tornBytes: 0 };
-  const store = await openLmdbStore({ ...location, stableLog: undefined });
+  const store = await openLmdbStore(location);
   try {
     for (let f = 0; f < location.fragmentCount; f++) await store.openFragment(f);
     return await replayStableLogs(envDir, files, store, location.fragmentCount);
@@ -150,6 +205,8 @@ class LmdbStore implements KvStore {
 
   readonly #root: RootDatabase<Uint8Array, Uint8Array>;
   readonly #fragmentCount: number;
+  /** The env's data file, named in errors that report it damaged. */
+  readonly #dataFile: string;
   /** Open fragment databases by fragment id; a fragment is used only after `openFragment`. */
   readonly #dbs: Array<FragmentDb | undefined>;
   /** The stored high-water mark per fragment; this store is the fragment's only writer, so it is current. */
@@ -161,23 +218,15 @@ class LmdbStore implements KvStore {
   /** The batch `#applyPending` applies; set just before the transaction, so no closure per commit. */
   #pending: FragmentWrites[] = [];
   readonly #applyPending = (): void => this.#apply(this.#pending);
-  /** This worker's stable log; undefined: every stable fence is an env fsync. */
-  readonly #log: StableLogFile | undefined;
-  /** Disk blocks allocated ahead of the data file's last page before each transaction writes; none for a reader. */
-  readonly #reserve: LmdbFileReserve | undefined;
-  /** Fences run one after another: a log frame is written at one offset, a checkpoint truncates. */
-  #fences: Promise<void> = Promise.resolve();
+  /** The last transaction promise `#apply` marked handled. */
+  #handledTxnPromise: Promise<unknown> | undefined;
+  /** Commits handed to the write thread and not yet settled: close waits for them. */
+  #committing: Promise<unknown> = Promise.resolve();
   #closed = false;
 
-  constructor(
-    root: RootDatabase<Uint8Array, Uint8Array>,
-    fragmentCount: number,
-    reserve: LmdbFileReserve | undefined,
-    log: StableLogFile | undefined,
-  ) {
+  constructor(root: RootDatabase<Uint8Array, Uint8Array>, fragmentCount: number, dataFile: string) {
     this.#root = root;
-    this.#log = log;
-    this.#reserve = reserve;
+    this.#dataFile = dataFile;
     this.#fragmentCount = fragmentCount;
     this.#dbs = new Array<FragmentDb | undefined>(fragmentCount).fill(undefined);
     this.#highWaterWallMs = new Float64Array(fragmentCount);
@@ -188,9 +237,7 @@ class LmdbStore implements KvStore {
     checkFragment(fragment, this.#fragmentCount);
     if (this.#dbs[fragment] !== undefined) return;
     try {
-      // Opening a named database takes the env's write lock briefly (it may create the database,
-      // in a transaction of lmdb-js's own, so a writer reserves its pages here first).
-      if (this.#reserve !== undefined) this.#root.transactionSync(() => this.#reserveFor(0, 0));
+      // Opening a named database takes the env's write lock briefly (it may create the database).
       const db = this.#root.openDB<Uint8Array, Uint8Array>(fragmentDbName(fragment), {
         encoding: 'binary',
         keyEncoding: 'binary',
@@ -198,7 +245,7 @@ class LmdbStore implements KvStore {
       this.#highWaterWallMs[fragment] = decodeHighWater(db.getBinary(META_HIGH_WATER_KEY), fragment);
       this.#dbs[fragment] = db;
     } catch (err) {
-      throw asStorageError(err);
+      throw lmdbError(err, this.#dataFile);
     }
   }
 
@@ -212,7 +259,7 @@ class LmdbStore implements KvStore {
       const view = db.getBinaryFast(this.#dataKey(key));
       return view === undefined ? undefined : view.subarray(0, view.length);
     } catch (err) {
-      throw asStorageError(err);
+      throw lmdbError(err, this.#dataFile);
     }
   }
 
@@ -244,77 +291,80 @@ class LmdbStore implements KvStore {
       for (const { key, value } of range)
         out.push({ key: copySlice.call(key, PREFIX_BYTES) as Buffer, record: value as Buffer });
     } catch (err) {
-      throw asStorageError(err);
+      throw lmdbError(err, this.#dataFile);
     }
     return out;
   }
 
-  commit(writes: FragmentWrites[]): void {
-    this.#checkOpen();
-    checkWrites(writes, this.#fragmentCount);
-    for (const w of writes) this.#db(w.fragment);
-    this.#pending = writes;
+  /**
+   * Queues the writes for lmdb-js's write thread as one batch (one transaction, with whatever else
+   * is queued), and resolves once it is committed. lmdb-js copies each key at once but keeps the
+   * record buffers until then: they are the caller's not to change (kv-store.ts).
+   */
+  commit(writes: FragmentWrites[]): Promise<void> {
+    let committed: Promise<boolean>;
     try {
-      this.#root.transactionSync(this.#applyPending);
+      this.#checkOpen();
+      checkWrites(writes, this.#fragmentCount);
+      for (const w of writes) this.#db(w.fragment);
+      this.#pending = writes;
+      committed = this.#root.batch(this.#applyPending);
     } catch (err) {
-      throw asStorageError(err);
+      return Promise.reject(asStorageError(err));
     } finally {
       this.#pending = [];
     }
-    // Only now is the new mark stored; a failed transaction left the old one in place.
-    for (const w of writes) {
-      if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment])
-        this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
-    }
-    const log = this.#log;
-    // Without a stable fence since the last checkpoint (a `store`-only workload) nothing is recorded.
-    if (log === undefined || !log.recording) return;
-    for (const w of writes) {
-      // The log holds records only; a removal is made stable by the next checkpoint.
-      if (w.deletes.length > 0) log.markIncomplete();
-      for (const [key, record] of w.puts) log.record(w.fragment, key, record);
-    }
+    const done = committed.then(
+      () => {
+        // Only now is the new mark stored; a failed transaction left the old one in place.
+        for (const w of writes) {
+          if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment])
+            this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
+        }
+      },
+      (err: unknown) => this.#commitFailed(err),
+    );
+    this.#committing = done.catch(ignore);
+    return done;
   }
 
-  sync(): Promise<void> {
-    if (this.#closed) return Promise.reject(closedError('lmdb'));
-    const fence = this.#fences.then(this.#fence);
-    this.#fences = fence.catch(ignore);
-    return fence;
+  /**
+   * lmdb-js rejects a failed batch with a generic error whose `commitError`, a promise, rejects with
+   * LMDB's own; a write that failed for want of space reports EIO as often as ENOSPC (a short
+   * write), so the file system's free space decides whether it is called a full disk.
+   */
+  async #commitFailed(err: unknown): Promise<never> {
+    const commitError = (err as { commitError?: Promise<unknown> }).commitError;
+    const cause =
+      commitError === undefined
+        ? err
+        : await commitError.then(
+            () => err,
+            (e: unknown) => e,
+          );
+    const message = cause instanceof Error ? cause.message : String(cause);
+    let free = Number.POSITIVE_INFINITY;
+    try {
+      const { bavail, bsize } = await fs.statfs(path.dirname(this.#dataFile));
+      free = bavail * bsize;
+    } catch {
+      // No figure: the error stands as LMDB gave it.
+    }
+    if (free < LMDB_FULL_FREE_BYTES_MAX)
+      throw storageError(
+        `disk full: the LMDB data file ${this.#dataFile} could not be written (${message}); ${free} bytes free`,
+      );
+    throw lmdbError(cause, this.#dataFile);
   }
 
-  readonly #fence = async (): Promise<void> => {
-    const log = this.#log;
-    if (log === undefined) return this.#syncEnv();
-    if (!log.needsCheckpoint()) {
-      try {
-        return await log.flush();
-      } catch (err) {
-        throw asStorageError(err);
-      }
-    }
-    log.beginCheckpoint();
+  /** Resolves once every transaction committed so far is flushed to disk (lmdb-js's `flushed`). */
+  async sync(): Promise<void> {
+    this.#checkOpen();
     try {
-      await this.#syncEnv();
+      await this.#root.flushed;
     } catch (err) {
-      log.markIncomplete();
-      throw err;
+      throw lmdbError(err, this.#dataFile);
     }
-    try {
-      await log.endCheckpoint();
-    } catch (err) {
-      // The env is synced, so nothing acknowledged depends on the file; it is simply longer.
-      throw asStorageError(err);
-    }
-  };
-
-  #syncEnv(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      (this.#root as unknown as EnvSync).sync((error) => {
-        if (error) reject(asStorageError(error));
-        else resolve();
-      });
-    });
   }
 
   highWaterWallMs(fragment: number): number {
@@ -330,15 +380,9 @@ class LmdbStore implements KvStore {
       // the process (a background reader may hold it). The high-water mark survives the drop: the
       // timestamps it covers were issued, and may live on in other replicas.
       this.#root.transactionSync(() => {
-        // The free list takes a page number (8 bytes, twice with its overhead) per page freed.
-        const stats = db.getStats() as DbStats;
-        const pages = stats.treeBranchPageCount + stats.treeLeafPageCount + stats.overflowPages;
-        this.#reserveFor(1, 16 * pages);
         db.clearSync();
         if (highWater > 0) db.putSync(META_HIGH_WATER_KEY, encodeHighWater(highWater));
       });
-      // Replaying the log must not bring the dropped records back: the next fence checkpoints.
-      this.#log?.markIncomplete();
     } catch (err) {
       throw asStorageError(err);
     }
@@ -371,50 +415,41 @@ class LmdbStore implements KvStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    // A fence in flight finishes first; the log keeps what it holds for the next start's replay.
-    await this.#fences;
-    await this.#log?.close();
+    // Commits in flight settle first (their writers wait for them); lmdb-js flushes the env when
+    // the last thread holding it closes it, or at the process's exit.
+    await this.#committing;
     // Named databases are never closed one by one: mdb_dbi_close would invalidate the handle for
     // every thread sharing the env. Closing the root releases this thread's hold on the env only.
     this.#dbs.fill(undefined);
     try {
-      this.#reserve?.close();
       await this.#root.close();
     } catch (err) {
       throw asStorageError(err);
     }
   }
 
+  /**
+   * Queues the batch's writes; runs inside `batch`, so they share its transaction. Each put or
+   * removal returns lmdb-js's promise for the transaction it joins — one per transaction, though
+   * lmdb-js may start a new one partway — which rejects when the commit fails. The batch's own
+   * promise reports that, so each of these is only marked handled (unhandled, it ends the worker).
+   */
   #apply(writes: FragmentWrites[]): void {
-    let ops = 0;
-    let recordBytes = 0;
-    for (const w of writes) {
-      // The high-water mark is one more put.
-      ops += w.puts.length + w.deletes.length + 1;
-      for (const [, record] of w.puts) recordBytes += record.length;
-    }
-    this.#reserveFor(ops, recordBytes);
     for (const w of writes) {
       const db = this.#dbs[w.fragment]!;
       // Deletes first, then puts: within one batch a put is the later write (FragmentWrites).
-      for (const key of w.deletes) db.removeSync(this.#dataKey(key));
-      for (const [key, record] of w.puts) db.putSync(this.#dataKey(key), record);
+      for (const key of w.deletes) this.#handled(db.remove(this.#dataKey(key)));
+      for (const [key, record] of w.puts) this.#handled(db.put(this.#dataKey(key), record));
       if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment]) {
-        db.putSync(META_HIGH_WATER_KEY, encodeHighWater(w.highWaterWallMs));
+        this.#handled(db.put(META_HIGH_WATER_KEY, encodeHighWater(w.highWaterWallMs)));
       }
     }
   }
 
-  /** Reserves the file blocks a transaction of `ops` operations storing `recordBytes` may take; inside it. */
-  #reserveFor(ops: number, recordBytes: number): void {
-    const reserve = this.#reserve;
-    assert(reserve !== undefined, 'a reader store does not write');
-    const info = (this.#root as unknown as NativeEnv).env.info();
-    reserve.ensure(
-      info.lastPageNumber + 1,
-      reserveBytesFor(ops, recordBytes, reserve.pageBytes),
-      info.mapSize,
-    );
+  #handled(txnPromise: unknown): void {
+    if (txnPromise === this.#handledTxnPromise || !(txnPromise instanceof Promise)) return;
+    this.#handledTxnPromise = txnPromise;
+    txnPromise.catch(ignore);
   }
 
   /** The prefixed key in the scratch buffer; valid until the next call. */

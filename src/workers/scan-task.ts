@@ -46,7 +46,6 @@ async function storeFor(
     fragmentCount: task.fragmentCount,
     levelGroups: [],
     levelGroupCount: 0,
-    reader: true,
   });
   const store = await view;
   if (!openedFragments.has(fragment)) {

@@ -1,16 +1,12 @@
 // The stable log (src/core/stable-log.ts, src/native-bindings/stable-log-file.ts): its frame format
-// under torn and corrupted writes, and an lmdb store brought back after a simulated power loss — the
-// map file reverted to its last checkpoint — holding every write a stable fence acknowledged.
+// under torn and corrupted writes, and the replay at start of the logs an older version of the lmdb
+// store left, which may hold the only copy of acknowledged `stable` writes.
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import {
-  STABLE_LOG_FRAME_BYTES_MAX,
-  STABLE_LOG_PREPARE_BYTES,
-  STABLE_LOG_PREPARE_FIRST_BYTES,
-} from '../../src/core/limits.js';
+import { STABLE_LOG_FRAME_BYTES_MAX } from '../../src/core/limits.js';
 import { compareVersions, encodeRecord } from '../../src/core/record.js';
 import {
   crc32,
@@ -138,188 +134,120 @@ describe('stable log format', () => {
   });
 });
 
-describe('stable log: an lmdb store after a power loss', () => {
+describe('stable log: the logs an older lmdb store left, replayed at the next start', () => {
   const dirs: string[] = [];
   after(async () => {
     for (const d of dirs) await fs.rm(d, { recursive: true, force: true });
   });
 
-  /** A new data directory, removed after the suite. */
-  async function freshDataDir(): Promise<string> {
+  /** A data directory whose store holds `entries` in fragment 0, committed and closed. */
+  async function storeHolding(entries: Array<[string, Buffer]>, wallMs: number): Promise<string> {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-stable-log-'));
     dirs.push(dataDir);
+    const store = await openAll(dataDir);
+    await store.commit([
+      { fragment: 0, puts: entries.map(([k, r]) => [b(k), r]), deletes: [], highWaterWallMs: wallMs },
+    ]);
+    await store.close();
     return dataDir;
   }
-  /** The store with every fragment open: as a worker opens it (its stable log 0), or as a reader. */
-  async function openAll(dataDir: string, stableLog: number | undefined): Promise<KvStore> {
-    const store = await openStore(location(dataDir, stableLog));
+  async function openAll(dataDir: string): Promise<KvStore> {
+    const store = await openStore(location(dataDir));
     for (let f = 0; f < FRAGMENTS; f++) await store.openFragment(f);
     return store;
   }
-  const openLogged = (dataDir: string) => openAll(dataDir, 0);
-  /** Runs `check` on a reader of the store (no log of its own), then closes it. */
-  async function withReader(dataDir: string, check: (reader: KvStore) => void): Promise<void> {
-    const reader = await openAll(dataDir, undefined);
+  /** Runs `check` on the store, then closes it. */
+  async function withStore(dataDir: string, check: (store: KvStore) => void): Promise<void> {
+    const store = await openAll(dataDir);
     try {
-      check(reader);
+      check(store);
     } finally {
-      await reader.close();
+      await store.close();
     }
   }
-  const location = (dataDir: string, stableLog: number | undefined): StoreLocation => ({
+  const location = (dataDir: string): StoreLocation => ({
     kind: 'lmdb',
     dataDir,
     fragmentCount: FRAGMENTS,
     levelGroups: [],
     levelGroupCount: 0,
-    stableLog,
   });
-  const put = (store: KvStore, fragment: number, entries: Array<[string, Buffer]>, wallMs: number) =>
-    store.commit([
-      { fragment, puts: entries.map(([k, r]) => [b(k), r]), deletes: [], highWaterWallMs: wallMs },
-    ]);
+  const logFile = (dataDir: string, worker: number) => path.join(dataDir, 'lmdb', `stable-${worker}.log`);
 
-  it('replays every write a stable fence acknowledged over the map of the last checkpoint', async () => {
-    const dataDir = await freshDataDir();
-    const mapFile = path.join(dataDir, 'lmdb', 'data.mdb');
-    let store = await openLogged(dataDir);
-    await put(
-      store,
-      0,
+  it('merges every logged write newer than the store, then removes the logs', async () => {
+    const dataDir = await storeHolding(
       [
         ['a', rec(100, 'a1')],
         ['b', rec(100, 'b1')],
+        ['c', rec(150, 'c0')],
       ],
-      100,
+      150,
     );
-    await store.sync(); // the first fence after opening is a checkpoint: the map is synced
-    await store.close();
-
-    store = await openLogged(dataDir);
-    await put(store, 0, [['c', rec(150, 'c0')]], 150);
-    await store.sync(); // checkpoint again (a new holder of the log): covers c
-    const afterCheckpoint = await fs.readFile(mapFile);
-    await put(store, 0, [['a', rec(200, 'a2')]], 200);
-    await put(store, 2, [['', rec(201, 'empty key')]], 201);
-    await store.sync(); // logged: one frame
-    await put(store, 1, [['d', rec(300, 'd1')]], 300);
-    await put(store, 0, [['b', rec(300, 'b2')]], 300);
-    await store.sync(); // logged: a second frame
-    await put(store, 3, [['unsynced', rec(400, 'lost')]], 400); // committed, never fenced
-    await store.close();
-
-    // Power loss: the pages written back since the checkpoint never reached the disk.
-    await fs.writeFile(mapFile, afterCheckpoint);
-    const replay = await recoverStore(location(dataDir, undefined));
-    assert.deepEqual(replay, { files: 1, entries: 4, applied: 4, tornBytes: 0 });
-    assert.deepEqual(
-      await fs.readdir(path.join(dataDir, 'lmdb')).then((n) => n.filter((x) => x.endsWith('.log'))),
-      [],
+    // Two workers' logs, as they stood when the old version lost power; the second zero-filled ahead.
+    await fs.writeFile(
+      logFile(dataDir, 0),
+      Buffer.concat([
+        frameOf([
+          [0, 'a', rec(200, 'a2')],
+          [2, '', rec(201, 'empty key')],
+        ]),
+        frameOf([[0, 'b', rec(300, 'b2')]]),
+      ]),
     );
+    await fs.writeFile(
+      logFile(dataDir, 1),
+      Buffer.concat([frameOf([[1, 'd', rec(300, 'd1')]]), Buffer.alloc(64 * 1024)]),
+    );
+    // A worker that never logged leaves an empty file: nothing to replay.
+    await fs.writeFile(logFile(dataDir, 2), Buffer.alloc(4096));
+    assert.deepEqual(await stableLogFiles(path.join(dataDir, 'lmdb')), ['stable-0.log', 'stable-1.log']);
 
-    await withReader(dataDir, (reader) => {
-      assert.deepEqual(reader.get(0, b('a')), rec(200, 'a2'));
-      assert.deepEqual(reader.get(0, b('b')), rec(300, 'b2'));
-      assert.deepEqual(reader.get(0, b('c')), rec(150, 'c0'));
-      assert.deepEqual(reader.get(1, b('d')), rec(300, 'd1'));
-      assert.deepEqual(reader.get(2, b('')), rec(201, 'empty key'));
-      assert.equal(reader.get(3, b('unsynced')), undefined);
+    const replay = await recoverStore(location(dataDir));
+    assert.deepEqual(replay, { files: 2, entries: 4, applied: 4, tornBytes: 0 });
+    const left = (await fs.readdir(path.join(dataDir, 'lmdb'))).filter((name) => name.endsWith('.log'));
+    assert.deepEqual(left, ['stable-2.log']);
+    await withStore(dataDir, (store) => {
+      assert.deepEqual(store.get(0, b('a')), rec(200, 'a2'));
+      assert.deepEqual(store.get(0, b('b')), rec(300, 'b2'));
+      assert.deepEqual(store.get(0, b('c')), rec(150, 'c0'));
+      assert.deepEqual(store.get(1, b('d')), rec(300, 'd1'));
+      assert.deepEqual(store.get(2, b('')), rec(201, 'empty key'));
       // The clock's floor moves with the replayed records.
-      assert.equal(reader.highWaterWallMs(0), 300);
-      assert.equal(reader.highWaterWallMs(2), 201);
+      assert.equal(store.highWaterWallMs(0), 300);
+      assert.equal(store.highWaterWallMs(2), 201);
     });
   });
 
-  it('writes frames over space zero-filled ahead of them; an unwritten log needs no replay', async () => {
-    const dataDir = await freshDataDir();
-    const envDir = path.join(dataDir, 'lmdb');
-    const logFile = path.join(envDir, 'stable-0.log');
-    const store = await openLogged(dataDir);
-    try {
-      await store.sync(); // a checkpoint: the log starts over, its first bytes zero-filled
-      assert.equal((await fs.stat(logFile)).size, STABLE_LOG_PREPARE_FIRST_BYTES);
-      assert.deepEqual(await stableLogFiles(envDir), []);
-      await put(store, 0, [['a', rec(100, 'a1')]], 100);
-      await store.sync(); // one frame, written over the zeros
-      assert.deepEqual(await stableLogFiles(envDir), ['stable-0.log']);
-    } finally {
-      await store.close(); // waits for the fill the frame started
-    }
-    const bytes = await fs.readFile(logFile);
-    const contents = readStableLog(bytes);
-    assert.equal(contents.frames, 1);
-    assert.equal(contents.tornBytes, 0);
-    assert.deepEqual(
-      contents.entries.map((e) => [e.fragment, e.key.toString('latin1'), e.record]),
-      [[0, 'a', rec(100, 'a1')]],
-    );
-    // The frame started a fill to STABLE_LOG_PREPARE_BYTES past it.
-    const frameBytes = STABLE_LOG_FRAME_HEADER_BYTES + bytes.readUInt32LE(0);
-    assert.equal(bytes.length, frameBytes + STABLE_LOG_PREPARE_BYTES);
-  });
-
-  it('zero-fills further ahead once the frames pass half of what was filled', async () => {
-    const dataDir = await freshDataDir();
-    const logFile = path.join(dataDir, 'lmdb', 'stable-0.log');
-    const store = await openLogged(dataDir);
-    const value = 'v'.repeat(256 * 1024);
-    const frames = Math.ceil((STABLE_LOG_PREPARE_BYTES * 0.75) / value.length);
-    try {
-      await store.sync();
-      for (let i = 0; i < frames; i++) {
-        await put(store, 0, [[`k${i}`, rec(100 + i, value)]], 100 + i);
-        await store.sync();
-      }
-    } finally {
-      await store.close(); // waits for a fill in flight
-    }
-    const bytes = await fs.readFile(logFile);
-    assert.ok(bytes.length > STABLE_LOG_PREPARE_BYTES, `${bytes.length} bytes`);
-    const contents = readStableLog(bytes);
-    assert.equal(contents.frames, frames);
-    assert.equal(contents.tornBytes, 0);
-    assert.ok(bytes.length - contents.entries.length * value.length >= STABLE_LOG_PREPARE_BYTES / 2);
-  });
-
   it('never replaces a newer record with an older logged one', async () => {
-    const dataDir = await freshDataDir();
-    let store = await openLogged(dataDir);
-    await store.sync();
-    await put(
-      store,
-      0,
+    const dataDir = await storeHolding(
       [
-        ['k', rec(100, 'old')],
+        ['k', rec(500, 'new')],
         ['same', rec(100, 's')],
       ],
-      100,
+      500,
     );
-    await store.sync(); // logged
-    await store.close();
-    // Without the log the store moved on (as it does when only the process died).
-    store = await openAll(dataDir, undefined);
-    await put(store, 0, [['k', rec(500, 'new')]], 500);
-    await store.close();
-
-    const replay = await recoverStore(location(dataDir, undefined));
+    await fs.writeFile(
+      logFile(dataDir, 0),
+      frameOf([
+        [0, 'k', rec(100, 'old')],
+        [0, 'same', rec(100, 's')],
+      ]),
+    );
+    const replay = await recoverStore(location(dataDir));
     assert.deepEqual(replay, { files: 1, entries: 2, applied: 0, tornBytes: 0 });
-    await withReader(dataDir, (reader) => {
-      const k = reader.get(0, b('k'));
+    await withStore(dataDir, (store) => {
+      const k = store.get(0, b('k'));
       assert.ok(k !== undefined && compareVersions(k, rec(500, 'new')) === 0);
-      assert.deepEqual(reader.get(0, b('same')), rec(100, 's'));
+      assert.deepEqual(store.get(0, b('same')), rec(100, 's'));
     });
   });
 
   it('ignores a torn last frame and stops the start on a corrupt one', async () => {
-    const dataDir = await freshDataDir();
-    const store = await openLogged(dataDir);
-    await store.sync();
-    await store.close();
-    const logFile = path.join(dataDir, 'lmdb', 'stable-0.log');
+    const dataDir = await storeHolding([], 0);
     const whole = frameOf([[0, 'kept', rec(10, 'v')]]);
     const torn = frameOf([[0, 'torn', rec(11, 'w')]]).subarray(0, 20);
-    await fs.writeFile(logFile, Buffer.concat([whole, torn]));
-    assert.deepEqual(await recoverStore(location(dataDir, undefined)), {
+    await fs.writeFile(logFile(dataDir, 0), Buffer.concat([whole, torn]));
+    assert.deepEqual(await recoverStore(location(dataDir)), {
       files: 1,
       entries: 1,
       applied: 1,
@@ -327,9 +255,9 @@ describe('stable log: an lmdb store after a power loss', () => {
     });
 
     const corrupt = frameOf([[FRAGMENTS + 1, 'x', rec(12, 'v')]]);
-    await fs.writeFile(logFile, corrupt);
-    await assert.rejects(recoverStore(location(dataDir, undefined)), /stable log .*stable-0\.log/);
+    await fs.writeFile(logFile(dataDir, 0), corrupt);
+    await assert.rejects(recoverStore(location(dataDir)), /stable log .*stable-0\.log/);
     // Kept for the operator.
-    assert.deepEqual(await fs.readFile(logFile), corrupt);
+    assert.deepEqual(await fs.readFile(logFile(dataDir, 0)), corrupt);
   });
 });
