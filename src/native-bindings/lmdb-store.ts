@@ -122,7 +122,7 @@ export const fragmentDbName = (fragment: number): string => `fragment-${String(f
 export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
   checkLocation(location);
   const dataFile = path.join(location.dataDir, LMDB_DIR, LMDB_DATA_FILE);
-  await checkMetaPages(dataFile);
+  await checkMetaPages(dataFile, false);
   try {
     const root = open<Uint8Array, Uint8Array>(path.join(location.dataDir, LMDB_DIR), LMDB_ENV_OPTIONS);
     return new LmdbStore(root, location.fragmentCount, dataFile);
@@ -135,9 +135,10 @@ export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
  * Refuses a data file whose meta pages are zeros, which lmdb-js cannot open (3.5 crashes the process
  * instead of reporting it). A file that is zeros throughout is one a power loss took before its
  * first flush, which is also when LMDB's first meta pages reach the disk: it never held anything
- * durable, so it is removed and the store starts empty, as it did then. Any other such file is damaged.
+ * durable, so `recoverStableLogs`, which runs before any thread opens the env, removes it
+ * (`remove`) and the store starts empty, as it did then. Any other such file is damaged.
  */
-async function checkMetaPages(dataFile: string): Promise<void> {
+async function checkMetaPages(dataFile: string, remove: boolean): Promise<void> {
   let file: fs.FileHandle;
   try {
     file = await fs.open(dataFile, 'r');
@@ -160,6 +161,11 @@ async function checkMetaPages(dataFile: string): Promise<void> {
     await file.close();
   }
   if (!allZeros) throw lmdbError(new Error('MDB_INVALID: its meta pages are zeros'), dataFile);
+  if (!remove) {
+    throw storageError(
+      `the LMDB data file ${dataFile} is zeros throughout (a power loss before its first flush): a starting node removes it`,
+    );
+  }
   await fs.rm(dataFile);
 }
 
@@ -180,11 +186,13 @@ function lmdbError(err: unknown, dataFile: string): TesseraError {
 }
 
 /**
- * Replays the stable logs workers left in the node's env (after a crash or power loss) into the
- * store, before any worker opens it. Returns what it found; a fresh directory has nothing to do.
+ * Brings the node's env back after a crash or a power loss, before any thread opens it: removes a
+ * data file that never held a flushed state (`checkMetaPages`), and replays the stable logs an older
+ * version left into the store. Returns what it replayed; a fresh directory has nothing to do.
  */
 export async function recoverStableLogs(location: StoreLocation): Promise<StableLogReplay> {
   const envDir = path.join(location.dataDir, LMDB_DIR);
+  await checkMetaPages(path.join(envDir, LMDB_DATA_FILE), true);
   const files = await stableLogFiles(envDir);
   if (files.length === 0) return { files: 0, entries: 0, applied: 0, tornBytes: 0 };
   const store = await openLmdbStore(location);
