@@ -53,6 +53,8 @@ const BACKUP_BATCH_ENTRIES = 1000;
  * into a table (up to LevelDB's 4 MiB write buffer) and starts a new log and manifest.
  */
 const LEVEL_REOPEN_FREE_BYTES_MIN = 16 * 1024 * 1024;
+/** Where a group's new database is made before it is renamed into place (`createGroupDurably`). */
+const LEVEL_NEW_GROUP_SUFFIX = '.new';
 /** LevelDB names its write-ahead logs `<number>.log`; rotated ones wait there for compaction. */
 const LOG_FILE_PATTERN = /^\d+\.log$/;
 
@@ -100,6 +102,8 @@ export async function openLevelStore(location: StoreLocation): Promise<KvStore> 
   const groups = new Map<number, Group>();
   try {
     await fs.mkdir(path.join(location.dataDir, LEVEL_DIR), { recursive: true });
+    // The directory's name must outlive a power loss before a database is created in it.
+    await fsyncPath(location.dataDir);
     for (const g of location.levelGroups) groups.set(g, await openGroup(location.dataDir, g));
   } catch (err) {
     await Promise.allSettled([...groups.values()].map((group) => group.db.close()));
@@ -110,6 +114,7 @@ export async function openLevelStore(location: StoreLocation): Promise<KvStore> 
 
 async function openGroup(dataDir: string, g: number): Promise<Group> {
   const dir = levelGroupDir(dataDir, g);
+  await createGroupDurably(dir);
   const db: LevelDb = new ClassicLevel<Buffer, Buffer>(dir, {
     keyEncoding: 'buffer',
     valueEncoding: 'buffer',
@@ -125,6 +130,32 @@ async function openGroup(dataDir: string, g: number): Promise<Group> {
     throw asStorageError(err);
   }
   return { dir, db, tail: Promise.resolve(), failed: false };
+}
+
+/**
+ * Creates a group's database, if it has none, so that a power loss cannot leave it unopenable.
+ * The LevelDB that classic-level bundles writes a new database's first MANIFEST without syncing it
+ * before CURRENT names it (later LevelDB releases sync it), and the power-loss simulator found the
+ * crash state that follows: CURRENT naming an empty MANIFEST, which LevelDB refuses to open. So a
+ * new database is made under a temporary name, closed, its files and directory synced, and only
+ * then renamed into place; a temporary left by a crash held nothing and is made again.
+ */
+async function createGroupDurably(dir: string): Promise<void> {
+  try {
+    await fs.access(dir);
+    return;
+  } catch {
+    // No database yet.
+  }
+  const fresh = `${dir}${LEVEL_NEW_GROUP_SUFFIX}`;
+  await fs.rm(fresh, { recursive: true, force: true });
+  const db: LevelDb = new ClassicLevel<Buffer, Buffer>(fresh, { errorIfExists: true });
+  await db.open();
+  await db.close();
+  for (const name of await fs.readdir(fresh)) await fsyncPath(path.join(fresh, name));
+  await fsyncPath(fresh);
+  await fs.rename(fresh, dir);
+  await fsyncPath(path.dirname(dir));
 }
 
 /** classic-level reports a held LOCK with code LEVEL_LOCKED, as the cause of LEVEL_DATABASE_NOT_OPEN. */

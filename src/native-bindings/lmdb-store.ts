@@ -75,13 +75,18 @@ const PREFIX_DATA = 0x01;
 const DATA_START_KEY = Buffer.from([PREFIX_DATA]);
 /** The first key past every data key: the default end of a page. */
 const DATA_END_KEY = Buffer.from([PREFIX_DATA + 1]);
+/** In the root database: the env's creation, its first transaction (`createEnvDurably`). */
+const META_CREATED_KEY = Buffer.concat([Buffer.from([PREFIX_META]), Buffer.from('created', 'latin1')]);
 const META_HIGH_WATER_KEY = Buffer.concat([
   Buffer.from([PREFIX_META]),
   Buffer.from('high-water-wall-ms', 'latin1'),
 ]);
 const LMDB_DIR = 'lmdb';
+/** Where a new env is made before it is renamed into place (`createEnvDurably`). */
+const LMDB_NEW_ENV_SUFFIX = '-new'; // no dot: lmdb-js takes a path with an extension for a file
 /** The env's data file in LMDB_DIR (a backup's only file: the lock file is made at open). */
 const LMDB_DATA_FILE = 'data.mdb';
+const LMDB_LOCK_FILE = 'lock.mdb';
 
 assert(PREFIX_BYTES + KEY_BYTES_MAX + 1 <= LMDB_KEY_BYTES_MAX, 'a prefixed key must fit LMDB');
 
@@ -113,7 +118,7 @@ const LMDB_DAMAGE_CODES = [
   'MDB_CORRUPTED',
   'MDB_PAGE_NOTFOUND',
   'MDB_INVALID',
-  'MDB_BAD_TXN',
+  'MDB_PROBLEM',
   'MDB_VERSION_MISMATCH',
 ];
 
@@ -135,7 +140,7 @@ export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
  * Refuses a data file whose meta pages are zeros, which lmdb-js cannot open (3.5 crashes the process
  * instead of reporting it). A file that is zeros throughout is one a power loss took before its
  * first flush, which is also when LMDB's first meta pages reach the disk: it never held anything
- * durable, so `recoverStableLogs`, which runs before any thread opens the env, removes it
+ * durable, so `recoverLmdbStore`, which runs before any thread opens the env, removes it
  * (`remove`) and the store starts empty, as it did then. Any other such file is damaged.
  */
 async function checkMetaPages(dataFile: string, remove: boolean): Promise<void> {
@@ -186,12 +191,50 @@ function lmdbError(err: unknown, dataFile: string): TesseraError {
 }
 
 /**
- * Brings the node's env back after a crash or a power loss, before any thread opens it: removes a
+ * Creates the node's env, if it has none, with a flushed transaction in it before it can be used.
+ * After a reboot lmdb-js rolls an env back to its newest flushed transaction, and one whose only
+ * flushed state is the empty env it was created with cannot be rolled back (lmdb-js 3.5 aborts the
+ * process at its next write; the power-loss simulator found it). So a new env is made under a
+ * temporary name, given one transaction, flushed and closed, its files and directory synced, and
+ * only then renamed into place; a temporary left by a crash held nothing and is made again.
+ */
+async function createEnvDurably(envDir: string): Promise<void> {
+  try {
+    await fs.access(path.join(envDir, LMDB_DATA_FILE));
+    return;
+  } catch {
+    // No env yet.
+  }
+  const fresh = `${envDir}${LMDB_NEW_ENV_SUFFIX}`;
+  try {
+    await fs.rm(fresh, { recursive: true, force: true });
+    const root = open<Uint8Array, Uint8Array>(fresh, LMDB_ENV_OPTIONS);
+    await root.put(META_CREATED_KEY, encodeHighWater(1));
+    await root.flushed;
+    await root.close();
+    for (const name of await fs.readdir(fresh)) await fsyncPath(path.join(fresh, name));
+    await fsyncPath(fresh);
+    // An env directory without a data file holds at most a lock file; anything else is refused.
+    await fs.rm(path.join(envDir, LMDB_LOCK_FILE), { force: true });
+    await fs.rmdir(envDir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') throw err;
+    });
+    await fs.rename(fresh, envDir);
+    await fsyncPath(path.dirname(envDir));
+  } catch (err) {
+    throw asStorageError(err);
+  }
+}
+
+/**
+ * Brings the node's env back after a crash or a power loss, before any thread opens it: creates it
+ * if new (`createEnvDurably`), removes a
  * data file that never held a flushed state (`checkMetaPages`), and replays the stable logs an older
  * version left into the store. Returns what it replayed; a fresh directory has nothing to do.
  */
-export async function recoverStableLogs(location: StoreLocation): Promise<StableLogReplay> {
+export async function recoverLmdbStore(location: StoreLocation): Promise<StableLogReplay> {
   const envDir = path.join(location.dataDir, LMDB_DIR);
+  await createEnvDurably(envDir);
   await checkMetaPages(path.join(envDir, LMDB_DATA_FILE), true);
   const files = await stableLogFiles(envDir);
   if (files.length === 0) return { files: 0, entries: 0, applied: 0, tornBytes: 0 };

@@ -33,14 +33,14 @@ export async function openStore(location: StoreLocation): Promise<KvStore> {
 }
 
 /**
- * Brings a store to its last stable state before any worker opens it: for lmdb, replays the stable
- * logs a crash or power loss left behind (stable-log-file.ts). Undefined for the other kinds, whose
- * stable fence needs no recovery of ours.
+ * Readies a store after a crash or a power loss, before any worker opens it: for lmdb, removes a data
+ * file that never held a flushed state and replays the stable logs an older version left behind
+ * (lmdb-store.ts, stable-log-file.ts). Undefined for the other kinds, which need no recovery of ours.
  */
 export async function recoverStore(location: StoreLocation): Promise<StableLogReplay | undefined> {
   if (location.kind !== 'lmdb') return undefined;
-  const { recoverStableLogs } = await import('./lmdb-store.js');
-  return recoverStableLogs(location);
+  const { recoverLmdbStore } = await import('./lmdb-store.js');
+  return recoverLmdbStore(location);
 }
 
 /**

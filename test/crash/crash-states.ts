@@ -33,6 +33,7 @@
 
 import { closeSync, ftruncateSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { seededFractions } from '../unit/fixtures/xorshift32.js';
 import type { Op } from './op-log.js';
 
 export const PAGE_BYTES = 4096;
@@ -251,11 +252,11 @@ function chooseKept(pieces: readonly Piece[], choice: CrashChoice): number[] {
       return pieces.map((p, i) => (i < count ? all(p) : 0));
     }
     case 'subset': {
-      const random = mulberry32(choice.seed);
+      const random = seededFractions(choice.seed);
       return pieces.map((p) => (random() < 0.5 ? all(p) : 0));
     }
     case 'subset-torn': {
-      const random = mulberry32(choice.seed);
+      const random = seededFractions(choice.seed);
       return pieces.map((p) => (random() < 0.5 ? tornLength(p, random()) : 0));
     }
   }
@@ -271,21 +272,6 @@ export function tornLength(p: { offset: number; end: number }, r: number): numbe
   const pick = Math.floor(r * (inside + 1));
   const cut = pick < inside ? firstBoundary + pick * SECTOR_BYTES : p.end;
   return cut - p.offset;
-}
-
-/**
- * mulberry32: a small, fast 32-bit PRNG, so a crash state is replayable from its seed (the tests
- * must not depend on Math.random). Returns numbers in [0, 1).
- */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 type KeptRanges = Map<PendingWrite, Array<[from: number, to: number]>>;

@@ -10,7 +10,7 @@
 // (or one thread), so a key's later sequence number is its later write. A delete reads back as
 // absence; absence also fits a key whose writes were all lost, when none was acknowledged stable.
 
-import { mulberry32 } from './crash-states.js';
+import { seededFractions } from '../unit/fixtures/xorshift32.js';
 
 /** One write the writer issued: a set of `writtenValue(key, seq)`, or a delete. */
 export interface WriteRecord {
@@ -112,7 +112,7 @@ export function workload(
   keyCount: number,
   writeCount: number,
 ): Array<Omit<WriteRecord, 'stable'>> {
-  const random = mulberry32(seed);
+  const random = seededFractions(seed);
   const writes: Array<Omit<WriteRecord, 'stable'>> = [];
   for (let seq = 1; seq <= writeCount; seq++) {
     const key = `k${Math.floor(random() * keyCount)}`;

@@ -21,7 +21,8 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { StoreKind } from '../../src/native-bindings/kv-store.js';
-import { type CrashChoice, CrashStateBuilder, mulberry32, writeCrashState } from './crash-states.js';
+import { seededFractions } from '../unit/fixtures/xorshift32.js';
+import { type CrashChoice, CrashStateBuilder, writeCrashState } from './crash-states.js';
 import { startRecorder } from './fuse-recorder.js';
 import { checkReadback, keysOf, type Violation, type WriteRecord, workload } from './history.js';
 import { type Op, readOpLog } from './op-log.js';
@@ -103,7 +104,7 @@ function writerCommand(scenario: Scenario, dataDir: string): string[] {
 }
 
 async function runWriter(scenario: Scenario, dataDir: string): Promise<WriteRecord[]> {
-  const random = mulberry32(scenario.seed ^ 0x5eed);
+  const random = seededFractions(scenario.seed ^ 0x5eed);
   const killAfterAcks = Math.floor(scenario.writes * (0.3 + 0.6 * random()));
   const history = workload(scenario.seed, scenario.keys, scenario.writes);
   const child = spawn(process.execPath, writerCommand(scenario, dataDir), {
@@ -136,7 +137,7 @@ async function runWriter(scenario: Scenario, dataDir: string): Promise<WriteReco
 
 /** A state's crash point and choice, all from its seed. */
 function stateOf(stateSeed: number, opCount: number): { k: number; choice: CrashChoice } {
-  const random = mulberry32(stateSeed);
+  const random = seededFractions(stateSeed);
   const k = random() < FINAL_STATE_SHARE ? opCount : Math.floor(random() * (opCount + 1));
   const pick = random();
   const seed = Math.floor(random() * 2 ** 31);
@@ -217,7 +218,12 @@ async function checkState(
   writeCrashState(builder.at(k, choice), stateDir);
   const keys = keysOf(history);
   const dir = path.join(stateDir, 'data');
-  const answer = await checker.check({ subject: scenario.subject, store: scenario.store, dir, keys });
+  let answer: CheckAnswer | { crashed: string };
+  try {
+    answer = await checker.check({ subject: scenario.subject, store: scenario.store, dir, keys });
+  } finally {
+    fs.rmSync(stateDir, { recursive: true, force: true });
+  }
   const base = { stateSeed, k, choice, violations: [] as Violation[] };
   if ('crashed' in answer) return { ...base, verdict: 'crashed', detail: answer.crashed };
   if ('refused' in answer) return { ...base, verdict: 'refused', detail: answer.refused };
@@ -258,12 +264,13 @@ export async function runScenario(
         builder,
         checker,
         stateSeed,
-        path.join(dir, 'state'),
+        // A path of its own per state: lmdb-js keeps an env open per path in a process, and a
+        // state at a path the checker used before must not meet what it left there.
+        path.join(dir, `state-${stateSeed}`),
       );
       if (outcome.verdict !== 'sound') failed = true;
       outcomes.push(outcome);
     }
-    fs.rmSync(path.join(dir, 'state'), { recursive: true, force: true });
     const acked = recording.history.filter((w) => w.ackNs !== undefined).length;
     const stableAcked = recording.history.filter((w) => w.stableNs !== undefined).length;
     const keep = failed || options.keep === true;
@@ -302,7 +309,7 @@ export async function replayState(dir: string, stateSeed: number): Promise<State
       new CrashStateBuilder(recording.ops),
       checker,
       stateSeed,
-      path.join(dir, 'replay'),
+      path.join(dir, `replay-${stateSeed}`),
     );
   } finally {
     checker.close();

@@ -18,6 +18,7 @@ import {
   CONNECTION_COMMANDS_IN_FLIGHT_MAX,
   CONNECTION_OUTPUT_BYTES_MAX,
 } from '../../src/main/resp/connection.js';
+import { seededFractions } from '../unit/fixtures/xorshift32.js';
 import { eventually } from './helpers.js';
 import { encodeCommand, type RespFixture, startResp } from './resp-helpers.js';
 
@@ -33,18 +34,6 @@ after(async () => {
   await fx.stop();
 });
 
-/** A small seeded PRNG (mulberry32), so a failing mix can be replayed from its seed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 type Op = { args: string[]; expected: string | number | null };
 
 /**
@@ -52,7 +41,7 @@ type Op = { args: string[]; expected: string | number | null };
  * model of Redis gives (values are always decimal, so INCR never fails).
  */
 function mixedOps(prefix: string, count: number, keys: number, seed: number): Op[] {
-  const random = prng(seed);
+  const random = seededFractions(seed);
   const model = new Map<string, string>();
   const ops: Op[] = [];
   for (let i = 0; i < count; i++) {
