@@ -127,7 +127,11 @@ async function openGroup(dataDir: string, g: number): Promise<Group> {
         `LevelDB group ${g} at ${dir} is locked: another process (or a live worker) has it open`,
       );
     }
-    throw asStorageError(err);
+    throw storageError(
+      `LevelDB group ${g} at ${dir} cannot be opened (${causesOf(err)}); if it is damaged, the node ` +
+        'cannot serve from it. In a cluster, move the data directory aside and restart the node empty: ' +
+        'anti-entropy refills it from its replicas. A node without peers needs a backup restored (README "Backups").',
+    );
   }
   return { dir, db, tail: Promise.resolve(), failed: false };
 }
@@ -156,6 +160,13 @@ async function createGroupDurably(dir: string): Promise<void> {
   await fsyncPath(fresh);
   await fs.rename(fresh, dir);
   await fsyncPath(path.dirname(dir));
+}
+
+/** An error and its causes' messages: classic-level wraps LevelDB's own ("Corruption: …") as a cause. */
+function causesOf(err: unknown): string {
+  const messages: string[] = [];
+  for (let e: unknown = err; e instanceof Error; e = e.cause) messages.push(e.message);
+  return messages.length > 0 ? messages.join(': ') : String(err);
 }
 
 /** classic-level reports a held LOCK with code LEVEL_LOCKED, as the cause of LEVEL_DATABASE_NOT_OPEN. */

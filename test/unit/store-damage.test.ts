@@ -1,8 +1,8 @@
-// An lmdb data file a power loss or a failing disk left unreadable (src/native-bindings/lmdb-store.ts):
-// one whose meta pages are zeros (lmdb-js would crash the process opening it) is refused with a
-// message naming the file and what to do, unless it is zeros throughout — a file a power loss took
-// before its first flush, which never held anything durable — when a starting node's recovery
-// removes it and the store starts empty.
+// A store a power loss or a failing disk left unreadable. An lmdb data file (lmdb-store.ts) whose
+// meta pages are zeros (lmdb-js would crash the process opening it) is refused with a message naming
+// the file and what to do, unless it is zeros throughout — a file a power loss took before its first
+// flush, which never held anything durable — when a starting node's recovery removes it and the
+// store starts empty. A LevelDB group that cannot be opened (level-store.ts) is refused likewise.
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -68,5 +68,32 @@ describe('lmdb: a data file whose meta pages are zeros', () => {
     });
     // Kept for the operator.
     assert.deepEqual(await fs.readFile(dataFile), content);
+  });
+});
+
+describe('level: a group LevelDB cannot open', () => {
+  it('is refused with a message naming its directory, LevelDB’s reason and what to do', async () => {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-level-damage-'));
+    try {
+      const location: StoreLocation = {
+        kind: 'level',
+        dataDir,
+        fragmentCount: FRAGMENTS,
+        levelGroups: [0],
+        levelGroupCount: 1,
+      };
+      await (await openStore(location)).close();
+      const groupDir = path.join(dataDir, 'level', 'group-0');
+      // CURRENT names the MANIFEST LevelDB reads first; one it cannot find is a damaged database.
+      await fs.writeFile(path.join(groupDir, 'CURRENT'), 'MANIFEST-999999\n');
+      await assert.rejects(openStore(location), (err: Error) => {
+        assert.ok(err.message.includes(groupDir), err.message);
+        assert.match(err.message, /MANIFEST-999999/);
+        assert.match(err.message, /anti-entropy refills it/);
+        return true;
+      });
+    } finally {
+      await fs.rm(dataDir, { recursive: true, force: true });
+    }
   });
 });
