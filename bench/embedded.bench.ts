@@ -69,7 +69,8 @@ function sustained(name: string, batch: () => Promise<unknown>, baseline?: strin
 export async function embeddedBench(workers = 1): Promise<BenchRow[]> {
   const dir = mkdtempSync(join(tmpdir(), 'tessera-bench-'));
   const keys = benchKeys();
-  const env = open({ path: join(dir, 'raw'), noSync: true, useWritemap: true, maxDbs: 4 });
+  // The lmdb store's durability (overlapping sync, no write map): lmdb-js's own default on Linux.
+  const env = open({ path: join(dir, 'raw'), overlappingSync: true, maxDbs: 4 });
   const raw = env.openDB({ name: 'raw', encoding: 'binary', keyEncoding: 'binary' });
   const node = await Tessera.start({ store: 'lmdb', dataDir: join(dir, 'tessera'), workers, fragments: 16 });
   let n = 0;

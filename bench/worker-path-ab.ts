@@ -26,15 +26,15 @@ async function compare({ roots, seconds, batch }: AbArgs): Promise<string> {
   const b = await openWorkerPath(roots[1], batch);
   try {
     for (let i = 0; i < WARMUP_TURNS; i++) {
-      a.turn();
-      b.turn();
+      await a.turn();
+      await b.turn();
     }
     const ns: [number[], number[]] = [[], []];
     const end = Date.now() + seconds * 1000;
     for (let flip = false; Date.now() < end; flip = !flip) {
       const [first, second] = flip ? [1, 0] : [0, 1];
-      ns[first].push((first === 0 ? a : b).turn());
-      ns[second].push((second === 0 ? a : b).turn());
+      ns[first].push(await (first === 0 ? a : b).turn());
+      ns[second].push(await (second === 0 ? a : b).turn());
     }
     const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[xs.length >> 1] / batch;
     const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / xs.length / batch;
