@@ -35,6 +35,7 @@ import { SubscriptionKind } from '../core/pubsub.js';
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
 import type { BackupReport } from '../native-bindings/backup.js';
+import { DataDirLock } from '../native-bindings/data-dir-lock.js';
 import type { EvictionPolicy } from '../native-bindings/kv-store.js';
 import { bindStore } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
@@ -198,6 +199,8 @@ export class Tessera {
   readonly pubsub = new PubSubHub();
   private closing = false;
   private closed: Promise<void> | undefined;
+  /** The data directory, held for this process until close (none for the memory store). */
+  private dataDirLock: DataDirLock | undefined;
   private admittedTasks = 0;
   /** The spec `write` fills and submits synchronously: one object, not one per write. */
   private readonly writeSpec = blankWriteSpec();
@@ -232,6 +235,18 @@ export class Tessera {
   static async start(options: TesseraOptions = {}): Promise<Tessera> {
     const config = resolveConfig(options);
     const logger = options.logger ?? pino({ level: 'silent' });
+    const lock = config.store === 'memory' ? undefined : await DataDirLock.acquire(config.dataDir);
+    try {
+      const node = await Tessera.startLocked(config, logger);
+      node.dataDirLock = lock;
+      return node;
+    } catch (err) {
+      await lock?.release();
+      throw err;
+    }
+  }
+
+  private static async startLocked(config: NodeConfig, logger: Logger): Promise<Tessera> {
     const binding = await bindStore({
       kind: config.store,
       dataDir: config.dataDir,
@@ -517,6 +532,7 @@ export class Tessera {
       closeError = err;
     }
     await this.scanner.close();
+    await this.dataDirLock?.release();
     this.logger.info({ nodeId: this.nodeId }, 'node closed');
     if (fenceError !== undefined) throw fenceError;
     if (closeError !== undefined) throw closeError;

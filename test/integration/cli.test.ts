@@ -137,3 +137,38 @@ test('bad flags exit 2 with a message; --help exits 0', () => {
   assert.equal(help.status, 0);
   assert.match(help.stdout, /--durability/);
 });
+
+test('one node per data directory: a second start is refused naming the holder, and a close frees it', async () => {
+  const dir = await tempDir('cli-lock');
+  try {
+    const holder = await Tessera.start({ dataDir: dir.path, workers: 1, fragments: 8 });
+    try {
+      const second = spawnSync(
+        process.execPath,
+        [MAIN, '--data-dir', dir.path, '--workers', '1', '--fragments', '8', '--port', '0'],
+        { encoding: 'utf8' },
+      );
+      assert.equal(second.status, 1);
+      assert.match(
+        second.stdout,
+        new RegExp(`data directory ${dir.path} is in use by process ${process.pid}`),
+      );
+      await assert.rejects(
+        Tessera.start({ dataDir: dir.path, workers: 1, fragments: 8 }),
+        new RegExp(`in use by process ${process.pid}`),
+      );
+      // The refused start left the holder's data alone.
+      await holder.put('k', 'v');
+    } finally {
+      await holder.close();
+    }
+    const again = await Tessera.start({ dataDir: dir.path, workers: 1, fragments: 8 });
+    try {
+      assert.equal((await again.get('k'))?.toString(), 'v');
+    } finally {
+      await again.close();
+    }
+  } finally {
+    await dir.cleanup();
+  }
+});
