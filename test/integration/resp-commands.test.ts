@@ -1211,6 +1211,38 @@ describe('server commands', () => {
     await rejectsWith(r.call('CONFIG', 'SET', 'maxmemory', '1'), /^ERR CONFIG SET is not supported/);
     await rejectsWith(r.call('CONFIG', 'GET'), arity('config|get'));
     await rejectsWith(r.call('CONFIG'), arity('config'));
+    await rejectsWith(r.call('CONFIG', 'RESETSTAT'), /^ERR CONFIG RESETSTAT is not supported: the counters/);
+    await rejectsWith(r.call('CONFIG', 'REWRITE'), /^ERR CONFIG REWRITE is not supported/);
+    // An unknown subcommand is answered in Redis's words, and HELP lists the known ones.
+    await rejectsWith(r.call('CONFIG', 'BOGUS'), /^ERR unknown subcommand 'BOGUS'\. Try CONFIG HELP\.$/);
+    const help = (await r.call('CONFIG', 'HELP')) as string[];
+    assert.match(help[0], /^CONFIG <subcommand>/);
+    assert.ok(help.includes('GET <pattern>') && help.includes('HELP'));
+  });
+
+  test('each refused server command says why in its own words', async () => {
+    const reasons: Array<[string[], RegExp]> = [
+      [['SAVE'], /^ERR SAVE is not supported: persistence is continuous and configured at start/],
+      [['BGREWRITEAOF'], /^ERR BGREWRITEAOF is not supported: persistence is continuous/],
+      [
+        ['REPLICAOF', 'NO', 'ONE'],
+        /^ERR REPLICAOF is not supported: nodes replicate to each other by placement/,
+      ],
+      [
+        ['DEBUG', 'SLEEP', '0'],
+        /^ERR DEBUG is not supported: it inspects and changes a redis-server's internals/,
+      ],
+      [['ACL', 'WHOAMI'], /^ERR ACL is not supported: a node has one password/],
+      [['MODULE', 'LIST'], /^ERR MODULE is not supported: Tessera loads no modules/],
+      [['LATENCY', 'LATEST'], /^ERR LATENCY is not supported: no latency events are recorded/],
+      [['SLOWLOG', 'GET'], /^ERR SLOWLOG is not supported: slow commands are not recorded/],
+      [
+        ['WAITAOF', '1', '0', '0'],
+        /^ERR WAITAOF is not supported: a write is acknowledged at its durability level/,
+      ],
+    ];
+    for (const [args, reason] of reasons)
+      await rejectsWith(r.call(...(args as [string, ...string[]])), reason);
   });
 
   test('COMMAND COUNT, LIST, INFO and DOCS describe the command table', async () => {

@@ -431,10 +431,43 @@ function commandInfo(w: RespWriter, spec: CommandSpec): void {
 /** CONFIG GET pattern…: a read-only view of the settings Redis tools ask about. */
 function config(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const sub = optionName(cmd, 1);
-  if (sub !== 'GET') {
-    w.error(`CONFIG ${sub} is not supported: Tessera's settings are fixed at start (see tessera --help)`);
-    return true;
+  switch (sub) {
+    case 'GET':
+      return configGet(conn, cmd, w);
+    case 'SET':
+    case 'REWRITE':
+      return replyError(
+        w,
+        `CONFIG ${sub} is not supported: Tessera's settings are fixed at start (see tessera --help)`,
+      );
+    case 'RESETSTAT':
+      return replyError(
+        w,
+        "CONFIG RESETSTAT is not supported: the counters INFO shows run from the node's start",
+      );
+    case 'HELP':
+      return writeHelp(w, CONFIG_HELP);
+    default:
+      return unknownSubcommand(w, cmd, 'CONFIG');
   }
+}
+
+const CONFIG_HELP = [
+  'CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'GET <pattern>',
+  '    Return parameters matching the glob-like <pattern> and their values.',
+  'SET <directive> <value>',
+  "    Not supported: Tessera's settings are fixed at start.",
+  'RESETSTAT',
+  "    Not supported: INFO's counters run from the node's start.",
+  'REWRITE',
+  '    Not supported: there is no configuration file.',
+  'HELP',
+  '    Print this help.',
+];
+
+/** CONFIG GET pattern …: the settings whose names match, as Redis names them. */
+function configGet(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   if (cmd.argc < 3) return wrongArity(w, 'config|get');
   const settings = conn.server.configView();
   const matched = new Map<string, string>();

@@ -30,8 +30,9 @@ const REASONS: Record<string, readonly string[]> = {
     'BZPOPMIN',
     'BZPOPMAX',
     'BZMPOP',
-    'WAITAOF',
   ],
+  'it is not supported: a write is acknowledged at its durability level (--durability), not by counting fsyncs':
+    ['WAITAOF'],
   'Tessera stores strings only': [
     'LPUSH',
     'RPUSH',
@@ -148,22 +149,19 @@ const REASONS: Record<string, readonly string[]> = {
     'MIGRATE',
   ],
   'it is not supported: keys are not sampled': ['RANDOMKEY'],
-  'it is not supported: persistence is continuous and configured at start': [
+  'it is not supported: persistence is continuous and configured at start (--durability)': [
     'SAVE',
     'BGSAVE',
     'BGREWRITEAOF',
     'LASTSAVE',
-    'DEBUG',
-    'SLAVEOF',
-    'REPLICAOF',
-    'SYNC',
-    'PSYNC',
-    'FAILOVER',
-    'ACL',
-    'MODULE',
-    'LATENCY',
-    'SLOWLOG',
   ],
+  "it is not supported: nodes replicate to each other by placement (--peers, --replicas), not as a redis-server's replica":
+    ['SLAVEOF', 'REPLICAOF', 'SYNC', 'PSYNC', 'FAILOVER'],
+  "it is not supported: it inspects and changes a redis-server's internals": ['DEBUG'],
+  'it is not supported: a node has one password (--requirepass), with no users or permissions': ['ACL'],
+  'it is not supported: Tessera loads no modules': ['MODULE'],
+  'it is not supported: no latency events are recorded': ['LATENCY'],
+  'it is not supported: slow commands are not recorded': ['SLOWLOG'],
 };
 
 export const UNSUPPORTED_COMMANDS: CommandSpec[] = Object.entries(REASONS).flatMap(([reason, names]) =>
