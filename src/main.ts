@@ -5,9 +5,9 @@
 
 import { readFileSync } from 'node:fs';
 import pino from 'pino';
-import { TesseraError } from './core/errors.js';
+import { ErrorKind, TesseraError } from './core/errors.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
-import { type CliArgs, helpText, parseCliArgs } from './main/cli-args.js';
+import { type CliArgs, helpText, inFlagTerms, parseCliArgs } from './main/cli-args.js';
 import type { TesseraOptions } from './main/config.js';
 import { peerSummaries, workerSummaries } from './main/health-summary.js';
 import { type FragmentPlacement, type Health, Tessera } from './main/node.js';
@@ -60,6 +60,11 @@ async function main(): Promise<number> {
     node = await Tessera.start({ ...args.options, peerTls, logger });
   } catch (err) {
     const code = err instanceof TesseraError ? err.code : undefined;
+    if (err instanceof TesseraError && err.kind === ErrorKind.InvalidInput) {
+      // Bad input: one plain line naming the flag as the user gave it, as a parse error is.
+      process.stderr.write(`tessera: ${inFlagTerms(err.message, args.fromEnvironment)}\n`);
+      return 2;
+    }
     logger.fatal({ code, err: (err as Error).message }, 'node failed to start');
     return 1;
   }

@@ -280,6 +280,8 @@ export interface CliArgs {
   admin: { port: number; bind: string } | undefined;
   logLevel: (typeof LOG_LEVELS)[number];
   help: boolean;
+  /** The flags whose values came from their environment variables, not the command line. */
+  fromEnvironment: ReadonlySet<string>;
   version: boolean;
 }
 
@@ -332,9 +334,13 @@ function convert(flag: Flag, raw: string): string | number | boolean {
 /** Parses argv (without node and script) and the environment into node options. */
 export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): CliArgs {
   const values = new Map<string, string | number | boolean>();
+  const fromEnvironment = new Set<string>();
   for (const flag of FLAGS) {
     const fromEnv = env[envName(flag.name)];
-    if (fromEnv !== undefined && flag.kind !== 'boolean') values.set(flag.name, convert(flag, fromEnv));
+    if (fromEnv !== undefined && flag.kind !== 'boolean') {
+      values.set(flag.name, convert(flag, fromEnv));
+      fromEnvironment.add(flag.name);
+    }
   }
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
@@ -349,6 +355,7 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     else if (i + 1 < argv.length) raw = argv[++i];
     else throw invalidInput(`--${name} needs a value`);
     values.set(name, convert(flag, raw));
+    fromEnvironment.delete(name);
   }
   const options: Record<string, unknown> = {};
   for (const flag of FLAGS) {
@@ -390,7 +397,24 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     logLevel,
     help: values.get('help') === true,
     version: values.get('version') === true,
+    fromEnvironment,
   };
+}
+
+/**
+ * A refusal of the options, in the command line's words: each option name in `message` (as the
+ * embedded API names it, `valueBytesMax`) becomes its flag (`--value-bytes-max`), with the
+ * environment variable when that is where the value came from.
+ */
+export function inFlagTerms(message: string, fromEnvironment: ReadonlySet<string>): string {
+  return message.replace(/\b[a-z][A-Za-z]*\b/g, (word, at: number, whole: string) => {
+    const flag = FLAGS.find((f) => f.option === word);
+    // A one-word option ("store") is a flag only where it opens the message or a clause after ': '.
+    const opensClause = at === 0 || whole.slice(at - 2, at) === ': ';
+    if (flag === undefined || (!opensClause && word === word.toLowerCase())) return word;
+    const source = fromEnvironment.has(flag.name) ? ` (from ${envName(flag.name)})` : '';
+    return `--${flag.name}${source}`;
+  });
 }
 
 function tlsArgs(values: Map<string, string | number | boolean>): CliArgs['tls'] {

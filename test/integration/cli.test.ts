@@ -108,11 +108,23 @@ test('bad flags exit 2 with a message; --help exits 0', () => {
   const bad = spawnSync(process.execPath, [MAIN, '--store', 'memory', '--bogus'], { encoding: 'utf8' });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /unknown flag --bogus/);
+  // A value the node refuses is one plain line naming the flag as given, exit status 2, as a parse error.
   const invalid = spawnSync(process.execPath, [MAIN, '--store', 'memory', '--fragments', '0'], {
     encoding: 'utf8',
   });
-  assert.equal(invalid.status, 1);
-  assert.match(invalid.stdout, /TESSERA_INVALID_INPUT/);
+  assert.equal(invalid.status, 2);
+  assert.equal(invalid.stdout, '');
+  assert.equal(invalid.stderr, 'tessera: invalid input: --fragments must be an integer in 1..16384, got 0\n');
+  // From the environment: the variable is named too.
+  const fromEnv = spawnSync(process.execPath, [MAIN, '--store', 'memory'], {
+    encoding: 'utf8',
+    env: { ...process.env, TESSERA_VALUE_BYTES_MAX: '0' },
+  });
+  assert.equal(fromEnv.status, 2);
+  assert.match(
+    fromEnv.stderr,
+    /^tessera: invalid input: --value-bytes-max \(from TESSERA_VALUE_BYTES_MAX\) must be/,
+  );
   // An unreadable certificate file names its flag, before anything starts.
   const noCert = spawnSync(
     process.execPath,
@@ -148,10 +160,10 @@ test('one node per data directory: a second start is refused naming the holder, 
         [MAIN, '--data-dir', dir.path, '--workers', '1', '--fragments', '8', '--port', '0'],
         { encoding: 'utf8' },
       );
-      assert.equal(second.status, 1);
+      assert.equal(second.status, 2);
       assert.match(
-        second.stdout,
-        new RegExp(`data directory ${dir.path} is in use by process ${process.pid}`),
+        second.stderr,
+        new RegExp(`^tessera: .*data directory ${dir.path} is in use by process ${process.pid}`),
       );
       await assert.rejects(
         Tessera.start({ dataDir: dir.path, workers: 1, fragments: 8 }),
