@@ -4,12 +4,14 @@
 // through its admin port.
 
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import pino from 'pino';
 import { ErrorKind, TesseraError } from './core/errors.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
 import { type CliArgs, helpText, inFlagTerms, parseCliArgs } from './main/cli-args.js';
 import type { TesseraOptions } from './main/config.js';
 import { peerSummaries, workerSummaries } from './main/health-summary.js';
+import { listenOn } from './main/listen.js';
 import { type FragmentPlacement, type Health, Tessera } from './main/node.js';
 import { RespServer } from './main/resp/server.js';
 
@@ -27,6 +29,32 @@ function version(): string {
     }
   }
   return 'unknown';
+}
+
+/**
+ * Binds each client port once and lets it go, so a start that would fail on a port in use fails
+ * before it creates or takes a data directory; undefined when all bind. (Another process can still
+ * take one in between: the listeners' own errors then stop the start, as before.)
+ */
+async function firstUnboundPort(args: CliArgs): Promise<string | undefined> {
+  const wanted: Array<{ flag: string; port: number; host: string }> = [];
+  // A TLS-only node has no plain listener.
+  if (args.tls?.only !== true) wanted.push({ flag: '--port', port: args.resp.port, host: args.resp.bind });
+  if (args.tls !== undefined) wanted.push({ flag: '--tls-port', port: args.tls.port, host: args.resp.bind });
+  if (args.admin !== undefined)
+    wanted.push({ flag: '--admin-port', port: args.admin.port, host: args.admin.bind });
+  for (const { flag, port, host } of wanted) {
+    if (port === 0) continue;
+    const server = createServer();
+    try {
+      await listenOn(server, port, host);
+    } catch (err) {
+      return `${flag} ${port} cannot be bound on ${host}: ${(err as Error).message}`;
+    } finally {
+      if (server.listening) await new Promise((resolve) => server.close(resolve));
+    }
+  }
+  return undefined;
 }
 
 async function main(): Promise<number> {
@@ -52,6 +80,11 @@ async function main(): Promise<number> {
     peerTls = readPeerTls(args.peerTls);
   } catch (err) {
     process.stderr.write(`tessera: ${(err as Error).message}\n`);
+    return 2;
+  }
+  const portInUse = await firstUnboundPort(args);
+  if (portInUse !== undefined) {
+    process.stderr.write(`tessera: ${portInUse}\n`);
     return 2;
   }
   const logger = pino({ level: args.logLevel, base: { pid: process.pid } });

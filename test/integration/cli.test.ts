@@ -2,6 +2,9 @@
 // SIGTERM, SIGINT and the SHUTDOWN command, clear refusals of bad flags.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
+import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -181,6 +184,28 @@ test('one node per data directory: a second start is refused naming the holder, 
       await again.close();
     }
   } finally {
+    await dir.cleanup();
+  }
+});
+
+test('a client port in use stops the start before it creates the data directory', async () => {
+  const dir = await tempDir('cli-port');
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+  try {
+    const { port } = taken.address() as AddressInfo;
+    const dataDir = path.join(dir.path, 'data');
+    const start = spawnSync(process.execPath, [MAIN, '--data-dir', dataDir, '--port', String(port)], {
+      encoding: 'utf8',
+    });
+    assert.equal(start.status, 2);
+    assert.match(
+      start.stderr,
+      new RegExp(`^tessera: --port ${port} cannot be bound on 127\\.0\\.0\\.1: .*EADDRINUSE`),
+    );
+    assert.equal(existsSync(dataDir), false, 'no data directory was made');
+  } finally {
+    await new Promise((resolve) => taken.close(resolve));
     await dir.cleanup();
   }
 });
