@@ -9,6 +9,12 @@
 //   stable    — `sync()` has resolved: everything committed before the call survives power loss.
 
 export type StoreKind = 'lmdb' | 'level' | 'memory';
+
+/** What an operator does about a store a binding found damaged, as every binding's error says it. */
+export const DAMAGED_STORE_REMEDY =
+  'the node cannot serve from it. In a cluster, move the data directory aside and restart the node ' +
+  'empty: anti-entropy refills it from its replicas. A node without peers needs a backup restored ' +
+  '(README "Backups").';
 export const STORE_KINDS: readonly StoreKind[] = ['lmdb', 'level', 'memory'];
 
 /**

@@ -22,8 +22,15 @@ import { assert } from '../core/assert.js';
 import { asBuffer } from '../core/bytes.js';
 import { asStorageError, storageError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX } from '../core/limits.js';
-import { fsyncPath } from './fsync-path.js';
-import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
+import { fsyncDirectoryFiles, fsyncPath, renameIntoPlaceDurably } from './fsync-path.js';
+import {
+  DAMAGED_STORE_REMEDY,
+  type FragmentWrites,
+  type KvStore,
+  type PageStart,
+  type StoredEntry,
+  type StoreLocation,
+} from './kv-store.js';
 import {
   checkFragment,
   checkKey,
@@ -128,9 +135,7 @@ async function openGroup(dataDir: string, g: number): Promise<Group> {
       );
     }
     throw storageError(
-      `LevelDB group ${g} at ${dir} cannot be opened (${causesOf(err)}); if it is damaged, the node ` +
-        'cannot serve from it. In a cluster, move the data directory aside and restart the node empty: ' +
-        'anti-entropy refills it from its replicas. A node without peers needs a backup restored (README "Backups").',
+      `LevelDB group ${g} at ${dir} cannot be opened (${causesOf(err)}); if it is damaged, ${DAMAGED_STORE_REMEDY}`,
     );
   }
   return { dir, db, tail: Promise.resolve(), failed: false };
@@ -156,10 +161,7 @@ async function createGroupDurably(dir: string): Promise<void> {
   const db: LevelDb = new ClassicLevel<Buffer, Buffer>(fresh, { errorIfExists: true });
   await db.open();
   await db.close();
-  for (const name of await fs.readdir(fresh)) await fsyncPath(path.join(fresh, name));
-  await fsyncPath(fresh);
-  await fs.rename(fresh, dir);
-  await fsyncPath(path.dirname(dir));
+  await renameIntoPlaceDurably(fresh, dir);
 }
 
 /** An error and its causes' messages: classic-level wraps LevelDB's own ("Corruption: …") as a cause. */
@@ -344,8 +346,7 @@ class LevelStore implements KvStore {
       await copy.close();
     }
     // Closed, the copy is its files: make them and their names durable.
-    for (const name of await fs.readdir(dir)) await fsyncPath(path.join(dir, name));
-    await fsyncPath(dir);
+    await fsyncDirectoryFiles(dir);
   }
 
   async dropFragment(fragment: number): Promise<void> {

@@ -32,8 +32,15 @@ import { type Database, open, type RootDatabase, type RootDatabaseOptions } from
 import { assert } from '../core/assert.js';
 import { asStorageError, storageError, type TesseraError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
-import { fsyncPath } from './fsync-path.js';
-import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
+import { fsyncPath, renameIntoPlaceDurably } from './fsync-path.js';
+import {
+  DAMAGED_STORE_REMEDY,
+  type FragmentWrites,
+  type KvStore,
+  type PageStart,
+  type StoredEntry,
+  type StoreLocation,
+} from './kv-store.js';
 import {
   checkFragment,
   checkKey,
@@ -183,11 +190,7 @@ const isZeros = (bytes: Uint8Array): boolean => bytes.every((byte) => byte === 0
 function lmdbError(err: unknown, dataFile: string): TesseraError {
   const message = err instanceof Error ? err.message : String(err);
   if (!LMDB_DAMAGE_CODES.some((code) => message.includes(code))) return asStorageError(err);
-  return storageError(
-    `the LMDB data file ${dataFile} is damaged (${message}); the node cannot serve from it. ` +
-      'In a cluster, move the data directory aside and restart the node empty: anti-entropy refills it ' +
-      'from its replicas. A node without peers needs a backup restored (README "Backups").',
-  );
+  return storageError(`the LMDB data file ${dataFile} is damaged (${message}); ${DAMAGED_STORE_REMEDY}`);
 }
 
 /**
@@ -212,15 +215,12 @@ async function createEnvDurably(envDir: string): Promise<void> {
     await root.put(META_CREATED_KEY, encodeHighWater(1));
     await root.flushed;
     await root.close();
-    for (const name of await fs.readdir(fresh)) await fsyncPath(path.join(fresh, name));
-    await fsyncPath(fresh);
     // An env directory without a data file holds at most a lock file; anything else is refused.
     await fs.rm(path.join(envDir, LMDB_LOCK_FILE), { force: true });
     await fs.rmdir(envDir).catch((err: NodeJS.ErrnoException) => {
       if (err.code !== 'ENOENT') throw err;
     });
-    await fs.rename(fresh, envDir);
-    await fsyncPath(path.dirname(envDir));
+    await renameIntoPlaceDurably(fresh, envDir);
   } catch (err) {
     throw asStorageError(err);
   }

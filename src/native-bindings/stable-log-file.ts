@@ -11,7 +11,6 @@
 
 import fs from 'node:fs';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { storageError } from '../core/errors.js';
 import { compareVersions, isWellFormedRecord, wallMsOf } from '../core/record.js';
 import {
@@ -21,9 +20,8 @@ import {
   StableLogCorrupt,
   type StableLogEntry,
 } from '../core/stable-log.js';
+import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore } from './kv-store.js';
-
-const fsync = promisify(fs.fsync);
 
 const LOG_FILE_PATTERN = /^stable-(\d+)\.log$/;
 /** Replayed entries per store commit: bounds one replay transaction. */
@@ -38,15 +36,6 @@ async function holdsFrames(file: string): Promise<boolean> {
     return head.subarray(0, bytesRead).some((byte) => byte !== 0);
   } finally {
     await handle.close();
-  }
-}
-
-async function fsyncDirectory(dir: string): Promise<void> {
-  const fd = fs.openSync(dir, 'r');
-  try {
-    await fsync(fd);
-  } finally {
-    fs.closeSync(fd);
   }
 }
 
@@ -111,7 +100,7 @@ export async function replayStableLogs(
   if (files.length === 0) return report;
   await store.sync();
   for (const name of files) await fs.promises.rm(path.join(dir, name));
-  await fsyncDirectory(dir);
+  await fsyncPath(dir);
   return report;
 }
 
