@@ -21,7 +21,14 @@
 
 import { createHash } from 'node:crypto';
 import { KEY_BYTES_MAX, RECONCILE_PAGE_BYTES_MAX, RECONCILE_PAGE_ITEMS_MAX } from './limits.js';
-import { compareVersions, isWellFormedRecord, RECORD_HEADER_BYTES, wallMsOf } from './record.js';
+import {
+  compareVersions,
+  isWellFormedRecord,
+  RECORD_HEADER_BYTES,
+  stampOf,
+  valueOffsetOf,
+  wallMsOf,
+} from './record.js';
 
 /** The freshest local version of a key (a view valid until the next call), or undefined. */
 export interface VersionReader {
@@ -240,7 +247,7 @@ export class ReconcileRound {
     const wanted: Buffer[] = [];
     let previous: Uint8Array | undefined = this.pageSeq === 0 ? undefined : this.lastKey;
     for (const s of page.summaries) {
-      if (s.stamp.length < RECORD_HEADER_BYTES || s.stamp.length < RECORD_HEADER_BYTES + s.stamp[15]) {
+      if (s.stamp.length < RECORD_HEADER_BYTES || s.stamp.length < valueOffsetOf(s.stamp)) {
         return { kind: 'violation', reason: 'malformed anti-entropy stamp' };
       }
       // Pages are in strictly ascending key order; the cursor of the next page depends on it.
@@ -381,10 +388,4 @@ export class ReconcileResponder {
     cut(true);
     return pages;
   }
-}
-
-/** A record without its value: what a summary carries. */
-export function stampOf<T extends Uint8Array>(record: T): T {
-  // A Buffer's subarray is a Buffer, a Uint8Array's a Uint8Array.
-  return record.subarray(0, RECORD_HEADER_BYTES + record[15]) as T;
 }

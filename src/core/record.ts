@@ -84,6 +84,11 @@ export const nodeIdOf = (r: Uint8Array): Uint8Array =>
   r.subarray(RECORD_HEADER_BYTES, RECORD_HEADER_BYTES + r[NODE_ID_LENGTH]);
 export const valueOffsetOf = (r: Uint8Array): number => RECORD_HEADER_BYTES + r[NODE_ID_LENGTH];
 export const valueBytesOf = (r: Uint8Array): Uint8Array => r.subarray(valueOffsetOf(r));
+/** A record without its value: what a summary carries. */
+export function stampOf<T extends Uint8Array>(record: T): T {
+  // A Buffer's subarray is a Buffer, a Uint8Array's a Uint8Array.
+  return record.subarray(0, valueOffsetOf(record)) as T;
+}
 
 /** Live means: a value (not a tombstone) whose deadline, if any, is still ahead of `nowMs`. */
 export function isLive(r: Uint8Array, nowMs: number): boolean {

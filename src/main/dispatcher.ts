@@ -7,7 +7,7 @@
 import { getHeapStatistics } from 'node:v8';
 import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
-import { copyBytes, writeU32LE } from '../core/bytes.js';
+import { copyBytes } from '../core/bytes.js';
 import { invalidInput, outOfMemory, storageError, type TesseraError } from '../core/errors.js';
 import type { FragmentStats } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
@@ -33,6 +33,7 @@ import { openStore } from '../native-bindings/open-store.js';
 import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-board.js';
 import type { ClusterInit, WorkerInit } from '../threads/messages.js';
 import {
+  CONTROL_HEADER_BYTES,
   MODIFY_PARAMS_BYTES,
   type PoolSpanRequest,
   type PoolSpanResult,
@@ -44,6 +45,8 @@ import {
   resultStatus,
   type ScanRequest,
   scanRequestBytes,
+  setRequestId,
+  writeControlHeader,
   writeModifyParams,
   writeRequestHeader,
   writeScanRequest,
@@ -281,7 +284,7 @@ export class Dispatcher {
     if (!link.canAccept()) return link.refusal();
     const at = link.begin(handler, token, request.length);
     copyBytes(link.buffer, at, request);
-    link.buffer.writeUInt32LE(link.reqId, at + 4);
+    setRequestId(link.buffer, at, link.reqId);
     link.end();
     return undefined;
   }
@@ -317,7 +320,7 @@ export class Dispatcher {
     const at = link.begin(handler, token, stampAt + recordBytes(this.nodeIdBytes.length, value.length));
     const buf = link.buffer;
     request.copy(buf, at, 0, stampAt);
-    writeU32LE(buf, at + 4, link.reqId);
+    setRequestId(buf, at, link.reqId);
     const p = writeRecordHeader(
       buf,
       at + stampAt,
@@ -520,9 +523,8 @@ export class Dispatcher {
   workerHealth(link: WorkerLink): Promise<WorkerHealthReport | undefined> {
     if (link.state !== 'ready') return Promise.resolve(undefined);
     return new Promise((resolve) => {
-      const at = link.begin(healthHandler, resolve, RESULT_HEADER_BYTES);
-      link.buffer[at] = RequestKind.Health;
-      link.buffer.writeUInt32LE(link.reqId, at + 4);
+      const at = link.begin(healthHandler, resolve, CONTROL_HEADER_BYTES);
+      writeControlHeader(link.buffer, at, RequestKind.Health, link.reqId);
       link.end();
     });
   }
@@ -576,10 +578,9 @@ export class Dispatcher {
     }
     return new Promise((resolve, reject) => {
       const bytes = Buffer.byteLength(target);
-      const at = link.begin(backupHandler, { resolve, reject }, 8 + bytes);
-      link.buffer[at] = RequestKind.Backup;
-      link.buffer.writeUInt32LE(link.reqId, at + 4);
-      link.buffer.write(target, at + 8, bytes, 'utf8');
+      const at = link.begin(backupHandler, { resolve, reject }, CONTROL_HEADER_BYTES + bytes);
+      const payloadAt = writeControlHeader(link.buffer, at, RequestKind.Backup, link.reqId);
+      link.buffer.write(target, payloadAt, bytes, 'utf8');
       link.end();
     });
   }

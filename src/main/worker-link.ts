@@ -18,6 +18,7 @@ import { isWorkerEvent, type WorkerInit } from '../threads/messages.js';
 import {
   acksCount,
   acksReply,
+  CONTROL_HEADER_BYTES,
   PEER_HEADER_BYTES,
   type PoolSpanResult,
   peerOf,
@@ -28,6 +29,7 @@ import {
   resultDetail,
   resultId,
   resultStatus,
+  writeControlHeader,
   writePeerHeader,
   writePoolSpanResult,
   writeResultHeader,
@@ -195,18 +197,15 @@ export class WorkerLink {
 
   /** Test hook: makes the worker throw an uncaught error, as a crash would. */
   crash(): void {
-    const at = this.begin(ignoreResult, undefined, 8);
-    this.buffer[at] = RequestKind.Crash;
-    this.buffer.writeUInt32LE(this.reqId, at + 4);
+    const at = this.begin(ignoreResult, undefined, CONTROL_HEADER_BYTES);
+    writeControlHeader(this.buffer, at, RequestKind.Crash, this.reqId);
     this.end();
   }
 
   /** Test hook: the worker's next `count` store commits fail with a storage error. */
   failCommits(count: number): void {
-    const at = this.begin(ignoreResult, undefined, 12);
-    this.buffer[at] = RequestKind.FailCommits;
-    this.buffer.writeUInt32LE(this.reqId, at + 4);
-    this.buffer.writeUInt32LE(count, at + 8);
+    const at = this.begin(ignoreResult, undefined, CONTROL_HEADER_BYTES + 4);
+    writeU32LE(this.buffer, writeControlHeader(this.buffer, at, RequestKind.FailCommits, this.reqId), count);
     this.end();
   }
 
@@ -224,9 +223,8 @@ export class WorkerLink {
     }
     this.state = 'closing';
     const closed = new Promise<TesseraError | undefined>((resolve) => {
-      const at = this.begin(closeHandler, resolve, 8);
-      this.buffer[at] = RequestKind.Close;
-      this.buffer.writeUInt32LE(this.reqId, at + 4);
+      const at = this.begin(closeHandler, resolve, CONTROL_HEADER_BYTES);
+      writeControlHeader(this.buffer, at, RequestKind.Close, this.reqId);
       this.end();
     });
     const error = await closed;

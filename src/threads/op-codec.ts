@@ -18,6 +18,9 @@
 //   2  u32  arg          SETRANGE offset, SETBIT / GETBIT bit offset
 //   6  u16  operandLength, then the operand (INCRBY / INCRBYFLOAT delta as sent, MSETNX pairs…)
 //
+// Control request (Health, Crash, Close, FailCommits, Backup): kind at 0, bytes 1-3 zero, reqId at
+// 4, then its payload from byte 8 (writeControlHeader, controlPayloadAt).
+//
 // Scan request: the common 8-byte header (flags: bit 0 start inclusive, bit 1 has start, bit 2 has
 // end, bit 3 keys only), then u16 startLength, start, u16 endLength, end, u32 limit, u32 byteLimit,
 // u32 examineLimit,
@@ -50,7 +53,7 @@ import {
   writeU32LE,
   writeU48BE,
 } from '../core/bytes.js';
-import { isErrorKind } from '../core/errors.js';
+import { type ErrorKind, isErrorKind, truncateErrorMessage } from '../core/errors.js';
 import {
   KEY_BYTES_MAX,
   SCAN_EXAMINED_KEYS_MAX,
@@ -60,10 +63,20 @@ import {
 } from '../core/limits.js';
 import { decodeKeys, decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
-import { isWellFormedRecord, RECORD_HEADER_BYTES } from '../core/record.js';
+import { isWellFormedRecord, valueOffsetOf } from '../core/record.js';
 
 export const REQUEST_HEADER_BYTES = 10;
-export const RESULT_HEADER_BYTES = 8;
+/** The header every record but a fragment op's is: kind, flags, u16 (fragment or peer), u32 id. */
+const COMMON_HEADER_BYTES = 8;
+export const RESULT_HEADER_BYTES = COMMON_HEADER_BYTES;
+/** Bytes before a control request's payload. */
+export const CONTROL_HEADER_BYTES = COMMON_HEADER_BYTES;
+// Fields every request and result record has at the same place.
+const KIND_AT = 0;
+const FLAGS_AT = 1;
+const FRAGMENT_AT = 2;
+const ID_AT = 4;
+const KEY_BYTES_AT = 8;
 
 /** Request kinds beyond the fragment ops (OpKind 1..4). */
 export const RequestKind = {
@@ -109,14 +122,17 @@ export const ResultKind = {
 
 /** Writes the header of a peer record (request or result); returns where the payload starts. */
 export function writePeerHeader(buf: Buffer, at: number, kind: number, flag: number, peer: number): number {
-  buf[at] = kind;
-  buf[at + 1] = flag;
-  writeU16LE(buf, at + 2, peer);
-  writeU32LE(buf, at + 4, 0);
+  buf[at + KIND_AT] = kind;
+  buf[at + FLAGS_AT] = flag;
+  writeU16LE(buf, at + FRAGMENT_AT, peer);
+  writeU32LE(buf, at + ID_AT, 0);
   return at + PEER_HEADER_BYTES;
 }
-export const PEER_HEADER_BYTES = 8;
-export const peerOf = (buf: Buffer, at: number): number => readU16LE(buf, at + 2);
+export const PEER_HEADER_BYTES = COMMON_HEADER_BYTES;
+/** The member index a peer record is for (where a fragment op has its fragment). */
+export const peerOf = (buf: Buffer, at: number): number => readU16LE(buf, at + FRAGMENT_AT);
+/** A PeerState request's news: the peer connection is up. */
+export const peerStateUp = (buf: Buffer, at: number): boolean => buf[at + FLAGS_AT] === 1;
 
 const FLAG_HEADER_ONLY = 1 << 4;
 const FLAG_WANTS_PRIOR = 1 << 5;
@@ -144,25 +160,40 @@ export function writeRequestHeader(
   key: Uint8Array,
   wantsPrior = false,
 ): number {
-  buf[at] = kind;
-  buf[at + 1] =
+  buf[at + KIND_AT] = kind;
+  buf[at + FLAGS_AT] =
     priority | (durability << 2) | (headerOnly ? FLAG_HEADER_ONLY : 0) | (wantsPrior ? FLAG_WANTS_PRIOR : 0);
-  writeU16LE(buf, at + 2, fragment);
-  writeU32LE(buf, at + 4, reqId);
-  writeU16LE(buf, at + 8, key.length);
+  writeU16LE(buf, at + FRAGMENT_AT, fragment);
+  writeU32LE(buf, at + ID_AT, reqId);
+  writeU16LE(buf, at + KEY_BYTES_AT, key.length);
   buf.set(key, at + REQUEST_HEADER_BYTES);
   return at + REQUEST_HEADER_BYTES + key.length;
 }
 
-export const requestKind = (buf: Buffer, at: number): number => buf[at];
-export const requestPriority = (buf: Buffer, at: number): Priority => (buf[at + 1] & 3) as Priority;
+export const requestKind = (buf: Buffer, at: number): number => buf[at + KIND_AT];
+export const requestPriority = (buf: Buffer, at: number): Priority => (buf[at + FLAGS_AT] & 3) as Priority;
 export const requestDurability = (buf: Buffer, at: number): Durability =>
-  ((buf[at + 1] >> 2) & 3) as Durability;
-export const requestHeaderOnly = (buf: Buffer, at: number): boolean => (buf[at + 1] & FLAG_HEADER_ONLY) !== 0;
-export const requestWantsPrior = (buf: Buffer, at: number): boolean => (buf[at + 1] & FLAG_WANTS_PRIOR) !== 0;
-export const requestFragment = (buf: Buffer, at: number): number => readU16LE(buf, at + 2);
-export const requestId = (buf: Buffer, at: number): number => readU32LE(buf, at + 4);
-export const requestKeyBytes = (buf: Buffer, at: number): number => readU16LE(buf, at + 8);
+  ((buf[at + FLAGS_AT] >> 2) & 3) as Durability;
+export const requestHeaderOnly = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & FLAG_HEADER_ONLY) !== 0;
+export const requestWantsPrior = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & FLAG_WANTS_PRIOR) !== 0;
+export const requestFragment = (buf: Buffer, at: number): number => readU16LE(buf, at + FRAGMENT_AT);
+export const requestId = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);
+export const requestKeyBytes = (buf: Buffer, at: number): number => readU16LE(buf, at + KEY_BYTES_AT);
+/** Replaces an encoded request's id (a request passed on under the sender's own id). */
+export const setRequestId = (buf: Uint8Array, at: number, reqId: number): void =>
+  writeU32LE(buf, at + ID_AT, reqId);
+
+/** Writes a control request's header; returns where its payload starts. */
+export function writeControlHeader(buf: Buffer, at: number, kind: number, reqId: number): number {
+  buf[at + KIND_AT] = kind;
+  buf[at + FLAGS_AT] = 0;
+  writeU16LE(buf, at + FRAGMENT_AT, 0);
+  writeU32LE(buf, at + ID_AT, reqId);
+  return at + CONTROL_HEADER_BYTES;
+}
+export const controlPayloadAt = (at: number): number => at + CONTROL_HEADER_BYTES;
 
 export const MODIFY_PARAMS_BYTES = 8;
 /** Longest operand (its length is a u16): faces refuse commands whose operand would be longer. */
@@ -353,17 +384,17 @@ export function writeScanRequest(
   priority: Priority,
   s: ScanRequest,
 ): void {
-  buf[at] = RequestKind.Scan;
-  buf[at + 1] =
+  buf[at + KIND_AT] = RequestKind.Scan;
+  buf[at + FLAGS_AT] =
     (s.startInclusive ? SCAN_START_INCLUSIVE : 0) |
     (s.start !== undefined ? SCAN_HAS_START : 0) |
     (s.end !== undefined ? SCAN_HAS_END : 0) |
     (s.keysOnly ? SCAN_KEYS_ONLY : 0) |
     (s.stampsOnly ? SCAN_STAMPS_ONLY : 0) |
     (priority << 4);
-  buf.writeUInt16LE(s.fragment, at + 2);
-  buf.writeUInt32LE(reqId, at + 4);
-  let p = at + 8;
+  writeU16LE(buf, at + FRAGMENT_AT, s.fragment);
+  writeU32LE(buf, at + ID_AT, reqId);
+  let p = at + COMMON_HEADER_BYTES;
   p = writeBytes16(buf, p, s.start);
   p = writeBytes16(buf, p, s.end);
   buf.writeUInt32LE(s.limit, p);
@@ -374,8 +405,8 @@ export function writeScanRequest(
 
 /** Decodes a scan request, copying its keys out of ring memory. */
 export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; priority: Priority } {
-  const flags = buf[at + 1];
-  let p = at + 8;
+  const flags = buf[at + FLAGS_AT];
+  let p = at + COMMON_HEADER_BYTES;
   const start = readBytes16(buf, p);
   p += 2 + start.length;
   const end = readBytes16(buf, p);
@@ -385,7 +416,7 @@ export function readScanRequest(buf: Buffer, at: number): { scan: ScanRequest; p
   const examineLimit = buf.readUInt32LE(p + 8);
   const pattern = readBytes16(buf, p + 12);
   const scan: ScanRequest = {
-    fragment: buf.readUInt16LE(at + 2),
+    fragment: readU16LE(buf, at + FRAGMENT_AT),
     start: flags & SCAN_HAS_START ? start : undefined,
     startInclusive: (flags & SCAN_START_INCLUSIVE) !== 0,
     end: flags & SCAN_HAS_END ? end : undefined,
@@ -440,32 +471,32 @@ export function poolSpanRequestBytes(r: PoolSpanRequest): number {
  * cleaner's time (u48) when it is one of its pages.
  */
 export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r: PoolSpanRequest): void {
-  buf[at] = ResultKind.PoolSpan;
-  buf[at + 1] =
+  buf[at + KIND_AT] = ResultKind.PoolSpan;
+  buf[at + FLAGS_AT] =
     (r.afterKey !== undefined ? SPAN_AFTER_KEY : 0) |
     (r.lastKey !== undefined ? SPAN_LAST_KEY : 0) |
     (r.openEnd ? SPAN_OPEN_END : 0) |
     (r.expiredAtMs !== undefined ? SPAN_EXPIRED_AT : 0);
-  writeU16LE(buf, at + 2, r.fragment);
-  writeU32LE(buf, at + 4, taskId);
-  const end = writeBytes16(buf, writeBytes16(buf, at + 8, r.afterKey), r.lastKey);
+  writeU16LE(buf, at + FRAGMENT_AT, r.fragment);
+  writeU32LE(buf, at + ID_AT, taskId);
+  const end = writeBytes16(buf, writeBytes16(buf, at + COMMON_HEADER_BYTES, r.afterKey), r.lastKey);
   if (r.expiredAtMs !== undefined) writeU48BE(buf, end, r.expiredAtMs);
 }
 
 /** Decodes a PoolSpan request, copying its keys out of ring memory. */
 export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; request: PoolSpanRequest } {
-  const flags = buf[at + 1];
-  const afterKey = readBytes16(buf, at + 8);
-  const lastKey = readBytes16(buf, at + 10 + afterKey.length);
+  const flags = buf[at + FLAGS_AT];
+  const afterKey = readBytes16(buf, at + COMMON_HEADER_BYTES);
+  const lastKey = readBytes16(buf, at + COMMON_HEADER_BYTES + 2 + afterKey.length);
   const request: PoolSpanRequest = {
-    fragment: readU16LE(buf, at + 2),
+    fragment: readU16LE(buf, at + FRAGMENT_AT),
     afterKey: flags & SPAN_AFTER_KEY ? afterKey : undefined,
     lastKey: flags & SPAN_LAST_KEY ? lastKey : undefined,
     openEnd: (flags & SPAN_OPEN_END) !== 0,
   };
   if (flags & SPAN_EXPIRED_AT)
-    request.expiredAtMs = readU48BE(buf, at + 12 + afterKey.length + lastKey.length);
-  return { taskId: readU32LE(buf, at + 4), request };
+    request.expiredAtMs = readU48BE(buf, at + COMMON_HEADER_BYTES + 4 + afterKey.length + lastKey.length);
+  return { taskId: readU32LE(buf, at + ID_AT), request };
 }
 
 export function poolSpanResultBytes(span: PoolSpanResult | undefined): number {
@@ -482,11 +513,11 @@ export function writePoolSpanResult(
   taskId: number,
   span: PoolSpanResult | undefined,
 ): void {
-  buf[at] = RequestKind.PoolSpanResult;
-  buf[at + 1] = span === undefined ? SPAN_FAILED : span.truncated ? SPAN_TRUNCATED : 0;
-  writeU16LE(buf, at + 2, 0);
-  writeU32LE(buf, at + 4, taskId);
-  let p = at + 8;
+  buf[at + KIND_AT] = RequestKind.PoolSpanResult;
+  buf[at + FLAGS_AT] = span === undefined ? SPAN_FAILED : span.truncated ? SPAN_TRUNCATED : 0;
+  writeU16LE(buf, at + FRAGMENT_AT, 0);
+  writeU32LE(buf, at + ID_AT, taskId);
+  let p = at + COMMON_HEADER_BYTES;
   for (let i = 0; span !== undefined && i < span.keys.length; i++) {
     p = writeBytes16(buf, writeBytes16(buf, p, span.keys[i]), span.stamps[i]);
   }
@@ -498,15 +529,15 @@ export function readPoolSpanResult(
   at: number,
   end: number,
 ): { entries: Array<{ key: Buffer; record: Buffer }>; truncated: boolean } | undefined {
-  if ((buf[at + 1] & SPAN_FAILED) !== 0) return undefined;
+  if ((buf[at + FLAGS_AT] & SPAN_FAILED) !== 0) return undefined;
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
-  for (let p = at + 8; p < end; ) {
+  for (let p = at + COMMON_HEADER_BYTES; p < end; ) {
     const key = readBytes16(buf, p);
     const record = readBytes16(buf, p + 2 + key.length);
     entries.push({ key, record });
     p += 4 + key.length + record.length;
   }
-  return { entries, truncated: (buf[at + 1] & SPAN_TRUNCATED) !== 0 };
+  return { entries, truncated: (buf[at + FLAGS_AT] & SPAN_TRUNCATED) !== 0 };
 }
 
 function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): number {
@@ -528,12 +559,19 @@ export function writeResultHeader(
   detail: number,
   reqId: number,
 ): number {
-  buf[at] = status;
-  buf[at + 1] = detail;
-  buf[at + 2] = 0;
-  buf[at + 3] = 0;
-  writeU32LE(buf, at + 4, reqId);
+  buf[at + KIND_AT] = status;
+  buf[at + FLAGS_AT] = detail;
+  writeU16LE(buf, at + FRAGMENT_AT, 0);
+  writeU32LE(buf, at + ID_AT, reqId);
   return at + RESULT_HEADER_BYTES;
+}
+
+/** An Error result in a fresh buffer, as a worker writes one: the kind in `detail`, the message after. */
+export function encodeErrorResult(kind: ErrorKind, message: string, reqId = 0): Buffer {
+  const text = truncateErrorMessage(message);
+  const out = Buffer.alloc(RESULT_HEADER_BYTES + Buffer.byteLength(text));
+  out.write(text, writeResultHeader(out, 0, ResultKind.Error, kind, reqId), 'utf8');
+  return out;
 }
 
 /** Writes the header of an Acks record; the reqIds follow it, 4 bytes each. */
@@ -544,24 +582,28 @@ export function writeAcksHeader(
   detail: number,
   count: number,
 ): number {
-  buf[at] = ResultKind.Acks;
-  buf[at + 1] = detail;
-  buf[at + 2] = reply;
-  buf[at + 3] = 0;
-  writeU32LE(buf, at + 4, count);
+  buf[at + KIND_AT] = ResultKind.Acks;
+  buf[at + FLAGS_AT] = detail;
+  buf[at + ACKS_REPLY_AT] = reply;
+  buf[at + ACKS_REPLY_AT + 1] = 0;
+  writeU32LE(buf, at + ID_AT, count);
   return at + RESULT_HEADER_BYTES;
 }
+const ACKS_REPLY_AT = 2;
 
-export const acksReply = (buf: Buffer, at: number): number => buf[at + 2];
-export const acksCount = (buf: Buffer, at: number): number => readU32LE(buf, at + 4);
+export const acksReply = (buf: Buffer, at: number): number => buf[at + ACKS_REPLY_AT];
+export const acksCount = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);
 
-export const resultStatus = (buf: Buffer, at: number): number => buf[at];
-export const resultDetail = (buf: Buffer, at: number): number => buf[at + 1];
-export const resultId = (buf: Buffer, at: number): number => readU32LE(buf, at + 4);
+export const resultStatus = (buf: Buffer, at: number): number => buf[at + KIND_AT];
+export const resultDetail = (buf: Buffer, at: number): number => buf[at + FLAGS_AT];
+export const resultId = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);
+/** Replaces an encoded result's id (a result passed back under its origin's id). */
+export const setResultId = (buf: Uint8Array, at: number, reqId: number): void =>
+  writeU32LE(buf, at + ID_AT, reqId);
 
 /** Bytes of a record as a result carries it: whole, or header and node id only. */
 export function resultRecordBytes(record: Uint8Array, headerOnly: boolean): number {
-  return headerOnly ? RECORD_HEADER_BYTES + record[15] : record.length;
+  return headerOnly ? valueOffsetOf(record) : record.length;
 }
 
 /** One live entry of a scan page. */
@@ -615,11 +657,12 @@ export interface ScanPage {
 export function checkResult(buf: Buffer, at: number, length: number): string | undefined {
   if (length < RESULT_HEADER_BYTES) return 'result shorter than its header';
   const end = at + length;
-  const status = buf[at];
+  const status = resultStatus(buf, at);
   if (status === Reply.Found || status === Reply.Superseded) {
     return isWellFormedRecord(buf.subarray(at + RESULT_HEADER_BYTES, end)) ? undefined : 'malformed record';
   }
-  if (status === ResultKind.Error) return isErrorKind(buf[at + 1]) ? undefined : 'unknown error kind';
+  if (status === ResultKind.Error)
+    return isErrorKind(resultDetail(buf, at)) ? undefined : 'unknown error kind';
   if (status === ResultKind.ScanPage) return checkScanPage(buf, at + RESULT_HEADER_BYTES, end);
   return status >= Reply.Applied && status <= Reply.Refused ? undefined : `unknown result status ${status}`;
 }

@@ -4,8 +4,7 @@
 
 import { globMatch } from '../core/glob.js';
 import type { PendingEntry } from '../core/pending-writes.js';
-import { stampOf } from '../core/reconciler.js';
-import { isLive } from '../core/record.js';
+import { isLive, stampOf } from '../core/record.js';
 import type { KvStore, PageStart, StoredEntry } from '../native-bindings/kv-store.js';
 import type { ScanPage, ScanRequest } from '../threads/op-codec.js';
 

@@ -6,7 +6,7 @@
 
 import { parentPort, threadId } from 'node:worker_threads';
 import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
-import { stampOf } from '../core/reconciler.js';
+import { stampOf } from '../core/record.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { openStore } from '../native-bindings/open-store.js';
 import type { PoolThreadLoaded } from '../threads/messages.js';

@@ -6,7 +6,7 @@
 import { getHeapStatistics } from 'node:v8';
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
-import { copyBytes, copyRange, writeU32LE } from '../core/bytes.js';
+import { copyBytes, copyRange, readU32LE, writeU32LE } from '../core/bytes.js';
 import { asStorageError, ErrorKind, TesseraError, truncateErrorMessage } from '../core/errors.js';
 import { type CommitAction, type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
 import {
@@ -23,10 +23,12 @@ import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-s
 import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
 import {
+  controlPayloadAt,
   isFragmentOpKind,
   type ModifyParams,
   PEER_HEADER_BYTES,
   peerOf,
+  peerStateUp,
   poolSpanRequestBytes,
   REQUEST_HEADER_BYTES,
   RESULT_HEADER_BYTES,
@@ -274,10 +276,10 @@ export class WorkerRuntime {
         });
         return;
       case RequestKind.FailCommits:
-        this.commitFailuresToInject = buf.readUInt32LE(at + 8);
+        this.commitFailuresToInject = readU32LE(buf, controlPayloadAt(at));
         return this.ack(Reply.Applied, 0, reqId);
       case RequestKind.Backup:
-        return this.backup(reqId, buf.toString('utf8', at + 8, at + length));
+        return this.backup(reqId, buf.toString('utf8', controlPayloadAt(at), at + length));
       case RequestKind.Close:
         void this.close(reqId);
         return;
@@ -285,7 +287,7 @@ export class WorkerRuntime {
         this.replication?.onFrame(peerOf(buf, at), buf.subarray(at + PEER_HEADER_BYTES, at + length));
         return;
       case RequestKind.PeerState:
-        this.replication?.onPeerState(peerOf(buf, at), buf[at + 1] === 1);
+        this.replication?.onPeerState(peerOf(buf, at), peerStateUp(buf, at));
         return;
       case RequestKind.PoolSpanResult:
         return this.onPoolSpan(reqId, buf, at, length);

@@ -5,8 +5,8 @@
 // to the worker that owns the fragment as bytes; only their routing fields are read here.
 
 import type { Logger } from 'pino';
-import { copyRange, readU16LE, readU32LE, writeU32LE } from '../../core/bytes.js';
-import { networkError, type TesseraError, truncateErrorMessage } from '../../core/errors.js';
+import { copyRange } from '../../core/bytes.js';
+import { networkError, type TesseraError } from '../../core/errors.js';
 import { MAX_FORWARD_HOPS, ringRecordBytesMax } from '../../core/limits.js';
 import {
   EnvelopeField,
@@ -19,7 +19,13 @@ import {
 } from '../../core/peer-frame.js';
 import { firstServingReplica } from '../../core/placement.js';
 import type { ClusterInit } from '../../threads/messages.js';
-import { checkRequest, ResultKind } from '../../threads/op-codec.js';
+import {
+  checkRequest,
+  encodeErrorResult,
+  requestFragment,
+  requestId,
+  setResultId,
+} from '../../threads/op-codec.js';
 
 import type { ClusterConfig } from '../cluster-config.js';
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
@@ -100,7 +106,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.answerOrigin = {
       onResult: (origin, buf, at, length) => this.answer(origin, buf, at, length),
       onFailure: (origin, error) => {
-        const result = errorResult(error);
+        const result = encodeErrorResult(error.kind, error.message);
         this.answer(origin, result, 0, result.length);
       },
     };
@@ -276,8 +282,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const op = bytes.subarray(start, end);
       const reason = checkRequest(op, fragmentCount, this.fragmentOf);
       if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
-      const fragment = readU16LE(op, 2);
-      const origin: Origin = { member, reqId: readU32LE(op, 4) };
+      const fragment = requestFragment(op, 0);
+      const origin: Origin = { member, reqId: requestId(op, 0) };
       if (this.holds(fragment)) {
         const error = this.dispatcher.submitForwarded(fragment, op, this.answerOrigin, origin);
         if (error !== undefined) this.answerOrigin.onFailure(origin, error);
@@ -308,7 +314,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const batch = this.results[origin.member];
     const p = batch.reserve(length);
     copyRange(buf, at, at + length, batch.buffer, p);
-    writeU32LE(batch.buffer, p + 4, origin.reqId);
+    setResultId(batch.buffer, p, origin.reqId);
     if (!this.resultsFlushScheduled) {
       this.resultsFlushScheduled = true;
       queueMicrotask(this.flushResultsTask);
@@ -322,14 +328,4 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       if (batch.count > 0) this.mesh.sendFrame(member, batch.finish());
     }
   }
-}
-
-/** A result record carrying an error (as a worker writes one). */
-function errorResult(error: TesseraError): Buffer {
-  const text = truncateErrorMessage(error.message);
-  const out = Buffer.alloc(8 + Buffer.byteLength(text));
-  out[0] = ResultKind.Error;
-  out[1] = error.kind;
-  out.write(text, 8, 'utf8');
-  return out;
 }

@@ -8,12 +8,12 @@
 // stamped version (an applied write answers AlreadyPresent the second time); read-modify-writes fail
 // with a Network error, since they may or may not have been applied.
 
-import { readU16LE, readU32LE, writeU32LE } from '../../core/bytes.js';
+import { readU16LE } from '../../core/bytes.js';
 import { backpressure, networkError, type TesseraError } from '../../core/errors.js';
 import { FORWARD_IN_FLIGHT_MAX, FORWARD_TIMEOUT_MS } from '../../core/limits.js';
 import { OpKind } from '../../core/ops.js';
 import { EnvelopeField, forEachField, ListFrameBuilder } from '../../core/peer-frame.js';
-import { checkResult } from '../../threads/op-codec.js';
+import { checkResult, resultId, setRequestId } from '../../threads/op-codec.js';
 import type { ResultHandler } from '../worker-link.js';
 
 /** What a peer link needs from the cluster around it. */
@@ -106,7 +106,7 @@ export class PeerLink {
     const builder = hops === 0 ? this.batch : this.relays;
     const at = builder.reserve(request.length);
     builder.buffer.set(request, at);
-    writeU32LE(builder.buffer, at + 4, reqId);
+    setRequestId(builder.buffer, at, reqId);
     const copy = Buffer.from(builder.buffer.subarray(at, at + request.length));
     this.track(reqId, handler, token, copy);
     if (hops === 0) this.scheduleFlush();
@@ -121,9 +121,10 @@ export class PeerLink {
         malformed = true;
         return;
       }
-      const entry = this.inFlight.get(readU32LE(bytes, at + 4));
+      const reqId = resultId(bytes, at);
+      const entry = this.inFlight.get(reqId);
       if (entry === undefined) return;
-      this.inFlight.delete(readU32LE(bytes, at + 4));
+      this.inFlight.delete(reqId);
       entry.handler.onResult(entry.token, bytes, at, stop - at);
     });
     this.stopTimerIfIdle();
