@@ -67,7 +67,6 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
     levelGroupCount: 0,
   };
   const store = await openStore(location);
-  for (const f of fragments) await store.openFragment(f);
   const requestRing = createRing(RING_BYTES);
   const resultRing = createRing(RING_BYTES);
   const init: WorkerInit = {
@@ -92,7 +91,7 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
     restarted: false,
   };
   // The turn is private to the runtime: this drives it as the drain loop would.
-  const runtime = new WorkerRuntime(init, store) as unknown as { onBatch(): void };
+  const runtime = (await WorkerRuntime.open(init, store)) as unknown as { onBatch(): void };
   const requests = new RingWriter(requestRing);
   const results = new RingReader(resultRing);
   const keyspace = new Keyspace(WORKER_PATH_FRAGMENTS);

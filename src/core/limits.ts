@@ -149,10 +149,28 @@ export const STABLE_LOG_FRAME_BYTES_MAX = 16 * 1024 * 1024;
 export const QUEUE_OPS_MAX_DEFAULT = 8192;
 /** Background-priority operations each fragment admits per second (the seed's default, spec §1.3). */
 export const BACKGROUND_OPS_PER_SEC_DEFAULT = 1000;
+/** Longest delay a Node timer keeps: past it, setTimeout fires at once. Timeouts given by callers are checked against it. */
+export const TIMER_DELAY_MS_MAX = 2 ** 31 - 1;
 /** Operations a worker processes in one turn before yielding to its event loop (timers, store callbacks). */
 export const WORKER_TURN_OPS_MAX = 4096;
 /** Header-only replies a worker sends together in one result record (ResultKind.Acks). */
 export const RESULT_ACKS_MAX = 1024;
+/**
+ * Requests each fragment with work in a turn may run, at least, however many fragments share the
+ * turn (they split WORKER_TURN_OPS_MAX otherwise): a turn spread thin still moves each a real step.
+ */
+export const FRAGMENT_TURN_OPS_MIN = 64;
+/**
+ * Request records up to this size are copied out of the ring together with their neighbours, in
+ * one copy; a larger one gets a copy of its own, so a small record kept long (in a replication
+ * backlog) never holds a large one's memory.
+ */
+export const SHARED_COPY_RECORD_BYTES_MAX = 16 * 1024;
+/**
+ * A failing store is logged at most once per this interval (a full disk fails every turn's commit);
+ * the failures in between are counted in the next line.
+ */
+export const STORAGE_FAILURE_LOG_INTERVAL_MS = 5_000;
 
 /**
  * A worker thread's young generation (V8 new space, MiB). A worker turn keeps every operation of a

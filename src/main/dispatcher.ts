@@ -7,9 +7,8 @@
 import { getHeapStatistics } from 'node:v8';
 import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
-import { copyBytes } from '../core/bytes.js';
+import { copyBytes, writeU32LE } from '../core/bytes.js';
 import { invalidInput, outOfMemory, storageError, type TesseraError } from '../core/errors.js';
-import type { FragmentStats } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor, WORKER_HEAP_HEADROOM_MB } from '../core/limits.js';
@@ -25,7 +24,6 @@ import {
   wallMsOf,
   writeRecordHeader,
 } from '../core/record.js';
-import type { SenderReport } from '../core/replication-sender.js';
 import { type BackupReport, backupDataDir } from '../native-bindings/backup.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
@@ -39,6 +37,7 @@ import {
   type PoolSpanResult,
   RESULT_HEADER_BYTES,
   RequestKind,
+  ResultKind,
   readPoolSpanRequest,
   requestBytes,
   requestStampAt,
@@ -51,6 +50,7 @@ import {
   writeRequestHeader,
   writeScanRequest,
 } from '../threads/op-codec.js';
+import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import type { NodeConfig } from './config.js';
 import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
@@ -132,19 +132,6 @@ export interface ClusterRouter {
   onPeerFrame(member: number, buf: Buffer, start: number, end: number): void;
   onPeerClose(member: number, reason: string): void;
   onWorkerServing(link: WorkerLink): void;
-}
-
-export interface WorkerHealthReport {
-  heapUsedBytes: number;
-  /** V8's heap limit of the worker (raised for a memory store's `maxMemoryBytes`). */
-  heapLimitBytes: number;
-  /** Keys its memory store evicted under `maxMemoryPolicy`, since the worker started. */
-  evictedKeys: number;
-  /** Ring waits the worker's watchdog ended because their wake-up never came (src/threads/ring.ts). */
-  ringWakeupsRecovered: number;
-  fragments: FragmentStats[];
-  /** The worker's replication senders (empty outside a cluster). */
-  replication: SenderReport[];
 }
 
 const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
@@ -522,9 +509,26 @@ export class Dispatcher {
   /** Asks a worker for its fragments' state (undefined when it is not running). */
   workerHealth(link: WorkerLink): Promise<WorkerHealthReport | undefined> {
     if (link.state !== 'ready') return Promise.resolve(undefined);
-    return new Promise((resolve) => {
-      const at = link.begin(healthHandler, resolve, CONTROL_HEADER_BYTES);
+    return new Promise((resolve, reject) => {
+      const at = link.begin(healthHandler, { resolve, reject }, CONTROL_HEADER_BYTES);
       writeControlHeader(link.buffer, at, RequestKind.Health, link.reqId);
+      link.end();
+    });
+  }
+
+  /**
+   * Resolves true once every replication sender of the worker has its backlog acknowledged, false
+   * when `timeoutMs` passes first or the worker is not running.
+   */
+  replicationDrained(link: WorkerLink, timeoutMs: number): Promise<boolean> {
+    if (link.state !== 'ready') return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const at = link.begin(drainedHandler, resolve, CONTROL_HEADER_BYTES + 4);
+      writeU32LE(
+        link.buffer,
+        writeControlHeader(link.buffer, at, RequestKind.DrainReplication, link.reqId),
+        timeoutMs,
+      );
       link.end();
     });
   }
@@ -691,13 +695,23 @@ const backupHandler: ResultHandler<{ resolve: () => void; reject: (error: Error)
   onFailure: (token, error) => token.reject(error),
 };
 
-const healthHandler: ResultHandler<(report: WorkerHealthReport | undefined) => void> = {
-  onResult(resolve, buf, at, length) {
+const drainedHandler: ResultHandler<(drained: boolean) => void> = {
+  onResult: (resolve, buf, at) => resolve(resultStatus(buf, at) === Reply.Applied),
+  onFailure: (resolve) => resolve(false),
+};
+
+/** A worker's health report; a worker that stopped meanwhile has none (undefined). */
+const healthHandler: ResultHandler<{
+  resolve(report: WorkerHealthReport | undefined): void;
+  reject(err: Error): void;
+}> = {
+  onResult(token, buf, at, length) {
+    if (resultStatus(buf, at) !== ResultKind.Health) return token.reject(resultError(buf, at, length));
     try {
-      resolve(JSON.parse(buf.toString('utf8', at + RESULT_HEADER_BYTES, at + length)) as WorkerHealthReport);
-    } catch {
-      resolve(undefined);
+      token.resolve(decodeWorkerHealth(buf.toString('utf8', at + RESULT_HEADER_BYTES, at + length)));
+    } catch (err) {
+      token.reject(err as Error);
     }
   },
-  onFailure: (resolve) => resolve(undefined),
+  onFailure: (token) => token.resolve(undefined),
 };

@@ -19,6 +19,7 @@ import {
   EXPIRES_AT_MS_MAX,
   KEY_BYTES_MAX,
   PUBSUB_PAYLOAD_BYTES_MAX,
+  TIMER_DELAY_MS_MAX,
 } from '../core/limits.js';
 import { Modifier } from '../core/modify.js';
 import {
@@ -173,9 +174,6 @@ export interface CloseOptions {
    */
   drainReplication?: { timeoutMs: number };
 }
-
-/** How often a replication drain checks the senders. */
-const DRAIN_POLL_MS = 50;
 
 /** A promise whose settlement is driven by a ResultHandler. */
 class Deferred<T> {
@@ -544,23 +542,24 @@ export class Tessera {
    * what was left when `timeoutMs` ran out.
    */
   private async drainReplication(timeoutMs: number): Promise<TesseraError | undefined> {
-    if (!Number.isInteger(timeoutMs) || timeoutMs < 0) {
-      return invalidInput(`drainReplication.timeoutMs must be a non-negative integer, got ${timeoutMs}`);
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > TIMER_DELAY_MS_MAX) {
+      return invalidInput(
+        `drainReplication.timeoutMs must be an integer in 0..${TIMER_DELAY_MS_MAX}, got ${timeoutMs}`,
+      );
     }
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const senders = await this.senderReports();
-      const pending = senders.filter((s) => s.buffered + s.inFlight > 0);
-      if (pending.length === 0) return undefined;
-      if (Date.now() >= deadline) {
-        const ops = pending.reduce((n, s) => n + s.buffered + s.inFlight, 0);
-        const peers = [...new Set(pending.map((s) => s.peer))].join(', ');
-        return networkError(
-          `replication drain timed out after ${timeoutMs} ms: ${ops} writes not acknowledged by ${peers}`,
-        );
-      }
-      await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
-    }
+    const links = this.dispatcher.links;
+    const drained = await Promise.all(
+      links.map((link) => this.dispatcher.replicationDrained(link, timeoutMs)),
+    );
+    if (drained.every(Boolean)) return undefined;
+    // What was left, for the error (a worker that stopped meanwhile has nothing left to send).
+    const pending = (await this.senderReports()).filter((s) => s.buffered + s.inFlight > 0);
+    if (pending.length === 0) return undefined;
+    const ops = pending.reduce((n, s) => n + s.buffered + s.inFlight, 0);
+    const peers = [...new Set(pending.map((s) => s.peer))].join(', ');
+    return networkError(
+      `replication drain timed out after ${timeoutMs} ms: ${ops} writes not acknowledged by ${peers}`,
+    );
   }
 
   private async senderReports(): Promise<SenderReport[]> {

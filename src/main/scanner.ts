@@ -26,6 +26,7 @@ import {
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, PRIORITY_NAMES, Priority, parsePriority, Reply } from '../core/ops.js';
 import { expiresAtOf, valueBytesOf } from '../core/record.js';
+import type { ScanTask, SpanTask } from '../threads/messages.js';
 import { isPoolThreadLoaded } from '../threads/messages.js';
 import {
   type PoolSpanRequest,
@@ -37,7 +38,6 @@ import {
   type ScanPage,
   type ScanRequest,
 } from '../threads/op-codec.js';
-import type { ScanTask, SpanTask } from '../workers/scan-task.js';
 import type { NodeConfig } from './config.js';
 import type { Dispatcher } from './dispatcher.js';
 import { resultError } from './result-error.js';

@@ -3,6 +3,7 @@
 
 import type { FragmentConfig } from '../core/fragment.js';
 import type { StoreLocation } from '../native-bindings/kv-store.js';
+import type { PoolSpanRequest, ScanRequest } from './op-codec.js';
 
 export interface WorkerInit {
   index: number;
@@ -69,4 +70,19 @@ export interface PoolThreadLoaded {
 export function isPoolThreadLoaded(value: unknown): value is PoolThreadLoaded {
   if (typeof value !== 'object' || value === null) return false;
   return (value as { kind?: unknown }).kind === 'pool-thread-loaded';
+}
+
+/** A background-pool task (src/workers/scan-task.ts): one pattern-filtered scan page of a fragment. */
+export interface ScanTask {
+  kind?: 'scan';
+  dataDir: string;
+  fragmentCount: number;
+  request: ScanRequest;
+}
+
+/** A background-pool task: an anti-entropy span, keys after `afterKey` (undefined: from the first) per readSpan's rules. */
+export interface SpanTask extends PoolSpanRequest {
+  kind: 'span';
+  dataDir: string;
+  fragmentCount: number;
 }

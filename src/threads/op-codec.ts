@@ -99,6 +99,11 @@ export const RequestKind = {
   FailCommits: 23,
   /** Back the worker's store up into a data directory: its UTF-8 path from byte 8 (KvStore.backup). */
   Backup: 24,
+  /**
+   * Answer once every replication sender of the worker has its backlog acknowledged (Applied), or
+   * when the u32 ms at 8 have passed first (NotApplied).
+   */
+  DrainReplication: 25,
 } as const;
 
 export const ResultKind = {

@@ -150,6 +150,13 @@ export class WorkerReplication {
     }
   }
 
+  /** True when no sender has a write its peer has not acknowledged. */
+  drained(): boolean {
+    for (const senders of this.senders.values())
+      for (const s of senders) if (!s.sender.drained()) return false;
+    return true;
+  }
+
   /** True when fragment `f` has other replicas (its actor keeps writes for the senders). */
   replicates(fragment: number): boolean {
     return this.peersOf.has(fragment);

@@ -9,28 +9,14 @@ import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
 import { stampOf } from '../core/record.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { openStore } from '../native-bindings/open-store.js';
-import type { PoolThreadLoaded } from '../threads/messages.js';
-import type { PoolSpanRequest, PoolSpanResult, ScanPage, ScanRequest } from '../threads/op-codec.js';
+import type { PoolThreadLoaded, ScanTask, SpanTask } from '../threads/messages.js';
+import type { PoolSpanResult, ScanPage } from '../threads/op-codec.js';
 import { readExpiredSpan } from './expired-span.js';
 import { type PageReader, readSpan } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
 
 // The imports above loaded lmdb's native addon: from here on the thread may be ended safely.
 parentPort?.postMessage({ kind: 'pool-thread-loaded', threadId } satisfies PoolThreadLoaded);
-
-export interface ScanTask {
-  kind?: 'scan';
-  dataDir: string;
-  fragmentCount: number;
-  request: ScanRequest;
-}
-
-/** An anti-entropy span: keys after `afterKey` (undefined: from the first) per readSpan's rules. */
-export interface SpanTask extends PoolSpanRequest {
-  kind: 'span';
-  dataDir: string;
-  fragmentCount: number;
-}
 
 /** One read-only view per pool thread, opened on first use and kept: opening an environment is not free. */
 let view: Promise<KvStore> | undefined;

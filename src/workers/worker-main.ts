@@ -17,9 +17,7 @@ function post(event: WorkerEvent): void {
 async function main(init: WorkerInit): Promise<void> {
   let runtime: WorkerRuntime;
   try {
-    const store = await openStore(init.store);
-    for (const fragment of init.fragments) await store.openFragment(fragment);
-    runtime = new WorkerRuntime(init, store);
+    runtime = await WorkerRuntime.open(init, await openStore(init.store));
   } catch (err) {
     post({ kind: 'fatal', message: asStorageError(err).message });
     return;

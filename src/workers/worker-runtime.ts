@@ -1,25 +1,25 @@
-// The driver of one worker thread: it owns the worker's store and fragment actors (FragmentCore),
-// turns request records into events, carries out the actions — one store transaction for all the
-// commits of a drained batch, one fsync for every stable write waiting (group commit) — and writes
-// results back through the result ring, one publish (one wake-up of the main thread) per batch.
+// The driver of one worker thread: it turns request records into events for its fragments' actors
+// (FragmentCore) and carries out the actions they return. Its parts, each owning its state:
+//   fragment-actors.ts  the fragments served and their actors (where a fragment is opened)
+//   turn-reader.ts      a turn's records copied out of the request ring
+//   commit-loop.ts      one store transaction per turn's commits, one fsync per gathered sync
+//   result-writer.ts    replies and other records to the main thread, one publish per turn
+//   ttl-sweeper.ts      the paced TTL sweep
+//   pool-spans.ts       reads done in the background pool
+//   replication.ts      the fragments' replication senders and the serving side of peers'
+// This file keeps the turn itself: decode, run the active actors, carry out their actions, publish.
 
 import { getHeapStatistics } from 'node:v8';
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
-import { copyBytes, copyRange, readU32LE, writeU32LE } from '../core/bytes.js';
-import { asStorageError, ErrorKind, TesseraError, truncateErrorMessage } from '../core/errors.js';
-import { type CommitAction, type FragmentAction, FragmentCore, FragmentOp } from '../core/fragment.js';
-import {
-  CLEAN_PAGE_KEYS_MAX,
-  CLEAN_POOL_PAGE_KEYS,
-  RESULT_ACKS_MAX,
-  WORKER_TURN_OPS_MAX,
-} from '../core/limits.js';
-import { TokenBucket } from '../core/op-queue.js';
+import { readU32LE } from '../core/bytes.js';
+import { systemClock, type WallClock } from '../core/clock.js';
+import { asStorageError, ErrorKind, TesseraError } from '../core/errors.js';
+import { type CommitAction, type FragmentAction, type FragmentCore, FragmentOp } from '../core/fragment.js';
+import { FRAGMENT_TURN_OPS_MIN, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
 import type { PendingEntry } from '../core/pending-writes.js';
-import { isExpiredValue } from '../core/record.js';
-import type { FragmentWrites, KvStore, PageStart } from '../native-bindings/kv-store.js';
+import type { KvStore } from '../native-bindings/kv-store.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
 import {
@@ -29,13 +29,10 @@ import {
   PEER_HEADER_BYTES,
   peerOf,
   peerStateUp,
-  poolSpanRequestBytes,
   REQUEST_HEADER_BYTES,
-  RESULT_HEADER_BYTES,
   RequestKind,
   ResultKind,
   readModifyParams,
-  readPoolSpanResult,
   readScanRequest,
   requestDurability,
   requestFragment,
@@ -44,54 +41,37 @@ import {
   requestKeyBytes,
   requestPriority,
   requestWantsPrior,
-  resultRecordBytes,
   type ScanRequest,
-  scanPageBytes,
-  writeAcksHeader,
-  writePeerHeader,
-  writePoolSpanRequest,
-  writeResultHeader,
-  writeScanPage,
 } from '../threads/op-codec.js';
 import { type DrainLoop, drainLoop, RingReader, RingWriter, ringWakeupsRecovered } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
-import { NEXT_PAGE, type Span, type SpanQuery } from './reconcile-span.js';
+import { encodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
+import { CommitLoop } from './commit-loop.js';
+import { FragmentActors } from './fragment-actors.js';
+import { PoolSpans } from './pool-spans.js';
 import { WorkerReplication } from './replication.js';
+import { DrainWaiters } from './replication-drain.js';
+import { ResultWriter } from './result-writer.js';
 import { collectScanPage, withPending } from './scan-page.js';
+import { TtlSweeper } from './ttl-sweeper.js';
+import { type RecordDecoder, TurnReader } from './turn-reader.js';
 
 const EMPTY_KEY = Buffer.alloc(0);
-/** Records up to this size are copied out of the ring together with their neighbours (`takeTurn`). */
-const SHARED_COPY_RECORD_BYTES_MAX = 16 * 1024;
-/** Alignment at which shared memory copies word by word (`copyRun`). */
-const SHARED_COPY_ALIGN = 8;
-/** A failing store is logged at most once per this interval; the lines between are counted. */
-const STORAGE_FAILURE_LOG_INTERVAL_MS = 5_000;
 
-export class WorkerRuntime {
-  private readonly cores: (FragmentCore | undefined)[] = [];
-  private readonly fragments: number[];
-  private readonly reader: RingReader;
-  private readonly outbox: RingOutbox;
+export class WorkerRuntime implements RecordDecoder {
+  private readonly actors: FragmentActors;
+  private readonly turns: TurnReader;
+  private readonly results: ResultWriter;
+  private readonly commits: CommitLoop;
+  private readonly sweeper: TtlSweeper;
+  private readonly pool: PoolSpans | undefined;
+  private readonly replication: WorkerReplication | undefined;
+  private readonly drainWaiters: DrainWaiters;
   private drain: DrainLoop | undefined;
-  /** Fragments that received requests this batch and must run. */
+  /** Fragments that received requests this turn and must run. */
   private readonly active: FragmentCore[] = [];
   /** 1 for a fragment already in `active`: a per-operation check cheaper than a Set's. */
   private readonly activeMark: Uint8Array;
-  /** This turn's records (takeTurn): ring offset and length. */
-  private readonly turnAt = new Int32Array(WORKER_TURN_OPS_MAX);
-  private readonly turnBytes = new Int32Array(WORKER_TURN_OPS_MAX);
-  /**
-   * This turn's copies (copyRun), one per run of neighbouring records: the copy, the index past the
-   * run's last record, and what turns a record's ring offset into its offset in the copy. Kept per
-   * run, not per record: storing a new copy into this long-lived array costs a write barrier.
-   */
-  private readonly runCopies: (Buffer | undefined)[] = [];
-  private readonly runEnds = new Int32Array(WORKER_TURN_OPS_MAX);
-  private readonly runShifts = new Int32Array(WORKER_TURN_OPS_MAX);
-  private runCount = 0;
-  /** The memory of the copy being decoded and where the copy starts in it. */
-  private copyMemory: ArrayBufferLike = new ArrayBuffer(0);
-  private copyByteOffset = 0;
   /** The wall clock read at the start of the turn being decoded. */
   private turnNowMs = 0;
   /** Fragments whose uncommitted state may have changed since the board was last updated. */
@@ -101,167 +81,113 @@ export class WorkerRuntime {
   private readonly requestEvent: { kind: 'request'; op: FragmentOp } = { kind: 'request', op: undefined! };
   /** Scans waiting for their fence (reqId → request). */
   private readonly scans = new Map<number, ScanRequest>();
-  private syncRequests: Array<{ core: FragmentCore; generation: number }> = [];
-  private syncInFlight = false;
-  private storageFailureLoggedAtMs = Number.NEGATIVE_INFINITY;
-  private storageFailuresUnlogged = 0;
-  /** Test hook (RequestKind.FailCommits): this many next commits fail without reaching the store. */
-  private commitFailuresToInject = 0;
-  /** Keys the store evicted to keep to `init.evictAboveBytes`, since the worker started. */
-  private evictedKeys = 0;
   private wakeTimer: NodeJS.Timeout | undefined;
   private wakeAtMs = Number.POSITIVE_INFINITY;
   private immediatePending = false;
-  private cleanTimer: NodeJS.Timeout | undefined;
-  private sweeping = false;
-  /** Keys the cleaner may examine (`cleanKeysPerSec`); an idle spell saves up none. */
-  private readonly sweepKeys: TokenBucket;
-  /** Ends the cleaner's wait for its next page early (at close). */
-  private sweepPaceWake: (() => void) | undefined;
   private closing = false;
   private readonly logger: Logger;
-  private readonly replication: WorkerReplication | undefined;
-  private publishScheduled = false;
-  private nextPoolTask = 1;
-  private readonly poolTasks = new Map<number, { resolve(span: Span): void; reject(err: Error): void }>();
-  private readonly publishTask = (): void => {
-    this.publishScheduled = false;
-    this.publishResults();
-  };
-  /** Header-only replies not yet written: one status and detail, their reqIds (`ack`). */
-  private readonly ackIds = new Array<number>(RESULT_ACKS_MAX).fill(0);
-  private ackCount = 0;
-  private ackReply: Reply = Reply.Applied;
-  private ackDetail = 0;
 
-  constructor(
+  /** Opens the worker's fragments over `store` and makes its driver; `start` then serves the ring. */
+  static async open(
+    init: WorkerInit,
+    store: KvStore,
+    clock: WallClock = systemClock,
+  ): Promise<WorkerRuntime> {
+    const runtime = new WorkerRuntime(init, store, clock);
+    for (const fragment of init.fragments) {
+      await runtime.actors.open(fragment, runtime.replication?.replicates(fragment) ?? false);
+    }
+    return runtime;
+  }
+
+  private constructor(
     private readonly init: WorkerInit,
     private readonly store: KvStore,
+    private readonly clock: WallClock,
   ) {
-    this.fragments = init.fragments;
-    this.reader = new RingReader(init.requestRing);
-    this.outbox = new RingOutbox(new RingWriter(init.resultRing));
+    this.turns = new TurnReader(new RingReader(init.requestRing));
+    this.results = new ResultWriter(new RingOutbox(new RingWriter(init.resultRing)));
     this.board = new FragmentBoard(init.board, init.store.fragmentCount);
     // A restarted worker's memory store starts empty: the main thread's bound must see it so.
     this.board.setMemoryBytes(init.index, store.memoryBytes());
     this.activeMark = new Uint8Array(init.store.fragmentCount);
     this.logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
-    const nowMs = Date.now();
-    this.sweepKeys = new TokenBucket(init.cleanKeysPerSec, 1, nowMs);
-    const replication =
+    this.actors = new FragmentActors(init.fragment, store, clock);
+    this.commits = new CommitLoop(
+      { worker: init.index, evictAboveBytes: init.evictAboveBytes },
+      store,
+      this.board,
+      {
+        core: (fragment) => this.actors.of(fragment),
+        collect: (core) => this.collect(core),
+        afterAsync: (fn) => this.afterAsync(fn),
+      },
+      this.logger,
+      clock,
+    );
+    const pool = store.sharesReaders ? new PoolSpans(this.results) : undefined;
+    this.pool = pool;
+    this.sweeper = new TtlSweeper(
+      init,
+      store,
+      pool,
+      {
+        fragments: () => this.actors.fragments(),
+        core: (fragment) => this.actors.of(fragment),
+        sweepPage: (core, nowMs, entries) => {
+          core.step({ kind: 'sweep', nowMs, entries });
+          this.collect(core);
+          this.carryOut();
+        },
+      },
+      this.logger,
+      clock,
+    );
+    this.replication =
       init.cluster === undefined
         ? undefined
         : new WorkerReplication(init.cluster, init.fragments, init.store.fragmentCount, init.restarted, {
-            core: (fragment) => this.cores[fragment],
+            core: (fragment) => this.actors.find(fragment),
             submit: (core, op) => {
               this.requestEvent.op = op;
               core.step(this.requestEvent);
               this.activate(core);
             },
-            sendFrame: (member, envelope) => this.sendPeerFrame(member, envelope),
-            closePeer: (member, reason) => this.closePeer(member, reason),
-            poolSpan: store.sharesReaders ? (f, afterKey, q) => this.poolSpan(f, afterKey, q) : undefined,
+            sendFrame: (member, envelope) => this.results.peerFrame(member, envelope),
+            closePeer: (member, reason) => this.results.peerClose(member, reason),
+            poolSpan: pool === undefined ? undefined : (f, afterKey, q) => pool.read(f, afterKey, q),
             store,
             logger: this.logger,
           });
-    this.replication = replication;
-    for (const fragment of init.fragments) {
-      const storedHighWaterWallMs = store.highWaterWallMs(fragment);
-      const replicates = replication?.replicates(fragment) ?? false;
-      this.cores[fragment] = new FragmentCore(
-        { ...init.fragment, fragment, storedHighWaterWallMs, replicates },
-        store,
-        nowMs,
-      );
-    }
+    const replication = this.replication;
+    this.drainWaiters = new DrainWaiters(
+      () => replication === undefined || replication.drained(),
+      (reqId, drained) => {
+        this.results.ack(drained ? Reply.Applied : Reply.NotApplied, 0, reqId);
+        this.results.publish();
+      },
+    );
   }
 
   /** Newest timestamp stored in any of this worker's fragments, to seed the node's clock. */
   highWaterWallMs(): number {
-    let max = 0;
-    for (const f of this.fragments) max = Math.max(max, this.store.highWaterWallMs(f));
-    return max;
+    return this.actors.highWaterWallMs();
   }
 
   start(): void {
-    this.drain = drainLoop(this.reader, () => this.onBatch());
-    this.cleanTimer = setInterval(() => void this.sweepAll(), this.init.cleanIntervalMs);
+    this.drain = drainLoop(this.turns.ring, () => this.onBatch());
+    this.sweeper.start();
   }
 
   private onBatch(): void {
-    const nowMs = Date.now();
+    const nowMs = this.clock.nowMs();
     this.turnNowMs = nowMs;
-    this.takeTurn();
-    const at = this.turnAt;
-    const bytes = this.turnBytes;
-    const copies = this.runCopies;
-    let i = 0;
-    for (let r = 0; r < this.runCount; r++) {
-      const copy = copies[r]!;
-      copies[r] = undefined;
-      // Views of the copy are made from its memory directly: a Buffer's `buffer` and `byteOffset`
-      // are calls into the runtime, once per copy here instead of twice per view.
-      this.copyMemory = copy.buffer;
-      this.copyByteOffset = copy.byteOffset;
-      const shift = this.runShifts[r];
-      for (const end = this.runEnds[r]; i < end; i++) this.decode(copy, at[i] + shift, bytes[i]);
-    }
+    this.turns.read(this);
     this.runActive(nowMs);
   }
 
-  /**
-   * Reads up to a turn's records, copies them out of the ring and releases its space. The requests
-   * then own their bytes (lmdb keeps pointers to written buffers until commit; peer frames are
-   * served asynchronously). Neighbouring records share one copy; a large one gets its own, so a small
-   * record kept long (in a replication backlog) never holds a large one's memory.
-   */
-  private takeTurn(): void {
-    const reader = this.reader;
-    const at = this.turnAt;
-    const bytes = this.turnBytes;
-    let count = 0;
-    let next: number;
-    while (count < WORKER_TURN_OPS_MAX && (next = reader.next()) !== -1) {
-      at[count] = next;
-      bytes[count] = reader.recordBytes;
-      count++;
-    }
-    this.runCount = 0;
-    let run = 0;
-    for (let i = 0; i < count; i++) {
-      const large = bytes[i] > SHARED_COPY_RECORD_BYTES_MAX;
-      // A record before its predecessor: the ring wrapped, and the run cannot continue across it.
-      if (i > run && (large || at[i] < at[i - 1])) {
-        this.copyRun(run, i);
-        run = i;
-      }
-      if (large) {
-        this.copyRun(i, i + 1);
-        run = i + 1;
-      }
-    }
-    if (run < count) this.copyRun(run, count);
-    reader.release();
-  }
-
-  /** One copy of the ring bytes from record `first` to the end of record `end - 1`. */
-  private copyRun(first: number, end: number): void {
-    const start = this.turnAt[first];
-    const stop = this.turnAt[end - 1] + this.turnBytes[end - 1];
-    const ring = this.reader.bytes;
-    // A run shorter than NATIVE_COPY_BYTES_MIN is copied by V8, which moves shared memory 8 bytes at
-    // a time only between addresses equal mod 8 (byte by byte otherwise, ~8× slower): the copy
-    // starts at the ring bytes' own alignment. Longer runs are one memcpy either way.
-    const copy = Buffer.allocUnsafe(stop - start + SHARED_COPY_ALIGN - 1);
-    const skew = (ring.byteOffset + start - copy.byteOffset) & (SHARED_COPY_ALIGN - 1);
-    copyRange(ring, start, stop, copy, skew);
-    const r = this.runCount++;
-    this.runCopies[r] = copy;
-    this.runEnds[r] = end;
-    this.runShifts[r] = skew - start;
-  }
-
-  private decode(buf: Buffer, at: number, length: number): void {
+  /** One request record of the turn (`buf` is the turn's own copy of it). */
+  decode(buf: Buffer, at: number, length: number): void {
     const kind = buf[at];
     const reqId = requestId(buf, at);
     if (isFragmentOpKind(kind)) return this.decodeFragmentOp(buf, at, length, kind, reqId);
@@ -269,15 +195,15 @@ export class WorkerRuntime {
       case RequestKind.Scan:
         return this.admitScan(buf, at, reqId);
       case RequestKind.Health:
-        return this.text(ResultKind.Health, 0, reqId, JSON.stringify(this.health()));
+        return this.results.text(ResultKind.Health, 0, reqId, encodeWorkerHealth(this.health()));
       case RequestKind.Crash:
         setImmediate(() => {
           throw new Error(`worker ${this.init.index} crashed on request (test hook)`);
         });
         return;
       case RequestKind.FailCommits:
-        this.commitFailuresToInject = readU32LE(buf, controlPayloadAt(at));
-        return this.ack(Reply.Applied, 0, reqId);
+        this.commits.failNextCommits(readU32LE(buf, controlPayloadAt(at)));
+        return this.results.ack(Reply.Applied, 0, reqId);
       case RequestKind.Backup:
         return this.backup(reqId, buf.toString('utf8', controlPayloadAt(at), at + length));
       case RequestKind.Close:
@@ -285,12 +211,14 @@ export class WorkerRuntime {
         return;
       case RequestKind.PeerFrame:
         this.replication?.onFrame(peerOf(buf, at), buf.subarray(at + PEER_HEADER_BYTES, at + length));
-        return;
+        return this.drainWaiters.check();
       case RequestKind.PeerState:
         this.replication?.onPeerState(peerOf(buf, at), peerStateUp(buf, at));
-        return;
+        return this.drainWaiters.check();
+      case RequestKind.DrainReplication:
+        return this.drainWaiters.add(reqId, readU32LE(buf, controlPayloadAt(at)));
       case RequestKind.PoolSpanResult:
-        return this.onPoolSpan(reqId, buf, at, length);
+        return this.pool?.onResult(reqId, buf, at, length);
       default:
         assert(false, `unknown request kind ${kind}`);
     }
@@ -298,26 +226,26 @@ export class WorkerRuntime {
 
   private decodeFragmentOp(buf: Buffer, at: number, length: number, kind: OpKind, reqId: number): void {
     const fragment = requestFragment(buf, at);
-    const core = this.cores[fragment];
+    const core = this.actors.find(fragment);
     if (core === undefined) {
-      return this.error(ErrorKind.Internal, reqId, `fragment ${fragment} is not served by this worker`);
+      return this.results.error(
+        ErrorKind.Internal,
+        reqId,
+        `fragment ${fragment} is not served by this worker`,
+      );
     }
-    // `buf` is this turn's own copy (takeTurn): key and record are views of it.
+    // Key and record are views of the turn's copy.
     const keyBytes = requestKeyBytes(buf, at);
     const bodyAt = at + REQUEST_HEADER_BYTES;
     const bodyEnd = at + length;
-    // Plain views: cheaper to make than Buffers, and neither needs Buffer methods.
-    const memory = this.copyMemory;
-    const base = this.copyByteOffset;
-    const key = new Uint8Array(memory, base + bodyAt, keyBytes);
+    const key = this.turns.view(bodyAt, keyBytes);
     let recordAt = bodyAt + keyBytes;
     let params: ModifyParams | undefined;
     if (kind === OpKind.Modify) {
       params = readModifyParams(buf.subarray(bodyAt, bodyEnd), keyBytes);
       recordAt = bodyAt + params.end;
     }
-    const record =
-      recordAt < bodyEnd ? new Uint8Array(memory, base + recordAt, bodyEnd - recordAt) : EMPTY_KEY;
+    const record = recordAt < bodyEnd ? this.turns.view(recordAt, bodyEnd - recordAt) : EMPTY_KEY;
     const priority = requestPriority(buf, at);
     const durability = requestDurability(buf, at);
     const wantsPrior = requestWantsPrior(buf, at);
@@ -346,9 +274,13 @@ export class WorkerRuntime {
   /** A scan first fences its fragment (commits pending writes), then reads the store in order. */
   private admitScan(buf: Buffer, at: number, reqId: number): void {
     const { scan, priority } = readScanRequest(buf, at);
-    const core = this.cores[scan.fragment];
+    const core = this.actors.find(scan.fragment);
     if (core === undefined) {
-      return this.error(ErrorKind.Internal, reqId, `fragment ${scan.fragment} is not served by this worker`);
+      return this.results.error(
+        ErrorKind.Internal,
+        reqId,
+        `fragment ${scan.fragment} is not served by this worker`,
+      );
     }
     this.scans.set(reqId, scan);
     const fence = new FragmentOp(OpKind.Fence, reqId, priority, Durability.Store, EMPTY_KEY, EMPTY_KEY);
@@ -364,16 +296,25 @@ export class WorkerRuntime {
     this.active.push(core);
   }
 
+  /** Takes the actions `core` produced, to be carried out with the turn's. */
+  private collect(core: FragmentCore): void {
+    core.takeActions(this.actions);
+    this.touched.add(core);
+  }
+
   private runActive(nowMs: number): void {
     const active = this.active;
-    const budget = Math.max(64, Math.floor(WORKER_TURN_OPS_MAX / Math.max(1, active.length)));
+    const budget = Math.max(
+      FRAGMENT_TURN_OPS_MIN,
+      Math.floor(WORKER_TURN_OPS_MAX / Math.max(1, active.length)),
+    );
     for (let i = 0; i < active.length; i++) {
       const core = active[i];
       core.step({ kind: 'run', nowMs, budget });
-      core.takeActions(this.actions);
-      this.touched.add(core);
+      this.collect(core);
     }
     this.replication?.afterRun(active);
+    this.drainWaiters.check();
     for (const core of active) this.activeMark[core.fragment] = 0;
     active.length = 0;
     this.carryOut();
@@ -394,15 +335,15 @@ export class WorkerRuntime {
         if (action instanceof FragmentOp) this.sendReply(action);
         else if (action.kind === 'acks') this.answerDirect(action.reply, action.text, action.reqIds);
         else if (action.kind === 'commit') commits.push(action);
-        else this.syncRequests.push({ core: this.cores[action.fragment]!, generation: action.generation });
+        else this.commits.requestSync(action.fragment, action.generation);
       }
       this.actions.length = 0;
       if (commits.length > 0) {
         this.publish();
-        this.commit(commits);
+        this.commits.commit(commits);
       }
     }
-    if (this.syncRequests.length > 0 && !this.syncInFlight) this.startSync();
+    this.commits.startSyncIfIdle();
     this.publish();
   }
 
@@ -410,129 +351,20 @@ export class WorkerRuntime {
   private publish(): void {
     for (const core of this.touched) this.board.setDirty(core.fragment, core.hasUncommitted());
     this.touched.clear();
-    this.publishResults();
-  }
-
-  private commit(commits: CommitAction[]): void {
-    if (this.commitFailuresToInject > 0) {
-      this.commitFailuresToInject--;
-      return this.committed(commits, new Error('commit failed on request (test hook)'));
-    }
-    const writes: FragmentWrites[] = commits.map((c) => ({
-      fragment: c.fragment,
-      puts: c.puts,
-      deletes: [],
-      highWaterWallMs: c.highWaterWallMs,
-    }));
-    let result: void | Promise<void>;
-    try {
-      result = this.store.commit(writes);
-    } catch (err) {
-      return this.committed(commits, err);
-    }
-    if (result === undefined) return this.committed(commits, undefined);
-    result.then(
-      () => this.afterAsync(() => this.committed(commits, undefined)),
-      (err: unknown) => this.afterAsync(() => this.committed(commits, err)),
-    );
-  }
-
-  private committed(commits: CommitAction[], err: unknown): void {
-    const message = err === undefined ? '' : asStorageError(err).message;
-    if (err === undefined) {
-      this.evictOverShare();
-      // Before the replies: a client that saw its write acknowledged sees the memory it took.
-      this.board.setMemoryBytes(this.init.index, this.store.memoryBytes());
-      this.board.markCommitted();
-    } else
-      this.logStorageFailure(
-        'store commit failed; its writes stay pending and are retried',
-        commits.map((c) => c.fragment),
-        message,
-      );
-    for (const c of commits) {
-      const core = this.cores[c.fragment]!;
-      this.touched.add(core);
-      if (err === undefined) core.step({ kind: 'committed', generation: c.generation });
-      else core.step({ kind: 'commit-failed', generation: c.generation, message });
-      core.takeActions(this.actions);
-    }
-  }
-
-  /**
-   * Under an eviction policy, brings the store back within the worker's share of the bound after a
-   * commit took it over, before the commit's figure is published: a write is refused only when
-   * nothing is left to evict (`volatile-lru` with no key that has a deadline).
-   */
-  private evictOverShare(): void {
-    const share = this.init.evictAboveBytes;
-    if (share === undefined) return;
-    const over = this.store.memoryBytes() - share;
-    if (over > 0) this.evictedKeys += this.store.evict(over);
-  }
-
-  /** One fsync for every sync request gathered so far; requests arriving meanwhile wait for the next. */
-  private startSync(): void {
-    const batch = this.syncRequests;
-    this.syncRequests = [];
-    this.syncInFlight = true;
-    const done = (err: unknown) =>
-      this.afterAsync(() => {
-        this.syncInFlight = false;
-        const message = err === undefined ? '' : asStorageError(err).message;
-        if (err !== undefined)
-          this.logStorageFailure(
-            'store sync failed; the stable writes waiting for it get the error',
-            batch.map((b) => b.core.fragment),
-            message,
-          );
-        for (const { core, generation } of batch) {
-          if (err === undefined) core.step({ kind: 'synced', generation });
-          else core.step({ kind: 'sync-failed', generation, message });
-          core.takeActions(this.actions);
-        }
-      });
-    this.store.sync().then(() => done(undefined), done);
-  }
-
-  /**
-   * Logs a failed commit or sync, at most once per STORAGE_FAILURE_LOG_INTERVAL_MS (a full disk
-   * fails every turn's commit), with how many failures went unlogged since the last line.
-   */
-  private logStorageFailure(msg: string, fragments: number[], message: string): void {
-    const nowMs = Date.now();
-    if (nowMs - this.storageFailureLoggedAtMs < STORAGE_FAILURE_LOG_INTERVAL_MS) {
-      this.storageFailuresUnlogged++;
-      return;
-    }
-    this.logger.error({ fragments, err: message, unlogged: this.storageFailuresUnlogged }, msg);
-    this.storageFailureLoggedAtMs = nowMs;
-    this.storageFailuresUnlogged = 0;
+    this.results.publish();
   }
 
   /** Runs `fn` from a store callback, then carries out what it produced. */
-  /** Copies this worker's part of the store into a backup (LevelDB: only its owner can read it). */
-  private backup(reqId: number, targetDataDir: string): void {
-    this.store.backup(targetDataDir).then(
-      () => this.afterAsync(() => this.ack(Reply.Applied, 0, reqId)),
-      (err: unknown) =>
-        this.afterAsync(() => {
-          const error = err instanceof TesseraError ? err : asStorageError(err);
-          this.error(error.kind, reqId, error.message);
-        }),
-    );
-  }
-
   private afterAsync(fn: () => void): void {
     fn();
     this.carryOut();
-    this.scheduleWake(Date.now());
+    this.scheduleWake(this.clock.nowMs());
   }
 
   /** Sends the answer of direct writes (`FragmentCore.tryDirectWrite`). */
   private answerDirect(reply: Reply, text: string, reqIds: number[]): void {
-    if (text === '') for (const reqId of reqIds) this.ack(reply, 0, reqId);
-    else for (const reqId of reqIds) this.text(reply, 0, reqId, text);
+    if (text === '') for (const reqId of reqIds) this.results.ack(reply, 0, reqId);
+    else for (const reqId of reqIds) this.results.text(reply, 0, reqId, text);
   }
 
   /** Sends the reply the actor set on `op`. */
@@ -549,61 +381,19 @@ export class WorkerRuntime {
       // The store is failing (a full disk): read it with the writes it could not take laid over
       // it, so SCAN, DBSIZE and INFO go on answering.
       if (reply === Reply.StorageFailed) {
-        void this.runScan(op.reqId, scan, this.cores[scan.fragment]!.pendingRecords());
+        void this.runScan(op.reqId, scan, this.actors.of(scan.fragment).pendingRecords());
         return;
       }
     }
     const detail = op.prior ? 1 : 0;
     const record = op.replyRecord;
     if (record !== undefined) {
-      const headerOnly = op.headerOnly || reply === Reply.Superseded;
-      const n = resultRecordBytes(record, headerOnly);
-      const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
-      const buf = this.outbox.buffer;
-      const p = writeResultHeader(buf, at, reply, detail, op.reqId);
-      copyRange(record, 0, n, buf, p);
-      this.outbox.commit();
+      this.results.record(reply, detail, op.reqId, record, op.headerOnly || reply === Reply.Superseded);
     } else if (op.text !== '') {
-      this.text(reply, detail, op.reqId, op.text);
+      this.results.text(reply, detail, op.reqId, op.text);
     } else {
-      this.ack(reply, detail, op.reqId);
+      this.results.ack(reply, detail, op.reqId);
     }
-  }
-
-  /**
-   * A header-only reply: gathered with the ones before it of the same status and detail into one
-   * Acks record, written when the status changes, the record is full, or results are published.
-   */
-  private ack(reply: Reply, detail: number, reqId: number): void {
-    if (this.ackCount > 0 && (reply !== this.ackReply || detail !== this.ackDetail)) this.writeAcks();
-    this.ackReply = reply;
-    this.ackDetail = detail;
-    this.ackIds[this.ackCount++] = reqId;
-    if (this.ackCount === RESULT_ACKS_MAX) this.writeAcks();
-  }
-
-  private writeAcks(): void {
-    const count = this.ackCount;
-    if (count === 0) return;
-    this.ackCount = 0;
-    const ids = this.ackIds;
-    if (count === 1) {
-      const at = this.outbox.reserve(RESULT_HEADER_BYTES);
-      writeResultHeader(this.outbox.buffer, at, this.ackReply, this.ackDetail, ids[0]);
-      this.outbox.commit();
-      return;
-    }
-    const at = this.outbox.reserve(RESULT_HEADER_BYTES + 4 * count);
-    const buf = this.outbox.buffer;
-    let p = writeAcksHeader(buf, at, this.ackReply, this.ackDetail, count);
-    for (let i = 0; i < count; i++, p += 4) writeU32LE(buf, p, ids[i]);
-    this.outbox.commit();
-  }
-
-  /** Writes the gathered replies, then makes every result written visible to the main thread. */
-  private publishResults(): void {
-    this.writeAcks();
-    this.outbox.publish();
   }
 
   /**
@@ -613,119 +403,32 @@ export class WorkerRuntime {
   private async runScan(reqId: number, scan: ScanRequest, pending?: PendingEntry[]): Promise<void> {
     try {
       const source = pending === undefined ? this.store : withPending(this.store, pending);
-      const page = await collectScanPage(source, scan, Date.now());
-      const n = scanPageBytes(page.entries, page.resumeKey);
-      const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
-      const buf = this.outbox.buffer;
-      const p = writeResultHeader(buf, at, ResultKind.ScanPage, 0, reqId);
-      writeScanPage(buf, p, page.done, page.resumeKey, page.entries);
-      this.outbox.commit();
+      const page = await collectScanPage(source, scan, this.clock.nowMs());
+      this.results.scanPage(reqId, page.done, page.resumeKey, page.entries);
     } catch (err) {
-      this.error(ErrorKind.Storage, reqId, truncateErrorMessage(asStorageError(err).message));
+      this.results.error(ErrorKind.Storage, reqId, asStorageError(err).message);
     }
-    this.publishResults();
+    this.results.publish();
   }
 
-  /**
-   * Offers every stored record to the cleaner, fragment by fragment, a page per event-loop turn at
-   * most and `cleanKeysPerSec` keys a second: a pass over many keys takes longer instead of costing
-   * more. A pass still running when the next interval comes is not started again.
-   */
-  private async sweepAll(): Promise<void> {
-    if (this.sweeping || this.closing) return;
-    this.sweeping = true;
-    try {
-      for (const fragment of this.fragments) {
-        if (this.store.sharesReaders && (await this.sweepFromPool(fragment))) continue;
-        let start: PageStart | undefined;
-        for (;;) {
-          await this.paceSweep();
-          if (this.closing) return;
-          const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
-          this.sweepKeys.spend(entries.length, Date.now());
-          if (entries.length === 0) break;
-          this.sweepPage(this.cores[fragment]!, Date.now(), entries);
-          start = { key: entries[entries.length - 1].key, inclusive: false };
-        }
-      }
-    } catch (err) {
-      this.logger.error({ err: asStorageError(err).message }, 'TTL sweep failed; retrying next interval');
-    } finally {
-      this.sweeping = false;
-    }
-  }
-
-  /** Offers a page of stored records to the fragment's cleaner and carries out what it decides. */
-  private sweepPage(
-    core: FragmentCore,
-    nowMs: number,
-    entries: Array<{ key: Buffer; record: Buffer }>,
-  ): void {
-    core.step({ kind: 'sweep', nowMs, entries });
-    core.takeActions(this.actions);
-    this.touched.add(core);
-    this.carryOut();
-  }
-
-  /**
-   * A fragment's TTL sweep with the reading done in the background pool (lmdb): the pool examines
-   * a page of keys from a read-only view and sends back only those expired at the time asked
-   * (expired-span.ts); this thread checks each against its current record (it may have changed
-   * since the pool read it). False when the pool would not take a page: the caller then sweeps in
-   * this thread.
-   */
-  private async sweepFromPool(fragment: number): Promise<boolean> {
-    const core = this.cores[fragment]!;
-    let afterKey: Uint8Array | undefined;
-    for (;;) {
-      await this.paceSweep();
-      if (this.closing) return true;
-      let span: Span;
-      try {
-        span = await this.poolSpan(fragment, afterKey, NEXT_PAGE, Date.now());
-      } catch {
-        return false;
-      }
-      if (this.closing) return true;
-      // A short last page is counted in full: the pool does not say how many keys it examined.
-      this.sweepKeys.spend(CLEAN_POOL_PAGE_KEYS, Date.now());
-      const nowMs = Date.now();
-      const entries: Array<{ key: Buffer; record: Buffer }> = [];
-      for (const e of span.entries) {
-        const current = core.current(e.key);
-        if (current !== undefined && isExpiredValue(current, nowMs)) {
-          entries.push({ key: e.key, record: Buffer.from(current) });
-        }
-      }
-      if (entries.length > 0) this.sweepPage(core, nowMs, entries);
-      if (!span.truncated || span.entries.length === 0) return true;
-      afterKey = span.entries[span.entries.length - 1].key;
-    }
-  }
-
-  /** Waits until the cleaner may examine its next page: the next event-loop turn at the soonest. */
-  private paceSweep(): Promise<void> {
-    const waitMs = this.sweepKeys.waitMs(Date.now());
-    return new Promise<void>((resolve) => {
-      if (waitMs === 0) return setImmediate(resolve);
-      const timer = setTimeout(() => {
-        this.sweepPaceWake = undefined;
-        resolve();
-      }, waitMs);
-      this.sweepPaceWake = () => {
-        clearTimeout(timer);
-        this.sweepPaceWake = undefined;
-        resolve();
-      };
-    });
+  /** Copies this worker's part of the store into a backup (LevelDB: only its owner can read it). */
+  private backup(reqId: number, targetDataDir: string): void {
+    this.store.backup(targetDataDir).then(
+      () => this.afterAsync(() => this.results.ack(Reply.Applied, 0, reqId)),
+      (err: unknown) =>
+        this.afterAsync(() => {
+          const error = err instanceof TesseraError ? err : asStorageError(err);
+          this.results.error(error.kind, reqId, error.message);
+        }),
+    );
   }
 
   /** Keeps one timer for the earliest fragment deadline, and an immediate when work is runnable now. */
   private scheduleWake(nowMs: number): void {
     if (this.closing) return;
     let wait = Number.POSITIVE_INFINITY;
-    for (const f of this.fragments) {
-      const core = this.cores[f]!;
+    for (const f of this.actors.fragments()) {
+      const core = this.actors.of(f);
       if (core.runnable(nowMs)) {
         wait = 0;
         break;
@@ -753,9 +456,9 @@ export class WorkerRuntime {
   }
 
   private tickAll(): void {
-    const nowMs = Date.now();
-    for (const f of this.fragments) {
-      const core = this.cores[f]!;
+    const nowMs = this.clock.nowMs();
+    for (const f of this.actors.fragments()) {
+      const core = this.actors.of(f);
       core.step({ kind: 'tick', nowMs });
       this.touched.add(core);
       if (core.runnable(nowMs)) this.activate(core);
@@ -764,80 +467,16 @@ export class WorkerRuntime {
     this.runActive(nowMs);
   }
 
-  private sendPeerFrame(member: number, envelope: Uint8Array): void {
-    const at = this.outbox.reserve(PEER_HEADER_BYTES + envelope.length);
-    const buf = this.outbox.buffer;
-    copyBytes(buf, writePeerHeader(buf, at, ResultKind.PeerFrame, 0, member), envelope);
-    this.outbox.commit();
-    this.schedulePublish();
-  }
-
-  /** Asks the main thread to read a span in the background pool; the answer comes as PoolSpanResult. */
-  private poolSpan(
-    fragment: number,
-    afterKey: Uint8Array | undefined,
-    q: SpanQuery,
-    expiredAtMs?: number,
-  ): Promise<Span> {
-    const taskId = this.nextPoolTask++;
-    const lastKey = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
-    const request = { fragment, afterKey, lastKey, openEnd: q.openEnd, expiredAtMs };
-    const at = this.outbox.reserve(poolSpanRequestBytes(request));
-    writePoolSpanRequest(this.outbox.buffer, at, taskId, request);
-    this.outbox.commit();
-    this.schedulePublish();
-    return new Promise<Span>((resolve, reject) => this.poolTasks.set(taskId, { resolve, reject }));
-  }
-
-  private onPoolSpan(taskId: number, buf: Buffer, at: number, length: number): void {
-    const task = this.poolTasks.get(taskId);
-    if (task === undefined) return;
-    this.poolTasks.delete(taskId);
-    const span = readPoolSpanResult(buf, at, at + length);
-    if (span === undefined) task.reject(new Error('background pool could not read the span'));
-    else task.resolve(span);
-  }
-
-  private closePeer(member: number, reason: string): void {
-    const text = truncateErrorMessage(reason);
-    const n = Buffer.byteLength(text);
-    const at = this.outbox.reserve(PEER_HEADER_BYTES + n);
-    const buf = this.outbox.buffer;
-    buf.write(text, writePeerHeader(buf, at, ResultKind.PeerClose, 0, member), n, 'utf8');
-    this.outbox.commit();
-    this.schedulePublish();
-  }
-
-  /** Frames produced outside a ring batch (timers, store callbacks) still leave promptly. */
-  private schedulePublish(): void {
-    if (this.publishScheduled) return;
-    this.publishScheduled = true;
-    queueMicrotask(this.publishTask);
-  }
-
-  /** A result whose payload is UTF-8 text (an error message, or health JSON). */
-  private text(status: number, detail: number, reqId: number, text: string): void {
-    const n = Buffer.byteLength(text);
-    const at = this.outbox.reserve(RESULT_HEADER_BYTES + n);
-    const buf = this.outbox.buffer;
-    buf.write(text, writeResultHeader(buf, at, status, detail, reqId), n, 'utf8');
-    this.outbox.commit();
-  }
-
-  private error(kind: ErrorKind, reqId: number, message: string): void {
-    this.text(ResultKind.Error, kind, reqId, truncateErrorMessage(message));
-  }
-
-  private health(): object {
+  private health(): WorkerHealthReport {
     return {
       worker: this.init.index,
       store: this.store.kind,
-      fragments: this.fragments.map((f) => this.cores[f]!.stats()),
-      syncInFlight: this.syncInFlight,
+      fragments: this.actors.fragments().map((f) => this.actors.of(f).stats()),
+      syncInFlight: this.commits.syncInFlight,
       replication: this.replication?.reports() ?? [],
       heapUsedBytes: process.memoryUsage().heapUsed,
       heapLimitBytes: getHeapStatistics().heap_size_limit,
-      evictedKeys: this.evictedKeys,
+      evictedKeys: this.commits.evictedKeys,
       ringWakeupsRecovered: ringWakeupsRecovered(),
     };
   }
@@ -850,11 +489,11 @@ export class WorkerRuntime {
     this.closing = true;
     this.drain?.stop();
     this.replication?.close();
-    if (this.cleanTimer !== undefined) clearInterval(this.cleanTimer);
-    this.sweepPaceWake?.();
+    this.drainWaiters.close();
+    this.sweeper.close();
     if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
-    for (const f of this.fragments) {
-      if (!this.cores[f]!.idle()) this.logger.warn({ fragment: f }, 'fragment not idle at close');
+    for (const f of this.actors.fragments()) {
+      if (!this.actors.of(f).idle()) this.logger.warn({ fragment: f }, 'fragment not idle at close');
     }
     let message = '';
     try {
@@ -862,15 +501,7 @@ export class WorkerRuntime {
     } catch (err) {
       message = asStorageError(err).message;
     }
-    // Every reply goes out before the Closed result.
-    this.writeAcks();
-    if (message === '') {
-      const at = this.outbox.reserve(RESULT_HEADER_BYTES);
-      writeResultHeader(this.outbox.buffer, at, ResultKind.Closed, 0, reqId);
-      this.outbox.commit();
-    } else {
-      this.error(ErrorKind.Storage, reqId, message);
-    }
-    this.publishResults();
+    this.results.closed(reqId, message);
+    this.results.publish();
   }
 }

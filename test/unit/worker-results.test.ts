@@ -36,12 +36,11 @@ interface Sent {
 
 async function openRuntime() {
   const store = await openStore(MEMORY_STORE_LOCATION);
-  await store.openFragment(0);
   const requestRing = createRing(RING_BYTES);
   const resultRing = createRing(RING_BYTES);
   const init = oneFragmentWorkerInit(requestRing, resultRing);
   // The turn is private to the runtime: this drives it as the drain loop would.
-  const runtime = new WorkerRuntime(init, store) as unknown as { onBatch(): void };
+  const runtime = (await WorkerRuntime.open(init, store)) as unknown as { onBatch(): void };
   const requests = new RingWriter(requestRing);
   const results = new RingReader(resultRing);
 

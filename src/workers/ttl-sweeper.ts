@@ -1,0 +1,132 @@
+// The worker's paced TTL sweep. Every `cleanIntervalMs` it offers each stored record to its
+// fragment's cleaner (FragmentCore's `sweep` event), a page per event-loop turn at most and
+// `cleanKeysPerSec` keys a second: a pass over many keys takes longer instead of costing more. A
+// pass still running when the next interval comes is not started again.
+
+import type { Logger } from 'pino';
+import type { WallClock } from '../core/clock.js';
+import { asStorageError } from '../core/errors.js';
+import type { FragmentCore } from '../core/fragment.js';
+import { CLEAN_PAGE_KEYS_MAX, CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
+import { TokenBucket } from '../core/op-queue.js';
+import { isExpiredValue } from '../core/record.js';
+import type { KvStore, PageStart } from '../native-bindings/kv-store.js';
+import type { PoolSpans } from './pool-spans.js';
+import { NEXT_PAGE, type Span } from './reconcile-span.js';
+
+export interface SweepHost {
+  /** The fragments the worker serves now. */
+  fragments(): readonly number[];
+  core(fragment: number): FragmentCore;
+  /** Offers a page of stored records to the fragment's cleaner and carries out what it decides. */
+  sweepPage(core: FragmentCore, nowMs: number, entries: Array<{ key: Buffer; record: Buffer }>): void;
+}
+
+export class TtlSweeper {
+  private timer: NodeJS.Timeout | undefined;
+  private sweeping = false;
+  private closed = false;
+  /** Keys the cleaner may examine (`cleanKeysPerSec`); an idle spell saves up none. */
+  private readonly keys: TokenBucket;
+  /** Ends the cleaner's wait for its next page early (at close). */
+  private paceWake: (() => void) | undefined;
+
+  constructor(
+    private readonly config: { cleanIntervalMs: number; cleanKeysPerSec: number },
+    private readonly store: KvStore,
+    /** The background pool, when the store shares its readers with it (lmdb). */
+    private readonly pool: PoolSpans | undefined,
+    private readonly host: SweepHost,
+    private readonly logger: Logger,
+    private readonly clock: WallClock,
+  ) {
+    this.keys = new TokenBucket(config.cleanKeysPerSec, 1, clock.nowMs());
+  }
+
+  start(): void {
+    this.timer = setInterval(() => void this.sweepAll(), this.config.cleanIntervalMs);
+  }
+
+  /** Stops the sweep: a pass running ends at its next page. */
+  close(): void {
+    this.closed = true;
+    if (this.timer !== undefined) clearInterval(this.timer);
+    this.paceWake?.();
+  }
+
+  private async sweepAll(): Promise<void> {
+    if (this.sweeping || this.closed) return;
+    this.sweeping = true;
+    try {
+      for (const fragment of this.host.fragments()) {
+        if (this.pool !== undefined && (await this.sweepFromPool(this.pool, fragment))) continue;
+        let start: PageStart | undefined;
+        for (;;) {
+          await this.pace();
+          if (this.closed) return;
+          const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
+          this.keys.spend(entries.length, this.clock.nowMs());
+          if (entries.length === 0) break;
+          this.host.sweepPage(this.host.core(fragment), this.clock.nowMs(), entries);
+          start = { key: entries[entries.length - 1].key, inclusive: false };
+        }
+      }
+    } catch (err) {
+      this.logger.error({ err: asStorageError(err).message }, 'TTL sweep failed; retrying next interval');
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
+  /**
+   * A fragment's sweep with the reading done in the background pool: the pool examines a page of
+   * keys from a read-only view and sends back only those expired at the time asked; this thread
+   * checks each against its current record (it may have changed since the pool read it). False when
+   * the pool would not take a page: the caller then sweeps in this thread.
+   */
+  private async sweepFromPool(pool: PoolSpans, fragment: number): Promise<boolean> {
+    const core = this.host.core(fragment);
+    let afterKey: Uint8Array | undefined;
+    for (;;) {
+      await this.pace();
+      if (this.closed) return true;
+      let span: Span;
+      try {
+        span = await pool.read(fragment, afterKey, NEXT_PAGE, this.clock.nowMs());
+      } catch {
+        return false;
+      }
+      if (this.closed) return true;
+      // A short last page is counted in full: the pool does not say how many keys it examined.
+      this.keys.spend(CLEAN_POOL_PAGE_KEYS, this.clock.nowMs());
+      const nowMs = this.clock.nowMs();
+      const entries: Array<{ key: Buffer; record: Buffer }> = [];
+      for (const e of span.entries) {
+        const current = core.current(e.key);
+        if (current !== undefined && isExpiredValue(current, nowMs)) {
+          entries.push({ key: e.key, record: Buffer.from(current) });
+        }
+      }
+      if (entries.length > 0) this.host.sweepPage(core, nowMs, entries);
+      if (!span.truncated || span.entries.length === 0) return true;
+      afterKey = span.entries[span.entries.length - 1].key;
+    }
+  }
+
+  /** Waits until the cleaner may examine its next page: the next event-loop turn at the soonest. */
+  private pace(): Promise<void> {
+    const waitMs = this.keys.waitMs(this.clock.nowMs());
+    return new Promise<void>((resolve) => {
+      if (waitMs === 0) return setImmediate(resolve);
+      const timer = setTimeout(() => {
+        this.paceWake = undefined;
+        resolve();
+      }, waitMs);
+      this.paceWake = () => {
+        clearTimeout(timer);
+        this.paceWake = undefined;
+        resolve();
+      };
+    });
+  }
+}

@@ -1,0 +1,62 @@
+// A request to wait for the replication to drain is answered when the senders are drained — at
+// once, or at the first check after — or as not drained at its deadline or at close.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { DrainWaiters } from '../../src/workers/replication-drain.js';
+
+function waiters(drainedAtFirst: boolean) {
+  const state = { drained: drainedAtFirst };
+  const answers: Array<[number, boolean]> = [];
+  let onAnswer: (() => void) | undefined;
+  const w = new DrainWaiters(
+    () => state.drained,
+    (reqId, drained) => {
+      answers.push([reqId, drained]);
+      onAnswer?.();
+    },
+  );
+  const nextAnswer = () => new Promise<void>((resolve) => (onAnswer = resolve));
+  return { w, state, answers, nextAnswer };
+}
+
+test('a request made while drained is answered at once', () => {
+  const { w, answers } = waiters(true);
+  w.add(1, 60_000);
+  assert.deepEqual(answers, [[1, true]]);
+});
+
+test('waiting requests are answered at the first check that finds the senders drained', () => {
+  const { w, state, answers } = waiters(false);
+  w.add(1, 60_000);
+  w.add(2, 60_000);
+  w.check();
+  assert.deepEqual(answers, [], 'not drained yet: nothing answered');
+  state.drained = true;
+  w.check();
+  assert.deepEqual(answers, [
+    [1, true],
+    [2, true],
+  ]);
+  w.check();
+  assert.equal(answers.length, 2, 'each request is answered once');
+});
+
+test('a request still waiting at its deadline is answered as not drained', async () => {
+  const { w, answers, nextAnswer } = waiters(false);
+  const answered = nextAnswer();
+  w.add(7, 1);
+  await answered;
+  assert.deepEqual(answers, [[7, false]]);
+});
+
+test('close answers every waiting request as not drained', () => {
+  const { w, answers } = waiters(false);
+  w.add(1, 60_000);
+  w.add(2, 60_000);
+  w.close();
+  assert.deepEqual(answers, [
+    [1, false],
+    [2, false],
+  ]);
+});
