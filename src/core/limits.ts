@@ -312,6 +312,46 @@ export function ringBytesFor(valueBytesMax: number): number {
   );
 }
 
+// ---- Operating limits of the node's faces, peers and workers ----
+
+/** Clients connected at once; more are refused with Redis's error. */
+export const RESP_CLIENTS_MAX = 10_000;
+/** Consecutive failed restarts after which a worker is given up and its requests fail at once. */
+export const WORKER_RESTART_ATTEMPTS_MAX = 8;
+/** Ops per replication batch a sender may be configured to send (the seed's MAX_WIRE_BATCH_ITEMS role): bounds per-op framing overhead. */
+export const REPLICATION_BATCH_OPS_CEILING = 4096;
+/** Longest configured period (flush, clean, …), one hour: longer is almost certainly a unit mistake (seconds for milliseconds). */
+export const INTERVAL_MS_MAX = 3_600_000;
+/** How long a cluster node waits for its replicas on shutdown unless told otherwise. */
+export const DRAIN_TIMEOUT_MS_DEFAULT = 5_000;
+/** How often forwarded requests are checked against FORWARD_TIMEOUT_MS. */
+export const FORWARD_TIMEOUT_CHECK_MS = 500;
+/** A batch of forwarded operations past this many bytes leaves at once rather than at the end of the turn. */
+export const FORWARD_BATCH_FLUSH_BYTES = 1024 * 1024;
+/** Pending reply bytes that are handed to the socket at once instead of at the end of the turn. */
+export const CONNECTION_FLUSH_BYTES = 1024 * 1024;
+/** Keys `deleteAll` deletes per page: one scan page, its deletes in flight together. */
+export const DELETE_ALL_PAGE_KEYS = 1000;
+/** Keys read per page while counting them (DBSIZE, INFO keyspace). */
+export const KEY_COUNT_PAGE_KEYS = 1000;
+/**
+ * A new count for INFO also waits this many times as long as the last count took, so however large
+ * the keyspace, monitoring that polls INFO keeps the workers counting at most a tenth of the time.
+ */
+export const KEY_COUNT_REUSE_PER_COUNT_MS = 10;
+/** How long a key count stays good enough for INFO's keyspace line before INFO starts a new one. */
+export const KEY_COUNT_REUSE_MS_DEFAULT = 10_000;
+/** Keys COUNTKEYSINSLOT examines at most (like KEYS, it walks the slot's fragment). */
+export const COUNT_KEYS_IN_SLOT_EXAMINED_MAX = 1_000_000;
+/** Keys COUNTKEYSINSLOT reads per page. */
+export const COUNT_KEYS_IN_SLOT_PAGE_KEYS = 10_000;
+/** Anti-entropy rounds at most this often: each compares every fragment's summary with a peer's. */
+export const ANTI_ENTROPY_INTERVAL_MS_MIN = 10;
+/** Anti-entropy rounds at least once a day. */
+export const ANTI_ENTROPY_INTERVAL_MS_MAX = 86_400_000;
+/** A manifest is a few hundred bytes; anything far larger is not one. */
+export const MANIFEST_BYTES_MAX = 64 * 1024;
+
 assert(FRAGMENT_COUNT_DEFAULT <= FRAGMENT_COUNT_MAX, 'default fragment count exceeds the slot count');
 assert(
   VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + NODE_ID_BYTES_MAX + 64 <= STABLE_LOG_FRAME_BYTES_MAX,

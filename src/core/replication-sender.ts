@@ -26,6 +26,7 @@ import {
   REPLICATION_ACK_TIMEOUT_MS,
   REPLICATION_BATCH_BYTES_MAX,
   REPLICATION_BATCH_INTERVAL_MS,
+  REPLICATION_BATCH_OPS_CEILING,
   REPLICATION_BATCH_OPS_MAX,
   REPLICATION_BUFFER_BYTES_MAX,
   REPLICATION_BUFFER_OPS_MAX,
@@ -38,8 +39,6 @@ export type AckLevel = (typeof AckLevel)[keyof typeof AckLevel];
 
 const ACK_LEVEL_NAMES: Record<AckLevel, string> = { 1: 'memory', 2: 'store', 3: 'stable' };
 
-/** Our cap on ops per batch (the seed's MAX_WIRE_BATCH_ITEMS role): bounds per-op framing overhead. */
-export const REPLICATION_BATCH_OPS_CEILING = 4096;
 /**
  * A batch holds either one op (which fits a frame on its own: records are capped below
  * FRAME_BYTES_MAX) or at most batchBytesMax bytes; half a frame leaves room for per-op framing.

@@ -3,6 +3,7 @@
 // `2s`, `5m`, `1h` or a bare number of milliseconds; sizes accept `64kb`, `4mb`, `1gb` or bytes.
 
 import { invalidInput } from '../core/errors.js';
+import { DRAIN_TIMEOUT_MS_DEFAULT } from '../core/limits.js';
 import { DURABILITY_NAMES } from '../core/ops.js';
 import { STORE_KINDS } from '../native-bindings/kv-store.js';
 import { ADMIN_BIND_DEFAULT } from './admin/server.js';
@@ -284,9 +285,6 @@ export interface CliArgs {
   fromEnvironment: ReadonlySet<string>;
   version: boolean;
 }
-
-/** How long a cluster node waits for its replicas on shutdown unless told otherwise. */
-const DRAIN_TIMEOUT_MS_DEFAULT = 5_000;
 
 const DURATION_UNITS_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 const SIZE_UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };

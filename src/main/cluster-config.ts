@@ -7,6 +7,8 @@ import { isIP } from 'node:net';
 import { invalidInput } from '../core/errors.js';
 import {
   ANTI_ENTROPY_INTERVAL_MS_DEFAULT,
+  ANTI_ENTROPY_INTERVAL_MS_MAX,
+  ANTI_ENTROPY_INTERVAL_MS_MIN,
   CLUSTER_SECRET_BYTES_MIN,
   NODE_ID_BYTES_MAX,
 } from '../core/limits.js';
@@ -201,11 +203,11 @@ export function resolveClusterConfig(
   const antiEntropyIntervalMs = options.antiEntropyIntervalMs ?? ANTI_ENTROPY_INTERVAL_MS_DEFAULT;
   if (
     !Number.isInteger(antiEntropyIntervalMs) ||
-    antiEntropyIntervalMs < 10 ||
-    antiEntropyIntervalMs > 86_400_000
+    antiEntropyIntervalMs < ANTI_ENTROPY_INTERVAL_MS_MIN ||
+    antiEntropyIntervalMs > ANTI_ENTROPY_INTERVAL_MS_MAX
   ) {
     throw invalidInput(
-      `antiEntropyIntervalMs must be an integer in 10..86400000, got ${antiEntropyIntervalMs}`,
+      `antiEntropyIntervalMs must be an integer in ${ANTI_ENTROPY_INTERVAL_MS_MIN}..${ANTI_ENTROPY_INTERVAL_MS_MAX}, got ${antiEntropyIntervalMs}`,
     );
   }
   const selfIndex = members.indexOf(nodeId);

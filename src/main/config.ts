@@ -14,6 +14,7 @@ import {
   FLUSH_PENDING_WRITES_MAX,
   FRAGMENT_COUNT_DEFAULT,
   FRAGMENT_COUNT_MAX,
+  INTERVAL_MS_MAX,
   MAX_CLOCK_SKEW_MS_DEFAULT,
   MAX_MEMORY_BYTES_CEILING,
   NODE_ID_BYTES_MAX,
@@ -132,9 +133,6 @@ const KNOWN_OPTIONS = new Set([
   'logger',
   ...CLUSTER_OPTION_NAMES,
 ]);
-
-/** One hour: longer periods are almost certainly a unit mistake (seconds for milliseconds). */
-const INTERVAL_MS_MAX = 3_600_000;
 
 /**
  * The most worker threads a node starts with unless told otherwise. Every request crosses the one

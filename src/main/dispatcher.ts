@@ -503,7 +503,7 @@ export class Dispatcher {
 
   /** Observes the newest wall ms of a peer's frame; false when it is too far ahead of this node's clock. */
   observeRemote(wallMs: number): boolean {
-    return this.clock.observeWallMs(wallMs, Date.now());
+    return this.clock.observeWallMs(wallMs, this.turnClock.nowMs());
   }
 
   /** Asks a worker for its fragments' state (undefined when it is not running). */
@@ -640,7 +640,7 @@ export class Dispatcher {
 
   /** Seeds the clock with a worker's newest stored timestamp; refuses one too far in the future. */
   private observeStored(index: number, highWaterWallMs: number): TesseraError | undefined {
-    const nowMs = Date.now();
+    const nowMs = this.turnClock.nowMs();
     if (highWaterWallMs > 0 && !this.clock.observeWallMs(highWaterWallMs, nowMs)) {
       return storageError(
         `worker ${index}: a stored timestamp (${highWaterWallMs}) is ${highWaterWallMs - nowMs} ms ahead of ` +

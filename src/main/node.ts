@@ -4,6 +4,7 @@
 
 import pino, { type Logger } from 'pino';
 import { asBuffer, latin1 } from '../core/bytes.js';
+import type { WallClock } from '../core/clock.js';
 import {
   asStorageError,
   internalError,
@@ -16,6 +17,7 @@ import type { FragmentStats } from '../core/fragment.js';
 import { slotRange } from '../core/keyspace.js';
 import {
   BATCH_ITEMS_MAX,
+  DELETE_ALL_PAGE_KEYS,
   EXPIRES_AT_MS_MAX,
   KEY_BYTES_MAX,
   PUBSUB_PAYLOAD_BYTES_MAX,
@@ -52,9 +54,6 @@ import type { ResultHandler } from './worker-link.js';
 
 export type Key = string | Uint8Array;
 export type Value = string | Uint8Array;
-
-/** Keys `deleteAll` deletes per page: one scan page, its deletes in flight together. */
-const DELETE_ALL_PAGE_KEYS = 1000;
 
 /** What `subscribe` listens to; names are strings (UTF-8) or bytes. */
 export interface SubscribeTo {
@@ -202,6 +201,8 @@ export class Tessera {
   private admittedTasks = 0;
   /** The spec `write` fills and submits synchronously: one object, not one per write. */
   private readonly writeSpec = blankWriteSpec();
+  /** The result handler of each read shape, reading TTLs by this node's clock. */
+  private readonly readHandlers: ReadHandlers;
   private tasksIdle: Array<() => void> = [];
 
   private constructor(
@@ -212,6 +213,7 @@ export class Tessera {
   ) {
     this.nodeId = nodeId;
     this.dispatcher = new Dispatcher(config, nodeId, logger, levelGroupCount);
+    this.readHandlers = readHandlers(this.dispatcher.turnClock);
     if (config.cluster !== undefined) {
       this.cluster = new Cluster(config.cluster, this.dispatcher, logger, config.valueBytesMax);
       this.dispatcher.attachCluster(this.cluster);
@@ -654,7 +656,7 @@ export class Tessera {
       spec.kind = modifier === undefined ? OpKind.Write : OpKind.Modify;
       spec.key = checkKey(key);
       spec.value = value === undefined ? undefined : this.checkValue(value);
-      spec.expiresAtMs = deadlineOf(options, modifier === Modifier.Expire);
+      spec.expiresAtMs = deadlineOf(options, modifier === Modifier.Expire, this.dispatcher.turnClock);
       spec.priority = priorityOf(options?.priority);
       spec.durability =
         options?.durability === undefined ? this.config.durability : durabilityOf(options.durability);
@@ -691,13 +693,15 @@ export class Tessera {
       try {
         const local = this.dispatcher.readLocal(fragment, keyBytes);
         if (local !== NOT_LOCAL)
-          return Promise.resolve(local === undefined ? shape.absent : shape.fromRecord(local));
+          return Promise.resolve(
+            local === undefined ? shape.absent : shape.fromRecord(local, this.dispatcher.turnClock),
+          );
       } catch (err) {
         return Promise.reject(asStorageError(err));
       }
     }
     const deferred = new Deferred<T>();
-    const handler = READ_HANDLERS.get(shape as ReadShape<unknown>) as ResultHandler<Deferred<T>>;
+    const handler = this.readHandlers.get(shape as ReadShape<unknown>) as ResultHandler<Deferred<T>>;
     const error = this.dispatcher.submitRead(fragment, keyBytes, priority, headerOnly, handler, deferred);
     if (error !== undefined) deferred.reject(error);
     return deferred.promise;
@@ -766,14 +770,14 @@ function durabilityOf(name: string): Durability {
   return d;
 }
 
-/** The absolute deadline a write carries (0 = none); `required` for EXPIRE. */
-function deadlineOf(options: WriteOptions | undefined, required: boolean): number {
+/** The absolute deadline a write carries (0 = none; a TTL counts from `clock`); `required` for EXPIRE. */
+function deadlineOf(options: WriteOptions | undefined, required: boolean, clock: WallClock): number {
   const ttlMs = options?.ttlMs;
   const expiresAtMs = options?.expiresAtMs;
   if (ttlMs !== undefined && expiresAtMs !== undefined)
     throw invalidInput('give ttlMs or expiresAtMs, not both');
   if (ttlMs !== undefined) {
-    const nowMs = Date.now();
+    const nowMs = clock.nowMs();
     if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0 || nowMs + ttlMs > EXPIRES_AT_MS_MAX) {
       throw invalidInput(
         `ttlMs must be a positive integer number of milliseconds (got ${ttlMs}); omit it for no expiry`,
@@ -831,7 +835,7 @@ const expireHandler: ResultHandler<Deferred<boolean>> = {
 
 /** What a read returns, built from the live record it found (a view, valid only during the call). */
 interface ReadShape<T> {
-  fromRecord(record: Uint8Array): T;
+  fromRecord(record: Uint8Array, clock: WallClock): T;
   readonly absent: T;
 }
 
@@ -855,19 +859,19 @@ const entryShape: ReadShape<Entry | undefined> = {
 };
 
 const ttlShape: ReadShape<number> = {
-  fromRecord(r) {
+  fromRecord(r, clock) {
     const expiresAt = expiresAtOf(r);
-    return expiresAt === 0 ? -1 : Math.max(0, expiresAt - Date.now());
+    return expiresAt === 0 ? -1 : Math.max(0, expiresAt - clock.nowMs());
   },
   absent: -2,
 };
 
-function readHandler<T>(shape: ReadShape<T>): ResultHandler<Deferred<T>> {
+function readHandler<T>(shape: ReadShape<T>, clock: WallClock): ResultHandler<Deferred<T>> {
   return {
     onResult(d, buf, at, length) {
       const status = resultStatus(buf, at);
       if (status === Reply.Found)
-        d.resolve(shape.fromRecord(buf.subarray(at + RESULT_HEADER_BYTES, at + length)));
+        d.resolve(shape.fromRecord(buf.subarray(at + RESULT_HEADER_BYTES, at + length), clock));
       else if (status === Reply.NotFound) d.resolve(shape.absent);
       else d.reject(resultError(buf, at, length));
     },
@@ -875,12 +879,16 @@ function readHandler<T>(shape: ReadShape<T>): ResultHandler<Deferred<T>> {
   };
 }
 
-const READ_HANDLERS = new Map<ReadShape<unknown>, ResultHandler<Deferred<unknown>>>(
-  [valueShape, entryShape, ttlShape].map((shape) => [
-    shape as ReadShape<unknown>,
-    readHandler(shape as ReadShape<unknown>),
-  ]),
-);
+type ReadHandlers = Map<ReadShape<unknown>, ResultHandler<Deferred<unknown>>>;
+
+function readHandlers(clock: WallClock): ReadHandlers {
+  return new Map(
+    [valueShape, entryShape, ttlShape].map((shape) => [
+      shape as ReadShape<unknown>,
+      readHandler(shape as ReadShape<unknown>, clock),
+    ]),
+  );
+}
 
 const fenceHandler: ResultHandler<Deferred<void>> = {
   onResult(d, buf, at, length) {

@@ -9,6 +9,7 @@ import { backpressure, internalError, shuttingDown, type TesseraError } from '..
 import {
   REQUEST_PUBLISH_RECORDS,
   RING_OVERFLOW_RECORDS_MAX,
+  WORKER_RESTART_ATTEMPTS_MAX,
   WORKER_RESTART_BACKOFF_MS_MAX,
   WORKER_RESTART_BACKOFF_MS_MIN,
   WORKER_START_TIMEOUT_MS,
@@ -43,9 +44,6 @@ export interface ResultHandler<T> {
   onResult(token: T, buf: Buffer, at: number, length: number): void;
   onFailure(token: T, error: TesseraError): void;
 }
-
-/** Consecutive failed restarts after which a worker is given up and its requests fail at once. */
-const WORKER_RESTART_ATTEMPTS_MAX = 8;
 
 export type LinkState = 'starting' | 'ready' | 'restarting' | 'failed' | 'closing' | 'closed';
 

@@ -11,7 +11,12 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { assert } from '../core/assert.js';
 import { asStorageError, invalidInput, storageError, type TesseraError } from '../core/errors.js';
-import { FRAGMENT_COUNT_MAX, NODE_ID_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
+import {
+  FRAGMENT_COUNT_MAX,
+  MANIFEST_BYTES_MAX,
+  NODE_ID_BYTES_MAX,
+  WORKER_COUNT_MAX,
+} from '../core/limits.js';
 import { fsyncPath } from './fsync-path.js';
 import { STORE_KINDS, type StoreKind } from './kv-store.js';
 
@@ -20,8 +25,6 @@ export const STORE_FORMAT_VERSION = 1;
 export const MANIFEST_FILE = 'MANIFEST.json';
 /** A fresh node id is `n-` and this many random bytes in hex: 48 bits, unique among any real cluster's nodes. */
 const NODE_ID_RANDOM_BYTES = 6;
-/** A manifest is a few hundred bytes; anything far larger is not one. */
-const MANIFEST_BYTES_MAX = 64 * 1024;
 /** Entries whose presence without a manifest means data of unknown identity. */
 const STORE_DIRS = ['lmdb', 'level'];
 

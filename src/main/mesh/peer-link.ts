@@ -10,7 +10,12 @@
 
 import { readU16LE } from '../../core/bytes.js';
 import { backpressure, networkError, type TesseraError } from '../../core/errors.js';
-import { FORWARD_IN_FLIGHT_MAX, FORWARD_TIMEOUT_MS } from '../../core/limits.js';
+import {
+  FORWARD_BATCH_FLUSH_BYTES,
+  FORWARD_IN_FLIGHT_MAX,
+  FORWARD_TIMEOUT_CHECK_MS,
+  FORWARD_TIMEOUT_MS,
+} from '../../core/limits.js';
 import { OpKind } from '../../core/ops.js';
 import { EnvelopeField, forEachField, ListFrameBuilder } from '../../core/peer-frame.js';
 import { checkResult, resultId, setRequestId } from '../../threads/op-codec.js';
@@ -37,10 +42,6 @@ interface InFlight {
 const OPS_FIELD = 2;
 const HOPS_FIELD = 1;
 export const RESULTS_FIELD = 1;
-/** How often forwarded requests are checked against FORWARD_TIMEOUT_MS. */
-const TIMEOUT_CHECK_MS = 500;
-/** A batch past this many bytes leaves at once rather than at the end of the turn. */
-const BATCH_BYTES_FLUSH = 1024 * 1024;
 
 export class PeerLink {
   /** Request buffer: the dispatcher encodes at the offset `begin` returned. */
@@ -162,11 +163,11 @@ export class PeerLink {
 
   private track(reqId: number, handler: ResultHandler<unknown>, token: unknown, request: Buffer): void {
     this.inFlight.set(reqId, { handler, token, request, sentAtMs: Date.now() });
-    if (this.timer === undefined) this.timer = setInterval(() => this.expire(), TIMEOUT_CHECK_MS);
+    if (this.timer === undefined) this.timer = setInterval(() => this.expire(), FORWARD_TIMEOUT_CHECK_MS);
   }
 
   private scheduleFlush(): void {
-    if (this.batch.bytes >= BATCH_BYTES_FLUSH) return this.flush();
+    if (this.batch.bytes >= FORWARD_BATCH_FLUSH_BYTES) return this.flush();
     if (this.flushScheduled) return;
     this.flushScheduled = true;
     queueMicrotask(this.flushTask);

@@ -7,17 +7,17 @@
 import { createHash } from 'node:crypto';
 import { assert } from '../../core/assert.js';
 import { slotOf, slotRange } from '../../core/keyspace.js';
-import { SLOT_COUNT } from '../../core/limits.js';
+import {
+  COUNT_KEYS_IN_SLOT_EXAMINED_MAX,
+  COUNT_KEYS_IN_SLOT_PAGE_KEYS,
+  SLOT_COUNT,
+} from '../../core/limits.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import type { Cluster } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
 import { answerLater, type CommandSpec, integerArg, unknownSubcommand, writeHelp } from './commands.js';
 import type { RespConnection } from './connection.js';
-
-/** Keys COUNTKEYSINSLOT examines at most (like KEYS, it walks the slot's fragment). */
-const COUNT_KEYS_IN_SLOT_EXAMINED_MAX = 1_000_000;
-const COUNT_PAGE_KEYS = 10_000;
 
 /** One node as clients see it. */
 interface ClusterNodeView {
@@ -181,7 +181,7 @@ function countKeysInSlot(conn: RespConnection, slot: number): false {
     let examined = 0;
     let cursor: string | undefined = encodeCursor(fragment, undefined);
     while (cursor !== undefined && decodeCursor(cursor).fragment === fragment) {
-      const page = await node.scan({ cursor, limit: COUNT_PAGE_KEYS, keysOnly: true });
+      const page = await node.scan({ cursor, limit: COUNT_KEYS_IN_SLOT_PAGE_KEYS, keysOnly: true });
       for (const e of page.entries) if (slotOf(e.key) === slot) n++;
       examined += page.entries.length;
       if (examined > COUNT_KEYS_IN_SLOT_EXAMINED_MAX) {

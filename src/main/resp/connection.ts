@@ -8,6 +8,7 @@
 
 import type { Socket } from 'node:net';
 import { assert } from '../../core/assert.js';
+import { CONNECTION_FLUSH_BYTES } from '../../core/limits.js';
 import type { Durability } from '../../core/ops.js';
 import { Subscriptions } from '../../core/pubsub.js';
 import {
@@ -29,8 +30,6 @@ export const CONNECTION_COMMANDS_IN_FLIGHT_MAX = 4096;
  * buffer limit).
  */
 export const CONNECTION_OUTPUT_BYTES_MAX = 64 * 1024 * 1024;
-/** Pending reply bytes that are handed to the socket at once instead of at the end of the turn. */
-const CONNECTION_FLUSH_BYTES = 1024 * 1024;
 /** A dropped reply's bytes (CLIENT REPLY OFF / SKIP). */
 const NO_REPLY = Buffer.alloc(0);
 
@@ -141,6 +140,11 @@ export class RespConnection implements PubSubClient {
     return this.out.protocol;
   }
 
+  /** The wall clock as this turn's commands read it (the node's turn clock): stamps, deadlines, TTLs. */
+  nowMs(): number {
+    return this.server.node.dispatcher.turnClock.nowMs();
+  }
+
   set protocol(p: RespProtocol) {
     this.out.protocol = p;
     this.scratch.protocol = p;
@@ -239,7 +243,7 @@ export class RespConnection implements PubSubClient {
 
   /** Executes every complete command the parser holds, until the in-flight bound pauses reading. */
   private drainCommands(): void {
-    this.lastCommandAtMs = this.server.node.dispatcher.turnClock.nowMs();
+    this.lastCommandAtMs = this.nowMs();
     for (;;) {
       if (this.blocked) break;
       if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {

@@ -6,6 +6,7 @@
 
 import { assert } from '../../core/assert.js';
 import { parseBitfieldAnswers } from '../../core/bitfield.js';
+import type { WallClock } from '../../core/clock.js';
 import type { TesseraError } from '../../core/errors.js';
 import { parseInt64 } from '../../core/int64.js';
 import { slotOf } from '../../core/keyspace.js';
@@ -107,7 +108,7 @@ export function readKey(
     const local = dispatcher.readLocal(fragment, key, conn.readReplica);
     if (local !== NOT_LOCAL) {
       conn.server.stats.lookup(local !== undefined);
-      formatRead(w, mode, local, a, b);
+      formatRead(w, mode, local, a, b, dispatcher.turnClock);
       return true;
     }
   }
@@ -320,13 +321,14 @@ class PartToken {
   ) {}
 }
 
-/** Formats a read reply from the key's live record (`undefined` when absent). */
+/** Formats a read reply from the key's live record (`undefined` when absent); `clock` for TTLs. */
 export function formatRead(
   w: RespWriter,
   mode: number,
   record: Uint8Array | undefined,
   a: number,
   b: number,
+  clock: WallClock,
 ): void {
   switch (mode) {
     case ReadMode.Get:
@@ -357,7 +359,7 @@ export function formatRead(
       else formatObject(w, mode, valueBytesOf(record));
       return;
     default:
-      formatExpiry(w, mode, record);
+      formatExpiry(w, mode, record, clock.nowMs());
   }
 }
 
@@ -399,11 +401,11 @@ function formatObject(w: RespWriter, mode: number, value: Uint8Array): void {
 }
 
 /** TTL / PTTL / EXPIRETIME / PEXPIRETIME: -2 for a missing key, -1 for no deadline. */
-function formatExpiry(w: RespWriter, mode: number, record: Uint8Array | undefined): void {
+function formatExpiry(w: RespWriter, mode: number, record: Uint8Array | undefined, nowMs: number): void {
   if (record === undefined) return w.integer(-2);
   const expiresAt = expiresAtOf(record);
   if (expiresAt === 0) return w.integer(-1);
-  const left = Math.max(0, expiresAt - Date.now());
+  const left = Math.max(0, expiresAt - nowMs);
   switch (mode) {
     case ReadMode.Ttl:
       // Redis rounds to the nearest second.
@@ -465,6 +467,8 @@ export function finishParts(slot: ReplySlot): void {
   slot.conn.endReply(slot);
 }
 
+const clockOf = (slot: ReplySlot): WallClock => slot.conn.server.node.dispatcher.turnClock;
+
 const readHandler: ResultHandler<ReplySlot> = {
   onResult(slot, buf, at, length) {
     const w = slot.conn.beginReply(slot);
@@ -472,8 +476,15 @@ const readHandler: ResultHandler<ReplySlot> = {
     if (status === Reply.Found || status === Reply.NotFound)
       slot.conn.server.stats.lookup(status === Reply.Found);
     if (status === Reply.Found)
-      formatRead(w, slot.mode, buf.subarray(at + RESULT_HEADER_BYTES, at + length), slot.a, slot.b);
-    else if (status === Reply.NotFound) formatRead(w, slot.mode, undefined, slot.a, slot.b);
+      formatRead(
+        w,
+        slot.mode,
+        buf.subarray(at + RESULT_HEADER_BYTES, at + length),
+        slot.a,
+        slot.b,
+        clockOf(slot),
+      );
+    else if (status === Reply.NotFound) formatRead(w, slot.mode, undefined, slot.a, slot.b, clockOf(slot));
     else writeFailure(w, resultError(buf, at, length));
     slot.conn.endReply(slot);
   },

@@ -4,7 +4,12 @@
 import { restoreValue } from '../../core/dump-payload.js';
 import { SAME_OBJECT } from '../../core/fragment.js';
 import { slotOf } from '../../core/keyspace.js';
-import { EXPIRES_AT_MS_MAX, SCAN_EXAMINED_KEYS_MAX, SCAN_PAGE_KEYS_MAX } from '../../core/limits.js';
+import {
+  EXPIRES_AT_MS_MAX,
+  KEY_COUNT_PAGE_KEYS,
+  SCAN_EXAMINED_KEYS_MAX,
+  SCAN_PAGE_KEYS_MAX,
+} from '../../core/limits.js';
 import { Modifier, ModifyFlag } from '../../core/modify.js';
 import { DURABILITY_NAMES } from '../../core/ops.js';
 import type { RespCommand } from '../../core/resp-parser.js';
@@ -44,8 +49,6 @@ export const SCAN_COUNT_DEFAULT = 10;
  * bounded whatever the pattern, so a sparse MATCH answers quickly with few keys and a cursor.
  */
 const SCAN_EXAMINED_PER_COUNT = 10;
-/** Keys DBSIZE reads per page while it counts. */
-const COUNT_PAGE_KEYS = 1000;
 
 /** DEL / UNLINK: one tombstone per key; the answer counts the keys that held a live value. */
 function del(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
@@ -112,7 +115,7 @@ function expire(unit: 'EX' | 'PX' | 'EXAT' | 'PXAT', command: string) {
     }
     const ms = unit === 'EX' || unit === 'EXAT' ? n * 1000 : n;
     // A deadline at or before now deletes the key, as in Redis; keep it positive for the record.
-    const deadline = unit === 'EX' || unit === 'PX' ? Date.now() + ms : ms;
+    const deadline = unit === 'EX' || unit === 'PX' ? conn.nowMs() + ms : ms;
     if (!Number.isSafeInteger(ms) || deadline > EXPIRES_AT_MS_MAX) {
       w.error(`invalid expire time in '${command}' command`);
       return true;
@@ -196,7 +199,7 @@ async function collectKeys(conn: RespConnection, match: Buffer): Promise<Buffer[
   const found: Buffer[] = [];
   let cursor: string | undefined;
   do {
-    const page = await conn.server.node.scan({ cursor, match, limit: COUNT_PAGE_KEYS, keysOnly: true });
+    const page = await conn.server.node.scan({ cursor, match, limit: KEY_COUNT_PAGE_KEYS, keysOnly: true });
     for (const e of page.entries) found.push(e.key);
     if (found.length > KEYS_RESULTS_MAX) return undefined;
     cursor = page.cursor;
@@ -338,7 +341,7 @@ function restore(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
     const restored = restoreValue(cmd.arg(3), conn.server.node.settings.valueBytesMax);
     if (typeof restored === 'string') error = restored;
     else value = restored;
-    if (ttl > 0) expiresAtMs = absolute ? ttl : Date.now() + ttl;
+    if (ttl > 0) expiresAtMs = absolute ? ttl : conn.nowMs() + ttl;
     if (expiresAtMs > EXPIRES_AT_MS_MAX) error ??= "ERR invalid expire time in 'restore' command";
   }
   const flags = replace ? 0 : ModifyFlag.Nx;

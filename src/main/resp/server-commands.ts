@@ -4,6 +4,7 @@
 
 import path from 'node:path';
 import { globMatch } from '../../core/glob.js';
+import { TIMER_DELAY_MS_MAX } from '../../core/limits.js';
 import { DURABILITY_NAMES, parseDurability } from '../../core/ops.js';
 import { SubscriptionKind } from '../../core/pubsub.js';
 import type { RespCommand } from '../../core/resp-parser.js';
@@ -515,8 +516,6 @@ function durability(conn: RespConnection, cmd: RespCommand, w: RespWriter): bool
 }
 
 const NONE: KeyRange = [0, 0, 0];
-/** setTimeout's longest delay (about 24.8 days): a longer WAIT timeout is waited in such steps. */
-const WAIT_TIMER_MS_MAX = 2 ** 31 - 1;
 const CONN = ['fast', 'no-auth'] as const;
 
 /**
@@ -660,8 +659,8 @@ function wait(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
     // closing node alive.
     const waitFor = (leftMs: number): void => {
       setTimeout(
-        () => (leftMs > WAIT_TIMER_MS_MAX ? waitFor(leftMs - WAIT_TIMER_MS_MAX) : resolve(0)),
-        Math.min(leftMs, WAIT_TIMER_MS_MAX),
+        () => (leftMs > TIMER_DELAY_MS_MAX ? waitFor(leftMs - TIMER_DELAY_MS_MAX) : resolve(0)),
+        Math.min(leftMs, TIMER_DELAY_MS_MAX),
       ).unref();
     };
     waitFor(timeout);

@@ -8,7 +8,13 @@ import { arch, hostname, platform, release } from 'node:os';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
-import { EVICTION_SAMPLE_KEYS } from '../../core/limits.js';
+import {
+  EVICTION_SAMPLE_KEYS,
+  KEY_COUNT_PAGE_KEYS,
+  KEY_COUNT_REUSE_MS_DEFAULT,
+  KEY_COUNT_REUSE_PER_COUNT_MS,
+  RESP_CLIENTS_MAX,
+} from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
@@ -24,17 +30,6 @@ import { ScanCursors } from './scan-cursors.js';
 export const REDIS_VERSION = '7.2.0';
 export const RESP_PORT_DEFAULT = 6380;
 export const RESP_BIND_DEFAULT = '127.0.0.1';
-/** Clients connected at once; more are refused with Redis's error. */
-export const RESP_CLIENTS_MAX = 10_000;
-/** How long a key count stays good enough for INFO's keyspace line before INFO starts a new one. */
-export const KEY_COUNT_REUSE_MS_DEFAULT = 10_000;
-/**
- * A new count for INFO also waits this many times as long as the last count took, so however large
- * the keyspace, monitoring that polls INFO keeps the workers counting at most a tenth of the time.
- */
-const KEY_COUNT_REUSE_PER_COUNT_MS = 10;
-/** Keys read per page while counting. */
-const COUNT_PAGE_KEYS = 1000;
 
 /** The RESP server's counters at one moment (INFO, the admin server's /metrics). */
 export interface RespStatsSnapshot {
@@ -340,7 +335,7 @@ export class RespServer {
       do {
         const page = await this.node.scan({
           cursor,
-          limit: COUNT_PAGE_KEYS,
+          limit: KEY_COUNT_PAGE_KEYS,
           keysOnly: true,
           expiry: true,
           priority,

@@ -61,13 +61,18 @@ const repeatsOrFirst = (earlier: ExpiryOption | undefined, unit: ExpiryUnit): bo
 /** A deadline option parsed from EX / PX / EXAT / PXAT: milliseconds since the epoch. */
 type Deadline = { ok: true; expiresAtMs: number } | { ok: false; error: string };
 
-/** Turns an expiry option's number into an absolute deadline, with Redis's errors. */
-export function deadlineFrom(unit: ExpiryUnit, n: number | undefined, command: string): Deadline {
+/** Turns an expiry option's number into an absolute deadline (relative ones from `nowMs`), with Redis's errors. */
+export function deadlineFrom(
+  unit: ExpiryUnit,
+  n: number | undefined,
+  command: string,
+  nowMs: number,
+): Deadline {
   if (n === undefined) return { ok: false, error: NOT_INTEGER };
   const invalid = { ok: false, error: `invalid expire time in '${command}' command` } as const;
   if (n <= 0) return invalid;
   const ms = unit === 'EX' || unit === 'EXAT' ? n * 1000 : n;
-  const expiresAtMs = unit === 'EX' || unit === 'PX' ? Date.now() + ms : ms;
+  const expiresAtMs = unit === 'EX' || unit === 'PX' ? nowMs + ms : ms;
   if (!Number.isSafeInteger(ms) || expiresAtMs > EXPIRES_AT_MS_MAX) return invalid;
   return { ok: true, expiresAtMs };
 }
@@ -109,7 +114,7 @@ function set(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   }
   let expiresAtMs = 0;
   if (expiry !== undefined) {
-    const deadline = deadlineFrom(expiry.unit, expiry.n, 'set');
+    const deadline = deadlineFrom(expiry.unit, expiry.n, 'set', conn.nowMs());
     if (!deadline.ok) return replyError(w, deadline.error);
     expiresAtMs = deadline.expiresAtMs;
   }
@@ -127,7 +132,7 @@ function setWithTtl(unit: 'EX' | 'PX', command: string) {
     const key = cmd.arg(1);
     const value = cmd.arg(3);
     if (!keyFits(key, w) || !valueFits(conn, value, w)) return true;
-    const deadline = deadlineFrom(unit, integerArg(cmd, 2), command);
+    const deadline = deadlineFrom(unit, integerArg(cmd, 2), command, conn.nowMs());
     if (!deadline.ok) return replyError(w, deadline.error);
     writeKey(conn, key, value, deadline.expiresAtMs, WriteMode.Ok, false);
     return false;
@@ -170,7 +175,7 @@ function getex(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
     modifyKey(conn, key, Modifier.GetEx, flags, undefined, 0, ModifyMode.Value);
     return false;
   }
-  const deadline = deadlineFrom(expiry.unit, expiry.n, 'getex');
+  const deadline = deadlineFrom(expiry.unit, expiry.n, 'getex', conn.nowMs());
   if (deadline.ok) {
     modifyKey(conn, key, Modifier.GetEx, 0, undefined, deadline.expiresAtMs, ModifyMode.Value);
   } else {
