@@ -53,6 +53,7 @@ import {
 } from '../threads/op-codec.js';
 import { type DrainLoop, drainLoop, RingReader, RingWriter, ringWakeupsRecovered } from '../threads/ring.js';
 import { RingOutbox } from '../threads/ring-outbox.js';
+import { SystemClock } from './driver-clock.js';
 import { NEXT_PAGE, type Span, type SpanQuery } from './reconcile-span.js';
 import { WorkerReplication } from './replication.js';
 import { collectScanPage, withPending } from './scan-page.js';
@@ -161,6 +162,7 @@ export class WorkerRuntime {
             poolSpan: store.sharesReaders ? (f, afterKey, q) => this.poolSpan(f, afterKey, q) : undefined,
             store,
             logger: this.logger,
+            clock: new SystemClock(),
           });
     this.replication = replication;
     for (const fragment of init.fragments) {
