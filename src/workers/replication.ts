@@ -8,12 +8,19 @@
 // Anti-entropy pulls: a sender's round asks the peer for summaries of what it holds and fetches the
 // keys where the peer is newer. The peer's own sender toward us pulls what we hold, so both converge
 // to the LWW winner.
+//
+// Time comes through a DriverClock (the wall clock and one timer in a worker, simulated time in
+// test/sim/), and session and round ids from the tuning's source, so a simulator can run this driver
+// as it is and replay a run from its seed.
 
 import { randomInt } from 'node:crypto';
 import type { Logger } from 'pino';
+import { assert } from '../core/assert.js';
 import { asBuffer } from '../core/bytes.js';
+import type { DriverClock } from '../core/clock.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
+import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
 import {
@@ -30,6 +37,7 @@ import {
   ReplicationSender,
   SENDER_CONFIG_DEFAULTS,
   type SenderAction,
+  type SenderConfig,
   type SenderReport,
 } from '../core/replication-sender.js';
 import {
@@ -58,9 +66,28 @@ export interface ReplicationHost {
    * cannot take it.
    */
   poolSpan: ((fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery) => Promise<Span>) | undefined;
-  readonly store: KvStore;
+  /** Only `page` is read: anti-entropy's spans when there is no pool. */
+  readonly store: Pick<KvStore, 'page'>;
   readonly logger: Logger;
+  /** The wall clock and the one timer this driver keeps (its senders' earliest deadline). */
+  readonly clock: DriverClock;
 }
+
+/**
+ * The senders' timing and bounds (the cluster's settings decide the ACK level and the anti-entropy
+ * interval) and the source of their session and round ids: a simulator shortens the one and seeds
+ * the other.
+ */
+export interface SenderTuning {
+  config: Omit<SenderConfig, 'fragment' | 'peer' | 'requiredAck' | 'reconcileIntervalMs'>;
+  ids: { next(): number };
+}
+
+/** A worker's: the default limits, and random ids. */
+export const WORKER_SENDER_TUNING: SenderTuning = {
+  config: SENDER_CONFIG_DEFAULTS,
+  ids: { next: (): number => randomInt(1, 2 ** 31) },
+};
 
 const EMPTY = Buffer.alloc(0);
 const ACK_DURABILITY: Record<AckLevel, Durability> = {
@@ -110,9 +137,9 @@ export class WorkerReplication {
   private readonly responders = new Map<string, ReconcileResponder>();
   private readonly actions: SenderAction[] = [];
   private readonly keyspace: Keyspace;
-  private timer: NodeJS.Timeout | undefined;
+  /** When the clock's timer fires; Infinity while none is set. */
   private timerAtMs = Number.POSITIVE_INFINITY;
-  private readonly ids = { next: (): number => randomInt(1, 2 ** 31) };
+  private readonly onTimer = (): void => this.tick();
   /** Peers told of this worker's restart. */
   private readonly resetSent = new Set<number>();
 
@@ -123,6 +150,7 @@ export class WorkerReplication {
     /** This worker replaces one that died: each peer is told, once, to reopen its sessions. */
     private readonly restarted: boolean,
     private readonly host: ReplicationHost,
+    tuning: SenderTuning = WORKER_SENDER_TUNING,
   ) {
     this.keyspace = new Keyspace(fragmentCount);
     this.up = cluster.members.map(() => false);
@@ -137,13 +165,13 @@ export class WorkerReplication {
           member: m,
           sender: new ReplicationSender(
             {
-              ...SENDER_CONFIG_DEFAULTS,
+              ...tuning.config,
               fragment: f,
               peer: cluster.members[m],
               requiredAck: cluster.requiredAck as AckLevel,
               reconcileIntervalMs: cluster.antiEntropyIntervalMs,
             },
-            this.ids,
+            tuning.ids,
           ),
         })),
       );
@@ -163,13 +191,12 @@ export class WorkerReplication {
   }
 
   close(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
+    this.host.clock.clearTimer();
   }
 
   /** After the actors ran: hands every write they applied to the fragment's senders, then pumps. */
   afterRun(cores: Iterable<FragmentCore>): void {
-    const nowMs = Date.now();
+    const nowMs = this.host.clock.nowMs();
     for (const core of cores) {
       const senders = this.senders.get(core.fragment);
       if (senders === undefined) continue;
@@ -185,7 +212,7 @@ export class WorkerReplication {
   onPeerState(member: number, up: boolean): void {
     if (this.up[member] === up) return;
     this.up[member] = up;
-    const nowMs = Date.now();
+    const nowMs = this.host.clock.nowMs();
     for (const [f, peers] of this.peersOf) {
       const i = peers.indexOf(member);
       if (i === -1) continue;
@@ -211,7 +238,7 @@ export class WorkerReplication {
     if (peekEnvelope(bytes)?.field === EnvelopeField.ReplicateBatch) {
       const batch = readReplicateBatch(bytes);
       if (batch === undefined) return this.host.closePeer(member, 'malformed replication batch');
-      const nowMs = Date.now();
+      const nowMs = this.host.clock.nowMs();
       this.applyBatch(member, batch, nowMs);
       return this.schedule(nowMs);
     }
@@ -221,7 +248,7 @@ export class WorkerReplication {
     } catch (err) {
       return this.host.closePeer(member, `malformed frame: ${(err as Error).message}`);
     }
-    const nowMs = Date.now();
+    const nowMs = this.host.clock.nowMs();
     if (envelope.sessionStart !== undefined) {
       const { fragment, sessionId } = envelope.sessionStart;
       if (sessionId !== 0 && this.host.core(fragment) !== undefined)
@@ -273,7 +300,7 @@ export class WorkerReplication {
   }
 
   reports(): SenderReport[] {
-    const nowMs = Date.now();
+    const nowMs = this.host.clock.nowMs();
     const out: SenderReport[] = [];
     for (const senders of this.senders.values()) for (const s of senders) out.push(s.sender.report(nowMs));
     return out;
@@ -320,7 +347,7 @@ export class WorkerReplication {
         return;
       }
       case 'start-round': {
-        const round = new ReconcileRound(action.sessionId, action.roundId, Date.now());
+        const round = new ReconcileRound(action.sessionId, action.roundId, this.host.clock.nowMs());
         this.rounds.set(roundKey(member, fragment), round);
         this.step(member, fragment, round, round.start());
         return;
@@ -353,15 +380,13 @@ export class WorkerReplication {
       for (const s of senders) at = Math.min(at, s.sender.nextWakeMs(nowMs));
     }
     if (at === Number.POSITIVE_INFINITY || at >= this.timerAtMs) return;
-    if (this.timer !== undefined) clearTimeout(this.timer);
     this.timerAtMs = at;
-    this.timer = setTimeout(() => this.tick(), Math.max(0, at - nowMs));
+    this.host.clock.setTimer(at, this.onTimer);
   }
 
   private tick(): void {
-    this.timer = undefined;
     this.timerAtMs = Number.POSITIVE_INFINITY;
-    const nowMs = Date.now();
+    const nowMs = this.host.clock.nowMs();
     for (const senders of this.senders.values()) {
       for (const s of senders) {
         s.sender.step({ kind: 'tick', nowMs });
@@ -443,7 +468,7 @@ export class WorkerReplication {
   /** Carries out one step of a round this node runs. */
   private step(member: number, fragment: number, round: ReconcileRound, step: RoundStep): void {
     const { sessionId, roundId } = round;
-    const nowMs = Date.now();
+    const nowMs = this.host.clock.nowMs();
     switch (step.kind) {
       case 'request-page':
         void this.requestPage(member, fragment, round, step.pageSeq, step.afterKey);
@@ -517,6 +542,7 @@ export class WorkerReplication {
       return;
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
+    assert(mine.entries.length <= RECONCILE_PAGE_ITEMS_MAX, 'a page is at most a page of keys');
     const { sessionId, roundId, horizonMs } = round;
     const { ranges, openEnd } = describePage(mine.entries, horizonMs);
     this.send(member, {

@@ -13,7 +13,7 @@ import { getHeapStatistics } from 'node:v8';
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { readU32LE } from '../core/bytes.js';
-import { systemClock, type WallClock } from '../core/clock.js';
+import type { WallClock } from '../core/clock.js';
 import { asStorageError, ErrorKind, TesseraError } from '../core/errors.js';
 import { type CommitAction, type FragmentAction, type FragmentCore, FragmentOp } from '../core/fragment.js';
 import { FRAGMENT_TURN_OPS_MIN, WORKER_TURN_OPS_MAX } from '../core/limits.js';
@@ -47,6 +47,7 @@ import { type DrainLoop, drainLoop, RingReader, RingWriter, ringWakeupsRecovered
 import { RingOutbox } from '../threads/ring-outbox.js';
 import { encodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import { CommitLoop } from './commit-loop.js';
+import { SystemClock } from './driver-clock.js';
 import { FragmentActors } from './fragment-actors.js';
 import { PoolSpans } from './pool-spans.js';
 import { WorkerReplication } from './replication.js';
@@ -91,7 +92,7 @@ export class WorkerRuntime implements RecordDecoder {
   static async open(
     init: WorkerInit,
     store: KvStore,
-    clock: WallClock = systemClock,
+    clock: WallClock = new SystemClock(),
   ): Promise<WorkerRuntime> {
     const runtime = new WorkerRuntime(init, store, clock);
     for (const fragment of init.fragments) {
@@ -158,6 +159,7 @@ export class WorkerRuntime implements RecordDecoder {
             poolSpan: pool === undefined ? undefined : (f, afterKey, q) => pool.read(f, afterKey, q),
             store,
             logger: this.logger,
+            clock: new SystemClock(),
           });
     const replication = this.replication;
     this.drainWaiters = new DrainWaiters(

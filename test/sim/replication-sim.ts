@@ -1,18 +1,18 @@
 // A seeded simulator of one fragment replicated on every node of a small cluster (STYLE.md "Tests"):
-// the fragment actors, the replication senders, the anti-entropy rounds and their responders and
-// the hybrid logical clocks are the real cores from src/core; the network, the clock and the stores
-// are simulated (sim-world.ts), in one thread, from one seed. What the worker's runtime and its
-// replication driver do with the cores (src/workers/worker-runtime.ts, replication.ts) is done here
-// the same way, message for message: client writes and replicated records go through the actor,
-// its commits reach the store, the writes it applied go to the senders, and a replicated batch is
-// acknowledged once its fence is reached. Every node takes client writes for every key, as replicas
-// do in turn while the first ones are down, so writes to one key race between nodes; values get
-// deadlines, and each node's TTL sweep retires what expired, as the cleaner does.
+// the fragment actors, the hybrid logical clocks and the worker's replication driver
+// (src/workers/replication.ts, with the senders, anti-entropy rounds and responders it runs) are the
+// real code; the network, the clock and timers, and the stores are simulated (sim-world.ts), in one
+// thread, from one seed. What the worker's runtime does around them (src/workers/worker-runtime.ts)
+// is done here the same way: client writes and the records the driver submits go through the actor,
+// its commits reach the store, and after each run the driver takes the writes it applied. Every
+// node takes client writes for every key, as replicas do in turn while the first ones are down, so
+// writes to one key race between nodes; values get deadlines, and each node's TTL sweep retires what
+// expired, as the cleaner does.
 //
 // The faults are the ones a TCP peer mesh has: a connection is FIFO with a random latency, and when
 // it breaks every message in flight on it is lost; it comes back later. A node restarts — the whole
 // process, whose connections break, or its worker, whose peers are told their sessions are gone —
-// and loses its actor's and senders' state (whatever its peers had not acknowledged), while its
+// and loses its actor's and driver's state (whatever its peers had not acknowledged), while its
 // store survives, as at `store` durability. A store refuses some commits, which the actor retries
 // (a client write answered StorageFailed may or may not land; a batch whose fence fails is NACKed
 // and sent again). Backlogs are kept small, so that an outage overflows them and anti-entropy has
@@ -21,30 +21,24 @@
 // After the faults stop and every connection is back, every replica must hold the same record for
 // every key: the newest write applied anywhere (tombstones included), or a newer one whose client
 // was not told it held — each as it stands, its expiry tombstone once its deadline has passed. And
-// every client write must be Applied: a node's clock has moved past every record it holds.
+// every client write must be Applied: a node's clock has moved past every record it holds. On the
+// way, no driver may close a peer's connection (every frame is well formed and every page in
+// order), and a batch may be refused only for a failed commit, never for its records.
 
+import { setImmediate as macrotask } from 'node:timers/promises';
+import pino from 'pino';
 import { assert } from '../../src/core/assert.js';
-import { type FragmentAction, FragmentCore, FragmentOp, type ReplySink } from '../../src/core/fragment.js';
+import { type FragmentAction, type FragmentCore, FragmentOp } from '../../src/core/fragment.js';
 import { HybridLogicalClock } from '../../src/core/hlc.js';
-import {
-  BACKGROUND_OPS_PER_SEC_DEFAULT,
-  FLUSH_INTERVAL_MS_DEFAULT,
-  FLUSH_PENDING_BYTES_MAX,
-  FLUSH_PENDING_WRITES_MAX,
-  QUEUE_OPS_MAX_DEFAULT,
-  RECONCILE_PAGE_ITEMS_MAX,
-  VALUE_BYTES_MAX_DEFAULT,
-} from '../../src/core/limits.js';
+import { QUEUE_OPS_MAX_DEFAULT } from '../../src/core/limits.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
 import {
-  checkRecords,
-  describePage,
-  type KeyRecord,
-  ReconcileResponder,
-  ReconcileRound,
-  type RecordCheck,
-  type RoundStep,
-} from '../../src/core/reconciler.js';
+  EnvelopeField,
+  isFragmentMessage,
+  maxWallMsField,
+  peekEnvelope,
+  peekFragment,
+} from '../../src/core/peer-frame.js';
 import {
   encodeRecord,
   expiresAtOf,
@@ -55,16 +49,14 @@ import {
   nodeIdOf,
   wallMsOf,
 } from '../../src/core/record.js';
-import {
-  ReplicationSender,
-  SENDER_CONFIG_DEFAULTS,
-  type SenderAction,
-  type SenderConfig,
-} from '../../src/core/replication-sender.js';
-import { NEXT_PAGE, readSpan } from '../../src/workers/reconcile-span.js';
+import { AckLevel, SENDER_CONFIG_DEFAULTS } from '../../src/core/replication-sender.js';
+import type { KvStore } from '../../src/native-bindings/kv-store.js';
+import type { ClusterInit } from '../../src/threads/messages.js';
+import { decodeEnvelope } from '../../src/threads/peer-messages.js';
+import { type ReplicationHost, type SenderTuning, WorkerReplication } from '../../src/workers/replication.js';
 import { referenceOrder } from '../unit/fixtures/lww-reference.js';
 import { xorshift32 } from '../unit/fixtures/xorshift32.js';
-import { Connection, fromWire, type Message, maxWallMsOf, SimStore, toWire } from './sim-world.js';
+import { Connection, replicatingActor, SimClock, SimStore } from './sim-world.js';
 
 export interface SimOptions {
   seed: number;
@@ -93,7 +85,7 @@ export interface SimOptions {
    * repair; unbounded with `antiEntropy` off, so that replication alone must deliver every write.
    */
   backlogOpsMax: number;
-  /** Off: every round a sender starts is reported done at once, so nothing but replication repairs. */
+  /** Off: anti-entropy reads no keys, so every round ends with nothing to repair and only replication delivers. */
   antiEntropy: boolean;
 }
 
@@ -126,16 +118,17 @@ export const REPLICATION_ONLY: Omit<SimOptions, 'seed'> = {
 };
 
 /** The senders' timing, shortened so that a simulated minute sees many timeouts and rounds. */
-const SENDER_TIMING: Omit<SenderConfig, 'fragment' | 'peer'> = {
+const SENDER_TIMING: SenderTuning['config'] = {
   ...SENDER_CONFIG_DEFAULTS,
   batchOpsMax: 8,
   batchBytesMax: 4096,
   batchIntervalMs: 2,
   ackTimeoutMs: 300,
   retryFloorMs: 100,
-  reconcileIntervalMs: 1_500,
   reconcileTimeoutMs: 1_000,
 };
+/** A routine anti-entropy round this long after the last (the cluster's setting). */
+const RECONCILE_INTERVAL_MS = 1_500;
 /** One-way latency of a message on a connection, and how long a broken one stays down. */
 const LATENCY_MS_MAX = 15;
 const DOWN_MS_MIN = 20;
@@ -147,24 +140,70 @@ const DOWN_MS_MAX = 1_500;
 const CLOCK_SKEW_MS_MAX = [40, 3_000];
 const MAX_CLOCK_SKEW_MS = 300_000;
 const EMPTY = Buffer.alloc(0);
-/** Anti-entropy repairs are not awaited (as in the driver): LWW decides, and the next round retries. */
-const IGNORE_REPLIES: ReplySink = { onReply() {} };
+/** Why a simulated commit fails: the only reason a replica may refuse a batch. */
+const COMMIT_FAILURE = 'simulated store failure';
+/** What anti-entropy reads with `antiEntropy` off: no keys, so every round ends with nothing to repair. */
+const NO_KEYS: Pick<KvStore, 'page'> = { page: async () => [] };
+const SILENT = pino({ level: 'silent' });
+
+/**
+ * One incarnation of a node's worker: its actor and the real replication driver, and what the worker
+ * runtime does for the driver. A restart replaces it; what the old one still had under way (a store
+ * read of anti-entropy) then sends nothing.
+ */
+class SimWorker implements ReplicationHost {
+  readonly replication: WorkerReplication;
+  /** False once the worker is replaced. */
+  alive = true;
+  /** Ops the driver submitted since the actor last ran; in total, to count repairs. */
+  submitted = 0;
+  submittedTotal = 0;
+  readonly poolSpan = undefined;
+  readonly logger = SILENT;
+
+  constructor(
+    readonly actor: FragmentCore,
+    readonly clock: SimClock,
+    readonly store: Pick<KvStore, 'page'>,
+    cluster: ClusterInit,
+    restarted: boolean,
+    tuning: SenderTuning,
+    /** Puts a frame on the connection to `member`. */
+    private readonly transmit: (member: number, envelope: Uint8Array) => void,
+    /** Records a broken rule: the run fails with it. */
+    private readonly fail: (reason: string) => void,
+  ) {
+    this.replication = new WorkerReplication(cluster, [0], 1, restarted, this, tuning);
+  }
+
+  core(fragment: number): FragmentCore | undefined {
+    return fragment === 0 ? this.actor : undefined;
+  }
+
+  submit(core: FragmentCore, op: FragmentOp): void {
+    core.step({ kind: 'request', op });
+    this.submitted++;
+    this.submittedTotal++;
+  }
+
+  sendFrame(member: number, envelope: Uint8Array): void {
+    if (this.alive) this.transmit(member, envelope);
+  }
+
+  closePeer(member: number, reason: string): void {
+    if (this.alive) this.fail(`closed its connection to n${member}: ${reason}`);
+  }
+}
 
 /** What a node keeps: its store survives every restart, its clock a worker's, the rest none. */
 class SimNode {
   readonly store = new SimStore();
   clock = new HybridLogicalClock(MAX_CLOCK_SKEW_MS);
-  core!: FragmentCore;
+  /** The current incarnation (boot). */
+  worker!: SimWorker;
   /** Client writes waiting for their answer, by request id. */
   readonly writing = new Map<number, { key: string; record: Buffer }>();
   nextReqId = 1;
-  senders: Array<ReplicationSender | undefined> = [];
-  rounds = new Map<number, ReconcileRound>();
-  responders = new Map<number, ReconcileResponder>();
-  /** Peers whose connection this node sees up. */
-  up: boolean[] = [];
-  restarted = false;
-  resetSent = new Set<number>();
 
   constructor(
     readonly index: number,
@@ -185,6 +224,7 @@ export interface SimReport {
   /** Commits the stores refused, and client writes whose outcome was not known (StorageFailed, or lost unanswered). */
   commitsFailed: number;
   unsure: number;
+  /** Records anti-entropy merged through the actors. */
   repaired: number;
   /** Keys written, each checked on every replica. */
   keys: number;
@@ -215,11 +255,24 @@ export class ReplicationSim {
   private readonly newest = new Map<string, Buffer>();
   /** Per key, writes answered StorageFailed or lost with their actor unanswered. */
   private readonly unsure = new Map<string, Buffer[]>();
-  private readonly ids = { next: (): number => 1 + (this.random() % (2 ** 31 - 1)) };
+  private readonly tuning: SenderTuning;
   private readonly report = emptyReport();
+  /** Anti-entropy's store reads so far, and as of the last settle. */
+  private readsStarted = 0;
+  private readsSettled = 0;
+  /** The first broken rule, thrown at the end of the ms it happened in. */
+  private failure: string | undefined;
 
   constructor(private readonly options: SimOptions) {
     this.random = xorshift32(options.seed);
+    this.tuning = {
+      config: {
+        ...SENDER_TIMING,
+        bufferOpsMax: options.backlogOpsMax,
+        bufferBytesMax: options.backlogOpsMax * 1024,
+      },
+      ids: { next: (): number => 1 + (this.random() % (2 ** 31 - 1)) },
+    };
     const skewMax = CLOCK_SKEW_MS_MAX[this.below(CLOCK_SKEW_MS_MAX.length)];
     for (let i = 0; i < options.nodes; i++) {
       const skew = this.below(2 * skewMax + 1) - skewMax;
@@ -236,11 +289,13 @@ export class ReplicationSim {
     const end = this.options.faultMs + this.options.settleMs;
     for (this.nowMs = 1; this.nowMs <= end; this.nowMs++) {
       const faults = this.nowMs <= this.options.faultMs;
-      await this.deliver();
+      this.deliver();
       this.reconnect(faults);
       if (faults) this.injectFaults();
       if (faults && this.chance(this.options.writeChance)) this.write();
       this.tick();
+      await this.settle();
+      if (this.failure !== undefined) throw new Error(`at ${this.nowMs} ms: ${this.failure}`);
     }
     this.check();
     return this.report;
@@ -260,49 +315,61 @@ export class ReplicationSim {
     return 1_000_000 + this.nowMs + node.skewMs;
   }
 
-  /** A node (re)starts: a fresh actor from its store, fresh senders, every peer seen down. */
+  /**
+   * A node (re)starts: a fresh actor from its store and a fresh driver, every peer seen down. When
+   * only its worker restarted, the new driver tells each peer so.
+   */
   private boot(node: SimNode, wholeProcess: boolean): void {
-    for (const sender of node.senders) this.report.resets += sender?.report(this.nowMs).resets ?? 0;
-    node.senders = this.nodes.map((peer) =>
-      peer === node
-        ? undefined
-        : new ReplicationSender(
-            {
-              ...SENDER_TIMING,
-              bufferOpsMax: this.options.backlogOpsMax,
-              bufferBytesMax: this.options.backlogOpsMax * 1024,
-              fragment: 0,
-              peer: peer.id.toString(),
-            },
-            this.ids,
-          ),
-    );
-    node.rounds = new Map();
-    node.responders = new Map();
-    node.up = this.nodes.map(() => false);
-    node.resetSent = new Set();
+    const old = node.worker as SimWorker | undefined;
+    if (old !== undefined) {
+      this.countSenders(old);
+      old.alive = false;
+      old.replication.close();
+    }
     for (const w of node.writing.values()) this.mayLand(w.key, w.record);
     node.writing.clear();
     const { highWaterWallMs } = node.store;
-    node.core = new FragmentCore(
-      {
-        fragment: 0,
-        replicates: true,
-        valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
-        storedHighWaterWallMs: highWaterWallMs,
-        queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
-        backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
-        flushIntervalMs: FLUSH_INTERVAL_MS_DEFAULT,
-        flushWritesMax: FLUSH_PENDING_WRITES_MAX,
-        flushBytesMax: FLUSH_PENDING_BYTES_MAX,
-      },
-      node.store,
-      this.wallMs(node),
+    const actor = replicatingActor(node.store, 0, highWaterWallMs, this.wallMs(node));
+    const cluster: ClusterInit = {
+      members: this.nodes.map((n) => n.id.toString()),
+      selfIndex: node.index,
+      replicas: [this.nodes.map((n) => n.index)],
+      requiredAck: AckLevel.Store,
+      antiEntropyIntervalMs: RECONCILE_INTERVAL_MS,
+      maxClockSkewMs: MAX_CLOCK_SKEW_MS,
+    };
+    node.worker = new SimWorker(
+      actor,
+      new SimClock(() => this.wallMs(node)),
+      this.readsOf(this.options.antiEntropy ? node.store : NO_KEYS),
+      cluster,
+      !wholeProcess,
+      this.tuning,
+      (member, envelope) => this.send(node, member, envelope),
+      (reason) => this.fail(`n${node.index} ${reason}`),
     );
     // The clock is the main thread's: a process restart starts a new one; either way it is seeded
     // from the store's high-water mark, as a node is from each worker's when the worker is ready.
     if (wholeProcess) node.clock = new HybridLogicalClock(MAX_CLOCK_SKEW_MS);
     assert(node.clock.observeWallMs(highWaterWallMs, this.wallMs(node)), 'a stored stamp too far ahead');
+  }
+
+  /** The store as anti-entropy reads it, each read counted (settle). */
+  private readsOf(store: Pick<KvStore, 'page'>): Pick<KvStore, 'page'> {
+    return {
+      page: (fragment, start, end, limit) => {
+        this.readsStarted++;
+        return store.page(fragment, start, end, limit);
+      },
+    };
+  }
+
+  /** Adds a driver's sender counters to the report (once, when it goes). */
+  private countSenders(worker: SimWorker): void {
+    for (const r of worker.replication.reports()) {
+      this.report.resets += r.resets;
+      this.report.roundsDone += r.reconcileRounds;
+    }
   }
 
   private injectFaults(): void {
@@ -317,7 +384,8 @@ export class ReplicationSim {
 
   /**
    * A process restart breaks the node's connections; a worker restart leaves them to the main
-   * thread, and the new worker tells each peer it forgot their sessions.
+   * thread, which tells the new worker which peers are up, and the new worker tells each peer it
+   * forgot their sessions.
    */
   private restart(node: SimNode): void {
     this.report.restarts++;
@@ -327,7 +395,6 @@ export class ReplicationSim {
         if (c.joins(node.index)) this.breakConnection(c, DOWN_MS_MIN + this.below(200));
     }
     this.boot(node, wholeProcess);
-    node.restarted = true;
     if (wholeProcess) return;
     for (const c of this.connections)
       if (c.up && c.joins(node.index)) this.peerState(node, c.other(node.index), true);
@@ -351,23 +418,76 @@ export class ReplicationSim {
     }
   }
 
-  private send(from: SimNode, to: number, message: Message): void {
-    if (!from.up[to]) return;
-    const c = this.connections.find((x) => x.joins(from.index) && x.joins(to))!;
-    assert(c.up, 'a node sends only over a connection it sees up');
-    c.push(from.index, to, toWire(message), this.nowMs + 1 + this.below(LATENCY_MS_MAX));
+  /** The main thread tells the worker a peer's connection came up or went down. */
+  private peerState(node: SimNode, peer: number, up: boolean): void {
+    node.worker.replication.onPeerState(peer, up);
+    this.runIfSubmitted(node);
   }
 
-  private async deliver(): Promise<void> {
+  /**
+   * A frame the driver sent: it sends only to peers it was told are up. (Called from the driver's
+   * store-read continuations too, where a throw would not reach the run: a broken rule is recorded.)
+   */
+  private send(from: SimNode, to: number, envelope: Uint8Array): void {
+    const c = this.connections.find((x) => x.joins(from.index) && x.joins(to))!;
+    if (!c.up) return this.fail(`n${from.index} sent to n${to} over a connection that is down`);
+    c.push(from.index, to, envelope, this.nowMs + 1 + this.below(LATENCY_MS_MAX));
+  }
+
+  /** Records the first broken rule; the run throws it at the end of this ms. */
+  private fail(reason: string): void {
+    this.failure ??= reason;
+  }
+
+  private deliver(): void {
     for (const c of this.connections) {
       for (const queue of c.queues) {
         while (c.up && queue.length > 0 && queue[0].atMs <= this.nowMs) {
           const { to, from, bytes } = queue.shift()!;
           this.report.messages++;
-          await this.receive(this.nodes[to], from, fromWire(bytes));
+          this.receive(this.nodes[to], from, bytes);
         }
       }
     }
+  }
+
+  /**
+   * A frame arrives: the main thread routes it by its fragment and moves the clock past its newest
+   * record (src/main/mesh/cluster.ts), then the worker's driver takes it.
+   */
+  private receive(node: SimNode, peer: number, bytes: Uint8Array): void {
+    const peek = peekEnvelope(bytes);
+    assert(peek !== undefined && isFragmentMessage(peek.field), 'a frame that is not a fragment message');
+    const fields = peekFragment(bytes, peek.start, peek.end, maxWallMsField(peek.field));
+    assert(fields?.fragment === 0, 'a frame about a fragment nobody holds');
+    if (fields.maxWallMs > 0) {
+      assert(
+        node.clock.observeWallMs(fields.maxWallMs, this.wallMs(node)),
+        'a frame too far ahead of the clock',
+      );
+    }
+    if (peek.field === EnvelopeField.BatchNack) {
+      const { error } = decodeEnvelope(bytes).batchNack!;
+      assert(error.includes(COMMIT_FAILURE), `n${node.index}: n${peer} refused a batch: ${error}`);
+    }
+    const worker = node.worker;
+    const submittedBefore = worker.submittedTotal;
+    worker.replication.onFrame(peer, bytes);
+    // A data page's records are the only ops a frame other than a batch makes the driver submit.
+    if (peek.field === EnvelopeField.ReconcileData)
+      this.report.repaired += worker.submittedTotal - submittedBefore;
+    this.runIfSubmitted(node);
+  }
+
+  /**
+   * Lets what the drivers started on the stores finish. Their reads answer at once, so by the next
+   * macrotask every continuation ran, the reads it started in turn included.
+   */
+  private async settle(): Promise<void> {
+    if (this.readsStarted === this.readsSettled) return;
+    await macrotask();
+    this.readsSettled = this.readsStarted;
+    for (const node of this.nodes) this.runIfSubmitted(node);
   }
 
   /** A client write at a random node: stamped by its clock, run by its actor at `store` durability. */
@@ -388,22 +508,21 @@ export class ReplicationSim {
     node.writing.set(reqId, { key: name, record });
     // As the worker hands a write over: directly when nothing is queued ahead of it, else as an op.
     const now = this.wallMs(node);
-    if (!node.core.tryDirectWrite(reqId, Priority.Default, Durability.Store, key, record, now)) {
+    const actor = node.worker.actor;
+    if (!actor.tryDirectWrite(reqId, Priority.Default, Durability.Store, key, record, now)) {
       const op = new FragmentOp(OpKind.Write, reqId, Priority.Default, Durability.Store, key, record);
-      node.core.step({ kind: 'request', op });
+      actor.step({ kind: 'request', op });
     }
     this.runCore(node);
   }
 
+  /** Each node's actor ticks and runs, its TTL sweep when due, and its driver's timer when due. */
   private tick(): void {
     for (const node of this.nodes) {
-      node.core.step({ kind: 'tick', nowMs: this.wallMs(node) });
+      node.worker.actor.step({ kind: 'tick', nowMs: this.wallMs(node) });
       this.runCore(node);
       if ((this.nowMs + node.index * 97) % this.options.sweepIntervalMs === 0) this.sweep(node);
-      for (let peer = 0; peer < this.nodes.length; peer++) {
-        node.senders[peer]?.step({ kind: 'tick', nowMs: this.nowMs });
-        this.pump(node, peer);
-      }
+      if (node.worker.clock.fireDue()) this.runIfSubmitted(node);
     }
   }
 
@@ -417,15 +536,26 @@ export class ReplicationSim {
       if (isExpiredValue(record, nowMs)) entries.push({ key: Buffer.from(key, 'latin1'), record });
     if (entries.length === 0) return;
     this.report.swept += entries.length;
-    node.core.step({ kind: 'sweep', nowMs, entries });
+    node.worker.actor.step({ kind: 'sweep', nowMs, entries });
     this.runCore(node);
   }
 
-  /** One turn of a node's actor and all it asks for: answers, commits, the writes to replicate. */
+  private runIfSubmitted(node: SimNode): void {
+    if (node.worker.submitted > 0) this.runCore(node);
+  }
+
+  /**
+   * One turn of a node's actor and all it asks for: the driver takes the writes it applied, then
+   * the answers (a batch's fence reply is its acknowledgement) and commits are carried out.
+   */
   private runCore(node: SimNode): void {
-    node.core.step({ kind: 'run', nowMs: this.wallMs(node), budget: QUEUE_OPS_MAX_DEFAULT });
+    const worker = node.worker;
+    const actor = worker.actor;
+    worker.submitted = 0;
+    actor.step({ kind: 'run', nowMs: this.wallMs(node), budget: QUEUE_OPS_MAX_DEFAULT });
+    worker.replication.afterRun([actor]);
     const actions: FragmentAction[] = [];
-    for (node.core.takeActions(actions); actions.length > 0; node.core.takeActions(actions)) {
+    for (actor.takeActions(actions); actions.length > 0; actor.takeActions(actions)) {
       for (const action of actions.splice(0)) {
         if (action instanceof FragmentOp) {
           if (action.sink !== undefined) action.sink.onReply(action, action.reply, action.text);
@@ -436,23 +566,15 @@ export class ReplicationSim {
           const { generation } = action;
           if (this.nowMs <= this.options.faultMs && this.chance(this.options.commitFailChance)) {
             this.report.commitsFailed++;
-            node.core.step({ kind: 'commit-failed', generation, message: 'simulated store failure' });
+            actor.step({ kind: 'commit-failed', generation, message: COMMIT_FAILURE });
             continue;
           }
           node.store.commit(action.puts, action.highWaterWallMs);
-          node.core.step({ kind: 'committed', generation });
+          actor.step({ kind: 'committed', generation });
         } else {
-          node.core.step({ kind: 'synced', generation: action.generation });
+          actor.step({ kind: 'synced', generation: action.generation });
         }
       }
-    }
-    const log = node.core.takeReplicated();
-    if (log.length === 0) return;
-    for (let peer = 0; peer < this.nodes.length; peer++) {
-      const sender = node.senders[peer];
-      if (sender === undefined) continue;
-      for (const [key, record] of log) sender.step({ kind: 'enqueue', key, record, nowMs: this.nowMs });
-      this.pump(node, peer);
     }
   }
 
@@ -478,250 +600,13 @@ export class ReplicationSim {
     else list.push(record);
   }
 
-  // --- the replication driver, as src/workers/replication.ts does it ------------------------------
-
-  private peerState(node: SimNode, peer: number, up: boolean): void {
-    if (node.up[peer] === up) return;
-    node.up[peer] = up;
-    if (!up) {
-      node.rounds.delete(peer);
-      node.responders.delete(peer);
-    }
-    node.senders[peer]!.step({ kind: up ? 'connected' : 'disconnected', nowMs: this.nowMs });
-    this.pump(node, peer);
-    if (up && node.restarted && !node.resetSent.has(peer)) {
-      node.resetSent.add(peer);
-      this.send(node, peer, { kind: 'session-reset' });
-    }
-  }
-
-  private pump(node: SimNode, peer: number): void {
-    const sender = node.senders[peer];
-    if (sender === undefined) return;
-    const actions: SenderAction[] = [];
-    sender.takeActions(actions);
-    for (const action of actions) this.carryOut(node, peer, action);
-  }
-
-  private carryOut(node: SimNode, peer: number, action: SenderAction): void {
-    switch (action.kind) {
-      case 'session-start':
-        return this.send(node, peer, { kind: 'session-start', sessionId: action.sessionId });
-      case 'batch': {
-        const { sessionId, batchSeq, requiredAck: level } = action;
-        const ops = action.ops.map(([key, record]) => ({ key, record }));
-        return this.send(node, peer, {
-          kind: 'batch',
-          sessionId,
-          batchSeq,
-          level,
-          maxWallMs: maxWallMsOf(ops),
-          ops,
-        });
-      }
-      case 'start-round': {
-        if (!this.options.antiEntropy) {
-          const { sessionId, roundId } = action;
-          node.senders[peer]!.step({ kind: 'round-done', sessionId, roundId, nowMs: this.nowMs });
-          return this.pump(node, peer);
-        }
-        const round = new ReconcileRound(action.sessionId, action.roundId, this.wallMs(node));
-        node.rounds.set(peer, round);
-        void this.stepRound(node, peer, round, round.start());
-        return;
-      }
-      case 'log':
-        return;
-    }
-  }
-
-  private responderOf(node: SimNode, peer: number): ReconcileResponder {
-    let responder = node.responders.get(peer);
-    if (responder === undefined) {
-      responder = new ReconcileResponder();
-      node.responders.set(peer, responder);
-    }
-    return responder;
-  }
-
-  private recordCheck(node: SimNode): RecordCheck {
-    return { fragment: 0, fragmentOf: () => 0, nowMs: this.wallMs(node), maxClockSkewMs: MAX_CLOCK_SKEW_MS };
-  }
-
-  /** Records from a peer, merged through the actor as the replication driver submits them. */
-  private submitReplicated(node: SimNode, entries: readonly KeyRecord[], sink: ReplySink): void {
-    for (const e of entries) {
-      const record = Buffer.from(e.record);
-      const op = new FragmentOp(
-        OpKind.Write,
-        0,
-        Priority.Default,
-        Durability.Memory,
-        Buffer.from(e.key),
-        record,
-      );
-      op.replicated = true;
-      op.sink = sink;
-      node.core.step({ kind: 'request', op });
-    }
-  }
-
-  /** A replicated batch: applied through the actor, acknowledged once its fence is reached. */
-  private applyBatch(node: SimNode, peer: number, m: Extract<Message, { kind: 'batch' }>): void {
-    if (node.responders.get(peer)?.sessionId !== m.sessionId || m.sessionId === 0) return;
-    const { ops } = m;
-    const invalid = checkRecords(ops, this.recordCheck(node));
-    assert(invalid === undefined, `a replicated batch refused: ${invalid}`);
-    const { sessionId, batchSeq, level } = m;
-    // As BatchApply: acknowledged once its fence is reached, refused if an op or the fence failed.
-    let failure = '';
-    const batch: ReplySink = {
-      onReply: (op, reply, text) => {
-        const failed = reply === Reply.StorageFailed || reply === Reply.Backpressure;
-        if (op.kind !== OpKind.Fence) {
-          if (failed && failure === '') failure = text;
-          return;
-        }
-        if (reply !== Reply.FenceReached && failure === '') failure = text || 'fence failed';
-        if (failure === '') this.send(node, peer, { kind: 'ack', sessionId, batchSeq, level });
-        else this.send(node, peer, { kind: 'nack', sessionId, batchSeq, error: failure });
-      },
-    };
-    this.submitReplicated(node, ops, batch);
-    const fence = new FragmentOp(OpKind.Fence, 0, Priority.Default, Durability.Store, EMPTY, EMPTY);
-    fence.sink = batch;
-    node.core.step({ kind: 'request', op: fence });
-    this.runCore(node);
-  }
-
-  private async receive(node: SimNode, peer: number, m: Message): Promise<void> {
-    const sender = node.senders[peer]!;
-    // As the main thread does when such a frame arrives, before its worker sees it: later client
-    // writes order after every record in it.
-    if ((m.kind === 'batch' || m.kind === 'data') && m.maxWallMs > 0) {
-      assert(node.clock.observeWallMs(m.maxWallMs, this.wallMs(node)), 'a frame too far ahead of the clock');
-    }
-    switch (m.kind) {
-      case 'session-start':
-        if (m.sessionId !== 0) this.responderOf(node, peer).onSessionStart(m.sessionId);
-        return;
-      case 'session-reset':
-        if (!node.up[peer]) return;
-        node.rounds.delete(peer);
-        sender.step({ kind: 'disconnected', nowMs: this.nowMs });
-        sender.step({ kind: 'connected', nowMs: this.nowMs });
-        return this.pump(node, peer);
-      case 'batch':
-        return this.applyBatch(node, peer, m);
-      case 'ack': {
-        const { sessionId, batchSeq, level } = m;
-        sender.step({ kind: 'ack', sessionId, batchSeq, level, nowMs: this.nowMs });
-        return this.pump(node, peer);
-      }
-      case 'nack': {
-        const { sessionId, batchSeq, error } = m;
-        sender.step({ kind: 'nack', sessionId, batchSeq, error, nowMs: this.nowMs });
-        return this.pump(node, peer);
-      }
-      case 'request':
-        return this.serveSummaries(node, peer, m);
-      case 'fetch': {
-        const pages = this.responderOf(node, peer).onFetch(m.f, node.core);
-        if (!Array.isArray(pages)) {
-          assert(pages.kind !== 'violation', `responder: ${pages.kind === 'violation' ? pages.reason : ''}`);
-          return;
-        }
-        for (const page of pages)
-          this.send(node, peer, { kind: 'data', page, maxWallMs: maxWallMsOf(page.entries) });
-        return;
-      }
-      case 'summaries': {
-        const round = node.rounds.get(peer);
-        if (round !== undefined)
-          await this.stepRound(node, peer, round, round.onSummaries(m.page, node.core));
-        return;
-      }
-      case 'data': {
-        const round = node.rounds.get(peer);
-        if (round === undefined) return;
-        await this.stepRound(node, peer, round, round.onData(m.page, this.recordCheck(node)));
-        return;
-      }
-    }
-  }
-
-  private async serveSummaries(node: SimNode, peer: number, m: Extract<Message, { kind: 'request' }>) {
-    const responder = this.responderOf(node, peer);
-    const serve = responder.onRequest(m.q);
-    assert(serve.kind !== 'violation', `responder: ${serve.kind === 'violation' ? serve.reason : ''}`);
-    if (serve.kind !== 'read-page') return;
-    const span = await readSpan(node.store.read, serve.afterKey, m.q);
-    if (node.responders.get(peer) !== responder) return;
-    const page = responder.pageRead(m.q, span.entries, span.truncated);
-    if (page !== undefined) this.send(node, peer, { kind: 'summaries', page });
-  }
-
-  private async stepRound(
-    node: SimNode,
-    peer: number,
-    round: ReconcileRound,
-    step: RoundStep,
-  ): Promise<void> {
-    const sender = node.senders[peer]!;
-    const { sessionId, roundId, horizonMs } = round;
-    switch (step.kind) {
-      case 'request-page': {
-        const mine = await readSpan(
-          node.store.read,
-          step.pageSeq === 0 ? undefined : step.afterKey,
-          NEXT_PAGE,
-        );
-        if (node.rounds.get(peer) !== round) return;
-        assert(mine.entries.length <= RECONCILE_PAGE_ITEMS_MAX, 'a page is at most a page of keys');
-        const { ranges, openEnd } = describePage(mine.entries, horizonMs);
-        const q = {
-          sessionId,
-          roundId,
-          pageSeq: step.pageSeq,
-          afterKey: step.afterKey,
-          ranges,
-          openEnd,
-          horizonMs,
-        };
-        return this.send(node, peer, { kind: 'request', q });
-      }
-      case 'fetch': {
-        sender.step({ kind: 'round-progress', sessionId, roundId, nowMs: this.nowMs });
-        const f = { sessionId, roundId, chunkSeq: step.chunkSeq, keys: step.keys };
-        return this.send(node, peer, { kind: 'fetch', f });
-      }
-      case 'merge':
-        sender.step({ kind: 'round-progress', sessionId, roundId, nowMs: this.nowMs });
-        this.report.repaired += step.entries.length;
-        this.submitReplicated(node, step.entries, IGNORE_REPLIES);
-        this.runCore(node);
-        if (step.next !== undefined) await this.stepRound(node, peer, round, step.next);
-        return;
-      case 'done':
-        node.rounds.delete(peer);
-        this.report.roundsDone++;
-        sender.step({ kind: 'round-done', sessionId, roundId, nowMs: this.nowMs });
-        return this.pump(node, peer);
-      case 'violation':
-        assert(false, `anti-entropy violation: ${step.reason}`);
-        return;
-      case 'ignore':
-        return;
-    }
-  }
-
   // --- the verdict --------------------------------------------------------------------------------
 
   private check(): void {
     const keys = new Set([...this.newest.keys(), ...this.unsure.keys()]);
     const first = this.nodes[0];
     for (const node of this.nodes) {
-      assert(!node.core.hasUncommitted(), `n${node.index}'s actor still holds uncommitted writes`);
+      assert(!node.worker.actor.hasUncommitted(), `n${node.index}'s actor still holds uncommitted writes`);
       for (const key of node.store.data.keys())
         assert(keys.has(key), `n${node.index} holds ${key}, which nobody wrote`);
       for (const key of keys) {
@@ -734,12 +619,9 @@ export class ReplicationSim {
             : held.equals(first.store.data.get(key) ?? EMPTY);
         assert(same, `n${node.index} and n0 hold different records for ${key}`);
       }
-      for (const sender of node.senders) {
-        const r = sender?.report(this.nowMs);
-        if (r === undefined) continue;
+      for (const r of node.worker.replication.reports())
         assert(r.buffered === 0 && r.inFlight === 0, `n${node.index} → ${r.peer} still holds ops`);
-        this.report.resets += r.resets;
-      }
+      this.countSenders(node.worker);
     }
     this.report.keys = keys.size;
     for (const list of this.unsure.values()) this.report.unsure += list.length;

@@ -1,125 +1,83 @@
-// The simulated parts of the replication simulator (replication-sim.ts): a node's committed store
-// and the connections between nodes, which carry each message as the peer protocol's bytes (the
-// real codecs: src/core/replication-wire.ts for batches, protobufjs for the rest). Nothing here
-// decides anything the database does.
+// The simulated parts of the replication simulator (replication-sim.ts), which the driver's unit
+// test (test/unit/replication-driver.test.ts) uses too: a node's committed store, its clock and the
+// replication driver's one timer on simulated time, and the connections between nodes, which carry
+// the peer protocol's bytes as the driver wrote them. Nothing here decides anything the database
+// does; the real actor is opened here with the limits a worker gives it.
 
-import type { RecordReader } from '../../src/core/fragment.js';
-import { EnvelopeField, peekEnvelope } from '../../src/core/peer-frame.js';
-import type {
-  DataPage,
-  FetchRequest,
-  KeyRecord,
-  PageRequest,
-  SummaryPage,
-} from '../../src/core/reconciler.js';
-import { wallMsOf } from '../../src/core/record.js';
-import type { AckLevel } from '../../src/core/replication-sender.js';
-import { encodeReplicateBatch, readReplicateBatch } from '../../src/core/replication-wire.js';
-import { decodeEnvelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
-import type { PageReader } from '../../src/workers/reconcile-span.js';
+import type { DriverClock } from '../../src/core/clock.js';
+import { FragmentCore, type RecordReader } from '../../src/core/fragment.js';
+import {
+  BACKGROUND_OPS_PER_SEC_DEFAULT,
+  FLUSH_INTERVAL_MS_DEFAULT,
+  FLUSH_PENDING_BYTES_MAX,
+  FLUSH_PENDING_WRITES_MAX,
+  QUEUE_OPS_MAX_DEFAULT,
+  VALUE_BYTES_MAX_DEFAULT,
+} from '../../src/core/limits.js';
+import type { KvStore, PageStart, StoredEntry } from '../../src/native-bindings/kv-store.js';
 
-/** The fragment every message is about. */
-const FRAGMENT = 0;
-
-/** What nodes send each other about the fragment; batches and data pages name their newest wall ms. */
-export type Message =
-  | { kind: 'session-start'; sessionId: number }
-  | { kind: 'session-reset' }
-  | {
-      kind: 'batch';
-      sessionId: number;
-      batchSeq: number;
-      level: AckLevel;
-      maxWallMs: number;
-      ops: KeyRecord[];
-    }
-  | { kind: 'ack'; sessionId: number; batchSeq: number; level: AckLevel }
-  | { kind: 'nack'; sessionId: number; batchSeq: number; error: string }
-  | { kind: 'request'; q: PageRequest }
-  | { kind: 'summaries'; page: SummaryPage }
-  | { kind: 'fetch'; f: FetchRequest }
-  | { kind: 'data'; page: DataPage; maxWallMs: number };
-
-/** The newest wall ms among records, as a sender writes it into a batch or data page. */
-export function maxWallMsOf(entries: readonly KeyRecord[]): number {
-  let max = 0;
-  for (const e of entries) max = Math.max(max, wallMsOf(e.record));
-  return max;
+/** A replicating fragment actor over `store` with the default limits, as a worker opens one. */
+export function replicatingActor(
+  store: RecordReader,
+  fragment: number,
+  storedHighWaterWallMs: number,
+  nowMs: number,
+): FragmentCore {
+  return new FragmentCore(
+    {
+      fragment,
+      replicates: true,
+      valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
+      storedHighWaterWallMs,
+      queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
+      backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
+      flushIntervalMs: FLUSH_INTERVAL_MS_DEFAULT,
+      flushWritesMax: FLUSH_PENDING_WRITES_MAX,
+      flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+    },
+    store,
+    nowMs,
+  );
 }
 
-/** A message as the peer protocol's bytes (an Envelope without the frame's length prefix). */
-export function toWire(m: Message): Uint8Array {
-  const fragment = FRAGMENT;
-  switch (m.kind) {
-    case 'session-start':
-      return encodeEnvelope({ sessionStart: { fragment, sessionId: m.sessionId } });
-    case 'session-reset':
-      return encodeEnvelope({ sessionReset: { fragment } });
-    case 'batch': {
-      const { sessionId, batchSeq, level, maxWallMs, ops } = m;
-      return encodeReplicateBatch({ fragment, sessionId, batchSeq, requiredAckLevel: level, maxWallMs, ops });
-    }
-    case 'ack':
-      return encodeEnvelope({
-        batchAck: { fragment, sessionId: m.sessionId, batchSeq: m.batchSeq, level: m.level },
-      });
-    case 'nack':
-      return encodeEnvelope({
-        batchNack: { fragment, sessionId: m.sessionId, batchSeq: m.batchSeq, error: m.error },
-      });
-    case 'request':
-      return encodeEnvelope({ reconcileRequest: { fragment, ...m.q } });
-    case 'summaries':
-      return encodeEnvelope({ reconcileResponse: { fragment, ...m.page } });
-    case 'fetch':
-      return encodeEnvelope({ reconcileFetch: { fragment, ...m.f, keys: [...m.f.keys] } });
-    case 'data':
-      return encodeEnvelope({ reconcileData: { fragment, pageSeq: 0, maxWallMs: m.maxWallMs, ...m.page } });
-  }
-}
+/** A node's wall clock on simulated time, and the one timer a driver keeps, fired by the simulator. */
+export class SimClock implements DriverClock {
+  /** When the timer is due; Infinity while none is set. */
+  private atMs = Number.POSITIVE_INFINITY;
+  private fire: (() => void) | undefined;
 
-/** The message these bytes carry; the receiving driver's decoding, as src/workers/replication.ts. */
-export function fromWire(bytes: Uint8Array): Message {
-  if (peekEnvelope(bytes)?.field === EnvelopeField.ReplicateBatch) {
-    const b = readReplicateBatch(bytes);
-    if (b === undefined) throw new Error('a replication batch the codec could not read back');
-    const ops = b.ops.map((op) => ({ key: Buffer.from(op.key), record: Buffer.from(op.record) }));
-    const level = b.requiredAckLevel as AckLevel;
-    return {
-      kind: 'batch',
-      sessionId: b.sessionId,
-      batchSeq: b.batchSeq,
-      level,
-      maxWallMs: b.maxWallMs,
-      ops,
-    };
+  constructor(private readonly read: () => number) {}
+
+  get timerAtMs(): number {
+    return this.atMs;
   }
-  const e = decodeEnvelope(bytes);
-  if (e.sessionStart !== undefined) return { kind: 'session-start', sessionId: e.sessionStart.sessionId };
-  if (e.sessionReset !== undefined) return { kind: 'session-reset' };
-  if (e.batchAck !== undefined) {
-    const { sessionId, batchSeq, level } = e.batchAck;
-    return { kind: 'ack', sessionId, batchSeq, level: level as AckLevel };
+
+  nowMs(): number {
+    return this.read();
   }
-  if (e.batchNack !== undefined) {
-    const { sessionId, batchSeq, error } = e.batchNack;
-    return { kind: 'nack', sessionId, batchSeq, error };
+
+  setTimer(atMs: number, fire: () => void): void {
+    this.atMs = atMs;
+    this.fire = fire;
   }
-  if (e.reconcileRequest !== undefined) return { kind: 'request', q: e.reconcileRequest };
-  if (e.reconcileResponse !== undefined) return { kind: 'summaries', page: e.reconcileResponse };
-  if (e.reconcileFetch !== undefined) {
-    const f = e.reconcileFetch;
-    return { kind: 'fetch', f: { ...f, keys: f.keys.map((k) => Buffer.from(k)) } };
+
+  clearTimer(): void {
+    this.atMs = Number.POSITIVE_INFINITY;
+    this.fire = undefined;
   }
-  if (e.reconcileData !== undefined) {
-    const { maxWallMs, ...page } = e.reconcileData;
-    return { kind: 'data', page, maxWallMs };
+
+  /** Fires the timer if it is due; true when it did. */
+  fireDue(): boolean {
+    const fire = this.fire;
+    if (fire === undefined || this.read() < this.atMs) return false;
+    this.clearTimer();
+    fire();
+    return true;
   }
-  throw new Error('a message of no kind the simulator sends');
 }
 
 /** One node's committed copy of the fragment, its keys in order, as the actor's store shows it. */
-export class SimStore implements RecordReader {
+export class SimStore implements RecordReader, Pick<KvStore, 'page'> {
   readonly data = new Map<string, Buffer>();
   /** The high-water mark the commits carried: what a restarted actor starts from. */
   highWaterWallMs = 0;
@@ -139,8 +97,14 @@ export class SimStore implements RecordReader {
     this.highWaterWallMs = Math.max(this.highWaterWallMs, highWaterWallMs);
   }
 
-  /** Pages in key order, as KvStore.page bound to the fragment. */
-  readonly read: PageReader = async (start, limit) => {
+  /** Pages in key order from `start`, as KvStore.page (the one fragment, to its last key). */
+  async page(
+    _fragment: number,
+    start: PageStart | undefined,
+    end: Uint8Array | undefined,
+    limit: number,
+  ): Promise<StoredEntry[]> {
+    if (end !== undefined) throw new Error('the simulated store reads pages to the last key only');
     let at = start === undefined ? 0 : this.firstAtOrAfter(Buffer.from(start.key));
     const skipStart =
       start !== undefined && !start.inclusive && at < this.sorted.length && this.sorted[at].equals(start.key);
@@ -148,7 +112,7 @@ export class SimStore implements RecordReader {
     return this.sorted
       .slice(at, at + limit)
       .map((key) => ({ key, record: this.data.get(key.toString('latin1'))! }));
-  };
+  }
 
   private firstAtOrAfter(key: Buffer): number {
     let lo = 0;

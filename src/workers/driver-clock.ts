@@ -1,0 +1,22 @@
+// Real time for a worker's drivers: `Date.now()` and one `setTimeout` (the simulator's clock is in
+// test/sim/sim-world.ts).
+
+import type { DriverClock } from '../core/clock.js';
+
+export class SystemClock implements DriverClock {
+  private timer: NodeJS.Timeout | undefined;
+
+  nowMs(): number {
+    return Date.now();
+  }
+
+  setTimer(atMs: number, fire: () => void): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = setTimeout(fire, Math.max(0, atMs - Date.now()));
+  }
+
+  clearTimer(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}

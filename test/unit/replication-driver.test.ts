@@ -1,0 +1,683 @@
+// The worker's replication driver (src/workers/replication.ts) on its own, message for message
+// (spec A §5.3 replication sessions, batches, ACKs and NACKs; §6 anti-entropy): a host that is the
+// worker runtime's part in miniature — real fragment actors over in-memory stores, commits carried
+// out at once or held — and simulated time whose one timer the test fires. Frames the driver sends
+// are read back as text, one line each, prefixed by the peer they go to.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { setImmediate as macrotask } from 'node:timers/promises';
+import pino from 'pino';
+import {
+  type CommitAction,
+  type FragmentAction,
+  type FragmentCore,
+  FragmentOp,
+} from '../../src/core/fragment.js';
+import { Keyspace } from '../../src/core/keyspace.js';
+import { FLUSH_INTERVAL_MS_DEFAULT, QUEUE_OPS_MAX_DEFAULT } from '../../src/core/limits.js';
+import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
+import { EnvelopeField, peekEnvelope } from '../../src/core/peer-frame.js';
+import { describeRecord, encodeRecord } from '../../src/core/record.js';
+import { AckLevel, SENDER_CONFIG_DEFAULTS } from '../../src/core/replication-sender.js';
+import { encodeReplicateBatch, readReplicateBatch } from '../../src/core/replication-wire.js';
+import type { KvStore } from '../../src/native-bindings/kv-store.js';
+import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
+import { type ReplicationHost, type SenderTuning, WorkerReplication } from '../../src/workers/replication.js';
+import { replicatingActor, SimClock, SimStore } from '../sim/sim-world.js';
+
+const START_MS = 1_000_000;
+const BATCH_INTERVAL_MS = 10;
+const ACK_TIMEOUT_MS = 1_000;
+const RETRY_FLOOR_MS = 500;
+const RECONCILE_INTERVAL_MS = 60_000;
+const LEVEL_NAMES: Record<number, string> = {
+  [AckLevel.Memory]: 'memory',
+  [AckLevel.Store]: 'store',
+  [AckLevel.Stable]: 'stable',
+};
+
+const latin1 = (bytes: Uint8Array): string => Buffer.from(bytes).toString('latin1');
+const keys = (list: ReadonlyArray<{ key: Uint8Array }>): string => list.map((e) => latin1(e.key)).join(' ');
+
+/** One line per frame: its fragment, kind, correlation ids and the keys it carries. */
+function describeFrame(bytes: Uint8Array): string {
+  if (peekEnvelope(bytes)?.field === EnvelopeField.ReplicateBatch) {
+    const b = readReplicateBatch(bytes)!;
+    return `f${b.fragment} batch s=${b.sessionId} #${b.batchSeq} ${LEVEL_NAMES[b.requiredAckLevel]} [${keys(b.ops)}]`;
+  }
+  const e = decodeEnvelope(bytes);
+  if (e.sessionStart) return `f${e.sessionStart.fragment} session-start s=${e.sessionStart.sessionId}`;
+  if (e.sessionReset) return `f${e.sessionReset.fragment} session-reset`;
+  if (e.batchAck) {
+    const a = e.batchAck;
+    return `f${a.fragment} ack s=${a.sessionId} #${a.batchSeq} ${LEVEL_NAMES[a.level]}`;
+  }
+  if (e.batchNack) {
+    const n = e.batchNack;
+    return `f${n.fragment} nack s=${n.sessionId} #${n.batchSeq}: ${n.error}`;
+  }
+  if (e.reconcileRequest) {
+    const q = e.reconcileRequest;
+    return `f${q.fragment} request s=${q.sessionId} r=${q.roundId} page=${q.pageSeq}`;
+  }
+  if (e.reconcileResponse) {
+    const p = e.reconcileResponse;
+    return `f${p.fragment} summaries s=${p.sessionId} r=${p.roundId} page=${p.pageSeq} [${keys(p.summaries)}]${p.done ? ' done' : ''}`;
+  }
+  if (e.reconcileFetch) {
+    const f = e.reconcileFetch;
+    return `f${f.fragment} fetch s=${f.sessionId} r=${f.roundId} [${f.keys.map(latin1).join(' ')}]`;
+  }
+  if (e.reconcileData) {
+    const d = e.reconcileData;
+    return `f${d.fragment} data s=${d.sessionId} r=${d.roundId} [${keys(d.entries)}]${d.done ? ' done' : ''}`;
+  }
+  throw new Error('a frame of no kind the driver sends');
+}
+
+/** A record written at `wallMs` by node `n9`. */
+function recordAt(wallMs: number, value = 'v'): Buffer {
+  return encodeRecord(false, wallMs, 0, 0, Buffer.from('n9'), Buffer.from(value));
+}
+
+/** A ReplicateBatch of fragment 0, as a peer sends it. */
+function batchFrame(
+  sessionId: number,
+  batchSeq: number,
+  ops: Array<[key: string, record: Buffer]>,
+  level: number = AckLevel.Store,
+): Uint8Array {
+  return encodeReplicateBatch({
+    fragment: 0,
+    sessionId,
+    batchSeq,
+    requiredAckLevel: level,
+    maxWallMs: 0,
+    ops: ops.map(([key, record]) => ({ key: Buffer.from(key), record })),
+  });
+}
+
+/** A key of fragment `fragment` of `fragmentCount`, named after `prefix`. */
+function keyOf(fragment: number, fragmentCount: number, prefix: string): string {
+  const keyspace = new Keyspace(fragmentCount);
+  for (let i = 0; ; i++)
+    if (keyspace.fragmentOf(Buffer.from(`${prefix}${i}`)) === fragment) return `${prefix}${i}`;
+}
+
+interface HarnessOptions {
+  /** Members n0…n{members-1}; this node is n0 unless `self` says otherwise. */
+  members?: number;
+  self?: number;
+  /** Fragments of the keyspace; this node holds all of them, each replicated on every member. */
+  fragmentCount?: number;
+  restarted?: boolean;
+}
+
+/** The worker runtime's part around the driver: its actors, their stores, and where frames go. */
+class Harness implements ReplicationHost {
+  nowMs = START_MS;
+  readonly clock = new SimClock(() => this.nowMs);
+  readonly stores: SimStore[] = [];
+  readonly cores: FragmentCore[] = [];
+  readonly driver: WorkerReplication;
+  /** The background pool's span reader; none unless a test sets one. */
+  poolSpan: ReplicationHost['poolSpan'] = undefined;
+  readonly logger = pino({ level: 'silent' });
+  readonly store: Pick<KvStore, 'page'> = {
+    page: (fragment, start, end, limit) => this.stores[fragment].page(fragment, start, end, limit),
+  };
+  /** What the driver sent and closed, as text, since the last `frames()`. */
+  private readonly lines: string[] = [];
+  /** Frames sent, for a peer harness to receive. */
+  readonly outbox: Array<{ to: number; bytes: Uint8Array }> = [];
+  /** Commits: carried out at once, held until `releaseCommits`, or failed. */
+  holdCommits = false;
+  failCommits = false;
+  private readonly heldCommits: CommitAction[] = [];
+  private nextReqId = 1;
+  private nextId = 0;
+
+  constructor(options: HarnessOptions = {}) {
+    const members = options.members ?? 2;
+    const self = options.self ?? 0;
+    const fragmentCount = options.fragmentCount ?? 1;
+    const all = Array.from({ length: members }, (_, i) => i);
+    for (let f = 0; f < fragmentCount; f++) {
+      this.stores.push(new SimStore());
+      this.cores.push(replicatingActor(this.stores[f], f, 0, this.nowMs));
+    }
+    const tuning: SenderTuning = {
+      config: {
+        ...SENDER_CONFIG_DEFAULTS,
+        batchOpsMax: 4,
+        batchIntervalMs: BATCH_INTERVAL_MS,
+        ackTimeoutMs: ACK_TIMEOUT_MS,
+        retryFloorMs: RETRY_FLOOR_MS,
+      },
+      // Ids count up from 1 here, so that the lines are easy to read.
+      ids: { next: () => ++this.nextId },
+    };
+    this.driver = new WorkerReplication(
+      {
+        members: all.map((i) => `n${i}`),
+        selfIndex: self,
+        replicas: Array.from({ length: fragmentCount }, () => all),
+        requiredAck: AckLevel.Store,
+        antiEntropyIntervalMs: RECONCILE_INTERVAL_MS,
+        maxClockSkewMs: 60_000,
+      },
+      Array.from({ length: fragmentCount }, (_, f) => f),
+      fragmentCount,
+      options.restarted ?? false,
+      this,
+      tuning,
+    );
+  }
+
+  // --- ReplicationHost ---------------------------------------------------------------------------
+
+  core(fragment: number): FragmentCore | undefined {
+    return this.cores[fragment];
+  }
+
+  submit(core: FragmentCore, op: FragmentOp): void {
+    core.step({ kind: 'request', op });
+  }
+
+  sendFrame(member: number, envelope: Uint8Array): void {
+    this.lines.push(`n${member} ${describeFrame(envelope)}`);
+    this.outbox.push({ to: member, bytes: envelope });
+  }
+
+  closePeer(member: number, reason: string): void {
+    this.lines.push(`n${member} closed: ${reason}`);
+  }
+
+  // --- what the worker runtime and the main thread do -------------------------------------------
+
+  /** The main thread saw these peers' connections come up (or go down). */
+  peers(up: boolean, ...members: number[]): void {
+    for (const m of members) this.driver.onPeerState(m, up);
+    this.runCores();
+  }
+
+  /** A frame from `member`: an envelope, or bytes as they came. */
+  receive(member: number, frame: Envelope | Uint8Array): void {
+    this.driver.onFrame(member, frame instanceof Uint8Array ? frame : encodeEnvelope(frame));
+    this.runCores();
+  }
+
+  /** A client write at `store` durability, stamped now, run by the fragment's actor at once. */
+  write(key: string, value = 'v', fragment = 0): void {
+    const op = new FragmentOp(
+      OpKind.Write,
+      this.nextReqId++,
+      Priority.Default,
+      Durability.Store,
+      Buffer.from(key),
+      recordAt(this.nowMs, value),
+    );
+    this.cores[fragment].step({ kind: 'request', op });
+    this.runCores();
+  }
+
+  /** Moves time on 1 ms at a time: the actors tick and run, the driver's timer fires when due. */
+  advance(ms: number): void {
+    for (const end = this.nowMs + ms; this.nowMs < end; ) {
+      this.nowMs++;
+      for (const core of this.cores) core.step({ kind: 'tick', nowMs: this.nowMs });
+      this.runCores();
+      if (this.clock.fireDue()) this.runCores();
+    }
+  }
+
+  /** Commits held so far reach the store. */
+  releaseCommits(): void {
+    this.holdCommits = false;
+    for (const c of this.heldCommits.splice(0)) this.commit(c);
+    this.runCores();
+  }
+
+  /** What the driver sent (and closed) since the last call, once its store reads have answered. */
+  async frames(): Promise<string[]> {
+    await macrotask();
+    this.runCores();
+    return this.lines.splice(0);
+  }
+
+  /** The worker's turn: the actors run, the driver takes what they applied, then their actions. */
+  runCores(): void {
+    for (const core of this.cores)
+      core.step({ kind: 'run', nowMs: this.nowMs, budget: QUEUE_OPS_MAX_DEFAULT });
+    this.driver.afterRun(this.cores);
+    const actions: FragmentAction[] = [];
+    for (const core of this.cores) {
+      for (core.takeActions(actions); actions.length > 0; core.takeActions(actions)) {
+        for (const action of actions.splice(0)) {
+          if (action instanceof FragmentOp) {
+            if (action.sink !== undefined) action.sink.onReply(action, action.reply, action.text);
+            else this.answer(action.reqId, action.reply);
+          } else if (action.kind === 'acks') {
+            for (const reqId of action.reqIds) this.answer(reqId, action.reply);
+          } else if (action.kind === 'commit') {
+            if (this.holdCommits) this.heldCommits.push(action);
+            else this.commit(action);
+          } else {
+            core.step({ kind: 'synced', generation: action.generation });
+          }
+        }
+      }
+    }
+  }
+
+  private commit(c: CommitAction): void {
+    const core = this.cores[c.fragment];
+    if (this.failCommits) {
+      core.step({ kind: 'commit-failed', generation: c.generation, message: 'disk full' });
+      return;
+    }
+    this.stores[c.fragment].commit(c.puts, c.highWaterWallMs);
+    core.step({ kind: 'committed', generation: c.generation });
+  }
+
+  /** A client write's answer: the tests' writes all hold. */
+  private answer(reqId: number, reply: Reply): void {
+    assert.equal(reply, Reply.Applied, `client write ${reqId} answered ${REPLY_NAMES[reply]}`);
+  }
+
+  /** The sender report toward `member` of `fragment`. */
+  report(member: number, fragment = 0) {
+    const r = this.driver.reports().find((x) => x.peer === `n${member}` && x.fragment === fragment);
+    assert.ok(r !== undefined, `no sender toward n${member} for fragment ${fragment}`);
+    return r;
+  }
+
+  /** The record this node's store holds for `key`, as text. */
+  stored(key: string, fragment = 0): string {
+    return describeRecord(this.stores[fragment].data.get(key));
+  }
+}
+
+/**
+ * A peer up and its first session's round answered (nothing differs: both stores are empty), so
+ * that batches are all there is to see. Returns the session id.
+ */
+async function established(h: Harness, member: number): Promise<number> {
+  h.peers(true, member);
+  const lines = await h.frames();
+  const start = /^n\d+ f0 session-start s=(\d+)$/.exec(lines[0]);
+  assert.ok(start !== null, `a session start first: ${lines.join('; ')}`);
+  const round = /^n\d+ f0 request s=(\d+) r=(\d+) page=0$/.exec(lines[1]);
+  assert.ok(round !== null, `then its round's first page: ${lines.join('; ')}`);
+  const sessionId = Number(start[1]);
+  const roundId = Number(round[2]);
+  h.receive(member, {
+    reconcileResponse: {
+      fragment: 0,
+      sessionId,
+      roundId,
+      pageSeq: 0,
+      summaries: [],
+      done: true,
+      nextAfterKey: Buffer.alloc(0),
+    },
+  });
+  assert.deepEqual(await h.frames(), []);
+  assert.equal(h.report(member).reconcileRounds, 1);
+  return sessionId;
+}
+
+/** Peer n1 up, and its session `sessionId` toward this node started. */
+async function peerSession(h: Harness, sessionId: number): Promise<void> {
+  h.peers(true, 1);
+  await h.frames();
+  h.receive(1, { sessionStart: { fragment: 0, sessionId } });
+}
+
+/** Peer n1 established, and a batch of one write, `a`, sent to it. Returns the session id. */
+async function batchInFlight(h: Harness): Promise<number> {
+  const s = await established(h, 1);
+  h.write('a');
+  h.advance(BATCH_INTERVAL_MS);
+  assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #1 store [a]`]);
+  return s;
+}
+
+const ack = (sessionId: number, batchSeq: number, level: number = AckLevel.Store): Envelope => ({
+  batchAck: { fragment: 0, sessionId, batchSeq, level },
+});
+
+test('§5.3: a write the actor applied goes to every peer, in one batch each once the batch interval passed', async () => {
+  const h = new Harness({ members: 3 });
+  h.peers(true, 1, 2);
+  assert.deepEqual(await h.frames(), [
+    'n1 f0 session-start s=1',
+    'n2 f0 session-start s=3',
+    // Every session begins with an anti-entropy round; its first page is read from the store.
+    'n1 f0 request s=1 r=2 page=0',
+    'n2 f0 request s=3 r=4 page=0',
+  ]);
+  h.write('k1');
+  h.write('k2');
+  assert.deepEqual(await h.frames(), [], 'a batch that is not full waits for the interval');
+  assert.equal(h.clock.timerAtMs, START_MS + BATCH_INTERVAL_MS, 'the timer is set for it');
+  h.advance(BATCH_INTERVAL_MS - 1);
+  assert.deepEqual(await h.frames(), []);
+  h.advance(1);
+  assert.deepEqual(await h.frames(), [
+    'n1 f0 batch s=1 #1 store [k1 k2]',
+    'n2 f0 batch s=3 #1 store [k1 k2]',
+  ]);
+  assert.equal(h.clock.timerAtMs, h.nowMs + ACK_TIMEOUT_MS, 'then for the ACK timeout');
+});
+
+test('§5.3: a full batch goes at once; one batch is in flight, the next follows its ACK', async () => {
+  const h = new Harness();
+  const s = await established(h, 1);
+  for (const k of ['a', 'b', 'c', 'd']) h.write(k);
+  assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #1 store [a b c d]`]);
+  h.write('e');
+  h.advance(BATCH_INTERVAL_MS);
+  assert.deepEqual(await h.frames(), [], 'nothing more while a batch is in flight');
+  h.receive(1, ack(s, 1));
+  assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #2 store [e]`]);
+  h.receive(1, ack(s, 2));
+  assert.deepEqual(await h.frames(), []);
+  const r = h.report(1);
+  assert.deepEqual([r.batchesAcked, r.opsAcked, r.inFlight, r.buffered], [2, 5, 0, 0]);
+});
+
+test('§5.3: an ACK of another batch, session or below the level asked for retires nothing', async () => {
+  const h = new Harness();
+  const s = await batchInFlight(h);
+  h.receive(1, ack(s, 2));
+  h.receive(1, ack(s + 100, 1));
+  h.receive(1, ack(s, 1, AckLevel.Memory));
+  h.receive(1, ack(s, 1, 7));
+  assert.deepEqual(await h.frames(), []);
+  assert.equal(h.report(1).inFlight, 1);
+  assert.equal(h.report(1).ackDurabilityMismatch, true);
+});
+
+test('§5.3: without an ACK in time, a new session replays the batch', async () => {
+  const h = new Harness();
+  await batchInFlight(h);
+  h.advance(ACK_TIMEOUT_MS - 1);
+  assert.deepEqual(await h.frames(), []);
+  h.advance(1);
+  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=3', 'n1 f0 batch s=3 #1 store [a]']);
+});
+
+test('§5.3: a NACK replays the batch in the same session once the retry floor passed', async () => {
+  const h = new Harness();
+  const s = await batchInFlight(h);
+  h.receive(1, { batchNack: { fragment: 0, sessionId: s, batchSeq: 1, error: 'disk full' } });
+  assert.deepEqual(await h.frames(), []);
+  assert.equal(h.clock.timerAtMs, h.nowMs + RETRY_FLOOR_MS);
+  h.advance(RETRY_FLOOR_MS - 1);
+  assert.deepEqual(await h.frames(), []);
+  h.advance(1);
+  assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #2 store [a]`]);
+});
+
+test('§5.3: nothing goes to a peer that is down; when it is back, a new session replays what it lacks', async () => {
+  const h = new Harness({ members: 3 });
+  const s1 = await established(h, 1);
+  const s2 = await established(h, 2);
+  h.write('a');
+  h.advance(BATCH_INTERVAL_MS);
+  assert.deepEqual(await h.frames(), [
+    `n1 f0 batch s=${s1} #1 store [a]`,
+    `n2 f0 batch s=${s2} #1 store [a]`,
+  ]);
+  h.peers(false, 1);
+  h.receive(1, ack(s1, 1));
+  h.receive(2, ack(s2, 1));
+  h.write('b');
+  h.advance(BATCH_INTERVAL_MS);
+  assert.deepEqual(
+    await h.frames(),
+    [`n2 f0 batch s=${s2} #2 store [b]`],
+    'only n2, and the late ACK is stale',
+  );
+  h.peers(true, 1);
+  // A replay carries what the batch carried; what came after follows in the next batch.
+  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=5', 'n1 f0 batch s=5 #1 store [a]']);
+  h.receive(1, ack(5, 1));
+  assert.deepEqual(await h.frames(), ['n1 f0 batch s=5 #2 store [b]']);
+});
+
+test('§5.3: a restarted worker tells each peer once, per fragment, that their sessions are gone', async () => {
+  const h = new Harness({ members: 3, fragmentCount: 2, restarted: true });
+  h.peers(true, 1);
+  const first = await h.frames();
+  assert.deepEqual(
+    first.filter((l) => !l.includes(' request ')),
+    ['n1 f0 session-start s=1', 'n1 f1 session-start s=3', 'n1 f0 session-reset', 'n1 f1 session-reset'],
+  );
+  h.peers(false, 1);
+  h.peers(true, 1, 2);
+  const again = await h.frames();
+  assert.deepEqual(
+    again.filter((l) => l.includes('session')),
+    [
+      'n1 f0 session-start s=5',
+      'n1 f1 session-start s=7',
+      'n2 f0 session-start s=9',
+      'n2 f1 session-start s=11',
+      'n2 f0 session-reset',
+      'n2 f1 session-reset',
+    ],
+  );
+});
+
+test('§5.3: a peer whose worker restarted asks for a new session: the batch in flight is replayed in it', async () => {
+  const h = new Harness();
+  await batchInFlight(h);
+  h.receive(1, { sessionReset: { fragment: 0 } });
+  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=3', 'n1 f0 batch s=3 #1 store [a]']);
+  h.receive(1, ack(3, 1));
+  // With the replay acknowledged, the new session's round starts.
+  assert.deepEqual(await h.frames(), ['n1 f0 request s=3 r=4 page=0']);
+});
+
+test('§5.3: a batch of the current session is applied through the actor and acknowledged once its fence is reached', async () => {
+  const h = new Harness();
+  await peerSession(h, 70);
+  h.holdCommits = true;
+  h.receive(
+    1,
+    batchFrame(70, 1, [
+      ['x', recordAt(START_MS, 'from n1')],
+      ['y', recordAt(START_MS)],
+    ]),
+  );
+  assert.deepEqual(await h.frames(), [], 'no ACK before the commit');
+  h.releaseCommits();
+  assert.deepEqual(await h.frames(), ['n1 f0 ack s=70 #1 store']);
+  assert.equal(h.stored('x'), `value@${START_MS}.0/n9 "from n1"`);
+  h.write('z');
+  h.advance(BATCH_INTERVAL_MS);
+  assert.deepEqual(
+    (await h.frames()).filter((l) => l.includes('batch')),
+    ['n1 f0 batch s=1 #1 store [z]'],
+    'records from a replica are not sent on',
+  );
+});
+
+test('§5.3: a batch of a session that is not the current one is ignored', async () => {
+  const h = new Harness();
+  h.peers(true, 1);
+  await h.frames();
+  const batch = (sessionId: number) => batchFrame(sessionId, 1, [['x', recordAt(START_MS)]]);
+  h.receive(1, batch(70));
+  h.receive(1, { sessionStart: { fragment: 0, sessionId: 71 } });
+  h.receive(1, batch(70));
+  // A connection that broke ends the peer's sessions with it.
+  h.peers(false, 1);
+  h.peers(true, 1);
+  h.receive(1, batch(71));
+  assert.deepEqual(
+    (await h.frames()).filter((l) => !l.includes('session-start') && !l.includes('request')),
+    [],
+  );
+  assert.equal(h.stored('x'), 'none');
+});
+
+test('§5.3: a batch whose peer went away before its fence was reached is not acknowledged', async () => {
+  const h = new Harness();
+  await peerSession(h, 70);
+  h.holdCommits = true;
+  h.receive(1, batchFrame(70, 1, [['x', recordAt(START_MS)]]));
+  h.peers(false, 1);
+  h.releaseCommits();
+  assert.deepEqual(await h.frames(), []);
+  assert.equal(h.stored('x'), `value@${START_MS}.0/n9 "v"`, 'though its records were applied');
+});
+
+test('§5.3: a batch is refused for a record that breaks the rules, or when its fence fails', async () => {
+  const h = new Harness({ fragmentCount: 2 });
+  await peerSession(h, 70);
+  const batch = (batchSeq: number, key: string, record: Buffer, level?: number) =>
+    batchFrame(70, batchSeq, [[key, record]], level);
+  const mine = keyOf(0, 2, 'k');
+  h.receive(1, batch(1, keyOf(1, 2, 'k'), recordAt(START_MS)));
+  h.receive(1, batch(2, mine, recordAt(START_MS + 120_000)));
+  h.receive(1, batch(3, mine, recordAt(START_MS), 0));
+  h.receive(1, batch(4, mine, Buffer.from('not a record')));
+  assert.deepEqual(await h.frames(), [
+    'n1 f0 nack s=70 #1: replicated key does not belong to declared fragment 0',
+    "n1 f0 nack s=70 #2: replicated timestamp 1120000 is 120000 ms ahead of this node's clock (max skew 60000 ms)",
+    'n1 f0 nack s=70 #3: replication batch omitted a valid ACK requirement',
+    'n1 f0 nack s=70 #4: malformed replicated record',
+  ]);
+  h.failCommits = true;
+  h.receive(1, batch(5, mine, recordAt(START_MS)));
+  h.advance(1_000);
+  assert.deepEqual(await h.frames(), ['n1 f0 nack s=70 #5: disk full']);
+  assert.equal(h.stored(mine), 'none');
+});
+
+test('a malformed frame closes the connection to its peer', async () => {
+  const h = new Harness();
+  h.peers(true, 1);
+  await h.frames();
+  h.receive(1, Uint8Array.of(0x32, 0x02, 0x08, 0x80));
+  h.receive(1, Uint8Array.of(0x2a, 0x05, 0x08));
+  const lines = await h.frames();
+  assert.equal(lines[0], 'n1 closed: malformed replication batch');
+  assert.match(lines[1], /^n1 closed: malformed frame: /);
+  assert.equal(lines.length, 2);
+});
+
+test('§6: an anti-entropy page out of order closes the connection to its peer', async () => {
+  const h = new Harness();
+  await peerSession(h, 70);
+  h.receive(1, {
+    reconcileRequest: {
+      fragment: 0,
+      sessionId: 70,
+      roundId: 9,
+      pageSeq: 1,
+      afterKey: Buffer.from('m'),
+      ranges: [],
+      openEnd: true,
+      horizonMs: START_MS,
+    },
+  });
+  assert.deepEqual(await h.frames(), ['n1 closed: unexpected anti-entropy continuation']);
+});
+
+test('§6: pages are read in the background pool when there is one, in the worker when it cannot take them', async () => {
+  const h = new Harness();
+  h.stores[0].commit([[Buffer.from('k'), recordAt(START_MS)]], START_MS);
+  const asked: string[] = [];
+  h.poolSpan = async (fragment, afterKey, q) => {
+    asked.push(`f${fragment} after=${afterKey === undefined ? '-' : latin1(afterKey)} open=${q.openEnd}`);
+    throw new Error('pool busy');
+  };
+  h.peers(true, 1);
+  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=1', 'n1 f0 request s=1 r=2 page=0']);
+  assert.deepEqual(asked, ['f0 after=- open=true']);
+  // The store was read instead: the page describes the key it holds.
+  const request = decodeEnvelope(h.outbox[1].bytes).reconcileRequest!;
+  assert.deepEqual([request.ranges.length, request.openEnd], [1, true]);
+});
+
+test('close cancels the timer', async () => {
+  const h = new Harness();
+  await established(h, 1);
+  h.write('a');
+  assert.equal(h.clock.timerAtMs, h.nowMs + BATCH_INTERVAL_MS);
+  h.driver.close();
+  assert.equal(h.clock.timerAtMs, Number.POSITIVE_INFINITY);
+});
+
+/** Two nodes' drivers wired back to back: every frame either sends reaches the other. */
+async function exchange(a: Harness, b: Harness): Promise<string[]> {
+  const lines: string[] = [];
+  for (;;) {
+    for (const l of await a.frames()) lines.push(`a→${l.slice(3)}`);
+    for (const l of await b.frames()) lines.push(`b→${l.slice(3)}`);
+    if (a.outbox.length === 0 && b.outbox.length === 0) return lines;
+    const fromA = a.outbox.splice(0);
+    const fromB = b.outbox.splice(0);
+    for (const { bytes } of fromA) b.receive(0, bytes);
+    for (const { bytes } of fromB) a.receive(1, bytes);
+  }
+}
+
+test('§6: a round pulls the records the peer holds newer, and the next one starts after the interval', async () => {
+  const a = new Harness();
+  const b = new Harness({ self: 1 });
+  // What each store held before the nodes met: nothing of it is in a sender's backlog.
+  const put = (h: Harness, key: string, wallMs: number, value: string) =>
+    h.stores[0].commit([[Buffer.from(key), recordAt(wallMs, value)]], wallMs);
+  put(a, 'both', START_MS - 8, 'a-older');
+  put(a, 'only-a', START_MS - 7, 'a1');
+  put(b, 'both', START_MS - 5, 'b-newer');
+  put(b, 'only-b', START_MS - 6, 'b1');
+  a.peers(true, 1);
+  b.peers(true, 0);
+  assert.deepEqual(await exchange(a, b), [
+    'a→f0 session-start s=1',
+    'a→f0 request s=1 r=2 page=0',
+    'b→f0 session-start s=1',
+    'b→f0 request s=1 r=2 page=0',
+    // Each lists the keys of the ranges whose digests differ…
+    'a→f0 summaries s=1 r=2 page=0 [both only-a] done',
+    'b→f0 summaries s=1 r=2 page=0 [both only-b] done',
+    // …and each fetches those the other holds newer.
+    'a→f0 fetch s=1 r=2 [both only-b]',
+    'b→f0 fetch s=1 r=2 [only-a]',
+    'a→f0 data s=1 r=2 [only-a] done',
+    'b→f0 data s=1 r=2 [both only-b] done',
+  ]);
+  const doneAtMs = a.nowMs;
+  a.advance(FLUSH_INTERVAL_MS_DEFAULT);
+  b.advance(FLUSH_INTERVAL_MS_DEFAULT);
+  for (const h of [a, b]) {
+    assert.deepEqual(
+      ['both', 'only-a', 'only-b'].map((k) => h.stored(k)),
+      [
+        `value@${START_MS - 5}.0/n9 "b-newer"`,
+        `value@${START_MS - 7}.0/n9 "a1"`,
+        `value@${START_MS - 6}.0/n9 "b1"`,
+      ],
+    );
+    assert.equal(h.report(h === a ? 1 : 0).reconcileRounds, 1);
+  }
+  assert.deepEqual(await exchange(a, b), [], 'records merged from a round are not sent on');
+  // The timer set for the round's progress deadline is not moved later when the round ends: it
+  // fires for nothing, and is set again for the next round.
+  const roundTimeoutAtMs = a.clock.timerAtMs;
+  assert.ok(roundTimeoutAtMs < doneAtMs + RECONCILE_INTERVAL_MS);
+  a.advance(roundTimeoutAtMs - a.nowMs);
+  assert.deepEqual(await a.frames(), []);
+  assert.equal(a.clock.timerAtMs, doneAtMs + RECONCILE_INTERVAL_MS);
+  a.advance(doneAtMs + RECONCILE_INTERVAL_MS - 1 - a.nowMs);
+  assert.deepEqual(await a.frames(), []);
+  a.advance(1);
+  assert.deepEqual(await a.frames(), ['n1 f0 request s=1 r=3 page=0']);
+});
