@@ -4,10 +4,12 @@
 // protobufjs on the same bytes.
 
 import { copyBytes } from '../src/core/bytes.js';
+import { Durability, OpKind, Priority } from '../src/core/ops.js';
 import { RECORD_HEADER_BYTES, recordBytes, wallMsOf, writeRecordHeader } from '../src/core/record.js';
 import { encodeReplicateBatch, readReplicateBatch } from '../src/core/replication-wire.js';
 import {
   requestBytes,
+  requestFlags,
   requestFragment,
   requestId,
   requestKeyBytes,
@@ -33,7 +35,15 @@ export async function codecBench(): Promise<BenchRow[]> {
   const ring = Buffer.alloc(bytes * BATCH);
   const encode = () => {
     for (let i = 0, at = 0; i < BATCH; i++, at += bytes) {
-      const p = writeRequestHeader(ring, at, 1, 1, 1, false, 7, i, key);
+      const p = writeRequestHeader(
+        ring,
+        at,
+        OpKind.Read,
+        requestFlags(Priority.Default, Durability.Store),
+        7,
+        i,
+        key,
+      );
       const v = writeRecordHeader(ring, p, false, 1_800_000_000_000 + i, i & 0xffff, 0, nodeId);
       ring.set(value, v);
     }

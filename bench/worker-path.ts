@@ -11,6 +11,7 @@ import { pathToFileURL } from 'node:url';
 import { recordBytes } from '../src/core/record.js';
 import type { StoreLocation } from '../src/native-bindings/kv-store.js';
 import type { WorkerInit } from '../src/threads/messages.js';
+import { requestFlags } from '../src/threads/op-codec.js';
 
 export const WORKER_PATH_FRAGMENTS = 16;
 export const WORKER_PATH_KEYS = 100_000;
@@ -116,9 +117,7 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
         buf,
         at,
         OpKind.Write,
-        Priority.Default,
-        Durability.Store,
-        false,
+        requestFlags(Priority.Default, Durability.Store),
         fragmentOfKey[k],
         i,
         keys[k],

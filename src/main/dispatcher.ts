@@ -36,10 +36,12 @@ import {
   type PoolSpanRequest,
   type PoolSpanResult,
   RESULT_HEADER_BYTES,
+  RequestFlag,
   RequestKind,
   ResultKind,
   readPoolSpanRequest,
   requestBytes,
+  requestFlags,
   requestStampAt,
   resultStatus,
   type ScanRequest,
@@ -343,18 +345,9 @@ export class Dispatcher {
     );
     const at = link.begin(handler, token, bytes);
     const buf = link.buffer;
-    let p = writeRequestHeader(
-      buf,
-      at,
-      spec.kind,
-      spec.priority,
-      spec.durability,
-      false,
-      fragment,
-      link.reqId,
-      spec.key,
-      spec.wantsPrior,
-    );
+    const flags =
+      requestFlags(spec.priority, spec.durability) | (spec.wantsPrior ? RequestFlag.WantsPrior : 0);
+    let p = writeRequestHeader(buf, at, spec.kind, flags, fragment, link.reqId, spec.key);
     if (modify) p = writeModifyParams(buf, p, spec.modifier, spec.flags, spec.arg, spec.operand);
     const tombstone = !modify && spec.value === undefined;
     p = writeRecordHeader(
@@ -406,17 +399,8 @@ export class Dispatcher {
     const link = replica && this.holds(fragment) ? this.workerLinkOf(fragment) : this.linkOf(fragment);
     if (!link.canAccept()) return link.refusal();
     const at = link.begin(handler, token, requestBytes(key.length, 0));
-    writeRequestHeader(
-      link.buffer,
-      at,
-      OpKind.Read,
-      priority,
-      Durability.Memory,
-      headerOnly,
-      fragment,
-      link.reqId,
-      key,
-    );
+    const flags = requestFlags(priority, Durability.Memory) | (headerOnly ? RequestFlag.HeaderOnly : 0);
+    writeRequestHeader(link.buffer, at, OpKind.Read, flags, fragment, link.reqId, key);
     link.end();
     return undefined;
   }
@@ -440,9 +424,7 @@ export class Dispatcher {
       link.buffer,
       at,
       OpKind.Fence,
-      priority,
-      durability,
-      false,
+      requestFlags(priority, durability),
       fragment,
       link.reqId,
       EMPTY,

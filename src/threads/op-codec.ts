@@ -139,8 +139,18 @@ export const peerOf = (buf: Buffer, at: number): number => readU16LE(buf, at + F
 /** A PeerState request's news: the peer connection is up. */
 export const peerStateUp = (buf: Buffer, at: number): boolean => buf[at + FLAGS_AT] === 1;
 
-const FLAG_HEADER_ONLY = 1 << 4;
-const FLAG_WANTS_PRIOR = 1 << 5;
+/** A fragment op's flag bits beside its priority and durability (`requestFlags`). */
+export const RequestFlag = {
+  /** A read answers with the record's header and node id only. */
+  HeaderOnly: 1 << 4,
+  /** A write reports whether a live value existed before it. */
+  WantsPrior: 1 << 5,
+} as const;
+
+/** A fragment op's flags byte: its priority and durability; OR RequestFlag bits into it. */
+export function requestFlags(priority: Priority, durability: Durability): number {
+  return priority | (durability << 2);
+}
 export const SCAN_START_INCLUSIVE = 1;
 export const SCAN_HAS_START = 2;
 export const SCAN_HAS_END = 4;
@@ -152,22 +162,21 @@ export function requestBytes(keyBytes: number, recordBytes: number): number {
   return REQUEST_HEADER_BYTES + keyBytes + recordBytes;
 }
 
-/** Writes a request header and its key; returns the offset where a record (if any) follows. */
+/**
+ * Writes a request header and its key; returns the offset where a record (if any) follows. `flags`:
+ * `requestFlags(priority, durability)` with any RequestFlag bits.
+ */
 export function writeRequestHeader(
   buf: Buffer,
   at: number,
   kind: number,
-  priority: Priority,
-  durability: Durability,
-  headerOnly: boolean,
+  flags: number,
   fragment: number,
   reqId: number,
   key: Uint8Array,
-  wantsPrior = false,
 ): number {
   buf[at + KIND_AT] = kind;
-  buf[at + FLAGS_AT] =
-    priority | (durability << 2) | (headerOnly ? FLAG_HEADER_ONLY : 0) | (wantsPrior ? FLAG_WANTS_PRIOR : 0);
+  buf[at + FLAGS_AT] = flags;
   writeU16LE(buf, at + FRAGMENT_AT, fragment);
   writeU32LE(buf, at + ID_AT, reqId);
   writeU16LE(buf, at + KEY_BYTES_AT, key.length);
@@ -180,9 +189,9 @@ export const requestPriority = (buf: Buffer, at: number): Priority => (buf[at + 
 export const requestDurability = (buf: Buffer, at: number): Durability =>
   ((buf[at + FLAGS_AT] >> 2) & 3) as Durability;
 export const requestHeaderOnly = (buf: Buffer, at: number): boolean =>
-  (buf[at + FLAGS_AT] & FLAG_HEADER_ONLY) !== 0;
+  (buf[at + FLAGS_AT] & RequestFlag.HeaderOnly) !== 0;
 export const requestWantsPrior = (buf: Buffer, at: number): boolean =>
-  (buf[at + FLAGS_AT] & FLAG_WANTS_PRIOR) !== 0;
+  (buf[at + FLAGS_AT] & RequestFlag.WantsPrior) !== 0;
 export const requestFragment = (buf: Buffer, at: number): number => readU16LE(buf, at + FRAGMENT_AT);
 export const requestId = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);
 export const requestKeyBytes = (buf: Buffer, at: number): number => readU16LE(buf, at + KEY_BYTES_AT);

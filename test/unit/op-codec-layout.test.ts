@@ -22,10 +22,12 @@ import {
   peerStateUp,
   REQUEST_HEADER_BYTES,
   RESULT_HEADER_BYTES,
+  RequestFlag,
   RequestKind,
   ResultKind,
   readScanRequest,
   requestDurability,
+  requestFlags,
   requestFragment,
   requestHeaderOnly,
   requestId,
@@ -53,18 +55,9 @@ const AT = 13;
 test('a fragment op header reads back field for field, at the documented offsets', () => {
   const buf = Buffer.alloc(64, 0xee);
   const key = Buffer.from('key-1');
-  const after = writeRequestHeader(
-    buf,
-    AT,
-    OpKind.Write,
-    Priority.Background,
-    Durability.Stable,
-    true,
-    0x1234,
-    0xdeadbeef,
-    key,
-    true,
-  );
+  const flags =
+    requestFlags(Priority.Background, Durability.Stable) | RequestFlag.HeaderOnly | RequestFlag.WantsPrior;
+  const after = writeRequestHeader(buf, AT, OpKind.Write, flags, 0x1234, 0xdeadbeef, key);
   assert.equal(after, AT + REQUEST_HEADER_BYTES + key.length);
   assert.equal(requestKind(buf, AT), OpKind.Write);
   assert.equal(requestPriority(buf, AT), Priority.Background);
@@ -86,7 +79,7 @@ test('a fragment op header reads back field for field, at the documented offsets
 test('a request passed on under another id keeps every other field', () => {
   const buf = Buffer.alloc(64);
   const key = Buffer.from('k');
-  writeRequestHeader(buf, AT, OpKind.Read, Priority.High, Durability.Memory, false, 7, 1, key);
+  writeRequestHeader(buf, AT, OpKind.Read, requestFlags(Priority.High, Durability.Memory), 7, 1, key);
   const before = Buffer.from(buf);
   setRequestId(buf, AT, 0x01020304);
   assert.equal(requestId(buf, AT), 0x01020304);

@@ -26,6 +26,7 @@ import {
   checkResult,
   RESULT_HEADER_BYTES,
   ResultKind,
+  requestFlags,
   scanPageBytes,
   writeModifyParams,
   writeRequestHeader,
@@ -297,7 +298,15 @@ describe('requests from peers', () => {
 
   function request(kind: number, body: (buf: Buffer, at: number) => number): Buffer {
     const buf = Buffer.alloc(4096);
-    const at = writeRequestHeader(buf, 0, kind, Priority.Default, Durability.Store, false, fragment, 9, key);
+    const at = writeRequestHeader(
+      buf,
+      0,
+      kind,
+      requestFlags(Priority.Default, Durability.Store),
+      fragment,
+      9,
+      key,
+    );
     return buf.subarray(0, body(buf, at));
   }
   const write = () => request(OpKind.Write, (buf, at) => at + stamp.copy(buf, at));

@@ -12,8 +12,10 @@ import {
   acksCount,
   acksReply,
   RESULT_HEADER_BYTES,
+  RequestFlag,
   ResultKind,
   requestBytes,
+  requestFlags,
   resultDetail,
   resultId,
   resultStatus,
@@ -54,13 +56,10 @@ async function openRuntime() {
         buf,
         at,
         OpKind.Write,
-        Priority.Default,
-        Durability.Store,
-        false,
+        requestFlags(Priority.Default, Durability.Store) | (w.wantsPrior ? RequestFlag.WantsPrior : 0),
         0,
         w.reqId,
         key,
-        w.wantsPrior ?? false,
       );
       p = writeRecordHeader(buf, p, false, w.wallMs, 0, 0, NODE_ID);
       buf.set(VALUE, p);

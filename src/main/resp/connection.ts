@@ -20,6 +20,7 @@ import {
 import { type RespProtocol, RespWriter } from '../../core/resp-writer.js';
 import type { Delivery, PubSubClient } from '../pubsub.js';
 import { type CommandSpec, executeCommand } from './commands.js';
+import type { ReplyMode } from './key-access.js';
 import type { RespServer } from './server.js';
 
 /** Commands in flight per connection before its socket is paused (a pipeline depth no client needs). */
@@ -49,8 +50,8 @@ export class ReplySlot {
   values: Array<Buffer | null> | null = null;
   /** First error of a multi-key command (RESP error text with its code). */
   error: string | null = null;
-  /** Command-specific reply mode (see commands.ts), and up to two numeric arguments. */
-  mode = 0;
+  /** What the reply answers (key-access.ts), 0 when the command answers by itself; up to two numeric arguments. */
+  mode: ReplyMode | 0 = 0;
   a = 0;
   b = 0;
   /** Whether this slot is a write the connection counts as in flight. */

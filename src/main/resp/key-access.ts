@@ -12,17 +12,20 @@ import { parseInt64 } from '../../core/int64.js';
 import { slotOf } from '../../core/keyspace.js';
 import { parseLcsRanges } from '../../core/lcs.js';
 import { KEY_BYTES_MAX } from '../../core/limits.js';
-import { type Modifier, ModifyFlag } from '../../core/modify.js';
+import { Modifier, ModifyFlag } from '../../core/modify.js';
 import { OpKind, Priority, Reply } from '../../core/ops.js';
 import { expiresAtOf, valueBytesOf } from '../../core/record.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/op-codec.js';
-import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec } from '../dispatcher.js';
+import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec, type WriteSpec } from '../dispatcher.js';
 import { resultError } from '../result-error.js';
 import type { ResultHandler } from '../worker-link.js';
 import { crossSlot, writeErrorText, writeFailure } from './commands.js';
 import type { ReplySlot, RespConnection } from './connection.js';
+
+// Reply modes: what a deferred reply answers, kept in its slot (ReplySlot.mode). The three kinds
+// take values of their own, so the types are distinct and a write's mode cannot be passed to a read.
 
 /** What a read answers, given the key's live record (or none). */
 export const ReadMode = {
@@ -150,7 +153,7 @@ export function readPart(
     }
   }
   slot.parts++;
-  const part = new PartToken(slot, index, mode);
+  const part = new ReadPart(slot, index, mode);
   const error = dispatcher.submitRead(
     fragment,
     key,
@@ -172,10 +175,11 @@ const spec = blankWriteSpec();
 /** What a write answers (slot.mode for writeHandler). */
 export const WriteMode = {
   /** +OK (SET, SETEX, PSETEX, MSET parts). */
-  Ok: 1,
+  Ok: 32,
   /** :1 if a live value existed, else :0 (DEL, UNLINK, and their parts). */
-  CountPrior: 2,
+  CountPrior: 33,
 } as const;
+export type WriteMode = (typeof WriteMode)[keyof typeof WriteMode];
 
 /** Sends a plain write (value, or tombstone when `value` is undefined) answered by `mode`. */
 export function writeKey(
@@ -183,12 +187,16 @@ export function writeKey(
   key: Uint8Array,
   value: Uint8Array | undefined,
   expiresAtMs: number,
-  mode: number,
+  mode: WriteMode,
   wantsPrior: boolean,
 ): ReplySlot {
   const slot = conn.defer();
   slot.mode = mode;
-  submit(conn, slot, key, value, expiresAtMs, OpKind.Write, wantsPrior, 1, 0, 0, undefined, writeHandler);
+  const write = specFor(conn, OpKind.Write, key);
+  write.value = value;
+  write.expiresAtMs = expiresAtMs;
+  write.wantsPrior = wantsPrior;
+  submit(conn, slot, writeHandler);
   return slot;
 }
 
@@ -201,36 +209,41 @@ export function writePart(
   wantsPrior: boolean,
 ): void {
   slot.parts++;
-  submit(conn, slot, key, value, 0, OpKind.Write, wantsPrior, 1, 0, 0, undefined, partWriteHandler);
+  const write = specFor(conn, OpKind.Write, key);
+  write.value = value;
+  write.wantsPrior = wantsPrior;
+  submit(conn, slot, partWriteHandler);
 }
 
 /** What a modification answers (slot.mode for modifyHandler). */
 export const ModifyMode = {
   /** SET with NX/XX/KEEPTTL and without GET: +OK, or a null when the condition failed. */
-  SetOk: 1,
+  SetOk: 64,
   /** SET … GET: the old value or a null. */
-  SetGet: 2,
+  SetGet: 65,
   /** SETNX, MSETNX: :1 or :0. */
-  SetFlag: 3,
+  SetFlag: 66,
   /** GETDEL, GETEX: the value or a null. */
-  Value: 4,
+  Value: 67,
   /** INCR…, APPEND, SETRANGE, EXPIRE…, PERSIST: the integer. */
-  Integer: 5,
+  Integer: 68,
   /** INCRBYFLOAT: the bulk string. */
-  Text: 6,
+  Text: 69,
   /**
    * GETEX with an expiry Redis refuses: a null when the key does not exist (Redis looks the key up
    * before it reads the expiry), else the slot's error. The actor is asked for a plain GETEX.
    */
-  RefuseIfPresent: 7,
+  RefuseIfPresent: 70,
   /** LCS … IDX: the ranges the actor sent as text (`formatLcsRanges`), as Redis's map. */
-  LcsRanges: 8,
+  LcsRanges: 71,
   /** BITFIELD: the answers the actor sent as text (`formatBitfieldAnswers`), as an array. */
-  BitfieldAnswers: 9,
+  BitfieldAnswers: 72,
 } as const;
+export type ModifyMode = (typeof ModifyMode)[keyof typeof ModifyMode];
+export type ReplyMode = ReadMode | WriteMode | ModifyMode;
 
 /** A command of one key and nothing else, run as `modifier` and answered by `mode` (GETDEL, PERSIST, DUMP). */
-export function keyOnlyModify(modifier: Modifier, mode: number) {
+export function keyOnlyModify(modifier: Modifier, mode: ModifyMode) {
   return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
     const key = cmd.arg(1);
     if (!keyFits(key, w)) return true;
@@ -247,58 +260,53 @@ export function modifyKey(
   flags: number,
   value: Uint8Array | undefined,
   expiresAtMs: number,
-  mode: number,
+  mode: ModifyMode,
   arg = 0,
   operand?: Uint8Array,
 ): ReplySlot {
   const slot = conn.defer();
   slot.mode = mode;
-  submit(
-    conn,
-    slot,
-    key,
-    value,
-    expiresAtMs,
-    OpKind.Modify,
-    false,
-    modifier,
-    flags,
-    arg,
-    operand,
-    modifyHandler,
-  );
+  const modify = specFor(conn, OpKind.Modify, key);
+  modify.modifier = modifier;
+  modify.flags = flags;
+  modify.value = value;
+  modify.expiresAtMs = expiresAtMs;
+  modify.arg = arg;
+  modify.operand = operand;
+  submit(conn, slot, modifyHandler);
   return slot;
 }
 
+/** The shared spec, reset for a `kind` op on `key` at the connection's durability; the caller sets the rest by name. */
+function specFor(
+  conn: RespConnection,
+  kind: typeof OpKind.Write | typeof OpKind.Modify,
+  key: Uint8Array,
+): WriteSpec {
+  spec.kind = kind;
+  spec.key = key;
+  spec.value = undefined;
+  spec.expiresAtMs = 0;
+  spec.durability = conn.durability;
+  spec.wantsPrior = false;
+  spec.modifier = Modifier.Set;
+  spec.flags = 0;
+  spec.arg = 0;
+  spec.operand = undefined;
+  return spec;
+}
+
+/** Submits the shared spec (`specFor`) for `slot`, answered by `handler`. */
 function submit(
   conn: RespConnection,
   slot: ReplySlot,
-  key: Uint8Array,
-  value: Uint8Array | undefined,
-  expiresAtMs: number,
-  kind: typeof OpKind.Write | typeof OpKind.Modify,
-  wantsPrior: boolean,
-  modifier: Modifier,
-  flags: number,
-  arg: number,
-  operand: Uint8Array | undefined,
-  handler: ResultHandler<ReplySlot> | ResultHandler<PartToken>,
+  handler: ResultHandler<ReplySlot> | ResultHandler<WritePart>,
 ): void {
-  spec.kind = kind;
-  spec.key = key;
-  spec.value = value;
-  spec.expiresAtMs = expiresAtMs;
-  spec.durability = conn.durability;
-  spec.wantsPrior = wantsPrior;
-  spec.modifier = modifier;
-  spec.flags = flags;
-  spec.arg = arg;
-  spec.operand = operand;
-  const token = handler === partWriteHandler ? new PartToken(slot, 0, 0) : slot;
+  const token = handler === partWriteHandler ? new WritePart(slot) : slot;
   const error = conn.server.node.dispatcher.submitWrite(spec, handler as ResultHandler<unknown>, token);
   releaseWriteSpec(spec);
   if (error !== undefined) {
-    if (token instanceof PartToken) {
+    if (token instanceof WritePart) {
       slot.error ??= error.message;
       slot.parts--;
     } else failSlot(slot, error);
@@ -312,19 +320,24 @@ function submit(
 
 const EMPTY = Buffer.alloc(0);
 
-/** Identifies one part of a multi-key command: its slot and position. */
-class PartToken {
+/** One read of a multi-key command (MGET, EXISTS): its slot, position and mode. */
+class ReadPart {
   constructor(
     readonly slot: ReplySlot,
     readonly index: number,
-    readonly mode: number,
+    readonly mode: ReadMode,
   ) {}
+}
+
+/** One write of a multi-key command (MSET, DEL): its slot. */
+class WritePart {
+  constructor(readonly slot: ReplySlot) {}
 }
 
 /** Formats a read reply from the key's live record (`undefined` when absent); `clock` for TTLs. */
 export function formatRead(
   w: RespWriter,
-  mode: number,
+  mode: ReadMode,
   record: Uint8Array | undefined,
   a: number,
   b: number,
@@ -382,7 +395,7 @@ function stringEncodingOf(value: Uint8Array): 'int' | 'embstr' | 'raw' {
  * access frequency only under an LFU eviction policy, which Tessera has none of, and answers FREQ
  * with this error; access times Tessera does not keep at all.
  */
-function formatObject(w: RespWriter, mode: number, value: Uint8Array): void {
+function formatObject(w: RespWriter, mode: ReadMode, value: Uint8Array): void {
   switch (mode) {
     case ReadMode.ObjectEncoding:
       return w.bulk(Buffer.from(stringEncodingOf(value), 'latin1'));
@@ -401,7 +414,7 @@ function formatObject(w: RespWriter, mode: number, value: Uint8Array): void {
 }
 
 /** TTL / PTTL / EXPIRETIME / PEXPIRETIME: -2 for a missing key, -1 for no deadline. */
-function formatExpiry(w: RespWriter, mode: number, record: Uint8Array | undefined, nowMs: number): void {
+function formatExpiry(w: RespWriter, mode: ReadMode, record: Uint8Array | undefined, nowMs: number): void {
   if (record === undefined) return w.integer(-2);
   const expiresAt = expiresAtOf(record);
   if (expiresAt === 0) return w.integer(-1);
@@ -433,7 +446,7 @@ export function substring(value: Uint8Array, start: number, end: number): Uint8A
   return value.subarray(from, to + 1);
 }
 
-function accumulate(slot: ReplySlot, mode: number, record: Uint8Array | undefined, index: number): void {
+function accumulate(slot: ReplySlot, mode: ReadMode, record: Uint8Array | undefined, index: number): void {
   slot.conn.server.stats.lookup(record !== undefined);
   if (mode === ReadMode.MgetPart) {
     slot.values![index] = record === undefined ? null : Buffer.from(valueBytesOf(record));
@@ -469,6 +482,8 @@ export function finishParts(slot: ReplySlot): void {
 
 const clockOf = (slot: ReplySlot): WallClock => slot.conn.server.node.dispatcher.turnClock;
 
+// The handlers below are given only slots of their own kind: a read slot's mode is a ReadMode, a
+// modification's a ModifyMode (set by readKey, modifyKey).
 const readHandler: ResultHandler<ReplySlot> = {
   onResult(slot, buf, at, length) {
     const w = slot.conn.beginReply(slot);
@@ -478,13 +493,14 @@ const readHandler: ResultHandler<ReplySlot> = {
     if (status === Reply.Found)
       formatRead(
         w,
-        slot.mode,
+        slot.mode as ReadMode,
         buf.subarray(at + RESULT_HEADER_BYTES, at + length),
         slot.a,
         slot.b,
         clockOf(slot),
       );
-    else if (status === Reply.NotFound) formatRead(w, slot.mode, undefined, slot.a, slot.b, clockOf(slot));
+    else if (status === Reply.NotFound)
+      formatRead(w, slot.mode as ReadMode, undefined, slot.a, slot.b, clockOf(slot));
     else writeFailure(w, resultError(buf, at, length));
     slot.conn.endReply(slot);
   },
@@ -500,7 +516,7 @@ function partDone(slot: ReplySlot, error: string | undefined): void {
   finishParts(slot);
 }
 
-const partReadHandler: ResultHandler<PartToken> = {
+const partReadHandler: ResultHandler<ReadPart> = {
   onResult(part, buf, at, length) {
     const status = resultStatus(buf, at);
     if (status === Reply.Found) {
@@ -533,7 +549,7 @@ const writeHandler: ResultHandler<ReplySlot> = {
   },
 };
 
-const partWriteHandler: ResultHandler<PartToken> = {
+const partWriteHandler: ResultHandler<WritePart> = {
   onResult(part, buf, at, length) {
     const status = resultStatus(buf, at);
     if (writeHeld(status) && status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
@@ -547,7 +563,7 @@ const modifyHandler: ResultHandler<ReplySlot> = {
     const w = slot.conn.beginReply(slot);
     const status = resultStatus(buf, at);
     if (slot.mode === ModifyMode.RefuseIfPresent && status === Reply.Applied) writeErrorText(w, slot.error!);
-    else formatModify(w, slot.mode, status, buf, at, length);
+    else formatModify(w, slot.mode as ModifyMode, status, buf, at, length);
     slot.conn.endReply(slot);
   },
   onFailure(slot, error) {
@@ -557,7 +573,7 @@ const modifyHandler: ResultHandler<ReplySlot> = {
 
 function formatModify(
   w: RespWriter,
-  mode: number,
+  mode: ModifyMode,
   status: number,
   buf: Buffer,
   at: number,
