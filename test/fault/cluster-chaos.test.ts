@@ -1,27 +1,110 @@
 // Chaos: three nodes with two replicas per fragment take writes on every node while nodes are
-// killed (SIGKILL) and restarted one after another. Afterwards every acknowledged write is on both
-// of its fragment's replicas, read from each replica's own copy.
+// killed (SIGKILL) or shut down (SIGTERM) and restarted one after another. Afterwards every
+// acknowledged write is on both of its fragment's replicas, read from each replica's own copy.
+//
+// A seed draws the schedule: which node each round takes down, with which signal, and how many
+// acknowledged writes pass before the fault, while the node is down, and after the last restart (the
+// gaps are counted in writes, not timed). The seed is printed and every failure names it;
+// `TESSERA_CHAOS_SEED=<seed>` replays the schedule (the writers' interleaving is the machine's).
 
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { type TestContext, test } from 'node:test';
 import type { Redis } from 'ioredis';
 import { slotOf } from '../../src/core/keyspace.js';
-import { startCluster } from '../integration/cluster-helpers.js';
-import { eventually, sleep } from '../integration/helpers.js';
+import { type ClusterFixture, startCluster } from '../integration/cluster-helpers.js';
+import { eventually } from '../integration/helpers.js';
 import { newClient } from '../integration/resp-helpers.js';
+import { seededFractions } from '../unit/fixtures/xorshift32.js';
 
 const CHAOS_ROUNDS = 4;
+const NODE_IDS = ['a', 'b', 'c'];
+/**
+ * A round's fault is a crash (SIGKILL), the one this test is about, or in this share of the rounds a
+ * shutdown that drains replication first (SIGTERM).
+ */
+const SIGTERM_SHARE = 0.25;
+/** Acknowledged writes before each fault: the cluster is under load when it strikes. */
+const ACKS_BEFORE_FAULT_MIN = 100;
+const ACKS_BEFORE_FAULT_MAX = 300;
+/** Acknowledged writes through the other nodes while the victim is down (0: restarted at once). */
+const ACKS_WHILE_DOWN_MAX = 200;
+/** Acknowledged writes after the last restart, the restarted node among the writers again. */
+const ACKS_AFTER_LAST_MIN = 100;
+const ACKS_AFTER_LAST_MAX = 200;
+/** How long a gap of acknowledged writes may take: far more than ~250 writes a second need. */
+const ACKS_WAIT_MS_MAX = 60_000;
 
-test('kill -9 and restart nodes under writes: no acknowledged write is lost on any replica', async (t) => {
-  const cluster = await startCluster(
-    'cluster-chaos',
-    ['a', 'b', 'c'],
-    ['--replicas', '2', '--anti-entropy-interval', '2s'],
+interface ChaosRound {
+  victim: number;
+  signal: 'SIGKILL' | 'SIGTERM';
+  acksBefore: number;
+  acksWhileDown: number;
+}
+
+/** The schedule `seed` draws: every random choice of the run. */
+function scheduleOf(seed: number): { rounds: ChaosRound[]; acksAfterLast: number } {
+  const random = seededFractions(seed);
+  const between = (min: number, max: number) => min + Math.floor(random() * (max - min + 1));
+  const rounds: ChaosRound[] = Array.from({ length: CHAOS_ROUNDS }, () => ({
+    victim: between(0, NODE_IDS.length - 1),
+    signal: random() < SIGTERM_SHARE ? 'SIGTERM' : 'SIGKILL',
+    acksBefore: between(ACKS_BEFORE_FAULT_MIN, ACKS_BEFORE_FAULT_MAX),
+    acksWhileDown: between(0, ACKS_WHILE_DOWN_MAX),
+  }));
+  return { rounds, acksAfterLast: between(ACKS_AFTER_LAST_MIN, ACKS_AFTER_LAST_MAX) };
+}
+
+function describeSchedule({ rounds, acksAfterLast }: ReturnType<typeof scheduleOf>): string {
+  const steps = rounds.map(
+    (r) => `${r.acksBefore} writes, ${r.signal} ${NODE_IDS[r.victim]}, ${r.acksWhileDown} writes while down`,
   );
+  return [...steps, `${acksAfterLast} writes`].join('; ');
+}
+
+function chaosSeed(): number {
+  const given = process.env.TESSERA_CHAOS_SEED;
+  if (given === undefined) return (Date.now() ^ (process.pid << 16)) >>> 0;
+  const seed = Number(given);
+  assert.ok(Number.isSafeInteger(seed) && seed >= 0, `TESSERA_CHAOS_SEED must be an integer, got ${given}`);
+  return seed >>> 0;
+}
+
+test('kill -9 or SIGTERM and restart nodes under writes: no acknowledged write is lost on any replica', async (t) => {
+  const seed = chaosSeed();
+  const schedule = scheduleOf(seed);
+  console.log(
+    `cluster-chaos seed ${seed} (replay: TESSERA_CHAOS_SEED=${seed}): ${describeSchedule(schedule)}`,
+  );
+  /** Where the run is, for a failure's message. */
+  let stage = 'starting the cluster';
+  try {
+    await chaos(t, schedule, (s) => {
+      stage = s;
+    });
+  } catch (error) {
+    throw new Error(
+      `cluster chaos failed with seed ${seed} (replay: TESSERA_CHAOS_SEED=${seed}) while ${stage}: ${(error as Error).message}`,
+      { cause: error },
+    );
+  }
+});
+
+async function chaos(
+  t: TestContext,
+  schedule: ReturnType<typeof scheduleOf>,
+  at: (stage: string) => void,
+): Promise<void> {
+  const cluster = await startCluster('cluster-chaos', NODE_IDS, [
+    '--replicas',
+    '2',
+    '--anti-entropy-interval',
+    '2s',
+  ]);
   const acked = new Map<string, string>();
   let attempted = 0;
-  /** Nodes between their kill and their next ready line: their own clients wait. */
-  const down = [false, false, false];
+  /** Per node, while it is down: the promise its own clients wait on until it is ready again. */
+  const back: Array<Promise<void> | undefined> = new Array(NODE_IDS.length).fill(undefined);
+  const reopen: Array<() => void> = new Array(NODE_IDS.length).fill(() => {});
   const failures = new Map<string, number>();
   let stop = false;
   try {
@@ -32,10 +115,11 @@ test('kill -9 and restart nodes under writes: no acknowledged write is lost on a
     const through = async (index: number, step: (client: Redis, i: number) => Promise<void>) => {
       let client: Redis | undefined;
       for (let i = 0; !stop; i++) {
-        if (down[index]) {
+        const down = back[index];
+        if (down !== undefined) {
           client?.disconnect();
           client = undefined;
-          await sleep(50);
+          await down;
           continue;
         }
         client ??= newClient(cluster.nodes[index].respPort);
@@ -71,66 +155,95 @@ test('kill -9 and restart nodes under writes: no acknowledged write is lost on a
         if (i % 5 === 4) await client.del(key);
         else await client.set(key, `${index}:${i}`);
       });
-    const writers = [0, 1, 2].map((i) => writer(i));
-    const contenders = [0, 1, 2].map((i) => contender(i));
-    for (let round = 0; round < CHAOS_ROUNDS; round++) {
-      await sleep(700);
-      const victim = cluster.nodes[round % 3];
-      down[round % 3] = true;
-      await victim.stop('SIGKILL');
-      await sleep(500);
-      await victim.start();
-      down[round % 3] = false;
+    /** Waits until `count` more writes have been acknowledged. */
+    const acksPass = async (count: number) => {
+      const target = acked.size + count;
+      await eventually(() => acked.size >= target, ACKS_WAIT_MS_MAX);
+    };
+    const nodeIndexes = cluster.nodes.map((_, i) => i);
+    const writers = nodeIndexes.map((i) => writer(i));
+    const contenders = nodeIndexes.map((i) => contender(i));
+    for (const [round, { victim, signal, acksBefore, acksWhileDown }] of schedule.rounds.entries()) {
+      const node = cluster.nodes[victim];
+      const what = `round ${round + 1} of ${CHAOS_ROUNDS} (${signal} to ${node.id})`;
+      at(`waiting for ${acksBefore} acknowledged writes before ${what}`);
+      await acksPass(acksBefore);
+      at(`stopping ${node.id} in ${what}`);
+      back[victim] = new Promise((resolve) => {
+        reopen[victim] = resolve;
+      });
+      await node.stop(signal);
+      at(`waiting for ${acksWhileDown} acknowledged writes while ${node.id} is down in ${what}`);
+      await acksPass(acksWhileDown);
+      at(`restarting ${node.id} in ${what}`);
+      await node.start();
+      back[victim] = undefined;
+      reopen[victim]();
     }
-    await sleep(500);
+    at(`waiting for ${schedule.acksAfterLast} acknowledged writes after the last restart`);
+    await acksPass(schedule.acksAfterLast);
     stop = true;
     await Promise.all([...writers, ...contenders]);
+    at('waiting for the nodes to reconnect');
     await cluster.connected();
-    assert.ok(acked.size > 200, `enough writes were acknowledged (${acked.size} of ${attempted})`);
-    t.diagnostic(`${acked.size} of ${attempted} writes acknowledged through ${CHAOS_ROUNDS} kills`);
+    // The waits above saw every gap's writes acknowledged: the faults struck a cluster under load.
+    t.diagnostic(`${acked.size} of ${attempted} writes acknowledged through ${CHAOS_ROUNDS} faults`);
     t.diagnostic(`not acknowledged: ${JSON.stringify([...failures])}`);
 
-    // Where each slot lives, from the slot map every node now agrees on.
-    const probe = newClient(cluster.nodes[0].respPort);
-    const slots = (await probe.call('CLUSTER', 'SLOTS')) as Array<
-      [number, number, ...Array<[string, number]>]
-    >;
-    probe.disconnect();
-    const holders = (key: string) => {
-      const slot = slotOf(Buffer.from(key));
-      const entry = slots.find(([first, last]) => slot >= first && slot <= last)!;
-      return entry.slice(2).map((e) => (e as [string, number])[1]);
-    };
-    const readers = new Map<number, Redis>();
-    for (const node of cluster.nodes) {
-      const r = newClient(node.respPort);
-      await r.call('READONLY');
-      readers.set(node.respPort, r);
-    }
-    try {
-      const keys = [...acked.keys()];
-      for (const key of keys) assert.equal(holders(key).length, 2, 'both replicas are up and listed');
-      await eventually(async () => {
-        for (const key of keys) {
-          for (const port of holders(key)) {
-            if ((await readers.get(port)!.get(key)) !== acked.get(key)) return false;
-          }
-        }
-        return true;
-      }, 30_000);
-      // Concurrent overwrites and deletes of the same keys settle on one LWW winner per key.
-      await eventually(async () => {
-        for (const key of hot) {
-          const [x, y] = holders(key);
-          if ((await readers.get(x)!.get(key)) !== (await readers.get(y)!.get(key))) return false;
-        }
-        return true;
-      }, 30_000);
-    } finally {
-      for (const r of readers.values()) r.disconnect();
-    }
+    await checkReplicas(cluster, acked, hot, at);
   } finally {
     stop = true;
+    // Writers parked behind a node that never came back end too.
+    for (const open of reopen) open();
     await cluster.stop();
   }
-});
+}
+
+/** Every acknowledged write is on both of its key's replicas, and the hot keys' replicas agree. */
+async function checkReplicas(
+  cluster: ClusterFixture,
+  acked: ReadonlyMap<string, string>,
+  hot: readonly string[],
+  at: (stage: string) => void,
+): Promise<void> {
+  at('reading the slot map');
+  // Where each slot lives, from the slot map every node now agrees on.
+  const probe = newClient(cluster.nodes[0].respPort);
+  const slots = (await probe.call('CLUSTER', 'SLOTS')) as Array<[number, number, ...Array<[string, number]>]>;
+  probe.disconnect();
+  const holders = (key: string) => {
+    const slot = slotOf(Buffer.from(key));
+    const entry = slots.find(([first, last]) => slot >= first && slot <= last)!;
+    return entry.slice(2).map((e) => (e as [string, number])[1]);
+  };
+  const readers = new Map<number, Redis>();
+  for (const node of cluster.nodes) {
+    const r = newClient(node.respPort);
+    await r.call('READONLY');
+    readers.set(node.respPort, r);
+  }
+  try {
+    const keys = [...acked.keys()];
+    for (const key of keys) assert.equal(holders(key).length, 2, 'both replicas are up and listed');
+    at('waiting for every acknowledged write on both of its replicas');
+    await eventually(async () => {
+      for (const key of keys) {
+        for (const port of holders(key)) {
+          if ((await readers.get(port)!.get(key)) !== acked.get(key)) return false;
+        }
+      }
+      return true;
+    }, 30_000);
+    // Concurrent overwrites and deletes of the same keys settle on one LWW winner per key.
+    at('waiting for the replicas of the hot keys to agree');
+    await eventually(async () => {
+      for (const key of hot) {
+        const [x, y] = holders(key);
+        if ((await readers.get(x)!.get(key)) !== (await readers.get(y)!.get(key))) return false;
+      }
+      return true;
+    }, 30_000);
+  } finally {
+    for (const r of readers.values()) r.disconnect();
+  }
+}

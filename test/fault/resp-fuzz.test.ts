@@ -607,10 +607,15 @@ test('a half-sent command, then the client goes away', async () => {
     const socket = connect({ host: '127.0.0.1', port, noDelay: true });
     await new Promise<void>((resolve) => socket.once('connect', resolve));
     socket.on('error', () => {});
-    await new Promise<void>((resolve) =>
-      socket.write(b(`*3\r\n$3\r\nSET\r\n$${key.length}\r\n${key}\r\n$5\r\nab`), () => resolve()),
+    const half = b(`*3\r\n$3\r\nSET\r\n$${key.length}\r\n${key}\r\n$5\r\nab`);
+    await new Promise<void>((resolve) => socket.write(half, () => resolve()));
+    // The server holds the half-sent command before the client goes.
+    await eventually(
+      () =>
+        server.connections().find((c) => c.socket.remotePort === socket.localPort)?.socket.bytesRead ===
+        half.length,
+      REPLY_TIMEOUT_MS,
     );
-    await new Promise((resolve) => setTimeout(resolve, 20));
     const closed = new Promise((resolve) => socket.once('close', resolve));
     if (leave === 'end') socket.end();
     else socket.resetAndDestroy();
@@ -729,7 +734,8 @@ test('after a protocol error or QUIT the server lets go of the socket even if th
     socket.write(b(input));
     await ended;
     // A socket the server closed answers later bytes with a reset (EPIPE / ECONNRESET here).
-    for (let i = 0; i < 10 && reset === null; i++) {
+    const deadlineMs = Date.now() + REPLY_TIMEOUT_MS;
+    while (reset === null && Date.now() < deadlineMs) {
       socket.write(b('PING\r\n'));
       await new Promise((resolve) => setTimeout(resolve, 50));
     }

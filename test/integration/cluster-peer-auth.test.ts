@@ -15,7 +15,14 @@ import { PUBSUB_PAYLOAD_BYTES_MAX } from '../../src/core/limits.js';
 import { FrameReader, frameOf } from '../../src/core/peer-frame.js';
 import { encodeRecord } from '../../src/core/record.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
-import { CLUSTER_SECRET, type ClusterFixture, infoOf, localValues, startCluster } from './cluster-helpers.js';
+import {
+  CLUSTER_SECRET,
+  type ClusterFixture,
+  infoOf,
+  localValues,
+  type NodeProcess,
+  startCluster,
+} from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 
 /** One connection to a node's peer port, speaking frames. */
@@ -77,69 +84,109 @@ const nonZeroChallenge = () => {
   return c;
 };
 
+/** How long a handshake's outcome may take to show: well past the node's own 5 s handshake deadline. */
+const HANDSHAKE_OUTCOME_MS_MAX = 15_000;
+
+/** Whether `node` logged a line at or after `from` with message `msg` of which `fits` holds. */
+function logged(
+  node: NodeProcess,
+  from: number,
+  msg: string,
+  fits: (fields: Record<string, unknown>) => boolean,
+): boolean {
+  for (const line of node.log.slice(from).split('\n')) {
+    if (!line.includes(`"msg":"${msg}"`)) continue;
+    if (fits(JSON.parse(line) as Record<string, unknown>)) return true;
+  }
+  return false;
+}
+
+/** Whether `node` logged, at or after `from`, that the connection from our `localPort` became its peer. */
+const loggedConnected = (node: NodeProcess, from: number, localPort: number) =>
+  logged(node, from, 'peer connected', (l) => String(l.remote).endsWith(`:${localPort}`));
+
 /**
- * Dials as `id`, proves with `secret` (or sends `tag` as the proof), and reports whether the node
- * kept the connection.
+ * Dials `node`'s peer port as `id`, proves with `secret` (or sends `tag` as the proof), and reports
+ * whether the node took the connection as its peer: it logs so, or it closes the connection.
+ * `logFrom`: where the node's log stood before the dial, for the reasons it logs about this one.
  */
 async function handshake(
-  port: number,
+  node: NodeProcess,
   options: { id: string; secret: string; hello?: Hello; tag?: Uint8Array },
-): Promise<{ peer: FakePeer; accepted: boolean; ourHello: Hello; tag: Uint8Array }> {
-  const peer = await FakePeer.connect(port);
+): Promise<{ peer: FakePeer; accepted: boolean; ourHello: Hello; tag: Uint8Array; logFrom: number }> {
+  const logFrom = node.log.length;
+  const peer = await FakePeer.connect(node.peerPort);
   const ourHello = options.hello ?? freshHello(options.id, nonZeroChallenge());
   peer.send({ hello: { ...ourHello, clientPort: 0 } });
   const theirs = await peer.next();
   const theirAuth = await peer.next();
   if (theirs?.hello === undefined || theirAuth?.helloAuth === undefined) {
-    return { peer, accepted: false, ourHello, tag: new Uint8Array() };
+    return { peer, accepted: false, ourHello, tag: new Uint8Array(), logFrom };
   }
   const nodeHello: Hello = { ...theirs.hello };
   const tag = options.tag ?? authTag(Buffer.from(options.secret), true, ourHello, nodeHello);
   peer.send({ helloAuth: { authTag: tag } });
-  // The node closes at once on a bad proof; a ping-pong is not part of the protocol, so give it a moment.
-  await Promise.race([peer.whenClosed, new Promise((r) => setTimeout(r, 300))]);
-  return { peer, accepted: !peer.closed, ourHello, tag };
+  // The protocol answers a good proof with nothing: the node's log says when it took the peer.
+  const localPort = peer.socket.localPort!;
+  await eventually(() => peer.closed || loggedConnected(node, logFrom, localPort), HANDSHAKE_OUTCOME_MS_MAX);
+  return { peer, accepted: loggedConnected(node, logFrom, localPort), ourHello, tag, logFrom };
+}
+
+/** Closes an accepted fake peer and waits until the node lets it go: a later dial as "d" is no duplicate. */
+async function hangUp(node: NodeProcess, peer: FakePeer): Promise<void> {
+  const from = node.log.length;
+  peer.destroy();
+  await eventually(
+    () => logged(node, from, 'peer disconnected', (l) => l.peer === 'd'),
+    HANDSHAKE_OUTCOME_MS_MAX,
+  );
 }
 
 describe('the peer port refuses', () => {
   let cluster: ClusterFixture;
+  let node: NodeProcess;
   let port: number;
   before(async () => {
     cluster = await startCluster('cluster-auth', ['a', 'b'], [], ['d']);
-    port = cluster.nodes[0].peerPort;
+    node = cluster.nodes[0];
+    port = node.peerPort;
   });
   after(async () => {
     await cluster?.stop();
   });
 
   test('the right secret is accepted (the fake peer itself is sound)', async () => {
-    const { peer, accepted } = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    const { peer, accepted } = await handshake(node, { id: 'd', secret: CLUSTER_SECRET });
     assert.equal(accepted, true);
-    peer.destroy();
+    await hangUp(node, peer);
   });
 
   test('a wrong secret', async () => {
-    const { accepted } = await handshake(port, { id: 'd', secret: 'another-secret-of-at-least-32-bytes!!' });
+    const { accepted, logFrom } = await handshake(node, {
+      id: 'd',
+      secret: 'another-secret-of-at-least-32-bytes!!',
+    });
     assert.equal(accepted, false);
-    await eventually(() => cluster.nodes[0].log.includes('challenge-bound handshake proof failed'));
+    await eventually(() => node.log.includes('challenge-bound handshake proof failed', logFrom));
   });
 
   test('a replayed HelloAuth from an earlier session', async () => {
-    const first = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    const first = await handshake(node, { id: 'd', secret: CLUSTER_SECRET });
     assert.equal(first.accepted, true);
-    first.peer.destroy();
+    await hangUp(node, first.peer);
     // The same Hello and proof again: the node's fresh challenge makes the old proof worthless.
-    const replay = await handshake(port, { id: 'd', secret: '', hello: first.ourHello, tag: first.tag });
+    const replay = await handshake(node, { id: 'd', secret: '', hello: first.ourHello, tag: first.tag });
     assert.equal(replay.accepted, false);
+    await eventually(() => node.log.includes('challenge-bound handshake proof failed', replay.logFrom));
   });
 
   test("a peer claiming the node's own id, or an id that is not a member", async () => {
-    const own = await handshake(port, { id: 'a', secret: CLUSTER_SECRET });
+    const own = await handshake(node, { id: 'a', secret: CLUSTER_SECRET });
     assert.equal(own.accepted, false);
-    await eventually(() => cluster.nodes[0].log.includes('peer claimed the local node_id'));
-    const stranger = await handshake(port, { id: 'zz', secret: CLUSTER_SECRET });
+    await eventually(() => node.log.includes('peer claimed the local node_id', own.logFrom));
+    const stranger = await handshake(node, { id: 'zz', secret: CLUSTER_SECRET });
     assert.equal(stranger.accepted, false);
-    await eventually(() => cluster.nodes[0].log.includes('is not a configured member'));
+    await eventually(() => node.log.includes('is not a configured member', stranger.logFrom));
   });
 
   test('a frame over 4 KiB before the handshake, and garbage bytes', async () => {
@@ -167,7 +214,7 @@ describe('the peer port refuses', () => {
     await silent.whenClosed;
     assert.ok(Date.now() - startedAt >= 4_500, 'held until the handshake deadline');
     await eventually(() => cluster.nodes[0].log.includes('handshake not completed within 5000 ms'));
-    const { peer, accepted, ourHello } = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    const { peer, accepted, ourHello } = await handshake(node, { id: 'd', secret: CLUSTER_SECRET });
     assert.equal(accepted, true);
     peer.send({ hello: { ...ourHello, clientPort: 0 } });
     await peer.whenClosed;
@@ -175,7 +222,7 @@ describe('the peer port refuses', () => {
   });
 
   test('a peer whose clock is ten minutes ahead: its batch is refused and never applied', async () => {
-    const { peer, accepted } = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    const { peer, accepted } = await handshake(node, { id: 'd', secret: CLUSTER_SECRET });
     assert.equal(accepted, true);
     const key = 'future-key';
     const fragment = new Keyspace(16).fragmentOf(Buffer.from(key));
@@ -203,7 +250,7 @@ describe('the peer port refuses', () => {
     const received: string[] = [];
     sub.on('message', (channel: string, message: string) => received.push(`${channel}=${message}`));
     await sub.subscribe('from-d');
-    const { peer, accepted } = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    const { peer, accepted } = await handshake(node, { id: 'd', secret: CLUSTER_SECRET });
     assert.equal(accepted, true);
     peer.send({
       publishBatch: {
@@ -219,7 +266,7 @@ describe('the peer port refuses', () => {
     // A PublishBatch whose message field runs past its end.
     peer.socket.write(frameOf(Buffer.from([0x7a, 3, 0x0a, 0x7f, 0x00])));
     await peer.whenClosed;
-    const again = await handshake(port, { id: 'd', secret: CLUSTER_SECRET });
+    const again = await handshake(node, { id: 'd', secret: CLUSTER_SECRET });
     again.peer.send({
       publishBatch: {
         messages: [

@@ -10,6 +10,8 @@ import { eventually, sleep } from './helpers.js';
 import { RawClient, rejectsWith } from './resp-helpers.js';
 
 const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+/** Writes of the crash test's stream acknowledged before the kill: a small share of its 2000. */
+const ACKED_BEFORE_KILL = 100;
 
 describe('a three-node cluster', () => {
   let cluster: ClusterFixture;
@@ -249,9 +251,16 @@ describe('failures', () => {
           }
         }
       })();
-      await sleep(150);
+      // Kill c once the stream is under way, and check that it was still running when c was gone:
+      // the writes after the kill are the ones this test is about.
+      await eventually(() => acked.length >= ACKED_BEFORE_KILL);
       await c.stop('SIGKILL');
+      const ackedAtKill = acked.length;
       await stream;
+      assert.ok(
+        ackedAtKill < keys.length,
+        `writes were outstanding when c was gone (${ackedAtKill} of ${keys.length} acknowledged)`,
+      );
       assert.equal(failed, 0, 'every write of the stream succeeded');
       assert.equal(acked.length, keys.length);
       // Writes while c is down land on a and b only; c must repair them by anti-entropy.

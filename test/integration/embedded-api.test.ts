@@ -10,6 +10,8 @@ import type { PubSubMessage } from '../../src/main/pubsub.js';
 import { eventually, STORES, sleep, tempDir, withNode } from './helpers.js';
 
 const isKind = (kind: ErrorKind) => (err: unknown) => err instanceof TesseraError && err.kind === kind;
+/** A deadline far enough ahead that a value is certainly still there when the test looks. */
+const LONG_TTL_MS = 60_000;
 
 for (const store of STORES) {
   describe(`embedded API on ${store}`, () => {
@@ -82,14 +84,15 @@ for (const store of STORES) {
     });
 
     test('TTL: a value disappears at its deadline; ttl() follows Redis PTTL', async () => {
-      await node.put('short', 'v', { ttlMs: 150 });
-      const left = await node.ttl('short');
-      assert.ok(left > 0 && left <= 150, `ttl ${left}`);
+      // A deadline a minute away is certainly still ahead when ttl() is asked.
+      await node.put('long', 'v', { ttlMs: LONG_TTL_MS });
+      const left = await node.ttl('long');
+      assert.ok(left > 0 && left <= LONG_TTL_MS, `ttl ${left}`);
       assert.equal(await node.ttl('alpha'), -2, 'missing key');
       await node.put('forever', 'v');
       assert.equal(await node.ttl('forever'), -1, 'no expiry');
-      await sleep(200);
-      assert.equal(await node.get('short'), undefined);
+      await node.put('short', 'v', { ttlMs: 150 });
+      await eventually(async () => (await node.get('short')) === undefined);
       assert.equal(await node.ttl('short'), -2);
     });
 
@@ -104,12 +107,13 @@ for (const store of STORES) {
 
     test('expire sets a deadline on an existing key only', async () => {
       await node.put('to-expire', 'v');
-      assert.equal(await node.expire('to-expire', 100), true);
+      assert.equal(await node.expire('to-expire', LONG_TTL_MS), true);
       assert.equal(await node.expire('no-such-key', 100), false);
       const left = await node.ttl('to-expire');
-      assert.ok(left > 0 && left <= 100);
-      await sleep(150);
-      assert.equal(await node.get('to-expire'), undefined);
+      assert.ok(left > 0 && left <= LONG_TTL_MS, `ttl ${left}`);
+      await node.put('to-expire-soon', 'v');
+      assert.equal(await node.expire('to-expire-soon', 100), true);
+      await eventually(async () => (await node.get('to-expire-soon')) === undefined);
     });
 
     test('putMany / getMany keep input order with an error per position', async () => {

@@ -249,8 +249,14 @@ describe('limits', () => {
     const value = Buffer.alloc(3 * 1024 * 1024, 0x71);
     const request = encodeCommand(['SET', 'qbuf:partial', value]);
     const id = Number((await raw.call('CLIENT', 'ID')).slice(1, -2));
+    const conn = fx.server.connections().find((c) => c.id === id);
+    assert.ok(conn);
+    const readBefore = conn.socket.bytesRead;
     raw.send(request.subarray(0, request.length >> 1));
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The server has read the first half (and parsed it: its handler runs on every read); a round trip
+    // on another connection gives a reply it sent time to arrive.
+    await eventually(() => conn.socket.bytesRead - readBefore === request.length >> 1);
+    assert.equal(await r.ping(), 'PONG');
     assert.ok(
       fx.server.connections().some((c) => c.id === id),
       'still connected mid-command',
