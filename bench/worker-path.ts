@@ -9,9 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { recordBytes } from '../src/core/record.js';
-import type { StoreLocation } from '../src/native-bindings/kv-store.js';
+import type { KvStore, StoreLocation } from '../src/native-bindings/kv-store.js';
 import type { WorkerInit } from '../src/threads/messages.js';
-import { requestFlags } from '../src/threads/op-codec.js';
 
 export const WORKER_PATH_FRAGMENTS = 16;
 export const WORKER_PATH_KEYS = 100_000;
@@ -91,8 +90,36 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
     cluster: undefined,
     restarted: false,
   };
-  // The turn is private to the runtime: this drives it as the drain loop would.
-  const runtime = (await WorkerRuntime.open(init, store)) as unknown as { onBatch(): void };
+  // The turn is private to the runtime: this drives it as the drain loop would. A build from before
+  // WorkerRuntime.open (2026-12-03) opened its fragments itself, and took a public constructor.
+  type Runtime = { onBatch(): void };
+  const runtime = (typeof WorkerRuntime.open === 'function'
+    ? await WorkerRuntime.open(init, store)
+    : await openOlderRuntime(
+        WorkerRuntime as unknown as OlderRuntime,
+        init,
+        store,
+        fragments,
+      )) as unknown as Runtime;
+  // A build from before requestFlags took priority, durability and two booleans in their place.
+  const headerFlags =
+    typeof codec.requestFlags === 'function'
+      ? codec.requestFlags(Priority.Default, Durability.Store)
+      : undefined;
+  const writeHeader = (buf: Buffer, at: number, fragment: number, reqId: number, key: Buffer): number =>
+    headerFlags !== undefined
+      ? writeRequestHeader(buf, at, OpKind.Write, headerFlags, fragment, reqId, key)
+      : (writeRequestHeader as unknown as OlderWriteRequestHeader)(
+          buf,
+          at,
+          OpKind.Write,
+          Priority.Default,
+          Durability.Store,
+          false,
+          fragment,
+          reqId,
+          key,
+        );
   const requests = new RingWriter(requestRing);
   const results = new RingReader(resultRing);
   const keyspace = new Keyspace(WORKER_PATH_FRAGMENTS);
@@ -113,15 +140,7 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
         logical = 0;
         wallMs++;
       }
-      let p = writeRequestHeader(
-        buf,
-        at,
-        OpKind.Write,
-        requestFlags(Priority.Default, Durability.Store),
-        fragmentOfKey[k],
-        i,
-        keys[k],
-      );
+      let p = writeHeader(buf, at, fragmentOfKey[k], i, keys[k]);
       p = writeRecordHeader(buf, p, false, wallMs, logical, 0, NODE_ID);
       buf.set(VALUE, p);
       requests.commit();
@@ -157,3 +176,28 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
 
 /** Bytes of the record every write of the path carries, for a baseline that stores as much. */
 export const WORKER_PATH_RECORD_BYTES = recordBytes(NODE_ID.length, VALUE.length);
+
+/** The worker runtime of a build from before WorkerRuntime.open. */
+type OlderRuntime = new (init: WorkerInit, store: KvStore) => unknown;
+/** writeRequestHeader of a build from before requestFlags. */
+type OlderWriteRequestHeader = (
+  buf: Buffer,
+  at: number,
+  kind: number,
+  priority: number,
+  durability: number,
+  headerOnly: boolean,
+  fragment: number,
+  reqId: number,
+  key: Uint8Array,
+) => number;
+
+async function openOlderRuntime(
+  Runtime: OlderRuntime,
+  init: WorkerInit,
+  store: KvStore,
+  fragments: number[],
+): Promise<unknown> {
+  for (const f of fragments) await store.openFragment(f);
+  return new Runtime(init, store);
+}
