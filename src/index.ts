@@ -1,4 +1,4 @@
-// Public entry point: `import { Tessera } from 'tessera'`.
+// Public entry point: `import { Tessera } from 'tessera-db'`.
 export { ErrorKind, TesseraError, type Winner } from './core/errors.js';
 export type { TesseraOptions } from './main/config.js';
 export {

@@ -23,7 +23,7 @@ function version(): string {
         name?: string;
         version?: string;
       };
-      if (pkg.name === 'tessera' && pkg.version !== undefined) return pkg.version;
+      if (pkg.name === 'tessera-db' && pkg.version !== undefined) return pkg.version;
     } catch {
       // not at this level
     }
