@@ -91,6 +91,8 @@ export interface NodeConfig {
   dataDir: string;
   store: StoreKind;
   fragments: number;
+  /** Of `store` and `fragments`, those taken from their defaults (a data directory's refusal says so). */
+  defaulted: ReadonlySet<'store' | 'fragments'>;
   workers: number;
   durability: Durability;
   nodeId: string | undefined;
@@ -199,6 +201,10 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     dataDir: resolve(options.dataDir ?? './data'),
     store,
     fragments,
+    defaulted: new Set([
+      ...(options.store === undefined ? (['store'] as const) : []),
+      ...(options.fragments === undefined ? (['fragments'] as const) : []),
+    ]),
     workers: integerIn('workers', options.workers, 1, WORKER_COUNT_MAX, defaultWorkerCount()),
     durability,
     nodeId,

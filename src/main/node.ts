@@ -253,6 +253,7 @@ export class Tessera {
       nodeId: config.nodeId,
       fragmentCount: config.fragments,
       workerCount: config.workers,
+      defaulted: config.defaulted,
     });
     const replay = await recoverStore({
       kind: config.store,

@@ -43,6 +43,8 @@ export interface BindOptions {
   nodeId: string | undefined;
   fragmentCount: number;
   workerCount: number;
+  /** The options the node took from their defaults, not from the operator: a refusal says so. */
+  defaulted?: ReadonlySet<'store' | 'fragments'>;
 }
 
 export interface Binding {
@@ -158,20 +160,25 @@ function checkManifest(m: Manifest, opts: BindOptions): void {
         `${STORE_FORMAT_VERSION}. Start a Tessera release that reads format ${m.format}, or use a new --data-dir`,
     );
   }
+  // The options disagree with the data directory: a start refused for its input.
+  const startedWith = (flag: 'store' | 'fragments', value: string | number): string =>
+    opts.defaulted?.has(flag) === true
+      ? `this node was started without --${flag}, whose default is ${value}`
+      : `this node was started with --${flag} ${value}`;
   if (m.store !== opts.kind) {
-    throw storageError(
-      `data directory ${dir} holds a ${m.store} store; this node was started with --store ${opts.kind}. ` +
+    throw invalidInput(
+      `data directory ${dir} holds a ${m.store} store; ${startedWith('store', opts.kind)}. ` +
         `Start with --store ${m.store}, or use a new --data-dir`,
     );
   }
   if (m.fragmentCount !== opts.fragmentCount) {
-    throw storageError(
-      `data directory ${dir} was created with ${m.fragmentCount} fragments; this node was started with ` +
-        `--fragments ${opts.fragmentCount}. Start with --fragments ${m.fragmentCount}, or use a new --data-dir`,
+    throw invalidInput(
+      `data directory ${dir} was created with ${m.fragmentCount} fragments; ${startedWith('fragments', opts.fragmentCount)}. ` +
+        `Start with --fragments ${m.fragmentCount}, or use a new --data-dir`,
     );
   }
   if (opts.nodeId !== undefined && m.nodeId !== opts.nodeId) {
-    throw storageError(
+    throw invalidInput(
       `data directory ${dir} belongs to node id ${m.nodeId}; this node was started with --node-id ` +
         `${opts.nodeId}. Start with --node-id ${m.nodeId} (or without --node-id), or use a new --data-dir`,
     );

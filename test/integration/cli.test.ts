@@ -188,6 +188,35 @@ test('one node per data directory: a second start is refused naming the holder, 
   }
 });
 
+test('options that disagree with the data directory are one plain line, saying whether the value was given', async () => {
+  const dir = await tempDir('cli-fragments');
+  try {
+    const created = await Tessera.start({ dataDir: dir.path, workers: 1, fragments: 4 });
+    await created.close();
+    const run = (...flags: string[]) =>
+      spawnSync(process.execPath, [MAIN, '--data-dir', dir.path, '--workers', '1', '--port', '0', ...flags], {
+        encoding: 'utf8',
+      });
+    const defaulted = run();
+    assert.equal(defaulted.status, 2);
+    assert.match(
+      defaulted.stderr,
+      new RegExp(
+        `^tessera: .*data directory ${dir.path} was created with 4 fragments; this node was started without --fragments, whose default is 16\\. Start with --fragments 4`,
+      ),
+    );
+    assert.equal(defaulted.stderr.trim().split('\n').length, 1, 'one line');
+    const given = run('--fragments', '8');
+    assert.equal(given.status, 2);
+    assert.match(
+      given.stderr,
+      /^tessera: .*this node was started with --fragments 8\. Start with --fragments 4/,
+    );
+  } finally {
+    await dir.cleanup();
+  }
+});
+
 test('a client port in use stops the start before it creates the data directory', async () => {
   const dir = await tempDir('cli-port');
   const taken = createServer();

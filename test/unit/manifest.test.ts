@@ -16,15 +16,19 @@ import {
   workerOfFragment,
 } from '../../src/native-bindings/manifest.js';
 
-/** A Storage TesseraError whose message contains every one of `parts`. */
-const storageErrorWith =
-  (...parts: string[]) =>
+/** A TesseraError of `kind` whose message contains every one of `parts`. */
+const errorWith =
+  (kind: ErrorKind, ...parts: string[]) =>
   (err: unknown): boolean => {
     assert.ok(err instanceof TesseraError, `not a TesseraError: ${String(err)}`);
-    assert.equal(err.kind, ErrorKind.Storage);
+    assert.equal(err.kind, kind);
     for (const p of parts) assert.ok(err.message.includes(p), `message lacks "${p}": ${err.message}`);
     return true;
   };
+/** A Storage error (the directory itself is unusable) whose message contains every one of `parts`. */
+const storageErrorWith = (...parts: string[]) => errorWith(ErrorKind.Storage, ...parts);
+/** A start refused for its options, which disagree with the data directory. */
+const refusalWith = (...parts: string[]) => errorWith(ErrorKind.InvalidInput, ...parts);
 
 describe('bindStore', () => {
   let dir: string;
@@ -84,11 +88,22 @@ describe('bindStore', () => {
     await bindStore(opts());
     await assert.rejects(
       bindStore(opts({ fragmentCount: 32 })),
-      storageErrorWith(
+      refusalWith(
         `data directory ${dataDir} was created with 16 fragments`,
-        '--fragments 32',
-        '--fragments 16',
+        'this node was started with --fragments 32',
+        'Start with --fragments 16',
         '--data-dir',
+      ),
+    );
+  });
+
+  it('says when the count it refuses was a default, not given', async () => {
+    await bindStore(opts({ fragmentCount: 4 }));
+    await assert.rejects(
+      bindStore(opts({ fragmentCount: 16, defaulted: new Set(['fragments']) })),
+      refusalWith(
+        'this node was started without --fragments, whose default is 16',
+        'Start with --fragments 4',
       ),
     );
   });
@@ -97,7 +112,7 @@ describe('bindStore', () => {
     await bindStore(opts({ kind: 'lmdb' }));
     await assert.rejects(
       bindStore(opts({ kind: 'level' })),
-      storageErrorWith('lmdb store', '--store level', '--store lmdb'),
+      refusalWith('lmdb store', 'started with --store level', '--store lmdb'),
     );
   });
 
@@ -105,7 +120,7 @@ describe('bindStore', () => {
     await bindStore(opts({ nodeId: 'node-a' }));
     await assert.rejects(
       bindStore(opts({ nodeId: 'node-b' })),
-      storageErrorWith('node id node-a', '--node-id node-b'),
+      refusalWith('node id node-a', '--node-id node-b'),
     );
   });
 
