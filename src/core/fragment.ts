@@ -9,8 +9,9 @@
 // `store` waits for committed ≥ g, one that needs `stable` for synced ≥ g. One commit is in flight at
 // a time; at most one sync request is outstanding, so fsyncs group every stable write waiting.
 // Most client writes carry a version newer than everything the fragment holds and need no read: when
-// nothing is queued ahead of one, the driver hands it over without an op (`tryDirectWrite`), and it
-// is answered by request id.
+// nothing is queued ahead of one, the driver hands it over without an op (`tryDirectWrite`, a
+// `direct` event), and it is answered by request id. Ops and direct writes wait for their durability
+// level in the same queues, so each fence reached or failed answers both alike.
 
 import { assert } from './assert.js';
 import { latin1 } from './bytes.js';
@@ -136,6 +137,16 @@ export interface FragmentConfig {
 
 export type FragmentEvent =
   | { kind: 'request'; op: FragmentOp }
+  // A client write handed over without an op (`tryDirectWrite`, which steps one reused event).
+  | {
+      kind: 'direct';
+      reqId: number;
+      priority: Priority;
+      durability: Durability;
+      key: Uint8Array;
+      record: Uint8Array;
+      nowMs: number;
+    }
   | { kind: 'run'; nowMs: number; budget: number }
   | { kind: 'tick'; nowMs: number }
   | { kind: 'committed'; generation: number }
@@ -161,6 +172,8 @@ export type FragmentAction =
   | { kind: 'sync'; fragment: number; generation: number };
 
 export type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
+type DirectWriteEvent = Extract<FragmentEvent, { kind: 'direct' }>;
+type AcksAction = Extract<FragmentAction, { kind: 'acks' }>;
 
 export interface FragmentStats {
   fragment: number;
@@ -204,14 +217,21 @@ export class FragmentCore {
   private commitRetryAtMs = 0;
   /** The last failed commit's error, told to writes refused while the store keeps failing. */
   private commitError = '';
-  /** Ops whose replies wait for their generation to be committed / synced, oldest first. */
-  private readonly commitWaiters: FragmentOp[] = [];
-  private readonly stableWaiters: FragmentOp[] = [];
-  /** Direct writes waiting for their generation to be committed (`store`) or synced (`stable`). */
-  private readonly directCommitWaiters = new DirectWaiters();
-  private readonly directStableWaiters = new DirectWaiters();
-  /** Direct writes at `memory` answered since the actions were last taken. */
-  private directApplied: number[] = [];
+  /** Answers (ops' and direct writes') waiting for their generation to be committed / synced. */
+  private readonly commitWaiters = new DurabilityWaiters();
+  private readonly stableWaiters = new DurabilityWaiters();
+  /** The event `tryDirectWrite` steps, filled anew for each write: a direct write allocates nothing. */
+  private readonly directEvent: DirectWriteEvent = {
+    kind: 'direct',
+    reqId: 0,
+    priority: Priority.Default,
+    durability: Durability.Memory,
+    key: NO_BYTES,
+    record: NO_BYTES,
+    nowMs: 0,
+  };
+  /** Whether the last `direct` event was taken: `tryDirectWrite`'s answer. */
+  private directTaken = false;
 
   /** Writes applied from clients since the driver last took them, for the replication senders. */
   private replicationLog: Array<[key: Uint8Array, record: Uint8Array]> = [];
@@ -243,6 +263,8 @@ export class FragmentCore {
     switch (event.kind) {
       case 'request':
         return this.admit(event.op);
+      case 'direct':
+        return this.applyDirect(event);
       case 'run':
         this.nowMs = Math.max(this.nowMs, event.nowMs);
         this.runQueues(event.budget);
@@ -267,10 +289,6 @@ export class FragmentCore {
 
   /** Moves the actions produced so far into `into`, leaving the outbox empty. */
   takeActions(into: FragmentAction[]): void {
-    if (this.directApplied.length > 0) {
-      into.push({ kind: 'acks', reply: Reply.Applied, text: '', reqIds: this.directApplied });
-      this.directApplied = [];
-    }
     for (const action of this.outbox) into.push(action);
     this.outbox.length = 0;
   }
@@ -311,9 +329,7 @@ export class FragmentCore {
       this.unflushed.size === 0 &&
       this.flushingGeneration === 0 &&
       this.commitWaiters.length === 0 &&
-      this.stableWaiters.length === 0 &&
-      this.directCommitWaiters.length === 0 &&
-      this.directStableWaiters.length === 0
+      this.stableWaiters.length === 0
     );
   }
 
@@ -352,12 +368,13 @@ export class FragmentCore {
   }
 
   /**
-   * A client write applied at its arrival, without an op or a queue, when that changes nothing a
-   * queued write would do: nothing of its priority or higher is queued (it would run next), its
-   * version is newer than everything the fragment holds (so the merge reads nothing and applies),
-   * it has not expired, and nobody asked what it replaced. Its answer, Applied, goes out by request
-   * id in an `acks` action once its durability level covers it. Returns false, having changed
-   * nothing, when a condition does not hold: the driver then admits it as an op (`request`).
+   * A client write applied at its arrival, without an op or a queue (the `direct` event), when that
+   * changes nothing a queued write would do: nothing of its priority or higher is queued (it would
+   * run next), its version is newer than everything the fragment holds (so the merge reads nothing
+   * and applies), it has not expired, and nobody asked what it replaced (the caller's part). Its
+   * answer, Applied, goes out by request id in an `acks` action once its durability level covers
+   * it. Returns false, having changed nothing, when a condition does not hold: the driver then
+   * admits it as an op (`request`).
    */
   tryDirectWrite(
     reqId: number,
@@ -367,24 +384,33 @@ export class FragmentCore {
     record: Uint8Array,
     nowMs: number,
   ): boolean {
-    if (priority === Priority.Background || this.storeFailing()) return false;
-    if (this.queues[Priority.High].length > 0) return false;
-    if (priority === Priority.Default && this.queues[Priority.Default].length > 0) return false;
-    if (!this.newerThanHighWater(record)) return false;
-    const now = Math.max(this.nowMs, nowMs);
-    if (mergeOutcome(undefined, record, now) !== ApplyOutcome.Applied) return false;
-    this.nowMs = now;
+    const event = this.directEvent;
+    event.reqId = reqId;
+    event.priority = priority;
+    event.durability = durability;
+    event.key = key;
+    event.record = record;
+    event.nowMs = nowMs;
+    this.step(event);
+    return this.directTaken;
+  }
+
+  /** Applies a direct write when it changes nothing a queued write would do (`tryDirectWrite`). */
+  private applyDirect(event: DirectWriteEvent): void {
+    const { priority, record } = event;
+    this.directTaken = false;
+    if (priority === Priority.Background || this.storeFailing()) return;
+    if (this.queues[Priority.High].length > 0) return;
+    if (priority === Priority.Default && this.queues[Priority.Default].length > 0) return;
+    if (!this.newerThanHighWater(record)) return;
+    const nowMs = Math.max(this.nowMs, event.nowMs);
+    if (mergeOutcome(undefined, record, nowMs) !== ApplyOutcome.Applied) return;
+    this.directTaken = true;
+    this.nowMs = nowMs;
     this.writes++;
-    this.putPending(key, HASH_UNKNOWN, record, true);
-    this.logForReplicas(false, key, record);
-    if (durability === Durability.Memory) {
-      this.directApplied.push(reqId);
-      return true;
-    }
-    const waiters = durability === Durability.Store ? this.directCommitWaiters : this.directStableWaiters;
-    waiters.push(reqId, this.unflushedGeneration);
-    this.unflushedWaiters++;
-    return true;
+    this.putPending(event.key, HASH_UNKNOWN, record, true);
+    this.logForReplicas(false, event.key, record);
+    this.awaitDurability(undefined, event.reqId, event.durability);
   }
 
   private admit(op: FragmentOp): void {
@@ -662,18 +688,25 @@ export class FragmentCore {
 
   /** Replies now, or once the op's durability level covers everything admitted so far. */
   private await(op: FragmentOp, reply: Reply, prior: boolean, record?: Uint8Array, text = ''): void {
-    if (op.durability === Durability.Memory) return this.reply(op, reply, record, prior, text);
+    this.answer(op, reply, record, prior, text);
+    this.awaitDurability(op, op.reqId, op.durability);
+  }
+
+  /**
+   * Sends an answer now, or once `durability` covers everything admitted so far: an op's (set on
+   * it), or with no op the direct write `reqId`'s Applied.
+   */
+  private awaitDurability(op: FragmentOp | undefined, reqId: number, durability: Durability): void {
+    if (durability === Durability.Memory) return this.send(op, reqId);
     let generation = this.committedGeneration;
     if (this.unflushed.size > 0) generation = this.unflushedGeneration;
     else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
-    this.answer(op, reply, record, prior, text);
-    op.generation = generation;
-    if (op.durability === Durability.Store) {
-      if (generation <= this.committedGeneration) return void this.outbox.push(op);
-      this.commitWaiters.push(op);
+    if (durability === Durability.Store) {
+      if (generation <= this.committedGeneration) return this.send(op, reqId);
+      this.commitWaiters.push(op, reqId, generation);
     } else {
-      if (generation <= this.syncedGeneration) return void this.outbox.push(op);
-      this.stableWaiters.push(op);
+      if (generation <= this.syncedGeneration) return this.send(op, reqId);
+      this.stableWaiters.push(op, reqId, generation);
       this.maybeSync();
     }
     if (generation === this.unflushedGeneration) this.unflushedWaiters++;
@@ -706,11 +739,7 @@ export class FragmentCore {
 
   private maybeSync(): void {
     if (this.syncInFlightGeneration !== 0) return;
-    const oldest = Math.min(
-      this.stableWaiters.length > 0 ? this.stableWaiters[0].generation : Number.POSITIVE_INFINITY,
-      this.directStableWaiters.oldest,
-    );
-    if (oldest > this.committedGeneration) return;
+    if (this.stableWaiters.oldest > this.committedGeneration) return;
     this.syncInFlightGeneration = this.committedGeneration;
     this.outbox.push({ kind: 'sync', fragment: this.fragment, generation: this.committedGeneration });
   }
@@ -721,8 +750,7 @@ export class FragmentCore {
     this.flushingGeneration = 0;
     this.committedGeneration = generation;
     this.commitFailures = 0;
-    this.release(this.commitWaiters, generation);
-    this.answerDirect(this.directCommitWaiters, generation, Reply.Applied, '');
+    this.settle(this.commitWaiters, generation, undefined);
     this.maybeSync();
     this.maybeCommit();
   }
@@ -745,48 +773,61 @@ export class FragmentCore {
     // Until COMMIT_ATTEMPTS_MAX failures in a row, the waiters wait for the retry: their writes are
     // in its generation (or superseded there), and a commit answers every waiter of an older one.
     if (!this.storeFailing()) return;
-    this.fail(this.commitWaiters, generation, message);
-    this.fail(this.stableWaiters, generation, message);
-    this.answerDirect(this.directCommitWaiters, generation, Reply.StorageFailed, message);
-    this.answerDirect(this.directStableWaiters, generation, Reply.StorageFailed, message);
-  }
-
-  /** Answers the direct writes of `waiters` that wait for generations ≤ `generation`. */
-  private answerDirect(waiters: DirectWaiters, generation: number, reply: Reply, text: string): void {
-    const reqIds = waiters.take(generation);
-    if (reqIds !== undefined) this.outbox.push({ kind: 'acks', reply, text, reqIds });
+    this.settle(this.commitWaiters, generation, message);
+    this.settle(this.stableWaiters, generation, message);
   }
 
   private onSynced(generation: number): void {
     assert(generation === this.syncInFlightGeneration, `synced generation ${generation} was not requested`);
     this.syncInFlightGeneration = 0;
     this.syncedGeneration = generation;
-    this.release(this.stableWaiters, generation);
-    this.answerDirect(this.directStableWaiters, generation, Reply.Applied, '');
+    this.settle(this.stableWaiters, generation, undefined);
     this.maybeSync();
   }
 
   private onSyncFailed(generation: number, message: string): void {
     assert(generation === this.syncInFlightGeneration, `failed sync ${generation} was not requested`);
     this.syncInFlightGeneration = 0;
-    this.fail(this.stableWaiters, generation, message);
-    this.answerDirect(this.directStableWaiters, generation, Reply.StorageFailed, message);
+    this.settle(this.stableWaiters, generation, message);
     this.maybeSync();
   }
 
-  /** Replies to the waiters (oldest first, generations ascending) whose generation is ≤ `generation`. */
-  private release(waiters: FragmentOp[], generation: number): void {
-    let n = 0;
-    while (n < waiters.length && waiters[n].generation <= generation) this.outbox.push(waiters[n++]);
-    waiters.splice(0, n);
+  /**
+   * Answers the waiters whose generation is ≤ `generation`: with the answer each holds, or, given
+   * the store's `failure`, with StorageFailed and it. The ops first, then the direct writes in one
+   * `acks` action.
+   */
+  private settle(waiters: DurabilityWaiters, generation: number, failure: string | undefined): void {
+    const n = waiters.opsUpTo(generation);
+    for (let i = 0; i < n; i++) {
+      const op = waiters.opAt(i);
+      if (failure === undefined) this.outbox.push(op);
+      else this.reply(op, Reply.StorageFailed, undefined, false, failure);
+    }
+    waiters.dropOps(n);
+    const reqIds = waiters.takeDirect(generation);
+    if (reqIds === undefined) return;
+    const reply = failure === undefined ? Reply.Applied : Reply.StorageFailed;
+    this.outbox.push({ kind: 'acks', reply, text: failure ?? '', reqIds });
   }
 
-  private fail(waiters: FragmentOp[], generation: number, message: string): void {
-    let n = 0;
-    while (n < waiters.length && waiters[n].generation <= generation) {
-      this.reply(waiters[n++], Reply.StorageFailed, undefined, false, message);
-    }
-    waiters.splice(0, n);
+  /** Sends an op's answer (the op itself is the action), or with no op the direct write `reqId`'s Applied. */
+  private send(op: FragmentOp | undefined, reqId: number): void {
+    if (op !== undefined) this.outbox.push(op);
+    else this.acksAction(Reply.Applied, '').reqIds.push(reqId);
+  }
+
+  /**
+   * The `acks` action that direct writes answered `reply` (`text`) join: the one at the end of the
+   * outbox when it carries the same answer, so a run of direct writes costs one action, else a new one.
+   */
+  private acksAction(reply: Reply, text: string): AcksAction {
+    const outbox = this.outbox;
+    const last = outbox.length > 0 ? outbox[outbox.length - 1] : undefined;
+    if (last !== undefined && last.kind === 'acks' && last.reply === reply && last.text === text) return last;
+    const acks: AcksAction = { kind: 'acks', reply, text, reqIds: [] };
+    outbox.push(acks);
+    return acks;
   }
 
   private reply(op: FragmentOp, reply: Reply, record: Uint8Array | undefined, prior: boolean, text: string) {
@@ -815,8 +856,7 @@ export class FragmentCore {
       `unflushed gen=${this.unflushedGeneration} [${pending(this.unflushed)}]`,
       `flushing gen=${this.flushingGeneration} [${pending(this.flushing)}]`,
       `committed=${this.committedGeneration} synced=${this.syncedGeneration} sync-in-flight=${this.syncInFlightGeneration}` +
-        ` waiting store=${this.commitWaiters.length + this.directCommitWaiters.length}` +
-        ` stable=${this.stableWaiters.length + this.directStableWaiters.length}` +
+        ` waiting store=${this.commitWaiters.length} stable=${this.stableWaiters.length}` +
         (this.commitFailures > 0
           ? ` commit-failures=${this.commitFailures} retry-at=${this.commitRetryAtMs}`
           : ''),
@@ -825,38 +865,77 @@ export class FragmentCore {
   }
 }
 
-/** Request ids of direct writes waiting for a generation, oldest (lowest generation) first. */
-class DirectWaiters {
-  private reqIds: number[] = [];
-  private readonly generations: number[] = [];
+/**
+ * Answers waiting for a generation to reach a durability level: ops, their answers set on them, and
+ * direct writes, of which only the request id is kept (parallel arrays: no object per write). Each
+ * kind is in arrival order, which is generation order.
+ */
+class DurabilityWaiters {
+  private readonly ops: FragmentOp[] = [];
+  private directReqIds: number[] = [];
+  private readonly directGenerations: number[] = [];
 
   get length(): number {
-    return this.reqIds.length;
+    return this.ops.length + this.directReqIds.length;
   }
 
   /** The generation the oldest waits for; Infinity when none waits. */
   get oldest(): number {
-    return this.generations.length > 0 ? this.generations[0] : Number.POSITIVE_INFINITY;
+    const op = this.ops.length > 0 ? this.ops[0].generation : Number.POSITIVE_INFINITY;
+    return this.directGenerations.length > 0 ? Math.min(op, this.directGenerations[0]) : op;
   }
 
-  push(reqId: number, generation: number): void {
-    this.reqIds.push(reqId);
-    this.generations.push(generation);
+  /** Adds `op`, or with no op the direct write `reqId`, waiting for `generation`. */
+  push(op: FragmentOp | undefined, reqId: number, generation: number): void {
+    if (op !== undefined) {
+      op.generation = generation;
+      this.ops.push(op);
+    } else {
+      this.directReqIds.push(reqId);
+      this.directGenerations.push(generation);
+    }
   }
 
-  /** Removes and returns the ids waiting for generations ≤ `generation`; undefined when none. */
-  take(generation: number): number[] | undefined {
-    const generations = this.generations;
+  /** How many ops, from the oldest, wait for generations ≤ `generation`. */
+  opsUpTo(generation: number): number {
+    const ops = this.ops;
+    let n = 0;
+    while (n < ops.length && ops[n].generation <= generation) n++;
+    return n;
+  }
+
+  opAt(index: number): FragmentOp {
+    return this.ops[index];
+  }
+
+  /** Removes the `n` oldest ops (moving the rest down: no array is allocated). */
+  dropOps(n: number): void {
+    if (n === 0) return;
+    if (n < this.ops.length) this.ops.copyWithin(0, n);
+    this.ops.length -= n;
+  }
+
+  /** Removes and returns the ids of direct writes waiting for generations ≤ `generation`, if any. */
+  takeDirect(generation: number): number[] | undefined {
+    const generations = this.directGenerations;
     let n = 0;
     while (n < generations.length && generations[n] <= generation) n++;
     if (n === 0) return undefined;
-    generations.splice(0, n);
-    if (n < this.reqIds.length) return this.reqIds.splice(0, n);
-    const all = this.reqIds;
-    this.reqIds = [];
+    if (n < generations.length) {
+      generations.copyWithin(0, n);
+      generations.length -= n;
+      return this.directReqIds.splice(0, n);
+    }
+    // All of them (the usual case): their array becomes the action's.
+    generations.length = 0;
+    const all = this.directReqIds;
+    this.directReqIds = [];
     return all;
   }
 }
+
+/** A key or record of no bytes, for the direct event before its first write. */
+const NO_BYTES = new Uint8Array(0);
 
 /** COPY onto itself, in Redis's words. */
 export const SAME_OBJECT = 'ERR source and destination objects are the same';
