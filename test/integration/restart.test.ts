@@ -65,7 +65,7 @@ for (const store of DURABLE_STORES) {
           Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: 32 }),
           (err: unknown) =>
             err instanceof TesseraError &&
-            err.kind === ErrorKind.Storage &&
+            err.kind === ErrorKind.InvalidInput &&
             /16 fragments/.test(err.message) &&
             /32/.test(err.message),
         );
