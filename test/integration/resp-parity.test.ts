@@ -482,3 +482,27 @@ test('random command sequences get the same replies from Tessera and redis-serve
   // A run cut short by the time limit still has to have compared something real.
   assert.ok(commands >= 1000, `only ${commands} commands compared`);
 });
+
+/** An INFO reply's fields (raw RESP bulk text): [name, value] per line, headings left out. */
+function infoFields(reply: string): Array<[string, string]> {
+  const body = reply.slice(reply.indexOf('\r\n') + 2);
+  return body
+    .split('\r\n')
+    .filter((line) => line !== '' && !line.startsWith('#'))
+    .map((line) => line.split(':', 2) as [string, string]);
+}
+
+test("INFO cpu has redis-server's fields in its order, as seconds that add up", { skip }, async () => {
+  const ours = infoFields(await tessera.call('INFO', 'cpu'));
+  const theirs = infoFields(await redis.call('INFO', 'cpu'));
+  assert.deepEqual(
+    ours.map(([name]) => name),
+    theirs.map(([name]) => name),
+  );
+  const value = new Map(ours);
+  for (const [name, v] of ours) assert.match(v, /^\d+\.\d{6}$/, name);
+  assert.ok(Number(value.get('used_cpu_user_main_thread')) <= Number(value.get('used_cpu_user')));
+  assert.ok(Number(value.get('used_cpu_sys_main_thread')) <= Number(value.get('used_cpu_sys')));
+  // The default sections include it, as Redis's do.
+  assert.match(await tessera.call('INFO'), /\r\n# CPU\r\nused_cpu_sys:/);
+});

@@ -3,6 +3,7 @@
 // server-wide questions commands ask: INFO, CONFIG GET, DBSIZE.
 
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { arch, hostname, platform, release } from 'node:os';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
@@ -418,6 +419,7 @@ export class RespServer {
     if (wants('persistence')) parts.push(await this.persistenceSection(healthOnce));
     if (wants('stats')) parts.push(await this.statsSection(healthOnce));
     if (wants('replication')) parts.push(await this.replicationSection(healthOnce));
+    if (wants('cpu')) parts.push(await cpuSection());
     if (wants('cluster'))
       parts.push(section('Cluster', [['cluster_enabled', this.node.cluster === undefined ? 0 : 1]]));
     if (wants('keyspace')) parts.push(await this.keyspaceSection());
@@ -621,6 +623,49 @@ export class RespServer {
     }
     return section('Tessera', rows);
   }
+}
+
+/**
+ * INFO cpu, from the process's own times: the whole process (every thread: main, workers, pool),
+ * no children (Tessera forks none), and the main thread alone (Linux: its /proc task's utime and
+ * stime; left out where that cannot be read). Seconds with six decimals, as Redis prints them.
+ */
+async function cpuSection(): Promise<string> {
+  const { user, system } = process.cpuUsage();
+  const rows: Array<[string, string]> = [
+    ['used_cpu_sys', cpuSeconds(system / 1e6)],
+    ['used_cpu_user', cpuSeconds(user / 1e6)],
+    ['used_cpu_sys_children', cpuSeconds(0)],
+    ['used_cpu_user_children', cpuSeconds(0)],
+  ];
+  const main = await mainThreadCpu();
+  if (main !== undefined) {
+    rows.push(['used_cpu_sys_main_thread', cpuSeconds(main.systemS)]);
+    rows.push(['used_cpu_user_main_thread', cpuSeconds(main.userS)]);
+  }
+  return section('CPU', rows);
+}
+
+const cpuSeconds = (s: number): string => s.toFixed(6);
+
+/** Linux's clock tick for /proc times (USER_HZ, fixed at 100 by the kernel's ABI). */
+const PROC_TICKS_PER_SECOND = 100;
+
+/** The main thread's CPU time, from /proc/self/task/<pid>/stat (the main thread's task id is the pid). */
+async function mainThreadCpu(): Promise<{ userS: number; systemS: number } | undefined> {
+  let stat: string;
+  try {
+    stat = await readFile(`/proc/self/task/${process.pid}/stat`, 'latin1');
+  } catch {
+    return undefined;
+  }
+  // Fields after the command name, which is in parentheses and may hold spaces: utime and stime are
+  // the stat's 14th and 15th fields, the 12th and 13th after the name.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const utime = Number(fields[11]);
+  const stime = Number(fields[12]);
+  if (!Number.isFinite(utime) || !Number.isFinite(stime)) return undefined;
+  return { userS: utime / PROC_TICKS_PER_SECOND, systemS: stime / PROC_TICKS_PER_SECOND };
 }
 
 function section(title: string, rows: Array<[string, string | number]>): string {
