@@ -349,6 +349,12 @@ export const COUNT_KEYS_IN_SLOT_PAGE_KEYS = 10_000;
 export const ANTI_ENTROPY_INTERVAL_MS_MIN = 10;
 /** Anti-entropy rounds at least once a day. */
 export const ANTI_ENTROPY_INTERVAL_MS_MAX = 86_400_000;
+/**
+ * Subcommands of container commands (`client|list`) INFO commandstats counts apart; past it a
+ * subcommand is counted under its container, so clients sending made-up subcommands cannot grow the
+ * table without bound. Redis's containers have under 200 subcommands in all.
+ */
+export const COMMAND_STATS_SUBCOMMANDS_MAX = 256;
 /** A manifest is a few hundred bytes; anything far larger is not one. */
 export const MANIFEST_BYTES_MAX = 64 * 1024;
 

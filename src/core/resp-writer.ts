@@ -44,6 +44,8 @@ export class RespWriter {
   protocol: RespProtocol;
   /** Error replies written, sent or not (INFO's total_error_replies). */
   errorReplies = 0;
+  /** Where error replies are counted by their code (INFO errorstats), when someone counts them. */
+  errorCodes: Map<string, number> | undefined;
   private buf: Buffer;
   private len = 0;
 
@@ -117,15 +119,21 @@ export class RespWriter {
 
   /** `-ERR <message>\r\n` (Redis's generic error code); CR and LF inside become spaces. */
   error(message: string): void {
-    this.errorReplies++;
+    this.countError('ERR');
     this.line(0x2d, 'ERR ', message);
   }
 
   /** `-<code> <message>\r\n`, e.g. code `WRONGTYPE`. */
   errorCode(code: string, message: string): void {
     assert(/^[A-Z][A-Z0-9_]*$/.test(code), `RESP error code ${code} must be an upper-case word`);
-    this.errorReplies++;
+    this.countError(code);
     this.line(0x2d, `${code} `, message);
+  }
+
+  private countError(code: string): void {
+    this.errorReplies++;
+    const codes = this.errorCodes;
+    if (codes !== undefined) codes.set(code, (codes.get(code) ?? 0) + 1);
   }
 
   /** `:<n>\r\n` for any int64 (a number must be a safe integer). */

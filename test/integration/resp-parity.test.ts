@@ -506,3 +506,63 @@ test("INFO cpu has redis-server's fields in its order, as seconds that add up", 
   // The default sections include it, as Redis's do.
   assert.match(await tessera.call('INFO'), /\r\n# CPU\r\nused_cpu_sys:/);
 });
+
+/** INFO `section`'s rows as a map of row name → its comma-separated `k=v` fields. */
+async function infoRows(client: RawClient, section: string): Promise<Map<string, Map<string, string>>> {
+  const rows = new Map<string, Map<string, string>>();
+  for (const [name, value] of infoFields(await client.call('INFO', section))) {
+    rows.set(name, new Map(value.split(',').map((kv) => kv.split('=', 2) as [string, string])));
+  }
+  return rows;
+}
+
+test('INFO commandstats, errorstats and latencystats count a sequence as redis-server does', {
+  skip,
+}, async () => {
+  const sequence: string[][] = [
+    ['SET', 'stats:n', '5'],
+    ['INCR', 'stats:n'],
+    ['SET', 'stats:s', 'text'],
+    ['INCR', 'stats:s'], // runs, then fails: not an integer
+    ['GET', 'stats:n'],
+    ['GET'], // refused before running: arity
+    ['CLIENT', 'ID'],
+    ['NOSUCHCOMMAND'],
+  ];
+  const counted = async (client: RawClient) => {
+    const before = await infoRows(client, 'commandstats');
+    const errorsBefore = await infoRows(client, 'errorstats');
+    for (const cmd of sequence) await client.call(...cmd);
+    const after = await infoRows(client, 'commandstats');
+    const errorsAfter = await infoRows(client, 'errorstats');
+    const delta = (rows: Map<string, Map<string, string>>, was: typeof rows, row: string, field: string) =>
+      Number(rows.get(row)?.get(field) ?? 0) - Number(was.get(row)?.get(field) ?? 0);
+    const figures: Record<string, number> = {};
+    for (const row of ['cmdstat_set', 'cmdstat_incr', 'cmdstat_get', 'cmdstat_client|id']) {
+      for (const field of ['calls', 'rejected_calls', 'failed_calls']) {
+        figures[`${row}.${field}`] = delta(after, before, row, field);
+      }
+    }
+    figures.errorstat_ERR = delta(errorsAfter, errorsBefore, 'errorstat_ERR', 'count');
+    return { figures, fields: [...(after.get('cmdstat_get')?.keys() ?? [])] };
+  };
+  const ours = await counted(tessera);
+  const theirs = await counted(redis);
+  assert.deepEqual(ours.figures, theirs.figures);
+  assert.deepEqual(ours.fields, theirs.fields);
+  // Each command that ran has its percentiles, in Redis's form.
+  const latency = infoFields(await tessera.call('INFO', 'latencystats'));
+  const get = latency.find(([name]) => name === 'latency_percentiles_usec_get');
+  assert.ok(get !== undefined, 'GET has latency percentiles');
+  assert.match(get[1], /^p50=\d+\.\d{3},p99=\d+\.\d{3},p99\.9=\d+\.\d{3}$/);
+  const theirLatency = infoFields(await redis.call('INFO', 'latencystats'));
+  assert.match(
+    theirLatency.find(([name]) => name === 'latency_percentiles_usec_get')![1],
+    /^p50=.*,p99=.*,p99\.9=.*$/,
+  );
+  // Not in the default sections, as in Redis; errorstats is.
+  const defaults = await tessera.call('INFO');
+  assert.ok(!defaults.includes('# Commandstats') && !defaults.includes('# Latencystats'));
+  assert.ok(defaults.includes('# Errorstats'));
+  assert.ok((await tessera.call('INFO', 'all')).includes('# Latencystats'));
+});

@@ -8,6 +8,7 @@ import { CommandTable, commandNameKey, type RespCommand } from '../../core/resp-
 import type { RespWriter } from '../../core/resp-writer.js';
 import { BIT_COMMANDS } from './bit-commands.js';
 import { CLUSTER_COMMANDS } from './cluster-commands.js';
+import { CommandStats } from './command-stats.js';
 import type { RespConnection } from './connection.js';
 import { HLL_COMMANDS } from './hll-commands.js';
 import { KEY_COMMANDS } from './key-commands.js';
@@ -50,6 +51,18 @@ const DENY_OOM = COMMANDS.map((c) => c.flags.includes('denyoom'));
 /** Bytes of each argument an unknown-command error quotes, at most (Redis's 128). */
 const UNKNOWN_ARGS_QUOTED_BYTES_MAX = 128;
 
+/** The per-command counters of INFO commandstats and latencystats, for this command table. */
+export function commandStatsOfTable(): CommandStats {
+  const containers = new Set<number>();
+  COMMANDS.forEach((c, id) => {
+    if (CONTAINER_COMMANDS.has(c.name)) containers.add(id);
+  });
+  return new CommandStats(
+    COMMANDS.map((c) => c.name),
+    containers,
+  );
+}
+
 export function findCommand(name: Uint8Array): CommandSpec | undefined {
   const id = TABLE.lookup(name);
   return id === -1 ? undefined : COMMANDS[id];
@@ -65,6 +78,36 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
   }
   const spec = COMMANDS[id];
   conn.lastCommand = spec.name;
+  const stats = conn.server.commandStats;
+  const stat = stats.statOf(id, cmd);
+  if (refusedBeforeRunning(conn, id, spec, cmd, w)) {
+    stats.reject(stat);
+    return true;
+  }
+  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM).
+  conn.server.stats.commandsProcessed++;
+  conn.commandRan = spec;
+  conn.runningStat = stat;
+  const errorsBefore = w.errorReplies;
+  const answeredNow = spec.run(conn, cmd, w);
+  // One clock read per command: its end is the next command's start (RespConnection.commandClockMs).
+  const endMs = performance.now();
+  stats.ran(stat, endMs - conn.commandClockMs);
+  conn.commandClockMs = endMs;
+  conn.runningStat = -1;
+  // A reply answered later is judged when it is written (RespConnection.endReply).
+  if (answeredNow && w.errorReplies !== errorsBefore) stats.fail(stat);
+  return answeredNow;
+}
+
+/** Writes the refusal of a command that may not run now (Redis's rejected calls); false when it may. */
+function refusedBeforeRunning(
+  conn: RespConnection,
+  id: number,
+  spec: CommandSpec,
+  cmd: RespCommand,
+  w: RespWriter,
+): boolean {
   if (!arityHolds(spec.arity, cmd.argc)) {
     w.error(`wrong number of arguments for '${spec.name.toLowerCase()}' command`);
     return true;
@@ -84,10 +127,7 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     writeOutOfMemory(w);
     return true;
   }
-  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM).
-  conn.server.stats.commandsProcessed++;
-  conn.commandRan = spec;
-  return spec.run(conn, cmd, w);
+  return false;
 }
 
 /** Redis commands with subcommands: their full name is `container|subcommand`. */

@@ -58,6 +58,10 @@ export class ReplySlot {
   write = false;
   /** The reply is dropped, not sent (CLIENT REPLY OFF / SKIP when the command ran). */
   silent = false;
+  /** The command's INFO commandstats index (-1: none), and its reply's writer and error count at its start. */
+  stat = -1;
+  replyWriter: RespWriter | undefined = undefined;
+  errorsBefore = 0;
 
   constructor(readonly conn: RespConnection) {}
 }
@@ -105,6 +109,13 @@ export class RespConnection implements PubSubClient {
   private pushedUpTo = 0;
   /** The command just executed, if it ran (not refused as unknown, by arity or by NOAUTH). */
   commandRan: CommandSpec | undefined = undefined;
+  /** The INFO commandstats index of the command running now (-1 between commands): its deferred replies count there. */
+  runningStat = -1;
+  /**
+   * performance.now() when the command being executed started: read once per run of commands, then
+   * each command's end is the next one's start (its parsing counts with it).
+   */
+  commandClockMs = 0;
   readonly out: RespWriter;
   private readonly scratch: RespWriter;
   private readonly parser = new RespParser();
@@ -131,6 +142,8 @@ export class RespConnection implements PubSubClient {
     this.durability = server.node.settings.durability;
     this.out = new RespWriter(2);
     this.scratch = new RespWriter(2);
+    this.out.errorCodes = server.errorCodes;
+    this.scratch.errorCodes = server.errorCodes;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', () => this.close());
@@ -185,6 +198,7 @@ export class RespConnection implements PubSubClient {
     const slot = new ReplySlot(this);
     // Silent before it can be answered: a command may answer its slot before it returns.
     slot.silent = this.silencing;
+    slot.stat = this.runningStat;
     if (this.tail === null) this.head = slot;
     else this.tail.next = slot;
     this.tail = slot;
@@ -194,14 +208,24 @@ export class RespConnection implements PubSubClient {
 
   /** The writer for `slot`'s reply: the connection's own when it is next in line. */
   beginReply(slot: ReplySlot): RespWriter {
-    if (slot === this.head && !slot.silent) return this.out;
-    this.scratch.reset();
-    return this.scratch;
+    let w = this.out;
+    if (slot !== this.head || slot.silent) {
+      this.scratch.reset();
+      w = this.scratch;
+    }
+    slot.replyWriter = w;
+    slot.errorsBefore = w.errorReplies;
+    return w;
   }
 
   /** Ends `slot`'s reply (written to the writer `beginReply` gave) and sends what is now in order. */
   endReply(slot: ReplySlot): void {
     if (slot.write) this.writesInFlight--;
+    const w = slot.replyWriter;
+    if (slot.stat !== -1 && w !== undefined && w.errorReplies !== slot.errorsBefore) {
+      this.server.commandStats.fail(slot.stat);
+    }
+    slot.replyWriter = undefined;
     if (slot !== this.head) {
       if (slot.silent) {
         slot.bytes = NO_REPLY;
@@ -245,6 +269,7 @@ export class RespConnection implements PubSubClient {
   /** Executes every complete command the parser holds, until the in-flight bound pauses reading. */
   private drainCommands(): void {
     this.lastCommandAtMs = this.nowMs();
+    this.commandClockMs = performance.now();
     for (;;) {
       if (this.blocked) break;
       if (this.inFlight >= CONNECTION_COMMANDS_IN_FLIGHT_MAX) {

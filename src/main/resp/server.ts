@@ -22,7 +22,7 @@ import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js
 import { peerSummaries, refusesWrites } from '../health-summary.js';
 import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
-import type { CommandSpec } from './commands.js';
+import { type CommandSpec, commandStatsOfTable } from './commands.js';
 import { RespConnection } from './connection.js';
 import { monitorLine } from './monitor.js';
 import { ScanCursors } from './scan-cursors.js';
@@ -123,6 +123,10 @@ export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 export class RespServer {
   readonly cursors = new ScanCursors();
   readonly stats = new RespStats();
+  /** Per-command calls, time and latency (INFO commandstats, latencystats). */
+  readonly commandStats = commandStatsOfTable();
+  /** Error replies by code, every connection's writers counting here (INFO errorstats). */
+  readonly errorCodes = new Map<string, number>();
   /** Connections in MONITOR mode. */
   readonly monitors = new Set<RespConnection>();
   readonly logger: Logger;
@@ -394,9 +398,12 @@ export class RespServer {
 
   /** INFO text for the requested sections (all when none). */
   async info(sections: string[]): Promise<string> {
-    const all = sections.length === 0 || sections.includes('all') || sections.includes('everything');
+    const all = sections.includes('all') || sections.includes('everything');
     const wants = (name: string) =>
-      all || sections.includes(name) || (sections.includes('default') && name !== 'tessera');
+      all ||
+      sections.length === 0 ||
+      sections.includes(name) ||
+      (sections.includes('default') && name !== 'tessera');
     const parts: string[] = [];
     // One health report serves every section that reads it (each asks every worker).
     let health: Promise<Health> | undefined;
@@ -420,9 +427,21 @@ export class RespServer {
     if (wants('stats')) parts.push(await this.statsSection(healthOnce));
     if (wants('replication')) parts.push(await this.replicationSection(healthOnce));
     if (wants('cpu')) parts.push(await cpuSection());
+    // As Redis's: commandstats and latencystats only when named or with `all`; errorstats by default.
+    if (all || sections.includes('commandstats'))
+      parts.push(section('Commandstats', this.commandStats.commandRows()));
+    if (wants('errorstats')) {
+      const rows = [...this.errorCodes].map(([code, n]): [string, string] => [
+        `errorstat_${code}`,
+        `count=${n}`,
+      ]);
+      parts.push(section('Errorstats', rows));
+    }
     if (wants('cluster'))
       parts.push(section('Cluster', [['cluster_enabled', this.node.cluster === undefined ? 0 : 1]]));
     if (wants('keyspace')) parts.push(await this.keyspaceSection());
+    if (all || sections.includes('latencystats'))
+      parts.push(section('Latencystats', this.commandStats.latencyRows()));
     if (wants('tessera')) parts.push(await this.tesseraSection(healthOnce));
     return parts.join('\r\n');
   }

@@ -1,0 +1,154 @@
+// Per-command figures for INFO commandstats and latencystats, counted as Redis counts them: `calls`
+// that ran, the main thread's time running them (the synchronous part: a reply that waits for a
+// worker or a peer does not count its wait, as Redis does not count a blocked command's), calls
+// `rejected` before they ran (arity, NOAUTH, OOM, a command not allowed while subscribed), and calls
+// that ran and answered with an error (`failed`). A container command is counted per subcommand
+// (`client|list`), as Redis 7 lists it. Counting is per command id in typed arrays: nothing is
+// allocated per command but a container command's name.
+
+import { COMMAND_STATS_SUBCOMMANDS_MAX } from '../../core/limits.js';
+import type { RespCommand } from '../../core/resp-parser.js';
+
+/** LatencyHistogram's layout: exact below 128 ns, then 64 buckets per power of two (1.6 % apart). */
+const LINEAR_NS = 128;
+const SUB_BUCKET_BITS = 6;
+const SUB_BUCKETS = 1 << SUB_BUCKET_BITS;
+/** Powers of two above LINEAR_NS the histogram covers: up to 2^31 ns (2.1 s); longer counts there. */
+const EXPONENTS = 31 - 7;
+const LATENCY_BUCKETS = LINEAR_NS + EXPONENTS * SUB_BUCKETS;
+/** Redis 7's `latency-tracking-info-percentiles` default. */
+const LATENCY_PERCENTILES = [50, 99, 99.9] as const;
+
+export class CommandStats {
+  private readonly names: string[];
+  private readonly calls: Float64Array;
+  private readonly usec: Float64Array;
+  private readonly rejected: Float64Array;
+  private readonly failed: Float64Array;
+  private readonly latency: (LatencyHistogram | undefined)[] = [];
+  /** Stat index of each container command's subcommand seen so far (`client|list`). */
+  private readonly subcommands = new Map<string, number>();
+
+  /**
+   * `names`: the command table's upper-case names, by command id; `containers`: the ids of the
+   * commands counted per subcommand.
+   */
+  constructor(
+    names: readonly string[],
+    private readonly containers: ReadonlySet<number>,
+  ) {
+    this.names = names.map((n) => n.toLowerCase());
+    const capacity = names.length + COMMAND_STATS_SUBCOMMANDS_MAX;
+    this.calls = new Float64Array(capacity);
+    this.usec = new Float64Array(capacity);
+    this.rejected = new Float64Array(capacity);
+    this.failed = new Float64Array(capacity);
+  }
+
+  /**
+   * The stat index of command `id` as `cmd` invokes it: its own, or for a container command its
+   * subcommand's (the container's own once COMMAND_STATS_SUBCOMMANDS_MAX subcommands are known).
+   */
+  statOf(id: number, cmd: RespCommand): number {
+    if (!this.containers.has(id) || cmd.argc < 2) return id;
+    const name = `${this.names[id]}|${cmd.arg(1).toString('latin1').toLowerCase()}`;
+    let stat = this.subcommands.get(name);
+    if (stat === undefined) {
+      if (this.subcommands.size >= COMMAND_STATS_SUBCOMMANDS_MAX) return id;
+      stat = this.names.length;
+      this.names.push(name);
+      this.subcommands.set(name, stat);
+    }
+    return stat;
+  }
+
+  /** A call of `stat` ran for `ms` of the main thread's time. */
+  ran(stat: number, ms: number): void {
+    this.calls[stat]++;
+    this.usec[stat] += ms * 1000;
+    let histogram = this.latency[stat];
+    if (histogram === undefined) {
+      histogram = new LatencyHistogram();
+      this.latency[stat] = histogram;
+    }
+    histogram.record(Math.round(ms * 1e6));
+  }
+
+  reject(stat: number): void {
+    this.rejected[stat]++;
+  }
+
+  fail(stat: number): void {
+    this.failed[stat]++;
+  }
+
+  /** INFO commandstats rows, one per command called or refused since the start. */
+  commandRows(): Array<[string, string]> {
+    const rows: Array<[string, string]> = [];
+    for (let s = 0; s < this.names.length; s++) {
+      const calls = this.calls[s];
+      if (calls === 0 && this.rejected[s] === 0 && this.failed[s] === 0) continue;
+      const usec = Math.round(this.usec[s]);
+      const perCall = calls === 0 ? 0 : this.usec[s] / calls;
+      rows.push([
+        `cmdstat_${this.names[s]}`,
+        `calls=${calls},usec=${usec},usec_per_call=${perCall.toFixed(2)},rejected_calls=${this.rejected[s]},failed_calls=${this.failed[s]}`,
+      ]);
+    }
+    return rows;
+  }
+
+  /** INFO latencystats rows: per command that ran, its p50, p99 and p99.9 in µs. */
+  latencyRows(): Array<[string, string]> {
+    const rows: Array<[string, string]> = [];
+    for (let s = 0; s < this.names.length; s++) {
+      const histogram = this.latency[s];
+      if (histogram === undefined) continue;
+      const figures = LATENCY_PERCENTILES.map((p) => `p${p}=${(histogram.valueAt(p) / 1000).toFixed(3)}`);
+      rows.push([`latency_percentiles_usec_${this.names[s]}`, figures.join(',')]);
+    }
+    return rows;
+  }
+}
+
+/**
+ * Latencies in ns, as HdrHistogram keeps them with two significant figures: exact below 128 ns,
+ * then 64 buckets per power of two. A percentile is the highest value of its bucket.
+ */
+export class LatencyHistogram {
+  private readonly counts = new Uint32Array(LATENCY_BUCKETS);
+  private total = 0;
+
+  record(ns: number): void {
+    this.counts[bucketOf(ns)]++;
+    this.total++;
+  }
+
+  /** The value at or below which `percentile` % of the values recorded fall (0 when none were). */
+  valueAt(percentile: number): number {
+    if (this.total === 0) return 0;
+    const wanted = Math.max(1, Math.ceil((percentile / 100) * this.total));
+    let seen = 0;
+    for (let b = 0; b < LATENCY_BUCKETS; b++) {
+      seen += this.counts[b];
+      if (seen >= wanted) return highestOf(b);
+    }
+    return highestOf(LATENCY_BUCKETS - 1);
+  }
+}
+
+function bucketOf(ns: number): number {
+  if (ns < LINEAR_NS) return Math.max(ns, 0);
+  const exponent = 31 - Math.clz32(Math.min(ns, 2 ** 31 - 1));
+  const shift = exponent - SUB_BUCKET_BITS;
+  return LINEAR_NS + (exponent - 7) * SUB_BUCKETS + ((ns >>> shift) & (SUB_BUCKETS - 1));
+}
+
+/** The highest value bucket `b` holds. */
+function highestOf(b: number): number {
+  if (b < LINEAR_NS) return b;
+  const exponent = 7 + Math.floor((b - LINEAR_NS) / SUB_BUCKETS);
+  const shift = exponent - SUB_BUCKET_BITS;
+  const low = (SUB_BUCKETS + ((b - LINEAR_NS) % SUB_BUCKETS)) * 2 ** shift;
+  return low + 2 ** shift - 1;
+}
