@@ -301,6 +301,7 @@ export class AssignmentTable {
     if (malformed !== null) return refusal('malformed', `malformed assignment change: ${malformed}`);
     const fenceRefusal = this.checkFence(change.fence, current);
     if (fenceRefusal !== null) return fenceRefusal;
+    // The fence passed: this is the current coordinator, so its epoch is adopted whatever the entry's fate.
     this.#epoch = change.fence.epoch;
     this.#epochCoordinator = fenceCoordinator(change.fence);
     const { fragment, entry } = change;
