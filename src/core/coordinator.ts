@@ -271,6 +271,8 @@ export function eligibleMembers(view: readonly MemberView[]): string[] {
  * The placement every fragment converges to: pins first (while eligible), then rendezvous ranks in
  * rounds (every fragment's first choice, then every second…), skipping a node at the cap. A
  * function of the members, pins and fragments only, so the same inputs give the same placement.
+ * Pins count toward the cap but are honoured past it: an operator who pins more fragments to one
+ * node than the cap allows asked for that.
  */
 export function desiredPlacement(
   fragments: readonly number[],
@@ -345,7 +347,8 @@ interface Candidate {
  * The moves to start now. Repairs (a Down source, a missing replica) first, then leaves, then pins,
  * then rebalancing; within one priority by fragment. One transition per fragment (Scylla's
  * INV-TABL-2); a node takes part in at most the limits' moves in or out, moves in flight counted; a
- * Down source is not charged (the copy comes from the other replicas); the target must be reachable.
+ * Down source is not charged (the copy comes from the other replicas). The target, and a source
+ * that is charged, must be reachable: a move through an unreachable member waits.
  */
 export function planMoves(
   table: AssignmentTable,
@@ -368,7 +371,7 @@ export function planMoves(
     if (entry.moving === null) continue;
     if (!eligible.includes(entry.moving.target)) cancellations.push(fragment);
     bump(movesIn, entry.moving.target);
-    if (entry.moving.source !== null && members.get(entry.moving.source)?.state === 'Up')
+    if (entry.moving.source !== null && isAlive(members.get(entry.moving.source)))
       bump(movesOut, entry.moving.source);
   }
   const { desired, capReplicas } = desiredPlacement(fragments, pins, eligible, replicas, table.fragmentCount);
@@ -392,7 +395,7 @@ export function planMoves(
     const target = members.get(move.target);
     if (target === undefined || !target.reachable) continue;
     const source = move.source === null ? undefined : members.get(move.source);
-    const sourceCharged = source !== undefined && source.state === 'Up';
+    const sourceCharged = source !== undefined && isAlive(source);
     if (sourceCharged && !source.reachable) continue;
     if ((movesIn.get(move.target) ?? 0) >= limits.movesInPerNode) continue;
     if (sourceCharged && (movesOut.get(source.id) ?? 0) >= limits.movesOutPerNode) continue;
@@ -402,6 +405,11 @@ export function planMoves(
     moves.push(move);
   }
   return { desired, capReplicas, moves, cancellations, blocked };
+}
+
+/** A member that still serves its replicas, so a move out of it is charged to it (all but Down and Removed). */
+function isAlive(member: MemberView | undefined): member is MemberView {
+  return member !== undefined && member.state !== 'Down' && member.state !== 'Removed';
 }
 
 function bump(counts: Map<string, number>, id: string): void {

@@ -308,20 +308,18 @@ test('a join moves replicas onto the joiner only as far as balance needs, within
   const start = new Map([...table.entries()].map(([f, e]) => [f, (e as ActiveAssignment).replicas]));
   const view = upView([...before, 'e']);
   const fence = fenceOf('a', 1);
-  const seenIn = new Map<string, number>();
   let rounds = 0;
   for (;;) {
     const plan = runRound(table, view, 3, fence, rounds);
     if (plan.moves.length === 0) break;
     rounds++;
-    for (const id of [...view.map((m) => m.id)]) {
+    for (const id of view.map((m) => m.id)) {
       const inbound = plan.moves.filter((m) => m.target === id).length;
       const outbound = plan.moves.filter((m) => m.source === id).length;
       assert.ok(
         inbound <= PLACEMENT_MOVES_IN_PER_NODE_DEFAULT && outbound <= PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
         `${id}: ${inbound} in ${outbound} out`,
       );
-      seenIn.set(id, (seenIn.get(id) ?? 0) + inbound);
     }
     assert.ok(rounds < 200, 'join converges');
   }
@@ -341,10 +339,9 @@ test('a join moves replicas onto the joiner only as far as balance needs, within
     changed - joined <= Math.ceil(joined / 10),
     `${changed} replicas moved for ${joined} on the joiner`,
   );
-  assert.ok(!seenIn.has('a') || (seenIn.get('a') as number) <= Math.ceil(joined / 10));
 });
 
-test('a leaving member’s replicas are replaced add-before-remove, and only those move', () => {
+test('a leaving member’s replicas are replaced add-before-remove, each once', () => {
   const table = bootstrap(['a', 'b', 'c', 'd', 'e'], 32, 3);
   const held = [...table.entries()].filter(([, e]) => (e as ActiveAssignment).replicas.includes('d')).length;
   const view = [member('a'), member('b'), member('c'), member('d', 'Leaving'), member('e')];
@@ -508,8 +505,9 @@ test('too few eligible members are reported, not planned around', () => {
 
 // ---- Property: every plan keeps R distinct replicas and converges ----
 
-test('randomized membership changes: every plan keeps R distinct replicas and converges to the balanced placement', () => {
+test('randomized membership changes: every plan keeps R distinct replicas and converges to the balanced placement', (t) => {
   const seed = Number(process.env.TESSERA_PLANNER_SEED ?? Date.now() % 2 ** 31);
+  t.diagnostic(`seed ${seed} (TESSERA_PLANNER_SEED replays it)`);
   const random = seededFractions(seed);
   const pick = (n: number): number => Math.floor(random() * n);
   for (let run = 0; run < 30; run++) {
@@ -571,7 +569,7 @@ test('randomized membership changes: every plan keeps R distinct replicas and co
             where,
           );
           const source = view.find((m) => m.id === id) as MemberView;
-          if (source.state === 'Up') {
+          if (source.state !== 'Down') {
             assert.ok(
               plan.moves.filter((m) => m.source === id).length <= PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
               where,
