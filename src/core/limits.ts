@@ -358,6 +358,40 @@ export const COMMAND_STATS_SUBCOMMANDS_MAX = 256;
 /** A manifest is a few hundred bytes; anything far larger is not one. */
 export const MANIFEST_BYTES_MAX = 64 * 1024;
 
+// ---- Placement coordinator and assignment table (control-plane-anchors.md §3, datum-agent.md §3) ----
+
+/**
+ * History entries kept per fragment in the assignment table, oldest dropped first: enough to read
+ * the last few moves of a fragment in `/cluster/placement`, while the table stays bounded (fragments
+ * × entries) as churn goes on.
+ */
+export const ASSIGNMENT_HISTORY_ENTRIES_MAX = 16;
+/** A history reason is a fixed word plus at most one node id (`node_down:<id>`). */
+export const ASSIGNMENT_REASON_BYTES_MAX = NODE_ID_BYTES_MAX + 16;
+/** Replicas per fragment at most (`--replicas`): more copies than this buy no safety a cluster needs. */
+export const REPLICAS_PER_FRAGMENT_MAX = 7;
+/**
+ * Replica moves a node receives at once unless `--max-moves-per-node` says otherwise: Scylla's 2
+ * streaming sessions per shard and Riak's `transfer_limit` 2 (anchors §3), so a join or a leave
+ * moves steadily without starving client traffic.
+ */
+export const PLACEMENT_MOVES_IN_PER_NODE_DEFAULT = 2;
+/** Replica moves a node sends at once by default (Scylla's 2 outbound sessions, Riak's 2). */
+export const PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT = 2;
+/** Largest `--max-moves-per-node`: Riak's "common value" is 8; far more only queues behind the disk. */
+export const PLACEMENT_MOVES_PER_NODE_MAX = 32;
+/**
+ * Replicas a node may hold above an even share: the balance cap is ⌈F·R/N⌉ + this. One spare slot
+ * lets rendezvous keep most of its choices (minimal movement) while no node carries a second share.
+ */
+export const PLACEMENT_BALANCE_SLACK_REPLICAS = 1;
+
+assert(
+  PLACEMENT_MOVES_IN_PER_NODE_DEFAULT <= PLACEMENT_MOVES_PER_NODE_MAX &&
+    PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT <= PLACEMENT_MOVES_PER_NODE_MAX,
+  'default move limits exceed their ceiling',
+);
+
 assert(FRAGMENT_COUNT_DEFAULT <= FRAGMENT_COUNT_MAX, 'default fragment count exceeds the slot count');
 assert(
   VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + NODE_ID_BYTES_MAX + 64 <= STABLE_LOG_FRAME_BYTES_MAX,

@@ -1,0 +1,620 @@
+// The placement coordinator's pure core (issue #35 item 2; datum-agent.md §2.2, §3.2, §3.5, §9.4):
+// who coordinates, when it may act, how it takes over, and what it plans. No clock, no I/O: the
+// membership view, the table, `nowMs` and the limits arrive as arguments.
+//
+// - The coordinator is the lowest node id among Up, reachable members of a node's own view, so
+//   every node names the same one from the same view, with no election (datum §2.2).
+// - It changes the table only while it reaches a majority of the table's members, so the minority
+//   side of a partition never changes placement (§9.4 "split brain").
+// - Takeover is datum's fail-closed rebuild (§3.5), but from every live member's persisted table
+//   rather than from registries, so no assignment lives only on the old coordinator (§9.4 "unlucky
+//   takeover"); the new coordinator opens the next table epoch.
+// - The planner ranks by rendezvous (placement.ts), caps each node at ⌈F·R/N⌉ + slack, moves
+//   add-before-remove, one transition per fragment, at most the per-node move limits in flight, and
+//   keeps a pin while the pinned node is eligible, across failover too (§9.4 "Pinned").
+
+import { assert } from './assert.js';
+import {
+  type ActiveAssignment,
+  type AssignmentEntry,
+  AssignmentTable,
+  type CoordinatorIdentity,
+  compareIds,
+  type Fence,
+  sameReplicas,
+  type TableChange,
+  withHistory,
+} from './assignment-table.js';
+import {
+  PLACEMENT_BALANCE_SLACK_REPLICAS,
+  PLACEMENT_MOVES_IN_PER_NODE_DEFAULT,
+  PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
+} from './limits.js';
+import { computePlacement } from './placement.js';
+
+/** datum's member states; `reachable` is the separate flag (unreachable is not Down). */
+export type MemberState = 'Joining' | 'Up' | 'Leaving' | 'Exiting' | 'Down' | 'Removed';
+
+/** One member as this node's membership view holds it (the membership machine supplies these). */
+export interface MemberView {
+  readonly id: string;
+  readonly state: MemberState;
+  /** This node reaches it now; always true for this node itself. */
+  readonly reachable: boolean;
+  readonly incarnation: number;
+}
+
+/** Lowest node id (byte order) among Up, reachable members; undefined when there is none. */
+export function chooseCoordinator(view: readonly MemberView[]): CoordinatorIdentity | undefined {
+  let best: MemberView | undefined;
+  for (const member of view) {
+    if (member.state !== 'Up' || !member.reachable) continue;
+    if (best === undefined || compareIds(member.id, best.id) < 0) best = member;
+  }
+  return best === undefined ? undefined : { id: best.id, incarnation: best.incarnation };
+}
+
+/** Whether this view reaches more than half of `members` (the table's members, or the initial ones). */
+export function reachesMajority(members: readonly string[], view: readonly MemberView[]): boolean {
+  if (members.length === 0) return false;
+  const reached = new Set<string>();
+  for (const m of view) if (m.reachable && m.state !== 'Down' && m.state !== 'Removed') reached.add(m.id);
+  const voters = new Set(members);
+  let count = 0;
+  for (const id of voters) if (reached.has(id)) count++;
+  return count * 2 > voters.size;
+}
+
+export type ActGate =
+  | { readonly ok: true; readonly coordinator: CoordinatorIdentity }
+  | { readonly ok: false; readonly reason: 'not-coordinator' | 'no-majority'; readonly message: string };
+
+/** The gate before any table change: this node is the coordinator of its view and reaches a majority. */
+export function mayChangeTable(
+  selfId: string,
+  view: readonly MemberView[],
+  members: readonly string[],
+): ActGate {
+  const coordinator = chooseCoordinator(view);
+  if (coordinator === undefined || coordinator.id !== selfId) {
+    return {
+      ok: false,
+      reason: 'not-coordinator',
+      message: `this node is not the placement coordinator (current: ${coordinator?.id ?? '<none>'})`,
+    };
+  }
+  if (!reachesMajority(members, view)) {
+    return {
+      ok: false,
+      reason: 'no-majority',
+      message: `the coordinator reaches no majority of the table's ${new Set(members).size} members; placement is frozen`,
+    };
+  }
+  return { ok: true, coordinator };
+}
+
+// ---- Takeover (datum §3.5 rebuild_from_registries, over persisted tables) ----
+
+/** Reports that cannot both be true (fragment null: the tables as a whole). */
+export interface TakeoverConflict {
+  readonly fragment: number | null;
+  readonly members: string[];
+  readonly detail: string;
+}
+
+export type TakeoverResult =
+  | { readonly kind: 'adopt'; readonly table: AssignmentTable; readonly changes: TableChange[] }
+  | {
+      readonly kind: 'refuse';
+      /** Live members whose report is not in. */
+      readonly missing: string[];
+      readonly conflicting: TakeoverConflict[];
+      readonly message: string;
+    };
+
+/**
+ * Members whose table the rebuild needs: all but Down and Removed ones. An Up member that does not
+ * answer defers the takeover until it is Down (fail-closed, as datum's collect_job_statuses): it may
+ * hold the only copy of the old coordinator's last write.
+ */
+export function takeoverReporters(view: readonly MemberView[]): string[] {
+  return view
+    .filter((m) => m.state !== 'Down' && m.state !== 'Removed')
+    .map((m) => m.id)
+    .sort(compareIds);
+}
+
+/**
+ * The table a new coordinator adopts from every live member's last accepted table: per fragment the
+ * highest generation, a tombstone over an active entry of its generation (datum), a later epoch at
+ * an equal generation; equal generation and epoch with different content is a conflict. The result
+ * opens epoch max + 1 and re-stamps every entry with the new fence (datum re-stamps coordinator :=
+ * self), keeping pins and moves in flight. `reports` holds this node's own table too; the caller
+ * has passed `mayChangeTable` first, so the reporters include a majority of the table's members.
+ */
+export function rebuildFromReports(
+  self: CoordinatorIdentity,
+  view: readonly MemberView[],
+  reports: ReadonlyMap<string, AssignmentTable>,
+): TakeoverResult {
+  const reporters = takeoverReporters(view);
+  const missing = reporters.filter((id) => !reports.has(id));
+  if (missing.length > 0 || reporters.length === 0) return refuseTakeover(missing, []);
+  const tables = reporters.map((id) => ({ id, table: reports.get(id) as AssignmentTable }));
+  const conflicting = tableConflicts(tables);
+  if (conflicting.length > 0) return refuseTakeover([], conflicting);
+  const winners = new Map<number, { entry: AssignmentEntry; from: string }>();
+  for (const { id, table } of tables) {
+    for (const [fragment, entry] of table.entries()) {
+      const held = winners.get(fragment);
+      const order = held === undefined ? 1 : compareReported(entry, held.entry);
+      if (order > 0) winners.set(fragment, { entry, from: id });
+      else if (order === 0 && held !== undefined && !sameContent(entry, held.entry)) {
+        const detail = `generation ${entry.generation} at epoch ${entry.fence.epoch} differs`;
+        conflicting.push({ fragment, members: [held.from, id], detail });
+      }
+    }
+  }
+  if (conflicting.length > 0) return refuseTakeover([], conflicting);
+  const epoch = Math.max(...tables.map((t) => t.table.epoch)) + 1;
+  const fence: Fence = { coordinatorId: self.id, incarnation: self.incarnation, epoch };
+  const changes: TableChange[] = [...winners.keys()]
+    .sort((a, b) => a - b)
+    .map((fragment) => ({
+      fence,
+      fragment,
+      entry: { ...(winners.get(fragment)?.entry as AssignmentEntry), fence },
+    }));
+  const fragmentCount = tables[0].table.fragmentCount;
+  const table = AssignmentTable.from(fragmentCount, epoch, self, []);
+  for (const change of changes) table.apply(change, self);
+  return { kind: 'adopt', table, changes };
+}
+
+/** Reports that cannot be merged at all: other fragment counts, or one epoch claimed by two coordinators. */
+function tableConflicts(tables: ReadonlyArray<{ id: string; table: AssignmentTable }>): TakeoverConflict[] {
+  const conflicting: TakeoverConflict[] = [];
+  const fragmentCount = tables[0].table.fragmentCount;
+  const epochOwners = new Map<number, { owner: string; member: string }>();
+  for (const { id, table } of tables) {
+    if (table.fragmentCount !== fragmentCount) {
+      const detail = `fragment counts ${fragmentCount} and ${table.fragmentCount}`;
+      conflicting.push({ fragment: null, members: [tables[0].id, id], detail });
+    }
+    const owner = table.epochCoordinator;
+    if (owner === undefined) continue;
+    const key = `${owner.id}@${owner.incarnation}`;
+    const known = epochOwners.get(table.epoch);
+    if (known === undefined) epochOwners.set(table.epoch, { owner: key, member: id });
+    else if (known.owner !== key) {
+      const detail = `epoch ${table.epoch} claimed by ${known.owner} and ${key}`;
+      conflicting.push({ fragment: null, members: [known.member, id], detail });
+    }
+  }
+  return conflicting;
+}
+
+function refuseTakeover(missing: string[], conflicting: TakeoverConflict[]): TakeoverResult {
+  const parts: string[] = [];
+  if (missing.length === 0 && conflicting.length === 0) parts.push('no live member to report');
+  if (missing.length > 0) parts.push(`no report from ${missing.join(', ')}`);
+  for (const c of conflicting) {
+    parts.push(
+      `${c.fragment === null ? 'tables' : `fragment ${c.fragment}`} of ${c.members.join(' and ')} conflict: ${c.detail}`,
+    );
+  }
+  return { kind: 'refuse', missing, conflicting, message: `takeover refused: ${parts.join('; ')}` };
+}
+
+/** >0 when `a` outranks `b`: generation, then a tombstone over an active entry, then epoch. */
+function compareReported(a: AssignmentEntry, b: AssignmentEntry): number {
+  if (a.generation !== b.generation) return a.generation - b.generation;
+  if (a.kind !== b.kind) return a.kind === 'tombstone' ? 1 : -1;
+  return a.fence.epoch - b.fence.epoch;
+}
+
+function sameContent(a: AssignmentEntry, b: AssignmentEntry): boolean {
+  if (a.kind === 'tombstone' || b.kind === 'tombstone') return a.kind === b.kind;
+  return (
+    sameReplicas(a.replicas, b.replicas) &&
+    a.pinnedTo === b.pinnedTo &&
+    (a.moving?.source ?? null) === (b.moving?.source ?? null) &&
+    (a.moving?.target ?? null) === (b.moving?.target ?? null)
+  );
+}
+
+// ---- Planner ----
+
+export interface MoveLimits {
+  /** Moves a node receives at once (`--max-moves-per-node`). */
+  readonly movesInPerNode: number;
+  /** Moves a node sends at once. */
+  readonly movesOutPerNode: number;
+}
+
+export const MOVE_LIMITS_DEFAULT: MoveLimits = {
+  movesInPerNode: PLACEMENT_MOVES_IN_PER_NODE_DEFAULT,
+  movesOutPerNode: PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
+};
+
+/** One replica move to start: add `target`, then, once it has copied, remove `source`. */
+export interface PlannedMove {
+  readonly fragment: number;
+  readonly source: string | null;
+  readonly target: string;
+  readonly reason: string;
+  readonly replicasBefore: readonly string[];
+  readonly replicasAfter: readonly string[];
+}
+
+export interface Plan {
+  /** Per fragment with an active entry, the replica set it converges to (rendezvous order). */
+  readonly desired: ReadonlyMap<number, readonly string[]>;
+  /** The balance cap ⌈F·R/N⌉ + slack this plan kept. */
+  readonly capReplicas: number;
+  readonly moves: PlannedMove[];
+  /** Fragments whose move in flight must be cancelled: its target is no longer eligible. */
+  readonly cancellations: number[];
+  /** Why some change cannot be planned now (too few eligible members). */
+  readonly blocked: string[];
+}
+
+/** Members that may hold replicas: Up (Leaving, Exiting, Joining, Down and Removed may not). */
+export function eligibleMembers(view: readonly MemberView[]): string[] {
+  return view
+    .filter((m) => m.state === 'Up')
+    .map((m) => m.id)
+    .sort(compareIds);
+}
+
+/**
+ * The placement every fragment converges to: pins first (while eligible), then rendezvous ranks in
+ * rounds (every fragment's first choice, then every second…), skipping a node at the cap. A
+ * function of the members, pins and fragments only, so the same inputs give the same placement.
+ * Pins count toward the cap but are honoured past it: an operator who pins more fragments to one
+ * node than the cap allows asked for that.
+ */
+export function desiredPlacement(
+  fragments: readonly number[],
+  pins: ReadonlyMap<number, string>,
+  eligible: readonly string[],
+  replicas: number,
+  fragmentCount: number,
+): { desired: Map<number, string[]>; capReplicas: number } {
+  const desired = new Map<number, string[]>();
+  const n = eligible.length;
+  const r = Math.min(replicas, n);
+  const capReplicas = n === 0 ? 0 : Math.ceil((fragments.length * r) / n) + PLACEMENT_BALANCE_SLACK_REPLICAS;
+  if (n === 0) return { desired, capReplicas };
+  const ranking = computePlacement(eligible, fragmentCount, n);
+  const count = new Map<string, number>();
+  const take = (fragment: number, id: string): void => {
+    (desired.get(fragment) as string[]).push(id);
+    count.set(id, (count.get(id) ?? 0) + 1);
+  };
+  for (const fragment of fragments) {
+    desired.set(fragment, []);
+    const pin = pins.get(fragment);
+    if (pin !== undefined && eligible.includes(pin) && r > 0) take(fragment, pin);
+  }
+  for (let rank = 0; rank < n; rank++) {
+    for (const fragment of fragments) {
+      const list = desired.get(fragment) as string[];
+      const id = ranking.members[ranking.replicas[fragment][rank]];
+      if (list.length < r && !list.includes(id) && (count.get(id) ?? 0) < capReplicas) take(fragment, id);
+    }
+  }
+  // The cap leaves N spare slots in all, but a fragment still short may already hold every member
+  // with room: then a full fragment without such a member hands one of its own over, and takes it.
+  for (const fragment of fragments) {
+    const list = desired.get(fragment) as string[];
+    while (list.length < r) {
+      const roomy = eligible.find((id) => (count.get(id) ?? 0) < capReplicas && !list.includes(id));
+      if (roomy !== undefined) {
+        take(fragment, roomy);
+        continue;
+      }
+      const spare = eligible.find((id) => (count.get(id) ?? 0) < capReplicas) as string;
+      assert(spare !== undefined, 'the balance cap leaves a spare slot');
+      const handable = (g: number): string | undefined => {
+        const other = desired.get(g) as string[];
+        if (other.length < r || other.includes(spare)) return undefined;
+        return other.find((id) => !list.includes(id) && id !== pins.get(g));
+      };
+      const donor = fragments.find((g) => handable(g) !== undefined);
+      assert(donor !== undefined, `fragment ${fragment} has no donor for its replica`);
+      const other = desired.get(donor) as string[];
+      const handed = handable(donor) as string;
+      other[other.indexOf(handed)] = spare;
+      count.set(spare, (count.get(spare) ?? 0) + 1);
+      list.push(handed);
+    }
+  }
+  return { desired, capReplicas };
+}
+
+const PRIORITY_REPAIR = 0;
+const PRIORITY_LEAVE = 1;
+const PRIORITY_PIN = 2;
+const PRIORITY_REBALANCE = 3;
+
+interface Candidate {
+  readonly move: PlannedMove;
+  readonly priority: number;
+}
+
+/**
+ * The moves to start now. Repairs (a Down source, a missing replica) first, then leaves, then pins,
+ * then rebalancing; within one priority by fragment. One transition per fragment (Scylla's
+ * INV-TABL-2); a node takes part in at most the limits' moves in or out, moves in flight counted; a
+ * Down source is not charged (the copy comes from the other replicas). The target, and a source
+ * that is charged, must be reachable: a move through an unreachable member waits.
+ */
+export function planMoves(
+  table: AssignmentTable,
+  view: readonly MemberView[],
+  replicas: number,
+  limits: MoveLimits = MOVE_LIMITS_DEFAULT,
+): Plan {
+  const members = new Map(view.map((m) => [m.id, m]));
+  const eligible = eligibleMembers(view);
+  const holders = new Set(table.members());
+  const fragments: number[] = [];
+  const pins = new Map<number, string>();
+  const movesIn = new Map<string, number>();
+  const movesOut = new Map<string, number>();
+  const cancellations: number[] = [];
+  for (const [fragment, entry] of table.entries()) {
+    if (entry.kind !== 'active') continue;
+    fragments.push(fragment);
+    if (entry.pinnedTo !== null) pins.set(fragment, entry.pinnedTo);
+    if (entry.moving === null) continue;
+    if (!eligible.includes(entry.moving.target)) cancellations.push(fragment);
+    bump(movesIn, entry.moving.target);
+    if (entry.moving.source !== null && isAlive(members.get(entry.moving.source)))
+      bump(movesOut, entry.moving.source);
+  }
+  const { desired, capReplicas } = desiredPlacement(fragments, pins, eligible, replicas, table.fragmentCount);
+  const blocked: string[] = [];
+  if (eligible.length < replicas) {
+    blocked.push(`${eligible.length} eligible members cannot hold ${replicas} replicas of each fragment`);
+  }
+  const candidates: Candidate[] = [];
+  for (const fragment of fragments) {
+    const entry = table.active(fragment) as ActiveAssignment;
+    if (entry.moving !== null) continue;
+    candidates.push(
+      ...fragmentCandidates(fragment, entry, desired.get(fragment) as string[], members, holders, blocked),
+    );
+  }
+  candidates.sort((a, b) => a.priority - b.priority || a.move.fragment - b.move.fragment);
+  const moves: PlannedMove[] = [];
+  const moving = new Set<number>();
+  for (const { move } of candidates) {
+    if (moving.has(move.fragment)) continue;
+    const target = members.get(move.target);
+    if (target === undefined || !target.reachable) continue;
+    const source = move.source === null ? undefined : members.get(move.source);
+    const sourceCharged = source !== undefined && isAlive(source);
+    if (sourceCharged && !source.reachable) continue;
+    if ((movesIn.get(move.target) ?? 0) >= limits.movesInPerNode) continue;
+    if (sourceCharged && (movesOut.get(source.id) ?? 0) >= limits.movesOutPerNode) continue;
+    bump(movesIn, move.target);
+    if (sourceCharged) bump(movesOut, source.id);
+    moving.add(move.fragment);
+    moves.push(move);
+  }
+  return { desired, capReplicas, moves, cancellations, blocked };
+}
+
+/** A member that still serves its replicas, so a move out of it is charged to it (all but Down and Removed). */
+function isAlive(member: MemberView | undefined): member is MemberView {
+  return member !== undefined && member.state !== 'Down' && member.state !== 'Removed';
+}
+
+function bump(counts: Map<string, number>, id: string): void {
+  counts.set(id, (counts.get(id) ?? 0) + 1);
+}
+
+/** The moves that would bring one fragment to its desired set: leavers paired with arrivals in order. */
+function fragmentCandidates(
+  fragment: number,
+  entry: ActiveAssignment,
+  desired: readonly string[],
+  members: ReadonlyMap<string, MemberView>,
+  holders: ReadonlySet<string>,
+  blocked: string[],
+): Candidate[] {
+  const current = entry.replicas;
+  const leaving = current.filter((id) => !desired.includes(id));
+  const arriving = desired.filter((id) => !current.includes(id));
+  // Leavers that must go first: Down ones, then Leaving ones, then the rest (rebalance).
+  leaving.sort((a, b) => sourcePriority(members.get(a)) - sourcePriority(members.get(b)));
+  const candidates: Candidate[] = [];
+  for (let i = 0; i < arriving.length; i++) {
+    const source = i < leaving.length ? leaving[i] : null;
+    const target = arriving[i];
+    const replicasAfter =
+      source === null ? [...current, target] : current.map((id) => (id === source ? target : id));
+    const reason = moveReason(source, target, entry, members, holders);
+    const priority =
+      source === null
+        ? PRIORITY_REPAIR
+        : Math.min(
+            sourcePriority(members.get(source)),
+            target === entry.pinnedTo ? PRIORITY_PIN : PRIORITY_REBALANCE,
+          );
+    candidates.push({
+      priority,
+      move: { fragment, source, target, reason, replicasBefore: current, replicasAfter },
+    });
+  }
+  for (const stranded of leaving.slice(arriving.length)) {
+    blocked.push(`fragment ${fragment}: no eligible member to replace ${stranded}`);
+  }
+  return candidates;
+}
+
+function sourcePriority(member: MemberView | undefined): number {
+  if (member === undefined || member.state === 'Down' || member.state === 'Removed') return PRIORITY_REPAIR;
+  if (member.state === 'Leaving' || member.state === 'Exiting') return PRIORITY_LEAVE;
+  return PRIORITY_REBALANCE;
+}
+
+function moveReason(
+  source: string | null,
+  target: string,
+  entry: ActiveAssignment,
+  members: ReadonlyMap<string, MemberView>,
+  holders: ReadonlySet<string>,
+): string {
+  if (source !== null) {
+    const priority = sourcePriority(members.get(source));
+    if (priority === PRIORITY_REPAIR) return `node_down:${source}`;
+    if (priority === PRIORITY_LEAVE) return `leave:${source}`;
+  }
+  if (target === entry.pinnedTo) return 'move';
+  if (!holders.has(target)) return `join:${target}`;
+  return 'rebalance';
+}
+
+/** Plan text for the operator (`/cluster/plan`), one line per move; the same plan prints the same. */
+export function describePlan(plan: Plan): string {
+  const lines = [`cap ${plan.capReplicas} moves ${plan.moves.length}`];
+  for (const m of plan.moves) {
+    lines.push(
+      `fragment ${m.fragment}: [${m.replicasBefore.join(' ')}] -> [${m.replicasAfter.join(' ')}] (${m.reason})`,
+    );
+  }
+  for (const f of plan.cancellations) lines.push(`fragment ${f}: cancel the move in flight`);
+  for (const b of plan.blocked) lines.push(`blocked: ${b}`);
+  return lines.join('\n');
+}
+
+// ---- The coordinator's table writes: each bumps the generation and records its history ----
+
+/** The first table: every fragment placed by `desiredPlacement` over the eligible members, generation 1. */
+export function bootstrapChanges(
+  fragmentCount: number,
+  view: readonly MemberView[],
+  replicas: number,
+  fence: Fence,
+  nowMs: number,
+): TableChange[] {
+  const fragments = Array.from({ length: fragmentCount }, (_, i) => i);
+  const { desired } = desiredPlacement(fragments, new Map(), eligibleMembers(view), replicas, fragmentCount);
+  return fragments.map((fragment) => {
+    const list = desired.get(fragment) as string[];
+    const entry: ActiveAssignment = {
+      kind: 'active',
+      generation: 1,
+      replicas: list,
+      moving: null,
+      pinnedTo: null,
+      fence,
+      history: [{ generation: 1, from: [], to: list, reason: 'bootstrap', timestampMs: nowMs }],
+    };
+    return { fence, fragment, entry };
+  });
+}
+
+/** Add phase: the target joins the list (last, still copying). */
+export function startMove(
+  entry: ActiveAssignment,
+  move: PlannedMove,
+  fence: Fence,
+  nowMs: number,
+): TableChange {
+  const generation = entry.generation + 1;
+  const replicas = [...entry.replicas, move.target];
+  return change(move.fragment, fence, {
+    ...entry,
+    generation,
+    replicas,
+    moving: { source: move.source, target: move.target, reason: move.reason },
+    fence,
+    history: withHistory(entry.history, {
+      generation,
+      from: entry.replicas,
+      to: replicas,
+      reason: move.reason,
+      timestampMs: nowMs,
+    }),
+  });
+}
+
+/** Remove phase, once the target has copied: the source leaves, the target takes its place in the order. */
+export function finishMove(
+  fragment: number,
+  entry: ActiveAssignment,
+  fence: Fence,
+  nowMs: number,
+): TableChange {
+  const moving = entry.moving;
+  assert(moving !== null, `fragment ${fragment} has no move in flight`);
+  const generation = entry.generation + 1;
+  const withoutTarget = entry.replicas.slice(0, -1);
+  const replicas =
+    moving.source === null
+      ? entry.replicas.slice()
+      : withoutTarget.map((id) => (id === moving.source ? moving.target : id));
+  return change(fragment, fence, {
+    ...entry,
+    generation,
+    replicas,
+    moving: null,
+    fence,
+    history: withHistory(entry.history, {
+      generation,
+      from: entry.replicas,
+      to: replicas,
+      reason: moving.reason,
+      timestampMs: nowMs,
+    }),
+  });
+}
+
+/** Gives up a move in flight whose target left: the list returns to what it was. */
+export function cancelMove(
+  fragment: number,
+  entry: ActiveAssignment,
+  fence: Fence,
+  nowMs: number,
+): TableChange {
+  const moving = entry.moving;
+  assert(moving !== null, `fragment ${fragment} has no move in flight`);
+  const generation = entry.generation + 1;
+  const replicas = entry.replicas.slice(0, -1);
+  return change(fragment, fence, {
+    ...entry,
+    generation,
+    replicas,
+    moving: null,
+    fence,
+    history: withHistory(entry.history, {
+      generation,
+      from: entry.replicas,
+      to: replicas,
+      reason: moving.reason,
+      timestampMs: nowMs,
+    }),
+  });
+}
+
+/** `move FRAGMENT --to NODE`: records the pin; the planner then moves a replica there (reason `move`). */
+export function pinFragment(
+  fragment: number,
+  entry: ActiveAssignment,
+  node: string,
+  view: readonly MemberView[],
+  fence: Fence,
+): TableChange | { readonly status: 'NotFound'; readonly message: string } {
+  if (!eligibleMembers(view).includes(node)) {
+    return { status: 'NotFound', message: `pinned node is not eligible for placement: ${node}` };
+  }
+  return change(fragment, fence, { ...entry, generation: entry.generation + 1, pinnedTo: node, fence });
+}
+
+function change(fragment: number, fence: Fence, entry: ActiveAssignment): TableChange {
+  return { fence, fragment, entry };
+}
