@@ -355,6 +355,16 @@ export const ANTI_ENTROPY_INTERVAL_MS_MAX = 86_400_000;
  * table without bound. Redis's containers have under 200 subcommands in all.
  */
 export const COMMAND_STATS_SUBCOMMANDS_MAX = 256;
+/** Redis's `slowlog-log-slower-than` default: commands of 10 ms or more are kept. */
+export const SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT = 10_000;
+/** Redis's `slowlog-max-len` default. */
+export const SLOWLOG_MAX_LEN_DEFAULT = 128;
+/** A longer slow log is refused at start: each entry keeps up to 32 arguments of 128 bytes. */
+export const SLOWLOG_MAX_LEN_MAX = 100_000;
+/** Arguments a slow log entry keeps, the last saying how many more there were (Redis's 32). */
+export const SLOWLOG_ENTRY_ARGS_MAX = 32;
+/** Bytes of each argument a slow log entry keeps (Redis's 128). */
+export const SLOWLOG_ENTRY_ARG_BYTES_MAX = 128;
 /** A manifest is a few hundred bytes; anything far larger is not one. */
 export const MANIFEST_BYTES_MAX = 64 * 1024;
 

@@ -3,7 +3,12 @@
 // `2s`, `5m`, `1h` or a bare number of milliseconds; sizes accept `64kb`, `4mb`, `1gb` or bytes.
 
 import { invalidInput } from '../core/errors.js';
-import { DRAIN_TIMEOUT_MS_DEFAULT } from '../core/limits.js';
+import {
+  DRAIN_TIMEOUT_MS_DEFAULT,
+  SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
+  SLOWLOG_MAX_LEN_DEFAULT,
+  SLOWLOG_MAX_LEN_MAX,
+} from '../core/limits.js';
 import { DURABILITY_NAMES } from '../core/ops.js';
 import { STORE_KINDS } from '../native-bindings/kv-store.js';
 import { ADMIN_BIND_DEFAULT } from './admin/server.js';
@@ -252,6 +257,16 @@ const FLAGS: Flag[] = [
     kind: 'string',
     help: 'where TESSERA.BACKUP writes backups (one new directory each); unset: the command is refused',
   },
+  {
+    name: 'slowlog-log-slower-than',
+    kind: 'integer',
+    help: `SLOWLOG keeps commands that take at least this many µs of the main thread; negative: none, 0: all (default ${SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT}, Redis's)`,
+  },
+  {
+    name: 'slowlog-max-len',
+    kind: 'integer',
+    help: `entries SLOWLOG keeps, newest first (default ${SLOWLOG_MAX_LEN_DEFAULT}, Redis's; at most ${SLOWLOG_MAX_LEN_MAX})`,
+  },
   { name: 'log-level', kind: 'string', help: `log level: ${LOG_LEVELS.join(' | ')} (default info)` },
   { name: 'help', kind: 'boolean', help: 'print this help and exit' },
   { name: 'version', kind: 'boolean', help: 'print the version and exit' },
@@ -261,7 +276,14 @@ export interface CliArgs {
   options: TesseraOptions;
   /** Replication drain on shutdown (cluster nodes), in ms. */
   drainTimeoutMs: number;
-  resp: { port: number; bind: string; password: string | undefined; backupDir: string | undefined };
+  resp: {
+    port: number;
+    bind: string;
+    password: string | undefined;
+    backupDir: string | undefined;
+    slowlogLogSlowerThanUs: number | undefined;
+    slowlogMaxLen: number | undefined;
+  };
   /** The TLS listener's port and the PEM files to read at start, when --tls-port is given. */
   tls:
     | {
@@ -365,11 +387,16 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   if (password === '') throw invalidInput('--requirepass must not be empty');
   const backupDir = values.get('backup-dir') as string | undefined;
   if (backupDir === '') throw invalidInput('--backup-dir must not be empty');
+  const slowlogMaxLen = values.get('slowlog-max-len') as number | undefined;
+  if (slowlogMaxLen !== undefined && (slowlogMaxLen < 0 || slowlogMaxLen > SLOWLOG_MAX_LEN_MAX))
+    throw invalidInput(`--slowlog-max-len must be in 0..${SLOWLOG_MAX_LEN_MAX}, got ${slowlogMaxLen}`);
   const resp = {
     port,
     bind: (values.get('bind') as string | undefined) ?? RESP_BIND_DEFAULT,
     password,
     backupDir,
+    slowlogLogSlowerThanUs: values.get('slowlog-log-slower-than') as number | undefined,
+    slowlogMaxLen,
   };
   const tls = tlsArgs(values);
   const peerTls = peerTlsArgs(values, options.peers !== undefined);

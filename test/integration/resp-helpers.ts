@@ -31,7 +31,10 @@ export interface RespFixtureOptions {
   /** Node options over the defaults (lmdb, 2 workers, 16 fragments). */
   node?: Omit<TesseraOptions, 'dataDir'>;
   /** RESP server options over the defaults. */
-  server?: Pick<RespServerOptions, 'keyCountReuseMs' | 'backupDir' | 'tls'>;
+  server?: Pick<
+    RespServerOptions,
+    'keyCountReuseMs' | 'backupDir' | 'tls' | 'slowlogLogSlowerThanUs' | 'slowlogMaxLen'
+  >;
 }
 
 /** Starts a node and its RESP server on 127.0.0.1, port 0. */

@@ -15,10 +15,12 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import fc from 'fast-check';
+import type { Redis } from 'ioredis';
 import { dumpPayload, restoreValue } from '../../src/core/dump-payload.js';
 import { lcsTableBytes } from '../../src/core/lcs.js';
 import { VALUE_BYTES_MAX_DEFAULT } from '../../src/core/limits.js';
 import {
+  newClient,
   onPath,
   type RawClient,
   REDIS_INSTALL_HINT,
@@ -565,4 +567,58 @@ test('INFO commandstats, errorstats and latencystats count a sequence as redis-s
   assert.ok(!defaults.includes('# Commandstats') && !defaults.includes('# Latencystats'));
   assert.ok(defaults.includes('# Errorstats'));
   assert.ok((await tessera.call('INFO', 'all')).includes('# Latencystats'));
+});
+
+test('SLOWLOG keeps and lists commands as redis-server does', { skip }, async () => {
+  await redis.call('CONFIG', 'SET', 'slowlog-log-slower-than', '0');
+  const slowFixture = await startResp({
+    label: 'resp-parity-slowlog',
+    server: { slowlogLogSlowerThanUs: 0 },
+  });
+  const ours = newClient(slowFixture.port);
+  const theirs = newClient(redisServer.port);
+  try {
+    const longArg = 'x'.repeat(200);
+    const manyArgs = Array.from({ length: 40 }, (_, i) => `slow:${i}`);
+    const listed = async (client: Redis) => {
+      await client.call('SLOWLOG', 'RESET');
+      await client.call('SET', 'slow:k', longArg);
+      await client.call('GET', 'slow:k');
+      await client.call('EXISTS', ...manyArgs);
+      await client.call('AUTH', 'not-the-password').catch(() => undefined);
+      const entries = (await client.call('SLOWLOG', 'GET', '-1')) as unknown[][];
+      const len = await client.call('SLOWLOG', 'LEN');
+      const two = ((await client.call('SLOWLOG', 'GET', '2')) as unknown[][]).length;
+      // id, time and duration differ between the servers; the arguments, their order and the client name do not.
+      return {
+        entries: entries.map((e) => [e[3], e[5]]),
+        len,
+        two,
+        idsFall: entries.every((e, i) => i === 0 || (e[0] as number) < (entries[i - 1][0] as number)),
+      };
+    };
+    assert.deepEqual(await listed(ours), await listed(theirs));
+    for (const cmd of [
+      ['SLOWLOG', 'GET', '-2'],
+      ['SLOWLOG', 'GET', 'x'],
+      ['SLOWLOG', 'LEN', 'extra'],
+      ['SLOWLOG', 'NOPE'],
+      ['SLOWLOG', 'HELP'],
+    ]) {
+      const answer = (client: Redis) =>
+        client.call(...(cmd as [string, ...string[]])).catch((err: Error) => `error: ${err.message}`);
+      assert.deepEqual(await answer(ours), await answer(theirs), cmd.join(' '));
+    }
+    assert.deepEqual(await ours.call('CONFIG', 'GET', 'slowlog-*'), [
+      'slowlog-log-slower-than',
+      '0',
+      'slowlog-max-len',
+      '128',
+    ]);
+  } finally {
+    ours.disconnect();
+    theirs.disconnect();
+    await redis.call('CONFIG', 'SET', 'slowlog-log-slower-than', '10000');
+    await slowFixture.stop();
+  }
 });

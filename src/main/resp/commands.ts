@@ -92,8 +92,10 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
   const answeredNow = spec.run(conn, cmd, w);
   // One clock read per command: its end is the next command's start (RespConnection.commandClockMs).
   const endMs = performance.now();
-  stats.ran(stat, endMs - conn.commandClockMs);
+  const tookMs = endMs - conn.commandClockMs;
   conn.commandClockMs = endMs;
+  stats.ran(stat, tookMs);
+  conn.server.slowlog.consider(spec, cmd, tookMs * 1000, conn);
   conn.runningStat = -1;
   // A reply answered later is judged when it is written (RespConnection.endReply).
   if (answeredNow && w.errorReplies !== errorsBefore) stats.fail(stat);

@@ -39,12 +39,13 @@ export function monitorLine(address: string, cmd: RespCommand, spec: CommandSpec
   if (cmd.argc > 1 && ADMIN_COMMANDS.has(`${spec.name}|${optionName(cmd, 1)}`)) return undefined;
   const micros = Math.round((performance.timeOrigin + performance.now()) * 1000);
   let line = `${Math.floor(micros / 1e6)}.${String(micros % 1e6).padStart(6, '0')} [0 ${address}]`;
-  for (let i = 0; i < cmd.argc; i++) line += ` ${redacted(spec, cmd, i) ? REDACTED : quote(cmd.arg(i))}`;
+  for (let i = 0; i < cmd.argc; i++)
+    line += ` ${redactedArgument(spec, cmd, i) ? REDACTED : quote(cmd.arg(i))}`;
   return line;
 }
 
-/** AUTH's arguments, and HELLO's two after AUTH. */
-function redacted(spec: CommandSpec, cmd: RespCommand, i: number): boolean {
+/** Whether argument `i` is a secret shown as (redacted): AUTH's arguments, and HELLO's two after AUTH. */
+export function redactedArgument(spec: CommandSpec, cmd: RespCommand, i: number): boolean {
   if (spec.name === 'AUTH') return i > 0;
   if (spec.name !== 'HELLO') return false;
   for (let j = 2; j < cmd.argc; j++) {

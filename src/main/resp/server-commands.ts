@@ -453,6 +453,55 @@ function config(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean 
   }
 }
 
+/** SLOWLOG GET [count] | LEN | RESET | HELP (src/main/resp/slowlog.ts). */
+function slowlog(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const log = conn.server.slowlog;
+  const sub = optionName(cmd, 1);
+  if (sub === 'GET' && cmd.argc <= 3) {
+    let count = SLOWLOG_GET_COUNT_DEFAULT;
+    if (cmd.argc === 3) {
+      const n = integerArg(cmd, 2);
+      // Redis says so for a count that is not a number too.
+      if (n === undefined || n < -1) return replyError(w, 'count should be greater than or equal to -1');
+      count = n;
+    }
+    log.write(w, count);
+    return true;
+  }
+  if (sub === 'LEN' && cmd.argc === 2) {
+    w.integer(log.length);
+    return true;
+  }
+  if (sub === 'RESET' && cmd.argc === 2) {
+    log.reset();
+    w.ok();
+    return true;
+  }
+  if (sub === 'HELP' && cmd.argc === 2) return writeHelp(w, SLOWLOG_HELP);
+  if (sub === 'GET' || sub === 'LEN' || sub === 'RESET' || sub === 'HELP') {
+    return wrongArity(w, `slowlog|${sub.toLowerCase()}`);
+  }
+  return unknownSubcommand(w, cmd, 'SLOWLOG');
+}
+
+/** Entries SLOWLOG GET lists without a count (Redis's). */
+const SLOWLOG_GET_COUNT_DEFAULT = 10;
+
+const SLOWLOG_HELP = [
+  'SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'GET [<count>]',
+  '    Return top <count> entries from the slowlog (default: 10, -1 mean all).',
+  '    Entries are made of:',
+  '    id, timestamp, time in microseconds, arguments array, client IP and port,',
+  '    client name',
+  'LEN',
+  '    Return the length of the slowlog.',
+  'RESET',
+  '    Reset the slowlog.',
+  'HELP',
+  '    Prints this help.',
+];
+
 const CONFIG_HELP = [
   'CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
   'GET <pattern>',
@@ -714,6 +763,7 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'CLIENT', arity: -2, flags: [], keys: NONE, run: client },
   { name: 'COMMAND', arity: -1, flags: [], keys: NONE, run: command },
   { name: 'CONFIG', arity: -2, flags: [], keys: NONE, run: config },
+  { name: 'SLOWLOG', arity: -2, flags: ['admin', 'loading', 'stale'], keys: NONE, run: slowlog },
   { name: 'INFO', arity: -1, flags: [], keys: NONE, run: info },
   { name: 'TIME', arity: 1, flags: ['fast'], keys: NONE, run: time },
   { name: 'MEMORY', arity: -2, flags: [], keys: NONE, subcommandKeys: { USAGE: [2, 2, 1] }, run: memory },

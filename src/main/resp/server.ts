@@ -15,6 +15,9 @@ import {
   KEY_COUNT_REUSE_MS_DEFAULT,
   KEY_COUNT_REUSE_PER_COUNT_MS,
   RESP_CLIENTS_MAX,
+  SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
+  SLOWLOG_MAX_LEN_DEFAULT,
+  SLOWLOG_MAX_LEN_MAX,
 } from '../../core/limits.js';
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
@@ -26,6 +29,7 @@ import { type CommandSpec, commandStatsOfTable } from './commands.js';
 import { RespConnection } from './connection.js';
 import { monitorLine } from './monitor.js';
 import { ScanCursors } from './scan-cursors.js';
+import { SlowLog } from './slowlog.js';
 
 /** The Redis version whose protocol and command semantics Tessera follows (reported by INFO, HELLO). */
 export const REDIS_VERSION = '7.2.0';
@@ -97,6 +101,10 @@ export interface RespServerOptions {
   keyCountReuseMs?: number;
   /** Where TESSERA.BACKUP puts backups; without it the command is refused. */
   backupDir?: string;
+  /** µs a command must take to be kept in SLOWLOG (negative: none; default 10 000, Redis's). */
+  slowlogLogSlowerThanUs?: number;
+  /** Entries SLOWLOG keeps (default 128, Redis's). */
+  slowlogMaxLen?: number;
   /** A second listener speaking TLS (Redis's tls-port), beside the plain one. */
   tls?: RespTlsOptions;
 }
@@ -127,6 +135,7 @@ export class RespServer {
   readonly commandStats = commandStatsOfTable();
   /** Error replies by code, every connection's writers counting here (INFO errorstats). */
   readonly errorCodes = new Map<string, number>();
+  readonly slowlog: SlowLog;
   /** Connections in MONITOR mode. */
   readonly monitors = new Set<RespConnection>();
   readonly logger: Logger;
@@ -159,6 +168,7 @@ export class RespServer {
     private readonly options: RespServerOptions,
   ) {
     this.logger = options.logger;
+    this.slowlog = slowlogOf(options);
     this.passwordDigest =
       options.password === undefined ? undefined : digest(Buffer.from(options.password, 'utf8'));
     this.server = createServer((socket) => this.accept(socket));
@@ -375,6 +385,8 @@ export class RespServer {
       ['bind', this.host],
       ['databases', '1'],
       ['maxclients', String(RESP_CLIENTS_MAX)],
+      ['slowlog-log-slower-than', String(this.slowlog.slowerThanUs)],
+      ['slowlog-max-len', String(this.slowlog.maxLen)],
       ['maxmemory', String(s.maxMemoryBytes)],
       ['maxmemory-policy', s.maxMemoryPolicy],
       ['maxmemory-samples', String(EVICTION_SAMPLE_KEYS)],
@@ -642,6 +654,18 @@ export class RespServer {
     }
     return section('Tessera', rows);
   }
+}
+
+function slowlogOf(options: RespServerOptions): SlowLog {
+  const slowerThanUs = options.slowlogLogSlowerThanUs ?? SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT;
+  const maxLen = options.slowlogMaxLen ?? SLOWLOG_MAX_LEN_DEFAULT;
+  if (!Number.isSafeInteger(slowerThanUs)) {
+    throw invalidInput(`slowlogLogSlowerThanUs must be an integer (negative: none), got ${slowerThanUs}`);
+  }
+  if (!Number.isInteger(maxLen) || maxLen < 0 || maxLen > SLOWLOG_MAX_LEN_MAX) {
+    throw invalidInput(`slowlogMaxLen must be an integer in 0..${SLOWLOG_MAX_LEN_MAX}, got ${maxLen}`);
+  }
+  return new SlowLog(slowerThanUs, maxLen);
 }
 
 /**

@@ -161,7 +161,6 @@ const REASONS: Record<string, readonly string[]> = {
   'it is not supported: a node has one password (--requirepass), with no users or permissions': ['ACL'],
   'it is not supported: Tessera loads no modules': ['MODULE'],
   'it is not supported: no latency events are recorded': ['LATENCY'],
-  'it is not supported: slow commands are not recorded': ['SLOWLOG'],
 };
 
 export const UNSUPPORTED_COMMANDS: CommandSpec[] = Object.entries(REASONS).flatMap(([reason, names]) =>
