@@ -10,7 +10,13 @@ import { ErrorKind, TesseraError } from './core/errors.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
 import { type CliArgs, helpText, inFlagTerms, parseCliArgs } from './main/cli-args.js';
 import type { TesseraOptions } from './main/config.js';
-import { peerSummaries, workerSummaries } from './main/health-summary.js';
+import {
+  describePeersDown,
+  type HealthState,
+  type PeerDown,
+  peerSummaries,
+  workerSummaries,
+} from './main/health-summary.js';
 import { listenOn } from './main/listen.js';
 import { type FragmentPlacement, type Health, Tessera } from './main/node.js';
 import { RespServer } from './main/resp/server.js';
@@ -199,7 +205,8 @@ function readPeerTls(files: CliArgs['peerTls']): TesseraOptions['peerTls'] {
 
 /**
  * `tessera status` / `tessera placement`: reads the node's /health or /placement and prints it for
- * a person. Exit 0 when healthy (status) or answered (placement), 1 when not, 2 for bad flags.
+ * a person. Exit 0 when healthy (status) or answered (placement), 1 when not (degraded included),
+ * 2 for bad flags.
  */
 async function askNode(what: 'status' | 'placement', argv: string[]): Promise<number> {
   let admin: { port: number; bind: string } | undefined;
@@ -234,15 +241,25 @@ async function askNode(what: 'status' | 'placement', argv: string[]): Promise<nu
     return 0;
   }
   process.stdout.write(`${formatStatus(body)}\n`);
-  return response.status === 200 ? 0 : 1;
+  // A degraded node answers 200 (it serves); the operator asking still hears it as not well.
+  return response.status === 200 && body.state === 'healthy' ? 0 : 1;
 }
+
+const STATE_WORDS: Record<HealthState, string> = {
+  healthy: 'healthy',
+  degraded: 'DEGRADED',
+  unhealthy: 'NOT HEALTHY',
+};
 
 function formatStatus(body: Record<string, unknown>): string {
   if (typeof body.error === 'string') return `not healthy: ${body.error}`;
-  const health = body as unknown as Health & { healthy: boolean };
+  const health = body as unknown as Health & { state: HealthState; peersDown: PeerDown[] };
   const lines = [
-    `node ${health.nodeId}: ${health.healthy ? 'healthy' : 'NOT HEALTHY'} (store ${health.store}, durability ${health.durability}, ${health.fragmentCount} fragments)`,
+    `node ${health.nodeId}: ${STATE_WORDS[health.state]} (store ${health.store}, durability ${health.durability}, ${health.fragmentCount} fragments)`,
   ];
+  if (health.peersDown.length > 0) {
+    lines.push(`  ${describePeersDown(health.peersDown)} (cluster state ${health.cluster?.state})`);
+  }
   for (const w of workerSummaries(health)) {
     lines.push(
       `  worker ${w.index}: ${w.state}, ${w.restarts} restarts, ${w.fragments} fragments, ` +

@@ -76,7 +76,7 @@ export type HandshakeAction =
   | { kind: 'send-hello'; hello: Hello }
   | { kind: 'send-auth'; authTag: Uint8Array }
   | { kind: 'established'; peerId: string; rank: ConnectionRank; peerCapabilities: number }
-  | { kind: 'fail'; reason: string };
+  | { kind: 'fail'; reason: string; differs: string };
 
 export interface HandshakeConfig {
   localId: string;
@@ -86,6 +86,26 @@ export interface HandshakeConfig {
   /** Set when dialing a configured member: the peer must claim exactly this id. */
   expectedPeerId: string | undefined;
   localHello: Hello;
+}
+
+/** The proof check's failure: the peer holds another cluster secret (or none, or we have none). */
+export const PROOF_FAILED = 'challenge-bound handshake proof failed';
+
+const PEER_CLAIMED_LOCAL_ID = 'peer claimed the local node_id';
+const PEER_IDENTITY_MISMATCH = 'peer identity did not match the configured member';
+
+/**
+ * What most likely differs between the two nodes when a handshake fails for `reason`, in an
+ * operator's words: a failed proof is a cluster secret that differs, a refused identity a
+ * --peers list that names another node at that address, anything else a peer that does not speak
+ * this release's protocol.
+ */
+export function likelyDifference(reason: string): string {
+  if (reason === PROOF_FAILED) return 'cluster secret differs';
+  if (reason === PEER_CLAIMED_LOCAL_ID || reason === PEER_IDENTITY_MISMATCH) {
+    return 'node id differs from what --peers names for this address';
+  }
+  return 'release or protocol differs (the peer is not a compatible Tessera node)';
 }
 
 /** Our Hello for one connection. `challenge` comes from the driver's crypto.randomBytes. */
@@ -113,9 +133,9 @@ export function validatePeerHello(
   hello: Hello,
 ): string | undefined {
   if (!isValidNodeId(hello.nodeId)) return 'peer node_id is empty or exceeds 255 bytes';
-  if (hello.nodeId === localId) return 'peer claimed the local node_id';
+  if (hello.nodeId === localId) return PEER_CLAIMED_LOCAL_ID;
   if (expectedPeerId !== undefined && hello.nodeId !== expectedPeerId) {
-    return 'peer identity did not match the configured member';
+    return PEER_IDENTITY_MISMATCH;
   }
   if (hello.authTag.length !== 0) return 'peer used the retired replayable Hello auth_tag';
   if (!isValidChallenge(hello.challenge)) return 'peer challenge is missing, invalid, or all-zero';
@@ -262,7 +282,7 @@ export class HandshakeMachine {
     const [dialer, listener] = weDialed ? [localHello, peerHello] : [peerHello, localHello];
     // The peer proves in the other role: a tag reflected from our own send-auth fails here.
     if (!verifyAuthTag(secret, !weDialed, dialer, listener, tag)) {
-      return this.fail('challenge-bound handshake proof failed');
+      return this.fail(PROOF_FAILED);
     }
     this.state = 'established';
     this.peerId = peerHello.nodeId;
@@ -285,7 +305,7 @@ export class HandshakeMachine {
   private fail(reason: string): HandshakeAction[] {
     this.state = 'failed';
     this.peerHello = undefined;
-    return [{ kind: 'fail', reason }];
+    return [{ kind: 'fail', reason, differs: likelyDifference(reason) }];
   }
 }
 

@@ -512,7 +512,7 @@ export function helpText(): string {
     'SIGINT, SIGTERM or the SHUTDOWN command shuts the node down gracefully: admitted writes finish and are fsynced.',
     '',
     'Subcommands ask a running node through its admin port:',
-    '  tessera status --admin-port <port> [--admin-bind <host>]     health: workers, fragments, peers (exit 1 if not healthy)',
+    '  tessera status --admin-port <port> [--admin-bind <host>]     health: workers, fragments, peers (exit 1 if degraded or unhealthy)',
     '  tessera placement --admin-port <port> [--admin-bind <host>]  every fragment: slots, replicas, serving replica',
   );
   return lines.join('\n');

@@ -25,6 +25,8 @@ export interface WorkerSummary {
 export interface PeerSummary {
   id: string;
   connected: boolean;
+  /** Since when it has been disconnected (ISO 8601); undefined while connected. */
+  downSince: string | undefined;
   senders: number;
   /** Writes buffered or in flight toward the peer, over all fragments. */
   backlog: number;
@@ -82,6 +84,7 @@ export function peerSummaries(cluster: ClusterHealth): PeerSummary[] {
     const summary: PeerSummary = {
       id: p.id,
       connected: p.connected,
+      downSince: p.downSince,
       senders: 0,
       backlog: 0,
       lagMs: 0,
@@ -114,4 +117,38 @@ export function refusesWrites(health: Health): boolean {
 /** Every worker ready and no fragment refusing writes. */
 export function isHealthy(health: Health): boolean {
   return health.workers.every((w) => w.state === 'ready') && !refusesWrites(health);
+}
+
+/** A disconnected peer and since when (ISO 8601). */
+export interface PeerDown {
+  id: string;
+  downSince: string;
+}
+
+/** The peers this node has no connection to, in member order. */
+export function peersDown(health: Health): PeerDown[] {
+  const out: PeerDown[] = [];
+  for (const p of health.cluster?.peers ?? []) {
+    if (p.downSince !== undefined) out.push({ id: p.id, downSince: p.downSince });
+  }
+  return out;
+}
+
+/**
+ * The node's state as /health, the status page and `tessera status` name it: 'unhealthy' when a
+ * worker is not ready or a fragment refuses writes; 'degraded' when the node works but some peer is
+ * disconnected (its copies catch up only once it is back, and without a majority CLUSTER INFO says
+ * fail);
+ * 'healthy' otherwise.
+ */
+export type HealthState = 'healthy' | 'degraded' | 'unhealthy';
+
+export function healthState(health: Health): HealthState {
+  if (!isHealthy(health)) return 'unhealthy';
+  return peersDown(health).length > 0 ? 'degraded' : 'healthy';
+}
+
+/** One line naming the disconnected peers and since when, for a person. */
+export function describePeersDown(down: readonly PeerDown[]): string {
+  return `peers down: ${down.map((p) => `${p.id} since ${p.downSince}`).join(', ')}`;
 }

@@ -127,9 +127,13 @@ export interface Health {
 export interface ClusterHealth {
   members: string[];
   replicas: number;
+  /** CLUSTER INFO's cluster_state: 'ok' when this node reaches a majority and every slot is served. */
+  state: 'ok' | 'fail';
   peers: Array<{
     id: string;
     connected: boolean;
+    /** Since when it has been disconnected (ISO 8601; this node's start if never connected); absent while connected. */
+    downSince?: string;
     forwardsInFlight: number;
     /** Bytes this node sent the peer: all of them, replication's, and anti-entropy's. */
     bytesSent: number;
@@ -456,12 +460,14 @@ export class Tessera {
             : {
                 members: cluster.config.members,
                 replicas: cluster.config.replicas,
+                state: cluster.state(),
                 peers: cluster.config.members
-                  .map((id, m) => ({ id, m }))
+                  .map((id, m) => ({ id, m, downSinceMs: cluster.downSinceOf(m) }))
                   .filter(({ m }) => m !== cluster.config.selfIndex)
-                  .map(({ id, m }) => ({
+                  .map(({ id, m, downSinceMs }) => ({
                     id,
-                    connected: cluster.isUp(m),
+                    connected: downSinceMs === undefined,
+                    downSince: downSinceMs === undefined ? undefined : new Date(downSinceMs).toISOString(),
                     forwardsInFlight: cluster.forwardsInFlight(m),
                     ...cluster.trafficTo(m),
                   })),

@@ -41,8 +41,16 @@ test('GET /health answers 200 with the health report; HEAD answers the same with
   const res = await fetch(`${base}/health`);
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type') ?? '', /^application\/json/);
-  const body = (await res.json()) as { healthy: boolean; nodeId: string; fragments: unknown[] };
+  const body = (await res.json()) as {
+    state: string;
+    healthy: boolean;
+    peersDown: unknown[];
+    nodeId: string;
+    fragments: unknown[];
+  };
+  assert.equal(body.state, 'healthy');
   assert.equal(body.healthy, true);
+  assert.deepEqual(body.peersDown, []);
   assert.equal(body.nodeId, fixture.node.nodeId);
   assert.equal(body.fragments.length, 16);
   const head = await fetch(`${base}/health`, { method: 'HEAD' });
@@ -55,7 +63,8 @@ test('/health answers 503 while a fragment refuses writes, and 200 again once a 
   fixture.node.debug.failCommits(0, 1_000_000);
   await assert.rejects(r.set('admin:failing', 'x'));
   await eventually(async () => (await fetch(`${base}/health`)).status === 503);
-  const body = (await (await fetch(`${base}/health`)).json()) as { healthy: boolean };
+  const body = (await (await fetch(`${base}/health`)).json()) as { state: string; healthy: boolean };
+  assert.equal(body.state, 'unhealthy');
   assert.equal(body.healthy, false);
   assert.equal(await metric('tessera_store_refusing_writes'), 1);
   assert.ok((await metric('tessera_store_commit_failures_in_a_row'))! >= COMMIT_ATTEMPTS_MAX);

@@ -85,6 +85,28 @@ export class NodeProcess {
   get running(): boolean {
     return this.child !== undefined;
   }
+
+  /** The admin port its latest start named in its `ready` line (started with --admin-port). */
+  get adminPort(): number {
+    const ready = this.log.split('\n').findLast((l) => l.includes('"msg":"ready"'));
+    const port = ready === undefined ? undefined : (JSON.parse(ready) as { adminPort?: number }).adminPort;
+    if (port === undefined) throw new Error(`${this.id} has not logged an admin port`);
+    return port;
+  }
+}
+
+/** Whether `node` logged a line at or after `from` with message `msg` of which `fits` holds. */
+export function logged(
+  node: NodeProcess,
+  from: number,
+  msg: string,
+  fits: (fields: Record<string, unknown>) => boolean,
+): boolean {
+  for (const line of node.log.slice(from).split('\n')) {
+    if (!line.includes(`"msg":"${msg}"`)) continue;
+    if (fits(JSON.parse(line) as Record<string, unknown>)) return true;
+  }
+  return false;
 }
 
 export interface ClusterFixture {

@@ -20,6 +20,7 @@ import {
   type ClusterFixture,
   infoOf,
   localValues,
+  logged,
   type NodeProcess,
   startCluster,
 } from './cluster-helpers.js';
@@ -86,20 +87,6 @@ const nonZeroChallenge = () => {
 
 /** How long a handshake's outcome may take to show: well past the node's own 5 s handshake deadline. */
 const HANDSHAKE_OUTCOME_MS_MAX = 15_000;
-
-/** Whether `node` logged a line at or after `from` with message `msg` of which `fits` holds. */
-function logged(
-  node: NodeProcess,
-  from: number,
-  msg: string,
-  fits: (fields: Record<string, unknown>) => boolean,
-): boolean {
-  for (const line of node.log.slice(from).split('\n')) {
-    if (!line.includes(`"msg":"${msg}"`)) continue;
-    if (fits(JSON.parse(line) as Record<string, unknown>)) return true;
-  }
-  return false;
-}
 
 /** Whether `node` logged, at or after `from`, that the connection from our `localPort` became its peer. */
 const loggedConnected = (node: NodeProcess, from: number, localPort: number) =>

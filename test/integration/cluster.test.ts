@@ -104,10 +104,7 @@ describe('a three-node cluster', () => {
 
   test('the admin face reports the peers: /cluster, /metrics, /placement', async () => {
     const a = cluster.nodes[0];
-    const port = (
-      JSON.parse(a.log.split('\n').find((l) => l.includes('"msg":"ready"'))!) as { adminPort: number }
-    ).adminPort;
-    const base = `http://127.0.0.1:${port}`;
+    const base = `http://127.0.0.1:${a.adminPort}`;
     const info = (await (await fetch(`${base}/cluster`)).json()) as {
       members: string[];
       peers: Array<{ id: string; connected: boolean }>;

@@ -16,6 +16,7 @@ import {
   type Hello,
   handshakeTranscript,
   LOCAL_CAPABILITIES,
+  likelyDifference,
   REQUIRED_WIRE_CAPABILITIES,
   validatePeerHello,
   verifyAuthTag,
@@ -376,6 +377,25 @@ test('a peer without the secret is refused by a secret holder, and vice versa', 
   const [atListener, atDialer] = handshake({ dialer: d, listener: l });
   assert.equal(only(atListener, 'fail').reason, 'challenge-bound handshake proof failed');
   assert.equal(only(atDialer, 'fail').reason, 'challenge-bound handshake proof failed');
+  // The log says what to look at.
+  assert.equal(only(atListener, 'fail').differs, 'cluster secret differs');
+  assert.equal(only(atDialer, 'fail').differs, 'cluster secret differs');
+});
+
+test('a failed handshake names what most likely differs between the two nodes', () => {
+  assert.equal(likelyDifference('challenge-bound handshake proof failed'), 'cluster secret differs');
+  for (const reason of [
+    'peer identity did not match the configured member',
+    'peer claimed the local node_id',
+  ]) {
+    assert.equal(likelyDifference(reason), 'node id differs from what --peers names for this address');
+  }
+  for (const reason of [
+    'peer wire-version range is incompatible',
+    'peer omitted required wire capabilities',
+  ]) {
+    assert.match(likelyDifference(reason), /^release or protocol differs/);
+  }
 });
 
 test('an invalid peer Hello fails with its validation reason', () => {

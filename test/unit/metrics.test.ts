@@ -35,6 +35,7 @@ const health: Health = {
   cluster: {
     members: ['a', 'b'],
     replicas: 2,
+    state: 'ok',
     peers: [
       {
         id: 'b',

@@ -2,8 +2,9 @@
 // metrics, and a small status page. Read-only: GET and HEAD, nothing else. It binds loopback unless
 // told otherwise, and serves a few scrapers and operators, so its connections are bounded.
 //
-//   GET /health     the node's health report; 200 when every worker is ready and no fragment
-//                   refuses writes, 503 otherwise (same body)
+//   GET /health     the node's health report with its state: 200 when healthy or degraded (every
+//                   worker ready, no fragment refusing writes; degraded: some peer disconnected,
+//                   listed with since when), 503 when unhealthy (same body)
 //   GET /placement  where every fragment lives and which replica serves it
 //   GET /cluster    members, peers and replication senders (404 on a node without peers)
 //   GET /metrics    Prometheus text format (admin/metrics.ts)
@@ -11,7 +12,15 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { isHealthy, peerSummaries, type WorkerSummary, workerSummaries } from '../health-summary.js';
+import {
+  describePeersDown,
+  type HealthState,
+  healthState,
+  peerSummaries,
+  peersDown,
+  type WorkerSummary,
+  workerSummaries,
+} from '../health-summary.js';
 import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
 import type { RespServer } from '../resp/server.js';
@@ -86,8 +95,11 @@ export class AdminServer {
       case '/health': {
         const health = await this.health(res, req);
         if (health === undefined) return;
-        const healthy = isHealthy(health);
-        return send(res, req, healthy ? 200 : 503, JSON_TYPE, json({ healthy, ...health }));
+        const state = healthState(health);
+        const body = { state, healthy: state !== 'unhealthy', peersDown: peersDown(health), ...health };
+        // A degraded node still serves every key with a reachable copy, so a probe keeps routing to
+        // it: draining degraded nodes would drain a whole partitioned cluster at once.
+        return send(res, req, state === 'unhealthy' ? 503 : 200, JSON_TYPE, json(body));
       }
       case '/placement':
         return send(res, req, 200, JSON_TYPE, json(this.node.placementReport()));
@@ -163,13 +175,26 @@ function table(head: string[], rows: Array<Array<string | number>>): string {
   return `<table><tr>${cells('th', head)}</tr>${rows.map((r) => `<tr>${cells('td', r)}</tr>`).join('')}</table>`;
 }
 
+const STATE_LABELS: Record<HealthState, string> = {
+  healthy: 'Healthy',
+  degraded: '<strong>Degraded</strong>',
+  unhealthy: '<strong>Not healthy</strong>',
+};
+
 function statusPage(health: Health, resp: RespServer | undefined): string {
   const workers = workerSummaries(health);
   const sum = (pick: (w: WorkerSummary) => number) => workers.reduce((n, w) => n + pick(w), 0);
   const stats = resp?.statsSnapshot();
+  const state = healthState(health);
+  const cluster = health.cluster;
   const sections = [
     `<h1>Tessera node ${html(health.nodeId)}</h1>`,
-    `<p>${isHealthy(health) ? 'Healthy' : '<strong>Not healthy</strong>'} · store ${html(health.store)} · ` +
+    // Degraded: said first, where an operator looks, with the way to the cluster's view.
+    state !== 'degraded'
+      ? ''
+      : `<p id="degraded" class="degraded"><strong>Degraded</strong>: ${html(describePeersDown(peersDown(health)))}; ` +
+        `cluster state ${html(cluster?.state ?? '')} · <a href="/cluster">cluster</a></p>`,
+    `<p>${STATE_LABELS[state]} · store ${html(health.store)} · ` +
       `durability ${html(health.durability)} · ${health.fragmentCount} fragments · up ${Math.floor(process.uptime())} s</p>`,
     '<h2>Workers</h2>',
     table(
@@ -207,23 +232,30 @@ function statusPage(health: Health, resp: RespServer | undefined): string {
       ),
     );
   }
-  const cluster = health.cluster;
   if (cluster !== undefined) {
     sections.push(
       '<h2>Peers</h2>',
       table(
-        ['peer', 'connected', 'replication backlog', 'lag ms', 'acknowledged writes'],
-        peerSummaries(cluster).map((p) => [p.id, p.connected ? 'yes' : 'no', p.backlog, p.lagMs, p.acked]),
+        ['peer', 'connected', 'down since', 'replication backlog', 'lag ms', 'acknowledged writes'],
+        peerSummaries(cluster).map((p) => [
+          p.id,
+          p.connected ? 'yes' : 'no',
+          p.downSince ?? '',
+          p.backlog,
+          p.lagMs,
+          p.acked,
+        ]),
       ),
     );
   }
   sections.push(
-    '<p><a href="/health">health</a> · <a href="/placement">placement</a> · <a href="/metrics">metrics</a></p>',
+    `<p><a href="/health">health</a> · <a href="/placement">placement</a>${cluster === undefined ? '' : ' · <a href="/cluster">cluster</a>'} · <a href="/metrics">metrics</a></p>`,
   );
   return (
     `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="${STATUS_PAGE_REFRESH_S}">` +
     `<title>Tessera ${html(health.nodeId)}</title><style>body{font-family:sans-serif;margin:2em}` +
-    'table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}</style>' +
-    `</head><body>${sections.join('\n')}</body></html>\n`
+    'table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}' +
+    '.degraded{background:#fff3cd;border:2px solid #e0a800;padding:.5em 1em}</style>' +
+    `</head><body>${sections.filter((x) => x !== '').join('\n')}</body></html>\n`
   );
 }

@@ -133,6 +133,31 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return this.mesh.isUp(member);
   }
 
+  /** Wall-clock ms since when `member` has been disconnected; undefined while connected (or self). */
+  downSinceOf(member: number): number | undefined {
+    return this.mesh.downSinceOf(member);
+  }
+
+  /** Members this node reaches: itself and every connected peer. */
+  reachableMembers(): number {
+    let n = 0;
+    for (let m = 0; m < this.config.members.length; m++) if (m === this.config.selfIndex || this.isUp(m)) n++;
+    return n;
+  }
+
+  /**
+   * 'ok' when this node reaches a majority of the members (itself included) and every fragment has
+   * a reachable serving replica, as Redis Cluster's rule: a node cut off from the majority says
+   * 'fail' even while it holds a copy of everything, so two islands never both say 'ok'.
+   */
+  state(): 'ok' | 'fail' {
+    if (this.reachableMembers() <= this.config.members.length / 2) return 'fail';
+    for (let f = 0; f < this.config.placement.replicas.length; f++) {
+      if (this.servingMember(f) === -1) return 'fail';
+    }
+    return 'ok';
+  }
+
   /** Bytes sent to `member`: all, replication (sessions, batches, ACKs), anti-entropy. */
   trafficTo(member: number): {
     bytesSent: number;

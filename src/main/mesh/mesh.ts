@@ -54,6 +54,11 @@ export class Mesh implements PeerConnectionEvents {
   readonly selfIndex: number;
   /** Bytes sent on accepted connections before the peer identified itself (its Hello). */
   private readonly unattributed = new Float64Array(16);
+  /**
+   * Wall-clock ms since when each member has had no connection: the mesh's creation for one never
+   * reached, its last disconnect otherwise; 0 while connected (and for self).
+   */
+  private readonly downSinceMs: number[];
 
   constructor(
     private readonly options: MeshOptions,
@@ -63,6 +68,8 @@ export class Mesh implements PeerConnectionEvents {
     this.backoffMs = options.members.map(() => PEER_RECONNECT_MS_BASE);
     this.bytesOut = options.members.map(() => new Float64Array(16));
     this.selfIndex = options.members.indexOf(options.selfId);
+    const createdMs = Date.now();
+    this.downSinceMs = options.members.map((_, m) => (m === this.selfIndex ? 0 : createdMs));
   }
 
   /** Listens for peers, then starts dialing every other member. Resolves once listening. */
@@ -96,6 +103,11 @@ export class Mesh implements PeerConnectionEvents {
 
   isUp(member: number): boolean {
     return this.connections[member]?.established === true;
+  }
+
+  /** Wall-clock ms since when `member` has been disconnected; undefined while it is connected. */
+  downSinceOf(member: number): number | undefined {
+    return this.isUp(member) || member === this.selfIndex ? undefined : this.downSinceMs[member];
   }
 
   /** Bytes sent to `member` so far, by envelope field number. */
@@ -169,6 +181,7 @@ export class Mesh implements PeerConnectionEvents {
       this.connections[member] = conn;
     }
     this.backoffMs[member] = PEER_RECONNECT_MS_BASE;
+    this.downSinceMs[member] = 0;
     this.options.logger.info({ peer: conn.peerId, remote: conn.remote }, 'peer connected');
     this.events.onPeerUp(member);
   }
@@ -185,10 +198,15 @@ export class Mesh implements PeerConnectionEvents {
     const current = member !== -1 && this.connections[member] === conn;
     if (current) {
       this.connections[member] = undefined;
-      this.options.logger.warn({ peer: conn.peerId, reason }, 'peer disconnected');
+      this.downSinceMs[member] = Date.now();
+      this.options.logger.warn({ peer: conn.peerId, remote: conn.remote, reason }, 'peer disconnected');
       this.events.onPeerDown(member);
       // A supervisor parked behind this connection redials now.
       if (this.parked.delete(member)) this.scheduleDial(member, 0);
+    } else if (conn.handshakeFailure !== undefined) {
+      // Both ends of a misconfigured pair say so, each time they dial: the reason is the operator's.
+      const { peer, differs } = conn.handshakeFailure;
+      this.options.logger.warn({ peer, remote: conn.remote, reason, differs }, 'peer handshake failed');
     } else if (!this.closing) {
       this.options.logger.warn({ peer: conn.peerId, remote: conn.remote, reason }, 'peer connection closed');
     }

@@ -23,6 +23,10 @@ import {
 } from '../../core/peer-frame.js';
 import { decodeEnvelope, encodeEnvelope } from '../../threads/peer-messages.js';
 
+/** What a peer that closes in the middle of the handshake most likely disagrees with us about. */
+const REFUSED_BY_PEER =
+  'cluster secret or member list differs (the peer refused this node; its log says why)';
+
 export interface PeerConnectionOptions {
   localId: string;
   secret: Uint8Array | undefined;
@@ -58,6 +62,12 @@ export class PeerConnection {
   private bytesOut: Float64Array;
   /** Called once the peer's Hello names it (listener side). */
   onIdentified: ((peerId: string) => void) | undefined;
+  /** The peer's address, read at connect: a destroyed socket no longer knows it. */
+  readonly remote: string;
+  /** The member the peer is or claims to be (unproven before the handshake completes). */
+  private claimedId: string | undefined;
+  /** Set when the handshake failed or the peer refused it: whom, and what most likely differs. */
+  handshakeFailure: { peer: string | undefined; differs: string } | undefined;
 
   constructor(
     readonly socket: Socket,
@@ -74,6 +84,8 @@ export class PeerConnection {
       localHello: freshHello(options.localId, challenge),
     });
     this.bytesOut = options.bytesOut;
+    this.remote = `${socket.remoteAddress}:${socket.remotePort}`;
+    this.claimedId = options.expectedPeerId;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('error', (err) => this.close(`socket error: ${err.message}`));
@@ -87,10 +99,6 @@ export class PeerConnection {
 
   get established(): boolean {
     return this.handshake.state === 'established' && !this.closed;
-  }
-
-  get remote(): string {
-    return `${this.socket.remoteAddress}:${this.socket.remotePort}`;
   }
 
   /** Sends one encoded envelope; closes the connection when the peer does not keep up. */
@@ -133,6 +141,14 @@ export class PeerConnection {
     if (this.closed) return;
     this.closed = true;
     if (this.handshakeTimer !== undefined) clearTimeout(this.handshakeTimer);
+    if (this.handshake.state === 'awaiting-auth' && this.handshakeFailure === undefined) {
+      // The peer read our Hello and left without proving itself: it refused us, most likely for
+      // our proof. Its own log names the reason.
+      this.handshakeFailure = { peer: this.claimedId, differs: REFUSED_BY_PEER };
+    }
+    // Frames written this turn (our HelloAuth, when our check of theirs failed) still leave, so the
+    // peer can check our proof and log its own reason rather than a bare close.
+    if (this.corked) this.socket.uncork();
     this.socket.destroy();
     this.events.onClose(this, reason);
   }
@@ -169,6 +185,7 @@ export class PeerConnection {
     }
     if (envelope.hello !== undefined) {
       this.peerClientPort = envelope.hello.clientPort;
+      this.claimedId ??= envelope.hello.nodeId;
       this.onIdentified?.(envelope.hello.nodeId);
       this.carryOut(this.handshake.onHello(envelope.hello));
     } else if (envelope.helloAuth !== undefined) {
@@ -186,6 +203,7 @@ export class PeerConnection {
           this.send(encodeEnvelope({ helloAuth: { authTag: action.authTag } }));
           break;
         case 'fail':
+          this.handshakeFailure = { peer: this.claimedId, differs: action.differs };
           return this.close(action.reason);
         case 'established':
           if (this.handshakeTimer !== undefined) clearTimeout(this.handshakeTimer);

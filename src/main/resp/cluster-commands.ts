@@ -154,10 +154,11 @@ function clusterInfo(conn: RespConnection): string {
   const shards = shardsOf(conn, nodes);
   let slotsOk = 0;
   for (const s of shards) if (s.primary !== undefined) slotsOk += s.last - s.first + 1;
+  // Redis's cluster_size: the masters serving at least one slot (here, first serving replicas).
   const primaries = new Set(shards.map((s) => s.primary?.id).filter((id) => id !== undefined));
   const rows: Array<[string, string | number]> = [
     ['cluster_enabled', 1],
-    ['cluster_state', slotsOk === SLOT_COUNT ? 'ok' : 'fail'],
+    ['cluster_state', clusterOf(conn).state()],
     ['cluster_slots_assigned', SLOT_COUNT],
     ['cluster_slots_ok', slotsOk],
     ['cluster_slots_pfail', 0],
