@@ -1288,6 +1288,24 @@ describe('server commands', () => {
     assert.equal(await c.call('CLIENT', 'GETNAME'), null, 'an empty name clears it');
   });
 
+  test('CLIENT LIST shows a client with half a command in its query buffer, and its file descriptor', async () => {
+    const half = await fx.raw();
+    try {
+      const partial = '*2\r\n$3\r\nGET\r\n$10\r\nabc';
+      half.send(partial);
+      // The half command's bytes stay in the server's query buffer until the rest comes.
+      let line: string | undefined;
+      await eventually(async () => {
+        const list = (await r.call('CLIENT', 'LIST')) as string;
+        line = list.split('\n').find((l) => / qbuf=(\d+) /.exec(l)?.[1] === String(partial.length));
+        return line !== undefined;
+      });
+      assert.match(line!, / fd=\d+ /, 'a real file descriptor');
+    } finally {
+      half.destroy();
+    }
+  });
+
   test('CLIENT refuses bad names, attributes and subcommands with Redis errors', async () => {
     await rejectsWith(
       r.call('CLIENT', 'SETNAME', 'a b'),

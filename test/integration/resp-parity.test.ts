@@ -622,3 +622,18 @@ test('SLOWLOG keeps and lists commands as redis-server does', { skip }, async ()
     await slowFixture.stop();
   }
 });
+
+test("CLIENT INFO's fields come in redis-server's order", { skip }, async () => {
+  // The raw bulk reply: its length line, then the fields.
+  const names = (reply: string) =>
+    reply
+      .slice(reply.indexOf('\r\n') + 2)
+      .trim()
+      .split(' ')
+      .map((field) => field.split('=', 1)[0]);
+  const ours = names(await tessera.call('CLIENT', 'INFO'));
+  const theirs = names(await redis.call('CLIENT', 'INFO'));
+  // Tessera adds Redis 7.2's lib-name and lib-ver after the fields redis-server 7.0 lists.
+  assert.deepEqual(ours.slice(0, theirs.length), theirs);
+  assert.deepEqual(ours.slice(theirs.length), ['lib-name', 'lib-ver']);
+});

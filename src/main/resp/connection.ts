@@ -434,6 +434,32 @@ export class RespConnection implements PubSubClient {
     });
   }
 
+  /** Bytes received and not yet run as commands (CLIENT LIST's qbuf). */
+  get queryBufferBytes(): number {
+    return this.parser.bufferedBytes;
+  }
+
+  /** Bytes the parser holds for commands split across reads (CLIENT LIST's query buffer memory). */
+  get queryBufferRetainedBytes(): number {
+    return this.parser.retainedBytes;
+  }
+
+  /** Reply bytes written and not yet handed to the socket (CLIENT LIST's obl). */
+  get outputBufferBytes(): number {
+    return this.out.length;
+  }
+
+  /** Replies ready before their turn, waiting for the ones ahead (CLIENT LIST's omem). */
+  get parkedReplyBytes(): number {
+    return this.parkedBytes;
+  }
+
+  /** The socket's file descriptor, or -1 where Node does not expose it (CLIENT LIST's fd). */
+  get fd(): number {
+    const handle = (this.socket as unknown as { _handle?: { fd?: unknown } })._handle;
+    return typeof handle?.fd === 'number' ? handle.fd : -1;
+  }
+
   /** Whether a blocking command holds back this connection's later commands (INFO's blocked_clients). */
   get isBlocked(): boolean {
     return this.blocked;

@@ -340,14 +340,26 @@ function clientFlags(c: RespConnection): string {
   return flags === '' ? 'N' : flags;
 }
 
+/**
+ * A CLIENT LIST / CLIENT INFO line, its fields in Redis 7's order. The buffers are Tessera's own:
+ * qbuf the bytes received and not yet run, qbuf-free what the parser holds beyond them, obl the
+ * reply bytes not yet given to the socket, oll the commands not yet answered, omem the replies
+ * waiting for earlier ones; argv-mem is 0 (a command's arguments are views of the received bytes).
+ */
 function clientInfo(c: RespConnection): string {
   const now = Date.now();
   const subs = c.subscriptions;
+  const qbuf = c.queryBufferBytes;
+  const retained = c.queryBufferRetainedBytes;
+  const totalMem = retained + c.outputBufferBytes + c.parkedReplyBytes;
+  const events = c.outputBufferBytes > 0 ? 'rw' : 'r';
   return (
-    `id=${c.id} addr=${c.remoteAddress} laddr=${c.localAddress} fd=-1 name=${c.name} ` +
+    `id=${c.id} addr=${c.remoteAddress} laddr=${c.localAddress} fd=${c.fd} name=${c.name} ` +
     `age=${Math.floor((now - c.createdAtMs) / 1000)} idle=${Math.floor((now - c.lastCommandAtMs) / 1000)} ` +
-    `flags=${clientFlags(c)} db=0 sub=${subs.names[SubscriptionKind.Channel].size} psub=${subs.names[SubscriptionKind.Pattern].size} ssub=${subs.shardCount} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 tot-mem=0 ` +
-    `rbs=0 rbp=0 obl=0 oll=${c.commandsInFlight} omem=0 events=r cmd=${c.lastCommand.toLowerCase()} ` +
+    `flags=${clientFlags(c)} db=0 sub=${subs.names[SubscriptionKind.Channel].size} psub=${subs.names[SubscriptionKind.Pattern].size} ssub=${subs.shardCount} multi=-1 ` +
+    `qbuf=${qbuf} qbuf-free=${Math.max(0, retained - qbuf)} argv-mem=0 multi-mem=0 ` +
+    `rbs=${retained} rbp=${retained} obl=${c.outputBufferBytes} oll=${c.commandsInFlight} omem=${c.parkedReplyBytes} ` +
+    `tot-mem=${totalMem} events=${events} cmd=${c.lastCommand.toLowerCase()} ` +
     `user=default redir=-1 resp=${c.protocol} lib-name=${c.libName} lib-ver=${c.libVersion}`
   );
 }
