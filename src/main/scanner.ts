@@ -66,6 +66,12 @@ export interface ScanOptions {
    */
   examineLimit?: number;
   priority?: (typeof PRIORITY_NAMES)[number];
+  /**
+   * In a cluster, only the fragments this node serves — how Redis Cluster's per-node DBSIZE counts,
+   * so the counts of all nodes add up to the cluster's keys. Default: every fragment, each read
+   * where it is served.
+   */
+  servedHere?: boolean;
 }
 
 export interface ScanResult {
@@ -109,11 +115,17 @@ export class Scanner {
     let { fragment, resume } = plan.cursor;
     if (fragment >= this.keyspace.fragmentCount)
       throw invalidInput('scan cursor names a fragment this node does not have');
+    const servedHere = options.servedHere === true;
     while (
       fragment < this.keyspace.fragmentCount &&
       entries.length < plan.limit &&
       bytes < SCAN_PAGE_BYTES_MAX
     ) {
+      if (servedHere && !this.dispatcher.servesHere(fragment)) {
+        fragment++;
+        resume = undefined;
+        continue;
+      }
       const request: ScanRequest = {
         fragment,
         start: resume ?? plan.start,

@@ -226,6 +226,39 @@ describe('a three-node cluster', () => {
     });
     assert.equal(get.stdout.trim(), 'cli-value');
   });
+
+  test('DBSIZE counts the keys a node serves, so redis-cli --cluster info and check count each key once', async (t) => {
+    if (spawnSync('redis-cli', ['--version']).status !== 0) {
+      if (process.env.TESSERA_REQUIRE_REDIS_TOOLS === '1') assert.fail('redis-cli is required but missing');
+      t.skip('redis-cli is not installed');
+      return;
+    }
+    await Promise.all(keysOf('count:', 200).map(async (k) => (await cluster.nodes[0].client()).set(k, 'v')));
+    // Every key once: a SCAN through any node walks every fragment where it is served.
+    let total = 0;
+    let cursor = '0';
+    do {
+      const [next, keys] = await (await cluster.nodes[0].client()).scan(cursor, 'COUNT', 1000);
+      total += keys.length;
+      cursor = next;
+    } while (cursor !== '0');
+    assert.ok(total >= 200);
+    const sizes = await Promise.all(cluster.nodes.map(async (n) => (await n.client()).dbsize()));
+    assert.equal(
+      sizes.reduce((a, b) => a + b, 0),
+      total,
+      `DBSIZE per node ${sizes.join(' + ')} should add up to the cluster's ${total} keys`,
+    );
+    const seed = `127.0.0.1:${cluster.nodes[1].respPort}`;
+    for (const sub of ['info', 'check']) {
+      const run = spawnSync('redis-cli', ['--cluster', sub, seed], { encoding: 'utf8' });
+      assert.match(
+        run.stdout,
+        new RegExp(`\\[OK\\] ${total} keys in 3 masters`),
+        `--cluster ${sub}:\n${run.stdout}`,
+      );
+    }
+  });
 });
 
 describe('failures', () => {

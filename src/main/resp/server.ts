@@ -357,6 +357,8 @@ export class RespServer {
           keysOnly: true,
           expiry: true,
           priority,
+          // In a cluster: the keys this node serves, so the nodes' counts add up (redis-cli --cluster).
+          servedHere: true,
         });
         n += page.entries.length;
         const nowMs = Date.now();
