@@ -155,6 +155,8 @@ export class Dispatcher {
   private cluster: ClusterRouter | undefined;
   /** The wall clock of stamps and expiry checks on request paths. */
   readonly turnClock = new TurnClock();
+  /** Reads this thread answered from its lmdb snapshot, without a worker (`readLocal`). */
+  snapshotReads = 0;
 
   constructor(
     private readonly config: NodeConfig,
@@ -379,6 +381,7 @@ export class Dispatcher {
       snapshot.refreshReads();
       this.snapshotEpoch = epoch;
     }
+    this.snapshotReads++;
     const record = snapshot.get(fragment, key);
     return record !== undefined && isLive(record, this.turnClock.nowMs()) ? record : undefined;
   }

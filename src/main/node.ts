@@ -114,6 +114,8 @@ export interface Health {
   }>;
   /** The same on the main thread. */
   ringWakeupsRecovered: number;
+  /** Reads the main thread answered from its lmdb read snapshot, without a worker (since the start). */
+  snapshotReads: number;
   /**
    * Bytes of memory the stores hold (the memory store's records; 0 on disk), the bound (0: none),
    * what is done there, and the keys evicted (by the workers running now, since each started).
@@ -447,6 +449,7 @@ export class Tessera {
         fragmentCount: this.config.fragments,
         workers,
         ringWakeupsRecovered: ringWakeupsRecovered(),
+        snapshotReads: this.dispatcher.snapshotReads,
         memory: {
           usedBytes: this.dispatcher.memoryBytes(),
           maxBytes: this.config.maxMemoryBytes,

@@ -117,6 +117,34 @@ test('/placement lists every fragment; the status page shows the node; /cluster 
   assert.equal((await fetch(`${base}/cluster`)).status, 404);
 });
 
+test('the status page counts reads where they are served, with rates, memory, disk and keys', async () => {
+  const r = await fixture.client();
+  await r.set('status:k', 'v');
+  // Committed, so the main thread can answer GETs from its lmdb snapshot without a worker.
+  await fixture.node.flush();
+  const snapshotReads = (await fixture.node.health()).snapshotReads;
+  const first = await (await fetch(`${base}/`)).text();
+  for (let i = 0; i < 50; i++) assert.equal(await r.get('status:k'), 'v');
+  assert.ok(
+    (await fixture.node.health()).snapshotReads >= snapshotReads + 50,
+    'the GETs were served from the snapshot',
+  );
+  assert.equal(await r.dbsize(), (await r.keys('*')).length);
+  const second = await (await fetch(`${base}/`)).text();
+  const shown = (html: string) =>
+    Number(/Reads served on the main thread from its read snapshot: (\d+)/.exec(html)?.[1] ?? Number.NaN);
+  assert.ok(
+    shown(second) - shown(first) >= 50,
+    `the page shows the snapshot reads: ${shown(first)} → ${shown(second)}`,
+  );
+  assert.match(second, /Reads served on the main thread from its read snapshot: \d+ \(\d+\/s\)/);
+  assert.match(second, /<th>writes\/s<\/th>/);
+  assert.match(second, /<td>\d+\/s<\/td>/, 'per-worker rates on the second page');
+  assert.match(second, /<th>data directory on disk<\/th>/);
+  assert.match(second, /<td>\d+\.\d MiB<\/td>/);
+  assert.match(second, /<td>\d+ \(counted \d+ s ago\)<\/td>/, 'the key count DBSIZE made');
+});
+
 test('only GET and HEAD are served, and only the known pages', async () => {
   const post = await fetch(`${base}/health`, { method: 'POST', body: 'x' });
   assert.equal(post.status, 405);

@@ -28,6 +28,7 @@ function healthOf(options: {
     fragmentCount: 1,
     workers: [{ index: 0, state: options.workerState ?? 'ready', restarts: 0, pending: 0 }],
     ringWakeupsRecovered: 0,
+    snapshotReads: 0,
     memory: { usedBytes: 0, maxBytes: 0, policy: 'noeviction', evictedKeys: 0 },
     fragments: [
       {

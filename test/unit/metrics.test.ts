@@ -30,6 +30,7 @@ const health: Health = {
     { index: 1, state: 'restarting', restarts: 2, pending: 5 },
   ],
   ringWakeupsRecovered: 1,
+  snapshotReads: 55,
   memory: { usedBytes: 4096, maxBytes: 8192, policy: 'allkeys-lru', evictedKeys: 7 },
   fragments: [fragment(0, 0, 10), fragment(1, 1, 20), fragment(2, 0, 30, COMMIT_ATTEMPTS_MAX)],
   cluster: {
@@ -125,6 +126,7 @@ test('metrics follow the text format and add up the figures per worker and per p
   assert.equal(m.get('tessera_ring_wakeups_recovered_total{thread="worker-0"}'), 3);
   assert.equal(m.get('tessera_ring_wakeups_recovered_total{thread="worker-1"}'), 0);
   assert.equal(m.get('tessera_worker_writes_total{worker="0"}'), 40);
+  assert.equal(m.get('tessera_snapshot_reads_total'), 55);
   assert.equal(m.get('tessera_worker_writes_total{worker="1"}'), 20);
   assert.equal(m.get('tessera_queued_operations{worker="0",priority="background"}'), 6);
   assert.equal(m.get('tessera_shed_operations_total{worker="1",priority="default"}'), 4);

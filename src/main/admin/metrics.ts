@@ -145,6 +145,12 @@ export function prometheusText(input: MetricsInput): string {
     "Reads served by a worker's fragments.",
     perWorker((w) => w.reads),
   );
+  out.one(
+    'tessera_snapshot_reads_total',
+    'counter',
+    'Reads the main thread served from its lmdb read snapshot, without a worker.',
+    health.snapshotReads,
+  );
   out.family(
     'tessera_expired_keys_total',
     'counter',

@@ -10,7 +10,9 @@
 //   GET /metrics    Prometheus text format (admin/metrics.ts)
 //   GET /           the status page
 
+import { readdir, stat } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { join } from 'node:path';
 import type { Logger } from 'pino';
 import {
   describePeersDown,
@@ -42,9 +44,19 @@ export interface AdminServerOptions {
   resp?: RespServer;
 }
 
+/** What the status page saw at its last rendering, for the rates it shows the next time. */
+interface StatusSample {
+  atMs: number;
+  /** Writes and reads per worker index. */
+  writes: Map<number, number>;
+  reads: Map<number, number>;
+  snapshotReads: number;
+}
+
 export class AdminServer {
   private readonly server: Server;
   private bound = { host: '', port: 0 };
+  private lastSample: StatusSample | undefined;
 
   private constructor(
     private readonly node: Tessera,
@@ -123,7 +135,14 @@ export class AdminServer {
       case '/': {
         const health = await this.health(res, req);
         if (health === undefined) return;
-        return send(res, req, 200, HTML_TYPE, statusPage(health, this.options.resp));
+        const sample = sampleOf(health);
+        const page = statusPage(health, this.options.resp, {
+          previous: this.lastSample,
+          now: sample,
+          dataDirBytes: await dataDirBytes(this.node.settings),
+        });
+        this.lastSample = sample;
+        return send(res, req, 200, HTML_TYPE, page);
       }
       default:
         return send(res, req, 404, JSON_TYPE, json({ error: `no such page: ${path}` }));
@@ -181,10 +200,58 @@ const STATE_LABELS: Record<HealthState, string> = {
   unhealthy: '<strong>Not healthy</strong>',
 };
 
-function statusPage(health: Health, resp: RespServer | undefined): string {
+function sampleOf(health: Health): StatusSample {
+  const workers = workerSummaries(health);
+  return {
+    atMs: Date.now(),
+    writes: new Map(workers.map((w) => [w.index, w.writes])),
+    reads: new Map(workers.map((w) => [w.index, w.reads])),
+    snapshotReads: health.snapshotReads,
+  };
+}
+
+/** Bytes the data directory takes on disk (its files' allocated blocks); undefined for the memory store. */
+async function dataDirBytes(settings: { store: string; dataDir: string }): Promise<number | undefined> {
+  if (settings.store === 'memory') return undefined;
+  let total = 0;
+  const walk = async (dir: string): Promise<void> => {
+    for (const entry of await readdir(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      if (entry.isDirectory()) await walk(path);
+      else if (entry.isFile()) total += (await stat(path)).blocks * 512;
+    }
+  };
+  try {
+    await walk(settings.dataDir);
+  } catch {
+    // A file removed while walking (a LevelDB compaction): the figure is a moment's, not exact.
+  }
+  return total;
+}
+
+/** A counter's rate between two status samples, or '' for the first page. */
+function rate(now: number, before: number | undefined, seconds: number | undefined): string {
+  if (before === undefined || seconds === undefined || seconds <= 0) return '';
+  return `${Math.max(0, Math.round((now - before) / seconds))}/s`;
+}
+
+const mib = (bytes: number): string => `${(bytes / 1048576).toFixed(1)} MiB`;
+
+interface StatusFigures {
+  previous: StatusSample | undefined;
+  now: StatusSample;
+  dataDirBytes: number | undefined;
+}
+
+function statusPage(health: Health, resp: RespServer | undefined, figures: StatusFigures): string {
   const workers = workerSummaries(health);
   const sum = (pick: (w: WorkerSummary) => number) => workers.reduce((n, w) => n + pick(w), 0);
   const stats = resp?.statsSnapshot();
+  const { previous, now } = figures;
+  const seconds = previous === undefined ? undefined : (now.atMs - previous.atMs) / 1000;
+  const processMemory = process.memoryUsage();
+  const workerHeap = health.workers.reduce((n, w) => n + (w.heapUsedBytes ?? 0), 0);
+  const keyCount = resp?.lastKeyCount;
   const state = healthState(health);
   const cluster = health.cluster;
   const sections = [
@@ -198,8 +265,40 @@ function statusPage(health: Health, resp: RespServer | undefined): string {
       `durability ${html(health.durability)} · ${health.fragmentCount} fragments · up ${Math.floor(process.uptime())} s</p>`,
     '<h2>Workers</h2>',
     table(
-      ['worker', 'state', 'restarts', 'pending', 'fragments', 'writes', 'reads'],
-      workers.map((w) => [w.index, w.state, w.restarts, w.pending, w.fragments, w.writes, w.reads]),
+      ['worker', 'state', 'restarts', 'pending', 'fragments', 'writes', 'writes/s', 'reads', 'reads/s'],
+      workers.map((w) => [
+        w.index,
+        w.state,
+        w.restarts,
+        w.pending,
+        w.fragments,
+        w.writes,
+        rate(w.writes, previous?.writes.get(w.index), seconds),
+        w.reads,
+        rate(w.reads, previous?.reads.get(w.index), seconds),
+      ]),
+    ),
+    // With lmdb, most GETs never reach a worker: the main thread answers them from its snapshot.
+    `<p>Reads served on the main thread from its read snapshot: ${health.snapshotReads}` +
+      `${previous === undefined ? '' : ` (${rate(health.snapshotReads, previous.snapshotReads, seconds)})`}` +
+      `${previous === undefined ? ' · rates from the next refresh' : ` · rates over the last ${Math.round(seconds!)} s`}</p>`,
+    '<h2>Memory, disk and keys</h2>',
+    table(
+      ['resident', 'main heap', 'workers heap', 'store memory', 'data directory on disk', 'keys'],
+      [
+        [
+          mib(processMemory.rss),
+          mib(processMemory.heapUsed),
+          mib(workerHeap),
+          health.memory.maxBytes > 0
+            ? `${mib(health.memory.usedBytes)} of ${mib(health.memory.maxBytes)}`
+            : mib(health.memory.usedBytes),
+          figures.dataDirBytes === undefined ? 'none (memory store)' : mib(figures.dataDirBytes),
+          keyCount === undefined
+            ? 'not counted yet (DBSIZE or INFO keyspace counts)'
+            : `${keyCount.keys} (counted ${Math.round((Date.now() - keyCount.atMs) / 1000)} s ago)`,
+        ],
+      ],
     ),
     '<h2>Fragments</h2>',
     table(

@@ -158,6 +158,12 @@ export class RespServer {
   private connectionsRejected = 0;
   /** The last count: live keys, those with a deadline and their mean time left, when and how long it took. */
   private keyCount: KeyCount | undefined;
+
+  /** The keys the last count found (DBSIZE, INFO keyspace) and when it finished; undefined before one. */
+  get lastKeyCount(): { keys: number; atMs: number } | undefined {
+    const k = this.keyCount;
+    return k === undefined ? undefined : { keys: k.keys, atMs: k.atMs };
+  }
   private counting: Promise<number> | undefined;
   private port = 0;
   private host = '';
