@@ -95,7 +95,8 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
   const tookMs = endMs - conn.commandClockMs;
   conn.commandClockMs = endMs;
   stats.ran(stat, tookMs);
-  conn.server.slowlog.consider(spec, cmd, tookMs * 1000, conn);
+  const slowlog = conn.server.slowlog;
+  if (tookMs * 1000 >= slowlog.slowerThanUs) slowlog.consider(spec, cmd, tookMs * 1000, conn);
   conn.runningStat = -1;
   // A reply answered later is judged when it is written (RespConnection.endReply).
   if (answeredNow && w.errorReplies !== errorsBefore) stats.fail(stat);
