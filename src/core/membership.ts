@@ -3,7 +3,8 @@
 // randomness here. Time arrives as `nowMs` on every event, randomness from the injected `random`;
 // the driver delivers messages and ticks (at `nextWakeMs()`), and carries out the actions: messages
 // to members, persisting this node's incarnation and member list (before the messages after it),
-// member events for the operator's stream, and replies to operator requests.
+// member events for the operator's stream, and replies to operator requests. An event that comes
+// more than `stallMs` after the wake-up asked for means this node's loop stalled (see onStall).
 //
 // Rules:
 // - Members carry datum's states: Joining, Up, Leaving, Exiting (each asserted by the member itself;
@@ -11,18 +12,21 @@
 //   a separate flag. Every start bumps this node's incarnation; so does refuting a claim about it.
 // - Failure detection: one probe per interval, round-robin over a shuffled list; no ack within the
 //   probe timeout → `indirectProbes` members probe for us and answer ack or nack (Lifeguard); still
-//   nothing by the end of the interval → suspect. A suspicion lasts between a floor and a ceiling,
-//   shrinking on a log scale as independent members confirm it (Lifeguard's dynamic suspicion);
-//   once it runs out the member is unreachable here, at once, and routing avoids it. A probe of a
-//   member held non-alive carries the claim, so a live member always hears it and refutes with a
-//   higher incarnation, which clears every claim at lower ones.
+//   nothing by the end of the interval → suspect. Members that hear a suspicion probe its target
+//   next, so it is confirmed or refuted within a probe interval. A suspicion lasts between a floor
+//   and a ceiling, shrinking on a log scale as independent members confirm it (Lifeguard's dynamic
+//   suspicion); once it runs out the member is unreachable here, at once, and routing avoids it.
+//   A probe of a member held non-alive carries the claim, so a live member always hears it and
+//   refutes with a higher incarnation, which clears every claim at lower ones.
 // - Local health (Lifeguard): missed nacks, failed probes, refutations and stalls of our own event
 //   loop raise a score that multiplies the probe timeout and interval; acks lower it.
 // - Unreachable is not Down. A node that marks a member unreachable while its own last probe of it
 //   failed reports it (the report, with the reporter's id, is gossiped). Down needs reports from a
 //   majority of the voting members (Joining, Up, Leaving, Exiting; the member itself counted, so a
-//   minority side of a partition can never down the majority), counting only reporters this node
-//   still reaches, held for `downAfterMs`. Down is gossiped and accepted as decided; only a higher
+//   minority side of a partition can never down the majority), counting only reports renewed
+//   within `reportTtlMs` (reporters renew every `reportRefreshMs` while they still fail to reach it)
+//   from reporters this node still reaches, so a node cut off with stale reports cannot decide;
+//   the majority must hold for `downAfterMs`. Down is gossiped and accepted as decided; only a higher
 //   incarnation (the member restarted or refuted) brings a Down member back, as MemberRejoined.
 // - Updates ride on every probe-family message (bounded per message, each sent RetransmitMult ×
 //   ⌈log10(N+1)⌉ times, fewest-sent first), on gossip rounds, and full state is pushed and pulled

@@ -37,7 +37,7 @@ export interface MembershipSimOptions {
 }
 
 export const MEMBERSHIP_SIM_DEFAULTS: Omit<MembershipSimOptions, 'seed'> = {
-  chaosMs: 120_000,
+  chaosMs: 180_000,
   refuteGraceMs: 15_000,
   // The issue's 5 s goal is for three nodes. With five or six survivors, each probes the victim once
   // per round of N − 1 probe intervals (reshuffled, so two probes of it can be up to two rounds
@@ -88,6 +88,8 @@ export class MembershipSim {
   private inFlight: InFlight[] = [];
   private readonly cut = new Set<string>();
   private lossRate = 0;
+  /** A partition holds until then: long ones (past downAfterMs) let a majority down the minority. */
+  private partitionUntilMs = 0;
   private nowMs = 0;
   private readonly actions: MembershipAction[] = [];
   /** Since when each node has been reached by a majority (alive, running, links up); undefined when not. */
@@ -154,9 +156,12 @@ export class MembershipSim {
   private randomFault(): void {
     const r = this.random();
     const node = this.nodes[Math.floor(this.random() * this.nodes.length)]!;
-    if (r < 0.25) this.partition();
-    else if (r < 0.4) this.healLinks();
-    else if (r < 0.5) this.lossRate = this.random() < 0.5 ? 0 : this.random() * 0.1;
+    const partitioned = this.nowMs < this.partitionUntilMs;
+    if (r < 0.25) {
+      if (!partitioned) this.partition();
+    } else if (r < 0.4) {
+      if (!partitioned) this.healLinks();
+    } else if (r < 0.5) this.lossRate = this.random() < 0.5 ? 0 : this.random() * 0.1;
     else if (r < 0.65) {
       if (node.core !== undefined) this.kill(node);
       else this.start(node);
@@ -417,6 +422,7 @@ export class MembershipSim {
   private partition(): void {
     this.report.partitions++;
     this.healLinks();
+    this.partitionUntilMs = this.nowMs + 5_000 + Math.floor(this.random() * 55_000);
     const side = new Set(this.nodes.filter(() => this.random() < 0.5).map((n) => n.id));
     this.trace(`partition [${[...side]}]`);
     for (const a of this.nodes) {
