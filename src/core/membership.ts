@@ -869,9 +869,8 @@ export class Membership {
     const live = existing.state !== 'Down' && !existing.unreachable;
     if (live && existing.address !== request.address)
       return `node id ${request.from} is in use by a live member at ${existing.address}`;
-    if (request.incarnation <= existing.incarnation && existing.state !== 'Joining') {
-      return `node id ${request.from} is known at incarnation ${existing.incarnation}; a restart must bump it`;
-    }
+    // A lower incarnation (a wiped or lost data dir) is no reason to refuse: the accept carries our
+    // record of the member, which the joiner outbids or refutes with a higher one.
     return undefined;
   }
 

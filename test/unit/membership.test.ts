@@ -454,6 +454,21 @@ test('join via a seed: the seed admits the node as Joining and answers with its 
   }
 });
 
+test('a member known Down that joins again from an empty data dir outbids its old incarnation and rejoins', () => {
+  const net = new Net();
+  net.add(
+    config('s', ['j'], { members: [{ nodeId: 'j', address: 'j:7000', incarnation: 3, state: 'Down' }] }),
+  );
+  net.add(config('j', [], { selfState: 'Joining' }));
+  net.step('j', { kind: 'join', seeds: [{ nodeId: 's', address: 's:7000' }], nowMs: 0 });
+  net.run(3_000);
+  const seen = net.cores.get('s')!.member('j');
+  assert.equal(seen?.state, 'Up');
+  assert.ok(seen !== undefined && seen.incarnation > 3, 'a higher incarnation than the Down one');
+  assert.equal(net.events('s', 'j').includes('MemberRejoined'), true);
+  assert.equal(net.cores.get('j')!.member('j')?.incarnation, seen.incarnation);
+});
+
 test('a join is refused for a removed id and for an id a live member uses at another address', () => {
   const h = new Harness(config('s', ['b', 'c']));
   h.deliver({ kind: 'join-request', from: 'b', address: 'elsewhere:7000', incarnation: 5 }, 10);
