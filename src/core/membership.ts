@@ -39,31 +39,38 @@
 //   member's own record), a stale incarnation, an update list over its bound, an invalid update.
 
 import { assert } from './assert.js';
+import { GossipQueue } from './gossip-queue.js';
 import {
-  MEMBERSHIP_AWARENESS_MAX_MULT,
   MEMBERSHIP_BROADCAST_QUEUE_MAX,
-  MEMBERSHIP_DOWN_AFTER_MS_DEFAULT,
-  MEMBERSHIP_GOSSIP_INTERVAL_MS,
-  MEMBERSHIP_GOSSIP_NODES,
-  MEMBERSHIP_INDIRECT_PROBES,
-  MEMBERSHIP_JOIN_RETRY_MS,
-  MEMBERSHIP_LEAVE_LINGER_MS,
   MEMBERSHIP_MEMBERS_MAX,
   MEMBERSHIP_PROBE_INTERVAL_MS,
   MEMBERSHIP_PROBE_TIMEOUT_MS,
-  MEMBERSHIP_PUSH_PULL_INTERVAL_MS,
-  MEMBERSHIP_RELAY_TIMEOUT_MS,
   MEMBERSHIP_RELAYS_MAX,
-  MEMBERSHIP_REPORT_REFRESH_MS,
-  MEMBERSHIP_REPORT_TTL_MS,
-  MEMBERSHIP_RETRANSMIT_MULT,
-  MEMBERSHIP_STALL_MS,
   MEMBERSHIP_SUSPICION_CONFIRMATIONS,
   MEMBERSHIP_SUSPICION_MAX_TIMEOUT_MULT,
   MEMBERSHIP_SUSPICION_MULT,
   MEMBERSHIP_UPDATES_PER_MESSAGE_MAX,
-  NODE_ID_BYTES_MAX,
 } from './limits.js';
+import {
+  checkConfig,
+  isIncarnation,
+  isValidNodeId,
+  isValidUpdate,
+  type MemberEventKind,
+  type MemberRecord,
+  type MemberState,
+  type MembershipAction,
+  type MembershipConfig,
+  type MembershipEvent,
+  type MembershipMessage,
+  type MemberUpdate,
+  type MemberView,
+  type OperatorStatus,
+  SELF_STATE_RANK,
+  type SelfState,
+  STATE_EVENT,
+  VOTING,
+} from './membership-types.js';
 
 assert(
   MEMBERSHIP_PROBE_TIMEOUT_MS < MEMBERSHIP_PROBE_INTERVAL_MS,
@@ -76,162 +83,6 @@ assert(
 assert(MEMBERSHIP_SUSPICION_MAX_TIMEOUT_MULT >= 1, 'the suspicion ceiling is at least its floor');
 assert(MEMBERSHIP_UPDATES_PER_MESSAGE_MAX >= 2, 'a message must carry a claim and a refutation');
 assert(MEMBERSHIP_BROADCAST_QUEUE_MAX >= MEMBERSHIP_MEMBERS_MAX, 'one pending update per member fits');
-
-export type MemberState = 'Joining' | 'Up' | 'Leaving' | 'Exiting' | 'Down' | 'Removed';
-/** The states a member asserts about itself, in the order they follow each other. */
-export type SelfState = 'Joining' | 'Up' | 'Leaving' | 'Exiting';
-const SELF_STATE_RANK: Record<SelfState, number> = { Joining: 0, Up: 1, Leaving: 2, Exiting: 3 };
-
-/** datum's 11 member event kinds, with its wire names (datum §2.1). */
-export type MemberEventKind =
-  | 'Initialized'
-  | 'MemberJoining'
-  | 'MemberUp'
-  | 'MemberUpdated'
-  | 'MemberUnreachable'
-  | 'MemberReachable'
-  | 'MemberLeaving'
-  | 'MemberExiting'
-  | 'MemberDown'
-  | 'MemberRemoved'
-  | 'MemberRejoined';
-
-const STATE_EVENT: Record<MemberState, MemberEventKind> = {
-  Joining: 'MemberJoining',
-  Up: 'MemberUp',
-  Leaving: 'MemberLeaving',
-  Exiting: 'MemberExiting',
-  Down: 'MemberDown',
-  Removed: 'MemberRemoved',
-};
-
-/** What is persisted per member, and what a member list given at start holds. */
-export interface MemberRecord {
-  nodeId: string;
-  address: string;
-  incarnation: number;
-  state: MemberState;
-}
-
-/** A member as this node sees it. */
-export interface MemberView extends MemberRecord {
-  unreachable: boolean;
-  suspect: boolean;
-}
-
-/** One fact about a member, gossiped. `reporter` is the node that observed it. */
-export type MemberUpdate =
-  | { kind: 'alive'; nodeId: string; address: string; incarnation: number; state: SelfState }
-  | { kind: 'suspect'; nodeId: string; incarnation: number; reporter: string }
-  | { kind: 'unreachable'; nodeId: string; incarnation: number; reporter: string }
-  | { kind: 'down'; nodeId: string; incarnation: number; reporter: string }
-  | { kind: 'removed'; nodeId: string; incarnation: number; reporter: string };
-
-/** Messages between members; the wire encoding is the driver's. `from` is the sender's node id. */
-export type MembershipMessage =
-  | { kind: 'ping'; from: string; seq: number; target: string; updates: MemberUpdate[] }
-  | { kind: 'ack'; from: string; seq: number; updates: MemberUpdate[] }
-  | { kind: 'nack'; from: string; seq: number; updates: MemberUpdate[] }
-  | { kind: 'ping-req'; from: string; seq: number; target: string; updates: MemberUpdate[] }
-  | { kind: 'gossip'; from: string; updates: MemberUpdate[] }
-  /** Push-pull: the sender's full state; `reply` asks for the receiver's in return. */
-  | { kind: 'sync'; from: string; reply: boolean; members: MemberUpdate[] }
-  | { kind: 'join-request'; from: string; address: string; incarnation: number }
-  | { kind: 'join-accept'; from: string; members: MemberUpdate[] }
-  /** The receiver is not (or no longer) a member: a removed node, a duplicate id. */
-  | { kind: 'refuse'; from: string; reason: string };
-
-export type OperatorStatus = 'Ok' | 'BadRequest' | 'NotFound' | 'Conflict';
-
-export type MembershipEvent =
-  | { kind: 'tick'; nowMs: number }
-  | { kind: 'message'; message: MembershipMessage; nowMs: number }
-  /** Join the cluster through these seeds (ids proven by the handshake), tried in turn. */
-  | { kind: 'join'; seeds: ReadonlyArray<{ nodeId: string; address: string }>; nowMs: number }
-  /** The operator asks this node to leave: it becomes Leaving while its data is handed off. */
-  | { kind: 'leave'; requestId: number; nowMs: number }
-  /** The leaving node's data is handed off: Exiting, then Removed, then `left`. */
-  | { kind: 'exit'; requestId: number; nowMs: number }
-  /** The operator removes a Down member (like `nodetool removenode`). */
-  | { kind: 'remove'; nodeId: string; requestId: number; nowMs: number };
-
-export interface MemberEventRecord {
-  /** From 1, per node, with no gaps. */
-  sequence: number;
-  kind: MemberEventKind;
-  member: MemberView;
-  atMs: number;
-}
-
-export type MembershipAction =
-  | { kind: 'send'; to: string; address: string; message: MembershipMessage }
-  /** Save before carrying out any later action: a reused incarnation could not refute. */
-  | { kind: 'persist'; incarnation: number; members: MemberRecord[] }
-  | { kind: 'member-event'; event: MemberEventRecord }
-  | { kind: 'reply'; requestId: number; status: OperatorStatus; message: string }
-  /** This node was refused (removed, or its join refused): the driver stops it with the reason. */
-  | { kind: 'refused'; reason: string }
-  /** The graceful leave is complete and gossiped: the driver may stop the node. */
-  | { kind: 'left' }
-  | { kind: 'log'; level: 'info' | 'warn'; message: string };
-
-export interface MembershipConfig {
-  nodeId: string;
-  /** host:peerPort others dial. */
-  address: string;
-  /** The incarnation persisted by the last run, or undefined on a first start. This start uses one more. */
-  restoredIncarnation: number | undefined;
-  /** Members known at start (--peers as Up at incarnation 0, or the persisted list); self is skipped. */
-  members: readonly MemberRecord[];
-  /** 'Joining' for a node that will join through a seed; 'Up' for a static or one-member start. */
-  selfState: 'Joining' | 'Up';
-  /** A self record persisted as Removed: the node starts refused. */
-  selfRemoved: boolean;
-  probeIntervalMs: number;
-  probeTimeoutMs: number;
-  indirectProbes: number;
-  relayTimeoutMs: number;
-  suspicionMult: number;
-  suspicionConfirmations: number;
-  suspicionMaxTimeoutMult: number;
-  awarenessMaxMult: number;
-  gossipIntervalMs: number;
-  gossipNodes: number;
-  retransmitMult: number;
-  updatesPerMessageMax: number;
-  pushPullIntervalMs: number;
-  downAfterMs: number;
-  reportRefreshMs: number;
-  reportTtlMs: number;
-  joinRetryMs: number;
-  leaveLingerMs: number;
-  stallMs: number;
-}
-
-export const MEMBERSHIP_CONFIG_DEFAULTS: Omit<
-  MembershipConfig,
-  'nodeId' | 'address' | 'restoredIncarnation' | 'members' | 'selfState' | 'selfRemoved'
-> = {
-  probeIntervalMs: MEMBERSHIP_PROBE_INTERVAL_MS,
-  probeTimeoutMs: MEMBERSHIP_PROBE_TIMEOUT_MS,
-  indirectProbes: MEMBERSHIP_INDIRECT_PROBES,
-  relayTimeoutMs: MEMBERSHIP_RELAY_TIMEOUT_MS,
-  suspicionMult: MEMBERSHIP_SUSPICION_MULT,
-  suspicionConfirmations: MEMBERSHIP_SUSPICION_CONFIRMATIONS,
-  suspicionMaxTimeoutMult: MEMBERSHIP_SUSPICION_MAX_TIMEOUT_MULT,
-  awarenessMaxMult: MEMBERSHIP_AWARENESS_MAX_MULT,
-  gossipIntervalMs: MEMBERSHIP_GOSSIP_INTERVAL_MS,
-  gossipNodes: MEMBERSHIP_GOSSIP_NODES,
-  retransmitMult: MEMBERSHIP_RETRANSMIT_MULT,
-  updatesPerMessageMax: MEMBERSHIP_UPDATES_PER_MESSAGE_MAX,
-  pushPullIntervalMs: MEMBERSHIP_PUSH_PULL_INTERVAL_MS,
-  downAfterMs: MEMBERSHIP_DOWN_AFTER_MS_DEFAULT,
-  reportRefreshMs: MEMBERSHIP_REPORT_REFRESH_MS,
-  reportTtlMs: MEMBERSHIP_REPORT_TTL_MS,
-  joinRetryMs: MEMBERSHIP_JOIN_RETRY_MS,
-  leaveLingerMs: MEMBERSHIP_LEAVE_LINGER_MS,
-  stallMs: MEMBERSHIP_STALL_MS,
-};
 
 /** Counts of refused input and of the detector's work, for metrics and tests. */
 export interface MembershipCounters {
@@ -291,61 +142,6 @@ interface Relay {
   deadlineMs: number;
 }
 
-interface Broadcast {
-  update: MemberUpdate;
-  transmits: number;
-  /** Insertion order: among equally sent updates, the newest goes first (memberlist). */
-  order: number;
-}
-
-const VOTING: ReadonlySet<MemberState> = new Set(['Joining', 'Up', 'Leaving', 'Exiting']);
-
-export function isValidNodeId(nodeId: unknown): nodeId is string {
-  return (
-    typeof nodeId === 'string' && nodeId.length > 0 && Buffer.byteLength(nodeId, 'utf8') <= NODE_ID_BYTES_MAX
-  );
-}
-
-function isIncarnation(n: unknown): n is number {
-  return typeof n === 'number' && Number.isSafeInteger(n) && n >= 0;
-}
-
-function isValidUpdate(u: MemberUpdate): boolean {
-  if (!isValidNodeId(u.nodeId) || !isIncarnation(u.incarnation)) return false;
-  if (u.kind === 'alive') return typeof u.address === 'string' && u.state in SELF_STATE_RANK;
-  return isValidNodeId(u.reporter);
-}
-
-function checkConfig(c: MembershipConfig): void {
-  const positive = (n: number) => Number.isFinite(n) && n > 0;
-  assert(isValidNodeId(c.nodeId), 'node id must be 1–255 UTF-8 bytes');
-  assert(c.restoredIncarnation === undefined || isIncarnation(c.restoredIncarnation), 'bad incarnation');
-  assert(c.members.length <= MEMBERSHIP_MEMBERS_MAX, 'more members than MEMBERSHIP_MEMBERS_MAX');
-  assert(positive(c.probeIntervalMs) && positive(c.probeTimeoutMs), 'probe timing must be > 0');
-  assert(c.probeTimeoutMs < c.probeIntervalMs, 'probe timeout must leave time for indirect probes');
-  assert(
-    positive(c.relayTimeoutMs) && c.relayTimeoutMs < c.probeIntervalMs - c.probeTimeoutMs,
-    'a nack must reach the prober within its indirect wait',
-  );
-  assert(Number.isInteger(c.indirectProbes) && c.indirectProbes >= 0, 'indirectProbes must be ≥ 0');
-  assert(
-    c.suspicionMult > 0 && c.suspicionConfirmations >= 0 && c.suspicionMaxTimeoutMult >= 1,
-    'suspicion multipliers',
-  );
-  assert(Number.isInteger(c.awarenessMaxMult) && c.awarenessMaxMult >= 1, 'awarenessMaxMult must be ≥ 1');
-  assert(positive(c.gossipIntervalMs) && c.gossipNodes >= 1, 'gossip timing');
-  assert(c.retransmitMult >= 1, 'retransmitMult must be ≥ 1');
-  assert(
-    c.updatesPerMessageMax >= 2 && c.updatesPerMessageMax <= MEMBERSHIP_UPDATES_PER_MESSAGE_MAX,
-    'updatesPerMessageMax within its bound',
-  );
-  assert(positive(c.pushPullIntervalMs) && positive(c.downAfterMs), 'push-pull and down timing');
-  assert(
-    positive(c.joinRetryMs) && positive(c.leaveLingerMs) && positive(c.stallMs),
-    'join, leave, stall timing',
-  );
-}
-
 export class Membership {
   private readonly outbox: MembershipAction[] = [];
   private persistPending = false;
@@ -369,8 +165,7 @@ export class Membership {
   /** Lifeguard's local health score, 0 … awarenessMaxMult − 1; timeouts scale by score + 1. */
   private awareness = 0;
 
-  private readonly queue: Broadcast[] = [];
-  private broadcastOrder = 0;
+  private readonly queue = new GossipQueue();
   private nextGossipMs: number;
   private nextPushPullMs: number;
 
@@ -1171,34 +966,16 @@ export class Membership {
     this.log('warn', `membership loop stalled ${lateMs} ms; local health ×${this.awareness + 1}`);
   }
 
-  // ---- Gossip queue (memberlist's TransmitLimitedQueue) ----
-
-  /** Queues `u`, dropping queued updates it makes obsolete. */
+  /** Queues `u` for gossip, dropping queued updates it makes obsolete. */
   private enqueue(u: MemberUpdate): void {
-    for (let i = this.queue.length - 1; i >= 0; i--) {
-      if (obsoletes(u, this.queue[i]!.update)) this.queue.splice(i, 1);
-    }
-    this.queue.push({ update: u, transmits: 0, order: ++this.broadcastOrder });
-    if (this.queue.length > MEMBERSHIP_BROADCAST_QUEUE_MAX) {
-      this.queue.sort(byFewestTransmits);
-      this.queue.length = MEMBERSHIP_BROADCAST_QUEUE_MAX;
-    }
+    this.queue.push(u);
   }
 
-  /** Up to updatesPerMessageMax queued updates, fewest-sent first; each sent its limit is dropped. */
+  /** Updates for one message: the gossip queue's fewest-sent, each sent its retransmit limit dropped. */
   private piggyback(): MemberUpdate[] {
     if (this.queue.length === 0) return [];
-    this.queue.sort(byFewestTransmits);
     const limit = this.config.retransmitMult * Math.ceil(Math.log10(this.votingMembers() + 1));
-    const count = Math.min(this.config.updatesPerMessageMax, this.queue.length);
-    const updates: MemberUpdate[] = [];
-    for (let i = 0; i < count; i++) {
-      const b = this.queue[i]!;
-      updates.push(b.update);
-      b.transmits++;
-    }
-    for (let i = count - 1; i >= 0; i--) if (this.queue[i]!.transmits >= limit) this.queue.splice(i, 1);
-    return updates;
+    return this.queue.take(this.config.updatesPerMessageMax, limit);
   }
 
   /** The state of every member, self included, as updates (join replies and push-pull). */
@@ -1372,25 +1149,4 @@ export function suspicionTimeoutMs(
 
 function suspicionDeadlineMs(s: Suspicion): number {
   return s.startMs + suspicionTimeoutMs(s.confirmers.size - 1, s.expected, s.minMs, s.maxMs);
-}
-
-function byFewestTransmits(a: Broadcast, b: Broadcast): number {
-  return a.transmits - b.transmits || b.order - a.order;
-}
-
-/** Whether queued update `old` says nothing once `u` is known. */
-function obsoletes(u: MemberUpdate, old: MemberUpdate): boolean {
-  if (u.nodeId !== old.nodeId) return false;
-  switch (u.kind) {
-    case 'alive':
-      return old.kind === 'alive' || old.incarnation < u.incarnation;
-    case 'suspect':
-      return old.kind === 'suspect' && old.reporter === u.reporter;
-    case 'unreachable':
-      return (old.kind === 'suspect' || old.kind === 'unreachable') && old.reporter === u.reporter;
-    case 'down':
-      return old.kind !== 'removed';
-    case 'removed':
-      return true;
-  }
 }

@@ -17,13 +17,13 @@
 //   views converge again once it resumes.
 
 import { assert } from '../../src/core/assert.js';
+import { Membership } from '../../src/core/membership.js';
 import {
   MEMBERSHIP_CONFIG_DEFAULTS,
   type MemberRecord,
-  Membership,
   type MembershipAction,
   type MembershipMessage,
-} from '../../src/core/membership.js';
+} from '../../src/core/membership-types.js';
 import { seededFractions } from '../unit/fixtures/xorshift32.js';
 
 export interface MembershipSimOptions {

@@ -6,16 +6,16 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { GossipQueue } from '../../src/core/gossip-queue.js';
+import { Membership, suspicionTimeoutMs } from '../../src/core/membership.js';
 import {
   MEMBERSHIP_CONFIG_DEFAULTS,
   type MemberEventKind,
-  Membership,
   type MembershipAction,
   type MembershipConfig,
   type MembershipMessage,
   type MemberUpdate,
-  suspicionTimeoutMs,
-} from '../../src/core/membership.js';
+} from '../../src/core/membership-types.js';
 import { seededFractions } from './fixtures/xorshift32.js';
 
 type Send = Extract<MembershipAction, { kind: 'send' }>;
@@ -629,4 +629,28 @@ test('member events carry sequence numbers from 1 and start with Initialized for
     ),
     ['1:Initialized:a', '2:Initialized:b', '3:Initialized:c'],
   );
+});
+
+test('gossip queue: fewest-sent first, dropped at the retransmit limit, and a refutation voids older claims', () => {
+  const queue = new GossipQueue();
+  const suspectB: MemberUpdate = { kind: 'suspect', nodeId: 'b', incarnation: 1, reporter: 'a' };
+  const suspectC: MemberUpdate = { kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'a' };
+  queue.push(suspectB);
+  queue.push(suspectC);
+  assert.deepEqual(queue.take(1, 2), [suspectC], 'the newest of the unsent first');
+  assert.deepEqual(queue.take(1, 2), [suspectB], 'then the least sent');
+  assert.deepEqual(queue.take(2, 2), [suspectC, suspectB]);
+  assert.equal(queue.length, 0, 'each sent its limit (2) and dropped');
+
+  queue.push(suspectB);
+  queue.push({ kind: 'unreachable', nodeId: 'b', incarnation: 1, reporter: 'd' });
+  const refutation: MemberUpdate = {
+    kind: 'alive',
+    nodeId: 'b',
+    address: 'b:7000',
+    incarnation: 2,
+    state: 'Up',
+  };
+  queue.push(refutation);
+  assert.deepEqual(queue.take(16, 4), [refutation], 'claims at the refuted incarnation are gone');
 });
