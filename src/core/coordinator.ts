@@ -30,10 +30,8 @@ import {
   PLACEMENT_MOVES_IN_PER_NODE_DEFAULT,
   PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
 } from './limits.js';
+import type { MemberState } from './membership-types.js';
 import { computePlacement } from './placement.js';
-
-/** datum's member states; `reachable` is the separate flag (unreachable is not Down). */
-export type MemberState = 'Joining' | 'Up' | 'Leaving' | 'Exiting' | 'Down' | 'Removed';
 
 /** One member as this node's membership view holds it (the membership machine supplies these). */
 export interface MemberView {

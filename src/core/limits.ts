@@ -368,6 +368,78 @@ export const SLOWLOG_ENTRY_ARG_BYTES_MAX = 128;
 /** A manifest is a few hundred bytes; anything far larger is not one. */
 export const MANIFEST_BYTES_MAX = 64 * 1024;
 
+// ---- Membership and failure detection (core/membership.ts; issue #35 item 1) ----
+
+/** One probe per interval, round-robin over a shuffled member list: memberlist's DefaultLANConfig ProbeInterval. */
+export const MEMBERSHIP_PROBE_INTERVAL_MS = 1_000;
+/** A direct probe unanswered this long goes indirect: memberlist's ProbeTimeout (LAN). */
+export const MEMBERSHIP_PROBE_TIMEOUT_MS = 500;
+/**
+ * A member probing for another answers nack after this long without an ack (Lifeguard). Within the
+ * prober's indirect wait (interval − timeout, 500 ms) with 100 ms for the nack to travel: a late nack
+ * would count as missing and raise the prober's health score for nothing.
+ */
+export const MEMBERSHIP_RELAY_TIMEOUT_MS = 400;
+/** Members asked to probe for us after a direct timeout: memberlist's IndirectChecks. */
+export const MEMBERSHIP_INDIRECT_PROBES = 3;
+/**
+ * Suspicion lasts at least this many probe intervals (×log10 N past 10 members), memberlist's
+ * SuspicionMult formula with 2 for the LAN 4: with a prompt confirming probe (the members that hear
+ * a suspicion probe its target next) a killed node is unreachable everywhere in ≈ 1.5 s detection +
+ * 2 s, the issue's 5 s goal for a small cluster. False suspicions cost little: Down still waits
+ * MEMBERSHIP_DOWN_AFTER_MS_DEFAULT, and a live member refutes within a probe round.
+ */
+export const MEMBERSHIP_SUSPICION_MULT = 2;
+/** Independent confirmations that bring a suspicion down to its floor: memberlist's LAN SuspicionMult − 2. */
+export const MEMBERSHIP_SUSPICION_CONFIRMATIONS = 2;
+/** An unconfirmed suspicion lasts at most this multiple of the floor: memberlist's SuspicionMaxTimeoutMult. */
+export const MEMBERSHIP_SUSPICION_MAX_TIMEOUT_MULT = 6;
+/** Lifeguard's local health: probe timeout and interval stretch up to ×8 (memberlist's AwarenessMaxMultiplier). */
+export const MEMBERSHIP_AWARENESS_MAX_MULT = 8;
+/** Pending updates go to a few random members this often besides riding on probes: memberlist's GossipInterval. */
+export const MEMBERSHIP_GOSSIP_INTERVAL_MS = 200;
+/** Members each gossip round goes to: memberlist's GossipNodes. */
+export const MEMBERSHIP_GOSSIP_NODES = 3;
+/** Each update is sent RetransmitMult × ⌈log10(N + 1)⌉ times: memberlist's RetransmitMult (LAN). */
+export const MEMBERSHIP_RETRANSMIT_MULT = 4;
+/**
+ * Updates on one message, sent and accepted; more is refused as malformed. memberlist fills a
+ * 1400-byte UDP packet, about a dozen updates; 16 leaves room for a node id near its limit.
+ */
+export const MEMBERSHIP_UPDATES_PER_MESSAGE_MAX = 16;
+/** Updates waiting to be gossiped; past it the most-sent go first (memberlist prunes its queue the same way). */
+export const MEMBERSHIP_BROADCAST_QUEUE_MAX = 4096;
+/** Members known at once, removed ones included (they are kept to refuse them): bounds a join reply and a sync. */
+export const MEMBERSHIP_MEMBERS_MAX = 1024;
+/** Probes relayed for others at once (ping-req); one per member probing us is the normal load. */
+export const MEMBERSHIP_RELAYS_MAX = 256;
+/** Full-state exchange with one random member, so views converge after partitions: memberlist's PushPullInterval. */
+export const MEMBERSHIP_PUSH_PULL_INTERVAL_MS = 30_000;
+/**
+ * An unreachable member is Down once a majority has reported it unreachable for this long (the
+ * issue's --down-after default), so a restart or a GC pause moves nothing; Pekko's split-brain
+ * resolver waits 20 s (stable-after) after its ≈5.5 s detection, about the same.
+ */
+export const MEMBERSHIP_DOWN_AFTER_MS_DEFAULT = 30_000;
+/**
+ * A member that still cannot reach an unreachable member says so again this often, so every view
+ * holds fresh reports; a report not renewed within MEMBERSHIP_REPORT_TTL_MS no longer counts
+ * toward Down (the reporter may reach it again, or its refutation may not have reached us).
+ */
+export const MEMBERSHIP_REPORT_REFRESH_MS = 5_000;
+/** Three refreshes: a report survives two lost renewals. */
+export const MEMBERSHIP_REPORT_TTL_MS = 15_000;
+/** A join request unanswered this long is sent again, to the next seed. */
+export const MEMBERSHIP_JOIN_RETRY_MS = 1_000;
+/** A leaving node stays Exiting, then Removed, this long each so the news is gossiped before it stops. */
+export const MEMBERSHIP_LEAVE_LINGER_MS = 1_000;
+/**
+ * A wake-up this late means this node's event loop stalled (a pause, a long GC): the stall counts
+ * against its own health, not against the members it could not hear. One probe timeout: an ack may
+ * have waited unread past its deadline.
+ */
+export const MEMBERSHIP_STALL_MS = 500;
+
 // ---- Placement coordinator and assignment table (control-plane-anchors.md §3, datum-agent.md §3) ----
 
 /**

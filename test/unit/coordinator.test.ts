@@ -18,7 +18,6 @@ import {
   chooseCoordinator,
   describePlan,
   finishMove,
-  type MemberState,
   type MemberView,
   mayChangeTable,
   type Plan,
@@ -32,6 +31,7 @@ import {
   PLACEMENT_MOVES_IN_PER_NODE_DEFAULT,
   PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
 } from '../../src/core/limits.js';
+import type { MemberState } from '../../src/core/membership-types.js';
 import { seededFractions } from './fixtures/xorshift32.js';
 
 function member(id: string, state: MemberState = 'Up', reachable = true, incarnation = 0): MemberView {

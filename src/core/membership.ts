@@ -1,0 +1,1152 @@
+// Cluster membership and failure detection as a pure state machine (issue #35 item 1; datum §2).
+// SWIM with Lifeguard's defences, after hashicorp/memberlist: no sockets, timers, clock or
+// randomness here. Time arrives as `nowMs` on every event, randomness from the injected `random`;
+// the driver delivers messages and ticks (at `nextWakeMs()`), and carries out the actions: messages
+// to members, persisting this node's incarnation and member list (before the messages after it),
+// member events for the operator's stream, and replies to operator requests. An event that comes
+// more than `stallMs` after the wake-up asked for means this node's loop stalled (see onStall).
+//
+// Rules:
+// - Members carry datum's states: Joining, Up, Leaving, Exiting (each asserted by the member itself;
+//   at one incarnation a later one wins), Down and Removed (decided by others), and `unreachable` as
+//   a separate flag. Every start bumps this node's incarnation; so does refuting a claim about it.
+// - Failure detection: one probe per interval, round-robin over a shuffled list; no ack within the
+//   probe timeout → `indirectProbes` members probe for us and answer ack or nack (Lifeguard); still
+//   nothing by the end of the interval → suspect. Members that hear a suspicion probe its target
+//   next, so it is confirmed or refuted within a probe interval. A suspicion lasts between a floor
+//   and a ceiling, shrinking on a log scale as independent members confirm it (Lifeguard's dynamic
+//   suspicion); once it runs out the member is unreachable here, at once, and routing avoids it.
+//   A probe of a member held non-alive carries the claim, so a live member always hears it and
+//   refutes with a higher incarnation, which clears every claim at lower ones.
+// - Local health (Lifeguard): missed nacks, failed probes, refutations and stalls of our own event
+//   loop raise a score that multiplies the probe timeout and interval; acks lower it.
+// - Unreachable is not Down. A node that marks a member unreachable while its own last probe of it
+//   failed reports it (the report, with the reporter's id, is gossiped). Down needs reports from a
+//   majority of the voting members (Joining, Up, Leaving, Exiting; the member itself counted, so a
+//   minority side of a partition can never down the majority), counting only reports renewed
+//   within `reportTtlMs` (reporters renew every `reportRefreshMs` while they still fail to reach it)
+//   from reporters this node still reaches, so a node cut off with stale reports cannot decide;
+//   the majority must hold for `downAfterMs`. Down is gossiped and accepted as decided; only a higher
+//   incarnation (the member restarted or refuted) brings a Down member back, as MemberRejoined.
+// - Updates ride on every probe-family message (bounded per message, each sent RetransmitMult ×
+//   ⌈log10(N+1)⌉ times, fewest-sent first), on gossip rounds, and full state is pushed and pulled
+//   with one random member every `pushPullIntervalMs`, so views converge after partitions heal.
+// - Join: a node started to join sends a join request to a seed; the seed admits it as Joining and
+//   answers with its full state; the joiner is then Up. Graceful leave: Leaving, Exiting (once its
+//   data is handed off), Removed. An operator removes only a Down member. Removed is final: the
+//   member's messages and joins are answered with a refusal until it is wiped and given a new id.
+// - Bad input is counted and dropped: a message from an unknown member (unless it carries that
+//   member's own record), a stale incarnation, an update list over its bound, an invalid update.
+
+import { assert } from './assert.js';
+import { GossipQueue } from './gossip-queue.js';
+import {
+  MEMBERSHIP_BROADCAST_QUEUE_MAX,
+  MEMBERSHIP_MEMBERS_MAX,
+  MEMBERSHIP_PROBE_INTERVAL_MS,
+  MEMBERSHIP_PROBE_TIMEOUT_MS,
+  MEMBERSHIP_RELAYS_MAX,
+  MEMBERSHIP_SUSPICION_CONFIRMATIONS,
+  MEMBERSHIP_SUSPICION_MAX_TIMEOUT_MULT,
+  MEMBERSHIP_SUSPICION_MULT,
+  MEMBERSHIP_UPDATES_PER_MESSAGE_MAX,
+} from './limits.js';
+import {
+  checkConfig,
+  isIncarnation,
+  isValidNodeId,
+  isValidUpdate,
+  type MemberEventKind,
+  type MemberRecord,
+  type MemberState,
+  type MembershipAction,
+  type MembershipConfig,
+  type MembershipEvent,
+  type MembershipMessage,
+  type MemberUpdate,
+  type MemberView,
+  type OperatorStatus,
+  SELF_STATE_RANK,
+  type SelfState,
+  STATE_EVENT,
+  VOTING,
+} from './membership-types.js';
+
+assert(
+  MEMBERSHIP_PROBE_TIMEOUT_MS < MEMBERSHIP_PROBE_INTERVAL_MS,
+  'indirect probes need part of the interval',
+);
+assert(
+  MEMBERSHIP_SUSPICION_MULT >= 1 && MEMBERSHIP_SUSPICION_CONFIRMATIONS >= 1,
+  'suspicion floor and confirmations',
+);
+assert(MEMBERSHIP_SUSPICION_MAX_TIMEOUT_MULT >= 1, 'the suspicion ceiling is at least its floor');
+assert(MEMBERSHIP_UPDATES_PER_MESSAGE_MAX >= 2, 'a message must carry a claim and a refutation');
+assert(MEMBERSHIP_BROADCAST_QUEUE_MAX >= MEMBERSHIP_MEMBERS_MAX, 'one pending update per member fits');
+
+/** Counts of refused input and of the detector's work, for metrics and tests. */
+export interface MembershipCounters {
+  fromUnknown: number;
+  fromRemoved: number;
+  staleUpdates: number;
+  invalidUpdates: number;
+  oversizedMessages: number;
+  wrongTarget: number;
+  probes: number;
+  probesFailed: number;
+  indirectProbes: number;
+  refutations: number;
+  stalls: number;
+}
+
+/** A suspicion in progress (Lifeguard): its deadline shrinks as independent members confirm it. */
+interface Suspicion {
+  startMs: number;
+  /** Members that suspect it, the first included; confirmations are the others. */
+  confirmers: Set<string>;
+  /** Confirmations that bring the timeout down to its floor: min(suspicionConfirmations, N − 2). */
+  expected: number;
+  minMs: number;
+  maxMs: number;
+}
+
+interface Member {
+  nodeId: string;
+  address: string;
+  incarnation: number;
+  state: MemberState;
+  unreachable: boolean;
+  suspicion: Suspicion | undefined;
+  /** Nodes that reported it unreachable at `incarnation` (their own probes failed), with when we heard it last. */
+  reporters: Map<string, number>;
+  /** Incarnation at which this node's last probe of it failed; -1 after an ack. */
+  probeFailedIncarnation: number;
+  /** Since when reporters have been a majority while it is unreachable; undefined when not. */
+  majoritySinceMs: number | undefined;
+}
+
+interface Probe {
+  target: string;
+  seq: number;
+  indirect: boolean;
+  /** Direct timeout, then end of the indirect wait. */
+  deadlineMs: number;
+  nacksExpected: number;
+  nacks: number;
+}
+
+interface Relay {
+  origin: string;
+  originSeq: number;
+  target: string;
+  deadlineMs: number;
+}
+
+export class Membership {
+  private readonly outbox: MembershipAction[] = [];
+  private persistPending = false;
+  private nowMs: number;
+  /** The wake-up this node asked for last; a later event past it by stallMs means a stall. */
+  private wakeDueMs = 0;
+
+  private incarnation: number;
+  private selfState: MemberState;
+  private readonly members = new Map<string, Member>();
+  private eventSequence = 0;
+
+  private probeOrder: string[] = [];
+  /** Members others suspect, probed next so our view confirms or refutes the suspicion promptly. */
+  private readonly urgentProbes = new Set<string>();
+  private probeIndex = 0;
+  private probe: Probe | undefined;
+  private nextProbeMs: number;
+  private seq = 0;
+  private readonly relays = new Map<number, Relay>();
+  /** Lifeguard's local health score, 0 … awarenessMaxMult − 1; timeouts scale by score + 1. */
+  private awareness = 0;
+
+  private readonly queue = new GossipQueue();
+  private nextGossipMs: number;
+  private nextPushPullMs: number;
+
+  private seeds: Array<{ nodeId: string; address: string }> = [];
+  private seedIndex = 0;
+  private joinRetryMs = Number.POSITIVE_INFINITY;
+  /** Graceful leave: when Exiting turns Removed, and when Removed turns `left`. */
+  private removeSelfAtMs = Number.POSITIVE_INFINITY;
+  private leftAtMs = Number.POSITIVE_INFINITY;
+  private stopped = false;
+
+  readonly counters: MembershipCounters = {
+    fromUnknown: 0,
+    fromRemoved: 0,
+    staleUpdates: 0,
+    invalidUpdates: 0,
+    oversizedMessages: 0,
+    wrongTarget: 0,
+    probes: 0,
+    probesFailed: 0,
+    indirectProbes: 0,
+    refutations: 0,
+    stalls: 0,
+  };
+
+  constructor(
+    private readonly config: MembershipConfig,
+    /** Fractions in [0, 1): the shuffle and the choice of indirect and gossip targets. */
+    private readonly random: () => number,
+    nowMs: number,
+  ) {
+    checkConfig(config);
+    this.nowMs = nowMs;
+    this.incarnation = (config.restoredIncarnation ?? 0) + 1;
+    this.selfState = config.selfRemoved ? 'Removed' : config.selfState;
+    for (const record of config.members) {
+      if (record.nodeId === config.nodeId) continue;
+      assert(isValidNodeId(record.nodeId) && isIncarnation(record.incarnation), 'bad member record');
+      this.members.set(record.nodeId, newMember(record));
+    }
+    this.nextProbeMs = nowMs + config.probeIntervalMs;
+    this.nextGossipMs = nowMs + config.gossipIntervalMs;
+    this.nextPushPullMs = nowMs + config.pushPullIntervalMs;
+    this.emitEvent('Initialized', this.selfView());
+    for (const m of this.members.values()) this.emitEvent('Initialized', viewOf(m));
+    this.persistPending = true;
+    if (this.selfState === 'Removed') {
+      this.stopped = true;
+      this.outbox.push({ kind: 'refused', reason: 'this node was removed from the cluster' });
+    } else {
+      this.enqueue(this.selfAlive());
+    }
+    this.wakeDueMs = this.nextWakeMs();
+  }
+
+  step(event: MembershipEvent): void {
+    if (event.nowMs > this.wakeDueMs + this.config.stallMs) this.onStall(event.nowMs - this.wakeDueMs);
+    this.nowMs = Math.max(this.nowMs, event.nowMs);
+    if (!this.stopped) {
+      switch (event.kind) {
+        case 'tick':
+          break;
+        case 'message':
+          this.onMessage(event.message);
+          break;
+        case 'join':
+          this.onJoin(event.seeds);
+          break;
+        case 'leave':
+          this.onLeave(event.requestId);
+          break;
+        case 'exit':
+          this.onExit(event.requestId);
+          break;
+        case 'remove':
+          this.onRemove(event.nodeId, event.requestId);
+          break;
+      }
+      this.runTimers();
+    }
+    this.wakeDueMs = this.nextWakeMs();
+  }
+
+  /** Moves the actions produced so far into `into` (a persist first), leaving the outbox empty. */
+  takeActions(into: MembershipAction[]): void {
+    if (this.persistPending) {
+      into.push({ kind: 'persist', incarnation: this.incarnation, members: this.records() });
+      this.persistPending = false;
+    }
+    for (const action of this.outbox) into.push(action);
+    this.outbox.length = 0;
+  }
+
+  /** Earliest time (absolute ms) a 'tick' is needed. */
+  nextWakeMs(): number {
+    if (this.stopped) return Number.POSITIVE_INFINITY;
+    let wake = Math.min(this.joinRetryMs, this.removeSelfAtMs, this.leftAtMs);
+    if (this.probing()) {
+      wake = Math.min(wake, this.nextPushPullMs);
+      wake = Math.min(wake, this.probe !== undefined ? this.probe.deadlineMs : this.nextProbeMs);
+    }
+    if (this.queue.length > 0) wake = Math.min(wake, this.nextGossipMs);
+    for (const relay of this.relays.values()) wake = Math.min(wake, relay.deadlineMs);
+    for (const m of this.members.values()) {
+      if (m.suspicion !== undefined) wake = Math.min(wake, suspicionDeadlineMs(m.suspicion));
+      const reportedMs = m.reporters.get(this.config.nodeId);
+      if (reportedMs !== undefined) wake = Math.min(wake, reportedMs + this.config.reportRefreshMs);
+      if (m.majoritySinceMs !== undefined) wake = Math.min(wake, m.majoritySinceMs + this.config.downAfterMs);
+    }
+    return Math.max(this.nowMs, wake);
+  }
+
+  /** Every member, this node included, sorted by node id. */
+  view(): MemberView[] {
+    const views = [this.selfView(), ...[...this.members.values()].map(viewOf)];
+    return views.sort((a, b) => (a.nodeId < b.nodeId ? -1 : a.nodeId > b.nodeId ? 1 : 0));
+  }
+
+  member(nodeId: string): MemberView | undefined {
+    if (nodeId === this.config.nodeId) return this.selfView();
+    const m = this.members.get(nodeId);
+    return m === undefined ? undefined : viewOf(m);
+  }
+
+  /** Reporters of `nodeId`'s unreachability at its current incarnation (tests, status). */
+  reportersOf(nodeId: string): string[] {
+    return [...(this.members.get(nodeId)?.reporters.keys() ?? [])].sort();
+  }
+
+  /** The local-health multiplier on probe timeout and interval (1 = healthy). */
+  healthMultiplier(): number {
+    return this.awareness + 1;
+  }
+
+  /** Canonical text of this node's view for golden tests and debugging. */
+  describe(): string {
+    const lines = [`self=${this.config.nodeId} health=×${this.awareness + 1}`];
+    for (const v of this.view()) {
+      const flags = `${v.unreachable ? ' unreachable' : ''}${v.suspect ? ' suspect' : ''}`;
+      lines.push(`${v.nodeId} ${v.state} inc=${v.incarnation}${flags}`);
+    }
+    return lines.join('\n');
+  }
+
+  // ---- Messages ----
+
+  private onMessage(message: MembershipMessage): void {
+    if (!isValidNodeId(message.from) || message.from === this.config.nodeId) {
+      this.counters.invalidUpdates++;
+      return;
+    }
+    if (message.kind === 'join-request') return this.onJoinRequest(message);
+    if (message.kind === 'refuse') return this.onRefuse(message.from, message.reason);
+    const updates =
+      message.kind === 'sync' || message.kind === 'join-accept' ? message.members : message.updates;
+    const updatesMax =
+      message.kind === 'sync' || message.kind === 'join-accept'
+        ? MEMBERSHIP_MEMBERS_MAX
+        : this.config.updatesPerMessageMax;
+    if (!Array.isArray(updates) || updates.length > updatesMax) {
+      this.counters.oversizedMessages++;
+      this.log('warn', `membership message from ${message.from} dropped: over ${updatesMax} updates`);
+      return;
+    }
+    if (!this.admitSender(message.from, updates)) return;
+    for (const update of updates) this.applyUpdate(update);
+    switch (message.kind) {
+      case 'ping':
+        return this.onPing(message.from, message.seq, message.target);
+      case 'ack':
+        return this.onAck(message.seq);
+      case 'nack':
+        if (this.probe?.seq === message.seq) this.probe.nacks++;
+        return;
+      case 'ping-req':
+        return this.onPingReq(message.from, message.seq, message.target);
+      case 'sync':
+        if (message.reply)
+          this.sendTo(message.from, {
+            kind: 'sync',
+            from: this.config.nodeId,
+            reply: false,
+            members: this.fullState(),
+          });
+        return;
+      case 'join-accept':
+        return this.onJoinAccept();
+      case 'gossip':
+        return;
+    }
+  }
+
+  /**
+   * A sender must be a member. An unknown one is learned from its own record on the message (it
+   * joined and the news has not reached us yet); a removed one is told so, and dropped.
+   */
+  private admitSender(from: string, updates: readonly MemberUpdate[]): boolean {
+    const sender = this.members.get(from);
+    if (sender?.state === 'Removed') {
+      this.counters.fromRemoved++;
+      this.sendTo(
+        from,
+        { kind: 'refuse', from: this.config.nodeId, reason: 'removed from the cluster' },
+        sender.address,
+      );
+      return false;
+    }
+    if (sender !== undefined) return true;
+    const own = updates.find((u) => u.kind === 'alive' && u.nodeId === from);
+    if (own !== undefined && isValidUpdate(own)) return true;
+    this.counters.fromUnknown++;
+    this.log('warn', `membership message from unknown member ${from} dropped`);
+    return false;
+  }
+
+  private onPing(from: string, seq: number, target: string): void {
+    if (target !== this.config.nodeId) {
+      this.counters.wrongTarget++;
+      return;
+    }
+    this.sendTo(from, { kind: 'ack', from: this.config.nodeId, seq, updates: this.piggyback() });
+  }
+
+  private onAck(seq: number): void {
+    const relay = this.relays.get(seq);
+    if (relay !== undefined) {
+      this.relays.delete(seq);
+      this.sendTo(relay.origin, {
+        kind: 'ack',
+        from: this.config.nodeId,
+        seq: relay.originSeq,
+        updates: this.piggyback(),
+      });
+      return;
+    }
+    const probe = this.probe;
+    if (probe === undefined || probe.seq !== seq) return;
+    this.probe = undefined;
+    this.adjustAwareness(-1);
+    const target = this.members.get(probe.target);
+    if (target === undefined) return;
+    // We reach it: our report is withdrawn here; elsewhere it lapses with the TTL.
+    target.probeFailedIncarnation = -1;
+    target.reporters.delete(this.config.nodeId);
+  }
+
+  private onPingReq(from: string, originSeq: number, targetId: string): void {
+    const target = this.members.get(targetId);
+    if (target === undefined || target.state === 'Removed' || this.relays.size >= MEMBERSHIP_RELAYS_MAX) {
+      this.sendTo(from, {
+        kind: 'nack',
+        from: this.config.nodeId,
+        seq: originSeq,
+        updates: this.piggyback(),
+      });
+      return;
+    }
+    const seq = ++this.seq;
+    this.relays.set(seq, {
+      origin: from,
+      originSeq,
+      target: targetId,
+      deadlineMs: this.nowMs + this.config.relayTimeoutMs,
+    });
+    this.sendPing(target, seq);
+  }
+
+  // ---- Updates ----
+
+  private applyUpdate(u: MemberUpdate): void {
+    if (!isValidUpdate(u)) {
+      this.counters.invalidUpdates++;
+      return;
+    }
+    if (u.nodeId === this.config.nodeId) return this.applyAboutSelf(u);
+    const m = this.members.get(u.nodeId);
+    if (m === undefined) return this.applyAboutNew(u);
+    if (m.state === 'Removed') return;
+    if (u.incarnation < m.incarnation) {
+      this.counters.staleUpdates++;
+      return;
+    }
+    switch (u.kind) {
+      case 'alive':
+        return this.applyAlive(m, u);
+      case 'suspect':
+        return this.applySuspect(m, u.incarnation, u.reporter);
+      case 'unreachable':
+        return this.applyUnreachable(m, u.incarnation, u.reporter);
+      case 'down':
+        return this.markDown(m, u.incarnation, u.reporter);
+      case 'removed':
+        return this.markRemoved(m, u.incarnation, u.reporter);
+    }
+  }
+
+  private applyAboutNew(u: MemberUpdate): void {
+    if (u.kind !== 'alive' && u.kind !== 'removed') return; // claims about members we never saw
+    if (this.members.size >= MEMBERSHIP_MEMBERS_MAX) {
+      this.log('warn', `member ${u.nodeId} not admitted: ${MEMBERSHIP_MEMBERS_MAX} members known`);
+      return;
+    }
+    const state: MemberState = u.kind === 'alive' ? u.state : 'Removed';
+    const address = u.kind === 'alive' ? u.address : '';
+    const m = newMember({ nodeId: u.nodeId, address, incarnation: u.incarnation, state });
+    this.members.set(u.nodeId, m);
+    this.persistPending = true;
+    this.emitEvent(STATE_EVENT[state], viewOf(m));
+    this.enqueue(u);
+  }
+
+  private applyAlive(m: Member, u: Extract<MemberUpdate, { kind: 'alive' }>): void {
+    if (u.incarnation === m.incarnation) {
+      // Same life: only a later self-asserted state is news; liveness claims at it still stand.
+      if (m.state === 'Down' || !(m.state in SELF_STATE_RANK)) return;
+      if (SELF_STATE_RANK[u.state] <= SELF_STATE_RANK[m.state as SelfState]) return;
+      m.state = u.state;
+      this.persistPending = true;
+      this.emitEvent(STATE_EVENT[u.state], viewOf(m));
+      this.enqueue(u);
+      return;
+    }
+    const rejoined = m.state === 'Down';
+    const wasUnreachable = m.unreachable;
+    const stateChanged = m.state !== u.state;
+    m.incarnation = u.incarnation;
+    m.address = u.address;
+    m.state = u.state;
+    clearLiveness(m);
+    this.persistPending = true;
+    if (rejoined) this.emitEvent('MemberRejoined', viewOf(m));
+    else if (wasUnreachable) this.emitEvent('MemberReachable', viewOf(m));
+    if (stateChanged) this.emitEvent(STATE_EVENT[u.state], viewOf(m));
+    else if (!rejoined && !wasUnreachable) this.emitEvent('MemberUpdated', viewOf(m));
+    this.enqueue(u);
+  }
+
+  private applySuspect(m: Member, incarnation: number, reporter: string): void {
+    if (m.state === 'Down') return;
+    if (incarnation > m.incarnation) this.newIncarnation(m, incarnation);
+    if (m.unreachable) return; // already past suspicion at this incarnation
+    if (m.suspicion !== undefined) {
+      if (m.suspicion.confirmers.has(reporter)) return;
+      m.suspicion.confirmers.add(reporter);
+    } else {
+      m.suspicion = this.newSuspicion(reporter);
+      if (reporter !== this.config.nodeId) {
+        this.urgentProbes.add(m.nodeId);
+        this.nextProbeMs = Math.min(this.nextProbeMs, this.nowMs);
+      }
+    }
+    this.enqueue({ kind: 'suspect', nodeId: m.nodeId, incarnation: m.incarnation, reporter });
+  }
+
+  private applyUnreachable(m: Member, incarnation: number, reporter: string): void {
+    if (m.state === 'Down') return;
+    if (incarnation > m.incarnation) this.newIncarnation(m, incarnation);
+    this.markUnreachable(m);
+    // Our own report echoed back (or from an earlier life) is not news about our view.
+    if (reporter === this.config.nodeId) return;
+    const heardMs = m.reporters.get(reporter);
+    m.reporters.set(reporter, this.nowMs);
+    // Pass a renewal on once per half refresh: enough to keep it alive everywhere, no storm.
+    if (heardMs !== undefined && this.nowMs - heardMs < this.config.reportRefreshMs / 2) return;
+    this.enqueue({ kind: 'unreachable', nodeId: m.nodeId, incarnation: m.incarnation, reporter });
+  }
+
+  /** A claim at a newer incarnation than we knew: the member lived on, so older claims are void. */
+  private newIncarnation(m: Member, incarnation: number): void {
+    const wasUnreachable = m.unreachable;
+    m.incarnation = incarnation;
+    clearLiveness(m);
+    this.persistPending = true;
+    if (wasUnreachable) this.emitEvent('MemberReachable', viewOf(m));
+  }
+
+  private markUnreachable(m: Member): void {
+    m.suspicion = undefined;
+    if (m.unreachable) return;
+    m.unreachable = true;
+    this.emitEvent('MemberUnreachable', viewOf(m));
+    this.reportIfProbeFailed(m);
+  }
+
+  /** Our own last probe of it failed at this incarnation: our view counts toward Down, renewed. */
+  private reportIfProbeFailed(m: Member): void {
+    const self = this.config.nodeId;
+    if (!m.unreachable || m.probeFailedIncarnation !== m.incarnation) return;
+    const reportedMs = m.reporters.get(self);
+    if (reportedMs !== undefined && this.nowMs - reportedMs < this.config.reportRefreshMs) return;
+    m.reporters.set(self, this.nowMs);
+    this.enqueue({ kind: 'unreachable', nodeId: m.nodeId, incarnation: m.incarnation, reporter: self });
+  }
+
+  private markDown(m: Member, incarnation: number, reporter: string): void {
+    if (m.state === 'Down' && incarnation <= m.incarnation) return;
+    m.incarnation = incarnation;
+    m.state = 'Down';
+    clearLiveness(m);
+    m.unreachable = true;
+    this.persistPending = true;
+    this.emitEvent('MemberDown', viewOf(m));
+    this.enqueue({ kind: 'down', nodeId: m.nodeId, incarnation, reporter });
+  }
+
+  private markRemoved(m: Member, incarnation: number, reporter: string): void {
+    m.incarnation = incarnation;
+    m.state = 'Removed';
+    clearLiveness(m);
+    this.persistPending = true;
+    this.emitEvent('MemberRemoved', viewOf(m));
+    this.enqueue({ kind: 'removed', nodeId: m.nodeId, incarnation, reporter });
+  }
+
+  /** A claim about this node: refute a non-alive one, outbid a stale life, or accept removal. */
+  private applyAboutSelf(u: MemberUpdate): void {
+    if (this.selfState === 'Removed') return;
+    if (u.kind === 'removed') {
+      if (u.reporter === this.config.nodeId) return; // our own leave, echoed
+      return this.refuseSelf('this node was removed from the cluster');
+    }
+    if (u.kind === 'alive' && u.incarnation <= this.incarnation) return;
+    if (u.incarnation < this.incarnation) {
+      // A claim we refuted already reached someone who missed the refutation: send it again.
+      this.enqueue(this.selfAlive());
+      return;
+    }
+    if (u.kind !== 'alive') {
+      this.counters.refutations++;
+      this.adjustAwareness(1); // Lifeguard: being suspected hints at our own slowness
+    }
+    this.incarnation = u.incarnation + 1;
+    this.persistPending = true;
+    this.emitEvent('MemberUpdated', this.selfView());
+    this.enqueue(this.selfAlive());
+  }
+
+  // ---- Join, leave, removal ----
+
+  private onJoin(seeds: ReadonlyArray<{ nodeId: string; address: string }>): void {
+    if (this.selfState !== 'Joining' || seeds.length === 0) return;
+    this.seeds = seeds.filter((s) => isValidNodeId(s.nodeId) && s.nodeId !== this.config.nodeId);
+    this.seedIndex = 0;
+    this.sendJoinRequest();
+  }
+
+  private sendJoinRequest(): void {
+    const seed = this.seeds[this.seedIndex++ % this.seeds.length];
+    if (seed === undefined) return;
+    const message: MembershipMessage = {
+      kind: 'join-request',
+      from: this.config.nodeId,
+      address: this.config.address,
+      incarnation: this.incarnation,
+    };
+    this.outbox.push({ kind: 'send', to: seed.nodeId, address: seed.address, message });
+    this.joinRetryMs = this.nowMs + this.config.joinRetryMs;
+  }
+
+  private onJoinRequest(request: Extract<MembershipMessage, { kind: 'join-request' }>): void {
+    const existing = this.members.get(request.from);
+    const refusal = this.joinRefusal(request, existing);
+    if (refusal !== undefined) {
+      const refuse: MembershipMessage = { kind: 'refuse', from: this.config.nodeId, reason: refusal };
+      this.outbox.push({ kind: 'send', to: request.from, address: request.address, message: refuse });
+      this.log('warn', `join of ${request.from} refused: ${refusal}`);
+      return;
+    }
+    this.applyUpdate({
+      kind: 'alive',
+      nodeId: request.from,
+      address: request.address,
+      incarnation: request.incarnation,
+      state: 'Joining',
+    });
+    const accept: MembershipMessage = {
+      kind: 'join-accept',
+      from: this.config.nodeId,
+      members: this.fullState(),
+    };
+    this.outbox.push({ kind: 'send', to: request.from, address: request.address, message: accept });
+  }
+
+  private joinRefusal(
+    request: Extract<MembershipMessage, { kind: 'join-request' }>,
+    existing: Member | undefined,
+  ): string | undefined {
+    if (!isIncarnation(request.incarnation) || typeof request.address !== 'string')
+      return 'malformed join request';
+    if (existing === undefined)
+      return this.members.size >= MEMBERSHIP_MEMBERS_MAX
+        ? 'the cluster has as many members as it may'
+        : undefined;
+    if (existing.state === 'Removed')
+      return 'this node id was removed from the cluster; wipe the node and join with a new id';
+    const live = existing.state !== 'Down' && !existing.unreachable;
+    if (live && existing.address !== request.address)
+      return `node id ${request.from} is in use by a live member at ${existing.address}`;
+    // A lower incarnation (a wiped or lost data dir) is no reason to refuse: the accept carries our
+    // record of the member, which the joiner outbids or refutes with a higher one.
+    return undefined;
+  }
+
+  private onJoinAccept(): void {
+    if (this.selfState !== 'Joining') return;
+    this.joinRetryMs = Number.POSITIVE_INFINITY;
+    this.setSelfState('Up');
+  }
+
+  /**
+   * A refusal ends a join; from a member we know it means we were removed (Removed is final for an
+   * id, and only the cluster's members get past the handshake), so this node stops too.
+   */
+  private onRefuse(from: string, reason: string): void {
+    if (this.selfState === 'Removed') return;
+    if (this.selfState === 'Joining' && this.joinRetryMs !== Number.POSITIVE_INFINITY) {
+      return this.refuseSelf(`join refused by ${from}: ${String(reason)}`);
+    }
+    const sender = this.members.get(from);
+    if (sender === undefined || sender.state === 'Removed') return;
+    this.refuseSelf(`refused by member ${from}: ${String(reason)}`);
+  }
+
+  private refuseSelf(reason: string): void {
+    this.selfState = 'Removed';
+    this.stopped = true;
+    this.probe = undefined;
+    this.persistPending = true;
+    this.emitEvent('MemberRemoved', this.selfView());
+    this.outbox.push({ kind: 'refused', reason });
+  }
+
+  private onLeave(requestId: number): void {
+    if (this.selfState !== 'Up' && this.selfState !== 'Joining') {
+      return this.reply(requestId, 'Conflict', `this node is ${this.selfState}, it cannot leave`);
+    }
+    this.setSelfState('Leaving');
+    this.reply(requestId, 'Ok', 'leaving');
+  }
+
+  private onExit(requestId: number): void {
+    if (this.selfState !== 'Leaving') {
+      return this.reply(requestId, 'Conflict', `this node is ${this.selfState}, not Leaving`);
+    }
+    this.setSelfState('Exiting');
+    this.removeSelfAtMs = this.nowMs + this.config.leaveLingerMs;
+    this.reply(requestId, 'Ok', 'exiting');
+  }
+
+  private onRemove(nodeId: string, requestId: number): void {
+    if (nodeId === this.config.nodeId)
+      return this.reply(requestId, 'BadRequest', 'a node cannot remove itself; ask it to leave');
+    const m = this.members.get(nodeId);
+    if (m === undefined || m.state === 'Removed')
+      return this.reply(requestId, 'NotFound', `no member ${nodeId}`);
+    if (m.state !== 'Down') {
+      return this.reply(
+        requestId,
+        'Conflict',
+        `member ${nodeId} is ${m.state}: only a Down member can be removed; ask it to leave`,
+      );
+    }
+    this.markRemoved(m, m.incarnation, this.config.nodeId);
+    this.reply(requestId, 'Ok', `member ${nodeId} removed`);
+  }
+
+  private setSelfState(state: SelfState): void {
+    this.selfState = state;
+    this.persistPending = true;
+    this.emitEvent(STATE_EVENT[state], this.selfView());
+    this.enqueue(this.selfAlive());
+  }
+
+  // ---- Timers ----
+
+  private runTimers(): void {
+    const now = this.nowMs;
+    if (now >= this.joinRetryMs) this.sendJoinRequest();
+    if (now >= this.removeSelfAtMs) this.removeSelf();
+    if (now >= this.leftAtMs) {
+      this.stopped = true;
+      this.outbox.push({ kind: 'left' });
+      return;
+    }
+    for (const [seq, relay] of this.relays) {
+      if (now < relay.deadlineMs) continue;
+      this.relays.delete(seq);
+      this.sendTo(relay.origin, {
+        kind: 'nack',
+        from: this.config.nodeId,
+        seq: relay.originSeq,
+        updates: this.piggyback(),
+      });
+    }
+    if (this.probing()) this.runProbe();
+    this.checkSuspicionsAndDown();
+    if (now >= this.nextGossipMs) this.gossipRound();
+    if (now >= this.nextPushPullMs && this.probing()) this.pushPull();
+  }
+
+  /** A joining node waits for the seed's state; a removed one only lingers to gossip its leave. */
+  private probing(): boolean {
+    return this.selfState !== 'Removed' && this.selfState !== 'Joining';
+  }
+
+  private removeSelf(): void {
+    this.removeSelfAtMs = Number.POSITIVE_INFINITY;
+    this.selfState = 'Removed';
+    this.probe = undefined;
+    this.persistPending = true;
+    this.emitEvent('MemberRemoved', this.selfView());
+    const self = this.config.nodeId;
+    this.enqueue({ kind: 'removed', nodeId: self, incarnation: this.incarnation, reporter: self });
+    this.leftAtMs = this.nowMs + this.config.leaveLingerMs;
+  }
+
+  private runProbe(): void {
+    const probe = this.probe;
+    if (probe !== undefined && this.nowMs >= probe.deadlineMs) {
+      if (!probe.indirect) this.goIndirect(probe);
+      else this.probeFailed(probe);
+    }
+    if (this.probe === undefined && this.nowMs >= this.nextProbeMs) this.startProbe();
+  }
+
+  private startProbe(): void {
+    this.nextProbeMs = this.nowMs + this.scaled(this.config.probeIntervalMs);
+    const target = this.nextProbeTarget();
+    if (target === undefined) return;
+    const seq = ++this.seq;
+    const deadlineMs = this.nowMs + this.scaled(this.config.probeTimeoutMs);
+    this.probe = { target: target.nodeId, seq, indirect: false, deadlineMs, nacksExpected: 0, nacks: 0 };
+    this.counters.probes++;
+    this.sendPing(target, seq);
+  }
+
+  /** Members others suspect first; then round-robin over a shuffled list, reshuffled each time round (memberlist). */
+  private nextProbeTarget(): Member | undefined {
+    for (const nodeId of this.urgentProbes) {
+      this.urgentProbes.delete(nodeId);
+      const m = this.members.get(nodeId);
+      if (m?.suspicion !== undefined) return m;
+    }
+    for (let attempts = 0; attempts <= this.probeOrder.length; attempts++) {
+      if (this.probeIndex >= this.probeOrder.length) {
+        this.probeOrder = [...this.members.values()]
+          .filter((m) => m.state !== 'Removed')
+          .map((m) => m.nodeId);
+        this.shuffle(this.probeOrder);
+        this.probeIndex = 0;
+        if (this.probeOrder.length === 0) return undefined;
+      }
+      const m = this.members.get(this.probeOrder[this.probeIndex++]!);
+      if (m !== undefined && m.state !== 'Removed') return m;
+    }
+    return undefined;
+  }
+
+  /** A ping; to a member held non-alive it carries the claim, so a live one hears it and refutes. */
+  private sendPing(target: Member, seq: number): void {
+    const updates = this.piggyback();
+    const claim = this.claimAbout(target);
+    if (claim !== undefined) {
+      if (updates.length >= this.config.updatesPerMessageMax) updates.pop();
+      updates.unshift(claim);
+    }
+    const message: MembershipMessage = {
+      kind: 'ping',
+      from: this.config.nodeId,
+      seq,
+      target: target.nodeId,
+      updates,
+    };
+    this.outbox.push({ kind: 'send', to: target.nodeId, address: target.address, message });
+  }
+
+  private claimAbout(m: Member): MemberUpdate | undefined {
+    const base = { nodeId: m.nodeId, incarnation: m.incarnation, reporter: this.config.nodeId };
+    if (m.state === 'Down') return { kind: 'down', ...base };
+    if (m.unreachable) return { kind: 'unreachable', ...base };
+    if (m.suspicion !== undefined) return { kind: 'suspect', ...base };
+    return undefined;
+  }
+
+  private goIndirect(probe: Probe): void {
+    const helpers = this.randomMembers(
+      this.config.indirectProbes,
+      (m) => m.nodeId !== probe.target && isHealthy(m),
+    );
+    for (const helper of helpers) {
+      const message: MembershipMessage = {
+        kind: 'ping-req',
+        from: this.config.nodeId,
+        seq: probe.seq,
+        target: probe.target,
+        updates: this.piggyback(),
+      };
+      this.outbox.push({ kind: 'send', to: helper.nodeId, address: helper.address, message });
+    }
+    this.counters.indirectProbes += helpers.length;
+    probe.indirect = true;
+    probe.nacksExpected = helpers.length;
+    probe.deadlineMs = this.nowMs + this.scaled(this.config.probeIntervalMs - this.config.probeTimeoutMs);
+  }
+
+  private probeFailed(probe: Probe): void {
+    this.probe = undefined;
+    this.counters.probesFailed++;
+    // Lifeguard: helpers that did not even nack suggest our own network or loop is the problem.
+    this.adjustAwareness(probe.nacksExpected > 0 ? Math.max(0, probe.nacksExpected - probe.nacks) : 1);
+    const m = this.members.get(probe.target);
+    if (m === undefined || m.state === 'Removed' || m.state === 'Down') return;
+    m.probeFailedIncarnation = m.incarnation;
+    if (m.unreachable) return this.reportIfProbeFailed(m);
+    this.applySuspect(m, m.incarnation, this.config.nodeId);
+  }
+
+  private checkSuspicionsAndDown(): void {
+    const majority = Math.floor(this.votingMembers() / 2) + 1;
+    for (const m of this.members.values()) {
+      if (m.suspicion !== undefined && this.nowMs >= suspicionDeadlineMs(m.suspicion))
+        this.markUnreachable(m);
+      if (!m.unreachable || m.state === 'Down' || m.state === 'Removed') continue;
+      this.reportIfProbeFailed(m);
+      if (this.liveReports(m) < majority) {
+        m.majoritySinceMs = undefined;
+        continue;
+      }
+      m.majoritySinceMs ??= this.nowMs;
+      if (this.nowMs - m.majoritySinceMs >= this.config.downAfterMs) {
+        this.log(
+          'info',
+          `member ${m.nodeId} Down: unreachable from a majority for ${this.config.downAfterMs} ms`,
+        );
+        this.markDown(m, m.incarnation, this.config.nodeId);
+      }
+    }
+  }
+
+  /**
+   * Reports that still count: renewed within the TTL, and ours or those of reporters we reach (a
+   * stale minority view does not count).
+   */
+  private liveReports(m: Member): number {
+    let count = 0;
+    for (const [reporter, heardMs] of m.reporters) {
+      if (this.nowMs - heardMs > this.config.reportTtlMs) continue;
+      if (reporter === this.config.nodeId) count += VOTING.has(this.selfState) ? 1 : 0;
+      else {
+        const r = this.members.get(reporter);
+        if (r !== undefined && isHealthy(r)) count++;
+      }
+    }
+    return count;
+  }
+
+  private votingMembers(): number {
+    let count = VOTING.has(this.selfState) ? 1 : 0;
+    for (const m of this.members.values()) if (VOTING.has(m.state)) count++;
+    return count;
+  }
+
+  private gossipRound(): void {
+    this.nextGossipMs = this.nowMs + this.config.gossipIntervalMs;
+    if (this.queue.length === 0) return;
+    for (const m of this.randomMembers(this.config.gossipNodes, (m) => m.state !== 'Removed')) {
+      const updates = this.piggyback();
+      if (updates.length === 0) return;
+      this.sendTo(m.nodeId, { kind: 'gossip', from: this.config.nodeId, updates });
+    }
+  }
+
+  private pushPull(): void {
+    this.nextPushPullMs = this.nowMs + this.config.pushPullIntervalMs;
+    const [peer] = this.randomMembers(1, isHealthy);
+    if (peer === undefined) return;
+    this.sendTo(peer.nodeId, {
+      kind: 'sync',
+      from: this.config.nodeId,
+      reply: true,
+      members: this.fullState(),
+    });
+  }
+
+  /**
+   * Our loop did not run for `lateMs` (a pause, a long GC): nothing we failed to hear in that time
+   * is evidence against others. The probe in flight is dropped unjudged, suspicion and Down clocks
+   * shift by the gap, and our health score rises so our next timeouts are longer (Lifeguard).
+   */
+  private onStall(lateMs: number): void {
+    this.counters.stalls++;
+    this.adjustAwareness(1);
+    this.probe = undefined;
+    for (const m of this.members.values()) {
+      if (m.suspicion !== undefined) m.suspicion.startMs += lateMs;
+      if (m.majoritySinceMs !== undefined) m.majoritySinceMs += lateMs;
+    }
+    this.log('warn', `membership loop stalled ${lateMs} ms; local health ×${this.awareness + 1}`);
+  }
+
+  /** Queues `u` for gossip, dropping queued updates it makes obsolete. */
+  private enqueue(u: MemberUpdate): void {
+    this.queue.push(u);
+  }
+
+  /** Updates for one message: the gossip queue's fewest-sent, each sent its retransmit limit dropped. */
+  private piggyback(): MemberUpdate[] {
+    if (this.queue.length === 0) return [];
+    const limit = this.config.retransmitMult * Math.ceil(Math.log10(this.votingMembers() + 1));
+    return this.queue.take(this.config.updatesPerMessageMax, limit);
+  }
+
+  /** The state of every member, self included, as updates (join replies and push-pull). */
+  private fullState(): MemberUpdate[] {
+    const self = this.config.nodeId;
+    const updates: MemberUpdate[] = [
+      this.selfState === 'Removed'
+        ? { kind: 'removed', nodeId: self, incarnation: this.incarnation, reporter: self }
+        : this.selfAlive(),
+    ];
+    for (const m of this.members.values()) {
+      const base = { nodeId: m.nodeId, incarnation: m.incarnation, reporter: this.config.nodeId };
+      if (m.state === 'Removed') updates.push({ kind: 'removed', ...base });
+      else if (m.state === 'Down') updates.push({ kind: 'down', ...base });
+      else
+        updates.push({
+          kind: 'alive',
+          nodeId: m.nodeId,
+          address: m.address,
+          incarnation: m.incarnation,
+          state: m.state,
+        });
+    }
+    return updates;
+  }
+
+  // ---- Small helpers ----
+
+  private newSuspicion(firstReporter: string): Suspicion {
+    const n = this.votingMembers();
+    const minMs =
+      this.config.suspicionMult * Math.max(1, Math.log10(Math.max(1, n))) * this.config.probeIntervalMs;
+    return {
+      startMs: this.nowMs,
+      confirmers: new Set([firstReporter]),
+      expected: Math.max(0, Math.min(this.config.suspicionConfirmations, n - 2)),
+      minMs,
+      maxMs: minMs * this.config.suspicionMaxTimeoutMult,
+    };
+  }
+
+  private scaled(ms: number): number {
+    return ms * (this.awareness + 1);
+  }
+
+  private adjustAwareness(delta: number): void {
+    this.awareness = Math.max(0, Math.min(this.config.awarenessMaxMult - 1, this.awareness + delta));
+  }
+
+  private randomMembers(count: number, eligible: (m: Member) => boolean): Member[] {
+    const pool = [...this.members.values()].filter(eligible);
+    this.shuffle(pool);
+    return pool.slice(0, count);
+  }
+
+  /** Fisher–Yates with the injected source. */
+  private shuffle<T>(items: T[]): void {
+    for (let i = items.length - 1; i > 0; i--) {
+      const j = Math.floor(this.random() * (i + 1));
+      const swap = items[i]!;
+      items[i] = items[j]!;
+      items[j] = swap;
+    }
+  }
+
+  private sendTo(to: string, message: MembershipMessage, address?: string): void {
+    const addr = address ?? this.members.get(to)?.address ?? '';
+    this.outbox.push({ kind: 'send', to, address: addr, message });
+  }
+
+  private selfAlive(): MemberUpdate {
+    const state = this.selfState as SelfState;
+    return {
+      kind: 'alive',
+      nodeId: this.config.nodeId,
+      address: this.config.address,
+      incarnation: this.incarnation,
+      state,
+    };
+  }
+
+  private selfView(): MemberView {
+    const { nodeId, address } = this.config;
+    return {
+      nodeId,
+      address,
+      incarnation: this.incarnation,
+      state: this.selfState,
+      unreachable: false,
+      suspect: false,
+    };
+  }
+
+  private records(): MemberRecord[] {
+    return this.view().map(({ nodeId, address, incarnation, state }) => ({
+      nodeId,
+      address,
+      incarnation,
+      state,
+    }));
+  }
+
+  private emitEvent(kind: MemberEventKind, member: MemberView): void {
+    this.outbox.push({
+      kind: 'member-event',
+      event: { sequence: ++this.eventSequence, kind, member, atMs: this.nowMs },
+    });
+  }
+
+  private reply(requestId: number, status: OperatorStatus, message: string): void {
+    this.outbox.push({ kind: 'reply', requestId, status, message });
+  }
+
+  private log(level: 'info' | 'warn', message: string): void {
+    this.outbox.push({ kind: 'log', level, message });
+  }
+}
+
+function newMember(record: MemberRecord): Member {
+  return {
+    nodeId: record.nodeId,
+    address: record.address,
+    incarnation: record.incarnation,
+    state: record.state,
+    unreachable: record.state === 'Down',
+    suspicion: undefined,
+    reporters: new Map(),
+    probeFailedIncarnation: -1,
+    majoritySinceMs: undefined,
+  };
+}
+
+function clearLiveness(m: Member): void {
+  m.unreachable = false;
+  m.suspicion = undefined;
+  m.reporters.clear();
+  m.probeFailedIncarnation = -1;
+  m.majoritySinceMs = undefined;
+}
+
+function viewOf(m: Member): MemberView {
+  return {
+    nodeId: m.nodeId,
+    address: m.address,
+    incarnation: m.incarnation,
+    state: m.state,
+    unreachable: m.unreachable,
+    suspect: m.suspicion !== undefined,
+  };
+}
+
+/** Reachable as far as we know: a helper for indirect probes, a reporter whose view still counts. */
+function isHealthy(m: Member): boolean {
+  return VOTING.has(m.state) && !m.unreachable && m.suspicion === undefined;
+}
+
+/**
+ * Lifeguard's dynamic suspicion (memberlist suspicion.go): from the ceiling down to the floor on a
+ * log scale as confirmations c reach the expected k: max − (max − min)·log(c + 1)/log(k + 1).
+ */
+export function suspicionTimeoutMs(
+  confirmations: number,
+  expected: number,
+  minMs: number,
+  maxMs: number,
+): number {
+  if (expected < 1) return minMs;
+  const fraction = Math.log(confirmations + 1) / Math.log(expected + 1);
+  return Math.max(minMs, Math.floor(maxMs - fraction * (maxMs - minMs)));
+}
+
+function suspicionDeadlineMs(s: Suspicion): number {
+  return s.startMs + suspicionTimeoutMs(s.confirmers.size - 1, s.expected, s.minMs, s.maxMs);
+}

@@ -1,0 +1,481 @@
+// A seeded simulator of cluster membership (issue #35 "Checked by"): 5–7 nodes run the real
+// Membership core (src/core/membership.ts) over a simulated network and clock, in one thread, from
+// one seed. Messages take 1–30 ms, may be lost, and are cut by partitions; nodes are killed and
+// restarted (from what they persisted, so the restart bumps their incarnation), paused (a paused
+// node does not step, its messages wait as in a socket buffer, and its clock has jumped when it
+// resumes), and every node's clock runs at its own offset and rate.
+//
+// Phases and what each checks:
+// - chaos: random partitions, loss, kills, restarts and pauses. Safety throughout: no member is
+//   declared Down while a majority of the nodes has reached it for `refuteGraceMs` (enough for a
+//   claim to reach it and its refutation to spread).
+// - heal: every link up, every node alive. Liveness: every node's view converges (same members,
+//   states, incarnations; all Up and reachable).
+// - kill: one node dies for good. Every survivor marks it unreachable within `unreachableBoundMs`,
+//   and Down no sooner than `downAfterMs` after the kill and within `downBoundMs` past it.
+// - pause: another node stops for less than `downAfterMs`. No node ever declares it Down, and the
+//   views converge again once it resumes.
+
+import { assert } from '../../src/core/assert.js';
+import { Membership } from '../../src/core/membership.js';
+import {
+  MEMBERSHIP_CONFIG_DEFAULTS,
+  type MemberRecord,
+  type MembershipAction,
+  type MembershipMessage,
+} from '../../src/core/membership-types.js';
+import { seededFractions } from '../unit/fixtures/xorshift32.js';
+
+export interface MembershipSimOptions {
+  seed: number;
+  chaosMs: number;
+  /** Time a message to a reachable member may take to produce a refutation seen everywhere. */
+  refuteGraceMs: number;
+  unreachableBoundMs: number;
+  downBoundMs: number;
+  convergeBoundMs: number;
+}
+
+export const MEMBERSHIP_SIM_DEFAULTS: Omit<MembershipSimOptions, 'seed'> = {
+  chaosMs: 180_000,
+  refuteGraceMs: 15_000,
+  // The issue's 5 s goal is for three nodes. With five or six survivors, each probes the victim once
+  // per round of N − 1 probe intervals (reshuffled, so two probes of it can be up to two rounds
+  // apart): the first failed probe can take ≈ 4–5 s, then the 2 s suspicion floor.
+  unreachableBoundMs: 8_000,
+  downBoundMs: 10_000,
+  // Push-pull runs every 30 s; two rounds and the gossip after them.
+  convergeBoundMs: 75_000,
+};
+
+export interface MembershipSimReport {
+  nodes: number;
+  messages: number;
+  lost: number;
+  partitions: number;
+  kills: number;
+  pauses: number;
+  downs: number;
+  unreachableMarks: number;
+  maxUnreachableMs: number;
+  maxDownMs: number;
+}
+
+const STEP_MS = 10;
+const TRACE = process.env.TESSERA_SIM_TRACE !== undefined;
+
+interface SimNode {
+  id: string;
+  core: Membership | undefined;
+  /** What it persisted last: a restart starts from it. */
+  persisted: { incarnation: number; members: MemberRecord[] } | undefined;
+  pausedUntilMs: number;
+  held: MembershipMessage[];
+  offsetMs: number;
+  rate: number;
+}
+
+interface InFlight {
+  atMs: number;
+  to: string;
+  message: MembershipMessage;
+}
+
+export class MembershipSim {
+  private readonly random: () => number;
+  private readonly nodes: SimNode[] = [];
+  private readonly byId = new Map<string, SimNode>();
+  private inFlight: InFlight[] = [];
+  private readonly cut = new Set<string>();
+  private lossRate = 0;
+  /** A partition holds until then: long ones (past downAfterMs) let a majority down the minority. */
+  private partitionUntilMs = 0;
+  private nowMs = 0;
+  private readonly actions: MembershipAction[] = [];
+  /** Since when each node has been reached by a majority (alive, running, links up); undefined when not. */
+  private readonly majorityReachSinceMs = new Map<string, number | undefined>();
+  /** Observers that hold each node unreachable (or Down), for the kill phase. */
+  private onEvent: ((observer: string, kind: string, about: string) => void) | undefined;
+  private readonly report: MembershipSimReport;
+  private readonly downAfterMs = MEMBERSHIP_CONFIG_DEFAULTS.downAfterMs;
+
+  constructor(private readonly options: MembershipSimOptions) {
+    this.random = seededFractions(options.seed);
+    const count = 5 + Math.floor(this.random() * 3);
+    for (let i = 1; i <= count; i++) {
+      const node: SimNode = {
+        id: `n${i}`,
+        core: undefined,
+        persisted: undefined,
+        pausedUntilMs: 0,
+        held: [],
+        offsetMs: Math.floor((this.random() - 0.5) * 4_000),
+        rate: 1 + (this.random() - 0.5) * 0.002,
+      };
+      this.nodes.push(node);
+      this.byId.set(node.id, node);
+    }
+    this.report = {
+      nodes: count,
+      messages: 0,
+      lost: 0,
+      partitions: 0,
+      kills: 0,
+      pauses: 0,
+      downs: 0,
+      unreachableMarks: 0,
+      maxUnreachableMs: 0,
+      maxDownMs: 0,
+    };
+    for (const node of this.nodes) this.start(node);
+    this.updateReach();
+  }
+
+  run(): MembershipSimReport {
+    this.chaos();
+    this.heal();
+    this.killPhase();
+    this.pausePhase();
+    return this.report;
+  }
+
+  // ---- Phases ----
+
+  private chaos(): void {
+    const endMs = this.nowMs + this.options.chaosMs;
+    let nextFaultMs = this.nowMs + 2_000;
+    while (this.nowMs < endMs) {
+      if (this.nowMs >= nextFaultMs) {
+        this.randomFault();
+        nextFaultMs = this.nowMs + 1_000 + Math.floor(this.random() * 8_000);
+      }
+      this.advance();
+    }
+  }
+
+  private randomFault(): void {
+    const r = this.random();
+    const node = this.nodes[Math.floor(this.random() * this.nodes.length)]!;
+    const partitioned = this.nowMs < this.partitionUntilMs;
+    if (r < 0.25) {
+      if (!partitioned) this.partition();
+    } else if (r < 0.4) {
+      if (!partitioned) this.healLinks();
+    } else if (r < 0.5) this.lossRate = this.random() < 0.5 ? 0 : this.random() * 0.1;
+    else if (r < 0.65) {
+      if (node.core !== undefined) this.kill(node);
+      else this.start(node);
+    } else if (r < 0.8) {
+      if (node.core !== undefined && node.pausedUntilMs <= this.nowMs) {
+        this.report.pauses++;
+        node.pausedUntilMs = this.nowMs + 500 + Math.floor(this.random() * 25_000);
+        this.trace(`pause ${node.id} until ${node.pausedUntilMs / 1000}s`);
+      }
+    } else {
+      const other = this.nodes[Math.floor(this.random() * this.nodes.length)]!;
+      if (other !== node) this.setLink(node.id, other.id, false);
+      if (other !== node) this.trace(`cut ${node.id}-${other.id}`);
+    }
+    this.updateReach();
+  }
+
+  private heal(): void {
+    this.healLinks();
+    this.lossRate = 0;
+    for (const node of this.nodes) {
+      if (node.core === undefined) this.start(node);
+      node.pausedUntilMs = Math.min(node.pausedUntilMs, this.nowMs);
+    }
+    this.updateReach();
+    this.awaitConvergence('after the faults healed');
+  }
+
+  private killPhase(): void {
+    const victim = this.nodes[Math.floor(this.random() * this.nodes.length)]!;
+    const survivors = this.nodes.filter((n) => n !== victim).map((n) => n.id);
+    const killedMs = this.nowMs;
+    const unreachableAt = new Map<string, number>();
+    const downAt = new Map<string, number>();
+    this.onEvent = (observer, kind, about) => {
+      if (about !== victim.id) return;
+      if (kind === 'MemberUnreachable' && !unreachableAt.has(observer))
+        unreachableAt.set(observer, this.nowMs);
+      if (kind === 'MemberDown' && !downAt.has(observer)) downAt.set(observer, this.nowMs);
+    };
+    this.kill(victim);
+    this.trace(`health ${this.nodes.map((n) => `${n.id}×${n.core?.healthMultiplier()}`).join(' ')}`);
+    this.updateReach();
+    const deadlineMs =
+      killedMs + this.downAfterMs + this.options.unreachableBoundMs + this.options.downBoundMs;
+    while (this.nowMs < deadlineMs && downAt.size < survivors.length) this.advance();
+    this.onEvent = undefined;
+    for (const id of survivors) {
+      const unreachableMs = (unreachableAt.get(id) ?? Number.POSITIVE_INFINITY) - killedMs;
+      const downMs = (downAt.get(id) ?? Number.POSITIVE_INFINITY) - killedMs;
+      this.report.maxUnreachableMs = Math.max(this.report.maxUnreachableMs, unreachableMs);
+      this.report.maxDownMs = Math.max(this.report.maxDownMs, downMs);
+      assert(
+        unreachableMs <= this.options.unreachableBoundMs,
+        `${id} marked killed ${victim.id} unreachable after ${unreachableMs} ms (bound ${this.options.unreachableBoundMs})`,
+      );
+      assert(
+        downMs >= this.downAfterMs,
+        `${id} marked ${victim.id} Down ${downMs} ms after the kill, before downAfterMs`,
+      );
+      assert(
+        downMs <= this.downAfterMs + this.options.downBoundMs,
+        `${id} marked killed ${victim.id} Down after ${downMs} ms (bound downAfterMs + ${this.options.downBoundMs})`,
+      );
+    }
+    this.start(victim);
+    this.awaitConvergence('after the killed node restarted');
+  }
+
+  private pausePhase(): void {
+    const victim = this.nodes[Math.floor(this.random() * this.nodes.length)]!;
+    const pauseMs = 1_000 + Math.floor(this.random() * (this.downAfterMs - 1_001));
+    let downs = 0;
+    this.onEvent = (observer, kind, about) => {
+      if (about === victim.id && kind === 'MemberDown') downs++;
+      assert(
+        downs === 0,
+        `${observer} declared ${victim.id} Down during a ${pauseMs} ms pause (< downAfterMs)`,
+      );
+    };
+    this.report.pauses++;
+    victim.pausedUntilMs = this.nowMs + pauseMs;
+    this.updateReach();
+    const endMs = this.nowMs + pauseMs + 10_000;
+    while (this.nowMs < endMs) this.advance();
+    this.awaitConvergence(`after ${victim.id} resumed from a ${pauseMs} ms pause`);
+    this.onEvent = undefined;
+  }
+
+  private awaitConvergence(when: string): void {
+    const deadlineMs = this.nowMs + this.options.convergeBoundMs;
+    while (this.nowMs < deadlineMs) {
+      if (this.converged() === undefined) return;
+      for (let i = 0; i < 10; i++) this.advance();
+    }
+    assert(
+      false,
+      `views did not converge within ${this.options.convergeBoundMs} ms ${when}: ${this.converged()}`,
+    );
+  }
+
+  /** Undefined when every node sees every node Up and reachable at one incarnation; else why not. */
+  private converged(): string | undefined {
+    let reference: string | undefined;
+    for (const node of this.nodes) {
+      const core = node.core;
+      if (core === undefined) return `${node.id} is down`;
+      const view = core
+        .view()
+        .map(
+          (v) =>
+            `${v.nodeId}:${v.state}:${v.incarnation}${v.unreachable ? ':unreachable' : ''}${v.suspect ? ':suspect' : ''}`,
+        )
+        .join(' ');
+      if (reference === undefined) reference = view;
+      else if (view !== reference)
+        return `${node.id} sees [${view}], ${this.nodes[0]!.id} sees [${reference}]`;
+      if (/:unreachable|:suspect|:Down|:Removed|:Joining|:Leaving|:Exiting/.test(view))
+        return `not all Up: [${view}]`;
+      // Calm, too: a detector still wary from the faults (Lifeguard's score) probes slower.
+      if (core.healthMultiplier() !== 1) return `${node.id}'s local health is ×${core.healthMultiplier()}`;
+    }
+    return undefined;
+  }
+
+  // ---- The world ----
+
+  private advance(): void {
+    this.nowMs += STEP_MS;
+    this.updateReach();
+    const due = this.inFlight.filter((m) => m.atMs <= this.nowMs);
+    if (due.length > 0) this.inFlight = this.inFlight.filter((m) => m.atMs > this.nowMs);
+    for (const node of this.nodes) {
+      if (node.core === undefined) continue;
+      if (node.pausedUntilMs > this.nowMs) continue;
+      const local = this.localMs(node);
+      if (node.held.length > 0) {
+        // Resumed: the timers fire first (the clock has jumped), then the socket buffers are read.
+        this.stepNode(node, { kind: 'tick', nowMs: local });
+        const held = node.held;
+        node.held = [];
+        for (const message of held) this.deliver(node, message);
+      } else if (local >= node.core.nextWakeMs()) {
+        this.stepNode(node, { kind: 'tick', nowMs: local });
+      }
+    }
+    for (const m of due) {
+      const node = this.byId.get(m.to)!;
+      if (node.core === undefined) continue;
+      if (node.pausedUntilMs > this.nowMs) node.held.push(m.message);
+      else this.deliver(node, m.message);
+    }
+  }
+
+  private deliver(node: SimNode, message: MembershipMessage): void {
+    if (node.core === undefined) return;
+    this.stepNode(node, { kind: 'message', message, nowMs: this.localMs(node) });
+  }
+
+  private stepNode(node: SimNode, event: Parameters<Membership['step']>[0]): void {
+    const core = node.core!;
+    core.step(event);
+    this.actions.length = 0;
+    core.takeActions(this.actions);
+    for (const action of this.actions) this.carryOut(node, action);
+  }
+
+  private carryOut(node: SimNode, action: MembershipAction): void {
+    switch (action.kind) {
+      case 'send':
+        return this.send(node.id, action.to, action.message);
+      case 'persist':
+        node.persisted = { incarnation: action.incarnation, members: action.members };
+        return;
+      case 'member-event':
+        return this.onMemberEvent(
+          node.id,
+          action.event.kind,
+          action.event.member.nodeId,
+          action.event.member.incarnation,
+        );
+      case 'refused':
+      case 'left':
+        assert(false, `${node.id} stopped (${action.kind}) though no node leaves or is removed here`);
+        return;
+      case 'reply':
+      case 'log':
+        return;
+    }
+  }
+
+  private onMemberEvent(observer: string, kind: string, about: string, incarnation: number): void {
+    this.trace(`${observer}: ${kind} ${about}`);
+    if (kind === 'MemberUnreachable') this.report.unreachableMarks++;
+    if (kind === 'MemberDown') {
+      this.report.downs++;
+      // A Down about an earlier life of the member (killed, since restarted) is old news, not a decision now.
+      const current = this.byId.get(about)!.core?.member(about)?.incarnation ?? 0;
+      const since = incarnation < current ? undefined : this.majorityReachSinceMs.get(about);
+      assert(
+        since === undefined || this.nowMs - since < this.options.refuteGraceMs,
+        `${observer} declared ${about} Down at ${this.nowMs} ms while a majority has reached it since ${since} ms`,
+      );
+    }
+    this.onEvent?.(observer, kind, about);
+  }
+
+  private send(from: string, to: string, message: MembershipMessage): void {
+    this.report.messages++;
+    if (!this.byId.has(to) || this.cut.has(linkKey(from, to)) || this.random() < this.lossRate) {
+      this.report.lost++;
+      return;
+    }
+    const latencyMs = 1 + Math.floor(this.random() * 30);
+    // A copy, as the wire would make: no state may be shared between nodes.
+    this.inFlight.push({ atMs: this.nowMs + latencyMs, to, message: structuredClone(message) });
+  }
+
+  private start(node: SimNode): void {
+    this.trace(`start ${node.id}`);
+    const restored = node.persisted;
+    const members: MemberRecord[] =
+      restored?.members ??
+      this.nodes.map((n) => ({
+        nodeId: n.id,
+        address: `${n.id}:7000`,
+        incarnation: 0,
+        state: 'Up' as const,
+      }));
+    node.pausedUntilMs = 0;
+    node.held = [];
+    node.core = new Membership(
+      {
+        ...MEMBERSHIP_CONFIG_DEFAULTS,
+        nodeId: node.id,
+        address: `${node.id}:7000`,
+        restoredIncarnation: restored?.incarnation,
+        members,
+        selfState: 'Up',
+        selfRemoved: false,
+      },
+      seededFractions((this.random() * 2 ** 32) >>> 0),
+      this.localMs(node),
+    );
+    this.actions.length = 0;
+    node.core.takeActions(this.actions);
+    for (const action of this.actions) this.carryOut(node, action);
+  }
+
+  private kill(node: SimNode): void {
+    this.trace(`kill ${node.id}`);
+    this.report.kills++;
+    node.core = undefined;
+    node.held = [];
+    this.inFlight = this.inFlight.filter((m) => m.to !== node.id);
+  }
+
+  private partition(): void {
+    this.report.partitions++;
+    this.healLinks();
+    this.partitionUntilMs = this.nowMs + 5_000 + Math.floor(this.random() * 55_000);
+    const side = new Set(this.nodes.filter(() => this.random() < 0.5).map((n) => n.id));
+    this.trace(`partition [${[...side]}]`);
+    for (const a of this.nodes) {
+      for (const b of this.nodes)
+        if (a.id < b.id && side.has(a.id) !== side.has(b.id)) this.setLink(a.id, b.id, false);
+    }
+  }
+
+  private healLinks(): void {
+    this.trace('links healed');
+    this.cut.clear();
+  }
+
+  private setLink(a: string, b: string, up: boolean): void {
+    if (up) {
+      this.cut.delete(linkKey(a, b));
+      this.cut.delete(linkKey(b, a));
+    } else {
+      this.cut.add(linkKey(a, b));
+      this.cut.add(linkKey(b, a));
+    }
+  }
+
+  /** Recomputed at every step: faults start and pauses end between steps. */
+  private updateReach(): void {
+    const majority = Math.floor(this.nodes.length / 2) + 1;
+    for (const x of this.nodes) {
+      let reached = this.running(x) ? 1 : 0;
+      if (reached === 1) {
+        for (const y of this.nodes)
+          if (y !== x && this.running(y) && !this.cut.has(linkKey(x.id, y.id))) reached++;
+      }
+      const now = reached >= majority;
+      const since = this.majorityReachSinceMs.get(x.id);
+      if (!now) this.majorityReachSinceMs.set(x.id, undefined);
+      else if (since === undefined) this.majorityReachSinceMs.set(x.id, this.nowMs);
+    }
+  }
+
+  /** TESSERA_SIM_TRACE=1 prints the run's member events and faults, to read a failing seed. */
+  private trace(line: string): void {
+    if (TRACE) console.log(`${(this.nowMs / 1000).toFixed(2)}s ${line}`);
+  }
+
+  private running(node: SimNode): boolean {
+    return node.core !== undefined && node.pausedUntilMs <= this.nowMs;
+  }
+
+  private localMs(node: SimNode): number {
+    return Math.floor(1_000_000 + this.nowMs * node.rate + node.offsetMs);
+  }
+}
+
+function linkKey(a: string, b: string): string {
+  return `${a}>${b}`;
+}

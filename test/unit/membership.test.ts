@@ -1,0 +1,656 @@
+// The membership core (src/core/membership.ts; issue #35 item 1, datum §2): SWIM probes and
+// indirect probes, Lifeguard's dynamic suspicion and local health, refutation, Down only with a
+// majority's view, join, leave, removal and refused input. Each test drives the real core with
+// events and reads its actions; time is the events' nowMs, ticks come at nextWakeMs() as a driver's
+// timer would bring them.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { GossipQueue } from '../../src/core/gossip-queue.js';
+import { Membership, suspicionTimeoutMs } from '../../src/core/membership.js';
+import {
+  MEMBERSHIP_CONFIG_DEFAULTS,
+  type MemberEventKind,
+  type MembershipAction,
+  type MembershipConfig,
+  type MembershipMessage,
+  type MemberUpdate,
+} from '../../src/core/membership-types.js';
+import { seededFractions } from './fixtures/xorshift32.js';
+
+type Send = Extract<MembershipAction, { kind: 'send' }>;
+
+function config(
+  nodeId: string,
+  others: string[],
+  overrides: Partial<MembershipConfig> = {},
+): MembershipConfig {
+  return {
+    ...MEMBERSHIP_CONFIG_DEFAULTS,
+    nodeId,
+    address: `${nodeId}:7000`,
+    restoredIncarnation: undefined,
+    members: others.map((id) => ({
+      nodeId: id,
+      address: `${id}:7000`,
+      incarnation: 1,
+      state: 'Up' as const,
+    })),
+    selfState: 'Up',
+    selfRemoved: false,
+    ...overrides,
+  };
+}
+
+/**
+ * One core and the members around it, played by the test: `live` members answer its pings and
+ * probe for it (ack when the target is live, nack when not); the others stay silent.
+ */
+class Harness {
+  readonly core: Membership;
+  readonly actions: MembershipAction[] = [];
+  nowMs = 0;
+
+  constructor(
+    cfg: MembershipConfig,
+    readonly live: Set<string> = new Set(),
+  ) {
+    this.core = new Membership(cfg, seededFractions(7), 0);
+    this.core.takeActions(this.actions);
+  }
+
+  step(event: Parameters<Membership['step']>[0]): void {
+    this.nowMs = event.nowMs;
+    this.core.step(event);
+    const fresh: MembershipAction[] = [];
+    this.core.takeActions(fresh);
+    this.actions.push(...fresh);
+    for (const action of fresh) if (action.kind === 'send') this.answer(action);
+  }
+
+  deliver(message: MembershipMessage, nowMs = this.nowMs): void {
+    this.step({ kind: 'message', message, nowMs });
+  }
+
+  /** Ticks at every wake-up up to `untilMs`, then at `untilMs`. */
+  advance(untilMs: number): void {
+    for (let wake = this.core.nextWakeMs(); wake <= untilMs; wake = this.core.nextWakeMs()) {
+      this.step({ kind: 'tick', nowMs: wake });
+      assert.ok(this.core.nextWakeMs() > wake, `a tick at ${wake} must move the next wake-up on`);
+    }
+    this.step({ kind: 'tick', nowMs: untilMs });
+  }
+
+  sends(kind: MembershipMessage['kind'], sinceIndex = 0): Send[] {
+    return this.actions
+      .slice(sinceIndex)
+      .filter((a): a is Send => a.kind === 'send' && a.message.kind === kind);
+  }
+
+  events(kind: MemberEventKind, about?: string): Array<{ sequence: number; atMs: number }> {
+    const found: Array<{ sequence: number; atMs: number }> = [];
+    for (const a of this.actions) {
+      if (a.kind !== 'member-event' || a.event.kind !== kind) continue;
+      if (about === undefined || a.event.member.nodeId === about) found.push(a.event);
+    }
+    return found;
+  }
+
+  private answer(send: Send): void {
+    const m = send.message;
+    if (!this.live.has(send.to)) return;
+    if (m.kind === 'ping') this.deliver({ kind: 'ack', from: send.to, seq: m.seq, updates: [] });
+    if (m.kind === 'ping-req') {
+      const kind = this.live.has(m.target) ? 'ack' : 'nack';
+      this.deliver({ kind, from: send.to, seq: m.seq, updates: [] });
+    }
+  }
+}
+
+function firstPing(h: Harness): { target: string; seq: number } {
+  const ping = h.sends('ping')[0];
+  assert.ok(ping !== undefined && ping.message.kind === 'ping', 'a ping was sent');
+  return { target: ping.to, seq: ping.message.seq };
+}
+
+const OTHERS = ['b', 'c', 'd', 'e'];
+
+test('probe and ack: one ping per interval, an ack ends the probe without indirect probes', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.advance(999);
+  assert.equal(h.sends('ping').length, 0, 'no probe before the first interval');
+  h.advance(1000);
+  const { target, seq } = firstPing(h);
+  h.deliver({ kind: 'ack', from: target, seq, updates: [] }, 1010);
+  h.advance(1999);
+  assert.equal(h.sends('ping-req').length, 0, 'an acked probe goes no further');
+  assert.equal(h.core.member(target)?.suspect, false);
+  assert.equal(h.core.healthMultiplier(), 1);
+  h.advance(2000);
+  assert.equal(h.sends('ping').length, 2, 'the next probe one interval later');
+});
+
+test('a direct probe timeout sends 3 indirect probes through other members', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.advance(1000);
+  const { target, seq } = firstPing(h);
+  h.advance(1499);
+  assert.equal(h.sends('ping-req').length, 0);
+  h.advance(1500);
+  const requests = h.sends('ping-req');
+  assert.equal(requests.length, 3);
+  const helpers = new Set(requests.map((r) => r.to));
+  assert.equal(helpers.size, 3, 'three distinct helpers');
+  assert.ok(!helpers.has(target) && !helpers.has('a'), 'helpers are neither the target nor self');
+  for (const r of requests) {
+    assert.ok(r.message.kind === 'ping-req' && r.message.seq === seq && r.message.target === target);
+  }
+});
+
+test('an ack relayed by an indirect prober saves the member from suspicion', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.advance(1500);
+  const { target, seq } = firstPing(h);
+  const helper = h.sends('ping-req')[0]!.to;
+  h.deliver({ kind: 'ack', from: helper, seq, updates: [] }, 1600);
+  h.advance(2500);
+  assert.equal(h.core.member(target)?.suspect, false);
+  assert.equal(h.core.counters.probesFailed, 0);
+});
+
+test('a member probes for others: relays the ack, or nacks after the relay timeout (Lifeguard)', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.deliver({ kind: 'ping-req', from: 'b', seq: 41, target: 'c', updates: [] }, 100);
+  const relayed = h.sends('ping').find((s) => s.to === 'c');
+  assert.ok(relayed !== undefined && relayed.message.kind === 'ping');
+  h.deliver({ kind: 'ack', from: 'c', seq: relayed.message.seq, updates: [] }, 120);
+  assert.ok(h.sends('ack').some((s) => s.to === 'b' && s.message.kind === 'ack' && s.message.seq === 41));
+  h.deliver({ kind: 'ping-req', from: 'b', seq: 42, target: 'd', updates: [] }, 200);
+  h.advance(200 + MEMBERSHIP_CONFIG_DEFAULTS.relayTimeoutMs);
+  assert.ok(h.sends('nack').some((s) => s.to === 'b' && s.message.kind === 'nack' && s.message.seq === 42));
+});
+
+test('suspicion confirmed → unreachable: an unconfirmed suspicion runs its ceiling, then the member is unreachable', () => {
+  const target = firstPingTarget();
+  // The first member probed is dead; the others answer, and nack for it.
+  const h = new Harness(config('a', OTHERS), new Set(OTHERS.filter((id) => id !== target)));
+  h.advance(1_999);
+  assert.equal(h.core.member(target)?.suspect, false);
+  h.advance(2_000);
+  assert.equal(h.core.member(target)?.suspect, true, 'suspected at the end of the probe interval');
+  // N = 5: floor 2 s, ceiling 12 s, two confirmations expected; none came, so 12 s.
+  h.advance(2_000 + 11_999);
+  assert.equal(h.core.member(target)?.unreachable, false);
+  h.advance(2_000 + 12_000);
+  assert.equal(h.core.member(target)?.unreachable, true);
+  assert.deepEqual(
+    h.events('MemberUnreachable', target).map((e) => e.atMs),
+    [14_000],
+  );
+  assert.equal(h.core.healthMultiplier(), 1, 'the helpers nacked: our own health is fine');
+});
+
+test("Lifeguard's dynamic suspicion: the timeout falls from ceiling to floor on a log scale as confirmations arrive", () => {
+  assert.equal(suspicionTimeoutMs(0, 2, 2_000, 12_000), 12_000);
+  assert.equal(suspicionTimeoutMs(1, 2, 2_000, 12_000), 5_690);
+  assert.equal(suspicionTimeoutMs(2, 2, 2_000, 12_000), 2_000);
+  assert.equal(suspicionTimeoutMs(5, 2, 2_000, 12_000), 2_000, 'never below the floor');
+  assert.equal(suspicionTimeoutMs(0, 0, 2_000, 12_000), 2_000, 'no confirmations to wait for: the floor');
+});
+
+test('independent confirmations shorten the suspicion timeout', () => {
+  // Everyone answers a's probes, c included: a's own view never confirms, only b, d and e do.
+  const h = new Harness(config('a', OTHERS), new Set(OTHERS));
+  // b suspects c at incarnation 1: a starts its own suspicion at 100 ms.
+  h.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'b' }]), 100);
+  assert.equal(h.core.member('c')?.suspect, true);
+  h.advance(5_000);
+  // One confirmation (d): 5.69 s from the start.
+  h.deliver(gossip('d', [{ kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'd' }]), 5_000);
+  h.advance(100 + 5_689);
+  assert.equal(h.core.member('c')?.unreachable, false);
+  h.advance(100 + 5_690);
+  assert.equal(h.core.member('c')?.unreachable, true, 'one confirmation: 5.69 s instead of 12 s');
+
+  const g = new Harness(config('a', OTHERS), new Set(OTHERS));
+  g.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'b' }]), 100);
+  g.deliver(gossip('d', [{ kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'd' }]), 200);
+  g.deliver(gossip('e', [{ kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'e' }]), 300);
+  g.advance(100 + 1_999);
+  assert.equal(g.core.member('c')?.unreachable, false);
+  g.advance(100 + 2_000);
+  assert.equal(g.core.member('c')?.unreachable, true, 'two confirmations: the 2 s floor');
+});
+
+test('members that hear a suspicion probe its target next, to confirm or refute it promptly', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'e', incarnation: 1, reporter: 'b' }]), 100);
+  const ping = h.sends('ping')[0];
+  assert.equal(ping?.to, 'e', 'probed at once, out of the round-robin order');
+  assert.ok(ping.message.kind === 'ping');
+  assert.deepEqual(
+    ping.message.updates[0],
+    { kind: 'suspect', nodeId: 'e', incarnation: 1, reporter: 'a' },
+    'with the claim',
+  );
+});
+
+test('refutation: a higher incarnation clears a suspicion; a claim about self is refuted with one', () => {
+  const h = new Harness(config('a', OTHERS), new Set(OTHERS));
+  h.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'b' }]), 100);
+  h.deliver(
+    gossip('d', [{ kind: 'alive', nodeId: 'c', address: 'c:7000', incarnation: 2, state: 'Up' }]),
+    500,
+  );
+  assert.equal(h.core.member('c')?.suspect, false);
+  assert.equal(h.core.member('c')?.incarnation, 2);
+  h.advance(20_000);
+  assert.equal(h.core.member('c')?.unreachable, false, 'the refuted suspicion never expires');
+  assert.equal(h.core.member('c')?.incarnation, 2);
+
+  const self = new Harness(config('a', OTHERS));
+  assert.equal(self.core.member('a')?.incarnation, 1);
+  self.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'a', incarnation: 1, reporter: 'b' }]), 100);
+  assert.equal(self.core.member('a')?.incarnation, 2);
+  assert.equal(self.core.counters.refutations, 1);
+  assert.equal(self.core.healthMultiplier(), 2, 'being suspected hints at our own slowness (Lifeguard)');
+  self.advance(400);
+  const refutation = self
+    .sends('gossip')
+    .flatMap((s) => (s.message.kind === 'gossip' ? s.message.updates : []))
+    .find((u) => u.nodeId === 'a' && u.kind === 'alive');
+  assert.deepEqual(refutation, {
+    kind: 'alive',
+    nodeId: 'a',
+    address: 'a:7000',
+    incarnation: 2,
+    state: 'Up',
+  });
+  // A claim older than our incarnation is not refuted again, but our alive goes out again.
+  self.deliver(gossip('c', [{ kind: 'unreachable', nodeId: 'a', incarnation: 1, reporter: 'c' }]), 500);
+  assert.equal(self.core.member('a')?.incarnation, 2);
+});
+
+test('local health: missed nacks raise the multiplier, which lengthens the probe timeout; acks lower it', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.advance(2_000);
+  // The first probe failed with no nack from its three helpers: +3.
+  assert.equal(h.core.healthMultiplier(), 4);
+  const second = h.sends('ping')[1];
+  assert.ok(second !== undefined && second.message.kind === 'ping');
+  const before = h.sends('ping-req').length;
+  h.advance(2_000 + 4 * 500 - 1);
+  assert.equal(h.sends('ping-req').length, before, 'the probe timeout is 500 ms × 4');
+  h.advance(2_000 + 4 * 500);
+  // Two helpers: the first target is suspect now and the second is the one probed.
+  assert.equal(h.sends('ping-req').length, before + 2);
+  h.deliver({ kind: 'ack', from: second.to, seq: second.message.seq, updates: [] }, 4_100);
+  assert.equal(h.core.healthMultiplier(), 3, 'an ack lowers it by one');
+
+  const nacked = new Harness(config('a', OTHERS), new Set(OTHERS));
+  nacked.advance(999);
+  nacked.live.delete(firstPingTarget());
+  nacked.advance(2_000);
+  assert.equal(nacked.core.healthMultiplier(), 1, 'helpers that nack show our own network is fine');
+});
+
+/** The member the first probe goes to (the shuffle is seeded, so this is stable). */
+function firstPingTarget(): string {
+  const probe = new Harness(config('a', OTHERS));
+  probe.advance(1_000);
+  return firstPing(probe).target;
+}
+
+test('a stall of our own event loop is no evidence against others and counts against our health', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.advance(1_000);
+  const { target } = firstPing(h);
+  h.step({ kind: 'tick', nowMs: 20_000 });
+  assert.equal(h.core.counters.stalls, 1);
+  assert.equal(h.core.healthMultiplier(), 2);
+  assert.equal(h.core.member(target)?.suspect, false, 'the probe in flight is dropped unjudged');
+  assert.equal(h.core.counters.probesFailed, 0);
+});
+
+function gossip(from: string, updates: MemberUpdate[]): MembershipMessage {
+  return { kind: 'gossip', from, updates };
+}
+
+function report(reporter: string, nodeId = 'e'): MembershipMessage {
+  return gossip(reporter, [{ kind: 'unreachable', nodeId, incarnation: 1, reporter }]);
+}
+
+test('Down only with a majority view held for downAfterMs, never with a minority', () => {
+  // a, b, c, d live; e dead. Voting members: 5, so a majority is 3 reports.
+  const h = new Harness(config('a', OTHERS), new Set(['b', 'c', 'd']));
+  h.deliver(report('b'), 100);
+  assert.equal(h.core.member('e')?.unreachable, true, 'one report marks it unreachable: routing avoids it');
+  // a's own probes of e fail too: two reports, renewed as a driver would hear them.
+  for (let t = 5_000; t <= 100_000; t += 5_000) {
+    h.advance(t);
+    h.deliver(report('b'), t);
+  }
+  assert.deepEqual(h.core.reportersOf('e'), ['a', 'b']);
+  assert.equal(h.core.member('e')?.state, 'Up', 'a minority view never makes it Down');
+  assert.equal(h.events('MemberDown', 'e').length, 0);
+
+  h.deliver(report('c'), 100_000);
+  const downAfterMs = MEMBERSHIP_CONFIG_DEFAULTS.downAfterMs;
+  for (let t = 105_000; t < 100_000 + downAfterMs; t += 5_000) {
+    h.advance(t);
+    h.deliver(report('b'), t);
+    h.deliver(report('c'), t);
+  }
+  h.advance(100_000 + downAfterMs - 1);
+  assert.equal(h.core.member('e')?.state, 'Up', 'not before downAfterMs');
+  h.advance(100_000 + downAfterMs);
+  assert.equal(h.core.member('e')?.state, 'Down');
+  assert.deepEqual(
+    h.events('MemberDown', 'e').map((e) => e.atMs),
+    [100_000 + downAfterMs],
+  );
+});
+
+test('reports lapse unless renewed, and count only from reporters we still reach', () => {
+  const h = new Harness(config('a', OTHERS), new Set(['b', 'c', 'd']));
+  h.deliver(report('b'), 100);
+  h.deliver(report('c'), 100);
+  h.deliver(report('d'), 100);
+  // Not renewed: after the TTL the reports no longer count, so no Down at 30 s.
+  h.advance(60_000);
+  assert.equal(h.core.member('e')?.state, 'Up');
+
+  // b, c and d report e, but we hold c and d unreachable themselves: one live report, plus ours.
+  const g = new Harness(config('a', OTHERS), new Set(['b']));
+  g.deliver(
+    gossip('b', [
+      { kind: 'unreachable', nodeId: 'c', incarnation: 1, reporter: 'b' },
+      { kind: 'unreachable', nodeId: 'd', incarnation: 1, reporter: 'b' },
+    ]),
+    50,
+  );
+  for (let t = 100; t <= 60_000; t += 4_000) {
+    g.advance(t);
+    for (const r of ['b', 'c', 'd']) g.deliver(report(r), t);
+  }
+  assert.notEqual(g.core.member('e')?.state, 'Down', 'stale minority reports do not make a majority');
+});
+
+/** Cores that talk to each other, each message delivered 1 ms after it was sent. */
+class Net {
+  readonly cores = new Map<string, Membership>();
+  readonly log: Array<{ node: string; action: MembershipAction }> = [];
+  private queue: Array<{ atMs: number; to: string; message: MembershipMessage }> = [];
+  nowMs = 0;
+
+  add(cfg: MembershipConfig): Membership {
+    const core = new Membership(cfg, seededFractions(cfg.nodeId.charCodeAt(0)), this.nowMs);
+    this.cores.set(cfg.nodeId, core);
+    this.drain(cfg.nodeId);
+    return core;
+  }
+
+  step(node: string, event: Parameters<Membership['step']>[0]): void {
+    this.cores.get(node)!.step(event);
+    this.drain(node);
+  }
+
+  run(untilMs: number): void {
+    for (;;) {
+      let next = untilMs + 1;
+      for (const core of this.cores.values()) next = Math.min(next, core.nextWakeMs());
+      for (const m of this.queue) next = Math.min(next, m.atMs);
+      if (next > untilMs) break;
+      this.nowMs = next;
+      const due = this.queue.filter((m) => m.atMs <= next);
+      this.queue = this.queue.filter((m) => m.atMs > next);
+      for (const m of due)
+        if (this.cores.has(m.to)) this.step(m.to, { kind: 'message', message: m.message, nowMs: next });
+      for (const [id, core] of this.cores)
+        if (core.nextWakeMs() <= next) this.step(id, { kind: 'tick', nowMs: next });
+    }
+    this.nowMs = untilMs;
+  }
+
+  events(node: string, about: string): MemberEventKind[] {
+    return this.log
+      .filter(
+        (l) => l.node === node && l.action.kind === 'member-event' && l.action.event.member.nodeId === about,
+      )
+      .map((l) => (l.action.kind === 'member-event' ? l.action.event.kind : 'Initialized'));
+  }
+
+  actionsOf(node: string, kind: MembershipAction['kind']): MembershipAction[] {
+    return this.log.filter((l) => l.node === node && l.action.kind === kind).map((l) => l.action);
+  }
+
+  private drain(node: string): void {
+    const actions: MembershipAction[] = [];
+    this.cores.get(node)!.takeActions(actions);
+    for (const action of actions) {
+      this.log.push({ node, action });
+      if (action.kind === 'send')
+        this.queue.push({ atMs: this.nowMs + 1, to: action.to, message: structuredClone(action.message) });
+    }
+  }
+}
+
+test('join via a seed: the seed admits the node as Joining and answers with its state; the joiner is then Up', () => {
+  const net = new Net();
+  net.add(config('s', ['t']));
+  net.add(config('t', ['s']));
+  const j = net.add(config('j', [], { selfState: 'Joining' }));
+  assert.equal(j.member('j')?.state, 'Joining');
+  net.step('j', { kind: 'join', seeds: [{ nodeId: 's', address: 's:7000' }], nowMs: 0 });
+  net.run(5_000);
+  assert.deepEqual(net.events('s', 'j'), ['MemberJoining', 'MemberUp']);
+  assert.deepEqual(net.events('j', 'j'), ['Initialized', 'MemberUp']);
+  assert.deepEqual(net.events('t', 'j').at(-1), 'MemberUp', 'the third member hears of it by gossip');
+  for (const core of net.cores.values()) {
+    assert.deepEqual(
+      core.view().map((v) => `${v.nodeId}:${v.state}:${v.unreachable}`),
+      ['j:Up:false', 's:Up:false', 't:Up:false'],
+    );
+  }
+});
+
+test('a member known Down that joins again from an empty data dir outbids its old incarnation and rejoins', () => {
+  const net = new Net();
+  net.add(
+    config('s', ['j'], { members: [{ nodeId: 'j', address: 'j:7000', incarnation: 3, state: 'Down' }] }),
+  );
+  net.add(config('j', [], { selfState: 'Joining' }));
+  net.step('j', { kind: 'join', seeds: [{ nodeId: 's', address: 's:7000' }], nowMs: 0 });
+  net.run(3_000);
+  const seen = net.cores.get('s')!.member('j');
+  assert.equal(seen?.state, 'Up');
+  assert.ok(seen !== undefined && seen.incarnation > 3, 'a higher incarnation than the Down one');
+  assert.equal(net.events('s', 'j').includes('MemberRejoined'), true);
+  assert.equal(net.cores.get('j')!.member('j')?.incarnation, seen.incarnation);
+});
+
+test('a join is refused for a removed id and for an id a live member uses at another address', () => {
+  const h = new Harness(config('s', ['b', 'c']));
+  h.deliver({ kind: 'join-request', from: 'b', address: 'elsewhere:7000', incarnation: 5 }, 10);
+  const refusal = h.sends('refuse')[0];
+  assert.ok(refusal !== undefined && refusal.to === 'b' && refusal.message.kind === 'refuse');
+  assert.match(refusal.message.reason, /in use by a live member/);
+
+  const j = new Harness(config('j', [], { selfState: 'Joining' }));
+  j.step({ kind: 'join', seeds: [{ nodeId: 's', address: 's:7000' }], nowMs: 0 });
+  assert.equal(j.sends('join-request').length, 1);
+  j.deliver({ kind: 'refuse', from: 's', reason: 'this node id was removed from the cluster' }, 10);
+  assert.deepEqual(
+    j.actions.filter((a) => a.kind === 'refused'),
+    [{ kind: 'refused', reason: 'join refused by s: this node id was removed from the cluster' }],
+  );
+  j.advance(5_000);
+  assert.equal(j.sends('join-request').length, 1, 'no retry after a refusal');
+});
+
+test('graceful leave: Leaving, Exiting once handed off, then Removed everywhere and `left`', () => {
+  const net = new Net();
+  for (const id of ['a', 'b', 'c'])
+    net.add(
+      config(
+        id,
+        ['a', 'b', 'c'].filter((o) => o !== id),
+      ),
+    );
+  net.run(2_000);
+  net.step('a', { kind: 'leave', requestId: 7, nowMs: 2_000 });
+  net.run(3_000);
+  assert.equal(net.cores.get('b')!.member('a')?.state, 'Leaving');
+  net.step('a', { kind: 'exit', requestId: 8, nowMs: 3_000 });
+  net.run(10_000);
+  assert.deepEqual(net.actionsOf('a', 'reply'), [
+    { kind: 'reply', requestId: 7, status: 'Ok', message: 'leaving' },
+    { kind: 'reply', requestId: 8, status: 'Ok', message: 'exiting' },
+  ]);
+  assert.deepEqual(net.actionsOf('a', 'left'), [{ kind: 'left' }]);
+  for (const observer of ['b', 'c']) {
+    assert.deepEqual(net.events(observer, 'a').slice(1), ['MemberLeaving', 'MemberExiting', 'MemberRemoved']);
+  }
+  const sequences = net.log
+    .filter((l) => l.node === 'b' && l.action.kind === 'member-event')
+    .map((l) => (l.action.kind === 'member-event' ? l.action.event.sequence : 0));
+  assert.deepEqual(
+    sequences,
+    sequences.map((_, i) => i + 1),
+    'event sequence numbers from 1, no gaps',
+  );
+});
+
+test('operator removal: only a Down member; the removed member is refused when it comes back', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.step({ kind: 'remove', nodeId: 'b', requestId: 1, nowMs: 10 });
+  h.step({ kind: 'remove', nodeId: 'zz', requestId: 2, nowMs: 10 });
+  h.step({ kind: 'remove', nodeId: 'a', requestId: 3, nowMs: 10 });
+  h.deliver(gossip('b', [{ kind: 'down', nodeId: 'e', incarnation: 1, reporter: 'b' }]), 20);
+  assert.equal(h.core.member('e')?.state, 'Down');
+  h.step({ kind: 'remove', nodeId: 'e', requestId: 4, nowMs: 30 });
+  const replies = h.actions
+    .filter((a) => a.kind === 'reply')
+    .map((a) => (a.kind === 'reply' ? a.status : ''));
+  assert.deepEqual(replies, ['Conflict', 'NotFound', 'BadRequest', 'Ok']);
+  assert.equal(h.core.member('e')?.state, 'Removed');
+  assert.equal(h.events('MemberRemoved', 'e').length, 1);
+
+  // e comes back (restarted, higher incarnation): its messages and its join are refused.
+  const alive: MemberUpdate = { kind: 'alive', nodeId: 'e', address: 'e:7000', incarnation: 9, state: 'Up' };
+  h.deliver({ kind: 'ping', from: 'e', seq: 1, target: 'a', updates: [alive] }, 40);
+  h.deliver({ kind: 'join-request', from: 'e', address: 'e:7000', incarnation: 10 }, 50);
+  h.deliver(gossip('b', [alive]), 60);
+  assert.equal(h.sends('ack').length, 0);
+  assert.deepEqual(
+    h.sends('refuse').map((s) => s.to),
+    ['e', 'e'],
+  );
+  assert.equal(h.core.counters.fromRemoved, 1);
+  assert.equal(h.core.member('e')?.state, 'Removed', 'Removed is final: no higher incarnation revives it');
+
+  // The removed node, told so, stops.
+  const e = new Harness(config('e', ['a', 'b']));
+  e.deliver({ kind: 'refuse', from: 'a', reason: 'removed from the cluster' }, 10);
+  assert.ok(e.actions.some((x) => x.kind === 'refused'));
+  assert.equal(e.core.member('e')?.state, 'Removed');
+});
+
+test('restart bumps the incarnation, persisted before any message; an older life is outbid', () => {
+  const h = new Harness(config('a', OTHERS, { restoredIncarnation: 5 }));
+  assert.equal(h.core.member('a')?.incarnation, 6);
+  assert.equal(h.actions[0]?.kind, 'persist');
+  assert.ok(h.actions[0]?.kind === 'persist' && h.actions[0].incarnation === 6);
+  // Someone still gossips our previous life at a higher incarnation (a lost persist): outbid it.
+  h.deliver(
+    gossip('b', [{ kind: 'alive', nodeId: 'a', address: 'a:7000', incarnation: 9, state: 'Up' }]),
+    10,
+  );
+  assert.equal(h.core.member('a')?.incarnation, 10);
+  const persists = h.actions.filter((x) => x.kind === 'persist');
+  assert.ok(persists.at(-1)?.kind === 'persist' && persists.at(-1)?.incarnation === 10);
+
+  // A member known Down that restarts with a higher incarnation rejoins.
+  h.deliver(gossip('b', [{ kind: 'down', nodeId: 'c', incarnation: 1, reporter: 'b' }]), 20);
+  h.deliver(
+    gossip('c', [{ kind: 'alive', nodeId: 'c', address: 'c:7000', incarnation: 2, state: 'Up' }]),
+    30,
+  );
+  assert.equal(h.core.member('c')?.state, 'Up');
+  assert.equal(h.events('MemberRejoined', 'c').length, 1);
+});
+
+test('bad input: unknown senders, stale incarnations, oversized lists and invalid updates are counted and dropped', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.deliver({ kind: 'ping', from: 'x', seq: 1, target: 'a', updates: [] }, 10);
+  assert.equal(h.core.counters.fromUnknown, 1);
+  assert.equal(h.sends('ack').length, 0, 'no answer to an unknown member');
+  // An unknown sender carrying its own record joined and the news had not reached us: learned.
+  const own: MemberUpdate = { kind: 'alive', nodeId: 'y', address: 'y:7000', incarnation: 1, state: 'Up' };
+  h.deliver({ kind: 'ping', from: 'y', seq: 2, target: 'a', updates: [own] }, 20);
+  assert.equal(h.sends('ack')[0]?.to, 'y');
+  assert.equal(h.core.member('y')?.state, 'Up');
+
+  h.deliver(
+    gossip('b', [{ kind: 'alive', nodeId: 'c', address: 'c:7000', incarnation: 3, state: 'Up' }]),
+    30,
+  );
+  h.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'c', incarnation: 2, reporter: 'b' }]), 40);
+  assert.equal(h.core.counters.staleUpdates, 1);
+  assert.equal(h.core.member('c')?.suspect, false, 'a claim about an older life is void');
+
+  const many: MemberUpdate[] = Array.from(
+    { length: MEMBERSHIP_CONFIG_DEFAULTS.updatesPerMessageMax + 1 },
+    () => ({
+      kind: 'suspect',
+      nodeId: 'd',
+      incarnation: 1,
+      reporter: 'b',
+    }),
+  );
+  h.deliver(gossip('b', many), 50);
+  assert.equal(h.core.counters.oversizedMessages, 1);
+  assert.equal(h.core.member('d')?.suspect, false, 'nothing on an oversized message is applied');
+
+  h.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'd', incarnation: -1, reporter: 'b' }]), 60);
+  h.deliver(gossip('b', [{ kind: 'suspect', nodeId: '', incarnation: 1, reporter: 'b' }]), 60);
+  assert.equal(h.core.counters.invalidUpdates, 2);
+  h.deliver({ kind: 'ping', from: 'b', seq: 3, target: 'someone-else', updates: [] }, 70);
+  assert.equal(h.core.counters.wrongTarget, 1, 'a ping meant for another node is not acked');
+  assert.ok(h.actions.some((x) => x.kind === 'log' && /unknown member x/.test(x.message)));
+});
+
+test('member events carry sequence numbers from 1 and start with Initialized for every known member', () => {
+  const h = new Harness(config('a', ['b', 'c']));
+  const events = h.actions.filter((x) => x.kind === 'member-event');
+  assert.deepEqual(
+    events.map((x) =>
+      x.kind === 'member-event' ? `${x.event.sequence}:${x.event.kind}:${x.event.member.nodeId}` : '',
+    ),
+    ['1:Initialized:a', '2:Initialized:b', '3:Initialized:c'],
+  );
+});
+
+test('gossip queue: fewest-sent first, dropped at the retransmit limit, and a refutation voids older claims', () => {
+  const queue = new GossipQueue();
+  const suspectB: MemberUpdate = { kind: 'suspect', nodeId: 'b', incarnation: 1, reporter: 'a' };
+  const suspectC: MemberUpdate = { kind: 'suspect', nodeId: 'c', incarnation: 1, reporter: 'a' };
+  queue.push(suspectB);
+  queue.push(suspectC);
+  assert.deepEqual(queue.take(1, 2), [suspectC], 'the newest of the unsent first');
+  assert.deepEqual(queue.take(1, 2), [suspectB], 'then the least sent');
+  assert.deepEqual(queue.take(2, 2), [suspectC, suspectB]);
+  assert.equal(queue.length, 0, 'each sent its limit (2) and dropped');
+
+  queue.push(suspectB);
+  queue.push({ kind: 'unreachable', nodeId: 'b', incarnation: 1, reporter: 'd' });
+  const refutation: MemberUpdate = {
+    kind: 'alive',
+    nodeId: 'b',
+    address: 'b:7000',
+    incarnation: 2,
+    state: 'Up',
+  };
+  queue.push(refutation);
+  assert.deepEqual(queue.take(16, 4), [refutation], 'claims at the refuted incarnation are gone');
+});
