@@ -19,6 +19,7 @@ import type { Redis } from 'ioredis';
 import { dumpPayload, restoreValue } from '../../src/core/dump-payload.js';
 import { lcsTableBytes } from '../../src/core/lcs.js';
 import { VALUE_BYTES_MAX_DEFAULT } from '../../src/core/limits.js';
+import { UNSUPPORTED_COMMANDS } from '../../src/main/resp/unsupported-commands.js';
 import {
   newClient,
   onPath,
@@ -636,4 +637,171 @@ test("CLIENT INFO's fields come in redis-server's order", { skip }, async () => 
   // Tessera adds Redis 7.2's lib-name and lib-ver after the fields redis-server 7.0 lists.
   assert.deepEqual(ours.slice(0, theirs.length), theirs);
   assert.deepEqual(ours.slice(theirs.length), ['lib-name', 'lib-ver']);
+});
+
+// ── COMMAND ───────────────────────────────────────────────────────────────────────────────────────
+
+/** A reply parsed just enough to drop elements and write it back byte for byte: its header line, its bulk text or its elements. */
+interface RawReply {
+  line: string;
+  text?: string;
+  items?: RawReply[];
+}
+
+function parseReply(reply: string): RawReply {
+  let at = 0;
+  const read = (): RawReply => {
+    const end = reply.indexOf('\r\n', at);
+    const line = reply.slice(at, end);
+    at = end + 2;
+    const n = Number(line.slice(1));
+    if (line[0] === '$' && n >= 0) {
+      const text = reply.slice(at, at + n);
+      at += n + 2;
+      return { line, text };
+    }
+    if ('*~%'.includes(line[0]) && n >= 0) {
+      const items = Array.from({ length: line[0] === '%' ? 2 * n : n }, read);
+      return { line, items };
+    }
+    return { line };
+  };
+  return read();
+}
+
+function writeReply(r: RawReply): string {
+  if (r.items !== undefined) {
+    const n = r.line[0] === '%' ? r.items.length / 2 : r.items.length;
+    return `${r.line[0]}${n}\r\n${r.items.map(writeReply).join('')}`;
+  }
+  return r.text === undefined ? `${r.line}\r\n` : `${r.line}\r\n${r.text}\r\n`;
+}
+
+const compareText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+/**
+ * The subcommands Tessera implements of the containers the COMMAND tests ask about. Redis's replies
+ * are compared with these kept and the others (CONFIG SET, CLIENT PAUSE…) dropped: those Tessera
+ * refuses or lacks are not described. Redis lists a container's subcommands in its hash table's order,
+ * which changes from one redis-server process to the next; Tessera lists them sorted by name, and
+ * Redis's are sorted before they are compared.
+ */
+const IMPLEMENTED_SUBCOMMANDS: Record<string, string[]> = {
+  client: ['setname', 'getname', 'id', 'info', 'list', 'kill', 'reply', 'no-evict', 'help'],
+  config: ['get', 'help'],
+  object: ['encoding', 'refcount', 'freq', 'idletime', 'help'],
+};
+
+const implemented = (fullName: string) => {
+  const [container, sub] = fullName.split('|');
+  return IMPLEMENTED_SUBCOMMANDS[container]?.includes(sub) ?? true;
+};
+
+/** COMMAND INFO's reply with only the implemented subcommands in each description's tenth field. */
+function infoOfImplemented(reply: string): string {
+  const parsed = parseReply(reply);
+  for (const info of parsed.items ?? []) {
+    const subcommands = info.items?.[9];
+    if (subcommands?.items !== undefined) {
+      subcommands.items = subcommands.items
+        .filter((sub) => implemented(sub.items![0].text!))
+        .sort((a, b) => compareText(a.items![0].text!, b.items![0].text!));
+    }
+  }
+  return writeReply(parsed);
+}
+
+/** COMMAND DOCS's reply (RESP3: maps; RESP2: arrays of pairs) with only the implemented subcommands. */
+function docsOfImplemented(reply: string): string {
+  const parsed = parseReply(reply);
+  const pairs = parsed.items ?? [];
+  for (let i = 1; i < pairs.length; i += 2) {
+    const fields = pairs[i].items ?? [];
+    for (let f = 0; f < fields.length; f += 2) {
+      if (fields[f].text !== 'subcommands') continue;
+      const subs = fields[f + 1].items ?? [];
+      const kept: RawReply[][] = [];
+      for (let s = 0; s < subs.length; s += 2)
+        if (implemented(subs[s].text!)) kept.push([subs[s], subs[s + 1]]);
+      fields[f + 1].items = kept.sort(([a], [b]) => compareText(a.text!, b.text!)).flat();
+    }
+  }
+  return writeReply(parsed);
+}
+
+const DESCRIBED = [
+  'get',
+  'set',
+  'incr',
+  'client',
+  'client|list',
+  'config',
+  'config|get',
+  'object',
+  'bitfield',
+  'pfadd',
+  'scan',
+];
+
+/** A raw reply's lines, with the protocol first: the same bytes, compared so a failure shows where they part. */
+const lines = (reply: string) => [`RESP${protocolOf}`, ...reply.split('\r\n')];
+let protocolOf = '';
+
+test('COMMAND INFO and COMMAND DOCS answer as redis-server does, byte for byte', { skip }, async () => {
+  for (const protocol of ['2', '3']) {
+    for (const client of [tessera, redis]) await client.call('HELLO', protocol);
+    protocolOf = protocol;
+    const info = ['COMMAND', 'INFO', ...DESCRIBED, 'no-such-command', 'get|x'];
+    assert.deepEqual(lines(await tessera.call(...info)), lines(infoOfImplemented(await redis.call(...info))));
+    // Names without documentation are left out of the map, as Redis leaves them out.
+    const docs = ['COMMAND', 'DOCS', ...DESCRIBED, 'no-such-command'];
+    assert.deepEqual(lines(await tessera.call(...docs)), lines(docsOfImplemented(await redis.call(...docs))));
+    // Tessera's containers list only what they run: CONFIG SET and CLIENT PAUSE are refused or missing.
+    for (const name of ['config|set', 'client|pause'])
+      assert.equal(
+        await tessera.call('COMMAND', 'INFO', name),
+        protocol === '2' ? '*1\r\n$-1\r\n' : '*1\r\n_\r\n',
+      );
+  }
+});
+
+/** A COMMAND LIST reply's names. */
+async function listed(client: RawClient, ...filter: string[]): Promise<Set<string>> {
+  const reply = parseReply(await client.call('COMMAND', 'LIST', ...filter));
+  assert.ok(reply.items !== undefined, `COMMAND LIST ${filter.join(' ')}: ${reply.line}`);
+  return new Set(reply.items.map((item) => item.text!));
+}
+
+test('COMMAND LIST FILTERBY keeps the commands redis-server keeps, of those Tessera supports', {
+  skip,
+}, async () => {
+  const all = await listed(tessera);
+  assert.ok(all.has('client|list') && all.has('config|get') && !all.has('config|set'));
+  const refused = new Set(UNSUPPORTED_COMMANDS.map((c) => c.name.toLowerCase()));
+  const supported = new Set([...all].filter((name) => !refused.has(name)));
+  // Commands Tessera refuses carry no ACL categories; only its supported ones are compared by category.
+  for (const category of ['string', 'STRING', 'keyspace', 'connection', 'no-such-category', '@string']) {
+    const ours = await listed(tessera, 'FILTERBY', 'ACLCAT', category);
+    const theirs = await listed(redis, 'FILTERBY', 'ACLCAT', category);
+    assert.deepEqual([...ours].sort(), [...theirs].filter((name) => supported.has(name)).sort(), category);
+  }
+  assert.ok((await listed(tessera, 'FILTERBY', 'ACLCAT', 'string')).has('incrbyfloat'));
+  // A pattern matches the full name, ignoring case; every name Tessera lists is compared.
+  for (const pattern of ['client|*', 'get*', '*EX*', 'C[LO]*', 'config|?et', 'pf*', 'nothing*']) {
+    const ours = await listed(tessera, 'FILTERBY', 'PATTERN', pattern);
+    const theirs = await listed(redis, 'FILTERBY', 'PATTERN', pattern);
+    assert.deepEqual([...ours].sort(), [...theirs].filter((name) => all.has(name)).sort(), pattern);
+  }
+  for (const cmd of [
+    ['COMMAND', 'LIST', 'FILTERBY', 'MODULE', 'json'],
+    ['COMMAND', 'LIST', 'FILTERBY'],
+    ['COMMAND', 'LIST', 'FILTERBY', 'PATTERN'],
+    ['COMMAND', 'LIST', 'FILTERBY', 'NOSUCH', 'x'],
+    ['COMMAND', 'LIST', 'FILTERBY', 'PATTERN', '*', 'FILTERBY', 'ACLCAT', 'string'],
+    ['COMMAND', 'LIST', 'extra'],
+    ['COMMAND', 'GETKEYS', 'GET'],
+    ['COMMAND', 'COUNT', 'extra'],
+  ]) {
+    assert.equal(await tessera.call(...cmd), await redis.call(...cmd), cmd.join(' '));
+  }
 });

@@ -9,11 +9,10 @@ import { DURABILITY_NAMES, parseDurability } from '../../core/ops.js';
 import { SubscriptionKind } from '../../core/pubsub.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
+import { command as commandIntrospection } from './command-introspection.js';
 import {
   answerLater,
-  COMMANDS,
   type CommandSpec,
-  findCommand,
   integerArg,
   type KeyRange,
   NOT_INTEGER,
@@ -369,76 +368,9 @@ function wrongArity(w: RespWriter, name: string): true {
   return true;
 }
 
-/** COMMAND, COMMAND COUNT / INFO [name…] / DOCS [name…] / LIST / GETKEYS: what redis-cli and clients ask for. */
+/** COMMAND and its subcommands (command-introspection.ts). */
 function command(_conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  if (cmd.argc === 1) {
-    w.arrayHeader(COMMANDS.length);
-    for (const spec of COMMANDS) commandInfo(w, spec);
-    return true;
-  }
-  const sub = optionName(cmd, 1);
-  if ((sub === 'COUNT' || sub === 'LIST') && cmd.argc !== 2)
-    return wrongArity(w, `command|${sub.toLowerCase()}`);
-  if (sub === 'COUNT') w.integer(COMMANDS.length);
-  else if (sub === 'LIST') {
-    w.arrayHeader(COMMANDS.length);
-    for (const spec of COMMANDS) w.bulk(spec.name.toLowerCase());
-  } else if (sub === 'INFO') {
-    const specs = cmd.argc === 2 ? COMMANDS : namedSpecs(cmd);
-    w.arrayHeader(specs.length);
-    for (const spec of specs) {
-      if (spec === undefined) w.null();
-      else commandInfo(w, spec);
-    }
-  } else if (sub === 'DOCS') {
-    // Documentation is not carried; an empty map tells redis-cli to fall back to its built-in hints.
-    w.mapHeader(0);
-  } else if (sub === 'GETKEYS') {
-    if (cmd.argc < 4) return wrongArity(w, 'command|getkeys');
-    commandGetKeys(cmd, w);
-  } else unknownSubcommand(w, cmd, 'COMMAND');
-  return true;
-}
-
-/** COMMAND GETKEYS command arg…: the keys the command would touch, found from its key positions. */
-function commandGetKeys(cmd: RespCommand, w: RespWriter): void {
-  const spec = findCommand(cmd.arg(2));
-  if (spec === undefined) return void w.error('Invalid command specified');
-  const sub = cmd.argc > 3 ? spec.subcommandKeys?.[optionName(cmd, 3)] : undefined;
-  const range: KeyRange = sub ?? spec.keys;
-  if (range[0] === 0) return void w.error('The command has no key arguments');
-  // Counted without COMMAND GETKEYS in front, as the command itself would be.
-  const argc = cmd.argc - 2;
-  if ((spec.arity > 0 && spec.arity !== argc) || argc < -spec.arity)
-    return void w.error('Invalid number of arguments specified for command');
-  const [first, last, step] = range;
-  const end = last < 0 ? argc + last : Math.min(last, argc - 1);
-  // A subcommand's own arity is not in the table: a key position past the end is a missing argument.
-  if (first > end) return void w.error('Invalid number of arguments specified for command');
-  w.arrayHeader(Math.floor((end - first) / step) + 1);
-  for (let i = first; i <= end; i += step) w.bulk(cmd.arg(i + 2));
-}
-
-function namedSpecs(cmd: RespCommand): Array<CommandSpec | undefined> {
-  const specs: Array<CommandSpec | undefined> = [];
-  for (let i = 2; i < cmd.argc; i++) specs.push(findCommand(cmd.arg(i)));
-  return specs;
-}
-
-/** Redis 7's ten-field command description. */
-function commandInfo(w: RespWriter, spec: CommandSpec): void {
-  w.arrayHeader(10);
-  w.bulk(spec.name.toLowerCase());
-  w.integer(spec.arity);
-  w.setHeader(spec.flags.length);
-  for (const flag of spec.flags) w.simple(flag);
-  w.integer(spec.keys[0]);
-  w.integer(spec.keys[1]);
-  w.integer(spec.keys[2]);
-  w.setHeader(0);
-  w.setHeader(0);
-  w.setHeader(0);
-  w.setHeader(0);
+  return commandIntrospection(cmd, w);
 }
 
 /** CONFIG GET pattern…: a read-only view of the settings Redis tools ask about. */
