@@ -1,4 +1,4 @@
-// The assignment table (issue #35 item 2; datum-agent.md §3.3–§3.5): per fragment an ordered replica
+// The assignment table (datum-agent.md §3.3–§3.5): per fragment an ordered replica
 // list, a generation and a bounded history, written only by the placement coordinator and replicated
 // to every node, which keeps the last table it accepted so that it can route and can take over.
 //

@@ -1,4 +1,4 @@
-// The placement coordinator's pure core (issue #35 item 2; datum-agent.md §2.2, §3.2, §3.5, §9.4):
+// The placement coordinator's pure core (datum-agent.md §2.2, §3.2, §3.5, §9.4):
 // who coordinates, when it may act, how it takes over, and what it plans. No clock, no I/O: the
 // membership view, the table, `nowMs` and the limits arrive as arguments.
 //

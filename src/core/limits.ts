@@ -368,7 +368,7 @@ export const SLOWLOG_ENTRY_ARG_BYTES_MAX = 128;
 /** A manifest is a few hundred bytes; anything far larger is not one. */
 export const MANIFEST_BYTES_MAX = 64 * 1024;
 
-// ---- Membership and failure detection (core/membership.ts; issue #35 item 1) ----
+// ---- Membership and failure detection (core/membership.ts) ----
 
 /** One probe per interval, round-robin over a shuffled member list: memberlist's DefaultLANConfig ProbeInterval. */
 export const MEMBERSHIP_PROBE_INTERVAL_MS = 1_000;

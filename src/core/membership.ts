@@ -1,4 +1,4 @@
-// Cluster membership and failure detection as a pure state machine (issue #35 item 1; datum §2).
+// Cluster membership and failure detection as a pure state machine (datum §2).
 // SWIM with Lifeguard's defences, after hashicorp/memberlist: no sockets, timers, clock or
 // randomness here. Time arrives as `nowMs` on every event, randomness from the injected `random`;
 // the driver delivers messages and ticks (at `nextWakeMs()`), and carries out the actions: messages

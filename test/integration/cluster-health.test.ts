@@ -1,4 +1,4 @@
-// Health that tells the truth in a cluster (issue #34, item 2), on real processes on 127.0.0.1:
+// Health that tells the truth in a cluster, on real processes on 127.0.0.1:
 // CLUSTER INFO's cluster_state (a majority of the members reachable and every slot served),
 // /health's degraded state with the peers down and since when, the status page's highlight,
 // `tessera status`'s exit status, and the handshake failure log of nodes whose secrets differ.

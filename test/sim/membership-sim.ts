@@ -1,4 +1,4 @@
-// A seeded simulator of cluster membership (issue #35 "Checked by"): 5–7 nodes run the real
+// A seeded simulator of cluster membership: 5–7 nodes run the real
 // Membership core (src/core/membership.ts) over a simulated network and clock, in one thread, from
 // one seed. Messages take 1–30 ms, may be lost, and are cut by partitions; nodes are killed and
 // restarted (from what they persisted, so the restart bumps their incarnation), paused (a paused

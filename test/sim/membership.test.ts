@@ -1,4 +1,4 @@
-// The membership simulator (membership-sim.ts) over a few seeds (issue #35 "Checked by"): through
+// The membership simulator (membership-sim.ts) over a few seeds: through
 // partitions, loss, kills, restarts, pauses and skewed clocks no member is declared Down while a
 // majority reaches it; a killed member is unreachable everywhere within seconds and Down after
 // downAfterMs; a pause shorter than downAfterMs never makes a member Down; and after the faults
@@ -8,22 +8,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { MEMBERSHIP_SIM_DEFAULTS, MembershipSim, type MembershipSimReport } from './membership-sim.js';
+import { simSeeds } from './sim-seeds.js';
 
 /** Seeds per run: each simulates about six minutes of a cluster in about 0.1 s, so CI stays quick. */
 const SEEDS_DEFAULT = 16;
 
-function seeds(): number[] {
-  const one = process.env.TESSERA_SIM_SEED;
-  if (one !== undefined) return [Number(one)];
-  const count = Number(process.env.TESSERA_SIM_SEEDS ?? SEEDS_DEFAULT);
-  // Fresh seeds each run, so that CI keeps exploring; the failing one is printed.
-  const base = (Date.now() ^ (process.pid << 16)) >>> 0;
-  return Array.from({ length: count }, (_, i) => (base + i * 0x9e3779b9) >>> 0 || 1);
-}
-
-test('issue #35: membership stays safe through faults, detects a kill, forgives a pause, and converges', (t) => {
+test('membership stays safe through faults, detects a kill, forgives a pause, and converges', (t) => {
   const reports: MembershipSimReport[] = [];
-  for (const seed of seeds()) {
+  for (const seed of simSeeds(SEEDS_DEFAULT)) {
     try {
       reports.push(new MembershipSim({ ...MEMBERSHIP_SIM_DEFAULTS, seed }).run());
     } catch (error) {

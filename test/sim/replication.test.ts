@@ -14,22 +14,14 @@ import {
   type SimOptions,
   type SimReport,
 } from './replication-sim.js';
+import { simSeeds } from './sim-seeds.js';
 
 /** Seeds per run: enough to meet buffer resets and restarts mid-round, quick enough for CI. */
 const SEEDS_DEFAULT = 12;
 
-function seeds(): number[] {
-  const one = process.env.TESSERA_SIM_SEED;
-  if (one !== undefined) return [Number(one)];
-  const count = Number(process.env.TESSERA_SIM_SEEDS ?? SEEDS_DEFAULT);
-  // Fresh seeds each run, so that CI keeps exploring; the failing one is printed.
-  const base = (Date.now() ^ (process.pid << 16)) >>> 0;
-  return Array.from({ length: count }, (_, i) => (base + i * 0x9e3779b9) >>> 0 || 1);
-}
-
 async function runSeeds(options: Omit<SimOptions, 'seed'>): Promise<SimReport> {
   const total = emptyReport();
-  for (const seed of seeds()) {
+  for (const seed of simSeeds(SEEDS_DEFAULT)) {
     let report: SimReport;
     try {
       report = await new ReplicationSim({ ...options, seed }).run();

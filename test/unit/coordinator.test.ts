@@ -1,4 +1,4 @@
-// The placement coordinator's pure core (issue #35 item 2; datum-agent.md §2.2, §3.5, §9.4):
+// The placement coordinator's pure core (datum-agent.md §2.2, §3.5, §9.4):
 // coordinator choice, the majority gate, takeover from reports, and the planner, ending with a
 // seeded property test (TESSERA_PLANNER_SEED replays a run).
 import assert from 'node:assert/strict';

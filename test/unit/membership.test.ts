@@ -1,4 +1,4 @@
-// The membership core (src/core/membership.ts; issue #35 item 1, datum §2): SWIM probes and
+// The membership core (src/core/membership.ts; datum §2): SWIM probes and
 // indirect probes, Lifeguard's dynamic suspicion and local health, refutation, Down only with a
 // majority's view, join, leave, removal and refused input. Each test drives the real core with
 // events and reads its actions; time is the events' nowMs, ticks come at nextWakeMs() as a driver's
