@@ -32,6 +32,7 @@ const IMPLEMENTED_SUBCOMMANDS: Record<string, readonly string[]> = {
   command: ['count', 'list', 'info', 'docs', 'getkeys', 'help'],
   config: ['get', 'help'],
   slowlog: ['get', 'len', 'reset', 'help'],
+  latency: ['latest', 'history', 'reset', 'doctor', 'help'],
   memory: ['usage', 'help'],
   object: ['encoding', 'refcount', 'freq', 'idletime', 'help'],
   cluster: ['info', 'slots', 'shards', 'nodes', 'myid', 'keyslot', 'countkeysinslot', 'help'],

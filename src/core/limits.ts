@@ -365,6 +365,10 @@ export const SLOWLOG_MAX_LEN_MAX = 100_000;
 export const SLOWLOG_ENTRY_ARGS_MAX = 32;
 /** Bytes of each argument a slow log entry keeps (Redis's 128). */
 export const SLOWLOG_ENTRY_ARG_BYTES_MAX = 128;
+/** Samples LATENCY HISTORY keeps per event, one a second (Redis's LATENCY_TS_LEN). */
+export const LATENCY_HISTORY_SAMPLES = 160;
+/** Largest --latency-monitor-threshold: a command's main-thread time is far below a minute. */
+export const LATENCY_MONITOR_THRESHOLD_MS_MAX = 60_000;
 /** A manifest is a few hundred bytes; anything far larger is not one. */
 export const MANIFEST_BYTES_MAX = 64 * 1024;
 

@@ -5,6 +5,7 @@
 import { invalidInput } from '../core/errors.js';
 import {
   DRAIN_TIMEOUT_MS_DEFAULT,
+  LATENCY_MONITOR_THRESHOLD_MS_MAX,
   SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
   SLOWLOG_MAX_LEN_DEFAULT,
   SLOWLOG_MAX_LEN_MAX,
@@ -267,6 +268,11 @@ const FLAGS: Flag[] = [
     kind: 'integer',
     help: `entries SLOWLOG keeps, newest first (default ${SLOWLOG_MAX_LEN_DEFAULT}, Redis's; at most ${SLOWLOG_MAX_LEN_MAX})`,
   },
+  {
+    name: 'latency-monitor-threshold',
+    kind: 'integer',
+    help: `LATENCY records commands that take at least this many ms of the main thread; 0: none (default 0, Redis's; at most ${LATENCY_MONITOR_THRESHOLD_MS_MAX})`,
+  },
   { name: 'log-level', kind: 'string', help: `log level: ${LOG_LEVELS.join(' | ')} (default info)` },
   { name: 'help', kind: 'boolean', help: 'print this help and exit' },
   { name: 'version', kind: 'boolean', help: 'print the version and exit' },
@@ -283,6 +289,7 @@ export interface CliArgs {
     backupDir: string | undefined;
     slowlogLogSlowerThanUs: number | undefined;
     slowlogMaxLen: number | undefined;
+    latencyMonitorThresholdMs: number | undefined;
   };
   /** The TLS listener's port and the PEM files to read at start, when --tls-port is given. */
   tls:
@@ -390,6 +397,15 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   const slowlogMaxLen = values.get('slowlog-max-len') as number | undefined;
   if (slowlogMaxLen !== undefined && (slowlogMaxLen < 0 || slowlogMaxLen > SLOWLOG_MAX_LEN_MAX))
     throw invalidInput(`--slowlog-max-len must be in 0..${SLOWLOG_MAX_LEN_MAX}, got ${slowlogMaxLen}`);
+  const latencyMonitorThresholdMs = values.get('latency-monitor-threshold') as number | undefined;
+  if (
+    latencyMonitorThresholdMs !== undefined &&
+    (latencyMonitorThresholdMs < 0 || latencyMonitorThresholdMs > LATENCY_MONITOR_THRESHOLD_MS_MAX)
+  ) {
+    throw invalidInput(
+      `--latency-monitor-threshold must be in 0..${LATENCY_MONITOR_THRESHOLD_MS_MAX}, got ${latencyMonitorThresholdMs}`,
+    );
+  }
   const resp = {
     port,
     bind: (values.get('bind') as string | undefined) ?? RESP_BIND_DEFAULT,
@@ -397,6 +413,7 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     backupDir,
     slowlogLogSlowerThanUs: values.get('slowlog-log-slower-than') as number | undefined,
     slowlogMaxLen,
+    latencyMonitorThresholdMs,
   };
   const tls = tlsArgs(values);
   const peerTls = peerTlsArgs(values, options.peers !== undefined);

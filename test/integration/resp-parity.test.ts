@@ -821,3 +821,39 @@ test('COMMAND LIST FILTERBY keeps the commands redis-server keeps, of those Tess
     assert.equal(await tessera.call(...cmd), await redis.call(...cmd), cmd.join(' '));
   }
 });
+
+test('LATENCY answers as redis-server does with the monitor at its default (off)', { skip }, async () => {
+  for (const protocol of ['2', '3']) {
+    await tessera.call('HELLO', protocol);
+    await redis.call('HELLO', protocol);
+    for (const cmd of [
+      ['LATENCY', 'LATEST'],
+      ['LATENCY', 'HISTORY', 'command'],
+      ['LATENCY', 'RESET'],
+      ['LATENCY', 'RESET', 'command', 'fast-command'],
+      ['LATENCY', 'LATEST', 'extra'],
+      ['LATENCY', 'NOPE'],
+      ['CONFIG', 'GET', 'latency-monitor-threshold'],
+    ]) {
+      assert.equal(
+        await tessera.call(...cmd),
+        await redis.call(...cmd),
+        `${cmd.join(' ')} in RESP${protocol}`,
+      );
+    }
+    // HELP: Redis's lines, less GRAPH and HISTOGRAM, which Tessera does not have.
+    const theirHelp = (await redis.call('LATENCY', 'HELP')).split('\r\n');
+    const ourHelp = (await tessera.call('LATENCY', 'HELP')).split('\r\n').slice(1);
+    assert.ok(
+      ourHelp.every((line) => theirHelp.includes(line)),
+      ourHelp.join('\n'),
+    );
+    assert.ok(!ourHelp.some((line) => /GRAPH|HISTOGRAM/.test(line)));
+    // The same words, but the way to turn the monitor on is Tessera's (a flag, not CONFIG SET).
+    const off = /I'm sorry, Dave, I can't do that\. Latency monitoring is disabled in this /;
+    assert.match(await redis.call('LATENCY', 'DOCTOR'), off);
+    assert.match(await tessera.call('LATENCY', 'DOCTOR'), off);
+  }
+  await tessera.call('HELLO', '2');
+  await redis.call('HELLO', '2');
+});

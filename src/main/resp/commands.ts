@@ -48,6 +48,8 @@ export const COMMANDS: readonly CommandSpec[] = [
 const TABLE = new CommandTable(COMMANDS.map((c) => c.name));
 /** By command id: the command adds data, so it is refused while the memory store is over its bound. */
 const DENY_OOM = COMMANDS.map((c) => c.flags.includes('denyoom'));
+/** By command id: Redis flags it fast (its LATENCY samples are `fast-command`). */
+const FAST = COMMANDS.map((c) => c.flags.includes('fast'));
 /** Bytes of each argument an unknown-command error quotes, at most (Redis's 128). */
 const UNKNOWN_ARGS_QUOTED_BYTES_MAX = 128;
 
@@ -97,6 +99,10 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
   stats.ran(stat, tookMs);
   const slowlog = conn.server.slowlog;
   if (tookMs * 1000 >= slowlog.slowerThanUs) slowlog.consider(spec, cmd, tookMs * 1000, conn);
+  const latency = conn.server.latencyMonitor;
+  if (latency.thresholdMs !== 0 && tookMs >= latency.thresholdMs) {
+    latency.record(FAST[id] ? 'fast-command' : 'command', Math.round(tookMs), Math.floor(Date.now() / 1000));
+  }
   conn.runningStat = -1;
   // A reply answered later is judged when it is written (RespConnection.endReply).
   if (answeredNow && w.errorReplies !== errorsBefore) stats.fail(stat);

@@ -428,6 +428,44 @@ function slowlog(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
   return unknownSubcommand(w, cmd, 'SLOWLOG');
 }
 
+/** LATENCY LATEST | HISTORY event | RESET [event…] | DOCTOR | HELP (src/main/resp/latency-monitor.ts). */
+function latency(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const monitor = conn.server.latencyMonitor;
+  const sub = optionName(cmd, 1);
+  if (sub === 'LATEST' && cmd.argc === 2) monitor.writeLatest(w);
+  else if (sub === 'HISTORY' && cmd.argc === 3) monitor.writeHistory(w, cmd.arg(2).toString('latin1'));
+  else if (sub === 'RESET') {
+    const events: string[] = [];
+    for (let i = 2; i < cmd.argc; i++) events.push(cmd.arg(i).toString('latin1'));
+    w.integer(monitor.reset(events));
+  } else if (sub === 'DOCTOR' && cmd.argc === 2) w.verbatim(monitor.doctor());
+  else if (sub === 'HELP' && cmd.argc === 2) return writeHelp(w, LATENCY_HELP);
+  else if (sub === 'LATEST' || sub === 'HISTORY' || sub === 'DOCTOR' || sub === 'HELP')
+    return wrongArity(w, `latency|${sub.toLowerCase()}`);
+  else if (sub === 'GRAPH' || sub === 'HISTOGRAM')
+    return replyError(
+      w,
+      `LATENCY ${sub} is not supported: use LATENCY HISTORY, or INFO latencystats for percentiles`,
+    );
+  else return unknownSubcommand(w, cmd, 'LATENCY');
+  return true;
+}
+
+const LATENCY_HELP = [
+  'LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:',
+  'DOCTOR',
+  '    Return a human readable latency analysis report.',
+  'HISTORY <event>',
+  '    Return time-latency samples for the <event> class.',
+  'LATEST',
+  '    Return the latest latency samples for all events.',
+  'RESET [<event> ...]',
+  '    Reset latency data of one or more <event> classes.',
+  '    (default: reset all data for all event classes)',
+  'HELP',
+  '    Prints this help.',
+];
+
 /** Entries SLOWLOG GET lists without a count (Redis's). */
 const SLOWLOG_GET_COUNT_DEFAULT = 10;
 
@@ -708,6 +746,7 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'COMMAND', arity: -1, flags: [], keys: NONE, run: command },
   { name: 'CONFIG', arity: -2, flags: [], keys: NONE, run: config },
   { name: 'SLOWLOG', arity: -2, flags: ['admin', 'loading', 'stale'], keys: NONE, run: slowlog },
+  { name: 'LATENCY', arity: -2, flags: ['admin', 'loading', 'stale'], keys: NONE, run: latency },
   { name: 'INFO', arity: -1, flags: [], keys: NONE, run: info },
   { name: 'TIME', arity: 1, flags: ['fast'], keys: NONE, run: time },
   { name: 'MEMORY', arity: -2, flags: [], keys: NONE, subcommandKeys: { USAGE: [2, 2, 1] }, run: memory },

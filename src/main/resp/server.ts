@@ -14,6 +14,7 @@ import {
   KEY_COUNT_PAGE_KEYS,
   KEY_COUNT_REUSE_MS_DEFAULT,
   KEY_COUNT_REUSE_PER_COUNT_MS,
+  LATENCY_MONITOR_THRESHOLD_MS_MAX,
   RESP_CLIENTS_MAX,
   SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
   SLOWLOG_MAX_LEN_DEFAULT,
@@ -27,6 +28,7 @@ import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
 import { type CommandSpec, commandStatsOfTable } from './commands.js';
 import { RespConnection } from './connection.js';
+import { LatencyMonitor } from './latency-monitor.js';
 import { monitorLine } from './monitor.js';
 import { ScanCursors } from './scan-cursors.js';
 import { SlowLog } from './slowlog.js';
@@ -108,6 +110,8 @@ export interface RespServerOptions {
   slowlogLogSlowerThanUs?: number;
   /** Entries SLOWLOG keeps (default 128, Redis's). */
   slowlogMaxLen?: number;
+  /** Milliseconds a command must take to be a LATENCY sample (default 0: none, as Redis's). */
+  latencyMonitorThresholdMs?: number;
   /** A second listener speaking TLS (Redis's tls-port), beside the plain one. */
   tls?: RespTlsOptions;
 }
@@ -139,6 +143,7 @@ export class RespServer {
   /** Error replies by code, every connection's writers counting here (INFO errorstats). */
   readonly errorCodes = new Map<string, number>();
   readonly slowlog: SlowLog;
+  readonly latencyMonitor: LatencyMonitor;
   /** Connections in MONITOR mode. */
   readonly monitors = new Set<RespConnection>();
   readonly logger: Logger;
@@ -178,6 +183,13 @@ export class RespServer {
   ) {
     this.logger = options.logger;
     this.slowlog = slowlogOf(options);
+    const thresholdMs = options.latencyMonitorThresholdMs ?? 0;
+    if (!Number.isInteger(thresholdMs) || thresholdMs < 0 || thresholdMs > LATENCY_MONITOR_THRESHOLD_MS_MAX) {
+      throw invalidInput(
+        `latencyMonitorThresholdMs must be an integer in 0..${LATENCY_MONITOR_THRESHOLD_MS_MAX}, got ${thresholdMs}`,
+      );
+    }
+    this.latencyMonitor = new LatencyMonitor(thresholdMs);
     this.passwordDigest =
       options.password === undefined ? undefined : digest(Buffer.from(options.password, 'utf8'));
     this.server = createServer((socket) => this.accept(socket));
@@ -398,6 +410,7 @@ export class RespServer {
       ['maxclients', String(RESP_CLIENTS_MAX)],
       ['slowlog-log-slower-than', String(this.slowlog.slowerThanUs)],
       ['slowlog-max-len', String(this.slowlog.maxLen)],
+      ['latency-monitor-threshold', String(this.latencyMonitor.thresholdMs)],
       ['maxmemory', String(s.maxMemoryBytes)],
       ['maxmemory-policy', s.maxMemoryPolicy],
       ['maxmemory-samples', String(EVICTION_SAMPLE_KEYS)],

@@ -160,7 +160,6 @@ const REASONS: Record<string, readonly string[]> = {
   "it is not supported: it inspects and changes a redis-server's internals": ['DEBUG'],
   'it is not supported: a node has one password (--requirepass), with no users or permissions': ['ACL'],
   'it is not supported: Tessera loads no modules': ['MODULE'],
-  'it is not supported: no latency events are recorded': ['LATENCY'],
 };
 
 export const UNSUPPORTED_COMMANDS: CommandSpec[] = Object.entries(REASONS).flatMap(([reason, names]) =>
