@@ -443,6 +443,8 @@ export const MEMBERSHIP_LEAVE_LINGER_MS = 1_000;
  * have waited unread past its deadline.
  */
 export const MEMBERSHIP_STALL_MS = 500;
+/** A member's host:peerPort: a 253-byte DNS name or a bracketed IPv6 address, a colon, 5 digits. */
+export const MEMBER_ADDRESS_BYTES_MAX = 253 + 2 + 1 + 5;
 
 // ---- Placement coordinator and assignment table (control-plane-anchors.md §3, datum-agent.md §3) ----
 

@@ -6,6 +6,15 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
 import type { Hello } from '../core/handshake.js';
+import type {
+  MemberGossipWire,
+  MemberJoinAcceptWire,
+  MemberJoinRequestWire,
+  MemberProbeReplyWire,
+  MemberProbeWire,
+  MemberRefuseWire,
+  MemberSyncWire,
+} from './membership-wire.js';
 
 /** Finds proto/peer.proto from here, whether running from dist/ or from the test build. */
 function protoPath(): string {
@@ -94,6 +103,16 @@ export interface Envelope {
     maxWallMs: number;
   };
   publishBatch?: { messages: readonly PublishedMessage[] };
+  // Membership: encoded and checked by membership-wire.ts.
+  memberPing?: MemberProbeWire;
+  memberAck?: MemberProbeReplyWire;
+  memberNack?: MemberProbeReplyWire;
+  memberPingReq?: MemberProbeWire;
+  memberGossip?: MemberGossipWire;
+  memberSync?: MemberSyncWire;
+  memberJoinRequest?: MemberJoinRequestWire;
+  memberJoinAccept?: MemberJoinAcceptWire;
+  memberRefuse?: MemberRefuseWire;
 }
 
 /** Encodes an envelope (without the frame's length prefix). */
