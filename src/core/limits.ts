@@ -480,6 +480,26 @@ assert(
   'default move limits exceed their ceiling',
 );
 
+// ---- Cluster state file (native-bindings/cluster-state-file.ts) ----
+
+/** Member records in `<dataDir>/cluster-state.json`: every member membership admits, and this node. */
+export const CLUSTER_STATE_MEMBERS_MAX = MEMBERSHIP_MEMBERS_MAX + 1;
+/**
+ * Bytes of `<dataDir>/cluster-state.json` at most, checked before it is read whole at a start. The
+ * assignment table dominates: at FRAGMENT_COUNT_MAX fragments with every history full and replicas
+ * named by fresh node ids (`n-` and 12 hex digits) it is about 55 MiB at 3 replicas and 90 MiB at
+ * REPLICAS_PER_FRAGMENT_MAX. A state that would not fit is not written (the old file stays), so a
+ * node never writes what its restart would refuse.
+ */
+export const CLUSTER_STATE_BYTES_MAX = 128 * 1024 * 1024;
+/** A member record's share of the file: its id, a host:port address with room, and JSON framing. */
+const CLUSTER_STATE_MEMBER_BYTES_TYPICAL = NODE_ID_BYTES_MAX + 1024;
+
+assert(
+  CLUSTER_STATE_MEMBERS_MAX * CLUSTER_STATE_MEMBER_BYTES_TYPICAL <= CLUSTER_STATE_BYTES_MAX / 16,
+  'a full member list must leave the cluster state file to the table',
+);
+
 assert(FRAGMENT_COUNT_DEFAULT <= FRAGMENT_COUNT_MAX, 'default fragment count exceeds the slot count');
 assert(
   VALUE_BYTES_MAX_CEILING + KEY_BYTES_MAX + NODE_ID_BYTES_MAX + 64 <= STABLE_LOG_FRAME_BYTES_MAX,

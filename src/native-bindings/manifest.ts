@@ -17,7 +17,7 @@ import {
   NODE_ID_BYTES_MAX,
   WORKER_COUNT_MAX,
 } from '../core/limits.js';
-import { fsyncPath } from './fsync-path.js';
+import { fsyncPath, tempPathBeside, writeNewFileSynced } from './fsync-path.js';
 import { STORE_KINDS, type StoreKind } from './kv-store.js';
 
 /** Bumped whenever the stored layout (key forms, meta keys, directory layout) changes incompatibly. */
@@ -220,14 +220,8 @@ const manifestText = (manifest: Manifest): string => `${JSON.stringify(manifest,
  */
 async function writeOnce(dataDir: string, text: string): Promise<boolean> {
   const file = path.join(dataDir, MANIFEST_FILE);
-  const temp = path.join(dataDir, `${MANIFEST_FILE}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
-  const handle = await fs.open(temp, 'wx');
-  try {
-    await handle.writeFile(text, 'utf8');
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
+  const temp = tempPathBeside(file);
+  await writeNewFileSynced(temp, text);
   let created = true;
   try {
     await fs.link(temp, file);
