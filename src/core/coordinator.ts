@@ -523,22 +523,9 @@ export function startMove(
   fence: Fence,
   nowMs: number,
 ): TableChange {
-  const generation = entry.generation + 1;
   const replicas = [...entry.replicas, move.target];
-  return change(move.fragment, fence, {
-    ...entry,
-    generation,
-    replicas,
-    moving: { source: move.source, target: move.target, reason: move.reason },
-    fence,
-    history: withHistory(entry.history, {
-      generation,
-      from: entry.replicas,
-      to: replicas,
-      reason: move.reason,
-      timestampMs: nowMs,
-    }),
-  });
+  const moving = { source: move.source, target: move.target, reason: move.reason };
+  return nextReplicas(move.fragment, entry, fence, replicas, moving, move.reason, nowMs);
 }
 
 /** Remove phase, once the target has copied: the source leaves, the target takes its place in the order. */
@@ -550,26 +537,12 @@ export function finishMove(
 ): TableChange {
   const moving = entry.moving;
   assert(moving !== null, `fragment ${fragment} has no move in flight`);
-  const generation = entry.generation + 1;
   const withoutTarget = entry.replicas.slice(0, -1);
   const replicas =
     moving.source === null
       ? entry.replicas.slice()
       : withoutTarget.map((id) => (id === moving.source ? moving.target : id));
-  return change(fragment, fence, {
-    ...entry,
-    generation,
-    replicas,
-    moving: null,
-    fence,
-    history: withHistory(entry.history, {
-      generation,
-      from: entry.replicas,
-      to: replicas,
-      reason: moving.reason,
-      timestampMs: nowMs,
-    }),
-  });
+  return nextReplicas(fragment, entry, fence, replicas, null, moving.reason, nowMs);
 }
 
 /** Gives up a move in flight whose target left: the list returns to what it was. */
@@ -581,19 +554,31 @@ export function cancelMove(
 ): TableChange {
   const moving = entry.moving;
   assert(moving !== null, `fragment ${fragment} has no move in flight`);
+  return nextReplicas(fragment, entry, fence, entry.replicas.slice(0, -1), null, moving.reason, nowMs);
+}
+
+/** The change to `replicas` at the next generation, under `fence`, with its history entry. */
+function nextReplicas(
+  fragment: number,
+  entry: ActiveAssignment,
+  fence: Fence,
+  replicas: string[],
+  moving: ActiveAssignment['moving'],
+  reason: string,
+  nowMs: number,
+): TableChange {
   const generation = entry.generation + 1;
-  const replicas = entry.replicas.slice(0, -1);
   return change(fragment, fence, {
     ...entry,
     generation,
     replicas,
-    moving: null,
+    moving,
     fence,
     history: withHistory(entry.history, {
       generation,
       from: entry.replicas,
       to: replicas,
-      reason: moving.reason,
+      reason,
       timestampMs: nowMs,
     }),
   });
