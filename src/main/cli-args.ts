@@ -15,6 +15,8 @@ import { STORE_KINDS } from '../native-bindings/kv-store.js';
 import { ADMIN_BIND_DEFAULT } from './admin/server.js';
 import type { TesseraOptions } from './config.js';
 import {
+  checkMonitorOptions,
+  type MonitorOption,
   RESP_BIND_DEFAULT,
   RESP_PORT_DEFAULT,
   TLS_AUTH_CLIENTS,
@@ -278,6 +280,13 @@ const FLAGS: Flag[] = [
   { name: 'version', kind: 'boolean', help: 'print the version and exit' },
 ];
 
+/** The flags of the RESP server's SLOWLOG and LATENCY settings. */
+const MONITOR_FLAGS: Record<MonitorOption, string> = {
+  slowlogLogSlowerThanUs: '--slowlog-log-slower-than',
+  slowlogMaxLen: '--slowlog-max-len',
+  latencyMonitorThresholdMs: '--latency-monitor-threshold',
+};
+
 export interface CliArgs {
   options: TesseraOptions;
   /** Replication drain on shutdown (cluster nodes), in ms. */
@@ -394,26 +403,18 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   if (password === '') throw invalidInput('--requirepass must not be empty');
   const backupDir = values.get('backup-dir') as string | undefined;
   if (backupDir === '') throw invalidInput('--backup-dir must not be empty');
-  const slowlogMaxLen = values.get('slowlog-max-len') as number | undefined;
-  if (slowlogMaxLen !== undefined && (slowlogMaxLen < 0 || slowlogMaxLen > SLOWLOG_MAX_LEN_MAX))
-    throw invalidInput(`--slowlog-max-len must be in 0..${SLOWLOG_MAX_LEN_MAX}, got ${slowlogMaxLen}`);
-  const latencyMonitorThresholdMs = values.get('latency-monitor-threshold') as number | undefined;
-  if (
-    latencyMonitorThresholdMs !== undefined &&
-    (latencyMonitorThresholdMs < 0 || latencyMonitorThresholdMs > LATENCY_MONITOR_THRESHOLD_MS_MAX)
-  ) {
-    throw invalidInput(
-      `--latency-monitor-threshold must be in 0..${LATENCY_MONITOR_THRESHOLD_MS_MAX}, got ${latencyMonitorThresholdMs}`,
-    );
-  }
+  const monitors = {
+    slowlogLogSlowerThanUs: values.get('slowlog-log-slower-than') as number | undefined,
+    slowlogMaxLen: values.get('slowlog-max-len') as number | undefined,
+    latencyMonitorThresholdMs: values.get('latency-monitor-threshold') as number | undefined,
+  };
+  checkMonitorOptions(monitors, (option) => MONITOR_FLAGS[option]);
   const resp = {
     port,
     bind: (values.get('bind') as string | undefined) ?? RESP_BIND_DEFAULT,
     password,
     backupDir,
-    slowlogLogSlowerThanUs: values.get('slowlog-log-slower-than') as number | undefined,
-    slowlogMaxLen,
-    latencyMonitorThresholdMs,
+    ...monitors,
   };
   const tls = tlsArgs(values);
   const peerTls = peerTlsArgs(values, options.peers !== undefined);

@@ -182,14 +182,12 @@ export class RespServer {
     private readonly options: RespServerOptions,
   ) {
     this.logger = options.logger;
-    this.slowlog = slowlogOf(options);
-    const thresholdMs = options.latencyMonitorThresholdMs ?? 0;
-    if (!Number.isInteger(thresholdMs) || thresholdMs < 0 || thresholdMs > LATENCY_MONITOR_THRESHOLD_MS_MAX) {
-      throw invalidInput(
-        `latencyMonitorThresholdMs must be an integer in 0..${LATENCY_MONITOR_THRESHOLD_MS_MAX}, got ${thresholdMs}`,
-      );
-    }
-    this.latencyMonitor = new LatencyMonitor(thresholdMs);
+    checkMonitorOptions(options);
+    this.slowlog = new SlowLog(
+      options.slowlogLogSlowerThanUs ?? SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
+      options.slowlogMaxLen ?? SLOWLOG_MAX_LEN_DEFAULT,
+    );
+    this.latencyMonitor = new LatencyMonitor(options.latencyMonitorThresholdMs ?? 0);
     this.passwordDigest =
       options.password === undefined ? undefined : digest(Buffer.from(options.password, 'utf8'));
     this.server = createServer((socket) => this.accept(socket));
@@ -680,16 +678,29 @@ export class RespServer {
   }
 }
 
-function slowlogOf(options: RespServerOptions): SlowLog {
-  const slowerThanUs = options.slowlogLogSlowerThanUs ?? SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT;
-  const maxLen = options.slowlogMaxLen ?? SLOWLOG_MAX_LEN_DEFAULT;
-  if (!Number.isSafeInteger(slowerThanUs)) {
-    throw invalidInput(`slowlogLogSlowerThanUs must be an integer (negative: none), got ${slowerThanUs}`);
+export type MonitorOption = 'slowlogLogSlowerThanUs' | 'slowlogMaxLen' | 'latencyMonitorThresholdMs';
+
+/**
+ * Checks the SLOWLOG and LATENCY settings (those given); `named` words each as its user knows it
+ * (the command line passes its flags).
+ */
+export function checkMonitorOptions(
+  options: Pick<RespServerOptions, MonitorOption>,
+  named: (option: MonitorOption) => string = (option) => option,
+): void {
+  const slowerThanUs = options.slowlogLogSlowerThanUs;
+  if (slowerThanUs !== undefined && !Number.isSafeInteger(slowerThanUs)) {
+    throw invalidInput(
+      `${named('slowlogLogSlowerThanUs')} must be an integer (negative: none), got ${slowerThanUs}`,
+    );
   }
-  if (!Number.isInteger(maxLen) || maxLen < 0 || maxLen > SLOWLOG_MAX_LEN_MAX) {
-    throw invalidInput(`slowlogMaxLen must be an integer in 0..${SLOWLOG_MAX_LEN_MAX}, got ${maxLen}`);
-  }
-  return new SlowLog(slowerThanUs, maxLen);
+  const inRange = (option: MonitorOption, max: number) => {
+    const value = options[option];
+    if (value !== undefined && (!Number.isInteger(value) || value < 0 || value > max))
+      throw invalidInput(`${named(option)} must be an integer in 0..${max}, got ${value}`);
+  };
+  inRange('slowlogMaxLen', SLOWLOG_MAX_LEN_MAX);
+  inRange('latencyMonitorThresholdMs', LATENCY_MONITOR_THRESHOLD_MS_MAX);
 }
 
 /**
