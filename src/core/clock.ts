@@ -1,7 +1,7 @@
 // The time a driver runs on. Pure state machines take the time in their events; the drivers that
 // feed them read the clock and keep their timer through these interfaces, so a simulator can run the
 // real drivers on simulated time (test/sim/) while the node runs them on the wall clock
-// (src/workers/driver-clock.ts, src/main/turn-clock.ts).
+// (src/threads/driver-clock.ts, src/main/turn-clock.ts).
 
 export interface WallClock {
   /** Wall-clock milliseconds since the epoch. */

@@ -443,6 +443,28 @@ export const MEMBERSHIP_LEAVE_LINGER_MS = 1_000;
  * have waited unread past its deadline.
  */
 export const MEMBERSHIP_STALL_MS = 500;
+/**
+ * A membership message up to this size travels as one UDP datagram beside the peer connection, so a
+ * probe never waits behind replication bytes queued on it; a larger one (a full-state sync, a join
+ * reply) takes the peer connection. memberlist's UDPBufferSize: fits an Ethernet MTU unfragmented.
+ */
+export const MEMBERSHIP_DATAGRAM_BYTES_MAX = 1_400;
+/** Shortest and longest --down-after: below a few probe rounds a GC pause would move data. */
+export const MEMBERSHIP_DOWN_AFTER_MS_MIN = 2_000;
+export const MEMBERSHIP_DOWN_AFTER_MS_MAX = 24 * 60 * 60 * 1000;
+/**
+ * Cluster events (member events, coordinator changes, moves) a node keeps for `GET /cluster/events`
+ * readers resuming with Last-Event-ID; older ones slide out and a reader asking for them is told how
+ * many it lost (datum's sliding overflow).
+ */
+export const CLUSTER_EVENTS_KEPT = 1_024;
+/** Event-stream readers at once per node; more are refused with 503. */
+export const CLUSTER_EVENT_READERS_MAX = 16;
+/**
+ * Bytes queued to one event-stream reader before it counts as slow: it is then ended with an
+ * `overflow` event naming the next sequence to resume from, never buffered without bound.
+ */
+export const CLUSTER_EVENT_READER_QUEUE_BYTES_MAX = 256 * 1024;
 /** A member's host:peerPort: a 253-byte DNS name or a bracketed IPv6 address, a colon, 5 digits. */
 export const MEMBER_ADDRESS_BYTES_MAX = 253 + 2 + 1 + 5;
 

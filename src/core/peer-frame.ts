@@ -25,8 +25,28 @@ export const EnvelopeField = {
   ReconcileFetch: 13,
   ReconcileData: 14,
   PublishBatch: 15,
+  MemberPing: 16,
+  MemberAck: 17,
+  MemberNack: 18,
+  MemberPingReq: 19,
+  MemberGossip: 20,
+  MemberSync: 21,
+  MemberJoinRequest: 22,
+  MemberJoinAccept: 23,
+  MemberRefuse: 24,
 } as const;
 export type EnvelopeField = (typeof EnvelopeField)[keyof typeof EnvelopeField];
+
+/**
+ * Per-field byte counters are indexed by an envelope's first byte >> 3: the field number for fields
+ * below 16, and for 16..31 too (their two-byte tag's first byte carries the low bits plus 0x80).
+ */
+export const ENVELOPE_FIELD_COUNTERS = 32;
+
+/** Membership messages (proto Member*): the main thread's membership driver takes them. */
+export function isMembershipMessage(field: number): boolean {
+  return field >= EnvelopeField.MemberPing && field <= EnvelopeField.MemberRefuse;
+}
 
 /** Messages the main thread hands to the worker owning their fragment, as bytes. */
 export function isFragmentMessage(field: number): boolean {

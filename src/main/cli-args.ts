@@ -187,6 +187,12 @@ const FLAGS: Flag[] = [
     help: `level a replica reaches before it acknowledges a batch: ${DURABILITY_NAMES.join(' | ')} (default store)`,
   },
   {
+    name: 'down-after',
+    kind: 'duration',
+    option: 'downAfterMs',
+    help: 'a member unreachable from a majority this long is Down (default 30s); routing avoids an unreachable member at once',
+  },
+  {
     name: 'anti-entropy-interval',
     kind: 'duration',
     option: 'antiEntropyIntervalMs',

@@ -10,6 +10,9 @@ import {
   ANTI_ENTROPY_INTERVAL_MS_MAX,
   ANTI_ENTROPY_INTERVAL_MS_MIN,
   CLUSTER_SECRET_BYTES_MIN,
+  MEMBERSHIP_DOWN_AFTER_MS_DEFAULT,
+  MEMBERSHIP_DOWN_AFTER_MS_MAX,
+  MEMBERSHIP_DOWN_AFTER_MS_MIN,
   NODE_ID_BYTES_MAX,
 } from '../core/limits.js';
 import { DURABILITY_NAMES, type DurabilityName, parseDurability } from '../core/ops.js';
@@ -61,6 +64,11 @@ export interface ClusterOptions {
   clientHost?: string;
   /** Encrypt the peer mesh with mutually verified TLS. */
   peerTls?: PeerTlsOptions;
+  /**
+   * How long a majority must find a member unreachable before it is Down (default 30 s). Routing
+   * avoids an unreachable member at once; only Down would make placement replace its copies.
+   */
+  downAfterMs?: number;
 }
 
 export const CLUSTER_OPTION_NAMES = [
@@ -76,6 +84,7 @@ export const CLUSTER_OPTION_NAMES = [
   'clientPort',
   'clientHost',
   'peerTls',
+  'downAfterMs',
 ] as const;
 
 export interface ClusterConfig {
@@ -83,6 +92,8 @@ export interface ClusterConfig {
   members: string[];
   selfIndex: number;
   addresses: Array<PeerAddress | undefined>;
+  /** Where the others dial this node: its entry in peers, else the peer listener's address. */
+  selfAddress: PeerAddress;
   peerPort: number;
   peerBind: string;
   placement: Placement;
@@ -92,6 +103,7 @@ export interface ClusterConfig {
   antiEntropyIntervalMs: number;
   clientPort: number;
   clientHost: string;
+  downAfterMs: number;
   /** TLS for the peer mesh; undefined for plain TCP. */
   tls: { cert: Buffer; key: Buffer; ca: Buffer; clientCert: Buffer; clientKey: Buffer } | undefined;
 }
@@ -114,6 +126,22 @@ export function parsePeer(entry: string): { id: string; address: PeerAddress } {
   if (bytes > NODE_ID_BYTES_MAX)
     throw invalidInput(`peers: node id "${id}" exceeds ${NODE_ID_BYTES_MAX} bytes`);
   return { id, address: { host, port } };
+}
+
+/** A member's address as membership carries it: `host:port`, an IPv6 host in brackets. */
+export function formatPeerAddress(address: PeerAddress): string {
+  return address.host.includes(':') ? `[${address.host}]:${address.port}` : `${address.host}:${address.port}`;
+}
+
+/** The inverse of formatPeerAddress; undefined when `text` is not host:port. */
+export function parsePeerAddress(text: string): PeerAddress | undefined {
+  const colon = text.lastIndexOf(':');
+  if (colon < 1) return undefined;
+  let host = text.slice(0, colon);
+  if (host.startsWith('[') && host.endsWith(']')) host = host.slice(1, -1);
+  const port = Number(text.slice(colon + 1));
+  if (host === '' || !Number.isInteger(port) || port < 1 || port > 65535) return undefined;
+  return { host, port };
 }
 
 function isLoopback(host: string): boolean {
@@ -210,12 +238,23 @@ export function resolveClusterConfig(
       `antiEntropyIntervalMs must be an integer in ${ANTI_ENTROPY_INTERVAL_MS_MIN}..${ANTI_ENTROPY_INTERVAL_MS_MAX}, got ${antiEntropyIntervalMs}`,
     );
   }
+  const downAfterMs = options.downAfterMs ?? MEMBERSHIP_DOWN_AFTER_MS_DEFAULT;
+  if (
+    !Number.isInteger(downAfterMs) ||
+    downAfterMs < MEMBERSHIP_DOWN_AFTER_MS_MIN ||
+    downAfterMs > MEMBERSHIP_DOWN_AFTER_MS_MAX
+  ) {
+    throw invalidInput(
+      `downAfterMs must be an integer in ${MEMBERSHIP_DOWN_AFTER_MS_MIN}..${MEMBERSHIP_DOWN_AFTER_MS_MAX} ms, got ${downAfterMs}`,
+    );
+  }
   const selfIndex = members.indexOf(nodeId);
   return {
     selfId: nodeId,
     members,
     selfIndex,
     addresses: members.map((id) => (id === nodeId ? undefined : byId.get(id))),
+    selfAddress: own ?? { host: peerBind, port: peerPort },
     peerPort,
     peerBind,
     placement: computePlacement(members, fragments, replicas),
@@ -225,6 +264,7 @@ export function resolveClusterConfig(
     antiEntropyIntervalMs,
     clientPort: options.clientPort ?? 0,
     clientHost: options.clientHost ?? own?.host ?? peerBind,
+    downAfterMs,
     tls: resolvePeerTls(options.peerTls),
   };
 }

@@ -1,6 +1,7 @@
-// Binding a listener (RESP, TLS, admin HTTP, peer mesh): resolves with the address it got (port 0
+// Binding a listener (RESP, TLS, admin HTTP, peer mesh, membership datagrams): resolves with the address it got (port 0
 // picks a free one), rejects with the bind error (EADDRINUSE, EACCES…) instead of emitting it.
 
+import type { Socket as DgramSocket } from 'node:dgram';
 import type { Server } from 'node:net';
 
 export function listenOn(
@@ -18,6 +19,17 @@ export function listenOn(
           ? { host: address.address, port: address.port }
           : { host, port },
       );
+    });
+  });
+}
+
+/** Binds a UDP socket (membership datagrams on the peer port), rejecting with the bind error. */
+export function bindDatagrams(socket: DgramSocket, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    socket.once('error', reject);
+    socket.bind(port, host, () => {
+      socket.off('error', reject);
+      resolve();
     });
   });
 }

@@ -38,6 +38,7 @@ import { SubscriptionKind } from '../core/pubsub.js';
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
 import type { BackupReport } from '../native-bindings/backup.js';
+import { startIncarnation, writeClusterState } from '../native-bindings/cluster-state-file.js';
 import { DataDirLock } from '../native-bindings/data-dir-lock.js';
 import type { EvictionPolicy } from '../native-bindings/kv-store.js';
 import { bindStore } from '../native-bindings/manifest.js';
@@ -46,7 +47,7 @@ import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-c
 import { ringWakeupsRecovered } from '../threads/ring.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
 import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
-import { Cluster } from './mesh/cluster.js';
+import { Cluster, type MembershipStart } from './mesh/cluster.js';
 import { ListenerClient, PubSubHub, type PubSubMessage } from './pubsub.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
@@ -272,8 +273,15 @@ export class Tessera {
     const node = new Tessera(config, binding.nodeId, logger, binding.levelGroupCount);
     await node.dispatcher.start();
     if (node.cluster !== undefined) {
+      let membership: MembershipStart;
       try {
-        const peerPort = await node.cluster.start();
+        membership = await membershipStart(config, node.nodeId);
+      } catch (err) {
+        await node.dispatcher.close();
+        throw err;
+      }
+      try {
+        const peerPort = await node.cluster.start(membership);
         logger.info(
           {
             nodeId: node.nodeId,
@@ -778,6 +786,25 @@ function durabilityOf(name: string): Durability {
     );
   }
   return d;
+}
+
+/**
+ * Where membership starts: a node with a data directory bumps and saves its incarnation there before
+ * it speaks (cluster-state-file.ts) and saves what membership learns; a memory-store node keeps
+ * nothing, so it starts at the wall clock's milliseconds, above any incarnation its earlier lives used.
+ */
+async function membershipStart(config: NodeConfig, nodeId: string): Promise<MembershipStart> {
+  if (config.store === 'memory') {
+    return { restoredIncarnation: Date.now(), members: [], persist: async () => {} };
+  }
+  const { dataDir } = config;
+  const started = await startIncarnation(dataDir, { nodeId, fragmentCount: config.fragments });
+  const table = started.table;
+  return {
+    restoredIncarnation: started.incarnation - 1,
+    members: started.members,
+    persist: (incarnation, members) => writeClusterState(dataDir, { nodeId, incarnation, members, table }),
+  };
 }
 
 /** The absolute deadline a write carries (0 = none; a TTL counts from `clock`); `required` for EXPIRE. */

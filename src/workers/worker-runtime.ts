@@ -20,6 +20,7 @@ import { FRAGMENT_TURN_OPS_MIN, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Reply } from '../core/ops.js';
 import type { PendingEntry } from '../core/pending-writes.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
+import { SystemClock } from '../threads/driver-clock.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
 import {
@@ -47,7 +48,6 @@ import { type DrainLoop, drainLoop, RingReader, RingWriter, ringWakeupsRecovered
 import { RingOutbox } from '../threads/ring-outbox.js';
 import { encodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import { CommitLoop } from './commit-loop.js';
-import { SystemClock } from './driver-clock.js';
 import { FragmentActors } from './fragment-actors.js';
 import { PoolSpans } from './pool-spans.js';
 import { WorkerReplication } from './replication.js';

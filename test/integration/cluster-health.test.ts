@@ -120,7 +120,8 @@ describe('two nodes started with different cluster secrets', () => {
         assert.ok(since >= startedMs && since <= Date.now(), `down since ${body.peersDown[0].downSince}`);
         const nodesLines = await clusterNodesOf(node);
         assert.ok(
-          nodesLines.some((l) => l.includes(`,${other.id} master,fail `) && l.includes(' disconnected')),
+          // fail? (PFAIL): this node's own view; two islands never make a majority that says Down.
+          nodesLines.some((l) => l.includes(`,${other.id} master,fail? `) && l.includes(' disconnected')),
           nodesLines.join('\n'),
         );
       }
@@ -159,7 +160,11 @@ describe('a three-node cluster losing nodes', () => {
         assert.ok(since >= killedMs && since <= Date.now(), `c down since ${body.peersDown[0].downSince}`);
         assert.equal(body.cluster.peers.find((p) => p.id === 'c')?.downSince, body.peersDown[0].downSince);
         const nodesLines = await clusterNodesOf(node);
-        assert.ok(nodesLines.some((l) => l.includes(',c master,fail ') && l.includes(' disconnected')));
+        // fail? until the survivors agree for --down-after that it is Down (then fail).
+        assert.ok(
+          nodesLines.some((l) => /,c master,fail\??\s/.test(l) && l.includes(' disconnected')),
+          nodesLines.join('\n'),
+        );
 
         const page = await (await fetch(`http://127.0.0.1:${node.adminPort}/`)).text();
         assert.match(

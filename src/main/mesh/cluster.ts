@@ -1,23 +1,43 @@
-// The node's place in the cluster, on the main thread: the mesh, a link per peer for forwarded
-// operations, and the routing of peer frames. Placement is static (src/core/placement.ts); the first
-// serving replica of a fragment — the first in its list that is this node or a connected peer —
-// applies its writes and serves its reads. Frames about a fragment's replication and anti-entropy go
+// The node's place in the cluster, on the main thread: the mesh, membership and failure detection
+// (membership-driver.ts, over datagrams on the peer port), a link per peer for forwarded operations,
+// and the routing of peer frames. Placement is static (src/core/placement.ts); the first serving
+// replica of a fragment — the first in its list that is this node or a peer that is connected and
+// not unreachable to membership — applies its writes and serves its reads. A peer that hangs keeps
+// its connection open; membership's probes find it unreachable within seconds, and routing moves
+// to the next replica at once, retrying what was forwarded to it. Frames about a fragment's replication and anti-entropy go
 // to the worker that owns the fragment as bytes; only their routing fields are read here.
 
+import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import type { Logger } from 'pino';
 import { copyRange } from '../../core/bytes.js';
 import { networkError, type TesseraError } from '../../core/errors.js';
-import { MAX_FORWARD_HOPS, ringRecordBytesMax } from '../../core/limits.js';
+import { EventLog, type LoggedEvent } from '../../core/event-log.js';
+import {
+  CLUSTER_EVENTS_KEPT,
+  MAX_FORWARD_HOPS,
+  MEMBERSHIP_DATAGRAM_BYTES_MAX,
+  ringRecordBytesMax,
+} from '../../core/limits.js';
+import {
+  MEMBERSHIP_CONFIG_DEFAULTS,
+  type MemberEventRecord,
+  type MemberRecord,
+  type MemberState,
+  type MemberView,
+} from '../../core/membership-types.js';
 import {
   EnvelopeField,
   type EnvelopePeek,
   forEachField,
   isFragmentMessage,
+  isMembershipMessage,
   ListFrameBuilder,
   maxWallMsField,
   peekFragment,
 } from '../../core/peer-frame.js';
 import { firstServingReplica } from '../../core/placement.js';
+import { SystemClock } from '../../threads/driver-clock.js';
+import { datagramKey } from '../../threads/membership-datagram.js';
 import type { ClusterInit } from '../../threads/messages.js';
 import {
   checkRequest,
@@ -27,9 +47,11 @@ import {
   setResultId,
 } from '../../threads/op-codec.js';
 
-import type { ClusterConfig } from '../cluster-config.js';
+import { type ClusterConfig, formatPeerAddress, parsePeerAddress } from '../cluster-config.js';
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
+import { bindDatagrams } from '../listen.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
+import { MembershipDriver } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
 import { PubSubRelay } from './pubsub-relay.js';
@@ -57,6 +79,26 @@ class UnreachableLink implements OpLink {
   end(): void {}
 }
 
+/** What a cluster event (`GET /cluster/events`) carries: a member event for now. */
+export interface ClusterEventData {
+  member: MemberView;
+  /** The member event's own sequence number in this node's life (datum's). */
+  memberSequence: number;
+}
+
+/** What membership starts from: the data directory's cluster state, read at this start. */
+export interface MembershipStart {
+  /** The incarnation the last run used (undefined on a first start); this start uses one more. */
+  restoredIncarnation: number | undefined;
+  /** The members the last run knew (self included), from the data directory. */
+  members: readonly MemberRecord[];
+  /** Saves this node's incarnation and member list (the data directory's cluster state). */
+  persist(incarnation: number, members: MemberRecord[]): Promise<void>;
+}
+
+/** How a member stands in this node's view: reachable, unreachable to membership (`pfail`), Down. */
+export type MemberHealth = 'ok' | 'pfail' | 'fail';
+
 export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly mesh: Mesh;
   /** Pub/Sub messages to and from the peers. */
@@ -70,6 +112,16 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly results: ListFrameBuilder[];
   private resultsFlushScheduled = false;
   private readonly flushResultsTask = (): void => this.flushResults();
+  /** Membership and failure detection; set by start. */
+  private membershipDriver: MembershipDriver | undefined;
+  private udp: UdpSocket | undefined;
+  /** Per member index: not unreachable, Down or Removed in membership's view (true until it says so). */
+  private readonly memberReachable: boolean[];
+  private readonly memberStates: MemberState[];
+  /** Member events (and, later, coordinator changes and moves) for `GET /cluster/events`. */
+  readonly events = new EventLog<ClusterEventData>(CLUSTER_EVENTS_KEPT);
+  /** Set when the cluster refused this node (it was removed): it then routes nothing to peers. */
+  refusedReason: string | undefined;
 
   constructor(
     readonly config: ClusterConfig,
@@ -78,6 +130,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     valueBytesMax: number,
   ) {
     this.frameBytesMax = ringRecordBytesMax(valueBytesMax);
+    this.memberReachable = config.members.map(() => true);
+    this.memberStates = config.members.map(() => 'Up');
     this.peerLinks = config.members.map((id, m) =>
       m === config.selfIndex ? undefined : new PeerLink(m, id, this),
     );
@@ -112,25 +166,143 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     };
   }
 
-  /** Listens for peers and starts dialing; resolves with the peer port once listening. */
-  start(): Promise<number> {
-    return this.mesh.start();
+  /**
+   * Listens for peers (TCP and, on the same port, membership datagrams), starts dialing and starts
+   * membership; resolves with the peer port once listening.
+   */
+  async start(membership: MembershipStart): Promise<number> {
+    const port = await this.mesh.start();
+    const c = this.config;
+    // Datagrams are tagged with the cluster secret; a TLS mesh without one keeps membership on TLS.
+    const key = c.tls !== undefined && c.secret === undefined ? null : datagramKey(c.secret);
+    if (key !== null) await this.listenForDatagrams(port);
+    const restored = new Map(membership.members.map((r) => [r.nodeId, r]));
+    const members: MemberRecord[] = c.members.flatMap((nodeId, m) => {
+      if (m === c.selfIndex) return [];
+      // The list given at start names the members; what the last run knew of them carries over.
+      const known = restored.get(nodeId);
+      return [
+        {
+          nodeId,
+          address: formatPeerAddress(c.addresses[m]!),
+          incarnation: known?.incarnation ?? 0,
+          state: known?.state ?? 'Up',
+        },
+      ];
+    });
+    const self = restored.get(c.selfId);
+    this.membershipDriver = new MembershipDriver(
+      {
+        ...MEMBERSHIP_CONFIG_DEFAULTS,
+        nodeId: c.selfId,
+        address: formatPeerAddress({ host: c.selfAddress.host, port: c.selfAddress.port || port }),
+        restoredIncarnation: membership.restoredIncarnation,
+        members,
+        selfState: 'Up',
+        selfRemoved: self?.state === 'Removed',
+        downAfterMs: c.downAfterMs,
+      },
+      {
+        sendDatagram: (address, datagram) => this.sendDatagram(address, datagram),
+        sendEnvelope: (nodeId, envelope) => {
+          const m = c.members.indexOf(nodeId);
+          return m !== -1 && this.mesh.send(m, envelope);
+        },
+        persist: membership.persist,
+        log: (level, fields, message) => this.logger[level](fields, message),
+      },
+      {
+        onMemberEvent: (event) => this.onMemberEvent(event),
+        onRefused: (reason) => {
+          this.refusedReason = reason;
+        },
+        onLeft: () => {},
+      },
+      new SystemClock(),
+      key,
+    );
+    return port;
   }
 
   async close(): Promise<void> {
+    this.membershipDriver?.close();
+    const udp = this.udp;
+    this.udp = undefined;
+    if (udp !== undefined) await new Promise<void>((resolve) => udp.close(() => resolve()));
     for (const link of this.peerLinks) link?.close();
     await this.mesh.close();
   }
 
-  /** Member index of the fragment's first serving replica (-1 when none is reachable). */
-  servingMember(fragment: number): number {
-    return firstServingReplica(this.config.placement, fragment, this.config.selfIndex, (m) =>
-      this.mesh.isUp(m),
-    );
+  /** Membership (undefined before start). */
+  get membership(): MembershipDriver | undefined {
+    return this.membershipDriver;
   }
 
+  /** How `member` stands in this node's view. */
+  memberHealth(member: number): MemberHealth {
+    if (member === this.config.selfIndex) return 'ok';
+    const state = this.memberStates[member];
+    if (state === 'Down' || state === 'Removed') return 'fail';
+    return this.isUp(member) ? 'ok' : 'pfail';
+  }
+
+  private async listenForDatagrams(port: number): Promise<void> {
+    const host = this.config.peerBind;
+    const udp = createSocket({ type: host.includes(':') ? 'udp6' : 'udp4' });
+    udp.on('message', (datagram, remote) => {
+      this.membershipDriver?.onDatagram(datagram, `${remote.address}:${remote.port}`);
+    });
+    await bindDatagrams(udp, port, host);
+    udp.on('error', (err) => this.logger.warn({ err: err.message }, 'membership datagram socket error'));
+    this.udp = udp;
+  }
+
+  private sendDatagram(address: string, datagram: Buffer): void {
+    const to = parsePeerAddress(address);
+    if (to === undefined || this.udp === undefined || datagram.length > MEMBERSHIP_DATAGRAM_BYTES_MAX) return;
+    // A failed send is a lost datagram, which the detector expects; the socket's error handler logs.
+    this.udp.send(datagram, to.port, to.host);
+  }
+
+  private onMemberEvent(event: MemberEventRecord): void {
+    const m = this.config.members.indexOf(event.member.nodeId);
+    if (m !== -1 && m !== this.config.selfIndex) {
+      const v = event.member;
+      const wasServing = this.isUp(m);
+      this.memberStates[m] = v.state;
+      this.memberReachable[m] = !v.unreachable && v.state !== 'Down' && v.state !== 'Removed';
+      // What was forwarded to a member that stopped answering goes to the next replica now.
+      if (wasServing && !this.isUp(m)) this.peerLinks[m]?.onDisconnect();
+    }
+    if (event.kind !== 'Initialized') {
+      const level = event.kind === 'MemberUnreachable' || event.kind === 'MemberDown' ? 'warn' : 'info';
+      this.logger[level](
+        {
+          event: event.kind,
+          member: event.member.nodeId,
+          state: event.member.state,
+          unreachable: event.member.unreachable,
+          incarnation: event.member.incarnation,
+        },
+        'member event',
+      );
+    }
+    this.events.append(event.kind, event.atMs, { member: event.member, memberSequence: event.sequence });
+  }
+
+  /** Cluster events after sequence `after` (for `GET /cluster/events`). */
+  eventsSince(after: number): { events: Array<LoggedEvent<ClusterEventData>>; lost: number } {
+    return this.events.since(after);
+  }
+
+  /** Member index of the fragment's first serving replica (-1 when none is reachable). */
+  servingMember(fragment: number): number {
+    return firstServingReplica(this.config.placement, fragment, this.config.selfIndex, (m) => this.isUp(m));
+  }
+
+  /** Connected and not unreachable, Down or Removed to membership: requests may go to it. */
   isUp(member: number): boolean {
-    return this.mesh.isUp(member);
+    return this.mesh.isUp(member) && this.memberReachable[member];
   }
 
   /** Wall-clock ms since when `member` has been disconnected; undefined while connected (or self). */
@@ -258,6 +430,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const link = this.peerLinks[member];
       if (link?.onResults(bytes, peek.start, peek.end)) return;
       return this.mesh.drop(member, 'malformed forwarded results');
+    }
+    if (isMembershipMessage(peek.field)) {
+      const reason = this.membershipDriver?.onEnvelope(bytes);
+      if (reason !== undefined) this.mesh.drop(member, reason);
+      return;
     }
     if (peek.field === EnvelopeField.PublishBatch) {
       if (this.pubsub.receive(bytes)) return;

@@ -15,7 +15,7 @@ import {
   PEER_RECONNECT_MS_BASE,
   PEER_RECONNECT_MS_MAX,
 } from '../../core/limits.js';
-import type { EnvelopePeek } from '../../core/peer-frame.js';
+import { ENVELOPE_FIELD_COUNTERS, type EnvelopePeek } from '../../core/peer-frame.js';
 import type { ClusterConfig, PeerAddress } from '../cluster-config.js';
 import { listenOn } from '../listen.js';
 import { PeerConnection, type PeerConnectionEvents } from './peer-connection.js';
@@ -53,7 +53,7 @@ export class Mesh implements PeerConnectionEvents {
   private readonly parked = new Set<number>();
   readonly selfIndex: number;
   /** Bytes sent on accepted connections before the peer identified itself (its Hello). */
-  private readonly unattributed = new Float64Array(16);
+  private readonly unattributed = new Float64Array(ENVELOPE_FIELD_COUNTERS);
   /**
    * Wall-clock ms since when each member has had no connection: the mesh's creation for one never
    * reached, its last disconnect otherwise; 0 while connected (and for self).
@@ -66,7 +66,7 @@ export class Mesh implements PeerConnectionEvents {
   ) {
     this.connections = options.members.map(() => undefined);
     this.backoffMs = options.members.map(() => PEER_RECONNECT_MS_BASE);
-    this.bytesOut = options.members.map(() => new Float64Array(16));
+    this.bytesOut = options.members.map(() => new Float64Array(ENVELOPE_FIELD_COUNTERS));
     this.selfIndex = options.members.indexOf(options.selfId);
     const createdMs = Date.now();
     this.downSinceMs = options.members.map((_, m) => (m === this.selfIndex ? 0 : createdMs));

@@ -76,7 +76,8 @@ export class PeerLink {
   }
 
   refusal(): TesseraError {
-    if (!this.host.isUp(this.member)) return networkError(`peer ${this.peerId} is not connected`);
+    if (!this.host.isUp(this.member))
+      return networkError(`peer ${this.peerId} is disconnected or not answering membership probes`);
     return backpressure(`${FORWARD_IN_FLIGHT_MAX} operations already wait on peer ${this.peerId}`);
   }
 

@@ -14,7 +14,7 @@ import {
 } from '../../core/limits.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
-import type { Cluster } from '../mesh/cluster.js';
+import type { Cluster, MemberHealth } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
 import { answerLater, type CommandSpec, integerArg, unknownSubcommand, writeHelp } from './commands.js';
 import type { RespConnection } from './connection.js';
@@ -27,7 +27,10 @@ interface ClusterNodeView {
   host: string;
   port: number;
   self: boolean;
+  /** Requests may go to it: connected and reachable to membership. */
   up: boolean;
+  /** Redis's view of it: ok, `fail?` (unreachable from here), `fail` (Down: a majority agrees). */
+  health: MemberHealth;
 }
 
 /** One fragment as a shard: its slots, its primary (first serving replica) and the other replicas. */
@@ -62,6 +65,7 @@ function nodesOf(conn: RespConnection): ClusterNodeView[] {
       port: self ? port : cluster.mesh.clientPortOf(m),
       self,
       up: self || cluster.isUp(m),
+      health: cluster.memberHealth(m),
     };
   });
 }
@@ -132,6 +136,9 @@ function clusterShards(conn: RespConnection, w: RespWriter): void {
   }
 }
 
+/** CLUSTER NODES flags: PFAIL is this node's own view, FAIL the majority's (Down). */
+const FAIL_FLAGS: Record<MemberHealth, string> = { ok: '', pfail: 'fail?', fail: 'fail' };
+
 function clusterNodes(conn: RespConnection): string {
   const nodes = nodesOf(conn);
   const shards = shardsOf(conn, nodes);
@@ -140,7 +147,7 @@ function clusterNodes(conn: RespConnection): string {
     const ranges = shards
       .filter((s) => s.primary === n)
       .map((s) => (s.first === s.last ? `${s.first}` : `${s.first}-${s.last}`));
-    const flags = [n.self ? 'myself' : '', 'master', n.up ? '' : 'fail'].filter((x) => x !== '').join(',');
+    const flags = [n.self ? 'myself' : '', 'master', FAIL_FLAGS[n.health]].filter((x) => x !== '').join(',');
     const link = n.up ? 'connected' : 'disconnected';
     lines.push(
       `${n.id} ${n.host}:${n.port}@0,${n.nodeId} ${flags} - 0 0 1 ${link}${ranges.map((r) => ` ${r}`).join('')}`,

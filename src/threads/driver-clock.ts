@@ -1,4 +1,4 @@
-// Real time for a worker's drivers: `Date.now()` and one `setTimeout` (the simulator's clock is in
+// Real time for the drivers of a worker and of the main thread: `Date.now()` and one `setTimeout` (the simulator's clock is in
 // test/sim/sim-world.ts).
 
 import type { DriverClock } from '../core/clock.js';
