@@ -795,7 +795,7 @@ function durabilityOf(name: string): Durability {
  */
 async function membershipStart(config: NodeConfig, nodeId: string): Promise<MembershipStart> {
   if (config.store === 'memory') {
-    return { restoredIncarnation: Date.now(), members: [], persist: async () => {} };
+    return { restoredIncarnation: Date.now(), members: [], persist: () => undefined };
   }
   const { dataDir } = config;
   const started = await startIncarnation(dataDir, { nodeId, fragmentCount: config.fragments });

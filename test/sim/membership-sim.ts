@@ -1,6 +1,8 @@
 // A seeded simulator of cluster membership: 5–7 nodes run the real
-// Membership core (src/core/membership.ts) over a simulated network and clock, in one thread, from
-// one seed. Messages take 1–30 ms, may be lost, and are cut by partitions; nodes are killed and
+// Membership core (src/core/membership.ts) under its real driver (src/main/mesh/membership-driver.ts)
+// over a simulated network and clock, in one thread, from one seed: the datagrams on the simulated
+// wire are the ones the node sends, tagged and encoded. Messages take 1–30 ms, may be lost, and are
+// cut by partitions; nodes are killed and
 // restarted (from what they persisted, so the restart bumps their incarnation), paused (a paused
 // node does not step, its messages wait as in a socket buffer, and its clock has jumped when it
 // resumes), and every node's clock runs at its own offset and rate.
@@ -17,13 +19,10 @@
 //   views converge again once it resumes.
 
 import { assert } from '../../src/core/assert.js';
-import { Membership } from '../../src/core/membership.js';
-import {
-  MEMBERSHIP_CONFIG_DEFAULTS,
-  type MemberRecord,
-  type MembershipAction,
-  type MembershipMessage,
-} from '../../src/core/membership-types.js';
+import type { DriverClock } from '../../src/core/clock.js';
+import { MEMBERSHIP_CONFIG_DEFAULTS, type MemberRecord } from '../../src/core/membership-types.js';
+import { MembershipDriver } from '../../src/main/mesh/membership-driver.js';
+import { datagramKey } from '../../src/threads/membership-datagram.js';
 import { seededFractions } from '../unit/fixtures/xorshift32.js';
 
 export interface MembershipSimOptions {
@@ -64,21 +63,27 @@ export interface MembershipSimReport {
 const STEP_MS = 10;
 const TRACE = process.env.TESSERA_SIM_TRACE !== undefined;
 
+const DATAGRAM_KEY = datagramKey(Buffer.from('the simulated cluster secret, 32 bytes or more'));
+
 interface SimNode {
   id: string;
-  core: Membership | undefined;
+  /** The node's membership driver; undefined while the node is dead. */
+  core: MembershipDriver | undefined;
+  /** The one timer the driver keeps, on the node's local clock. */
+  timer: { atMs: number; fire: () => void } | undefined;
   /** What it persisted last: a restart starts from it. */
   persisted: { incarnation: number; members: MemberRecord[] } | undefined;
   pausedUntilMs: number;
-  held: MembershipMessage[];
+  held: InFlight[];
   offsetMs: number;
   rate: number;
 }
 
 interface InFlight {
   atMs: number;
+  from: string;
   to: string;
-  message: MembershipMessage;
+  datagram: Buffer;
 }
 
 export class MembershipSim {
@@ -91,7 +96,6 @@ export class MembershipSim {
   /** A partition holds until then: long ones (past downAfterMs) let a majority down the minority. */
   private partitionUntilMs = 0;
   private nowMs = 0;
-  private readonly actions: MembershipAction[] = [];
   /** Since when each node has been reached by a majority (alive, running, links up); undefined when not. */
   private readonly majorityReachSinceMs = new Map<string, number | undefined>();
   /** Observers that hold each node unreachable (or Down), for the kill phase. */
@@ -106,6 +110,7 @@ export class MembershipSim {
       const node: SimNode = {
         id: `n${i}`,
         core: undefined,
+        timer: undefined,
         persisted: undefined,
         pausedUntilMs: 0,
         held: [],
@@ -299,58 +304,33 @@ export class MembershipSim {
       if (node.pausedUntilMs > this.nowMs) continue;
       const local = this.localMs(node);
       if (node.held.length > 0) {
-        // Resumed: the timers fire first (the clock has jumped), then the socket buffers are read.
-        this.stepNode(node, { kind: 'tick', nowMs: local });
+        // Resumed: the timer fires first (the clock has jumped), then the socket buffers are read.
+        this.fireTimer(node, true);
         const held = node.held;
         node.held = [];
-        for (const message of held) this.deliver(node, message);
-      } else if (local >= node.core.nextWakeMs()) {
-        this.stepNode(node, { kind: 'tick', nowMs: local });
+        for (const m of held) this.deliver(node, m);
+      } else if (node.timer !== undefined && local >= node.timer.atMs) {
+        this.fireTimer(node, false);
       }
     }
     for (const m of due) {
       const node = this.byId.get(m.to)!;
       if (node.core === undefined) continue;
-      if (node.pausedUntilMs > this.nowMs) node.held.push(m.message);
-      else this.deliver(node, m.message);
+      if (node.pausedUntilMs > this.nowMs) node.held.push(m);
+      else this.deliver(node, m);
     }
   }
 
-  private deliver(node: SimNode, message: MembershipMessage): void {
-    if (node.core === undefined) return;
-    this.stepNode(node, { kind: 'message', message, nowMs: this.localMs(node) });
+  /** Fires the node's timer (`always`: even before it is due, as a resumed loop's first turn does). */
+  private fireTimer(node: SimNode, always: boolean): void {
+    const timer = node.timer;
+    if (timer === undefined || (!always && this.localMs(node) < timer.atMs)) return;
+    node.timer = undefined;
+    timer.fire();
   }
 
-  private stepNode(node: SimNode, event: Parameters<Membership['step']>[0]): void {
-    const core = node.core!;
-    core.step(event);
-    this.actions.length = 0;
-    core.takeActions(this.actions);
-    for (const action of this.actions) this.carryOut(node, action);
-  }
-
-  private carryOut(node: SimNode, action: MembershipAction): void {
-    switch (action.kind) {
-      case 'send':
-        return this.send(node.id, action.to, action.message);
-      case 'persist':
-        node.persisted = { incarnation: action.incarnation, members: action.members };
-        return;
-      case 'member-event':
-        return this.onMemberEvent(
-          node.id,
-          action.event.kind,
-          action.event.member.nodeId,
-          action.event.member.incarnation,
-        );
-      case 'refused':
-      case 'left':
-        assert(false, `${node.id} stopped (${action.kind}) though no node leaves or is removed here`);
-        return;
-      case 'reply':
-      case 'log':
-        return;
-    }
+  private deliver(node: SimNode, m: InFlight): void {
+    node.core?.onDatagram(m.datagram, `${m.from}:7000`);
   }
 
   private onMemberEvent(observer: string, kind: string, about: string, incarnation: number): void {
@@ -369,15 +349,16 @@ export class MembershipSim {
     this.onEvent?.(observer, kind, about);
   }
 
-  private send(from: string, to: string, message: MembershipMessage): void {
+  private send(from: string, address: string, datagram: Buffer): void {
     this.report.messages++;
+    const to = address.slice(0, address.indexOf(':'));
     if (!this.byId.has(to) || this.cut.has(linkKey(from, to)) || this.random() < this.lossRate) {
       this.report.lost++;
       return;
     }
     const latencyMs = 1 + Math.floor(this.random() * 30);
     // A copy, as the wire would make: no state may be shared between nodes.
-    this.inFlight.push({ atMs: this.nowMs + latencyMs, to, message: structuredClone(message) });
+    this.inFlight.push({ atMs: this.nowMs + latencyMs, from, to, datagram: Buffer.from(datagram) });
   }
 
   private start(node: SimNode): void {
@@ -393,7 +374,17 @@ export class MembershipSim {
       }));
     node.pausedUntilMs = 0;
     node.held = [];
-    node.core = new Membership(
+    node.timer = undefined;
+    const clock: DriverClock = {
+      nowMs: () => this.localMs(node),
+      setTimer: (atMs, fire) => {
+        node.timer = { atMs, fire };
+      },
+      clearTimer: () => {
+        node.timer = undefined;
+      },
+    };
+    node.core = new MembershipDriver(
       {
         ...MEMBERSHIP_CONFIG_DEFAULTS,
         nodeId: node.id,
@@ -403,18 +394,33 @@ export class MembershipSim {
         selfState: 'Up',
         selfRemoved: false,
       },
+      {
+        sendDatagram: (address, datagram) => this.send(node.id, address, datagram),
+        // Every message of 5–7 members fits a datagram.
+        sendEnvelope: () => assert(false, 'a membership message too large for a datagram') as never,
+        persist: (incarnation, members) => {
+          node.persisted = { incarnation, members };
+          return undefined;
+        },
+        log: () => {},
+      },
+      {
+        onMemberEvent: (event) =>
+          this.onMemberEvent(node.id, event.kind, event.member.nodeId, event.member.incarnation),
+        onRefused: () => assert(false, `${node.id} was refused though no node leaves or is removed here`),
+        onLeft: () => assert(false, `${node.id} left though no node leaves here`),
+      },
+      clock,
+      DATAGRAM_KEY,
       seededFractions((this.random() * 2 ** 32) >>> 0),
-      this.localMs(node),
     );
-    this.actions.length = 0;
-    node.core.takeActions(this.actions);
-    for (const action of this.actions) this.carryOut(node, action);
   }
 
   private kill(node: SimNode): void {
     this.trace(`kill ${node.id}`);
     this.report.kills++;
     node.core = undefined;
+    node.timer = undefined;
     node.held = [];
     this.inFlight = this.inFlight.filter((m) => m.to !== node.id);
   }

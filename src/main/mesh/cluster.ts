@@ -92,8 +92,8 @@ export interface MembershipStart {
   restoredIncarnation: number | undefined;
   /** The members the last run knew (self included), from the data directory. */
   members: readonly MemberRecord[];
-  /** Saves this node's incarnation and member list (the data directory's cluster state). */
-  persist(incarnation: number, members: MemberRecord[]): Promise<void>;
+  /** Saves this node's incarnation and member list (the data directory's cluster state; undefined: kept nowhere). */
+  persist(incarnation: number, members: MemberRecord[]): Promise<void> | undefined;
 }
 
 /** How a member stands in this node's view: reachable, unreachable to membership (`pfail`), Down. */

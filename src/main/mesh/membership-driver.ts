@@ -37,8 +37,11 @@ export interface MembershipIo {
   sendDatagram(address: string, datagram: Buffer): void;
   /** Sends an envelope on the peer connection to `nodeId`; false when none is open. */
   sendEnvelope(nodeId: string, envelope: Uint8Array): boolean;
-  /** Writes this node's incarnation and member list durably (the data directory's cluster state). */
-  persist(incarnation: number, members: MemberRecord[]): Promise<void>;
+  /**
+   * Writes this node's incarnation and member list durably (the data directory's cluster state);
+   * undefined when it is done already (a store that keeps nothing, a simulator's).
+   */
+  persist(incarnation: number, members: MemberRecord[]): Promise<void> | undefined;
   log(level: 'info' | 'warn' | 'error', fields: Record<string, unknown>, message: string): void;
 }
 
@@ -272,8 +275,12 @@ export class MembershipDriver {
       this.nextPersist = { incarnation, members };
       return;
     }
-    this.persisting = this.io
-      .persist(incarnation, members)
+    const written = this.io.persist(incarnation, members);
+    if (written === undefined) {
+      this.persistedIncarnation = Math.max(this.persistedIncarnation, incarnation);
+      return this.release();
+    }
+    this.persisting = written
       .then(
         () => {
           this.persistedIncarnation = Math.max(this.persistedIncarnation, incarnation);
