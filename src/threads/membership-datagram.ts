@@ -1,4 +1,4 @@
-// The layout of a membership datagram (UDP, beside the peer connection; DESIGN.md "Membership"):
+// The layout of a membership datagram (UDP, beside the peer connection; README "Cluster"):
 //
 //   offset 0   u8        format (MEMBERSHIP_DATAGRAM_FORMAT)
 //   offset 1   16 bytes  tag: the first 16 bytes of HMAC-SHA256(datagram key, envelope); zeros without a secret

@@ -3,7 +3,7 @@
 // keeps the one timer the core asks for, and carries out its actions. Sockets, files and the logger
 // are behind MembershipIo, so a test drives this very class message for message.
 //
-// Transport (DESIGN.md "Membership"): a message whose envelope fits a datagram goes by UDP to the
+// Transport (DESIGN.md "Cluster"; README "Cluster"): a message whose envelope fits a datagram goes by UDP to the
 // member's peer port, so a probe never waits behind replication bytes queued on a peer connection
 // (memberlist's split: probes by UDP, full-state syncs by TCP); a larger one — a sync, a join
 // reply — takes the peer connection. Without datagrams (a TLS mesh with no cluster secret to tag
