@@ -465,6 +465,10 @@ export const CLUSTER_EVENT_READERS_MAX = 16;
  * `overflow` event naming the next sequence to resume from, never buffered without bound.
  */
 export const CLUSTER_EVENT_READER_QUEUE_BYTES_MAX = 256 * 1024;
+/** A coordinator taking over asks the members that have not reported their tables again this often. */
+export const COORDINATOR_REPORT_RETRY_MS = 1_000;
+/** The coordinator sends every member its table digest this often; a member whose table differs pulls it. */
+export const COORDINATOR_DIGEST_INTERVAL_MS = 5_000;
 /** A member's host:peerPort: a 253-byte DNS name or a bracketed IPv6 address, a colon, 5 digits. */
 export const MEMBER_ADDRESS_BYTES_MAX = 253 + 2 + 1 + 5;
 
@@ -505,6 +509,12 @@ assert(
 // ---- Cluster state file (native-bindings/cluster-state-file.ts) ----
 
 /** Member records in `<dataDir>/cluster-state.json`: every member membership admits, and this node. */
+/**
+ * A table on the peer wire (a report, or the whole table after a pull), as the JSON the data
+ * directory stores, within one peer frame with room for the envelope: 16384 fragments with three
+ * replicas and full histories of short ids fit.
+ */
+export const PLACEMENT_TABLE_BYTES_MAX = FRAME_BYTES_MAX - 64 * 1024;
 export const CLUSTER_STATE_MEMBERS_MAX = MEMBERSHIP_MEMBERS_MAX + 1;
 /**
  * Bytes of `<dataDir>/cluster-state.json` at most, checked before it is read whole at a start. The

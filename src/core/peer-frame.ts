@@ -34,6 +34,7 @@ export const EnvelopeField = {
   MemberJoinRequest: 22,
   MemberJoinAccept: 23,
   MemberRefuse: 24,
+  Placement: 25,
 } as const;
 export type EnvelopeField = (typeof EnvelopeField)[keyof typeof EnvelopeField];
 

@@ -38,7 +38,7 @@ import { SubscriptionKind } from '../core/pubsub.js';
 import { expiresAtOf, logicalOf, nodeIdOf, valueOffsetOf, wallMsOf } from '../core/record.js';
 import type { SenderReport } from '../core/replication-sender.js';
 import type { BackupReport } from '../native-bindings/backup.js';
-import { startIncarnation, writeClusterState } from '../native-bindings/cluster-state-file.js';
+import { ClusterStateWriter, startIncarnation } from '../native-bindings/cluster-state-file.js';
 import { DataDirLock } from '../native-bindings/data-dir-lock.js';
 import type { EvictionPolicy } from '../native-bindings/kv-store.js';
 import { bindStore } from '../native-bindings/manifest.js';
@@ -795,15 +795,22 @@ function durabilityOf(name: string): Durability {
  */
 async function membershipStart(config: NodeConfig, nodeId: string): Promise<MembershipStart> {
   if (config.store === 'memory') {
-    return { restoredIncarnation: Date.now(), members: [], persist: () => undefined };
+    return {
+      restoredIncarnation: Date.now(),
+      members: [],
+      persist: () => undefined,
+      table: undefined,
+      persistTable: () => undefined,
+    };
   }
-  const { dataDir } = config;
-  const started = await startIncarnation(dataDir, { nodeId, fragmentCount: config.fragments });
-  const table = started.table;
+  const started = await startIncarnation(config.dataDir, { nodeId, fragmentCount: config.fragments });
+  const writer = new ClusterStateWriter(config.dataDir, started);
   return {
     restoredIncarnation: started.incarnation - 1,
     members: started.members,
-    persist: (incarnation, members) => writeClusterState(dataDir, { nodeId, incarnation, members, table }),
+    persist: (incarnation, members) => writer.update({ incarnation, members }),
+    table: started.table ?? undefined,
+    persistTable: (table) => writer.update({ table }),
   };
 }
 

@@ -173,6 +173,52 @@ export async function writeClusterState(dataDir: string, state: ClusterState): P
 }
 
 /**
+ * The writes of one node's cluster state, one at a time: membership updates its incarnation and
+ * members, the coordinator its table, and each write holds the latest of both. An update made while
+ * a write is in flight is coalesced into the next write; its promise settles when a write that
+ * holds it has landed (or failed).
+ */
+export class ClusterStateWriter {
+  private state: ClusterState;
+  private writing = false;
+  private waiting: Array<{ resolve: () => void; reject: (err: unknown) => void }> = [];
+
+  constructor(
+    private readonly dataDir: string,
+    initial: ClusterState,
+  ) {
+    this.state = initial;
+  }
+
+  /** The state as the last update left it (written or about to be). */
+  get latest(): ClusterState {
+    return this.state;
+  }
+
+  update(part: Partial<Pick<ClusterState, 'incarnation' | 'members' | 'table'>>): Promise<void> {
+    this.state = { ...this.state, ...part };
+    const written = new Promise<void>((resolve, reject) => this.waiting.push({ resolve, reject }));
+    if (!this.writing) void this.writeLoop();
+    return written;
+  }
+
+  private async writeLoop(): Promise<void> {
+    this.writing = true;
+    while (this.waiting.length > 0) {
+      const batch = this.waiting;
+      this.waiting = [];
+      try {
+        await writeClusterState(this.dataDir, this.state);
+        for (const w of batch) w.resolve();
+      } catch (err) {
+        for (const w of batch) w.reject(err);
+      }
+    }
+    this.writing = false;
+  }
+}
+
+/**
  * A start: removes temp files of interrupted writes, reads the stored state (none for a fresh node),
  * bumps this node's incarnation (its own member record's with it) and writes that durably before
  * returning it, so the node speaks to no one at an incarnation a previous run may have used.

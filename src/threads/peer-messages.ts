@@ -15,6 +15,7 @@ import type {
   MemberRefuseWire,
   MemberSyncWire,
 } from './membership-wire.js';
+import type { PlacementMessageWire } from './placement-wire.js';
 
 /** Finds proto/peer.proto from here, whether running from dist/ or from the test build. */
 function protoPath(): string {
@@ -113,6 +114,7 @@ export interface Envelope {
   memberJoinRequest?: MemberJoinRequestWire;
   memberJoinAccept?: MemberJoinAcceptWire;
   memberRefuse?: MemberRefuseWire;
+  placement?: PlacementMessageWire;
 }
 
 /** Encodes an envelope (without the frame's length prefix). */

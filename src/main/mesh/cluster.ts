@@ -1,6 +1,8 @@
 // The node's place in the cluster, on the main thread: the mesh, membership and failure detection
 // (membership-driver.ts, over datagrams on the peer port), a link per peer for forwarded operations,
-// and the routing of peer frames. Placement is static (src/core/placement.ts); the first serving
+// the placement coordinator and its assignment table (coordinator-driver.ts), and the routing of
+// peer frames. Fragments are routed by the table (until one is accepted, by the static placement the
+// node started with, src/core/placement.ts, which the first table records); the first serving
 // replica of a fragment — the first in its list that is this node or a peer that is connected and
 // not unreachable to membership — applies its writes and serves its reads. A peer that hangs keeps
 // its connection open; membership's probes find it unreachable within seconds, and routing moves
@@ -9,11 +11,15 @@
 
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import type { Logger } from 'pino';
+import type { AssignmentTable, CoordinatorIdentity } from '../../core/assignment-table.js';
 import { copyRange } from '../../core/bytes.js';
+import type { MemberView as CoordinatorMemberView } from '../../core/coordinator.js';
 import { networkError, type TesseraError } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import {
   CLUSTER_EVENTS_KEPT,
+  COORDINATOR_DIGEST_INTERVAL_MS,
+  COORDINATOR_REPORT_RETRY_MS,
   MAX_FORWARD_HOPS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   ringRecordBytesMax,
@@ -35,7 +41,6 @@ import {
   maxWallMsField,
   peekFragment,
 } from '../../core/peer-frame.js';
-import { firstServingReplica } from '../../core/placement.js';
 import { SystemClock } from '../../threads/driver-clock.js';
 import { datagramKey } from '../../threads/membership-datagram.js';
 import type { ClusterInit } from '../../threads/messages.js';
@@ -51,6 +56,7 @@ import { type ClusterConfig, formatPeerAddress, parsePeerAddress } from '../clus
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import { bindDatagrams } from '../listen.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
+import { CoordinatorDriver } from './coordinator-driver.js';
 import { MembershipDriver } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
@@ -79,12 +85,22 @@ class UnreachableLink implements OpLink {
   end(): void {}
 }
 
-/** What a cluster event (`GET /cluster/events`) carries: a member event for now. */
-export interface ClusterEventData {
-  member: MemberView;
-  /** The member event's own sequence number in this node's life (datum's). */
-  memberSequence: number;
-}
+/**
+ * What a cluster event (`GET /cluster/events`) carries: a member event (its type is the member
+ * event kind) or a change of coordinator (type `CoordinatorChanged`).
+ */
+export type ClusterEventData =
+  | {
+      member: MemberView;
+      /** The member event's own sequence number in this node's life (datum's). */
+      memberSequence: number;
+    }
+  | {
+      /** The coordinator this node names now; null when none is Up and reachable. */
+      coordinator: CoordinatorIdentity | null;
+      /** The table epoch it acts in (the one it opened, once it took over). */
+      epoch: number;
+    };
 
 /** What membership starts from: the data directory's cluster state, read at this start. */
 export interface MembershipStart {
@@ -94,6 +110,10 @@ export interface MembershipStart {
   members: readonly MemberRecord[];
   /** Saves this node's incarnation and member list (the data directory's cluster state; undefined: kept nowhere). */
   persist(incarnation: number, members: MemberRecord[]): Promise<void> | undefined;
+  /** The assignment table this node accepted last, from the data directory. */
+  table: AssignmentTable | undefined;
+  /** Saves the assignment table (undefined: kept nowhere). */
+  persistTable(table: AssignmentTable): Promise<void> | undefined;
 }
 
 /** How a member stands in this node's view: reachable, unreachable to membership (`pfail`), Down. */
@@ -114,6 +134,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly flushResultsTask = (): void => this.flushResults();
   /** Membership and failure detection; set by start. */
   private membershipDriver: MembershipDriver | undefined;
+  /** The placement coordinator and its table; set by start. */
+  private coordinatorDriver: CoordinatorDriver | undefined;
+  private viewScheduled = false;
+  private readonly viewTask = (): void => this.sendView();
+  /** Per fragment, the replicas (member indices) requests are routed by: the table's, else the static placement. */
+  private routing: number[][];
   private udp: UdpSocket | undefined;
   /** Per member index: not unreachable, Down or Removed in membership's view (true until it says so). */
   private readonly memberReachable: boolean[];
@@ -130,6 +156,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     valueBytesMax: number,
   ) {
     this.frameBytesMax = ringRecordBytesMax(valueBytesMax);
+    this.routing = config.placement.replicas.map((r) => [...r]);
     this.memberReachable = config.members.map(() => true);
     this.memberStates = config.members.map(() => 'Up');
     this.peerLinks = config.members.map((id, m) =>
@@ -221,10 +248,38 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       new SystemClock(),
       key,
     );
+    this.coordinatorDriver = new CoordinatorDriver(
+      {
+        selfId: c.selfId,
+        fragmentCount: this.dispatcher.keyspace.fragmentCount,
+        replicas: c.replicas,
+        initialPlacement: c.placement.replicas.map((list) => list.map((m) => c.members[m])),
+        initialMembers: c.members,
+        restored: membership.table,
+        reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
+        digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
+      },
+      {
+        sendEnvelope: (nodeId, envelope) => {
+          const m = c.members.indexOf(nodeId);
+          return m !== -1 && this.mesh.send(m, envelope);
+        },
+        persist: membership.persistTable,
+        log: (level, fields, message) => this.logger[level](fields, message),
+      },
+      {
+        onTableChanged: (table) => this.routeByTable(table),
+        onCoordinatorChanged: (coordinator, epoch) => this.onCoordinatorChanged(coordinator, epoch),
+      },
+      new SystemClock(),
+    );
+    if (membership.table !== undefined) this.routeByTable(membership.table);
+    this.scheduleView();
     return port;
   }
 
   async close(): Promise<void> {
+    this.coordinatorDriver?.close();
     this.membershipDriver?.close();
     const udp = this.udp;
     this.udp = undefined;
@@ -236,6 +291,72 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Membership (undefined before start). */
   get membership(): MembershipDriver | undefined {
     return this.membershipDriver;
+  }
+
+  /** The placement coordinator and the table (undefined before start). */
+  get coordinator(): CoordinatorDriver | undefined {
+    return this.coordinatorDriver;
+  }
+
+  /** The replicas (member indices) `fragment` is routed by now, most preferred first. */
+  replicasOf(fragment: number): readonly number[] {
+    return this.routing[fragment];
+  }
+
+  /**
+   * Routes by the table's replica lists. The workers replicate each fragment to the replicas of the
+   * placement the node started with: a table that says otherwise (restored from a run with other
+   * members) is routed by and reported, but its data moves only once fragments move.
+   */
+  private routeByTable(table: AssignmentTable): void {
+    const c = this.config;
+    const differing: number[] = [];
+    for (let f = 0; f < this.routing.length; f++) {
+      const entry = table.active(f);
+      if (entry === undefined) continue;
+      const list = entry.replicas.map((id) => c.members.indexOf(id)).filter((m) => m !== -1);
+      if (list.length === 0) continue;
+      this.routing[f] = list;
+      const held = c.placement.replicas[f];
+      if (list.length !== held.length || list.some((m, i) => m !== held[i])) differing.push(f);
+    }
+    if (differing.length > 0) {
+      this.logger.warn(
+        { fragments: differing.slice(0, 16), count: differing.length },
+        'the assignment table places fragments other than the placement this node started with; their data moves only once fragments move',
+      );
+    }
+  }
+
+  private onCoordinatorChanged(coordinator: CoordinatorIdentity | undefined, epoch: number): void {
+    this.logger.info(
+      { coordinator: coordinator?.id ?? null, incarnation: coordinator?.incarnation, epoch },
+      'coordinator changed',
+    );
+    this.events.append('CoordinatorChanged', Date.now(), { coordinator: coordinator ?? null, epoch });
+  }
+
+  /** The coordinator's view of the members: membership's states, reachable when requests may go there. */
+  coordinatorView(): CoordinatorMemberView[] {
+    const view = this.membershipDriver?.view() ?? [];
+    const c = this.config;
+    return view.map((v) => {
+      const m = c.members.indexOf(v.nodeId);
+      const reachable = m === c.selfIndex || (m !== -1 && this.isUp(m));
+      return { id: v.nodeId, state: v.state, reachable, incarnation: v.incarnation };
+    });
+  }
+
+  /** Tells the coordinator the view changed, once per burst of member events and connection changes. */
+  private scheduleView(): void {
+    if (this.viewScheduled) return;
+    this.viewScheduled = true;
+    queueMicrotask(this.viewTask);
+  }
+
+  private sendView(): void {
+    this.viewScheduled = false;
+    this.coordinatorDriver?.onView(this.coordinatorView());
   }
 
   /** How `member` stands in this node's view. */
@@ -274,6 +395,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       // What was forwarded to a member that stopped answering goes to the next replica now.
       if (wasServing && !this.isUp(m)) this.peerLinks[m]?.onDisconnect();
     }
+    this.scheduleView();
     if (event.kind !== 'Initialized') {
       const level = event.kind === 'MemberUnreachable' || event.kind === 'MemberDown' ? 'warn' : 'info';
       this.logger[level](
@@ -297,7 +419,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   /** Member index of the fragment's first serving replica (-1 when none is reachable). */
   servingMember(fragment: number): number {
-    return firstServingReplica(this.config.placement, fragment, this.config.selfIndex, (m) => this.isUp(m));
+    for (const member of this.routing[fragment]) {
+      if (member === this.config.selfIndex || this.isUp(member)) return member;
+    }
+    return -1;
   }
 
   /** Connected and not unreachable, Down or Removed to membership: requests may go to it. */
@@ -324,7 +449,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    */
   state(): 'ok' | 'fail' {
     if (this.reachableMembers() <= this.config.members.length / 2) return 'fail';
-    for (let f = 0; f < this.config.placement.replicas.length; f++) {
+    for (let f = 0; f < this.routing.length; f++) {
       if (this.servingMember(f) === -1) return 'fail';
     }
     return 'ok';
@@ -421,6 +546,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private onPeerState(member: number, up: boolean): void {
     for (const link of this.dispatcher.links) link.sendPeerState(member, up);
     if (!up) this.peerLinks[member]?.onDisconnect();
+    this.scheduleView();
   }
 
   private onFrame(member: number, peek: EnvelopePeek, bytes: Buffer): void {
@@ -430,6 +556,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const link = this.peerLinks[member];
       if (link?.onResults(bytes, peek.start, peek.end)) return;
       return this.mesh.drop(member, 'malformed forwarded results');
+    }
+    if (peek.field === EnvelopeField.Placement) {
+      const reason = this.coordinatorDriver?.onEnvelope(bytes, this.dispatcher.keyspace.fragmentCount);
+      if (reason !== undefined) this.mesh.drop(member, reason);
+      return;
     }
     if (isMembershipMessage(peek.field)) {
       const reason = this.membershipDriver?.onEnvelope(bytes);

@@ -77,7 +77,8 @@ function shardsOf(conn: RespConnection, nodes: ClusterNodeView[]): ShardView[] {
   for (let f = 0; f < fragments; f++) {
     const [first, end] = slotRange(f, fragments);
     const serving = cluster.servingMember(f);
-    const replicas = cluster.config.placement.replicas[f]
+    const replicas = cluster
+      .replicasOf(f)
       .filter((m) => m !== serving && nodes[m].up && nodes[m].port > 0)
       .map((m) => nodes[m]);
     out.push({ first, last: end - 1, primary: serving === -1 ? undefined : nodes[serving], replicas });

@@ -1,0 +1,344 @@
+// The placement coordinator as a state machine on every node (datum-agent.md §2.2, §3; DESIGN.md
+// "Placement"): events in (this node's membership view, messages from peers, ticks), actions out
+// (messages, the table to persist, routing to refresh, log lines). The rules are coordinator.ts's
+// and assignment-table.ts's; this machine decides when each applies.
+//
+// - Every node names the coordinator from its own view (lowest id among Up, reachable members).
+//   The coordinator acts only while it reaches a majority of the table's members (before any
+//   table: of the members it started with), so a minority side never changes placement.
+// - A node that becomes coordinator takes over: it asks every live member for its last accepted
+//   table and adopts datum's fail-closed rebuild (coordinator.ts rebuildFromReports) at the next
+//   epoch once every one has answered; until then it changes nothing. A cluster without any table
+//   is bootstrapped in that epoch: from the placement the nodes were started with (static
+//   `--peers`), else by the planner.
+// - Changes go to every member; a receiver applies each with the fences of assignment-table.ts,
+//   naming the coordinator from its own view, and persists what it applied before routing by it.
+//   A refused change is logged and dropped: the coordinator's digest, sent to every member every
+//   few seconds, makes a member that missed or refused changes pull the whole table once their
+//   views agree.
+
+import {
+  AssignmentTable,
+  type CoordinatorIdentity,
+  encodeTable,
+  type PersistedTable,
+  sameCoordinator,
+  type TableChange,
+} from './assignment-table.js';
+import {
+  bootstrapChanges,
+  chooseCoordinator,
+  type MemberView,
+  mayChangeTable,
+  rebuildFromReports,
+  takeoverReporters,
+} from './coordinator.js';
+
+/** Placement messages between nodes; tables travel in their persisted form (assignment-table.ts). */
+export type PlacementMessage =
+  | { kind: 'report-request'; from: string }
+  | { kind: 'report'; from: string; table: PersistedTable }
+  /** Entries of the coordinator's table (all of them for a pull), each under its own fence. */
+  | { kind: 'changes'; from: string; table: PersistedTable }
+  | { kind: 'digest'; from: string; digest: string }
+  | { kind: 'pull'; from: string };
+
+export type CoordinatorEvent =
+  | { kind: 'view'; view: readonly MemberView[]; nowMs: number }
+  /** `table` is the decoded table of a report or changes message (the driver decodes and checks it). */
+  | { kind: 'message'; message: PlacementMessage; table: AssignmentTable | undefined; nowMs: number }
+  | { kind: 'tick'; nowMs: number };
+
+export type CoordinatorAction =
+  | { kind: 'send'; to: string; message: PlacementMessage }
+  /** Save the table before routing by it (the routing action follows). */
+  | { kind: 'persist'; table: AssignmentTable }
+  | { kind: 'table-changed'; fragments: number[] }
+  | { kind: 'coordinator-changed'; coordinator: CoordinatorIdentity | undefined; epoch: number }
+  | { kind: 'log'; level: 'info' | 'warn'; message: string };
+
+export interface CoordinatorMachineConfig {
+  selfId: string;
+  fragmentCount: number;
+  replicas: number;
+  /** Replica lists (node ids) the nodes were started with (static `--peers`); empty when none. */
+  initialPlacement: ReadonlyArray<readonly string[]>;
+  /** The members the node was started with: the majority gate's set before any table exists. */
+  initialMembers: readonly string[];
+  /** The table this node accepted last (its data directory), or undefined. */
+  restored: AssignmentTable | undefined;
+  reportRetryMs: number;
+  digestIntervalMs: number;
+}
+
+export type CoordinatorRole = 'follower' | 'taking-over' | 'coordinator';
+
+export interface CoordinatorCounters {
+  changesApplied: number;
+  changesIgnored: number;
+  changesRefused: number;
+  takeovers: number;
+  pulls: number;
+}
+
+export class CoordinatorMachine {
+  private table: AssignmentTable;
+  private view: readonly MemberView[] = [];
+  private coordinator: CoordinatorIdentity | undefined;
+  private roleNow: CoordinatorRole = 'follower';
+  private readonly reports = new Map<string, AssignmentTable>();
+  private reportRetryAtMs = Number.POSITIVE_INFINITY;
+  private nextDigestAtMs = Number.POSITIVE_INFINITY;
+  private lastRefusal = '';
+  private nowMs = 0;
+  private readonly outbox: CoordinatorAction[] = [];
+  readonly counters: CoordinatorCounters = {
+    changesApplied: 0,
+    changesIgnored: 0,
+    changesRefused: 0,
+    takeovers: 0,
+    pulls: 0,
+  };
+
+  constructor(private readonly config: CoordinatorMachineConfig) {
+    this.table = config.restored ?? new AssignmentTable(config.fragmentCount);
+  }
+
+  get role(): CoordinatorRole {
+    return this.roleNow;
+  }
+
+  /** The coordinator this node's view names (undefined when none is Up and reachable). */
+  get currentCoordinator(): CoordinatorIdentity | undefined {
+    return this.coordinator;
+  }
+
+  /** The table this node routes by (read-only to callers). */
+  get current(): AssignmentTable {
+    return this.table;
+  }
+
+  step(event: CoordinatorEvent): void {
+    this.nowMs = Math.max(this.nowMs, event.nowMs);
+    switch (event.kind) {
+      case 'view':
+        this.onView(event.view);
+        break;
+      case 'message':
+        this.onMessage(event.message, event.table);
+        break;
+      case 'tick':
+        break;
+    }
+    this.runTimers();
+  }
+
+  takeActions(into: CoordinatorAction[]): void {
+    for (const action of this.outbox) into.push(action);
+    this.outbox.length = 0;
+  }
+
+  nextWakeMs(): number {
+    return Math.max(this.nowMs, Math.min(this.reportRetryAtMs, this.nextDigestAtMs));
+  }
+
+  /** The text digest of a table the coordinator compares members' tables by. */
+  static digestOf(table: AssignmentTable): string {
+    const owner = table.epochCoordinator;
+    let generations = 0;
+    for (const [, entry] of table.entries()) generations += entry.generation;
+    return `${table.epoch}/${owner === undefined ? '-' : `${owner.id}@${owner.incarnation}`}/${table.entries().length}/${generations}`;
+  }
+
+  // ---- Events ----
+
+  private onView(view: readonly MemberView[]): void {
+    this.view = view;
+    const named = chooseCoordinator(view);
+    if (!sameCoordinator(named, this.coordinator)) {
+      this.coordinator = named;
+      this.outbox.push({ kind: 'coordinator-changed', coordinator: named, epoch: this.table.epoch });
+    }
+    this.act();
+  }
+
+  private onMessage(message: PlacementMessage, table: AssignmentTable | undefined): void {
+    switch (message.kind) {
+      case 'report-request':
+        return this.send(message.from, {
+          kind: 'report',
+          from: this.config.selfId,
+          table: encodeTable(this.table),
+        });
+      case 'report':
+        if (this.roleNow !== 'taking-over' || table === undefined) return;
+        this.reports.set(message.from, table);
+        return this.act();
+      case 'changes':
+        if (table !== undefined) this.applyChanges(message.from, table);
+        return;
+      case 'digest':
+        if (message.digest !== CoordinatorMachine.digestOf(this.table))
+          this.send(message.from, { kind: 'pull', from: this.config.selfId });
+        return;
+      case 'pull':
+        if (this.roleNow !== 'coordinator') return;
+        this.counters.pulls++;
+        return this.send(message.from, {
+          kind: 'changes',
+          from: this.config.selfId,
+          table: encodeTable(this.table),
+        });
+    }
+  }
+
+  /** Applies every entry of a changes message as a change under its own fence. */
+  private applyChanges(from: string, changes: AssignmentTable): void {
+    const applied: number[] = [];
+    const refusals: string[] = [];
+    for (const [fragment, entry] of changes.entries()) {
+      const result = this.table.apply({ fence: entry.fence, fragment, entry }, this.coordinator);
+      if (result.outcome === 'applied') applied.push(fragment);
+      else if (result.outcome === 'ignored') this.counters.changesIgnored++;
+      else refusals.push(result.message);
+    }
+    this.counters.changesApplied += applied.length;
+    this.counters.changesRefused += refusals.length;
+    if (refusals.length > 0) {
+      // One line per distinct refusal: a coordinator this node does not name yet resends until views agree.
+      const line = `assignment changes from ${from} refused (${refusals.length}): ${refusals[0]}`;
+      if (line !== this.lastRefusal) this.log('warn', line);
+      this.lastRefusal = line;
+    }
+    if (applied.length > 0) this.tableChanged(applied);
+  }
+
+  // ---- The coordinator's part ----
+
+  /** Takes over, or steps down, as the view and the majority gate say. */
+  private act(): void {
+    const self = this.config.selfId;
+    const gateMembers = this.table.members();
+    const gate = mayChangeTable(
+      self,
+      this.view,
+      gateMembers.length > 0 ? gateMembers : this.config.initialMembers,
+    );
+    if (!gate.ok) {
+      if (this.roleNow !== 'follower') this.log('info', `no longer acting as coordinator: ${gate.message}`);
+      this.roleNow = 'follower';
+      this.reports.clear();
+      this.reportRetryAtMs = Number.POSITIVE_INFINITY;
+      this.nextDigestAtMs = Number.POSITIVE_INFINITY;
+      return;
+    }
+    if (this.roleNow === 'coordinator') {
+      // Still the same identity? A restart of ours would have a new incarnation and start as follower.
+      if (sameCoordinator(this.table.epochCoordinator, gate.coordinator)) return;
+      this.roleNow = 'follower';
+    }
+    if (this.roleNow === 'follower') {
+      this.roleNow = 'taking-over';
+      this.counters.takeovers++;
+      this.reports.clear();
+      this.reports.set(self, this.table);
+      this.requestReports();
+    }
+    this.tryTakeover(gate.coordinator);
+  }
+
+  private requestReports(): void {
+    for (const id of takeoverReporters(this.view)) {
+      if (!this.reports.has(id)) this.send(id, { kind: 'report-request', from: this.config.selfId });
+    }
+    this.reportRetryAtMs = this.nowMs + this.config.reportRetryMs;
+  }
+
+  private tryTakeover(self: CoordinatorIdentity): void {
+    const result = rebuildFromReports(self, this.view, this.reports);
+    if (result.kind === 'refuse') {
+      if (result.missing.length === 0) this.log('warn', result.message);
+      return;
+    }
+    let table = result.table;
+    let changed = result.changes.map((c) => c.fragment);
+    let how = `adopted the table of ${this.reports.size} member(s)`;
+    if (table.entries().length === 0) {
+      table = this.bootstrap(self, table.epoch);
+      changed = table.entries().map(([f]) => f);
+      how = 'bootstrapped the table';
+    }
+    this.table = table;
+    this.roleNow = 'coordinator';
+    this.reports.clear();
+    this.reportRetryAtMs = Number.POSITIVE_INFINITY;
+    this.nextDigestAtMs = this.nowMs + this.config.digestIntervalMs;
+    this.log('info', `coordinator ${self.id}@${self.incarnation} at table epoch ${table.epoch}: ${how}`);
+    this.outbox.push({ kind: 'coordinator-changed', coordinator: self, epoch: table.epoch });
+    this.tableChanged(changed);
+    this.broadcastTable();
+  }
+
+  /** The first table: the placement the nodes run already (static start), else the planner's. */
+  private bootstrap(self: CoordinatorIdentity, epoch: number): AssignmentTable {
+    const fence = { coordinatorId: self.id, incarnation: self.incarnation, epoch };
+    const { initialPlacement, fragmentCount, replicas } = this.config;
+    const changes: TableChange[] =
+      initialPlacement.length === fragmentCount
+        ? initialPlacement.map((list, fragment) => ({
+            fence,
+            fragment,
+            entry: {
+              kind: 'active',
+              generation: 1,
+              replicas: [...list],
+              moving: null,
+              pinnedTo: null,
+              fence,
+              history: [
+                { generation: 1, from: [], to: [...list], reason: 'bootstrap', timestampMs: this.nowMs },
+              ],
+            },
+          }))
+        : bootstrapChanges(fragmentCount, this.view, Math.min(replicas, this.view.length), fence, this.nowMs);
+    const table = AssignmentTable.from(fragmentCount, epoch, self, []);
+    for (const change of changes) table.apply(change, self);
+    return table;
+  }
+
+  private broadcastTable(): void {
+    const message: PlacementMessage = {
+      kind: 'changes',
+      from: this.config.selfId,
+      table: encodeTable(this.table),
+    };
+    for (const member of this.view) {
+      if (member.id !== this.config.selfId && member.reachable) this.send(member.id, message);
+    }
+  }
+
+  private runTimers(): void {
+    if (this.roleNow === 'taking-over' && this.nowMs >= this.reportRetryAtMs) this.requestReports();
+    if (this.roleNow === 'coordinator' && this.nowMs >= this.nextDigestAtMs) {
+      const digest = CoordinatorMachine.digestOf(this.table);
+      for (const member of this.view) {
+        if (member.id !== this.config.selfId && member.reachable)
+          this.send(member.id, { kind: 'digest', from: this.config.selfId, digest });
+      }
+      this.nextDigestAtMs = this.nowMs + this.config.digestIntervalMs;
+    }
+  }
+
+  private tableChanged(fragments: number[]): void {
+    this.outbox.push({ kind: 'persist', table: this.table });
+    this.outbox.push({ kind: 'table-changed', fragments });
+  }
+
+  private send(to: string, message: PlacementMessage): void {
+    this.outbox.push({ kind: 'send', to, message });
+  }
+
+  private log(level: 'info' | 'warn', message: string): void {
+    this.outbox.push({ kind: 'log', level, message });
+  }
+}

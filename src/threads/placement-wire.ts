@@ -1,0 +1,97 @@
+// Placement coordinator messages on the peer wire: the core's typed objects
+// (core/coordinator-machine.ts) to and from proto PlacementMessage. A table is carried as the JSON
+// of its persisted form and decoded by assignment-table.ts's checked decoder, the one that reads
+// the data directory's copy; a malformed message comes back with a reason the mesh logs when it
+// closes the connection. A few messages a second at most: protobufjs and JSON do the work.
+
+import { type AssignmentTable, decodeTable, encodeTable } from '../core/assignment-table.js';
+import type { PlacementMessage } from '../core/coordinator-machine.js';
+import { TesseraError } from '../core/errors.js';
+import { NODE_ID_BYTES_MAX, PLACEMENT_TABLE_BYTES_MAX } from '../core/limits.js';
+import { isValidNodeId } from '../core/membership-types.js';
+import { decodeEnvelope, type Envelope, encodeEnvelope } from './peer-messages.js';
+
+/** proto PlacementMessage as protobufjs yields it. */
+export interface PlacementMessageWire {
+  kind: number;
+  from: string;
+  tableJson: Uint8Array;
+  digest: string;
+}
+
+const KIND_WIRE: Record<PlacementMessage['kind'], number> = {
+  'report-request': 1,
+  report: 2,
+  changes: 3,
+  digest: 4,
+  pull: 5,
+};
+const KIND_BY_WIRE: ReadonlyArray<PlacementMessage['kind'] | undefined> = [
+  undefined,
+  'report-request',
+  'report',
+  'changes',
+  'digest',
+  'pull',
+];
+/** A digest is `epoch/coordinator@incarnation/entries/generations`. */
+const DIGEST_BYTES_MAX = NODE_ID_BYTES_MAX + 80;
+
+export type PlacementDecoding =
+  | { kind: 'message'; message: PlacementMessage; table: AssignmentTable | undefined }
+  | { kind: 'malformed'; reason: string };
+
+export function encodePlacementMessage(message: PlacementMessage): Uint8Array {
+  const wire: PlacementMessageWire = {
+    kind: KIND_WIRE[message.kind],
+    from: message.from,
+    tableJson:
+      message.kind === 'report' || message.kind === 'changes'
+        ? Buffer.from(JSON.stringify(message.table), 'utf8')
+        : new Uint8Array(0),
+    digest: message.kind === 'digest' ? message.digest : '',
+  };
+  return encodeEnvelope({ placement: wire } as Envelope);
+}
+
+/** Decodes an envelope carrying a placement message; a table must be for `fragmentCount` fragments. */
+export function decodePlacementMessage(bytes: Uint8Array, fragmentCount: number): PlacementDecoding {
+  let wire: PlacementMessageWire | undefined;
+  try {
+    wire = decodeEnvelope(bytes).placement;
+  } catch (err) {
+    return malformed(`undecodable envelope: ${(err as Error).message}`);
+  }
+  if (wire === undefined) return malformed('no placement message');
+  const kind = KIND_BY_WIRE[wire.kind];
+  if (kind === undefined) return malformed(`unknown kind ${wire.kind}`);
+  if (!isValidNodeId(wire.from)) return malformed('sender is not a node id');
+  const from = wire.from;
+  if (kind === 'report-request' || kind === 'pull')
+    return { kind: 'message', message: { kind, from }, table: undefined };
+  if (kind === 'digest') {
+    if (wire.digest === '' || Buffer.byteLength(wire.digest) > DIGEST_BYTES_MAX)
+      return malformed('bad digest');
+    return { kind: 'message', message: { kind, from, digest: wire.digest }, table: undefined };
+  }
+  if (wire.tableJson.length > PLACEMENT_TABLE_BYTES_MAX) {
+    return malformed(
+      `table of ${wire.tableJson.length} bytes exceeds PLACEMENT_TABLE_BYTES_MAX (${PLACEMENT_TABLE_BYTES_MAX})`,
+    );
+  }
+  let table: AssignmentTable;
+  try {
+    table = decodeTable(JSON.parse(Buffer.from(wire.tableJson).toString('utf8')));
+  } catch (err) {
+    if (err instanceof SyntaxError || err instanceof TesseraError) return malformed(err.message);
+    throw err;
+  }
+  if (table.fragmentCount !== fragmentCount) {
+    return malformed(`table of ${table.fragmentCount} fragments; this cluster has ${fragmentCount}`);
+  }
+  return { kind: 'message', message: { kind, from, table: encodeTable(table) }, table };
+}
+
+function malformed(reason: string): PlacementDecoding {
+  return { kind: 'malformed', reason: `malformed placement message: ${reason}` };
+}
