@@ -6,9 +6,14 @@
 // - Every node names the coordinator from its own view (lowest id among Up, reachable members).
 //   The coordinator acts only while it reaches a majority of the table's members (before any
 //   table: of the members it started with), so a minority side never changes placement.
-// - A node that becomes coordinator takes over: it asks every live member for its last accepted
-//   table and adopts datum's fail-closed rebuild (coordinator.ts rebuildFromReports) at the next
-//   epoch once every one has answered; until then it changes nothing. A cluster without any table
+// - A node that becomes coordinator takes over: it proposes an epoch above every one it knows and
+//   asks every live member for its last accepted table and a promise (Paxos's prepare): a member
+//   promises an epoch only above any it holds or promised, to one coordinator, persists the promise
+//   before answering, and from then on accepts no change below that epoch nor at it from another
+//   coordinator. The coordinator adopts datum's fail-closed rebuild (coordinator.ts
+//   rebuildFromReports) at the promised epoch once every live member has promised; a refusal names
+//   the epoch to outbid. Live members include a majority of the table's, so two coordinators taking
+//   over at once share a member that promises only one of them: no epoch has two coordinators. A cluster without any table
 //   is bootstrapped in that epoch: from the placement the nodes were started with (static
 //   `--peers`), else by the planner.
 // - Changes go to every member; a receiver applies each with the fences of assignment-table.ts,
@@ -21,6 +26,7 @@ import {
   AssignmentTable,
   type CoordinatorIdentity,
   encodeTable,
+  type Fence,
   type PersistedTable,
   sameCoordinator,
   type TableChange,
@@ -34,10 +40,18 @@ import {
   takeoverReporters,
 } from './coordinator.js';
 
+/** A member's promise not to accept changes below `epoch`, nor at it from another coordinator. */
+export interface EpochPromise {
+  readonly epoch: number;
+  readonly to: CoordinatorIdentity;
+}
+
 /** Placement messages between nodes; tables travel in their persisted form (assignment-table.ts). */
 export type PlacementMessage =
-  | { kind: 'report-request'; from: string }
-  | { kind: 'report'; from: string; table: PersistedTable }
+  /** A coordinator taking over proposes `epoch`. */
+  | { kind: 'report-request'; from: string; incarnation: number; epoch: number }
+  /** The member's table and promise of `epoch`; or, when `refused`, the epoch to outbid. */
+  | { kind: 'report'; from: string; epoch: number; refused: boolean; table: PersistedTable }
   /** Entries of the coordinator's table (all of them for a pull), each under its own fence. */
   | { kind: 'changes'; from: string; table: PersistedTable }
   | { kind: 'digest'; from: string; digest: string }
@@ -51,8 +65,8 @@ export type CoordinatorEvent =
 
 export type CoordinatorAction =
   | { kind: 'send'; to: string; message: PlacementMessage }
-  /** Save the table before routing by it (the routing action follows). */
-  | { kind: 'persist'; table: AssignmentTable }
+  /** Save the table and the promise before anything that follows (routing by it, answering). */
+  | { kind: 'persist'; table: AssignmentTable; promise: EpochPromise | undefined }
   | { kind: 'table-changed'; fragments: number[] }
   | { kind: 'coordinator-changed'; coordinator: CoordinatorIdentity | undefined; epoch: number }
   | { kind: 'log'; level: 'info' | 'warn'; message: string };
@@ -67,6 +81,8 @@ export interface CoordinatorMachineConfig {
   initialMembers: readonly string[];
   /** The table this node accepted last (its data directory), or undefined. */
   restored: AssignmentTable | undefined;
+  /** The promise this node made last (its data directory), or undefined. */
+  restoredPromise: EpochPromise | undefined;
   reportRetryMs: number;
   digestIntervalMs: number;
 }
@@ -87,6 +103,10 @@ export class CoordinatorMachine {
   private coordinator: CoordinatorIdentity | undefined;
   private roleNow: CoordinatorRole = 'follower';
   private readonly reports = new Map<string, AssignmentTable>();
+  private promise: EpochPromise | undefined;
+  /** The epoch this node proposes while taking over, and as which identity. */
+  private proposal = 0;
+  private proposer: CoordinatorIdentity | undefined;
   private reportRetryAtMs = Number.POSITIVE_INFINITY;
   private nextDigestAtMs = Number.POSITIVE_INFINITY;
   private lastRefusal = '';
@@ -102,6 +122,7 @@ export class CoordinatorMachine {
 
   constructor(private readonly config: CoordinatorMachineConfig) {
     this.table = config.restored ?? new AssignmentTable(config.fragmentCount);
+    this.promise = config.restoredPromise;
   }
 
   get role(): CoordinatorRole {
@@ -165,13 +186,22 @@ export class CoordinatorMachine {
   private onMessage(message: PlacementMessage, table: AssignmentTable | undefined): void {
     switch (message.kind) {
       case 'report-request':
-        return this.send(message.from, {
-          kind: 'report',
-          from: this.config.selfId,
-          table: encodeTable(this.table),
-        });
+        return this.onReportRequest(message.from, message.incarnation, message.epoch);
       case 'report':
+        if (this.roleNow === 'coordinator' && message.refused && message.epoch >= this.table.epoch) {
+          // A member promised a later epoch to another: take over again above it.
+          this.log('info', `${message.from} holds epoch ${message.epoch}: taking over again above it`);
+          this.roleNow = 'follower';
+          this.proposal = Math.max(this.proposal, message.epoch + 1);
+          return this.act();
+        }
         if (this.roleNow !== 'taking-over' || table === undefined) return;
+        if (message.refused) {
+          // Outbid on the next retry: every member is asked again at an epoch above the one it holds.
+          this.proposal = Math.max(this.proposal, message.epoch + 1);
+          return;
+        }
+        if (message.epoch !== this.proposal) return; // an answer to an earlier proposal
         this.reports.set(message.from, table);
         return this.act();
       case 'changes':
@@ -192,11 +222,44 @@ export class CoordinatorMachine {
     }
   }
 
+  /** Promises `epoch` to the coordinator asking, when above every epoch held or promised (to another). */
+  private onReportRequest(from: string, incarnation: number, epoch: number): void {
+    const asking = { id: from, incarnation };
+    const held = Math.max(this.table.epoch, this.promise?.epoch ?? 0);
+    const again =
+      this.promise !== undefined && this.promise.epoch === epoch && sameCoordinator(this.promise.to, asking);
+    const table = encodeTable(this.table);
+    if (!again && epoch <= held) {
+      return this.send(from, { kind: 'report', from: this.config.selfId, epoch: held, refused: true, table });
+    }
+    if (!again) {
+      this.promise = { epoch, to: asking };
+      this.outbox.push({ kind: 'persist', table: this.table, promise: this.promise });
+    }
+    this.send(from, { kind: 'report', from: this.config.selfId, epoch, refused: false, table });
+  }
+
+  /** The promise made forbids this change: below the promised epoch, or at it from another coordinator. */
+  private promiseForbids(fence: Fence): string | undefined {
+    const p = this.promise;
+    if (p === undefined || fence.epoch > p.epoch) return undefined;
+    if (fence.epoch === p.epoch && p.to.id === fence.coordinatorId && p.to.incarnation === fence.incarnation)
+      return undefined;
+    return `epoch ${p.epoch} is promised to ${p.to.id}@${p.to.incarnation}; change from ${fence.coordinatorId}@${fence.incarnation} at epoch ${fence.epoch}`;
+  }
+
   /** Applies every entry of a changes message as a change under its own fence. */
   private applyChanges(from: string, changes: AssignmentTable): void {
     const applied: number[] = [];
     const refusals: string[] = [];
+    let promised = false;
     for (const [fragment, entry] of changes.entries()) {
+      const forbidden = this.promiseForbids(entry.fence);
+      if (forbidden !== undefined) {
+        refusals.push(forbidden);
+        promised = true;
+        continue;
+      }
       const result = this.table.apply({ fence: entry.fence, fragment, entry }, this.coordinator);
       if (result.outcome === 'applied') applied.push(fragment);
       else if (result.outcome === 'ignored') this.counters.changesIgnored++;
@@ -204,6 +267,17 @@ export class CoordinatorMachine {
     }
     this.counters.changesApplied += applied.length;
     this.counters.changesRefused += refusals.length;
+    if (promised && this.promise !== undefined) {
+      // The sender acts under an epoch this node promised away: it must outbid the promise.
+      const table = encodeTable(this.table);
+      this.send(from, {
+        kind: 'report',
+        from: this.config.selfId,
+        epoch: this.promise.epoch,
+        refused: true,
+        table,
+      });
+    }
     if (refusals.length > 0) {
       // One line per distinct refusal: a coordinator this node does not name yet resends until views agree.
       const line = `assignment changes from ${from} refused (${refusals.length}): ${refusals[0]}`;
@@ -237,25 +311,51 @@ export class CoordinatorMachine {
       if (sameCoordinator(this.table.epochCoordinator, gate.coordinator)) return;
       this.roleNow = 'follower';
     }
+    if (this.roleNow === 'taking-over' && !sameCoordinator(this.proposer, gate.coordinator)) {
+      // Our incarnation changed mid-takeover: promises made to the earlier one are not ours.
+      this.roleNow = 'follower';
+    }
     if (this.roleNow === 'follower') {
       this.roleNow = 'taking-over';
+      this.proposer = gate.coordinator;
       this.counters.takeovers++;
-      this.reports.clear();
-      this.reports.set(self, this.table);
-      this.requestReports();
+      this.proposal = Math.max(this.proposal, this.table.epoch, this.promise?.epoch ?? 0) + 1;
+      this.requestReports(gate.coordinator);
     }
     this.tryTakeover(gate.coordinator);
   }
 
-  private requestReports(): void {
+  /**
+   * Asks every live member that has not promised the current proposal (this node promises itself
+   * first; a proposal raised by a refusal starts the round again).
+   */
+  private requestReports(self: CoordinatorIdentity): void {
+    const held = Math.max(this.table.epoch, this.promise?.epoch ?? 0);
+    const ownPromise =
+      this.promise !== undefined &&
+      this.promise.epoch === this.proposal &&
+      sameCoordinator(this.promise.to, self);
+    if (!ownPromise) {
+      this.proposal = Math.max(this.proposal, held + 1);
+      this.reports.clear();
+      this.promise = { epoch: this.proposal, to: self };
+      this.outbox.push({ kind: 'persist', table: this.table, promise: this.promise });
+      this.reports.set(self.id, this.table);
+    }
     for (const id of takeoverReporters(this.view)) {
-      if (!this.reports.has(id)) this.send(id, { kind: 'report-request', from: this.config.selfId });
+      if (!this.reports.has(id))
+        this.send(id, {
+          kind: 'report-request',
+          from: self.id,
+          incarnation: self.incarnation,
+          epoch: this.proposal,
+        });
     }
     this.reportRetryAtMs = this.nowMs + this.config.reportRetryMs;
   }
 
   private tryTakeover(self: CoordinatorIdentity): void {
-    const result = rebuildFromReports(self, this.view, this.reports);
+    const result = rebuildFromReports(self, this.view, this.reports, this.proposal);
     if (result.kind === 'refuse') {
       if (result.missing.length === 0) this.log('warn', result.message);
       return;
@@ -318,7 +418,12 @@ export class CoordinatorMachine {
   }
 
   private runTimers(): void {
-    if (this.roleNow === 'taking-over' && this.nowMs >= this.reportRetryAtMs) this.requestReports();
+    if (
+      this.roleNow === 'taking-over' &&
+      this.nowMs >= this.reportRetryAtMs &&
+      this.coordinator !== undefined
+    )
+      this.requestReports(this.coordinator);
     if (this.roleNow === 'coordinator' && this.nowMs >= this.nextDigestAtMs) {
       const digest = CoordinatorMachine.digestOf(this.table);
       for (const member of this.view) {
@@ -330,7 +435,7 @@ export class CoordinatorMachine {
   }
 
   private tableChanged(fragments: number[]): void {
-    this.outbox.push({ kind: 'persist', table: this.table });
+    this.outbox.push({ kind: 'persist', table: this.table, promise: this.promise });
     this.outbox.push({ kind: 'table-changed', fragments });
   }
 

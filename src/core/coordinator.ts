@@ -126,7 +126,7 @@ export function takeoverReporters(view: readonly MemberView[]): string[] {
  * The table a new coordinator adopts from every live member's last accepted table: per fragment the
  * highest generation, a tombstone over an active entry of its generation (datum), a later epoch at
  * an equal generation; equal generation and epoch with different content is a conflict. The result
- * opens epoch max + 1 and re-stamps every entry with the new fence (datum re-stamps coordinator :=
+ * opens epoch max + 1 (or the epoch its reporters promised it, when higher) and re-stamps every entry with the new fence (datum re-stamps coordinator :=
  * self), keeping pins and moves in flight. `reports` holds this node's own table too; the caller
  * has passed `mayChangeTable` first, so the reporters include a majority of the table's members.
  */
@@ -134,6 +134,8 @@ export function rebuildFromReports(
   self: CoordinatorIdentity,
   view: readonly MemberView[],
   reports: ReadonlyMap<string, AssignmentTable>,
+  /** The epoch the reporters promised this coordinator, when above max + 1. */
+  promisedEpoch = 0,
 ): TakeoverResult {
   const reporters = takeoverReporters(view);
   const missing = reporters.filter((id) => !reports.has(id));
@@ -154,7 +156,7 @@ export function rebuildFromReports(
     }
   }
   if (conflicting.length > 0) return refuseTakeover([], conflicting);
-  const epoch = Math.max(...tables.map((t) => t.table.epoch)) + 1;
+  const epoch = Math.max(Math.max(...tables.map((t) => t.table.epoch)) + 1, promisedEpoch);
   const fence: Fence = { coordinatorId: self.id, incarnation: self.incarnation, epoch };
   const changes: TableChange[] = [...winners.keys()]
     .sort((a, b) => a - b)

@@ -800,6 +800,7 @@ async function membershipStart(config: NodeConfig, nodeId: string): Promise<Memb
       members: [],
       persist: () => undefined,
       table: undefined,
+      promise: undefined,
       persistTable: () => undefined,
     };
   }
@@ -810,7 +811,8 @@ async function membershipStart(config: NodeConfig, nodeId: string): Promise<Memb
     members: started.members,
     persist: (incarnation, members) => writer.update({ incarnation, members }),
     table: started.table ?? undefined,
-    persistTable: (table) => writer.update({ table }),
+    promise: started.promise ?? undefined,
+    persistTable: (table, promise) => writer.update({ table, promise: promise ?? null }),
   };
 }
 

@@ -14,6 +14,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { assert } from '../core/assert.js';
 import { type AssignmentTable, decodeTable, encodeTable } from '../core/assignment-table.js';
+import type { EpochPromise } from '../core/coordinator-machine.js';
 import { asStorageError, storageError, TesseraError } from '../core/errors.js';
 import { CLUSTER_STATE_BYTES_MAX, CLUSTER_STATE_MEMBERS_MAX } from '../core/limits.js';
 import { isIncarnation, isValidNodeId, type MemberRecord, STATE_EVENT } from '../core/membership-types.js';
@@ -23,7 +24,14 @@ export const CLUSTER_STATE_FILE = 'cluster-state.json';
 /** Bumped whenever the file's layout changes incompatibly; a node refuses a format it does not read. */
 export const CLUSTER_STATE_FORMAT = 1;
 const MEMBER_STATES: ReadonlySet<string> = new Set(Object.keys(STATE_EVENT));
-const STATE_KEYS: ReadonlySet<string> = new Set(['format', 'nodeId', 'incarnation', 'members', 'table']);
+const STATE_KEYS: ReadonlySet<string> = new Set([
+  'format',
+  'nodeId',
+  'incarnation',
+  'members',
+  'table',
+  'promise',
+]);
 const MEMBER_KEYS: ReadonlySet<string> = new Set(['nodeId', 'address', 'incarnation', 'state']);
 
 export interface ClusterState {
@@ -34,6 +42,8 @@ export interface ClusterState {
   readonly members: readonly MemberRecord[];
   /** The last table this node accepted; null before it accepted any. */
   readonly table: AssignmentTable | null;
+  /** The epoch this node last promised a coordinator taking over (coordinator-machine.ts); null before any. */
+  readonly promise: EpochPromise | null;
 }
 
 /** Whose file this must be: the data directory's node and fragment count (its MANIFEST.json). */
@@ -92,7 +102,24 @@ export function parseClusterState(dataDir: string, text: string, owner: ClusterS
   if (table !== null && table.fragmentCount !== owner.fragmentCount) {
     throw foreign(dataDir, `a table of ${table.fragmentCount} fragments`, `${owner.fragmentCount} fragments`);
   }
-  return { nodeId: owner.nodeId, incarnation: obj.incarnation as number, members, table };
+  // Absent in files written before promises were kept: none made.
+  const promise =
+    obj.promise === undefined || obj.promise === null ? null : promiseFrom(dataDir, obj.promise);
+  return { nodeId: owner.nodeId, incarnation: obj.incarnation as number, members, table, promise };
+}
+
+function promiseFrom(dataDir: string, value: unknown): EpochPromise {
+  const p = record(value);
+  const to = record(p?.to);
+  if (
+    p === null ||
+    to === null ||
+    !isIncarnation(p.epoch) ||
+    !isValidNodeId(to.id) ||
+    !isIncarnation(to.incarnation)
+  )
+    fail(dataDir, 'bad "promise"');
+  return { epoch: p!.epoch as number, to: { id: to!.id as string, incarnation: to!.incarnation as number } };
 }
 
 /** What is wrong with the member list of node `nodeId` at `incarnation`, or null. */
@@ -156,6 +183,7 @@ export async function writeClusterState(dataDir: string, state: ClusterState): P
     incarnation: state.incarnation,
     members,
     table: state.table === null ? null : encodeTable(state.table),
+    promise: state.promise,
   })}\n`;
   const bytes = Buffer.byteLength(text, 'utf8');
   // Never write what a restart would refuse to read.
@@ -195,7 +223,7 @@ export class ClusterStateWriter {
     return this.state;
   }
 
-  update(part: Partial<Pick<ClusterState, 'incarnation' | 'members' | 'table'>>): Promise<void> {
+  update(part: Partial<Pick<ClusterState, 'incarnation' | 'members' | 'table' | 'promise'>>): Promise<void> {
     this.state = { ...this.state, ...part };
     const written = new Promise<void>((resolve, reject) => this.waiting.push({ resolve, reject }));
     if (!this.writing) void this.writeLoop();
@@ -234,6 +262,7 @@ export async function startIncarnation(dataDir: string, owner: ClusterStateOwner
     incarnation,
     members: (stored?.members ?? []).map((m) => (m.nodeId === owner.nodeId ? { ...m, incarnation } : m)),
     table: stored?.table ?? null,
+    promise: stored?.promise ?? null,
   };
   await writeClusterState(dataDir, started);
   return started;

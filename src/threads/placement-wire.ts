@@ -9,6 +9,7 @@ import type { PlacementMessage } from '../core/coordinator-machine.js';
 import { TesseraError } from '../core/errors.js';
 import { NODE_ID_BYTES_MAX, PLACEMENT_TABLE_BYTES_MAX } from '../core/limits.js';
 import { isValidNodeId } from '../core/membership-types.js';
+import type { WireUint64 } from './membership-wire.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from './peer-messages.js';
 
 /** proto PlacementMessage as protobufjs yields it. */
@@ -17,6 +18,9 @@ export interface PlacementMessageWire {
   from: string;
   tableJson: Uint8Array;
   digest: string;
+  incarnation: WireUint64;
+  epoch: WireUint64;
+  refused: boolean;
 }
 
 const KIND_WIRE: Record<PlacementMessage['kind'], number> = {
@@ -50,6 +54,9 @@ export function encodePlacementMessage(message: PlacementMessage): Uint8Array {
         ? Buffer.from(JSON.stringify(message.table), 'utf8')
         : new Uint8Array(0),
     digest: message.kind === 'digest' ? message.digest : '',
+    incarnation: message.kind === 'report-request' ? message.incarnation : 0,
+    epoch: message.kind === 'report-request' || message.kind === 'report' ? message.epoch : 0,
+    refused: message.kind === 'report' && message.refused,
   };
   return encodeEnvelope({ placement: wire } as Envelope);
 }
@@ -67,8 +74,15 @@ export function decodePlacementMessage(bytes: Uint8Array, fragmentCount: number)
   if (kind === undefined) return malformed(`unknown kind ${wire.kind}`);
   if (!isValidNodeId(wire.from)) return malformed('sender is not a node id');
   const from = wire.from;
-  if (kind === 'report-request' || kind === 'pull')
-    return { kind: 'message', message: { kind, from }, table: undefined };
+  const incarnation = safeCount(wire.incarnation);
+  const epoch = safeCount(wire.epoch);
+  if (incarnation === undefined || epoch === undefined)
+    return malformed('incarnation or epoch past the safe integers');
+  if (kind === 'pull') return { kind: 'message', message: { kind, from }, table: undefined };
+  if (kind === 'report-request') {
+    if (epoch < 1) return malformed('a report request proposes no epoch');
+    return { kind: 'message', message: { kind, from, incarnation, epoch }, table: undefined };
+  }
   if (kind === 'digest') {
     if (wire.digest === '' || Buffer.byteLength(wire.digest) > DIGEST_BYTES_MAX)
       return malformed('bad digest');
@@ -89,7 +103,18 @@ export function decodePlacementMessage(bytes: Uint8Array, fragmentCount: number)
   if (table.fragmentCount !== fragmentCount) {
     return malformed(`table of ${table.fragmentCount} fragments; this cluster has ${fragmentCount}`);
   }
-  return { kind: 'message', message: { kind, from, table: encodeTable(table) }, table };
+  const persisted = encodeTable(table);
+  const message: PlacementMessage =
+    kind === 'report'
+      ? { kind, from, epoch, refused: wire.refused === true, table: persisted }
+      : { kind, from, table: persisted };
+  return { kind: 'message', message, table };
+}
+
+/** A uint64 as protobufjs yields it, as a number when it is a safe integer. */
+function safeCount(value: WireUint64): number | undefined {
+  const n = typeof value === 'number' ? value : Number(value.toString());
+  return Number.isSafeInteger(n) && n >= 0 ? n : undefined;
 }
 
 function malformed(reason: string): PlacementDecoding {

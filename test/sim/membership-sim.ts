@@ -7,20 +7,34 @@
 // node does not step, its messages wait as in a socket buffer, and its clock has jumped when it
 // resumes), and every node's clock runs at its own offset and rate.
 //
+// Every node also runs the placement coordinator under its real driver
+// (src/main/mesh/coordinator-driver.ts), fed this node's membership view; its messages travel over a
+// simulated peer connection (not lost, but not sent across a cut link or to a dead node).
+//
 // Phases and what each checks:
 // - chaos: random partitions, loss, kills, restarts and pauses. Safety throughout: no member is
 //   declared Down while a majority of the nodes has reached it for `refuteGraceMs` (enough for a
 //   claim to reach it and its refutation to spread).
+//   The coordinator throughout: no two coordinators ever hold one table epoch, no two tables hold
+//   different replicas for one (epoch, fragment, generation), and a node changes the table as
+//   coordinator only while it reaches a majority (or lost it less than the detection bound ago:
+//   the gate reads its membership view).
 // - heal: every link up, every node alive. Liveness: every node's view converges (same members,
-//   states, incarnations; all Up and reachable).
+//   states, incarnations; all Up and reachable), and every node holds the same table, the lowest
+//   id acting as its coordinator.
 // - kill: one node dies for good. Every survivor marks it unreachable within `unreachableBoundMs`,
 //   and Down no sooner than `downAfterMs` after the kill and within `downBoundMs` past it.
 // - pause: another node stops for less than `downAfterMs`. No node ever declares it Down, and the
 //   views converge again once it resumes.
 
 import { assert } from '../../src/core/assert.js';
+import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/assignment-table.js';
 import type { DriverClock } from '../../src/core/clock.js';
+import { CoordinatorMachine, type EpochPromise } from '../../src/core/coordinator-machine.js';
+import { COORDINATOR_DIGEST_INTERVAL_MS, COORDINATOR_REPORT_RETRY_MS } from '../../src/core/limits.js';
 import { MEMBERSHIP_CONFIG_DEFAULTS, type MemberRecord } from '../../src/core/membership-types.js';
+import { computePlacement } from '../../src/core/placement.js';
+import { CoordinatorDriver } from '../../src/main/mesh/coordinator-driver.js';
 import { MembershipDriver } from '../../src/main/mesh/membership-driver.js';
 import { datagramKey } from '../../src/threads/membership-datagram.js';
 import { seededFractions } from '../unit/fixtures/xorshift32.js';
@@ -58,21 +72,38 @@ export interface MembershipSimReport {
   unreachableMarks: number;
   maxUnreachableMs: number;
   maxDownMs: number;
+  takeovers: number;
+  tableChanges: number;
 }
 
 const STEP_MS = 10;
+const FRAGMENTS = 16;
+const REPLICAS = 3;
 const TRACE = process.env.TESSERA_SIM_TRACE !== undefined;
 
 const DATAGRAM_KEY = datagramKey(Buffer.from('the simulated cluster secret, 32 bytes or more'));
+
+interface SimTimer {
+  atMs: number;
+  fire: () => void;
+}
 
 interface SimNode {
   id: string;
   /** The node's membership driver; undefined while the node is dead. */
   core: MembershipDriver | undefined;
-  /** The one timer the driver keeps, on the node's local clock. */
-  timer: { atMs: number; fire: () => void } | undefined;
+  /** The node's coordinator driver, fed its membership view; undefined while the node is dead. */
+  coordinator: CoordinatorDriver | undefined;
+  /** The membership view changed since the coordinator last heard it. */
+  viewDirty: boolean;
+  /** The timers the drivers keep (one each), on the node's local clock. */
+  timer: SimTimer | undefined;
+  coordinatorTimer: SimTimer | undefined;
   /** What it persisted last: a restart starts from it. */
   persisted: { incarnation: number; members: MemberRecord[] } | undefined;
+  /** The table it persisted last, as the data directory holds it (JSON text), and its promise. */
+  persistedTable: string | undefined;
+  persistedPromise: EpochPromise | undefined;
   pausedUntilMs: number;
   held: InFlight[];
   offsetMs: number;
@@ -83,6 +114,8 @@ interface InFlight {
   atMs: number;
   from: string;
   to: string;
+  /** A membership datagram, or a coordinator envelope on the simulated peer connection. */
+  channel: 'datagram' | 'connection';
   datagram: Buffer;
 }
 
@@ -98,6 +131,13 @@ export class MembershipSim {
   private nowMs = 0;
   /** Since when each node has been reached by a majority (alive, running, links up); undefined when not. */
   private readonly majorityReachSinceMs = new Map<string, number | undefined>();
+  /** When each node last stopped reaching a majority. */
+  private readonly lostMajorityAtMs = new Map<string, number>();
+  /** Table epoch → the coordinator (id@incarnation) that opened it, across every node's table. */
+  private readonly epochOwners = new Map<number, string>();
+  /** `epoch/fragment/generation` → the replicas written there, across every node's table. */
+  private readonly writtenEntries = new Map<string, string>();
+  private readonly initialPlacement: string[][];
   /** Observers that hold each node unreachable (or Down), for the kill phase. */
   private onEvent: ((observer: string, kind: string, about: string) => void) | undefined;
   private readonly report: MembershipSimReport;
@@ -110,8 +150,13 @@ export class MembershipSim {
       const node: SimNode = {
         id: `n${i}`,
         core: undefined,
+        coordinator: undefined,
+        viewDirty: false,
         timer: undefined,
+        coordinatorTimer: undefined,
         persisted: undefined,
+        persistedTable: undefined,
+        persistedPromise: undefined,
         pausedUntilMs: 0,
         held: [],
         offsetMs: Math.floor((this.random() - 0.5) * 4_000),
@@ -131,7 +176,15 @@ export class MembershipSim {
       unreachableMarks: 0,
       maxUnreachableMs: 0,
       maxDownMs: 0,
+      takeovers: 0,
+      tableChanges: 0,
     };
+    const placement = computePlacement(
+      this.nodes.map((n) => n.id),
+      FRAGMENTS,
+      REPLICAS,
+    );
+    this.initialPlacement = placement.replicas.map((list) => list.map((m) => placement.members[m]!));
     for (const node of this.nodes) this.start(node);
     this.updateReach();
   }
@@ -289,6 +342,18 @@ export class MembershipSim {
       // Calm, too: a detector still wary from the faults (Lifeguard's score) probes slower.
       if (core.healthMultiplier() !== 1) return `${node.id}'s local health is ×${core.healthMultiplier()}`;
     }
+    const lowest = [...this.nodes].map((n) => n.id).sort()[0];
+    const digests = new Set(this.nodes.map((n) => CoordinatorMachine.digestOf(n.coordinator!.table)));
+    if (digests.size !== 1) return `tables differ: ${[...digests].join(' | ')}`;
+    const acting = this.nodes.filter((n) => n.coordinator!.role === 'coordinator').map((n) => n.id);
+    if (acting.length !== 1 || acting[0] !== lowest)
+      return `acting coordinators [${acting}], expected ${lowest}`;
+    const owner = this.nodes[0]!.coordinator!.table.epochCoordinator;
+    if (
+      owner?.id !== lowest ||
+      owner.incarnation !== this.byId.get(lowest)!.core!.member(lowest)!.incarnation
+    )
+      return `the table's epoch belongs to ${owner?.id}@${owner?.incarnation}, not ${lowest}'s current incarnation`;
     return undefined;
   }
 
@@ -304,21 +369,58 @@ export class MembershipSim {
       if (node.pausedUntilMs > this.nowMs) continue;
       const local = this.localMs(node);
       if (node.held.length > 0) {
-        // Resumed: the timer fires first (the clock has jumped), then the socket buffers are read.
+        // Resumed: the timers fire first (the clock has jumped), then the socket buffers are read.
         this.fireTimer(node, true);
+        this.fireCoordinatorTimer(node);
         const held = node.held;
         node.held = [];
         for (const m of held) this.deliver(node, m);
-      } else if (node.timer !== undefined && local >= node.timer.atMs) {
-        this.fireTimer(node, false);
+      } else {
+        if (node.timer !== undefined && local >= node.timer.atMs) this.fireTimer(node, false);
+        this.fireCoordinatorTimer(node);
       }
+      this.feedView(node);
     }
     for (const m of due) {
       const node = this.byId.get(m.to)!;
       if (node.core === undefined) continue;
       if (node.pausedUntilMs > this.nowMs) node.held.push(m);
-      else this.deliver(node, m);
+      else {
+        this.deliver(node, m);
+        this.feedView(node);
+      }
     }
+  }
+
+  private fireCoordinatorTimer(node: SimNode): void {
+    const timer = node.coordinatorTimer;
+    if (timer === undefined || this.localMs(node) < timer.atMs) return;
+    node.coordinatorTimer = undefined;
+    timer.fire();
+  }
+
+  /** The coordinator hears the node's membership view after whatever changed it, as the node's microtask would. */
+  private feedView(node: SimNode): void {
+    if (!node.viewDirty || node.coordinator === undefined || node.core === undefined) return;
+    node.viewDirty = false;
+    node.coordinator.onView(
+      node.core.view().map((v) => ({
+        id: v.nodeId,
+        state: v.state,
+        // Requests may go to it: membership reaches it and its peer connection is up.
+        reachable: v.nodeId === node.id || (!v.unreachable && this.connected(node.id, v.nodeId)),
+        incarnation: v.incarnation,
+      })),
+    );
+  }
+
+  /** The simulated peer connection between two nodes is up: both alive and the link not cut. */
+  private connected(a: string, b: string): boolean {
+    return (
+      this.byId.get(b)?.core !== undefined &&
+      this.byId.get(a)?.core !== undefined &&
+      !this.cut.has(linkKey(a, b))
+    );
   }
 
   /** Fires the node's timer (`always`: even before it is due, as a resumed loop's first turn does). */
@@ -330,11 +432,16 @@ export class MembershipSim {
   }
 
   private deliver(node: SimNode, m: InFlight): void {
-    node.core?.onDatagram(m.datagram, `${m.from}:7000`);
+    if (m.channel === 'datagram') node.core?.onDatagram(m.datagram, `${m.from}:7000`);
+    else {
+      const reason = node.coordinator?.onEnvelope(m.datagram, FRAGMENTS);
+      assert(reason === undefined, `${node.id} refused a placement message from ${m.from}: ${reason}`);
+    }
   }
 
   private onMemberEvent(observer: string, kind: string, about: string, incarnation: number): void {
     this.trace(`${observer}: ${kind} ${about}`);
+    this.byId.get(observer)!.viewDirty = true;
     if (kind === 'MemberUnreachable') this.report.unreachableMarks++;
     if (kind === 'MemberDown') {
       this.report.downs++;
@@ -358,7 +465,61 @@ export class MembershipSim {
     }
     const latencyMs = 1 + Math.floor(this.random() * 30);
     // A copy, as the wire would make: no state may be shared between nodes.
-    this.inFlight.push({ atMs: this.nowMs + latencyMs, from, to, datagram: Buffer.from(datagram) });
+    this.inFlight.push({
+      atMs: this.nowMs + latencyMs,
+      from,
+      to,
+      channel: 'datagram',
+      datagram: Buffer.from(datagram),
+    });
+  }
+
+  /** A coordinator envelope: sent only while the peer connection is up, then never lost (TCP). */
+  private sendEnvelope(from: string, to: string, envelope: Uint8Array): boolean {
+    if (!this.connected(from, to)) return false;
+    const latencyMs = 1 + Math.floor(this.random() * 30);
+    this.inFlight.push({
+      atMs: this.nowMs + latencyMs,
+      from,
+      to,
+      channel: 'connection',
+      datagram: Buffer.from(envelope),
+    });
+    return true;
+  }
+
+  /** The checks of every table a node routes by (see the file header). */
+  private onTableChanged(node: SimNode, table: AssignmentTable): void {
+    this.report.tableChanges++;
+    const owner = table.epochCoordinator;
+    if (owner !== undefined) {
+      const key = `${owner.id}@${owner.incarnation}`;
+      const known = this.epochOwners.get(table.epoch);
+      assert(
+        known === undefined || known === key,
+        `table epoch ${table.epoch} is held by two coordinators: ${known} and ${key} (at ${node.id})`,
+      );
+      this.epochOwners.set(table.epoch, key);
+    }
+    for (const [fragment, entry] of table.entries()) {
+      const key = `${entry.fence.epoch}/${fragment}/${entry.generation}`;
+      const content = entry.kind === 'active' ? entry.replicas.join(',') : 'tombstone';
+      const known = this.writtenEntries.get(key);
+      assert(
+        known === undefined || known === content,
+        `fragment ${fragment} generation ${entry.generation} at epoch ${entry.fence.epoch} is [${known}] and [${content}] (at ${node.id})`,
+      );
+      this.writtenEntries.set(key, content);
+    }
+    if (node.coordinator?.role === 'coordinator') {
+      const lost = this.lostMajorityAtMs.get(node.id) ?? Number.NEGATIVE_INFINITY;
+      assert(
+        // The gate reads the node's view, which learns of a lost majority within the detection bound.
+        this.majorityReachSinceMs.get(node.id) !== undefined ||
+          this.nowMs - lost <= this.options.unreachableBoundMs,
+        `${node.id} changed the table as coordinator at ${this.nowMs} ms without reaching a majority (since ${lost} ms)`,
+      );
+    }
   }
 
   private start(node: SimNode): void {
@@ -414,6 +575,49 @@ export class MembershipSim {
       DATAGRAM_KEY,
       seededFractions((this.random() * 2 ** 32) >>> 0),
     );
+    node.coordinatorTimer = undefined;
+    node.coordinator = new CoordinatorDriver(
+      {
+        selfId: node.id,
+        fragmentCount: FRAGMENTS,
+        replicas: REPLICAS,
+        initialPlacement: this.initialPlacement,
+        initialMembers: this.nodes.map((n) => n.id),
+        restored:
+          node.persistedTable === undefined ? undefined : decodeTable(JSON.parse(node.persistedTable)),
+        restoredPromise: node.persistedPromise,
+        reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
+        digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
+      },
+      {
+        sendEnvelope: (to, envelope) => this.sendEnvelope(node.id, to, envelope),
+        persist: (table, promise) => {
+          node.persistedTable = JSON.stringify(encodeTable(table));
+          node.persistedPromise = promise;
+          return undefined;
+        },
+        log: (level, _fields, message) => this.trace(`${node.id} coordinator ${level}: ${message}`),
+      },
+      {
+        onTableChanged: (table) => this.onTableChanged(node, table),
+        onCoordinatorChanged: (coordinator, epoch) => {
+          if (coordinator?.id === node.id && node.coordinator?.role === 'coordinator')
+            this.report.takeovers++;
+          this.trace(`${node.id}: coordinator ${coordinator?.id}@${coordinator?.incarnation} epoch ${epoch}`);
+        },
+      },
+      {
+        nowMs: () => this.localMs(node),
+        setTimer: (atMs, fire) => {
+          node.coordinatorTimer = { atMs, fire };
+        },
+        clearTimer: () => {
+          node.coordinatorTimer = undefined;
+        },
+      },
+    );
+    this.connectionsChanged();
+    this.feedView(node);
   }
 
   private kill(node: SimNode): void {
@@ -421,7 +625,10 @@ export class MembershipSim {
     this.report.kills++;
     node.core = undefined;
     node.timer = undefined;
+    node.coordinator = undefined;
+    node.coordinatorTimer = undefined;
     node.held = [];
+    this.connectionsChanged();
     this.inFlight = this.inFlight.filter((m) => m.to !== node.id);
   }
 
@@ -440,9 +647,16 @@ export class MembershipSim {
   private healLinks(): void {
     this.trace('links healed');
     this.cut.clear();
+    this.connectionsChanged();
+  }
+
+  /** Peer connections came up or went down: every node's coordinator hears its view again. */
+  private connectionsChanged(): void {
+    for (const node of this.nodes) node.viewDirty = true;
   }
 
   private setLink(a: string, b: string, up: boolean): void {
+    this.connectionsChanged();
     if (up) {
       this.cut.delete(linkKey(a, b));
       this.cut.delete(linkKey(b, a));
@@ -463,6 +677,7 @@ export class MembershipSim {
       }
       const now = reached >= majority;
       const since = this.majorityReachSinceMs.get(x.id);
+      if (!now && since !== undefined) this.lostMajorityAtMs.set(x.id, this.nowMs);
       if (!now) this.majorityReachSinceMs.set(x.id, undefined);
       else if (since === undefined) this.majorityReachSinceMs.set(x.id, this.nowMs);
     }

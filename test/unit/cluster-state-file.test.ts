@@ -69,6 +69,7 @@ const sampleState = (): ClusterState => ({
   incarnation: 3,
   members: MEMBERS,
   table: sampleTable(),
+  promise: { epoch: 7, to: { id: 'n-b', incarnation: 9 } },
 });
 
 /** The file's JSON for `sampleState()`, to be spoiled one field at a time. */
@@ -98,6 +99,7 @@ function assertSameState(actual: ClusterState | undefined, expected: ClusterStat
   assert.equal(actual.nodeId, expected.nodeId);
   assert.equal(actual.incarnation, expected.incarnation);
   assert.deepEqual(actual.members, expected.members);
+  assert.deepEqual(actual.promise, expected.promise);
   if (expected.table === null) assert.equal(actual.table, null);
   else {
     assert.ok(actual.table !== null);
@@ -133,6 +135,7 @@ describe('cluster state file', () => {
       incarnation: 4,
       members: [{ ...MEMBERS[0], incarnation: 4 }, MEMBERS[1]],
       table: null,
+      promise: null,
     };
     await writeClusterState(dir, next);
     assertSameState(await readClusterState(dir, OWNER), next);

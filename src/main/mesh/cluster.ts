@@ -14,6 +14,7 @@ import type { Logger } from 'pino';
 import type { AssignmentTable, CoordinatorIdentity } from '../../core/assignment-table.js';
 import { copyRange } from '../../core/bytes.js';
 import type { MemberView as CoordinatorMemberView } from '../../core/coordinator.js';
+import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import {
@@ -110,10 +111,11 @@ export interface MembershipStart {
   members: readonly MemberRecord[];
   /** Saves this node's incarnation and member list (the data directory's cluster state; undefined: kept nowhere). */
   persist(incarnation: number, members: MemberRecord[]): Promise<void> | undefined;
-  /** The assignment table this node accepted last, from the data directory. */
+  /** The assignment table this node accepted last, and the epoch it promised last, from the data directory. */
   table: AssignmentTable | undefined;
-  /** Saves the assignment table (undefined: kept nowhere). */
-  persistTable(table: AssignmentTable): Promise<void> | undefined;
+  promise: EpochPromise | undefined;
+  /** Saves the assignment table and the promise (undefined: kept nowhere). */
+  persistTable(table: AssignmentTable, promise: EpochPromise | undefined): Promise<void> | undefined;
 }
 
 /** How a member stands in this node's view: reachable, unreachable to membership (`pfail`), Down. */
@@ -256,6 +258,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         initialPlacement: c.placement.replicas.map((list) => list.map((m) => c.members[m])),
         initialMembers: c.members,
         restored: membership.table,
+        restoredPromise: membership.promise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
         digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
       },

@@ -13,14 +13,15 @@ import {
   CoordinatorMachine,
   type CoordinatorMachineConfig,
   type CoordinatorRole,
+  type EpochPromise,
 } from '../../core/coordinator-machine.js';
 import { decodePlacementMessage, encodePlacementMessage } from '../../threads/placement-wire.js';
 
 export interface CoordinatorIo {
   /** Sends an envelope on the peer connection to `nodeId`; false when none is open. */
   sendEnvelope(nodeId: string, envelope: Uint8Array): boolean;
-  /** Writes the table durably (the data directory's cluster state); undefined when kept nowhere. */
-  persist(table: AssignmentTable): Promise<void> | undefined;
+  /** Writes the table and the promise durably (the data directory's cluster state); undefined when kept nowhere. */
+  persist(table: AssignmentTable, promise: EpochPromise | undefined): Promise<void> | undefined;
   log(level: 'info' | 'warn' | 'error', fields: Record<string, unknown>, message: string): void;
 }
 
@@ -103,7 +104,7 @@ export class CoordinatorDriver {
         this.carryOut(action);
         continue;
       }
-      const written = this.io.persist(action.table);
+      const written = this.io.persist(action.table, action.promise);
       if (written === undefined) continue;
       this.persisting = true;
       written
