@@ -478,6 +478,63 @@ function moveReason(
   return 'rebalance';
 }
 
+/** What an operator asks the planner to preview (`/cluster/plan`). */
+export type PlanQuestion =
+  | { readonly action: 'now' }
+  | { readonly action: 'join'; readonly node: string }
+  | { readonly action: 'leave'; readonly node: string }
+  | { readonly action: 'remove'; readonly node: string };
+
+export interface PlanPreview {
+  /** Every fragment whose replicas would change, from the table's list to the desired one. */
+  readonly changes: ReadonlyArray<{ fragment: number; from: readonly string[]; to: readonly string[] }>;
+  /** Replica copies that would move: one per replica added to a fragment. */
+  readonly replicaMoves: number;
+  /** The first wave the coordinator would start, within the per-node move limits. */
+  readonly plan: Plan;
+}
+
+/**
+ * The placement `question` would lead to, from `table` and the view: a join adds the node as an
+ * Up member, a leave makes it Leaving, a remove makes it Removed. Deterministic: the same inputs
+ * preview the same moves. Refuses (NotFound/Conflict) what the question cannot mean.
+ */
+export function previewPlan(
+  table: AssignmentTable,
+  view: readonly MemberView[],
+  replicas: number,
+  question: PlanQuestion,
+  limits: MoveLimits = MOVE_LIMITS_DEFAULT,
+): PlanPreview | { readonly status: 'NotFound' | 'Conflict'; readonly message: string } {
+  let asked: MemberView[] = [...view];
+  if (question.action !== 'now') {
+    const known = view.find((m) => m.id === question.node);
+    if (question.action === 'join') {
+      if (known !== undefined && known.state !== 'Removed')
+        return { status: 'Conflict', message: `node ${question.node} is a member already (${known.state})` };
+      asked = [
+        ...view.filter((m) => m.id !== question.node),
+        { id: question.node, state: 'Up', reachable: true, incarnation: 0 },
+      ];
+    } else {
+      if (known === undefined) return { status: 'NotFound', message: `no member ${question.node}` };
+      const state: MemberState = question.action === 'leave' ? 'Leaving' : 'Removed';
+      asked = view.map((m) => (m.id === question.node ? { ...m, state } : m));
+    }
+  }
+  const plan = planMoves(table, asked, replicas, limits);
+  const changes: Array<{ fragment: number; from: readonly string[]; to: readonly string[] }> = [];
+  let replicaMoves = 0;
+  for (const [fragment, to] of plan.desired) {
+    const from = table.active(fragment)?.replicas ?? [];
+    const added = to.filter((id) => !from.includes(id)).length;
+    if (added === 0 && to.length === from.length) continue;
+    replicaMoves += added;
+    changes.push({ fragment, from, to });
+  }
+  return { changes, replicaMoves, plan };
+}
+
 /** Plan text for the operator (`/cluster/plan`), one line per move; the same plan prints the same. */
 export function describePlan(plan: Plan): string {
   const lines = [`cap ${plan.capReplicas} moves ${plan.moves.length}`];

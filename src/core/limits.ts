@@ -469,6 +469,10 @@ export const CLUSTER_EVENT_READER_QUEUE_BYTES_MAX = 256 * 1024;
 export const COORDINATOR_REPORT_RETRY_MS = 1_000;
 /** The coordinator sends every member its table digest this often; a member whose table differs pulls it. */
 export const COORDINATOR_DIGEST_INTERVAL_MS = 5_000;
+/** The shortest --admin-token: a guessable token guards nothing. */
+export const ADMIN_TOKEN_BYTES_MIN = 16;
+/** A change request's JSON body on the admin port (`POST /cluster/…`): a few fields, never more. */
+export const ADMIN_BODY_BYTES_MAX = 64 * 1024;
 /** A member's host:peerPort: a 253-byte DNS name or a bracketed IPv6 address, a colon, 5 digits. */
 export const MEMBER_ADDRESS_BYTES_MAX = 253 + 2 + 1 + 5;
 

@@ -4,6 +4,7 @@
 
 import { invalidInput } from '../core/errors.js';
 import {
+  ADMIN_TOKEN_BYTES_MIN,
   DRAIN_TIMEOUT_MS_DEFAULT,
   LATENCY_MONITOR_THRESHOLD_MS_MAX,
   SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
@@ -13,6 +14,7 @@ import {
 import { DURABILITY_NAMES } from '../core/ops.js';
 import { STORE_KINDS } from '../native-bindings/kv-store.js';
 import { ADMIN_BIND_DEFAULT } from './admin/server.js';
+import { isLoopbackHost } from './cluster-config.js';
 import type { TesseraOptions } from './config.js';
 import {
   checkMonitorOptions,
@@ -259,7 +261,12 @@ const FLAGS: Flag[] = [
   {
     name: 'admin-bind',
     kind: 'string',
-    help: 'address the admin port listens on (default 127.0.0.1: this machine only)',
+    help: 'address the admin port listens on (default 127.0.0.1: this machine only; any other needs --admin-token)',
+  },
+  {
+    name: 'admin-token',
+    kind: 'string',
+    help: 'bearer token the admin port requires for cluster changes (POST /cluster/...); none: changes are refused',
   },
   {
     name: 'backup-dir',
@@ -322,7 +329,7 @@ export interface CliArgs {
     | { certFile: string; keyFile: string; caFile: string; clientCertFile?: string; clientKeyFile?: string }
     | undefined;
   /** The admin HTTP server, when --admin-port is given. */
-  admin: { port: number; bind: string } | undefined;
+  admin: { port: number; bind: string; token: string | undefined } | undefined;
   logLevel: (typeof LOG_LEVELS)[number];
   help: boolean;
   /** The flags whose values came from their environment variables, not the command line. */
@@ -427,10 +434,16 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   const adminPort = values.get('admin-port') as number | undefined;
   if (adminPort !== undefined && (adminPort < 0 || adminPort > 65535))
     throw invalidInput(`--admin-port must be in 0..65535, got ${adminPort}`);
-  const admin =
-    adminPort === undefined
-      ? undefined
-      : { port: adminPort, bind: (values.get('admin-bind') as string | undefined) ?? ADMIN_BIND_DEFAULT };
+  const token = values.get('admin-token') as string | undefined;
+  if (token !== undefined && Buffer.byteLength(token) < ADMIN_TOKEN_BYTES_MIN)
+    throw invalidInput(`--admin-token must be at least ${ADMIN_TOKEN_BYTES_MIN} bytes`);
+  const adminBind = (values.get('admin-bind') as string | undefined) ?? ADMIN_BIND_DEFAULT;
+  if (adminPort !== undefined && token === undefined && !isLoopbackHost(adminBind)) {
+    throw invalidInput(
+      `--admin-bind ${adminBind} exposes the admin port beyond this machine: give --admin-token (or TESSERA_ADMIN_TOKEN)`,
+    );
+  }
+  const admin = adminPort === undefined ? undefined : { port: adminPort, bind: adminBind, token };
   const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
   if (!LOG_LEVELS.includes(logLevel))
     throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);

@@ -144,7 +144,8 @@ export function parsePeerAddress(text: string): PeerAddress | undefined {
   return { host, port };
 }
 
-function isLoopback(host: string): boolean {
+/** A host name or address that only this machine reaches. */
+export function isLoopbackHost(host: string): boolean {
   return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
 }
 
@@ -213,7 +214,7 @@ export function resolveClusterConfig(
   }
   const secret = readSecret(options);
   if (secret === undefined && options.insecure !== true) {
-    const exposed = [peerBind, ...parsed.map((p) => p.address.host)].filter((h) => !isLoopback(h));
+    const exposed = [peerBind, ...parsed.map((p) => p.address.host)].filter((h) => !isLoopbackHost(h));
     if (exposed.length > 0) {
       throw invalidInput(
         `peers on ${exposed[0]} would talk in plaintext without authentication: give a cluster secret ` +

@@ -130,6 +130,13 @@ export interface Health {
 export interface ClusterHealth {
   members: string[];
   replicas: number;
+  /** The placement coordinator this node names, its own role, and the table epoch it holds. */
+  coordinator: {
+    id: string | null;
+    incarnation: number | null;
+    role: 'follower' | 'taking-over' | 'coordinator';
+    tableEpoch: number;
+  };
   /** CLUSTER INFO's cluster_state: 'ok' when this node reaches a majority and every slot is served. */
   state: 'ok' | 'fail';
   peers: Array<{
@@ -160,6 +167,12 @@ export interface FragmentPlacement {
   serving: string | undefined;
   /** This node holds a copy. */
   local: boolean;
+  /** The assignment table's entry (absent until this node accepted a table). */
+  generation?: number;
+  /** The coordinator, incarnation and table epoch the entry was written under. */
+  fence?: { coordinatorId: string; incarnation: number; epoch: number };
+  /** The entry's changes, oldest first: generation, replicas before and after, reason, when. */
+  history?: Array<{ generation: number; from: string[]; to: string[]; reason: string; at: string }>;
 }
 
 /** Test and operations hooks; not part of the stable API. */
@@ -471,6 +484,12 @@ export class Tessera {
             : {
                 members: cluster.config.members,
                 replicas: cluster.config.replicas,
+                coordinator: {
+                  id: cluster.coordinator?.coordinator?.id ?? null,
+                  incarnation: cluster.coordinator?.coordinator?.incarnation ?? null,
+                  role: cluster.coordinator?.role ?? 'follower',
+                  tableEpoch: cluster.coordinator?.table.epoch ?? 0,
+                },
                 state: cluster.state(),
                 peers: cluster.config.members
                   .map((id, m) => ({ id, m, downSinceMs: cluster.downSinceOf(m) }))
@@ -507,12 +526,26 @@ export class Tessera {
       }
       const { members, placement, selfIndex } = cluster.config;
       const serving = cluster.servingMember(f);
+      const entry = cluster.coordinator?.table.active(f);
       out.push({
         fragment: f,
         slots: [first, end - 1],
-        replicas: placement.replicas[f].map((m) => members[m]),
+        replicas: cluster.replicasOf(f).map((m) => members[m]),
         serving: serving === -1 ? undefined : members[serving],
         local: placement.replicas[f].includes(selfIndex),
+        ...(entry === undefined
+          ? {}
+          : {
+              generation: entry.generation,
+              fence: { ...entry.fence },
+              history: entry.history.map((h) => ({
+                generation: h.generation,
+                from: [...h.from],
+                to: [...h.to],
+                reason: h.reason,
+                at: new Date(h.timestampMs).toISOString(),
+              })),
+            }),
       });
     }
     return out;

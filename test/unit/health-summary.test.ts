@@ -51,6 +51,7 @@ function healthOf(options: {
         : {
             members: ['a', 'b', 'c'],
             replicas: 3,
+            coordinator: { id: 'a', incarnation: 1, role: 'coordinator', tableEpoch: 1 },
             state: 'ok',
             peers: options.peers,
             senders: [],

@@ -36,6 +36,7 @@ const health: Health = {
   cluster: {
     members: ['a', 'b'],
     replicas: 2,
+    coordinator: { id: 'a', incarnation: 1, role: 'coordinator', tableEpoch: 1 },
     state: 'ok',
     peers: [
       {

@@ -173,8 +173,9 @@ function clusterInfo(conn: RespConnection): string {
     ['cluster_slots_fail', SLOT_COUNT - slotsOk],
     ['cluster_known_nodes', nodes.length],
     ['cluster_size', primaries.size],
-    ['cluster_current_epoch', 1],
-    ['cluster_my_epoch', 1],
+    // Redis's config epochs: here the assignment table's epoch, which each coordinator takeover raises.
+    ['cluster_current_epoch', Math.max(1, clusterOf(conn).coordinator?.table.epoch ?? 0)],
+    ['cluster_my_epoch', Math.max(1, clusterOf(conn).coordinator?.table.epoch ?? 0)],
     ['tessera_fragments', shards.length],
     ['tessera_replicas', clusterOf(conn).config.replicas],
   ];

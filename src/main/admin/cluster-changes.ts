@@ -1,0 +1,165 @@
+// The admin port's changes to the cluster (DESIGN.md "Operators"): POST requests with a JSON body,
+// guarded by --admin-token, answered with datum's status names as objects ({status, message}, plus
+// the result), never as text a client would parse.
+//
+//   POST /cluster/plan    {"action": "now"|"join"|"leave"|"remove", "node": id}: the moves the
+//                         planner would make (dry run; nothing changes)
+//   POST /cluster/remove  {"node": id}: removes a Down member, as `nodetool removenode`; membership
+//                         gossips it, and the member is refused from then on until wiped
+//   POST /cluster/leave   graceful leave of this node, and POST /cluster/move {"fragment", "to"}:
+//                         refused (Failed) — both hand fragments over, which needs fragments that
+//                         move while serving
+//
+// Every change needs `Authorization: Bearer <token>`; without a configured token every change is
+// refused (Unauthorized), and a node does not start with its admin port on a non-loopback address
+// without one (main.ts).
+
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import { type PlanQuestion, previewPlan } from '../../core/coordinator.js';
+import { ADMIN_BODY_BYTES_MAX } from '../../core/limits.js';
+import { isValidNodeId } from '../../core/membership-types.js';
+import type { Tessera } from '../node.js';
+
+/** datum's DCP status names, as every admin change answers them. */
+export type ChangeStatus =
+  | 'Ok'
+  | 'BadRequest'
+  | 'NotFound'
+  | 'Conflict'
+  | 'Failed'
+  | 'DeadlineExceeded'
+  | 'Unauthorized';
+
+export const HTTP_STATUS_OF: Record<ChangeStatus, number> = {
+  Ok: 200,
+  BadRequest: 400,
+  Unauthorized: 401,
+  NotFound: 404,
+  Conflict: 409,
+  Failed: 500,
+  DeadlineExceeded: 504,
+};
+
+export interface ChangeAnswer {
+  status: ChangeStatus;
+  message: string;
+  [result: string]: unknown;
+}
+
+export const CLUSTER_CHANGE_PATHS: ReadonlySet<string> = new Set([
+  '/cluster/plan',
+  '/cluster/remove',
+  '/cluster/leave',
+  '/cluster/move',
+]);
+
+/** Whether `header` (an Authorization header) carries `token`; constant time in the token's content. */
+export function tokenMatches(token: string | undefined, header: string | undefined): boolean {
+  if (token === undefined || header === undefined || !header.startsWith('Bearer ')) return false;
+  const digest = (text: string) => createHash('sha256').update(text, 'utf8').digest();
+  return timingSafeEqual(digest(header.slice('Bearer '.length)), digest(token));
+}
+
+/** Answers one change request (the caller has checked the method and the path). */
+export async function clusterChange(
+  node: Tessera,
+  path: string,
+  req: IncomingMessage,
+  token: string | undefined,
+): Promise<ChangeAnswer> {
+  if (token === undefined) {
+    return refuse('Unauthorized', 'this node has no --admin-token: cluster changes are refused');
+  }
+  if (!tokenMatches(token, req.headers.authorization)) {
+    return refuse('Unauthorized', 'missing or wrong admin token (Authorization: Bearer <token>)');
+  }
+  const body = await readBody(req);
+  if (typeof body === 'string') return refuse('BadRequest', body);
+  const cluster = node.cluster;
+  if (cluster === undefined) return refuse('Conflict', 'this node has no peers');
+  switch (path) {
+    case '/cluster/plan': {
+      const question = planQuestion(body);
+      if (typeof question === 'string') return refuse('BadRequest', question);
+      const coordinator = cluster.coordinator;
+      if (coordinator === undefined) return refuse('Conflict', 'the node is starting');
+      const preview = previewPlan(
+        coordinator.table,
+        cluster.coordinatorView(),
+        cluster.config.replicas,
+        question,
+      );
+      if ('status' in preview) return refuse(preview.status, preview.message);
+      return {
+        status: 'Ok',
+        message: `${preview.changes.length} fragments would change, ${preview.replicaMoves} replica copies would move`,
+        question,
+        tableEpoch: coordinator.table.epoch,
+        replicaMoves: preview.replicaMoves,
+        changes: preview.changes,
+        firstWave: preview.plan.moves.map((m) => ({
+          fragment: m.fragment,
+          source: m.source,
+          target: m.target,
+          reason: m.reason,
+        })),
+        blocked: preview.plan.blocked,
+      };
+    }
+    case '/cluster/remove': {
+      const nodeId = body.node;
+      if (!isValidNodeId(nodeId)) return refuse('BadRequest', 'body must be {"node": "<member id>"}');
+      const membership = cluster.membership;
+      if (membership === undefined) return refuse('Conflict', 'the node is starting');
+      const reply = await membership.remove(nodeId);
+      return { status: reply.status, message: reply.message, node: nodeId };
+    }
+    case '/cluster/leave':
+    case '/cluster/move':
+      return refuse(
+        'Failed',
+        `${path.slice('/cluster/'.length)} hands fragments to other nodes, which needs fragments that move while serving; ` +
+          'this release does not move fragments (restart the nodes with the new --peers instead)',
+      );
+    default:
+      return refuse('NotFound', `no such change: ${path}`);
+  }
+}
+
+function refuse(status: ChangeStatus, message: string): ChangeAnswer {
+  return { status, message };
+}
+
+function planQuestion(body: Record<string, unknown>): PlanQuestion | string {
+  const action = body.action ?? 'now';
+  if (action === 'now') return { action };
+  if (action !== 'join' && action !== 'leave' && action !== 'remove')
+    return 'action must be one of now, join, leave, remove';
+  if (!isValidNodeId(body.node)) return `${action} needs "node": a member id of 1–255 bytes`;
+  return { action, node: body.node };
+}
+
+/** The request's JSON object body (empty: {}), or why it was refused. */
+async function readBody(req: IncomingMessage): Promise<Record<string, unknown> | string> {
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (declared > ADMIN_BODY_BYTES_MAX)
+    return `body of ${declared} bytes exceeds ADMIN_BODY_BYTES_MAX (${ADMIN_BODY_BYTES_MAX})`;
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  for await (const chunk of req) {
+    bytes += (chunk as Buffer).length;
+    if (bytes > ADMIN_BODY_BYTES_MAX)
+      return `body exceeds ADMIN_BODY_BYTES_MAX (${ADMIN_BODY_BYTES_MAX} bytes)`;
+    chunks.push(chunk as Buffer);
+  }
+  if (bytes === 0) return {};
+  try {
+    const value: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    if (typeof value !== 'object' || value === null || Array.isArray(value))
+      return 'body must be a JSON object';
+    return value as Record<string, unknown>;
+  } catch (err) {
+    return `body is not JSON: ${(err as Error).message}`;
+  }
+}
