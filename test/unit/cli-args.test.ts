@@ -183,7 +183,22 @@ test('TLS and admin flags: what each needs is checked where the flags enter', ()
   );
   assert.throws(() => parseCliArgs([...tls, '--tls-auth-clients', 'maybe'], {}), /one of yes, no, optional/);
   assert.equal(parseCliArgs([], {}).tls, undefined);
-  assert.deepEqual(parseCliArgs(['--admin-port', '0'], {}).admin, { port: 0, bind: '127.0.0.1' });
+  assert.deepEqual(parseCliArgs(['--admin-port', '0'], {}).admin, {
+    port: 0,
+    bind: '127.0.0.1',
+    token: undefined,
+  });
+  // Beyond loopback, cluster changes must be guarded: no token, no start.
+  assert.throws(
+    () => parseCliArgs(['--admin-port', '0', '--admin-bind', '0.0.0.0'], {}),
+    /--admin-bind 0.0.0.0 exposes the admin port beyond this machine: give --admin-token/,
+  );
+  const token = 'an-admin-token-of-16-bytes+';
+  assert.deepEqual(
+    parseCliArgs(['--admin-port', '0', '--admin-bind', '0.0.0.0'], { TESSERA_ADMIN_TOKEN: token }).admin,
+    { port: 0, bind: '0.0.0.0', token },
+  );
+  assert.throws(() => parseCliArgs(['--admin-token', 'short'], {}), /--admin-token must be at least 16 bytes/);
   assert.throws(() => parseCliArgs(['--admin-port', '70000'], {}), /--admin-port must be in 0..65535/);
   assert.equal(parseCliArgs([], {}).admin, undefined);
 });
