@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The `tessera` command: starts a node from flags and environment, logs readiness as JSON, and shuts
-// down gracefully on SIGINT / SIGTERM; `tessera status` and `tessera placement` ask a running node
-// through its admin port.
+// down gracefully on SIGINT / SIGTERM; `tessera status`, `tessera placement` and `tessera cluster …`
+// (main/cluster-cli.ts) ask a running node through its admin port.
 
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -9,6 +9,7 @@ import pino from 'pino';
 import { ErrorKind, TesseraError } from './core/errors.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
 import { type CliArgs, helpText, inFlagTerms, parseCliArgs } from './main/cli-args.js';
+import { adminBaseUrl, clusterCommand } from './main/cluster-cli.js';
 import type { TesseraOptions } from './main/config.js';
 import {
   describePeersDown,
@@ -66,6 +67,7 @@ async function firstUnboundPort(args: CliArgs): Promise<string | undefined> {
 async function main(): Promise<number> {
   const [first, ...rest] = process.argv.slice(2);
   if (first === 'status' || first === 'placement') return askNode(first, rest);
+  if (first === 'cluster') return clusterCommand(rest);
   let args: ReturnType<typeof parseCliArgs>;
   try {
     args = parseCliArgs(process.argv.slice(2), process.env);
@@ -209,21 +211,9 @@ function readPeerTls(files: CliArgs['peerTls']): TesseraOptions['peerTls'] {
  * 2 for bad flags.
  */
 async function askNode(what: 'status' | 'placement', argv: string[]): Promise<number> {
-  let admin: { port: number; bind: string } | undefined;
-  try {
-    admin = parseCliArgs(argv, process.env).admin;
-  } catch (err) {
-    process.stderr.write(`tessera: ${(err as Error).message}\n`);
-    return 2;
-  }
-  if (admin === undefined) {
-    process.stderr.write(
-      `tessera ${what}: give the node's admin port (--admin-port or TESSERA_ADMIN_PORT)\n`,
-    );
-    return 2;
-  }
-  const host = admin.bind.includes(':') ? `[${admin.bind}]` : admin.bind;
-  const url = `http://${host}:${admin.port}/${what === 'status' ? 'health' : 'placement'}`;
+  const base = adminBaseUrl(what, argv);
+  if (base === undefined) return 2;
+  const url = `${base}/${what === 'status' ? 'health' : 'placement'}`;
   let response: Response;
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(ADMIN_REQUEST_TIMEOUT_MS) });

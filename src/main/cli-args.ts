@@ -256,7 +256,7 @@ const FLAGS: Flag[] = [
   {
     name: 'admin-port',
     kind: 'integer',
-    help: 'admin HTTP port: /health, /placement, /cluster, /metrics (Prometheus), a status page; 0 picks a free one (default: none)',
+    help: 'admin HTTP port: /health, /placement, /cluster, /cluster/members, /cluster/events, /metrics (Prometheus), a status page; 0 picks a free one (default: none)',
   },
   {
     name: 'admin-bind',
@@ -551,6 +551,7 @@ export function helpText(): string {
     'Subcommands ask a running node through its admin port:',
     '  tessera status --admin-port <port> [--admin-bind <host>]     health: workers, fragments, peers (exit 1 if degraded or unhealthy)',
     '  tessera placement --admin-port <port> [--admin-bind <host>]  every fragment: slots, replicas, serving replica',
+    '  tessera cluster status|members|events --admin-port <port>    membership: members, their states, events (tessera cluster --help)',
   );
   return lines.join('\n');
 }

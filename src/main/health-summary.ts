@@ -24,8 +24,9 @@ export interface WorkerSummary {
 
 export interface PeerSummary {
   id: string;
+  /** Connected over the peer mesh (TCP). */
   connected: boolean;
-  /** Since when it has been disconnected (ISO 8601); undefined while connected. */
+  /** Since when requests cannot go to it: disconnected or unreachable to membership (ISO 8601); undefined while up. */
   downSince: string | undefined;
   senders: number;
   /** Writes buffered or in flight toward the peer, over all fragments. */
@@ -119,13 +120,13 @@ export function isHealthy(health: Health): boolean {
   return health.workers.every((w) => w.state === 'ready') && !refusesWrites(health);
 }
 
-/** A disconnected peer and since when (ISO 8601). */
+/** A peer requests cannot go to (disconnected, or unreachable to membership) and since when (ISO 8601). */
 export interface PeerDown {
   id: string;
   downSince: string;
 }
 
-/** The peers this node has no connection to, in member order. */
+/** The peers this node cannot send requests to, in member order. */
 export function peersDown(health: Health): PeerDown[] {
   const out: PeerDown[] = [];
   for (const p of health.cluster?.peers ?? []) {
@@ -137,9 +138,8 @@ export function peersDown(health: Health): PeerDown[] {
 /**
  * The node's state as /health, the status page and `tessera status` name it: 'unhealthy' when a
  * worker is not ready or a fragment refuses writes; 'degraded' when the node works but some peer is
- * disconnected (its copies catch up only once it is back, and without a majority CLUSTER INFO says
- * fail);
- * 'healthy' otherwise.
+ * down — disconnected, or connected but unreachable to membership (a hung process) — so its copies
+ * catch up only once it is back, and without a majority CLUSTER INFO says fail; 'healthy' otherwise.
  */
 export type HealthState = 'healthy' | 'degraded' | 'unhealthy';
 
@@ -148,7 +148,7 @@ export function healthState(health: Health): HealthState {
   return peersDown(health).length > 0 ? 'degraded' : 'healthy';
 }
 
-/** One line naming the disconnected peers and since when, for a person. */
+/** One line naming the peers down and since when, for a person. */
 export function describePeersDown(down: readonly PeerDown[]): string {
   return `peers down: ${down.map((p) => `${p.id} since ${p.downSince}`).join(', ')}`;
 }

@@ -23,6 +23,7 @@ import {
   PUBSUB_PAYLOAD_BYTES_MAX,
   TIMER_DELAY_MS_MAX,
 } from '../core/limits.js';
+import type { MemberState } from '../core/membership-types.js';
 import { Modifier } from '../core/modify.js';
 import {
   DURABILITY_NAMES,
@@ -47,7 +48,7 @@ import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-c
 import { ringWakeupsRecovered } from '../threads/ring.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
 import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
-import { Cluster, type MembershipStart } from './mesh/cluster.js';
+import { Cluster, type MembershipReport, type MembershipStart } from './mesh/cluster.js';
 import { ListenerClient, PubSubHub, type PubSubMessage } from './pubsub.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
@@ -141,9 +142,15 @@ export interface ClusterHealth {
   state: 'ok' | 'fail';
   peers: Array<{
     id: string;
+    /** Connected over the peer mesh (TCP). */
     connected: boolean;
-    /** Since when it has been disconnected (ISO 8601; this node's start if never connected); absent while connected. */
+    /**
+     * Since when requests cannot go to it (ISO 8601): disconnected (since this node's start if it
+     * never connected), or connected but unreachable, Down or Removed to membership; absent while up.
+     */
     downSince?: string;
+    /** How membership sees it (absent only before membership starts). */
+    membership?: { state: MemberState; unreachable: boolean; incarnation: number };
     forwardsInFlight: number;
     /** Bytes this node sent the peer: all of them, replication's, and anti-entropy's. */
     bytesSent: number;
@@ -154,6 +161,8 @@ export interface ClusterHealth {
   senders: SenderReport[];
   /** Anti-entropy pages read by the background pool (the rest were read in the workers). */
   antiEntropyPoolPages: number;
+  /** Membership's view of every member and its detector's figures (absent only before it starts). */
+  membership?: MembershipReport;
 }
 
 /** Where one fragment lives (static placement). */
@@ -491,18 +500,32 @@ export class Tessera {
                   tableEpoch: cluster.coordinator?.table.epoch ?? 0,
                 },
                 state: cluster.state(),
-                peers: cluster.config.members
-                  .map((id, m) => ({ id, m, downSinceMs: cluster.downSinceOf(m) }))
-                  .filter(({ m }) => m !== cluster.config.selfIndex)
-                  .map(({ id, m, downSinceMs }) => ({
-                    id,
-                    connected: downSinceMs === undefined,
-                    downSince: downSinceMs === undefined ? undefined : new Date(downSinceMs).toISOString(),
-                    forwardsInFlight: cluster.forwardsInFlight(m),
-                    ...cluster.trafficTo(m),
-                  })),
+                peers: cluster.config.members.flatMap((id, m) => {
+                  if (m === cluster.config.selfIndex) return [];
+                  const notUpSinceMs = cluster.notUpSinceOf(m);
+                  const view = cluster.membership?.member(id);
+                  return [
+                    {
+                      id,
+                      connected: cluster.mesh.isUp(m),
+                      downSince:
+                        notUpSinceMs === undefined ? undefined : new Date(notUpSinceMs).toISOString(),
+                      membership:
+                        view === undefined
+                          ? undefined
+                          : {
+                              state: view.state,
+                              unreachable: view.unreachable,
+                              incarnation: view.incarnation,
+                            },
+                      forwardsInFlight: cluster.forwardsInFlight(m),
+                      ...cluster.trafficTo(m),
+                    },
+                  ];
+                }),
                 senders: reports.flatMap((r) => r?.replication ?? []),
                 antiEntropyPoolPages: this.scanner.spansServed,
+                membership: cluster.membershipReport(),
               },
       };
     });

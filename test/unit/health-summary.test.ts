@@ -67,6 +67,11 @@ test('healthState: unhealthy, then degraded, then healthy', () => {
     ['a node without peers', {}, 'healthy'],
     ['every peer connected', { peers: [peer('b'), peer('c')] }, 'healthy'],
     ['a peer down', { peers: [peer('b'), peer('c', SINCE)] }, 'degraded'],
+    [
+      'a peer connected but unreachable to membership',
+      { peers: [peer('b'), { ...peer('c', SINCE), connected: true }] },
+      'degraded',
+    ],
     ['a worker restarting', { workerState: 'restarting', peers: [peer('b')] }, 'unhealthy'],
     [
       'refusing writes with a peer down',

@@ -3,7 +3,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { COMMIT_ATTEMPTS_MAX } from '../../src/core/limits.js';
+import { Membership, type MembershipCounters } from '../../src/core/membership.js';
+import { MEMBERSHIP_CONFIG_DEFAULTS } from '../../src/core/membership-types.js';
 import { prometheusText } from '../../src/main/admin/metrics.js';
+import type { MemberReport } from '../../src/main/mesh/cluster.js';
 import type { Health } from '../../src/main/node.js';
 
 const fragment = (index: number, worker: number, writes: number, commitFailures = 0) => ({
@@ -19,6 +22,36 @@ const fragment = (index: number, worker: number, writes: number, commitFailures 
   expiredSwept: 0,
   commitFailures,
 });
+
+/** A membership core's counters as they start (all 0). */
+function freshCounters(): MembershipCounters {
+  const config = {
+    ...MEMBERSHIP_CONFIG_DEFAULTS,
+    nodeId: 'a',
+    address: '127.0.0.1:7001',
+    restoredIncarnation: undefined,
+    members: [],
+    selfState: 'Up' as const,
+    selfRemoved: false,
+  };
+  return { ...new Membership(config, () => 0, 0).counters };
+}
+
+function member(nodeId: string, fields: Partial<MemberReport> = {}): MemberReport {
+  return {
+    nodeId,
+    address: `127.0.0.1:700${nodeId.charCodeAt(0) - 96}`,
+    incarnation: 2,
+    state: 'Up',
+    unreachable: false,
+    suspect: false,
+    self: false,
+    connected: true,
+    health: 'ok',
+    reporters: [],
+    ...fields,
+  };
+}
 
 const health: Health = {
   nodeId: 'node "a"\\one',
@@ -67,6 +100,24 @@ const health: Health = {
       lagMs: 500 * f,
     })),
     antiEntropyPoolPages: 0,
+    membership: {
+      members: [
+        member('a', { self: true }),
+        member('b', { unreachable: true, suspect: true, health: 'pfail', reporters: ['a'] }),
+        member('c', { state: 'Down', unreachable: true, connected: false, health: 'fail' }),
+      ],
+      localHealth: 3,
+      traffic: {
+        datagramsSent: 120,
+        datagramBytesSent: 9000,
+        envelopesSent: 4,
+        envelopeBytesSent: 800,
+        datagramsRefused: 2,
+        unsent: 0,
+        busyMs: 1.5,
+      },
+      counters: { ...freshCounters(), probes: 60, probesFailed: 5 },
+    },
   },
 };
 
@@ -146,6 +197,16 @@ test('metrics follow the text format and add up the figures per worker and per p
   assert.equal(m.get('tessera_replication_backlog_operations{peer="b"}'), 0 + 1 + 2 + 3);
   assert.equal(m.get('tessera_replication_lag_seconds{peer="b"}'), 1);
   assert.equal(m.get('tessera_replication_acked_operations_total{peer="b"}'), 21);
+  assert.equal(m.get('tessera_cluster_members{state="Up"}'), 2);
+  assert.equal(m.get('tessera_cluster_members{state="Down"}'), 1);
+  assert.equal(m.get('tessera_cluster_members{state="Joining"}'), 0, 'every state has a sample');
+  assert.equal(m.get('tessera_cluster_members{state="Removed"}'), 0);
+  assert.equal(m.get('tessera_member_unreachable{peer="b"}'), 1);
+  assert.equal(m.get('tessera_member_unreachable{peer="c"}'), 1);
+  assert.ok(!m.has('tessera_member_unreachable{peer="a"}'), 'per peer: not this node');
+  assert.equal(m.get('tessera_membership_local_health'), 3);
+  assert.equal(m.get('tessera_membership_datagrams_sent_total'), 120);
+  assert.equal(m.get('tessera_membership_datagrams_refused_total'), 2);
 });
 
 test('a node without a RESP server or peers has no client or replication series', () => {
@@ -158,6 +219,8 @@ test('a node without a RESP server or peers has no client or replication series'
   );
   assert.ok(m.has('tessera_worker_up{worker="0"}'));
   assert.ok(
-    ![...m.keys()].some((k) => k.startsWith('tessera_commands_processed') || k.startsWith('tessera_peer_')),
+    ![...m.keys()].some((k) =>
+      /^tessera_(commands_processed|peer_|cluster_members|member_|membership_)/.test(k),
+    ),
   );
 });

@@ -4,6 +4,7 @@
 // are in /health.
 
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
+import { type MemberState, STATE_EVENT } from '../../core/membership-types.js';
 import {
   type PeerSummary,
   peerSummaries,
@@ -57,6 +58,8 @@ function formatValue(value: number): string {
 }
 
 const PRIORITIES = ['high', 'default', 'background'] as const;
+/** Every member state, so each has a sample (0 included) and a dashboard's series never vanish. */
+const MEMBER_STATES = Object.keys(STATE_EVENT) as MemberState[];
 
 export function prometheusText(input: MetricsInput): string {
   const { health, resp } = input;
@@ -259,12 +262,44 @@ export function prometheusText(input: MetricsInput): string {
 
   const cluster = health.cluster;
   if (cluster !== undefined) {
-    out.one(
-      'tessera_cluster_members',
-      'gauge',
-      'Members of the cluster, this node included.',
-      cluster.members.length,
-    );
+    const membership = cluster.membership;
+    if (membership !== undefined) {
+      out.family(
+        'tessera_cluster_members',
+        'gauge',
+        "Members of the cluster in membership's view, this node included, by state.",
+        MEMBER_STATES.map((state): [Labels, number] => [
+          { state },
+          membership.members.filter((m) => m.state === state).length,
+        ]),
+      );
+      out.family(
+        'tessera_member_unreachable',
+        'gauge',
+        'Whether membership finds a peer unreachable (its probes failed; a Down peer stays so).',
+        membership.members
+          .filter((m) => !m.self)
+          .map((m): [Labels, number] => [{ peer: m.nodeId }, m.unreachable ? 1 : 0]),
+      );
+      out.one(
+        'tessera_membership_local_health',
+        'gauge',
+        "Lifeguard's local-health multiplier on probe intervals and timeouts (1: healthy; more: this node is slow).",
+        membership.localHealth,
+      );
+      out.one(
+        'tessera_membership_datagrams_sent_total',
+        'counter',
+        'Membership datagrams sent (probes, acks, gossip).',
+        membership.traffic.datagramsSent,
+      );
+      out.one(
+        'tessera_membership_datagrams_refused_total',
+        'counter',
+        'Membership datagrams received and refused: tagged with another cluster secret, or malformed.',
+        membership.traffic.datagramsRefused,
+      );
+    }
     const peers = peerSummaries(cluster);
     const perPeer = (pick: (p: PeerSummary) => number): Array<[Labels, number]> =>
       peers.map((p) => [{ peer: p.id }, pick(p)]);

@@ -7,6 +7,10 @@
 //                   listed with since when), 503 when unhealthy (same body)
 //   GET /placement  where every fragment lives and which replica serves it
 //   GET /cluster    members, peers and replication senders (404 on a node without peers)
+//   GET /cluster/members  membership's view of every member, with connection, health and
+//                   reporters, and the failure detector's figures (404 without peers)
+//   GET /cluster/events   cluster events as Server-Sent Events (admin/event-stream.ts; 404
+//                   without peers, 503 past CLUSTER_EVENT_READERS_MAX readers)
 //   GET /metrics    Prometheus text format (admin/metrics.ts)
 //   GET /           the status page
 
@@ -24,8 +28,10 @@ import {
   workerSummaries,
 } from '../health-summary.js';
 import { listenOn } from '../listen.js';
+import type { MemberReport } from '../mesh/cluster.js';
 import type { Health, Tessera } from '../node.js';
 import type { RespServer } from '../resp/server.js';
+import { ClusterEventStreams } from './event-stream.js';
 import { prometheusText } from './metrics.js';
 
 export const ADMIN_BIND_DEFAULT = '127.0.0.1';
@@ -42,6 +48,8 @@ export interface AdminServerOptions {
   logger: Logger;
   /** The node's RESP server, for its counters in /metrics and on the status page. */
   resp?: RespServer;
+  /** How often event streams get a keepalive comment (default EVENT_STREAM_KEEPALIVE_MS; tests shorten it). */
+  eventStreamKeepaliveMs?: number;
 }
 
 /** What the status page saw at its last rendering, for the rates it shows the next time. */
@@ -57,11 +65,17 @@ export class AdminServer {
   private readonly server: Server;
   private bound = { host: '', port: 0 };
   private lastSample: StatusSample | undefined;
+  /** The open `/cluster/events` streams; undefined on a node without peers. */
+  private readonly eventStreams: ClusterEventStreams | undefined;
 
   private constructor(
     private readonly node: Tessera,
     private readonly options: AdminServerOptions,
   ) {
+    this.eventStreams =
+      node.cluster === undefined
+        ? undefined
+        : new ClusterEventStreams(node.cluster.events, options.eventStreamKeepaliveMs);
     this.server = createServer((req, res) => {
       this.handle(req, res).catch((err: Error) => {
         options.logger.warn({ err: err.message, path: req.url }, 'admin request failed');
@@ -70,6 +84,7 @@ export class AdminServer {
       });
     });
     this.server.maxConnections = ADMIN_CONNECTIONS_MAX;
+    // Both bound the request's arrival only: an event stream, its request long received, runs on.
     this.server.requestTimeout = ADMIN_REQUEST_TIMEOUT_MS;
     this.server.headersTimeout = ADMIN_REQUEST_TIMEOUT_MS;
   }
@@ -84,9 +99,10 @@ export class AdminServer {
     return { ...this.bound };
   }
 
-  /** Stops listening and ends every connection, idle or not. */
+  /** Stops listening and ends every connection, idle or not, event streams included. */
   close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    this.eventStreams?.closeAll();
     this.server.closeAllConnections();
     return closed;
   }
@@ -102,7 +118,8 @@ export class AdminServer {
         json({ error: `${req.method} is not allowed: the admin face is read-only` }),
       );
     }
-    const path = new URL(req.url ?? '/', 'http://admin').pathname;
+    const url = new URL(req.url ?? '/', 'http://admin');
+    const path = url.pathname;
     switch (path) {
       case '/health': {
         const health = await this.health(res, req);
@@ -122,6 +139,14 @@ export class AdminServer {
           return send(res, req, 404, JSON_TYPE, json({ error: 'this node has no peers' }));
         return send(res, req, 200, JSON_TYPE, json(health.cluster));
       }
+      case '/cluster/members': {
+        const report = this.node.cluster?.membershipReport();
+        if (report === undefined)
+          return send(res, req, 404, JSON_TYPE, json({ error: 'this node has no peers' }));
+        return send(res, req, 200, JSON_TYPE, json({ nodeId: this.node.nodeId, ...report }));
+      }
+      case '/cluster/events':
+        return this.streamEvents(req, res, url);
       case '/metrics': {
         const health = await this.health(res, req);
         if (health === undefined) return;
@@ -147,6 +172,28 @@ export class AdminServer {
       default:
         return send(res, req, 404, JSON_TYPE, json({ error: `no such page: ${path}` }));
     }
+  }
+
+  /** `GET /cluster/events`: resumes after Last-Event-ID (or `?after=`), else from the oldest kept event. */
+  private streamEvents(req: IncomingMessage, res: ServerResponse, url: URL): void {
+    const streams = this.eventStreams;
+    if (streams === undefined)
+      return send(res, req, 404, JSON_TYPE, json({ error: 'this node has no peers' }));
+    const header = req.headers['last-event-id'];
+    const query = url.searchParams.get('after');
+    const [from, text] =
+      typeof header === 'string' ? ['Last-Event-ID', header.trim()] : ['after', query ?? undefined];
+    if (text !== undefined && !/^[0-9]{1,15}$/.test(text)) {
+      const error = `${from} must be an event sequence number, got "${text}"`;
+      return send(res, req, 400, JSON_TYPE, json({ error }));
+    }
+    const after = text === undefined ? undefined : Number(text);
+    if (streams.full) {
+      const error = `${streams.count} event streams are open, the most this node serves; try again later`;
+      return send(res, req, 503, JSON_TYPE, json({ error }));
+    }
+    if (req.method === 'HEAD') return send(res, req, 200, 'text/event-stream; charset=utf-8', '');
+    streams.open(res, after);
   }
 
   /** The node's health, or undefined after answering 503 when it cannot give one (closing). */
@@ -188,10 +235,36 @@ function html(text: string | number): string {
   return String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
-function table(head: string[], rows: Array<Array<string | number>>): string {
+/** A table of escaped cells; `rowClass` names a row's class (none when it gives ''). */
+function table(
+  head: string[],
+  rows: Array<Array<string | number>>,
+  rowClass: (index: number) => string = () => '',
+): string {
   const cells = (tag: string, row: Array<string | number>) =>
     row.map((c) => `<${tag}>${html(c)}</${tag}>`).join('');
-  return `<table><tr>${cells('th', head)}</tr>${rows.map((r) => `<tr>${cells('td', r)}</tr>`).join('')}</table>`;
+  const tr = (index: number) => (rowClass(index) === '' ? '<tr>' : `<tr class="${rowClass(index)}">`);
+  return `<table><tr>${cells('th', head)}</tr>${rows.map((r, i) => `${tr(i)}${cells('td', r)}</tr>`).join('')}</table>`;
+}
+
+/** Membership's view of each member; the section is highlighted while any is not ok. */
+function membersSection(members: readonly MemberReport[]): string {
+  const notOk = members.filter((m) => m.health !== 'ok');
+  const rows = members.map((m) => [
+    m.self ? `${m.nodeId} (this node)` : m.nodeId,
+    m.state,
+    [m.unreachable ? 'unreachable' : 'reachable', ...(m.suspect ? ['suspect'] : [])].join(', '),
+    m.incarnation,
+    m.health,
+  ]);
+  const summary =
+    notOk.length === 0
+      ? ''
+      : `<p><strong>Not ok</strong>: ${html(notOk.map((m) => `${m.nodeId} (${m.health})`).join(', '))}</p>`;
+  return (
+    `<div id="members"${notOk.length === 0 ? '' : ' class="degraded"'}><h2>Members</h2>${summary}` +
+    `${table(['member', 'state', 'reachability', 'incarnation', 'health'], rows, (i) => (members[i].health === 'ok' ? '' : 'not-ok'))}</div>`
+  );
 }
 
 const STATE_LABELS: Record<HealthState, string> = {
@@ -331,6 +404,7 @@ function statusPage(health: Health, resp: RespServer | undefined, figures: Statu
       ),
     );
   }
+  if (cluster?.membership !== undefined) sections.push(membersSection(cluster.membership.members));
   if (cluster !== undefined) {
     sections.push(
       '<h2>Peers</h2>',
@@ -348,13 +422,13 @@ function statusPage(health: Health, resp: RespServer | undefined, figures: Statu
     );
   }
   sections.push(
-    `<p><a href="/health">health</a> · <a href="/placement">placement</a>${cluster === undefined ? '' : ' · <a href="/cluster">cluster</a>'} · <a href="/metrics">metrics</a></p>`,
+    `<p><a href="/health">health</a> · <a href="/placement">placement</a>${cluster === undefined ? '' : ' · <a href="/cluster">cluster</a> · <a href="/cluster/members">members</a>'} · <a href="/metrics">metrics</a></p>`,
   );
   return (
     `<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="${STATUS_PAGE_REFRESH_S}">` +
     `<title>Tessera ${html(health.nodeId)}</title><style>body{font-family:sans-serif;margin:2em}` +
     'table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}' +
-    '.degraded{background:#fff3cd;border:2px solid #e0a800;padding:.5em 1em}</style>' +
+    '.degraded{background:#fff3cd;border:2px solid #e0a800;padding:.5em 1em}.not-ok td{font-weight:bold;color:#a00}</style>' +
     `</head><body>${sections.filter((x) => x !== '').join('\n')}</body></html>\n`
   );
 }

@@ -25,6 +25,7 @@ import {
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   ringRecordBytesMax,
 } from '../../core/limits.js';
+import type { MembershipCounters } from '../../core/membership.js';
 import {
   MEMBERSHIP_CONFIG_DEFAULTS,
   type MemberEventRecord,
@@ -58,7 +59,7 @@ import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import { bindDatagrams } from '../listen.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { CoordinatorDriver } from './coordinator-driver.js';
-import { MembershipDriver } from './membership-driver.js';
+import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
 import { PubSubRelay } from './pubsub-relay.js';
@@ -84,6 +85,12 @@ class UnreachableLink implements OpLink {
     throw new Error('begin on an unreachable link');
   }
   end(): void {}
+}
+
+/** How a member this node has no link to (not in its member list) stands in membership's view. */
+function viewHealth(view: MemberView): MemberHealth {
+  if (view.state === 'Down' || view.state === 'Removed') return 'fail';
+  return view.unreachable ? 'pfail' : 'ok';
 }
 
 /**
@@ -121,6 +128,26 @@ export interface MembershipStart {
 /** How a member stands in this node's view: reachable, unreachable to membership (`pfail`), Down. */
 export type MemberHealth = 'ok' | 'pfail' | 'fail';
 
+/** A member as the admin face shows it: membership's view, the peer connection, who reports it. */
+export interface MemberReport extends MemberView {
+  /** This node. */
+  self: boolean;
+  /** Connected over the peer mesh (TCP); true for this node. */
+  connected: boolean;
+  health: MemberHealth;
+  /** The members that report it unreachable at its current incarnation. */
+  reporters: string[];
+}
+
+/** Membership on this node: every member (this one included, sorted by id) and the detector's figures. */
+export interface MembershipReport {
+  members: MemberReport[];
+  /** Lifeguard's local-health multiplier on probe intervals and timeouts (1: healthy). */
+  localHealth: number;
+  traffic: MembershipTraffic;
+  counters: MembershipCounters;
+}
+
 export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly mesh: Mesh;
   /** Pub/Sub messages to and from the peers. */
@@ -146,6 +173,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Per member index: not unreachable, Down or Removed in membership's view (true until it says so). */
   private readonly memberReachable: boolean[];
   private readonly memberStates: MemberState[];
+  /** Per member index: wall-clock ms since when membership has not found it reachable; 0 while it does. */
+  private readonly unreachableSinceMs: number[];
   /** Member events (and, later, coordinator changes and moves) for `GET /cluster/events`. */
   readonly events = new EventLog<ClusterEventData>(CLUSTER_EVENTS_KEPT);
   /** Set when the cluster refused this node (it was removed): it then routes nothing to peers. */
@@ -161,6 +190,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.routing = config.placement.replicas.map((r) => [...r]);
     this.memberReachable = config.members.map(() => true);
     this.memberStates = config.members.map(() => 'Up');
+    this.unreachableSinceMs = config.members.map(() => 0);
     this.peerLinks = config.members.map((id, m) =>
       m === config.selfIndex ? undefined : new PeerLink(m, id, this),
     );
@@ -393,8 +423,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     if (m !== -1 && m !== this.config.selfIndex) {
       const v = event.member;
       const wasServing = this.isUp(m);
+      const wasReachable = this.memberReachable[m];
       this.memberStates[m] = v.state;
       this.memberReachable[m] = !v.unreachable && v.state !== 'Down' && v.state !== 'Removed';
+      if (wasReachable && !this.memberReachable[m]) this.unreachableSinceMs[m] = event.atMs;
+      else if (this.memberReachable[m]) this.unreachableSinceMs[m] = 0;
       // What was forwarded to a member that stopped answering goes to the next replica now.
       if (wasServing && !this.isUp(m)) this.peerLinks[m]?.onDisconnect();
     }
@@ -436,6 +469,42 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Wall-clock ms since when `member` has been disconnected; undefined while connected (or self). */
   downSinceOf(member: number): number | undefined {
     return this.mesh.downSinceOf(member);
+  }
+
+  /**
+   * Wall-clock ms since when `member` has not been up (`isUp`): disconnected, or unreachable, Down
+   * or Removed to membership, whichever began first of those that still hold; undefined while up
+   * (or self).
+   */
+  notUpSinceOf(member: number): number | undefined {
+    if (member === this.config.selfIndex || this.isUp(member)) return undefined;
+    const disconnectedMs = this.mesh.downSinceOf(member);
+    const unreachableMs = this.memberReachable[member] ? undefined : this.unreachableSinceMs[member];
+    if (disconnectedMs === undefined) return unreachableMs;
+    return unreachableMs === undefined ? disconnectedMs : Math.min(disconnectedMs, unreachableMs);
+  }
+
+  /** Membership's view with each member's connection, health and reporters (undefined before start). */
+  membershipReport(): MembershipReport | undefined {
+    const driver = this.membershipDriver;
+    if (driver === undefined) return undefined;
+    const members = driver.view().map((view): MemberReport => {
+      const m = this.config.members.indexOf(view.nodeId);
+      const self = m === this.config.selfIndex;
+      return {
+        ...view,
+        self,
+        connected: self || (m !== -1 && this.mesh.isUp(m)),
+        health: m !== -1 ? this.memberHealth(m) : viewHealth(view),
+        reporters: driver.reportersOf(view.nodeId),
+      };
+    });
+    return {
+      members,
+      localHealth: driver.healthMultiplier(),
+      traffic: { ...driver.traffic },
+      counters: { ...driver.counters },
+    };
   }
 
   /** Members this node reaches: itself and every connected peer. */

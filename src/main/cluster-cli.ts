@@ -1,0 +1,302 @@
+// `tessera cluster status|members|events`: the cluster's members as a running node sees them,
+// asked through its admin port (GET /health, /cluster/members, /cluster/events).
+
+import type { MemberState, MemberView } from '../core/membership-types.js';
+import { ADMIN_REQUEST_TIMEOUT_MS } from './admin/server.js';
+import { parseCliArgs } from './cli-args.js';
+import { describePeersDown, type HealthState, type PeerDown } from './health-summary.js';
+import type { MemberReport, MembershipReport } from './mesh/cluster.js';
+import type { Health } from './node.js';
+
+export function clusterHelpText(): string {
+  return [
+    'Usage: tessera cluster <command> --admin-port <port> [--admin-bind <host>]',
+    '',
+    "Asks a running node, through its admin port, how it sees the cluster's members. The port may",
+    'also come from TESSERA_ADMIN_PORT (and the host from TESSERA_ADMIN_BIND).',
+    '',
+    '  status                       the cluster state and one line per member',
+    '                               (exit 1 if the node is degraded or unhealthy)',
+    '  members [--json]             every member: state, flags (self, unreachable, suspect,',
+    '                               disconnected, reported by), incarnation, address; --json: the',
+    "                               node's /cluster/members as it is (exit 1 if any member is not",
+    '                               Up and reachable)',
+    '  events [--json] [--after N]  follows the cluster events, one line each (--json: one JSON',
+    '                               object each); --after N resumes after event N. Ctrl-C stops',
+    '                               (exit 0); exit 1 if the node ends the stream.',
+  ].join('\n');
+}
+
+type ClusterCommand = 'status' | 'members' | 'events';
+
+const COMMANDS: Record<ClusterCommand, (args: ClusterArgs) => Promise<number>> = {
+  status: clusterStatus,
+  members: clusterMembers,
+  events: clusterEvents,
+};
+
+interface ClusterArgs {
+  json: boolean;
+  /** `events`: the sequence to resume after. */
+  after: number | undefined;
+  /** The admin port's base URL. */
+  base: string;
+}
+
+/** `tessera cluster …` (argv after `cluster`): the exit status. */
+export async function clusterCommand(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === '--help' || command === '-h' || rest.includes('--help')) {
+    process.stdout.write(`${clusterHelpText()}\n`);
+    return 0;
+  }
+  if (!Object.hasOwn(COMMANDS, command ?? '')) {
+    const said = command === undefined ? 'a command is needed' : `unknown command "${command}"`;
+    process.stderr.write(`tessera cluster: ${said}\n\n${clusterHelpText()}\n`);
+    return 2;
+  }
+  const args = clusterArgs(command as ClusterCommand, rest);
+  return args === undefined ? 2 : COMMANDS[command as ClusterCommand](args);
+}
+
+/** Takes this command's own flags out and the admin port from the rest; undefined after saying what is wrong. */
+function clusterArgs(command: ClusterCommand, argv: readonly string[]): ClusterArgs | undefined {
+  const rest: string[] = [];
+  let json = false;
+  let after: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === '--json' && command !== 'status') json = true;
+    else if (arg === '--after' && command === 'events') after = argv[++i] ?? '';
+    else if (arg.startsWith('--after=') && command === 'events') after = arg.slice('--after='.length);
+    else rest.push(arg);
+  }
+  if (after !== undefined && !/^[0-9]{1,15}$/.test(after)) {
+    process.stderr.write(`tessera cluster events: --after needs an event sequence number, got "${after}"\n`);
+    return undefined;
+  }
+  const base = adminBaseUrl(`cluster ${command}`, rest);
+  if (base === undefined) return undefined;
+  return { json, after: after === undefined ? undefined : Number(after), base };
+}
+
+/**
+ * The base URL of the admin port a subcommand names (`--admin-port`, `--admin-bind` or their
+ * environment variables); undefined after saying what is wrong (exit 2).
+ */
+export function adminBaseUrl(command: string, argv: readonly string[]): string | undefined {
+  let admin: { port: number; bind: string } | undefined;
+  try {
+    admin = parseCliArgs(argv, process.env).admin;
+  } catch (err) {
+    process.stderr.write(`tessera: ${(err as Error).message}\n`);
+    return undefined;
+  }
+  if (admin === undefined) {
+    process.stderr.write(
+      `tessera ${command}: give the node's admin port (--admin-port or TESSERA_ADMIN_PORT)\n`,
+    );
+    return undefined;
+  }
+  const host = admin.bind.includes(':') ? `[${admin.bind}]` : admin.bind;
+  return `http://${host}:${admin.port}`;
+}
+
+/** GET `url` as JSON; undefined after saying it could not be reached. */
+async function getJson(command: string, url: string): Promise<{ status: number; body: unknown } | undefined> {
+  try {
+    const response = await fetch(url, { signal: AbortSignal.timeout(ADMIN_REQUEST_TIMEOUT_MS) });
+    return { status: response.status, body: await response.json() };
+  } catch (err) {
+    process.stderr.write(`tessera ${command}: cannot reach ${url}: ${(err as Error).message}\n`);
+    return undefined;
+  }
+}
+
+/** The error a refusal's JSON names, or its status. */
+function refusal(url: string, status: number, body: unknown): string {
+  const error = (body as { error?: unknown } | null)?.error;
+  return `${url} answered ${status}${typeof error === 'string' ? `: ${error}` : ''}`;
+}
+
+/** A member's flags for a person: self, unreachable, suspect, disconnected, who reports it. */
+function memberFlags(m: MemberReport): string {
+  const flags = [
+    ...(m.self ? ['self'] : []),
+    ...(m.unreachable ? ['unreachable'] : []),
+    ...(m.suspect ? ['suspect'] : []),
+    ...(m.connected ? [] : ['disconnected']),
+    ...(m.reporters.length === 0 ? [] : [`reported by ${m.reporters.join(',')}`]),
+  ];
+  return flags.length === 0 ? '-' : flags.join(', ');
+}
+
+/** Up and not unreachable: what `members` exits 0 for. */
+const isUpAndReachable = (m: { state: MemberState; unreachable: boolean }): boolean =>
+  m.state === 'Up' && !m.unreachable;
+
+/** Rows as columns padded to their widest cell. */
+function columns(rows: string[][]): string {
+  const widths = rows[0].map((_, c) => Math.max(...rows.map((r) => r[c].length)));
+  return rows
+    .map((r) =>
+      r
+        .map((cell, c) => cell.padEnd(widths[c]))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
+}
+
+function formatMembers(report: MembershipReport): string {
+  const rows = [
+    ['member', 'state', 'flags', 'incarnation', 'address'],
+    ...report.members.map((m) => [m.nodeId, m.state, memberFlags(m), String(m.incarnation), m.address]),
+  ];
+  return `${columns(rows)}\nlocal health ×${report.localHealth}`;
+}
+
+async function clusterMembers(args: ClusterArgs): Promise<number> {
+  const url = `${args.base}/cluster/members`;
+  const answer = await getJson('cluster members', url);
+  if (answer === undefined) return 1;
+  if (answer.status !== 200) {
+    process.stderr.write(`tessera cluster members: ${refusal(url, answer.status, answer.body)}\n`);
+    return 1;
+  }
+  const report = answer.body as MembershipReport;
+  process.stdout.write(args.json ? `${JSON.stringify(report, null, 2)}\n` : `${formatMembers(report)}\n`);
+  return report.members.every(isUpAndReachable) ? 0 : 1;
+}
+
+type HealthBody = Health & { state: HealthState; peersDown: PeerDown[] };
+
+function formatClusterStatus(health: HealthBody): string {
+  const cluster = health.cluster!;
+  const lines = [
+    `cluster state ${cluster.state}; node ${health.nodeId} ${health.state}` +
+      (health.peersDown.length === 0 ? '' : ` (${describePeersDown(health.peersDown)})`),
+  ];
+  const downSince = new Map(cluster.peers.map((p) => [p.id, p.downSince]));
+  const members = cluster.membership?.members ?? [];
+  const rows = members.map((m) => {
+    const since = downSince.get(m.nodeId);
+    return [
+      `  ${m.nodeId}`,
+      m.state,
+      m.unreachable ? 'unreachable' : m.suspect ? 'suspect' : 'reachable',
+      `incarnation ${m.incarnation}`,
+      m.health,
+      m.self ? '(this node)' : since === undefined ? '' : `down since ${since}`,
+    ];
+  });
+  if (rows.length > 0) lines.push(columns(rows));
+  return lines.join('\n');
+}
+
+async function clusterStatus(args: ClusterArgs): Promise<number> {
+  const url = `${args.base}/health`;
+  const answer = await getJson('cluster status', url);
+  if (answer === undefined) return 1;
+  const body = answer.body as HealthBody & { error?: string };
+  if (body.cluster === undefined) {
+    const why =
+      body.error === undefined ? `node ${body.nodeId} has no peers` : refusal(url, answer.status, body);
+    process.stderr.write(`tessera cluster status: ${why}\n`);
+    return 1;
+  }
+  process.stdout.write(`${formatClusterStatus(body)}\n`);
+  return answer.status === 200 && body.state === 'healthy' ? 0 : 1;
+}
+
+/** One event as `/cluster/events` sends it (event-stream.ts). */
+interface StreamEvent {
+  type: string;
+  data: Record<string, unknown>;
+}
+
+/** One event for a person: when, its sequence, its kind, and the member as it then was. */
+function formatEvent(event: StreamEvent): string {
+  const d = event.data;
+  if (event.type === 'overflow') {
+    const resumeFrom = Number(d.resumeFrom);
+    return `overflow (${d.reason}): ${d.lost} events lost; next is #${resumeFrom} (resume with --after ${resumeFrom - 1})`;
+  }
+  const m = d.member as MemberView | undefined;
+  const member =
+    m === undefined
+      ? ''
+      : ` ${m.nodeId} ${m.state}${m.unreachable ? ' unreachable' : ''}${m.suspect ? ' suspect' : ''} incarnation ${m.incarnation}`;
+  return `${d.at} #${d.sequence} ${event.type}${member}`;
+}
+
+/**
+ * Follows the stream until the node ends it (exit 1, saying where to resume) or SIGINT (exit 0).
+ * Connecting has ADMIN_REQUEST_TIMEOUT_MS; the stream itself has none.
+ */
+async function clusterEvents(args: ClusterArgs): Promise<number> {
+  const url = `${args.base}/cluster/events`;
+  const controller = new AbortController();
+  let interrupted = false;
+  const interrupt = (): void => {
+    interrupted = true;
+    controller.abort();
+  };
+  process.once('SIGINT', interrupt);
+  const connecting = setTimeout(() => controller.abort(), ADMIN_REQUEST_TIMEOUT_MS);
+  let lastSequence = args.after;
+  try {
+    const headers = args.after === undefined ? undefined : { 'Last-Event-ID': String(args.after) };
+    const response = await fetch(url, { headers, signal: controller.signal });
+    clearTimeout(connecting);
+    if (response.status !== 200 || response.body === null) {
+      const body = await response.json().catch(() => undefined);
+      process.stderr.write(`tessera cluster events: ${refusal(url, response.status, body)}\n`);
+      return 1;
+    }
+    for await (const event of streamEvents(response.body)) {
+      if (event.type === 'overflow') lastSequence = Number(event.data.resumeFrom) - 1;
+      else lastSequence = Number(event.data.sequence);
+      const line = args.json
+        ? JSON.stringify(event.type === 'overflow' ? { kind: 'overflow', ...event.data } : event.data)
+        : formatEvent(event);
+      process.stdout.write(`${line}\n`);
+    }
+    const resume = lastSequence === undefined ? '' : `; resume with --after ${lastSequence}`;
+    process.stderr.write(`tessera cluster events: the node ended the stream${resume}\n`);
+    return 1;
+  } catch (err) {
+    if (interrupted) return 0;
+    process.stderr.write(`tessera cluster events: cannot follow ${url}: ${(err as Error).message}\n`);
+    return 1;
+  } finally {
+    clearTimeout(connecting);
+    process.off('SIGINT', interrupt);
+  }
+}
+
+/** The events of a Server-Sent Events body (comments skipped), as the SSE format frames them. */
+async function* streamEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<StreamEvent> {
+  const decoder = new TextDecoder();
+  let pending = '';
+  let type = 'message';
+  let data: string[] = [];
+  for await (const chunk of body) {
+    pending += decoder.decode(chunk, { stream: true });
+    let end = pending.indexOf('\n');
+    while (end !== -1) {
+      const line = pending.slice(0, end).replace(/\r$/, '');
+      pending = pending.slice(end + 1);
+      end = pending.indexOf('\n');
+      if (line === '') {
+        if (data.length > 0) yield { type, data: JSON.parse(data.join('\n')) as Record<string, unknown> };
+        type = 'message';
+        data = [];
+      } else if (line.startsWith('event:')) {
+        type = line.slice('event:'.length).trim();
+      } else if (line.startsWith('data:')) {
+        data.push(line.slice('data:'.length).trimStart());
+      }
+    }
+  }
+}
