@@ -198,7 +198,9 @@ export class CoordinatorMachine {
         if (this.roleNow !== 'taking-over' || table === undefined) return;
         if (message.refused) {
           // Outbid on the next retry: every member is asked again at an epoch above the one it holds.
+          // The reports in hand promised the epoch given up, not that one: none may count toward it.
           this.proposal = Math.max(this.proposal, message.epoch + 1);
+          this.reports.clear();
           return;
         }
         if (message.epoch !== this.proposal) return; // an answer to an earlier proposal

@@ -8,12 +8,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import {
-  type ActiveAssignment,
-  AssignmentTable,
-  encodeTable,
-  type Fence,
-} from '../../src/core/assignment-table.js';
+import { encodeTable } from '../../src/core/assignment-table.js';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import { CLUSTER_STATE_BYTES_MAX, CLUSTER_STATE_MEMBERS_MAX } from '../../src/core/limits.js';
 import type { MemberRecord } from '../../src/core/membership-types.js';
@@ -26,36 +21,10 @@ import {
   startIncarnation,
   writeClusterState,
 } from '../../src/native-bindings/cluster-state-file.js';
+import { sampleTable } from './fixtures/sample-table.js';
 
 const FRAGMENTS = 8;
 const OWNER: ClusterStateOwner = { nodeId: 'n-a', fragmentCount: FRAGMENTS };
-const FENCE: Fence = { coordinatorId: 'n-a', incarnation: 3, epoch: 2 };
-
-function sampleTable(): AssignmentTable {
-  const active: ActiveAssignment = {
-    kind: 'active',
-    generation: 4,
-    replicas: ['n-a', 'n-b', 'n-c'],
-    moving: { source: 'n-a', target: 'n-c', reason: 'join:n-c' },
-    pinnedTo: 'n-b',
-    fence: FENCE,
-    history: [
-      { generation: 1, from: [], to: ['n-a', 'n-b'], reason: 'bootstrap', timestampMs: 1_000 },
-      {
-        generation: 4,
-        from: ['n-a', 'n-b'],
-        to: ['n-a', 'n-b', 'n-c'],
-        reason: 'join:n-c',
-        timestampMs: 2_000,
-      },
-    ],
-  };
-  return AssignmentTable.from(FRAGMENTS, 2, { id: 'n-a', incarnation: 3 }, [
-    [0, active],
-    [5, { kind: 'tombstone', generation: 7, fence: FENCE }],
-  ]);
-}
-
 const MEMBERS: MemberRecord[] = [
   { nodeId: 'n-a', address: '127.0.0.1:7001', incarnation: 3, state: 'Up' },
   { nodeId: 'n-b', address: '127.0.0.1:7002', incarnation: 9, state: 'Leaving' },
@@ -152,6 +121,20 @@ describe('cluster state file', () => {
     });
     assertSameState(await readClusterState(dir, OWNER), sampleState());
     assert.deepEqual(await fs.readdir(dir), [CLUSTER_STATE_FILE]);
+  });
+
+  it('a file written before promises were kept, without "promise", reads as no promise made', async () => {
+    const dir = await freshDir();
+    const json = sampleJson();
+    assert.equal('promise' in json, false);
+    await fs.writeFile(fileIn(dir), JSON.stringify(json));
+    assertSameState(await readClusterState(dir, OWNER), { ...sampleState(), promise: null });
+    await fs.writeFile(fileIn(dir), JSON.stringify({ ...json, promise: null }));
+    assertSameState(await readClusterState(dir, OWNER), { ...sampleState(), promise: null });
+    // A start keeps it so, and writes it out as null.
+    const started = await startIncarnation(dir, OWNER);
+    assert.equal(started.promise, null);
+    assert.equal(JSON.parse(await fs.readFile(fileIn(dir), 'utf8')).promise, null);
   });
 
   it('a missing file, or a missing data directory, is a fresh node', async () => {
@@ -280,6 +263,21 @@ describe('cluster state file', () => {
         },
         parts: ['bad "table"', `entries[0].fragment ${FRAGMENTS} is out of range`],
       },
+      ...(
+        [
+          ['a promise that is not an object', 'promised'],
+          ['a promise without an epoch', { to: { id: 'n-b', incarnation: 9 } }],
+          ['a promise of a negative epoch', { epoch: -1, to: { id: 'n-b', incarnation: 9 } }],
+          ['a promise of a fractional epoch', { epoch: 1.5, to: { id: 'n-b', incarnation: 9 } }],
+          ['a promise to no one', { epoch: 7, to: null }],
+          ['a promise to an empty node id', { epoch: 7, to: { id: '', incarnation: 9 } }],
+          ['a promise to a coordinator without an incarnation', { epoch: 7, to: { id: 'n-b' } }],
+        ] as const
+      ).map(([name, promise]) => ({
+        name,
+        text: () => JSON.stringify({ ...sampleJson(), promise }),
+        parts: ['bad "promise"'],
+      })),
       {
         name: 'a table in another format',
         text: () => JSON.stringify({ ...sampleJson(), table: { ...encodeTable(sampleTable()), format: 99 } }),
