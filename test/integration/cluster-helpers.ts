@@ -109,6 +109,35 @@ export function logged(
   return false;
 }
 
+/** A `member event` log line: what membership decided about `member`, and when it logged it. */
+export interface MemberEventLine {
+  event: string;
+  member: string;
+  state: string;
+  incarnation: number;
+  /** Wall-clock ms of the line. */
+  time: number;
+}
+
+/** The member events `node` logged at or after offset `from`, oldest first (whole lines only). */
+export function memberEvents(node: NodeProcess, from: number): MemberEventLine[] {
+  const text = node.log.slice(from, node.log.lastIndexOf('\n') + 1);
+  return text
+    .split('\n')
+    .filter((line) => line.includes('"msg":"member event"'))
+    .map((line) => JSON.parse(line) as MemberEventLine);
+}
+
+/** When `node` first logged `event` about `member` at or after offset `from`; undefined if it did not. */
+export function memberEventTime(
+  node: NodeProcess,
+  from: number,
+  event: string,
+  member: string,
+): number | undefined {
+  return memberEvents(node, from).find((e) => e.event === event && e.member === member)?.time;
+}
+
 export interface ClusterFixture {
   nodes: NodeProcess[];
   /** Members listed as peers but never started (`startCluster`'s `phantomIds`). */
