@@ -104,7 +104,12 @@ export type MembershipEvent =
   /** The leaving node's data is handed off: Exiting, then Removed, then `left`. */
   | { kind: 'exit'; requestId: number; nowMs: number }
   /** The operator removes a Down member (like `nodetool removenode`). */
-  | { kind: 'remove'; nodeId: string; requestId: number; nowMs: number };
+  | { kind: 'remove'; nodeId: string; requestId: number; nowMs: number }
+  /**
+   * The peer connection to a member closed (a crash closes it at once): probe that member next,
+   * without waiting for its turn, so a dead member is suspected within one probe timeout.
+   */
+  | { kind: 'connection-lost'; nodeId: string; nowMs: number };
 
 export interface MemberEventRecord {
   /** From 1, per node, with no gaps. */

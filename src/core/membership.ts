@@ -157,6 +157,8 @@ export class Membership {
   private probeOrder: string[] = [];
   /** Members others suspect, probed next so our view confirms or refutes the suspicion promptly. */
   private readonly urgentProbes = new Set<string>();
+  /** Members whose peer connection closed: probed next, whatever their state. */
+  private readonly probeNext = new Set<string>();
   private probeIndex = 0;
   private probe: Probe | undefined;
   private nextProbeMs: number;
@@ -242,6 +244,9 @@ export class Membership {
           break;
         case 'remove':
           this.onRemove(event.nodeId, event.requestId);
+          break;
+        case 'connection-lost':
+          this.onConnectionLost(event.nodeId);
           break;
       }
       this.runTimers();
@@ -603,6 +608,14 @@ export class Membership {
     this.enqueue(this.selfAlive());
   }
 
+  private onConnectionLost(nodeId: string): void {
+    const m = this.members.get(nodeId);
+    if (m === undefined || m.state === 'Removed' || m.state === 'Down' || m.unreachable) return;
+    this.probeNext.add(nodeId);
+    // Start that probe now unless one is in flight (it then goes next, at the end of this one).
+    if (this.probe === undefined) this.nextProbeMs = Math.min(this.nextProbeMs, this.nowMs);
+  }
+
   // ---- Join, leave, removal ----
 
   private onJoin(seeds: ReadonlyArray<{ nodeId: string; address: string }>): void {
@@ -804,6 +817,11 @@ export class Membership {
 
   /** Members others suspect first; then round-robin over a shuffled list, reshuffled each time round (memberlist). */
   private nextProbeTarget(): Member | undefined {
+    for (const nodeId of this.probeNext) {
+      this.probeNext.delete(nodeId);
+      const m = this.members.get(nodeId);
+      if (m !== undefined && m.state !== 'Removed' && m.state !== 'Down') return m;
+    }
     for (const nodeId of this.urgentProbes) {
       this.urgentProbes.delete(nodeId);
       const m = this.members.get(nodeId);

@@ -654,3 +654,23 @@ test('gossip queue: fewest-sent first, dropped at the retransmit limit, and a re
   queue.push(refutation);
   assert.deepEqual(queue.take(16, 4), [refutation], 'claims at the refuted incarnation are gone');
 });
+
+test('a lost peer connection makes that member the next probe, at once, out of its turn', () => {
+  const h = new Harness(config('a', OTHERS), new Set(['b', 'c', 'd']));
+  h.advance(1000);
+  const first = firstPing(h);
+  h.advance(1400);
+  const before = h.actions.length;
+  // e's connection closes mid-interval: its probe starts now, not at the next interval or its turn.
+  h.step({ kind: 'connection-lost', nodeId: 'e', nowMs: 1400 });
+  const pings = h.sends('ping', before);
+  assert.equal(first.target === 'e' ? 0 : pings.length, first.target === 'e' ? 0 : 1);
+  if (first.target !== 'e') assert.equal(pings[0]!.to, 'e');
+  // e is silent: suspected once the probe and its indirect round run out.
+  h.advance(3500);
+  assert.equal(h.core.member('e')?.suspect, true);
+  // A member already unreachable is not probed out of turn again.
+  const quiet = new Harness(config('a', OTHERS));
+  quiet.step({ kind: 'connection-lost', nodeId: 'zz', nowMs: 10 });
+  assert.equal(quiet.sends('ping').length, 0, 'an unknown member is ignored');
+});
