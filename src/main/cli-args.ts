@@ -147,6 +147,12 @@ const FLAGS: Flag[] = [
     help: 'cluster members as id@host:port (their peer ports), comma-separated; may include this node',
   },
   {
+    name: 'join',
+    kind: 'string',
+    option: 'join',
+    help: "join a running cluster through any member's peer address (host:port, comma-separated); with neither this nor --peers, --peer-port starts a one-member cluster others can join",
+  },
+  {
     name: 'peer-port',
     kind: 'integer',
     option: 'peerPort',
@@ -430,7 +436,9 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     ...monitors,
   };
   const tls = tlsArgs(values);
-  const peerTls = peerTlsArgs(values, options.peers !== undefined);
+  const clustered =
+    options.peers !== undefined || options.join !== undefined || options.peerPort !== undefined;
+  const peerTls = peerTlsArgs(values, clustered);
   const adminPort = values.get('admin-port') as number | undefined;
   if (adminPort !== undefined && (adminPort < 0 || adminPort > 65535))
     throw invalidInput(`--admin-port must be in 0..65535, got ${adminPort}`);
@@ -448,7 +456,7 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   if (!LOG_LEVELS.includes(logLevel))
     throw invalidInput(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
   // The port cluster clients are sent to (CLUSTER SLOTS): the TLS one when there is no other.
-  if (options.peers !== undefined) (options as TesseraOptions).clientPort = tls?.only ? tls.port : port;
+  if (clustered) (options as TesseraOptions).clientPort = tls?.only ? tls.port : port;
   return {
     options: options as TesseraOptions,
     drainTimeoutMs: (values.get('drain-timeout') as number | undefined) ?? DRAIN_TIMEOUT_MS_DEFAULT,

@@ -14,6 +14,7 @@ import {
   MEMBERSHIP_DOWN_AFTER_MS_MAX,
   MEMBERSHIP_DOWN_AFTER_MS_MIN,
   NODE_ID_BYTES_MAX,
+  REPLICAS_PER_FRAGMENT_MAX,
 } from '../core/limits.js';
 import { DURABILITY_NAMES, type DurabilityName, parseDurability } from '../core/ops.js';
 import { computePlacement, type Placement, REPLICAS_DEFAULT_MAX, sortMembers } from '../core/placement.js';
@@ -42,6 +43,12 @@ export interface PeerTlsOptions {
 export interface ClusterOptions {
   /** Members as `id@host:port` (peer ports), comma-separated or as a list; may include this node. */
   peers?: string | string[];
+  /**
+   * Join a running cluster through any of these members' peer addresses (`host:port`,
+   * comma-separated or a list) instead of naming every member in `peers`. Without either, a node
+   * given `peerPort` starts as a one-member cluster that others can join.
+   */
+  join?: string | string[];
   /** Port this node listens on for peers (default: its own entry in `peers`). */
   peerPort?: number;
   /** Address the peer listener binds (default: this node's host in `peers`, else 127.0.0.1). */
@@ -73,6 +80,7 @@ export interface ClusterOptions {
 
 export const CLUSTER_OPTION_NAMES = [
   'peers',
+  'join',
   'peerPort',
   'peerBind',
   'replicas',
@@ -94,6 +102,8 @@ export interface ClusterConfig {
   addresses: Array<PeerAddress | undefined>;
   /** Where the others dial this node: its entry in peers, else the peer listener's address. */
   selfAddress: PeerAddress;
+  /** Seeds to join through (`join`); empty for a static or one-member start. */
+  joinSeeds: PeerAddress[];
   peerPort: number;
   peerBind: string;
   placement: Placement;
@@ -126,6 +136,12 @@ export function parsePeer(entry: string): { id: string; address: PeerAddress } {
   if (bytes > NODE_ID_BYTES_MAX)
     throw invalidInput(`peers: node id "${id}" exceeds ${NODE_ID_BYTES_MAX} bytes`);
   return { id, address: { host, port } };
+}
+
+/** A list option given as comma-separated text or as a list, without empty entries. */
+function optionList(value: string | string[] | undefined): string[] {
+  if (value === undefined) return [];
+  return (Array.isArray(value) ? value : value.split(',')).map((p) => p.trim()).filter((p) => p !== '');
 }
 
 /** A member's address as membership carries it: `host:port`, an IPv6 host in brackets. */
@@ -177,19 +193,22 @@ export function resolveClusterConfig(
   nodeId: string | undefined,
   fragments: number,
 ): ClusterConfig | undefined {
-  const list =
-    options.peers === undefined
-      ? []
-      : (Array.isArray(options.peers) ? options.peers : options.peers.split(','))
-          .map((p) => p.trim())
-          .filter((p) => p !== '');
-  if (list.length === 0) {
+  const list = optionList(options.peers);
+  const seeds = optionList(options.join).map((text) => {
+    const address = parsePeerAddress(text);
+    if (address === undefined) throw invalidInput(`join: "${text}" is not host:port`);
+    return address;
+  });
+  if (list.length > 0 && seeds.length > 0) {
+    throw invalidInput('give peers (every member) or join (a running cluster), not both');
+  }
+  if (list.length === 0 && seeds.length === 0 && options.peerPort === undefined) {
     // A secret or client address without peers is harmless (often set for every node by the
     // environment); the rest would silently do nothing.
     const harmless = new Set(['clientPort', 'clientHost', 'clusterSecret', 'clusterSecretFile']);
     for (const name of CLUSTER_OPTION_NAMES) {
       if (!harmless.has(name) && options[name] !== undefined)
-        throw invalidInput(`${name} needs peers (the cluster's members)`);
+        throw invalidInput(`${name} needs peers (the cluster's members), join or peerPort`);
     }
     return undefined;
   }
@@ -207,10 +226,16 @@ export function resolveClusterConfig(
   }
   const peerBind = options.peerBind ?? own?.host ?? '127.0.0.1';
   const members = sortMembers([nodeId, ...byId.keys()]);
-  if (members.length < 2) throw invalidInput('peers names no node other than this one');
-  const replicas = options.replicas ?? Math.min(REPLICAS_DEFAULT_MAX, members.length);
-  if (!Number.isInteger(replicas) || replicas < 1 || replicas > members.length) {
-    throw invalidInput(`replicas must be an integer in 1..${members.length} (the members), got ${replicas}`);
+  const grows = list.length === 0;
+  if (!grows && members.length < 2) throw invalidInput('peers names no node other than this one');
+  // A cluster that grows by joins starts with one member; its replica count is what placement aims for.
+  const replicasMax = grows ? REPLICAS_PER_FRAGMENT_MAX : members.length;
+  const replicas =
+    options.replicas ?? Math.min(REPLICAS_DEFAULT_MAX, grows ? REPLICAS_DEFAULT_MAX : members.length);
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > replicasMax) {
+    throw invalidInput(
+      `replicas must be an integer in 1..${replicasMax} (${grows ? 'REPLICAS_PER_FRAGMENT_MAX' : 'the members'}), got ${replicas}`,
+    );
   }
   const secret = readSecret(options);
   if (secret === undefined && options.insecure !== true) {
@@ -256,9 +281,14 @@ export function resolveClusterConfig(
     selfIndex,
     addresses: members.map((id) => (id === nodeId ? undefined : byId.get(id))),
     selfAddress: own ?? { host: peerBind, port: peerPort },
+    joinSeeds: seeds,
     peerPort,
     peerBind,
-    placement: computePlacement(members, fragments, replicas),
+    // A joining node holds nothing until the cluster's table names it; a one-member start holds everything.
+    placement:
+      seeds.length > 0
+        ? { members, replicas: Array.from({ length: fragments }, () => []) }
+        : computePlacement(members, fragments, Math.min(replicas, members.length)),
     replicas,
     secret,
     requiredAck: ACK_OF_DURABILITY[ack],

@@ -198,7 +198,10 @@ test('TLS and admin flags: what each needs is checked where the flags enter', ()
     parseCliArgs(['--admin-port', '0', '--admin-bind', '0.0.0.0'], { TESSERA_ADMIN_TOKEN: token }).admin,
     { port: 0, bind: '0.0.0.0', token },
   );
-  assert.throws(() => parseCliArgs(['--admin-token', 'short'], {}), /--admin-token must be at least 16 bytes/);
+  assert.throws(
+    () => parseCliArgs(['--admin-token', 'short'], {}),
+    /--admin-token must be at least 16 bytes/,
+  );
   assert.throws(() => parseCliArgs(['--admin-port', '70000'], {}), /--admin-port must be in 0..65535/);
   assert.equal(parseCliArgs([], {}).admin, undefined);
 });

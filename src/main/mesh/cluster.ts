@@ -23,10 +23,12 @@ import {
   COORDINATOR_REPORT_RETRY_MS,
   MAX_FORWARD_HOPS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
+  MEMBERSHIP_MEMBERS_MAX,
   ringRecordBytesMax,
 } from '../../core/limits.js';
 import type { MembershipCounters } from '../../core/membership.js';
 import {
+  isValidNodeId,
   MEMBERSHIP_CONFIG_DEFAULTS,
   type MemberEventRecord,
   type MemberRecord,
@@ -179,6 +181,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly events = new EventLog<ClusterEventData>(CLUSTER_EVENTS_KEPT);
   /** Set when the cluster refused this node (it was removed): it then routes nothing to peers. */
   refusedReason: string | undefined;
+  /** Members the workers were started with: members admitted later (joined) hold no replicas there. */
+  private workerMembers = 0;
 
   constructor(
     readonly config: ClusterConfig,
@@ -207,11 +211,13 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         logger,
       },
       {
+        admit: (peerId) => this.admit(peerId),
         onPeerUp: (m) => this.onPeerState(m, true),
         onPeerDown: (m) => this.onPeerState(m, false),
         onFrame: (m, peek, bytes) => this.onFrame(m, peek, bytes),
       },
     );
+    this.workerMembers = config.members.length;
     this.pubsub = new PubSubRelay(this.mesh, config.members, logger);
     this.results = config.members.map(
       () => new ListFrameBuilder(EnvelopeField.ForwardedResults, RESULTS_FIELD),
@@ -249,6 +255,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         },
       ];
     });
+    // A node that grows by joins (no --peers) rejoins the members it knew by itself.
+    const listed = new Set(c.members);
+    for (const record of membership.members) {
+      if (!listed.has(record.nodeId) && record.nodeId !== c.selfId) members.push({ ...record });
+    }
     const self = restored.get(c.selfId);
     this.membershipDriver = new MembershipDriver(
       {
@@ -257,7 +268,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         address: formatPeerAddress({ host: c.selfAddress.host, port: c.selfAddress.port || port }),
         restoredIncarnation: membership.restoredIncarnation,
         members,
-        selfState: 'Up',
+        selfState: c.joinSeeds.length > 0 ? 'Joining' : 'Up',
         selfRemoved: self?.state === 'Removed',
         downAfterMs: c.downAfterMs,
       },
@@ -308,7 +319,24 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     );
     if (membership.table !== undefined) this.routeByTable(membership.table);
     this.scheduleView();
+    if (c.joinSeeds.length > 0) this.joinThroughSeeds();
     return port;
+  }
+
+  /**
+   * `--join`: dials the seeds until one proves the cluster secret and names itself, then asks it,
+   * through membership, to admit this node (retried by membership across the seeds it knows).
+   */
+  private joinThroughSeeds(): void {
+    const c = this.config;
+    const seeds = c.joinSeeds.map((address) => this.mesh.dialSeed(address).then((m) => ({ m, address })));
+    Promise.any(seeds).then(
+      ({ m, address }) => {
+        this.logger.info({ seed: c.members[m], address: formatPeerAddress(address) }, 'joining the cluster');
+        this.membershipDriver?.join([{ nodeId: c.members[m], address: formatPeerAddress(address) }]);
+      },
+      () => {},
+    );
   }
 
   async close(): Promise<void> {
@@ -337,9 +365,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /**
-   * Routes by the table's replica lists. The workers replicate each fragment to the replicas of the
-   * placement the node started with: a table that says otherwise (restored from a run with other
-   * members) is routed by and reported, but its data moves only once fragments move.
+   * Routes by the table's replica lists. The workers hold and replicate the fragments of the
+   * placement the node started with: a table that gives this node other fragments (restored from a
+   * run with other members) is routed by and reported, but their data moves only once fragments move.
    */
   private routeByTable(table: AssignmentTable): void {
     const c = this.config;
@@ -350,8 +378,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const list = entry.replicas.map((id) => c.members.indexOf(id)).filter((m) => m !== -1);
       if (list.length === 0) continue;
       this.routing[f] = list;
-      const held = c.placement.replicas[f];
-      if (list.length !== held.length || list.some((m, i) => m !== held[i])) differing.push(f);
+      // What matters is whether this node holds the fragment: its workers keep what they started with.
+      if (list.includes(c.selfIndex) !== c.placement.replicas[f].includes(c.selfIndex)) differing.push(f);
     }
     if (differing.length > 0) {
       this.logger.warn(
@@ -419,7 +447,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   private onMemberEvent(event: MemberEventRecord): void {
-    const m = this.config.members.indexOf(event.member.nodeId);
+    let m = this.config.members.indexOf(event.member.nodeId);
+    if (m === -1 && event.member.state !== 'Removed') m = this.addMember(event.member.nodeId);
+    if (m !== -1 && m !== this.config.selfIndex && this.config.addresses[m] === undefined) {
+      const address = parsePeerAddress(event.member.address);
+      if (address !== undefined) this.mesh.addressKnown(m, address);
+    }
     if (m !== -1 && m !== this.config.selfIndex) {
       const v = event.member;
       const wasServing = this.isUp(m);
@@ -446,6 +479,37 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       );
     }
     this.events.append(event.kind, event.atMs, { member: event.member, memberSequence: event.sequence });
+  }
+
+  /**
+   * A peer that proved the cluster secret but is not in the member list: a node joining through
+   * this one, a member this node has not heard of yet, or the seed this node dials to join. A
+   * member membership holds Removed is refused until it is wiped and joins with a new id.
+   */
+  private admit(peerId: string): number | string {
+    if (!isValidNodeId(peerId)) return 'not a valid node id';
+    const known = this.membershipDriver?.member(peerId);
+    if (known?.state === 'Removed')
+      return 'this node id was removed from the cluster; wipe the node and join with a new id';
+    if (this.config.members.length >= MEMBERSHIP_MEMBERS_MAX)
+      return 'the cluster has as many members as it may';
+    return this.addMember(peerId);
+  }
+
+  /** Appends a member slot (indices never change) and makes room for it everywhere. */
+  private addMember(nodeId: string): number {
+    const c = this.config;
+    const m = c.members.length;
+    c.members.push(nodeId);
+    c.addresses.push(undefined);
+    this.memberReachable.push(true);
+    this.memberStates.push('Joining');
+    this.unreachableSinceMs.push(0);
+    this.peerLinks.push(new PeerLink(m, nodeId, this));
+    this.results.push(new ListFrameBuilder(EnvelopeField.ForwardedResults, RESULTS_FIELD));
+    this.mesh.memberAdded(m);
+    this.logger.info({ member: nodeId, index: m }, 'member admitted');
+    return m;
   }
 
   /** Cluster events after sequence `after` (for `GET /cluster/events`). */
@@ -592,7 +656,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   onWorkerServing(link: WorkerLink): void {
-    for (let m = 0; m < this.config.members.length; m++) if (this.mesh.isUp(m)) link.sendPeerState(m, true);
+    for (let m = 0; m < this.workerMembers; m++) if (this.mesh.isUp(m)) link.sendPeerState(m, true);
   }
 
   // --- PeerLinkHost ------------------------------------------------------------------------------
@@ -616,8 +680,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   // --- inbound -----------------------------------------------------------------------------------
 
   private onPeerState(member: number, up: boolean): void {
-    for (const link of this.dispatcher.links) link.sendPeerState(member, up);
-    if (!up) this.peerLinks[member]?.onDisconnect();
+    // Workers know the members they started with; a joined member holds no replica there.
+    if (member < this.workerMembers) for (const link of this.dispatcher.links) link.sendPeerState(member, up);
+    if (!up) {
+      this.peerLinks[member]?.onDisconnect();
+      this.membershipDriver?.connectionLost(this.config.members[member]);
+    }
     this.scheduleView();
   }
 

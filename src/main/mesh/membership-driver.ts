@@ -166,6 +166,16 @@ export class MembershipDriver {
     return undefined;
   }
 
+  /** The peer connection to `nodeId` closed: membership probes it next. */
+  connectionLost(nodeId: string): void {
+    this.step({ kind: 'connection-lost', nodeId, nowMs: this.clock.nowMs() });
+  }
+
+  /** Joins the cluster through these seeds (their ids proven by the peer handshake). */
+  join(seeds: ReadonlyArray<{ nodeId: string; address: string }>): void {
+    this.step({ kind: 'join', seeds, nowMs: this.clock.nowMs() });
+  }
+
   /** Graceful leave of this node (Leaving; `exit` once its data is handed off). */
   leave(): Promise<OperatorReply> {
     return this.request((requestId, nowMs) => ({ kind: 'leave', requestId, nowMs }));

@@ -22,10 +22,13 @@ import { PeerConnection, type PeerConnectionEvents } from './peer-connection.js'
 
 export interface MeshOptions {
   selfId: string;
-  /** Every member, self included, sorted; peers are named by index. */
-  members: readonly string[];
-  /** Where to dial each member (undefined for self). */
-  addresses: ReadonlyArray<PeerAddress | undefined>;
+  /**
+   * Every member, self included; peers are named by index. The list given at start is sorted; a
+   * member admitted later (joined) is appended, so no index ever changes.
+   */
+  members: string[];
+  /** Where to dial each member (undefined for self, and for a joined member until its address is known). */
+  addresses: Array<PeerAddress | undefined>;
   bindHost: string;
   port: number;
   secret: Uint8Array | undefined;
@@ -35,6 +38,11 @@ export interface MeshOptions {
 }
 
 export interface MeshEvents {
+  /**
+   * A peer that proved the cluster secret but is not a member yet (a node joining, or a seed this
+   * node dialed to join): its new member index, or a reason to refuse it.
+   */
+  admit(peerId: string): number | string;
   onPeerUp(member: number): void;
   onPeerDown(member: number): void;
   onFrame(member: number, peek: EnvelopePeek, bytes: Buffer): void;
@@ -101,6 +109,72 @@ export class Mesh implements PeerConnectionEvents {
     return port;
   }
 
+  /**
+   * Makes room for a member admitted at run time (the caller has appended it to `members`, and its
+   * address, if known, to `addresses`); dials it when its address is known.
+   */
+  memberAdded(member: number): void {
+    this.connections[member] = undefined;
+    this.backoffMs[member] = PEER_RECONNECT_MS_BASE;
+    this.bytesOut[member] = new Float64Array(ENVELOPE_FIELD_COUNTERS);
+    this.downSinceMs[member] = Date.now();
+    if (this.options.addresses[member] !== undefined) this.dial(member);
+  }
+
+  /** A member's address became known (a joined member): dial it whenever it is not connected. */
+  addressKnown(member: number, address: PeerAddress): void {
+    const had = this.options.addresses[member] !== undefined;
+    this.options.addresses[member] = address;
+    if (!had && !this.isUp(member)) this.dial(member);
+  }
+
+  /**
+   * Dials a seed whose member id is not known yet (`--join`): the handshake proves the secret and
+   * names it, and the mesh admits it (events.admit) like any peer. Retries with backoff until it is
+   * connected once; resolves with the seed's member index.
+   */
+  dialSeed(address: PeerAddress): Promise<number> {
+    return new Promise((resolve) => {
+      let backoff = PEER_RECONNECT_MS_BASE;
+      const attempt = (): void => {
+        if (this.closing) return;
+        const socket = this.openSocket(address);
+        const timeout = setTimeout(
+          () => socket.destroy(new Error('connect timed out')),
+          PEER_CONNECT_TIMEOUT_MS,
+        );
+        const retry = (): void => {
+          socket.destroy();
+          setTimeout(attempt, backoff + Math.floor(Math.random() * (backoff / 2 + 1))).unref();
+          backoff = Math.min(PEER_RECONNECT_MS_MAX, backoff * 2);
+        };
+        socket.once('error', () => {
+          clearTimeout(timeout);
+          retry();
+        });
+        socket.once(this.options.tls === undefined ? 'connect' : 'secureConnect', () => {
+          clearTimeout(timeout);
+          socket.removeAllListeners('error');
+          const conn = new PeerConnection(socket, this.connectionOptions(true, undefined), {
+            onEstablished: (c) => {
+              this.onEstablished(c);
+              const member = this.options.members.indexOf(c.peerId!);
+              if (member !== -1 && this.connections[member] === c) resolve(member);
+            },
+            onFrame: (c, peek, bytes) => this.onFrame(c, peek, bytes),
+            onClose: (c, reason) => {
+              this.onClose(c, reason);
+              if (c.peerId === undefined || this.options.members.indexOf(c.peerId) === -1) retry();
+            },
+          });
+          this.pending.add(conn);
+        });
+        if (this.options.tls === undefined) (socket as Socket).connect(address.port, address.host);
+      };
+      attempt();
+    });
+  }
+
   isUp(member: number): boolean {
     return this.connections[member]?.established === true;
   }
@@ -165,9 +239,11 @@ export class Mesh implements PeerConnectionEvents {
 
   onEstablished(conn: PeerConnection): void {
     this.pending.delete(conn);
-    const member = this.options.members.indexOf(conn.peerId!);
+    let member = this.options.members.indexOf(conn.peerId!);
     if (member === -1) {
-      return conn.close(`peer "${conn.peerId}" is not a configured member`);
+      const admitted = this.events.admit(conn.peerId!);
+      if (typeof admitted === 'string') return conn.close(`peer "${conn.peerId}" refused: ${admitted}`);
+      member = admitted;
     }
     const existing = this.connections[member];
     if (existing !== undefined && existing !== conn && existing.established) {
@@ -249,21 +325,10 @@ export class Mesh implements PeerConnectionEvents {
       this.parked.add(member);
       return;
     }
-    const address = this.options.addresses[member]!;
+    const address = this.options.addresses[member];
+    if (address === undefined) return; // a joined member whose address is not known yet: it dialed us
     const tls = this.options.tls;
-    const socket =
-      tls === undefined
-        ? new Socket()
-        : connectTls({
-            host: address.host,
-            port: address.port,
-            cert: tls.clientCert,
-            key: tls.clientKey,
-            ca: tls.ca,
-            minVersion: 'TLSv1.2',
-            // The member is proven by the cluster secret's handshake; the CA admits the certificate.
-            checkServerIdentity: () => undefined,
-          });
+    const socket = this.openSocket(address);
     const timeout = setTimeout(() => socket.destroy(new Error('connect timed out')), PEER_CONNECT_TIMEOUT_MS);
     const events: PeerConnectionEvents = {
       onEstablished: (c) => this.onEstablished(c),
@@ -295,6 +360,22 @@ export class Mesh implements PeerConnectionEvents {
       this.pending.add(conn);
     });
     if (tls === undefined) socket.connect(address.port, address.host);
+  }
+
+  /** A socket dialing `address`: plain, or TLS presenting the client certificate. */
+  private openSocket(address: PeerAddress): Socket {
+    const tls = this.options.tls;
+    if (tls === undefined) return new Socket();
+    return connectTls({
+      host: address.host,
+      port: address.port,
+      cert: tls.clientCert,
+      key: tls.clientKey,
+      ca: tls.ca,
+      minVersion: 'TLSv1.2',
+      // The member is proven by the cluster secret's handshake; the CA admits the certificate.
+      checkServerIdentity: () => undefined,
+    });
   }
 
   /** After a dial ends (failed, lost the election, or disconnected): back off and dial again. */
