@@ -8,7 +8,7 @@ import { createServer } from 'node:net';
 import pino from 'pino';
 import { ErrorKind, TesseraError } from './core/errors.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, AdminServer } from './main/admin/server.js';
-import { type CliArgs, helpText, inFlagTerms, parseCliArgs } from './main/cli-args.js';
+import { type CliArgs, checkAdminExposure, helpText, inFlagTerms, parseCliArgs } from './main/cli-args.js';
 import { adminBaseUrl, clusterCommand } from './main/cluster-cli.js';
 import type { TesseraOptions } from './main/config.js';
 import {
@@ -71,6 +71,7 @@ async function main(): Promise<number> {
   let args: ReturnType<typeof parseCliArgs>;
   try {
     args = parseCliArgs(process.argv.slice(2), process.env);
+    if (args.admin !== undefined) checkAdminExposure(args.admin);
   } catch (err) {
     process.stderr.write(`tessera: ${(err as Error).message}\n`);
     return 2;

@@ -446,11 +446,6 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   if (token !== undefined && Buffer.byteLength(token) < ADMIN_TOKEN_BYTES_MIN)
     throw invalidInput(`--admin-token must be at least ${ADMIN_TOKEN_BYTES_MIN} bytes`);
   const adminBind = (values.get('admin-bind') as string | undefined) ?? ADMIN_BIND_DEFAULT;
-  if (adminPort !== undefined && token === undefined && !isLoopbackHost(adminBind)) {
-    throw invalidInput(
-      `--admin-bind ${adminBind} exposes the admin port beyond this machine: give --admin-token (or TESSERA_ADMIN_TOKEN)`,
-    );
-  }
   const admin = adminPort === undefined ? undefined : { port: adminPort, bind: adminBind, token };
   const logLevel = (values.get('log-level') ?? 'info') as CliArgs['logLevel'];
   if (!LOG_LEVELS.includes(logLevel))
@@ -469,6 +464,18 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     version: values.get('version') === true,
     fromEnvironment,
   };
+}
+
+/**
+ * A node does not serve its admin port beyond this machine without a token guarding cluster
+ * changes (the `tessera cluster` commands that only ask a node need none).
+ */
+export function checkAdminExposure(admin: { bind: string; token: string | undefined }): void {
+  if (admin.token === undefined && !isLoopbackHost(admin.bind)) {
+    throw invalidInput(
+      `--admin-bind ${admin.bind} exposes the admin port beyond this machine: give --admin-token (or TESSERA_ADMIN_TOKEN)`,
+    );
+  }
 }
 
 /**

@@ -1,12 +1,13 @@
-// `tessera cluster status|members|events`: the cluster's members as a running node sees them,
-// asked through its admin port (GET /health, /cluster/members, /cluster/events).
+// `tessera cluster status|members|events|placement`: the cluster as a running node sees it, asked
+// through its admin port (GET /health, /cluster/members, /cluster/events, /cluster/placement); and
+// `plan|remove|leave|move`: changes, POSTed with the admin token (admin/cluster-changes.ts).
 
 import type { MemberState, MemberView } from '../core/membership-types.js';
 import { ADMIN_REQUEST_TIMEOUT_MS } from './admin/server.js';
 import { parseCliArgs } from './cli-args.js';
 import { describePeersDown, type HealthState, type PeerDown } from './health-summary.js';
 import type { MemberReport, MembershipReport } from './mesh/cluster.js';
-import type { Health } from './node.js';
+import type { FragmentPlacement, Health } from './node.js';
 
 export function clusterHelpText(): string {
   return [
@@ -24,18 +25,37 @@ export function clusterHelpText(): string {
     '  events [--json] [--after N]  follows the cluster events, one line each (--json: one JSON',
     '                               object each); --after N resumes after event N. Ctrl-C stops',
     '                               (exit 0); exit 1 if the node ends the stream.',
+    '  placement [--json]           every fragment: replicas, serving replica, table generation',
+    '',
+    'Changes need the admin token (--admin-token or TESSERA_ADMIN_TOKEN); exit 1 when refused:',
+    '  plan [join|leave|remove NODE] [--json]   the moves the planner would make (dry run)',
+    '  remove NODE                  removes a Down member (it is refused until wiped)',
+    '  leave, move FRAGMENT NODE    hand fragments over (refused: fragments do not move yet)',
   ].join('\n');
 }
 
-type ClusterCommand = 'status' | 'members' | 'events';
+type ClusterCommand = 'status' | 'members' | 'events' | 'placement' | 'plan' | 'remove' | 'leave' | 'move';
 
 const COMMANDS: Record<ClusterCommand, (args: ClusterArgs) => Promise<number>> = {
   status: clusterStatus,
   members: clusterMembers,
   events: clusterEvents,
+  placement: clusterPlacement,
+  plan: (args) => {
+    const [action, node] = args.positional;
+    return postChange(args, '/cluster/plan', action === undefined ? { action: 'now' } : { action, node });
+  },
+  remove: (args) => postChange(args, '/cluster/remove', { node: args.positional[0] }),
+  leave: (args) => postChange(args, '/cluster/leave', {}),
+  move: (args) =>
+    postChange(args, '/cluster/move', { fragment: Number(args.positional[0]), to: args.positional[1] }),
 };
 
 interface ClusterArgs {
+  /** Words after the command that are not flags (`remove NODE`). */
+  positional: string[];
+  /** The admin token, for changes. */
+  token: string | undefined;
   json: boolean;
   /** `events`: the sequence to resume after. */
   after: number | undefined;
@@ -62,11 +82,17 @@ export async function clusterCommand(argv: readonly string[]): Promise<number> {
 /** Takes this command's own flags out and the admin port from the rest; undefined after saying what is wrong. */
 function clusterArgs(command: ClusterCommand, argv: readonly string[]): ClusterArgs | undefined {
   const rest: string[] = [];
+  const positional: string[] = [];
   let json = false;
   let after: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
-    if (arg === '--json' && command !== 'status') json = true;
+    if (
+      !arg.startsWith('--') &&
+      (rest.length === 0 || !rest[rest.length - 1].startsWith('--') || rest[rest.length - 1].includes('='))
+    )
+      positional.push(arg);
+    else if (arg === '--json' && command !== 'status') json = true;
     else if (arg === '--after' && command === 'events') after = argv[++i] ?? '';
     else if (arg.startsWith('--after=') && command === 'events') after = arg.slice('--after='.length);
     else rest.push(arg);
@@ -77,7 +103,13 @@ function clusterArgs(command: ClusterCommand, argv: readonly string[]): ClusterA
   }
   const base = adminBaseUrl(`cluster ${command}`, rest);
   if (base === undefined) return undefined;
-  return { json, after: after === undefined ? undefined : Number(after), base };
+  let token: string | undefined;
+  try {
+    token = parseCliArgs(rest, process.env).admin?.token;
+  } catch {
+    token = undefined; // adminBaseUrl has said what is wrong with the flags
+  }
+  return { positional, token, json, after: after === undefined ? undefined : Number(after), base };
 }
 
 /**
@@ -299,4 +331,67 @@ async function* streamEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<S
       }
     }
   }
+}
+
+/** `placement`: one line per fragment (or the JSON as it is). */
+async function clusterPlacement(args: ClusterArgs): Promise<number> {
+  const url = `${args.base}/cluster/placement`;
+  const answer = await getJson('cluster placement', url);
+  if (answer === undefined) return 1;
+  if (answer.status !== 200) {
+    process.stderr.write(`tessera cluster placement: ${refusal(url, answer.status, answer.body)}\n`);
+    return 1;
+  }
+  if (args.json) {
+    process.stdout.write(`${JSON.stringify(answer.body, null, 2)}\n`);
+    return 0;
+  }
+  const rows = [['fragment', 'slots', 'replicas', 'serving', 'generation', 'epoch']];
+  for (const f of answer.body as FragmentPlacement[]) {
+    rows.push([
+      String(f.fragment),
+      `${f.slots[0]}-${f.slots[1]}`,
+      f.replicas.join(','),
+      f.serving ?? '(none)',
+      f.generation === undefined ? '-' : String(f.generation),
+      f.fence === undefined ? '-' : String(f.fence.epoch),
+    ]);
+  }
+  process.stdout.write(`${columns(rows)}\n`);
+  return 0;
+}
+
+/** A change: POSTs `body` with the token and prints the node's answer; exit 0 only when it is Ok. */
+async function postChange(args: ClusterArgs, path: string, body: Record<string, unknown>): Promise<number> {
+  const url = `${args.base}${path}`;
+  let status: number;
+  let answer: {
+    status?: string;
+    message?: string;
+    changes?: Array<{ fragment: number; from: string[]; to: string[] }>;
+  };
+  try {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(args.token === undefined ? {} : { authorization: `Bearer ${args.token}` }),
+      },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(ADMIN_REQUEST_TIMEOUT_MS),
+    });
+    status = response.status;
+    answer = (await response.json()) as typeof answer;
+  } catch (err) {
+    process.stderr.write(`tessera cluster: cannot reach ${url}: ${(err as Error).message}\n`);
+    return 1;
+  }
+  if (args.json) process.stdout.write(`${JSON.stringify(answer, null, 2)}\n`);
+  else {
+    const lines = [`${answer.status ?? status}: ${answer.message ?? ''}`];
+    for (const c of answer.changes ?? [])
+      lines.push(`  fragment ${c.fragment}: [${c.from.join(' ')}] -> [${c.to.join(' ')}]`);
+    (answer.status === 'Ok' ? process.stdout : process.stderr).write(`${lines.join('\n')}\n`);
+  }
+  return answer.status === 'Ok' ? 0 : 1;
 }

@@ -24,10 +24,10 @@ import { newClient } from './resp-helpers.js';
 
 const DOWN_AFTER_MS = 3_000;
 /**
- * The detection goal: a member that died is unreachable at every survivor within this. It is 3 s
- * after the first probe of it that fails (a probe interval, then the confirmed suspicion's floor of
- * MEMBERSHIP_SUSPICION_MULT intervals); that probe is sent within two intervals of the kill by one
- * survivor or the other, except when both have just probed it (bench/RESULTS.md "Failure detection").
+ * The detection goal: a member that died is unreachable at every survivor within this. A kill
+ * closes its peer connections, so each survivor probes it at once: the probe fails within an
+ * interval, and the suspicion, confirmed by the other survivor, runs out MEMBERSHIP_SUSPICION_MULT
+ * intervals later — about 3 s (bench/RESULTS.md "Failure detection").
  */
 const UNREACHABLE_WITHIN_MS = 5_000;
 /** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */

@@ -1,7 +1,14 @@
 // Command-line flags and their environment variables (DESIGN.md "Faces: CLI").
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { envName, helpText, parseCliArgs, parseDuration, parseSize } from '../../src/main/cli-args.js';
+import {
+  checkAdminExposure,
+  envName,
+  helpText,
+  parseCliArgs,
+  parseDuration,
+  parseSize,
+} from '../../src/main/cli-args.js';
 
 test('durations accept ms, s, m, h and bare milliseconds', () => {
   assert.equal(parseDuration('250ms'), 250);
@@ -189,15 +196,18 @@ test('TLS and admin flags: what each needs is checked where the flags enter', ()
     token: undefined,
   });
   // Beyond loopback, cluster changes must be guarded: no token, no start.
+  const exposed = parseCliArgs(['--admin-port', '0', '--admin-bind', '0.0.0.0'], {}).admin!;
   assert.throws(
-    () => parseCliArgs(['--admin-port', '0', '--admin-bind', '0.0.0.0'], {}),
+    () => checkAdminExposure(exposed),
     /--admin-bind 0.0.0.0 exposes the admin port beyond this machine: give --admin-token/,
   );
+  checkAdminExposure(parseCliArgs(['--admin-port', '0'], {}).admin!);
   const token = 'an-admin-token-of-16-bytes+';
-  assert.deepEqual(
-    parseCliArgs(['--admin-port', '0', '--admin-bind', '0.0.0.0'], { TESSERA_ADMIN_TOKEN: token }).admin,
-    { port: 0, bind: '0.0.0.0', token },
-  );
+  const guarded = parseCliArgs(['--admin-port', '0', '--admin-bind', '0.0.0.0'], {
+    TESSERA_ADMIN_TOKEN: token,
+  });
+  assert.deepEqual(guarded.admin, { port: 0, bind: '0.0.0.0', token });
+  checkAdminExposure(guarded.admin!);
   assert.throws(
     () => parseCliArgs(['--admin-token', 'short'], {}),
     /--admin-token must be at least 16 bytes/,

@@ -1,17 +1,20 @@
 // The admin HTTP face (DESIGN.md "Faces"): health, cluster and placement as JSON, Prometheus
-// metrics, and a small status page. Read-only: GET and HEAD, nothing else. It binds loopback unless
-// told otherwise, and serves a few scrapers and operators, so its connections are bounded.
+// metrics, a small status page, and the cluster changes of admin/cluster-changes.ts (POST, guarded
+// by --admin-token). It binds loopback unless told otherwise, and serves a few scrapers and
+// operators, so its connections are bounded.
 //
 //   GET /health     the node's health report with its state: 200 when healthy or degraded (every
 //                   worker ready, no fragment refusing writes; degraded: some peer disconnected,
 //                   listed with since when), 503 when unhealthy (same body)
-//   GET /placement  where every fragment lives and which replica serves it
+//   GET /placement  where every fragment lives and which replica serves it, with its assignment
+//                   table generation, fence and history (also GET /cluster/placement)
 //   GET /cluster    members, peers and replication senders (404 on a node without peers)
 //   GET /cluster/members  membership's view of every member, with connection, health and
 //                   reporters, and the failure detector's figures (404 without peers)
 //   GET /cluster/events   cluster events as Server-Sent Events (admin/event-stream.ts; 404
 //                   without peers, 503 past CLUSTER_EVENT_READERS_MAX readers)
 //   GET /metrics    Prometheus text format (admin/metrics.ts)
+//   POST /cluster/plan, /cluster/remove, /cluster/leave, /cluster/move   (admin/cluster-changes.ts)
 //   GET /           the status page
 
 import { readdir, stat } from 'node:fs/promises';
@@ -31,6 +34,7 @@ import { listenOn } from '../listen.js';
 import type { MemberReport } from '../mesh/cluster.js';
 import type { Health, Tessera } from '../node.js';
 import type { RespServer } from '../resp/server.js';
+import { CLUSTER_CHANGE_PATHS, clusterChange, HTTP_STATUS_OF } from './cluster-changes.js';
 import { ClusterEventStreams } from './event-stream.js';
 import { prometheusText } from './metrics.js';
 
@@ -50,6 +54,8 @@ export interface AdminServerOptions {
   resp?: RespServer;
   /** How often event streams get a keepalive comment (default EVENT_STREAM_KEEPALIVE_MS; tests shorten it). */
   eventStreamKeepaliveMs?: number;
+  /** The bearer token cluster changes need (`--admin-token`); without one they are refused. */
+  token?: string;
 }
 
 /** What the status page saw at its last rendering, for the rates it shows the next time. */
@@ -108,18 +114,27 @@ export class AdminServer {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://admin');
+    const path = url.pathname;
+    if (req.method === 'POST' && CLUSTER_CHANGE_PATHS.has(path)) {
+      const answer = await clusterChange(this.node, path, req, this.options.token);
+      if (answer.status !== 'Ok') this.options.logger.warn({ path, ...answer }, 'admin change refused');
+      // A body left unread (refused before or while reading it) cannot be followed by another request.
+      if (!req.readableEnded) res.setHeader('Connection', 'close');
+      return send(res, req, HTTP_STATUS_OF[answer.status], JSON_TYPE, json(answer));
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.setHeader('Allow', 'GET, HEAD');
+      res.setHeader('Allow', CLUSTER_CHANGE_PATHS.has(path) ? 'POST' : 'GET, HEAD');
       return send(
         res,
         req,
         405,
         JSON_TYPE,
-        json({ error: `${req.method} is not allowed: the admin face is read-only` }),
+        json({
+          error: `${req.method} is not allowed here: changes are POST /cluster/{plan,remove,leave,move}, the rest is read-only`,
+        }),
       );
     }
-    const url = new URL(req.url ?? '/', 'http://admin');
-    const path = url.pathname;
     switch (path) {
       case '/health': {
         const health = await this.health(res, req);
@@ -131,6 +146,7 @@ export class AdminServer {
         return send(res, req, state === 'unhealthy' ? 503 : 200, JSON_TYPE, json(body));
       }
       case '/placement':
+      case '/cluster/placement':
         return send(res, req, 200, JSON_TYPE, json(this.node.placementReport()));
       case '/cluster': {
         const health = await this.health(res, req);

@@ -179,8 +179,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly unreachableSinceMs: number[];
   /** Member events (and, later, coordinator changes and moves) for `GET /cluster/events`. */
   readonly events = new EventLog<ClusterEventData>(CLUSTER_EVENTS_KEPT);
-  /** Set when the cluster refused this node (it was removed): it then routes nothing to peers. */
+  /** Set when the cluster refused this node (it was removed): it then serves nothing. */
   refusedReason: string | undefined;
+  private refusedLink: UnreachableLink | undefined;
   /** Members the workers were started with: members admitted later (joined) hold no replicas there. */
   private workerMembers = 0;
 
@@ -285,6 +286,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         onMemberEvent: (event) => this.onMemberEvent(event),
         onRefused: (reason) => {
           this.refusedReason = reason;
+          this.refusedLink = new UnreachableLink(
+            networkError(
+              `this node was refused by the cluster (${reason}): wipe its data directory and join with a new node id`,
+            ),
+          );
         },
         onLeft: () => {},
       },
@@ -584,6 +590,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * 'fail' even while it holds a copy of everything, so two islands never both say 'ok'.
    */
   state(): 'ok' | 'fail' {
+    if (this.refusedReason !== undefined) return 'fail';
     if (this.reachableMembers() <= this.config.members.length / 2) return 'fail';
     for (let f = 0; f < this.routing.length; f++) {
       if (this.servingMember(f) === -1) return 'fail';
@@ -618,6 +625,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   // --- ClusterRouter -----------------------------------------------------------------------------
 
   routeOf(fragment: number): OpLink | undefined {
+    // A node the cluster refused (removed) serves nothing: its copies are no longer the cluster's.
+    if (this.refusedLink !== undefined) return this.refusedLink;
     const member = this.servingMember(fragment);
     if (member === this.config.selfIndex) return undefined;
     if (member === -1) {
