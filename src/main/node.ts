@@ -491,7 +491,7 @@ export class Tessera {
           cluster === undefined
             ? undefined
             : {
-                members: cluster.config.members,
+                members: cluster.config.members.filter((_, m) => cluster.isMember(m)),
                 replicas: cluster.config.replicas,
                 coordinator: {
                   id: cluster.coordinator?.coordinator?.id ?? null,
@@ -501,7 +501,7 @@ export class Tessera {
                 },
                 state: cluster.state(),
                 peers: cluster.config.members.flatMap((id, m) => {
-                  if (m === cluster.config.selfIndex) return [];
+                  if (m === cluster.config.selfIndex || !cluster.isMember(m)) return [];
                   const notUpSinceMs = cluster.notUpSinceOf(m);
                   const view = cluster.membership?.member(id);
                   return [

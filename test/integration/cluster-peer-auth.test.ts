@@ -167,13 +167,18 @@ describe('the peer port refuses', () => {
     await eventually(() => node.log.includes('challenge-bound handshake proof failed', replay.logFrom));
   });
 
-  test("a peer claiming the node's own id, or an id that is not a member", async () => {
+  test("a peer claiming the node's own id, or an id that is not a member yet", async () => {
     const own = await handshake(node, { id: 'a', secret: CLUSTER_SECRET });
     assert.equal(own.accepted, false);
     await eventually(() => node.log.includes('peer claimed the local node_id', own.logFrom));
+    // An id the node does not know, proving the secret, is admitted as a peer (a node joining),
+    // but counts as a member only once membership admits it: it changes no majority nor listing.
     const stranger = await handshake(node, { id: 'zz', secret: CLUSTER_SECRET });
-    assert.equal(stranger.accepted, false);
-    await eventually(() => node.log.includes('is not a configured member', stranger.logFrom));
+    assert.equal(stranger.accepted, true);
+    await eventually(() => node.log.includes('"member":"zz"', stranger.logFrom));
+    const info = (await (await node.client()).cluster('INFO')) as string;
+    assert.match(info, /cluster_known_nodes:3\r\n/);
+    stranger.peer.destroy();
   });
 
   test('a frame over 4 KiB before the handshake, and garbage bytes', async () => {

@@ -580,8 +580,26 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Members this node reaches: itself and every connected peer. */
   reachableMembers(): number {
     let n = 0;
-    for (let m = 0; m < this.config.members.length; m++) if (m === this.config.selfIndex || this.isUp(m)) n++;
+    for (let m = 0; m < this.config.members.length; m++) {
+      if (this.isMember(m) && (m === this.config.selfIndex || this.isUp(m))) n++;
+    }
     return n;
+  }
+
+  /** Members that count (majorities, reports, CLUSTER NODES): not Removed, and known to membership. */
+  memberCount(): number {
+    let n = 0;
+    for (let m = 0; m < this.config.members.length; m++) if (this.isMember(m)) n++;
+    return n;
+  }
+
+  /**
+   * Whether member slot `m` is a member: one the node started with or membership knows, and not
+   * Removed. A peer admitted by the handshake that never joined has a slot, but is not a member.
+   */
+  isMember(m: number): boolean {
+    if (this.memberStates[m] === 'Removed') return false;
+    return m < this.workerMembers || this.membershipDriver?.member(this.config.members[m]) !== undefined;
   }
 
   /**
@@ -591,7 +609,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    */
   state(): 'ok' | 'fail' {
     if (this.refusedReason !== undefined) return 'fail';
-    if (this.reachableMembers() <= this.config.members.length / 2) return 'fail';
+    if (this.reachableMembers() <= this.memberCount() / 2) return 'fail';
     for (let f = 0; f < this.routing.length; f++) {
       if (this.servingMember(f) === -1) return 'fail';
     }

@@ -31,6 +31,8 @@ interface ClusterNodeView {
   up: boolean;
   /** Redis's view of it: ok, `fail?` (unreachable from here), `fail` (Down: a majority agrees). */
   health: MemberHealth;
+  /** A member (not Removed; not a peer that connected without joining): listed. */
+  member: boolean;
 }
 
 /** One fragment as a shard: its slots, its primary (first serving replica) and the other replicas. */
@@ -66,6 +68,7 @@ function nodesOf(conn: RespConnection): ClusterNodeView[] {
       self,
       up: self || cluster.isUp(m),
       health: cluster.memberHealth(m),
+      member: cluster.isMember(m),
     };
   });
 }
@@ -145,6 +148,7 @@ function clusterNodes(conn: RespConnection): string {
   const shards = shardsOf(conn, nodes);
   const lines: string[] = [];
   for (const n of nodes) {
+    if (!n.member) continue;
     const ranges = shards
       .filter((s) => s.primary === n)
       .map((s) => (s.first === s.last ? `${s.first}` : `${s.first}-${s.last}`));
@@ -171,7 +175,7 @@ function clusterInfo(conn: RespConnection): string {
     ['cluster_slots_ok', slotsOk],
     ['cluster_slots_pfail', 0],
     ['cluster_slots_fail', SLOT_COUNT - slotsOk],
-    ['cluster_known_nodes', nodes.length],
+    ['cluster_known_nodes', nodes.filter((n) => n.member).length],
     ['cluster_size', primaries.size],
     // Redis's config epochs: here the assignment table's epoch, which each coordinator takeover raises.
     ['cluster_current_epoch', Math.max(1, clusterOf(conn).coordinator?.table.epoch ?? 0)],
