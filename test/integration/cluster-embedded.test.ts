@@ -63,13 +63,21 @@ test('embedded cluster: routing, placementReport, health and close with drain', 
       return senders.some((s) => s.opsAcked > 0) && senders.every((s) => s.buffered + s.inFlight === 0);
     }, 5_000);
   } finally {
-    await a.close({ drainReplication: { timeoutMs: 5_000 } });
-    // b alone now serves every fragment, from what it holds itself.
-    for (let i = 0; i < 200; i++) assert.equal((await b.get(`k${i}`))?.toString(), `v${i}`);
-    // With its only peer gone, a drain cannot complete: close says so, after closing.
-    await b.put('after-a', 'x');
-    await assert.rejects(b.close({ drainReplication: { timeoutMs: 300 } }), /replication drain timed out/);
-    await dir.cleanup();
+    let bClosed = false;
+    try {
+      await a.close({ drainReplication: { timeoutMs: 5_000 } });
+      // b alone now serves every fragment, from what it holds itself.
+      for (let i = 0; i < 200; i++) assert.equal((await b.get(`k${i}`))?.toString(), `v${i}`);
+      // With its only peer gone, a drain cannot complete: close says so, after closing.
+      await b.put('after-a', 'x');
+      bClosed = true;
+      await assert.rejects(b.close({ drainReplication: { timeoutMs: 300 } }), /replication drain timed out/);
+    } finally {
+      // A failed check above must not leave b's threads and sockets holding the test process open.
+      if (!bClosed) await b.close().catch(() => {});
+      await a.close().catch(() => {});
+      await dir.cleanup();
+    }
   }
 });
 
