@@ -26,9 +26,15 @@ test('embedded cluster: routing, placementReport, health and close with drain', 
     await eventually(async () => (await a.health()).cluster?.peers[0].connected === true);
     await eventually(async () => (await b.health()).cluster?.peers[0].connected === true);
 
+    // The coordinator's first table reaches both nodes: then they report the same placement.
+    await eventually(
+      () =>
+        a.placementReport()[0].generation !== undefined && b.placementReport()[0].generation !== undefined,
+    );
     const placement = a.placementReport();
     assert.equal(placement.length, 8);
     assert.deepEqual(placement, b.placementReport(), 'both nodes see the same placement');
+    assert.equal(placement[0].history?.[0]?.reason, 'bootstrap');
     assert.deepEqual(placement.at(-1)!.slots, [14336, 16383]);
     for (const f of placement) {
       assert.equal(f.replicas.length, 2);
