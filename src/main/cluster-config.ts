@@ -123,19 +123,15 @@ const ACK_OF_DURABILITY = [AckLevel.Memory, AckLevel.Store, AckLevel.Stable] as 
 /** Parses `id@host:port`; the host may be a name, an IPv4 address or `[IPv6]`. */
 export function parsePeer(entry: string): { id: string; address: PeerAddress } {
   const at = entry.lastIndexOf('@');
-  const colon = entry.lastIndexOf(':');
-  if (at < 1 || colon < at + 2) throw invalidInput(`peers: "${entry}" is not id@host:port`);
+  const hostPort = entry.slice(at + 1);
+  if (at < 1 || hostPort.lastIndexOf(':') < 1) throw invalidInput(`peers: "${entry}" is not id@host:port`);
   const id = entry.slice(0, at);
-  let host = entry.slice(at + 1, colon);
-  if (host.startsWith('[') && host.endsWith(']')) host = host.slice(1, -1);
-  const port = Number(entry.slice(colon + 1));
-  if (!Number.isInteger(port) || port < 1 || port > 65535) {
-    throw invalidInput(`peers: "${entry}" has no valid port (1..65535)`);
-  }
+  const address = parsePeerAddress(hostPort);
+  if (address === undefined) throw invalidInput(`peers: "${entry}" has no valid port (1..65535)`);
   const bytes = Buffer.byteLength(id);
   if (bytes > NODE_ID_BYTES_MAX)
     throw invalidInput(`peers: node id "${id}" exceeds ${NODE_ID_BYTES_MAX} bytes`);
-  return { id, address: { host, port } };
+  return { id, address };
 }
 
 /** A list option given as comma-separated text or as a list, without empty entries. */
