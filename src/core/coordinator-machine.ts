@@ -22,21 +22,30 @@
 //   few seconds, makes a member that missed or refused changes pull the whole table once their
 //   views agree.
 
+import { assert } from './assert.js';
 import {
+  type ActiveAssignment,
   AssignmentTable,
   type CoordinatorIdentity,
   encodeTable,
   type Fence,
+  fenceCoordinator,
   type PersistedTable,
   sameCoordinator,
   type TableChange,
 } from './assignment-table.js';
 import {
   bootstrapChanges,
+  cancelMove,
   chooseCoordinator,
+  finishMove,
   type MemberView,
+  type MoveLimits,
   mayChangeTable,
+  pinFragment,
+  planMoves,
   rebuildFromReports,
+  startMove,
   takeoverReporters,
 } from './coordinator.js';
 
@@ -55,13 +64,23 @@ export type PlacementMessage =
   /** Entries of the coordinator's table (all of them for a pull), each under its own fence. */
   | { kind: 'changes'; from: string; table: PersistedTable }
   | { kind: 'digest'; from: string; digest: string }
-  | { kind: 'pull'; from: string };
+  | { kind: 'pull'; from: string }
+  /** A move's target holds a verified copy of `fragment` at `generation`: the move may finish. */
+  | { kind: 'ready'; from: string; fragment: number; generation: number };
 
 export type CoordinatorEvent =
   | { kind: 'view'; view: readonly MemberView[]; nowMs: number }
   /** `table` is the decoded table of a report or changes message (the driver decodes and checks it). */
   | { kind: 'message'; message: PlacementMessage; table: AssignmentTable | undefined; nowMs: number }
-  | { kind: 'tick'; nowMs: number };
+  | { kind: 'tick'; nowMs: number }
+  /** `move FRAGMENT --to NODE` reached this node (the driver answers with `lastAnswer`). */
+  | { kind: 'pin'; fragment: number; node: string; nowMs: number };
+
+/** What the coordinator said to the last operator request, in the admin surface's status names. */
+export interface CoordinatorAnswer {
+  readonly status: 'Ok' | 'BadRequest' | 'NotFound' | 'Conflict';
+  readonly message: string;
+}
 
 export type CoordinatorAction =
   | { kind: 'send'; to: string; message: PlacementMessage }
@@ -85,6 +104,13 @@ export interface CoordinatorMachineConfig {
   restoredPromise: EpochPromise | undefined;
   reportRetryMs: number;
   digestIntervalMs: number;
+  /**
+   * Whether the coordinator starts replica moves (join, leave, Down, pins, rebalancing) by the
+   * planner, and how many at once per node; undefined: it keeps the table as it is.
+   */
+  moves: MoveLimits | undefined;
+  /** The planner runs again this often while moves wait (a limit, a member unreachable). */
+  planIntervalMs: number;
 }
 
 export type CoordinatorRole = 'follower' | 'taking-over' | 'coordinator';
@@ -95,6 +121,9 @@ export interface CoordinatorCounters {
   changesRefused: number;
   takeovers: number;
   pulls: number;
+  movesStarted: number;
+  movesFinished: number;
+  movesCancelled: number;
 }
 
 export class CoordinatorMachine {
@@ -118,7 +147,12 @@ export class CoordinatorMachine {
     changesRefused: 0,
     takeovers: 0,
     pulls: 0,
+    movesStarted: 0,
+    movesFinished: 0,
+    movesCancelled: 0,
   };
+  private nextPlanAtMs = Number.POSITIVE_INFINITY;
+  private answer: CoordinatorAnswer = { status: 'Ok', message: '' };
 
   constructor(private readonly config: CoordinatorMachineConfig) {
     this.table = config.restored ?? new AssignmentTable(config.fragmentCount);
@@ -150,6 +184,9 @@ export class CoordinatorMachine {
         break;
       case 'tick':
         break;
+      case 'pin':
+        this.answer = this.onPin(event.fragment, event.node);
+        break;
     }
     this.runTimers();
   }
@@ -160,7 +197,12 @@ export class CoordinatorMachine {
   }
 
   nextWakeMs(): number {
-    return Math.max(this.nowMs, Math.min(this.reportRetryAtMs, this.nextDigestAtMs));
+    return Math.max(this.nowMs, Math.min(this.reportRetryAtMs, this.nextDigestAtMs, this.nextPlanAtMs));
+  }
+
+  /** The answer to the last `pin` event. */
+  get lastAnswer(): CoordinatorAnswer {
+    return this.answer;
   }
 
   /** The text digest of a table the coordinator compares members' tables by. */
@@ -213,6 +255,8 @@ export class CoordinatorMachine {
         if (message.digest !== CoordinatorMachine.digestOf(this.table))
           this.send(message.from, { kind: 'pull', from: this.config.selfId });
         return;
+      case 'ready':
+        return this.onReady(message.from, message.fragment, message.generation);
       case 'pull':
         if (this.roleNow !== 'coordinator') return;
         this.counters.pulls++;
@@ -306,11 +350,12 @@ export class CoordinatorMachine {
       this.reports.clear();
       this.reportRetryAtMs = Number.POSITIVE_INFINITY;
       this.nextDigestAtMs = Number.POSITIVE_INFINITY;
+      this.nextPlanAtMs = Number.POSITIVE_INFINITY;
       return;
     }
     if (this.roleNow === 'coordinator') {
       // Still the same identity? A restart of ours would have a new incarnation and start as follower.
-      if (sameCoordinator(this.table.epochCoordinator, gate.coordinator)) return;
+      if (sameCoordinator(this.table.epochCoordinator, gate.coordinator)) return this.plan();
       this.roleNow = 'follower';
     }
     if (this.roleNow === 'taking-over' && !sameCoordinator(this.proposer, gate.coordinator)) {
@@ -379,6 +424,7 @@ export class CoordinatorMachine {
     this.outbox.push({ kind: 'coordinator-changed', coordinator: self, epoch: table.epoch });
     this.tableChanged(changed);
     this.broadcastTable();
+    this.plan();
   }
 
   /** The first table: the placement the nodes run already (static start), else the planner's. */
@@ -419,7 +465,110 @@ export class CoordinatorMachine {
     }
   }
 
+  // ---- Moves: started by the planner, finished when the target is ready, cancelled when it left ----
+
+  /** Whether this node may change the table now (it coordinates, with a majority). */
+  private acting(): boolean {
+    if (this.roleNow !== 'coordinator') return false;
+    const members = this.table.members();
+    return mayChangeTable(this.config.selfId, this.view, members).ok;
+  }
+
+  private fence(): Fence {
+    const owner = this.table.epochCoordinator;
+    assert(owner !== undefined, 'a coordinator owns its epoch');
+    return { coordinatorId: owner.id, incarnation: owner.incarnation, epoch: this.table.epoch };
+  }
+
+  /** Starts the moves the planner allows now and cancels those whose target is no longer eligible. */
+  private plan(): void {
+    const limits = this.config.moves;
+    if (limits === undefined || !this.acting()) return;
+    const plan = planMoves(this.table, this.view, this.config.replicas, limits);
+    const fence = this.fence();
+    const changes: TableChange[] = [];
+    for (const fragment of plan.cancellations) {
+      changes.push(cancelMove(fragment, this.table.active(fragment) as ActiveAssignment, fence, this.nowMs));
+      this.counters.movesCancelled++;
+    }
+    for (const move of plan.moves) {
+      changes.push(startMove(this.table.active(move.fragment) as ActiveAssignment, move, fence, this.nowMs));
+      this.counters.movesStarted++;
+      this.log(
+        'info',
+        `move of fragment ${move.fragment}: ${move.source ?? '-'} -> ${move.target} (${move.reason})`,
+      );
+    }
+    this.commit(changes);
+    // Moves held back (a limit, an unreachable member) are planned again; a settled table sleeps.
+    const waiting = plan.blocked.length > 0 || this.movesInFlight() > 0;
+    this.nextPlanAtMs = waiting ? this.nowMs + this.config.planIntervalMs : Number.POSITIVE_INFINITY;
+  }
+
+  private movesInFlight(): number {
+    let count = 0;
+    for (const [, entry] of this.table.entries())
+      if (entry.kind === 'active' && entry.moving !== null) count++;
+    return count;
+  }
+
+  private onReady(from: string, fragment: number, generation: number): void {
+    if (!this.acting()) return;
+    const entry = this.table.active(fragment);
+    // A ready for an earlier generation (or another move) is stale: the target reports again.
+    if (entry === undefined || entry.generation !== generation || entry.moving?.target !== from) return;
+    this.counters.movesFinished++;
+    this.log('info', `move of fragment ${fragment} finished: ${entry.moving.source ?? '-'} -> ${from}`);
+    this.commit([finishMove(fragment, entry, this.fence(), this.nowMs)]);
+    this.plan();
+  }
+
+  private onPin(fragment: number, node: string): CoordinatorAnswer {
+    if (!this.acting()) {
+      const named = this.coordinator?.id ?? '<none>';
+      return {
+        status: 'Conflict',
+        message: `this node is not the acting placement coordinator (current: ${named})`,
+      };
+    }
+    if (!Number.isInteger(fragment) || fragment < 0 || fragment >= this.config.fragmentCount)
+      return { status: 'BadRequest', message: `fragment must be 0..${this.config.fragmentCount - 1}` };
+    const entry = this.table.active(fragment);
+    if (entry === undefined) return { status: 'NotFound', message: `fragment ${fragment} has no replicas` };
+    if (entry.pinnedTo === node)
+      return { status: 'Ok', message: `fragment ${fragment} is pinned to ${node} already` };
+    const change = pinFragment(fragment, entry, node, this.view, this.fence());
+    if ('status' in change) return change;
+    this.commit([change]);
+    this.plan();
+    return {
+      status: 'Ok',
+      message: `fragment ${fragment} pinned to ${node}; the planner moves a replica there`,
+    };
+  }
+
+  /** Applies the coordinator's own changes, saves them, and sends them to every reachable member. */
+  private commit(changes: readonly TableChange[]): void {
+    if (changes.length === 0) return;
+    const self = fenceCoordinator(changes[0].fence);
+    const sent = AssignmentTable.from(this.config.fragmentCount, this.table.epoch, self, []);
+    const applied: number[] = [];
+    for (const change of changes) {
+      const result = this.table.apply(change, self);
+      assert(result.outcome === 'applied', `the coordinator's own change applies: ${result.outcome}`);
+      sent.apply(change, self);
+      applied.push(change.fragment);
+    }
+    this.counters.changesApplied += applied.length;
+    this.tableChanged(applied);
+    const message: PlacementMessage = { kind: 'changes', from: this.config.selfId, table: encodeTable(sent) };
+    for (const member of this.view) {
+      if (member.id !== this.config.selfId && member.reachable) this.send(member.id, message);
+    }
+  }
+
   private runTimers(): void {
+    if (this.roleNow === 'coordinator' && this.nowMs >= this.nextPlanAtMs) this.plan();
     if (
       this.roleNow === 'taking-over' &&
       this.nowMs >= this.reportRetryAtMs &&

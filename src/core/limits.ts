@@ -510,15 +510,27 @@ assert(
   'default move limits exceed their ceiling',
 );
 
+/** The coordinator plans again this often while moves wait (actordb's placement_poll_interval, 1 s). */
+export const PLACEMENT_PLAN_INTERVAL_MS = 1_000;
+/** A failed hold, verification or drop of a fragment is tried again after this long. */
+export const PLACEMENT_RETRY_MS = 1_000;
+/** A verified copy tells the coordinator it is ready again this often until its move finishes. */
+export const PLACEMENT_READY_RESEND_MS = 2_000;
+/**
+ * How often a fragment that cannot finish its handoff is warned about (`--drain-warn-interval`;
+ * actordb's placement_drain_warn_interval, 10 s). Observability only: nothing is dropped on a timer.
+ */
+export const PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT = 10_000;
+
 // ---- Cluster state file (native-bindings/cluster-state-file.ts) ----
 
-/** Member records in `<dataDir>/cluster-state.json`: every member membership admits, and this node. */
 /**
  * A table on the peer wire (a report, or the whole table after a pull), as the JSON the data
  * directory stores, within one peer frame with room for the envelope: 16384 fragments with three
  * replicas and full histories of short ids fit.
  */
 export const PLACEMENT_TABLE_BYTES_MAX = FRAME_BYTES_MAX - 64 * 1024;
+/** Member records in `<dataDir>/cluster-state.json`: every member membership admits, and this node. */
 export const CLUSTER_STATE_MEMBERS_MAX = MEMBERSHIP_MEMBERS_MAX + 1;
 /**
  * Bytes of `<dataDir>/cluster-state.json` at most, checked before it is read whole at a start. The

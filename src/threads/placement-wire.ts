@@ -21,6 +21,8 @@ export interface PlacementMessageWire {
   incarnation: WireUint64;
   epoch: WireUint64;
   refused: boolean;
+  fragment: number;
+  generation: WireUint64;
 }
 
 const KIND_WIRE: Record<PlacementMessage['kind'], number> = {
@@ -29,6 +31,7 @@ const KIND_WIRE: Record<PlacementMessage['kind'], number> = {
   changes: 3,
   digest: 4,
   pull: 5,
+  ready: 6,
 };
 const KIND_BY_WIRE: ReadonlyArray<PlacementMessage['kind'] | undefined> = [
   undefined,
@@ -37,6 +40,7 @@ const KIND_BY_WIRE: ReadonlyArray<PlacementMessage['kind'] | undefined> = [
   'changes',
   'digest',
   'pull',
+  'ready',
 ];
 /** A digest is `epoch/coordinator@incarnation/entries/generations`. */
 const DIGEST_BYTES_MAX = NODE_ID_BYTES_MAX + 80;
@@ -57,6 +61,8 @@ export function encodePlacementMessage(message: PlacementMessage): Uint8Array {
     incarnation: message.kind === 'report-request' ? message.incarnation : 0,
     epoch: message.kind === 'report-request' || message.kind === 'report' ? message.epoch : 0,
     refused: message.kind === 'report' && message.refused,
+    fragment: message.kind === 'ready' ? message.fragment : 0,
+    generation: message.kind === 'ready' ? message.generation : 0,
   };
   return encodeEnvelope({ placement: wire } as Envelope);
 }
@@ -79,6 +85,16 @@ export function decodePlacementMessage(bytes: Uint8Array, fragmentCount: number)
   if (incarnation === undefined || epoch === undefined)
     return malformed('incarnation or epoch past the safe integers');
   if (kind === 'pull') return { kind: 'message', message: { kind, from }, table: undefined };
+  if (kind === 'ready') {
+    const generation = safeCount(wire.generation);
+    if (generation === undefined || generation < 1 || wire.fragment >= fragmentCount)
+      return malformed(`ready names fragment ${wire.fragment} at generation ${generation}`);
+    return {
+      kind: 'message',
+      message: { kind, from, fragment: wire.fragment, generation },
+      table: undefined,
+    };
+  }
   if (kind === 'report-request') {
     if (epoch < 1) return malformed('a report request proposes no epoch');
     return { kind: 'message', message: { kind, from, incarnation, epoch }, table: undefined };

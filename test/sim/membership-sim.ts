@@ -31,7 +31,11 @@ import { assert } from '../../src/core/assert.js';
 import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/assignment-table.js';
 import type { DriverClock } from '../../src/core/clock.js';
 import { CoordinatorMachine, type EpochPromise } from '../../src/core/coordinator-machine.js';
-import { COORDINATOR_DIGEST_INTERVAL_MS, COORDINATOR_REPORT_RETRY_MS } from '../../src/core/limits.js';
+import {
+  COORDINATOR_DIGEST_INTERVAL_MS,
+  COORDINATOR_REPORT_RETRY_MS,
+  PLACEMENT_PLAN_INTERVAL_MS,
+} from '../../src/core/limits.js';
 import { MEMBERSHIP_CONFIG_DEFAULTS, type MemberRecord } from '../../src/core/membership-types.js';
 import { computePlacement } from '../../src/core/placement.js';
 import { CoordinatorDriver } from '../../src/main/mesh/coordinator-driver.js';
@@ -596,6 +600,8 @@ export class MembershipSim {
         restoredPromise: node.persistedPromise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
         digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
+        moves: undefined,
+        planIntervalMs: PLACEMENT_PLAN_INTERVAL_MS,
       },
       {
         sendEnvelope: (to, envelope) => this.sendEnvelope(node.id, to, envelope),

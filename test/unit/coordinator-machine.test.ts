@@ -15,7 +15,13 @@ import {
   encodeTable,
   type Fence,
 } from '../../src/core/assignment-table.js';
-import { type MemberView, takeoverReporters } from '../../src/core/coordinator.js';
+import {
+  type MemberView,
+  MOVE_LIMITS_DEFAULT,
+  type MoveLimits,
+  planMoves,
+  takeoverReporters,
+} from '../../src/core/coordinator.js';
 import {
   type CoordinatorAction,
   type CoordinatorEvent,
@@ -23,7 +29,11 @@ import {
   type EpochPromise,
   type PlacementMessage,
 } from '../../src/core/coordinator-machine.js';
-import { COORDINATOR_DIGEST_INTERVAL_MS, COORDINATOR_REPORT_RETRY_MS } from '../../src/core/limits.js';
+import {
+  COORDINATOR_DIGEST_INTERVAL_MS,
+  COORDINATOR_REPORT_RETRY_MS,
+  PLACEMENT_PLAN_INTERVAL_MS,
+} from '../../src/core/limits.js';
 import { decodePlacementMessage, encodePlacementMessage } from '../../src/threads/placement-wire.js';
 
 const FRAGMENTS = 4;
@@ -73,6 +83,8 @@ function describeMessage(m: PlacementMessage): string {
       return `digest ${m.digest}`;
     case 'pull':
       return 'pull';
+    case 'ready':
+      return `ready ${m.fragment} g${m.generation}`;
   }
 }
 
@@ -143,6 +155,8 @@ class PlacementCluster {
   constructor(
     readonly ids: readonly string[],
     private readonly placement: ReadonlyArray<readonly string[]>,
+    /** The planner's limits; undefined: the coordinator starts no moves. */
+    private readonly moves: MoveLimits | undefined = undefined,
   ) {
     for (const id of ids) {
       this.peers.set(id, {
@@ -275,6 +289,8 @@ class PlacementCluster {
       restoredPromise,
       reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
       digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
+      moves: this.moves,
+      planIntervalMs: PLACEMENT_PLAN_INTERVAL_MS,
     });
   }
 
@@ -289,7 +305,8 @@ class PlacementCluster {
   private carryOut(peer: Peer, action: CoordinatorAction, previous: CoordinatorAction | undefined): void {
     switch (action.kind) {
       case 'send':
-        if (!this.cut.has(peer.id) && !this.cut.has(action.to)) {
+        // A member outside the harness (one that joined the view only) hears nothing.
+        if (!this.cut.has(peer.id) && !this.cut.has(action.to) && this.peers.has(action.to)) {
           const bytes = encodePlacementMessage(action.message);
           this.inFlight.push({ from: peer.id, to: action.to, kind: action.message.kind, bytes });
         }
@@ -342,14 +359,21 @@ class PlacementCluster {
 }
 
 /** A cluster whose lowest id bootstrapped the table at epoch 1, every member holding it. */
-function bootstrapped(ids: readonly string[], placement: ReadonlyArray<readonly string[]>): PlacementCluster {
-  const cluster = new PlacementCluster(ids, placement);
+function bootstrapped(
+  ids: readonly string[],
+  placement: ReadonlyArray<readonly string[]>,
+  moves: MoveLimits | undefined = undefined,
+): PlacementCluster {
+  const cluster = new PlacementCluster(ids, placement, moves);
   cluster.views(ids, viewOf(ids));
   cluster.deliverAll();
-  assert.deepEqual(
-    cluster.digests(),
-    ids.map(() => `1/a@1/${FRAGMENTS}/${FRAGMENTS}`),
-  );
+  // With moves, a placement the planner would change starts moving at once (generations past 1).
+  if (moves === undefined)
+    assert.deepEqual(
+      cluster.digests(),
+      ids.map(() => `1/a@1/${FRAGMENTS}/${FRAGMENTS}`),
+    );
+  else assert.equal(new Set(cluster.digests()).size, 1, 'every member holds the table');
   return cluster;
 }
 
@@ -833,5 +857,190 @@ describe('promises', () => {
     cluster.deliverAll();
     assert.deepEqual(cluster.digests(), ['3/a@2/4/4', '3/a@2/4/4', '3/a@2/4/4']);
     assert.equal(cluster.epochOwners.has(2), false, 'no table was ever at the epoch c promised to b');
+  });
+});
+
+describe('moves', () => {
+  /** The fragments with a move in flight at `id`'s table, as `fragment:source->target`. */
+  const inFlight = (cluster: PlacementCluster, id: string): string[] =>
+    cluster
+      .machine(id)
+      .current.entries()
+      .flatMap(([f, e]) =>
+        e.kind === 'active' && e.moving !== null
+          ? [`${f}:${e.moving.source ?? '-'}->${e.moving.target}`]
+          : [],
+      );
+
+  /** Every target of a move in flight tells the coordinator it is ready, until no move is left. */
+  function settle(cluster: PlacementCluster, coordinator: string): number {
+    let finished = 0;
+    for (let round = 0; round < 100; round++) {
+      cluster.deliverAll();
+      const table = cluster.machine(coordinator).current;
+      const moving = table.entries().filter(([, e]) => e.kind === 'active' && e.moving !== null);
+      if (moving.length === 0) return finished;
+      for (const [fragment, entry] of moving) {
+        if (entry.kind !== 'active' || entry.moving === null) continue;
+        cluster.receive(coordinator, {
+          kind: 'ready',
+          from: entry.moving.target,
+          fragment,
+          generation: entry.generation,
+        });
+        finished++;
+      }
+    }
+    assert.fail('moves still in flight after 100 rounds');
+  }
+
+  test('a member that joins gets its share: moves start within the per-node limit, add before remove, and finish on ready', () => {
+    const ids = ['a', 'b', 'c', 'd'];
+    const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);
+    cluster.views(ids.slice(0, 3), viewOf(ids));
+    const started = inFlight(cluster, 'a');
+    assert.ok(started.length > 0, 'a join moves something');
+    assert.ok(started.length <= MOVE_LIMITS_DEFAULT.movesInPerNode, `at most the limit into d: ${started}`);
+    for (const move of started) assert.match(move, /->d$/);
+    for (const [, entry] of cluster.machine('a').current.entries()) {
+      if (entry.kind !== 'active' || entry.moving === null) continue;
+      assert.equal(entry.replicas.length, REPLICAS + 1, 'the target is added before the source leaves');
+      assert.equal(entry.replicas.at(-1), 'd', 'the target is listed last');
+      assert.match(entry.history.at(-1)?.reason ?? '', /^join:d$/);
+    }
+    cluster.deliverAll();
+    assert.deepEqual(inFlight(cluster, 'b'), started, 'members hold the moves in flight');
+    const finished = settle(cluster, 'a');
+    const table = cluster.machine('a').current;
+    const view = viewOf(ids);
+    assert.deepEqual(
+      planMoves(table, view, REPLICAS).moves,
+      [],
+      'the table settled where the planner wants it',
+    );
+    assert.equal(
+      finished,
+      planMoves(bootstrapped(['a', 'b', 'c'], PLACEMENT_3).machine('a').current, view, REPLICAS, {
+        movesInPerNode: 99,
+        movesOutPerNode: 99,
+      }).moves.length,
+      'exactly the moves planned at once without limits',
+    );
+    for (const [, entry] of table.entries()) {
+      assert.equal(entry.kind, 'active');
+      if (entry.kind === 'active') assert.equal(entry.replicas.length, REPLICAS);
+    }
+    assert.ok(table.members().includes('d'));
+    assert.deepEqual(new Set(cluster.digests()).size, 1, 'every member holds the same table');
+  });
+
+  test('a ready for another generation, or from a node that is not the target, changes nothing', () => {
+    const ids = ['a', 'b', 'c', 'd'];
+    const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);
+    cluster.views(ids.slice(0, 3), viewOf(ids));
+    cluster.deliverAll();
+    const [fragment, entry] = cluster
+      .machine('a')
+      .current.entries()
+      .find(([, e]) => e.kind === 'active' && e.moving !== null) as [number, AssignmentEntry];
+    const digest = cluster.digests()[0];
+    assert.deepEqual(
+      cluster.receive('a', { kind: 'ready', from: 'd', fragment, generation: entry.generation - 1 }),
+      [],
+    );
+    assert.deepEqual(
+      cluster.receive('a', { kind: 'ready', from: 'b', fragment, generation: entry.generation }),
+      [],
+    );
+    assert.deepEqual(
+      cluster.receive('b', { kind: 'ready', from: 'd', fragment, generation: entry.generation }),
+      [],
+    );
+    assert.equal(cluster.digests()[0], digest);
+    const done = cluster.receive('a', { kind: 'ready', from: 'd', fragment, generation: entry.generation });
+    assert.ok(
+      done.includes(
+        `log info: move of fragment ${fragment} finished: ${(entry as { moving: { source: string } }).moving.source} -> d`,
+      ),
+      done.join('\n'),
+    );
+  });
+
+  test('a Down member is replaced in every fragment it held, from the survivors; a coordinator without a majority moves nothing', () => {
+    const ids = ['a', 'b', 'c', 'd', 'e'];
+    const cluster = bootstrapped(ids, PLACEMENT_5, MOVE_LIMITS_DEFAULT);
+    // The initial placement is not balanced for five: let it settle first.
+    settle(cluster, 'a');
+    const before = cluster.machine('a').current;
+    const held = before.entries().filter(([, e]) => e.kind === 'active' && e.replicas.includes('e')).length;
+    assert.ok(held > 0);
+    cluster.views(['a', 'b', 'c', 'd'], viewOf(ids, { e: 'down' }));
+    for (const move of inFlight(cluster, 'a')) assert.match(move, /^\d+:e->/);
+    settle(cluster, 'a');
+    const after = cluster.machine('a').current;
+    for (const [, entry] of after.entries()) {
+      assert.ok(
+        entry.kind === 'active' && !entry.replicas.includes('e') && entry.replicas.length === REPLICAS,
+      );
+    }
+    const reasons = after
+      .entries()
+      .flatMap(([, e]) => (e.kind === 'active' ? e.history.map((h) => h.reason) : []));
+    assert.equal(
+      reasons.filter((r) => r === 'node_down:e').length,
+      held * 2,
+      'an add and a remove per fragment e held',
+    );
+
+    // a alone (b, c, d unreachable) is still the lowest id but reaches no majority: no move starts.
+    const lonely = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);
+    const digest = lonely.digests()[0];
+    lonely.view('a', viewOf(['a', 'b', 'c', 'd'], { b: 'unreachable', c: 'unreachable' }));
+    lonely.advance(PLACEMENT_PLAN_INTERVAL_MS * 3);
+    assert.equal(lonely.digests()[0], digest);
+    assert.deepEqual(inFlight(lonely, 'a'), []);
+  });
+
+  test('a move whose target goes Down is cancelled: the list returns to what it was', () => {
+    const ids = ['a', 'b', 'c', 'd'];
+    const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);
+    cluster.views(ids.slice(0, 3), viewOf(ids));
+    cluster.deliverAll();
+    const moving = inFlight(cluster, 'a');
+    assert.ok(moving.length > 0);
+    cluster.views(ids.slice(0, 3), viewOf(ids, { d: 'down' }));
+    cluster.deliverAll();
+    assert.deepEqual(inFlight(cluster, 'a'), []);
+    for (const [, entry] of cluster.machine('a').current.entries()) {
+      assert.ok(entry.kind === 'active' && !entry.replicas.includes('d'));
+    }
+    assert.equal(cluster.machine('a').counters.movesCancelled, moving.length);
+  });
+
+  test('a pin moves a replica to the pinned node and is refused where it cannot apply', () => {
+    const ids = ['a', 'b', 'c', 'd'];
+    const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);
+    cluster.views(ids.slice(0, 3), viewOf(ids));
+    settle(cluster, 'a');
+    const fragment = cluster
+      .machine('a')
+      .current.entries()
+      .find(([, e]) => e.kind === 'active' && !e.replicas.includes('d'))?.[0];
+    assert.ok(fragment !== undefined, 'some fragment has no replica on d');
+    const pin = (id: string, f: number, node: string) => {
+      cluster.step(id, { kind: 'pin', fragment: f, node, nowMs: cluster.nowMs });
+      return cluster.machine(id).lastAnswer;
+    };
+    assert.equal(pin('b', fragment, 'd').status, 'Conflict', 'only the coordinator pins');
+    assert.equal(pin('a', FRAGMENTS, 'd').status, 'BadRequest');
+    assert.equal(pin('a', fragment, 'x').status, 'NotFound');
+    assert.equal(pin('a', fragment, 'd').status, 'Ok');
+    const pinned = inFlight(cluster, 'a');
+    assert.equal(pinned.length, 1, `one move, to the pinned node: ${pinned}`);
+    assert.match(pinned[0], new RegExp(`^${fragment}:[abc]->d$`));
+    assert.match(cluster.machine('a').current.active(fragment)?.history.at(-1)?.reason ?? '', /^move$/);
+    settle(cluster, 'a');
+    const entry = cluster.machine('a').current.active(fragment);
+    assert.ok(entry?.replicas.includes('d') && entry.pinnedTo === 'd');
   });
 });

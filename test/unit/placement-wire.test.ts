@@ -37,6 +37,7 @@ const EXAMPLES: PlacementMessage[] = [
   { kind: 'changes', from: 'n-a', table: encodeTable(sampleTable()) },
   { kind: 'digest', from: 'n-a', digest: CoordinatorMachine.digestOf(sampleTable()) },
   { kind: 'pull', from: 'n-b' },
+  { kind: 'ready', from: 'n-c', fragment: FRAGMENTS - 1, generation: Number.MAX_SAFE_INTEGER },
 ];
 
 function decoded(bytes: Uint8Array, fragmentCount = FRAGMENTS) {
@@ -63,6 +64,8 @@ function wire(patch: Partial<PlacementMessageWire>): Uint8Array {
     incarnation: 0,
     epoch: 0,
     refused: false,
+    fragment: 0,
+    generation: 0,
     ...patch,
   };
   return encodeEnvelope({ placement: message });
@@ -74,7 +77,7 @@ const tableJson = (value: unknown): Uint8Array => Buffer.from(JSON.stringify(val
 
 describe('placement messages round-trip', () => {
   test('every kind comes back deep-equal, with its table decoded', () => {
-    assert.equal(new Set(EXAMPLES.map((m) => m.kind)).size, 5, 'an example of each of the five kinds');
+    assert.equal(new Set(EXAMPLES.map((m) => m.kind)).size, 6, 'an example of each of the six kinds');
     for (const message of EXAMPLES) {
       const { message: back, table } = decoded(encodePlacementMessage(message));
       assert.deepEqual(back, message);
@@ -125,7 +128,7 @@ describe('malformed placement messages are refused with a reason', () => {
 
   test('an unknown kind', () => {
     assertRefused(wire({ kind: 0 }), /unknown kind 0$/);
-    assertRefused(wire({ kind: 6 }), /unknown kind 6$/);
+    assertRefused(wire({ kind: 7 }), /unknown kind 7$/);
   });
 
   test('a sender that is not a node id', () => {
@@ -147,6 +150,19 @@ describe('malformed placement messages are refused with a reason', () => {
 
   test('a report request that proposes no epoch', () => {
     assertRefused(wire({ kind: 1, epoch: 0, incarnation: 1 }), /a report request proposes no epoch/);
+  });
+
+  test('a ready for a fragment the cluster does not have, or at no generation', () => {
+    assertRefused(
+      wire({ kind: 6, fragment: FRAGMENTS, generation: 2 }),
+      /ready names fragment 8 at generation 2/,
+    );
+    assertRefused(wire({ kind: 6, fragment: 1, generation: 0 }), /ready names fragment 1 at generation 0/);
+    assertRefused(
+      wire({ kind: 6, fragment: 1, generation: '9007199254740992' }),
+      /past the safe integers|ready names/,
+    );
+    decoded(wire({ kind: 6, fragment: 1, generation: 1 }));
   });
 
   test('an empty or overlong digest', () => {

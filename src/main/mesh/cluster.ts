@@ -24,6 +24,7 @@ import {
   MAX_FORWARD_HOPS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
+  PLACEMENT_PLAN_INTERVAL_MS,
   ringRecordBytesMax,
 } from '../../core/limits.js';
 import type { MembershipCounters } from '../../core/membership.js';
@@ -308,6 +309,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         restoredPromise: membership.promise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
         digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
+        moves: undefined,
+        planIntervalMs: PLACEMENT_PLAN_INTERVAL_MS,
       },
       {
         sendEnvelope: (nodeId, envelope) => {
