@@ -15,7 +15,7 @@
 //   node tell the coordinator it is ready (again on every resend interval until the coordinator
 //   finishes the move). The finished move lists it as a serving replica: Serving.
 // - A fragment the table lists this node as a serving replica of (not a move's target) is served
-//   once held: at bootstrap every copy is empty, and after a restart the copy is the node's own.
+//   once open: at bootstrap every copy is empty, and after a restart the copy is the node's own.
 // - Loss: a served fragment the table no longer lists this node for is Draining: it stops serving
 //   at once, hands its writes to every replica the table lists (drained at stable), and only then
 //   is dropped. No replica to hand to, or one that does not drain, keeps it Draining — warned about
@@ -98,6 +98,8 @@ interface Slot {
   step: PlacementStep | null;
   /** The node holds the fragment at `generation` (its hold step succeeded). */
   held: boolean;
+  /** The fragment is open in a worker (held at some generation, or by the store at start) until dropped. */
+  opened: boolean;
   verified: boolean;
   /** The driver was told to serve it (the last `serve` action said so). */
   announced: boolean;
@@ -206,7 +208,7 @@ export class PlacementMachine {
 
   /** Whether this node serves the fragment's requests itself now. */
   serves(fragment: number): boolean {
-    return this.slots[fragment]?.state === 'Serving';
+    return this.slots[fragment]?.announced === true;
   }
 
   // ---- Events ----
@@ -216,6 +218,7 @@ export class PlacementMachine {
     assert(this.table === undefined, 'preloaded fragments come before any table');
     const slot = this.slotOf(fragment);
     slot.held = true;
+    slot.opened = true;
     slot.announced = true;
     slot.authoritative = true;
     this.enter(slot, 'Serving');
@@ -246,6 +249,7 @@ export class PlacementMachine {
     switch (step) {
       case 'hold':
         slot.held = true;
+        slot.opened = true;
         break;
       case 'verify':
         slot.verified = true;
@@ -258,6 +262,7 @@ export class PlacementMachine {
       case 'drop':
         this.counters.dropped++;
         slot.held = false;
+        slot.opened = false;
         slot.authoritative = false;
         this.enter(slot, 'Stopped');
         break;
@@ -318,11 +323,11 @@ export class PlacementMachine {
     if (!target) {
       if (slot.state === 'Bootstrapping') this.counters.published++;
       if (slot.state !== 'Serving') this.enter(slot, 'Serving');
-      this.announce(fragment, slot, true);
-      slot.authoritative = true;
-      // Served while the hold runs: the node served it before, the coordinator published it, or it
-      // is a bootstrap (every copy is empty).
       if (slot.step === null && !slot.held && slot.retryAtMs === 0) this.hold(fragment, slot, entry);
+      // Served once open — while a hold for a new generation runs too: the node served it before,
+      // or the coordinator published its verified copy. A copy opened only now is a bootstrap
+      // (every copy is empty), or the table's word that this node serves it.
+      if (slot.opened) this.announce(fragment, slot, true);
       return;
     }
     if (slot.state !== 'Bootstrapping') {
@@ -374,6 +379,7 @@ export class PlacementMachine {
   }
 
   private announce(fragment: number, slot: Slot, serving: boolean): void {
+    if (serving) slot.authoritative = true;
     if (slot.announced === serving) return;
     slot.announced = serving;
     this.outbox.push({ kind: 'serve', fragment, serving });
@@ -418,6 +424,7 @@ export class PlacementMachine {
         generation: 0,
         step: null,
         held: false,
+        opened: false,
         verified: false,
         announced: false,
         authoritative: false,

@@ -201,6 +201,18 @@ const FLAGS: Flag[] = [
     help: 'a member unreachable from a majority this long is Down (default 30s); routing avoids an unreachable member at once',
   },
   {
+    name: 'max-moves-per-node',
+    kind: 'integer',
+    option: 'maxMovesPerNode',
+    help: 'replica moves a node takes part in at once, in and out each (default 2, as Scylla and Riak)',
+  },
+  {
+    name: 'drain-warn-interval',
+    kind: 'duration',
+    option: 'drainWarnIntervalMs',
+    help: 'how often a fragment whose handoff cannot complete is logged (default 10s); it is never dropped on a timer',
+  },
+  {
     name: 'anti-entropy-interval',
     kind: 'duration',
     option: 'antiEntropyIntervalMs',

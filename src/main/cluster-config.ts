@@ -4,6 +4,7 @@
 
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
+import type { MoveLimits } from '../core/coordinator.js';
 import { invalidInput } from '../core/errors.js';
 import {
   ANTI_ENTROPY_INTERVAL_MS_DEFAULT,
@@ -14,6 +15,9 @@ import {
   MEMBERSHIP_DOWN_AFTER_MS_MAX,
   MEMBERSHIP_DOWN_AFTER_MS_MIN,
   NODE_ID_BYTES_MAX,
+  PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
+  PLACEMENT_MOVES_IN_PER_NODE_DEFAULT,
+  PLACEMENT_MOVES_PER_NODE_MAX,
   REPLICAS_PER_FRAGMENT_MAX,
 } from '../core/limits.js';
 import { DURABILITY_NAMES, type DurabilityName, parseDurability } from '../core/ops.js';
@@ -76,6 +80,10 @@ export interface ClusterOptions {
    * avoids an unreachable member at once; only Down would make placement replace its copies.
    */
   downAfterMs?: number;
+  /** Replica moves a node takes part in at once, in and out each (default 2). */
+  maxMovesPerNode?: number;
+  /** How often a fragment whose handoff cannot complete is warned about (default 10 s). */
+  drainWarnIntervalMs?: number;
 }
 
 export const CLUSTER_OPTION_NAMES = [
@@ -93,6 +101,8 @@ export const CLUSTER_OPTION_NAMES = [
   'clientHost',
   'peerTls',
   'downAfterMs',
+  'maxMovesPerNode',
+  'drainWarnIntervalMs',
 ] as const;
 
 export interface ClusterConfig {
@@ -114,6 +124,9 @@ export interface ClusterConfig {
   clientPort: number;
   clientHost: string;
   downAfterMs: number;
+  /** The planner's per-node limits on replica moves in flight. */
+  moveLimits: MoveLimits;
+  drainWarnIntervalMs: number;
   /** TLS for the peer mesh; undefined for plain TCP. */
   tls: { cert: Buffer; key: Buffer; ca: Buffer; clientCert: Buffer; clientKey: Buffer } | undefined;
 }
@@ -270,6 +283,16 @@ export function resolveClusterConfig(
       `downAfterMs must be an integer in ${MEMBERSHIP_DOWN_AFTER_MS_MIN}..${MEMBERSHIP_DOWN_AFTER_MS_MAX} ms, got ${downAfterMs}`,
     );
   }
+  const maxMoves = options.maxMovesPerNode ?? PLACEMENT_MOVES_IN_PER_NODE_DEFAULT;
+  if (!Number.isInteger(maxMoves) || maxMoves < 1 || maxMoves > PLACEMENT_MOVES_PER_NODE_MAX) {
+    throw invalidInput(
+      `maxMovesPerNode must be an integer in 1..${PLACEMENT_MOVES_PER_NODE_MAX} (PLACEMENT_MOVES_PER_NODE_MAX), got ${maxMoves}`,
+    );
+  }
+  const drainWarnIntervalMs = options.drainWarnIntervalMs ?? PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT;
+  if (!Number.isInteger(drainWarnIntervalMs) || drainWarnIntervalMs < 1) {
+    throw invalidInput(`drainWarnIntervalMs must be a positive integer of ms, got ${drainWarnIntervalMs}`);
+  }
   const selfIndex = members.indexOf(nodeId);
   return {
     selfId: nodeId,
@@ -292,6 +315,8 @@ export function resolveClusterConfig(
     clientPort: options.clientPort ?? 0,
     clientHost: options.clientHost ?? own?.host ?? peerBind,
     downAfterMs,
+    moveLimits: { movesInPerNode: maxMoves, movesOutPerNode: maxMoves },
+    drainWarnIntervalMs,
     tls: resolvePeerTls(options.peerTls),
   };
 }

@@ -120,8 +120,8 @@ describe('gain', () => {
     assert.deepEqual(h.advance(1), ['ready 1 g5'], 'a lost ready is sent again');
     // The coordinator finishes the move: the target is a serving replica at the next generation.
     assert.deepEqual(h.table(tableOf([{ fragment: 1, generation: 6, replicas: ['a', 's', 'b'] }]), [1]), [
-      'serve 1 on',
       'hold 1 g6 [a s b]',
+      'serve 1 on',
     ]);
     assert.equal(h.state(1), 'Serving g6 hold');
     assert.equal(h.machine.serves(1), true);
@@ -130,13 +130,11 @@ describe('gain', () => {
     assert.deepEqual(h.advance(READY_RESEND_MS * 3), [], 'nothing more to say');
   });
 
-  test('a fragment the first table lists this node for (bootstrap) is served at once', () => {
+  test('a fragment the first table lists this node for (bootstrap) is served once it is open', () => {
     const h = new Harness();
-    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 1, replicas: ['s', 'a'] }])), [
-      'serve 0 on',
-      'hold 0 g1 [s a]',
-    ]);
-    assert.deepEqual(h.done(0, 'hold', 1), []);
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 1, replicas: ['s', 'a'] }])), ['hold 0 g1 [s a]']);
+    assert.equal(h.machine.serves(0), false, 'not before it is open');
+    assert.deepEqual(h.done(0, 'hold', 1), ['serve 0 on']);
     assert.equal(h.state(0), 'Serving g1');
   });
 
@@ -268,8 +266,8 @@ describe('loss and handoff', () => {
     assert.deepEqual(h.done(0, 'hold', 3), ['verify 0 g3 from [a b]']);
     assert.deepEqual(h.done(0, 'verify', 3), ['ready 0 g3']);
     assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 4, replicas: ['a', 'b', 's'] }]), [0]), [
-      'serve 0 on',
       'hold 0 g4 [a b s]',
+      'serve 0 on',
     ]);
   });
 });

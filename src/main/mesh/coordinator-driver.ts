@@ -9,6 +9,7 @@ import type { DriverClock } from '../../core/clock.js';
 import type { MemberView } from '../../core/coordinator.js';
 import {
   type CoordinatorAction,
+  type CoordinatorAnswer,
   type CoordinatorEvent,
   CoordinatorMachine,
   type CoordinatorMachineConfig,
@@ -42,7 +43,7 @@ export class CoordinatorDriver {
   private readonly wake = (): void => this.step({ kind: 'tick', nowMs: this.clock.nowMs() });
 
   constructor(
-    config: CoordinatorMachineConfig,
+    private readonly config: CoordinatorMachineConfig,
     private readonly io: CoordinatorIo,
     private readonly listener: CoordinatorListener,
     private readonly clock: DriverClock,
@@ -77,6 +78,22 @@ export class CoordinatorDriver {
     if (decoded.kind === 'malformed') return decoded.reason;
     this.step({ kind: 'message', message: decoded.message, table: decoded.table, nowMs: this.clock.nowMs() });
     return undefined;
+  }
+
+  /** This node holds a verified copy of a move's fragment: tells the coordinator (itself, or over the mesh). */
+  ready(fragment: number, generation: number): void {
+    const coordinator = this.machine.currentCoordinator;
+    if (coordinator === undefined) return; // sent again on the resend interval
+    const message = { kind: 'ready', from: this.config.selfId, fragment, generation } as const;
+    if (coordinator.id === this.config.selfId)
+      this.step({ kind: 'message', message, table: undefined, nowMs: this.clock.nowMs() });
+    else this.io.sendEnvelope(coordinator.id, encodePlacementMessage(message));
+  }
+
+  /** `move FRAGMENT --to NODE` on the coordinator: records the pin, which the planner then honours. */
+  pin(fragment: number, node: string): CoordinatorAnswer {
+    this.step({ kind: 'pin', fragment, node, nowMs: this.clock.nowMs() });
+    return this.machine.lastAnswer;
   }
 
   close(): void {
