@@ -473,6 +473,29 @@ export const COORDINATOR_DIGEST_INTERVAL_MS = 5_000;
 export const ADMIN_TOKEN_BYTES_MIN = 16;
 /** A change request's JSON body on the admin port (`POST /cluster/…`): a few fields, never more. */
 export const ADMIN_BODY_BYTES_MAX = 64 * 1024;
+/** An admin path on the peer wire (`/cluster/remove`, …): the longest path the admin port serves fits. */
+export const ADMIN_PATH_BYTES_MAX = 64;
+/**
+ * An admin answer's fields beyond status and message, as JSON on the peer wire: a plan's changes for
+ * every fragment of a large keyspace (a few hundred KiB) with room to spare, in one peer frame.
+ */
+export const ADMIN_RESULT_BYTES_MAX = 8 * 1024 * 1024;
+/**
+ * Admin requests this node has asked of peers and not had answered: a few operators and scrapers,
+ * each request fanning out to at most every member (`/cluster/metrics`). Past it a request is
+ * answered `Failed` at once.
+ */
+export const ADMIN_REQUESTS_PENDING_MAX = 1_024;
+/** Admin requests from peers this node serves at once; more are answered `Failed` at once. */
+export const ADMIN_REQUESTS_SERVING_MAX = 64;
+/**
+ * How long a change forwarded to the coordinator may take before it is answered `DeadlineExceeded`:
+ * a removal is a membership round trip; well within the admin port's 10 s request timeout, which
+ * the CLI's own timeout matches, so the operator hears the status, not a timeout.
+ */
+export const ADMIN_FORWARD_DEADLINE_MS = 5_000;
+/** How long `/cluster/metrics` waits for members' samples; a member later than that is reported in `errors`. */
+export const CLUSTER_METRICS_DEADLINE_MS = 2_000;
 /** A member's host:peerPort: a 253-byte DNS name or a bracketed IPv6 address, a colon, 5 digits. */
 export const MEMBER_ADDRESS_BYTES_MAX = 253 + 2 + 1 + 5;
 
@@ -571,6 +594,11 @@ assert(
   'Pub/Sub alone must never fill a peer queue to its limit',
 );
 assert(ringBytesFor(VALUE_BYTES_MAX_CEILING) <= 2 ** 30, 'ring counters need capacity ≤ 2^30');
+assert(
+  ADMIN_PATH_BYTES_MAX + ADMIN_BODY_BYTES_MAX + ERROR_MESSAGE_BYTES_MAX + ADMIN_RESULT_BYTES_MAX + 64 <=
+    FRAME_BYTES_MAX,
+  'an admin message must fit in one peer frame',
+);
 /** Framing bytes of one scan entry in a ring record (u16 key length + u32 record length). */
 export const SCAN_ENTRY_FRAMING_BYTES = 6;
 assert(

@@ -35,6 +35,7 @@ export const EnvelopeField = {
   MemberJoinAccept: 23,
   MemberRefuse: 24,
   Placement: 25,
+  Admin: 26,
 } as const;
 export type EnvelopeField = (typeof EnvelopeField)[keyof typeof EnvelopeField];
 

@@ -1,9 +1,11 @@
-// `tessera cluster status|members|events|placement`: the cluster as a running node sees it, asked
-// through its admin port (GET /health, /cluster/members, /cluster/events, /cluster/placement); and
+// `tessera cluster status|members|events|placement|metrics`: the cluster as a running node sees it,
+// asked through its admin port (GET /health, /cluster/members, /cluster/events, /cluster/placement,
+// /cluster/metrics); and
 // `plan|remove|leave|move`: changes, POSTed with the admin token (admin/cluster-changes.ts).
 
 import type { MemberState, MemberView } from '../core/membership-types.js';
-import { ADMIN_REQUEST_TIMEOUT_MS } from './admin/server.js';
+import type { ClusterMetrics } from './admin/cluster-metrics.js';
+import { ADMIN_REQUEST_TIMEOUT_MS, mib } from './admin/server.js';
 import { parseCliArgs } from './cli-args.js';
 import { describePeersDown, type HealthState, type PeerDown } from './health-summary.js';
 import type { MemberReport, MembershipReport } from './mesh/cluster.js';
@@ -26,21 +28,34 @@ export function clusterHelpText(): string {
     '                               object each); --after N resumes after event N. Ctrl-C stops',
     '                               (exit 0); exit 1 if the node ends the stream.',
     '  placement [--json]           every fragment: replicas, serving replica, table generation',
+    "  metrics [--json]             every member's latest metrics sample, one line each, and the",
+    '                               members that did not answer in time (exit 1 if any did not)',
     '',
-    'Changes need the admin token (--admin-token or TESSERA_ADMIN_TOKEN); exit 1 when refused:',
+    'Changes need the admin token (--admin-token or TESSERA_ADMIN_TOKEN); any node forwards plan,',
+    'remove and move to the coordinator, and says which node executed them; exit 1 when refused:',
     '  plan [join|leave|remove NODE] [--json]   the moves the planner would make (dry run)',
     '  remove NODE                  removes a Down member (it is refused until wiped)',
     '  leave, move FRAGMENT NODE    hand fragments over (refused: fragments do not move yet)',
   ].join('\n');
 }
 
-type ClusterCommand = 'status' | 'members' | 'events' | 'placement' | 'plan' | 'remove' | 'leave' | 'move';
+type ClusterCommand =
+  | 'status'
+  | 'members'
+  | 'events'
+  | 'placement'
+  | 'metrics'
+  | 'plan'
+  | 'remove'
+  | 'leave'
+  | 'move';
 
 const COMMANDS: Record<ClusterCommand, (args: ClusterArgs) => Promise<number>> = {
   status: clusterStatus,
   members: clusterMembers,
   events: clusterEvents,
   placement: clusterPlacement,
+  metrics: clusterMetrics,
   plan: (args) => {
     const [action, node] = args.positional;
     return postChange(args, '/cluster/plan', action === undefined ? { action: 'now' } : { action, node });
@@ -361,6 +376,44 @@ async function clusterPlacement(args: ClusterArgs): Promise<number> {
   return 0;
 }
 
+/** One line per member that answered, then one per member that did not. */
+function formatMetrics(listing: ClusterMetrics): string {
+  const rows = [['node', 'state', 'up', 'resident', 'workers', 'writes', 'reads', 'commands', 'clients']];
+  for (const [id, s] of Object.entries(listing.nodes)) {
+    const sum = (pick: (w: (typeof s.workers)[number]) => number) =>
+      s.workers.reduce((n, w) => n + pick(w), 0);
+    rows.push([
+      id,
+      s.state,
+      `${s.process.uptimeSeconds} s`,
+      mib(s.process.residentBytes),
+      `${s.workers.filter((w) => w.state === 'ready').length}/${s.workers.length} ready`,
+      String(sum((w) => w.writes)),
+      String(sum((w) => w.reads) + s.snapshotReads),
+      s.resp === undefined ? '-' : String(s.resp.commandsProcessed),
+      s.resp === undefined ? '-' : String(s.resp.connectedClients),
+    ]);
+  }
+  const lines = [columns(rows)];
+  for (const [id, e] of Object.entries(listing.errors))
+    lines.push(`${id}: no sample (${e.status}: ${e.message})`);
+  return lines.join('\n');
+}
+
+/** `metrics`: every member's sample; exit 1 when some member's is missing (partial). */
+async function clusterMetrics(args: ClusterArgs): Promise<number> {
+  const url = `${args.base}/cluster/metrics`;
+  const answer = await getJson('cluster metrics', url);
+  if (answer === undefined) return 1;
+  if (answer.status !== 200) {
+    process.stderr.write(`tessera cluster metrics: ${refusal(url, answer.status, answer.body)}\n`);
+    return 1;
+  }
+  const listing = answer.body as ClusterMetrics;
+  process.stdout.write(args.json ? `${JSON.stringify(listing, null, 2)}\n` : `${formatMetrics(listing)}\n`);
+  return listing.partial ? 1 : 0;
+}
+
 /** A change: POSTs `body` with the token and prints the node's answer; exit 0 only when it is Ok. */
 async function postChange(args: ClusterArgs, path: string, body: Record<string, unknown>): Promise<number> {
   const url = `${args.base}${path}`;
@@ -368,6 +421,7 @@ async function postChange(args: ClusterArgs, path: string, body: Record<string, 
   let answer: {
     status?: string;
     message?: string;
+    executedBy?: string;
     changes?: Array<{ fragment: number; from: string[]; to: string[] }>;
   };
   try {
@@ -388,7 +442,8 @@ async function postChange(args: ClusterArgs, path: string, body: Record<string, 
   }
   if (args.json) process.stdout.write(`${JSON.stringify(answer, null, 2)}\n`);
   else {
-    const lines = [`${answer.status ?? status}: ${answer.message ?? ''}`];
+    const by = answer.executedBy === undefined ? '' : ` (executed by ${answer.executedBy})`;
+    const lines = [`${answer.status ?? status}: ${answer.message ?? ''}${by}`];
     for (const c of answer.changes ?? [])
       lines.push(`  fragment ${c.fragment}: [${c.from.join(' ')}] -> [${c.to.join(' ')}]`);
     (answer.status === 'Ok' ? process.stdout : process.stderr).write(`${lines.join('\n')}\n`);

@@ -46,6 +46,7 @@ import { bindStore } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
 import { ringWakeupsRecovered } from '../threads/ring.js';
+import { servePeerRequests } from './admin/cluster-changes.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
 import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
 import { Cluster, type MembershipReport, type MembershipStart } from './mesh/cluster.js';
@@ -246,6 +247,7 @@ export class Tessera {
     if (config.cluster !== undefined) {
       this.cluster = new Cluster(config.cluster, this.dispatcher, logger, config.valueBytesMax);
       this.dispatcher.attachCluster(this.cluster);
+      servePeerRequests(this, undefined);
       const relay = this.cluster.pubsub;
       this.pubsub.forward = (shard, channel, message) => relay.publish(shard, channel, message);
       relay.onPublished = (shard, channel, message) => this.pubsub.deliver(shard, channel, message);

@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
 import type { Hello } from '../core/handshake.js';
+import type { AdminMessageWire } from './admin-wire.js';
 import type {
   MemberGossipWire,
   MemberJoinAcceptWire,
@@ -115,6 +116,7 @@ export interface Envelope {
   memberJoinAccept?: MemberJoinAcceptWire;
   memberRefuse?: MemberRefuseWire;
   placement?: PlacementMessageWire;
+  admin?: AdminMessageWire;
 }
 
 /** Encodes an envelope (without the frame's length prefix). */

@@ -259,6 +259,47 @@ describe('three embedded nodes with admin servers', () => {
     );
   });
 
+  test('a change forwarded to a member that is not the coordinator is answered Conflict naming the coordinator, not forwarded on', async () => {
+    await eventually(
+      () =>
+        nodes[0].cluster!.coordinator?.role === 'coordinator' &&
+        nodes[2].cluster!.coordinator?.coordinator?.id === 'a',
+      CONDITION_MS_MAX,
+    );
+    const exchange = nodes[1].cluster!.admin;
+    const asked = exchange.counters.asked;
+    const refused = await exchange.ask(
+      'c',
+      { kind: 'change', path: '/cluster/plan', body: {} },
+      CONDITION_MS_MAX,
+    );
+    assert.deepEqual(refused, {
+      status: 'Conflict',
+      message: 'node c is not the coordinator; it names a',
+      result: { coordinator: 'a' },
+    });
+    assert.equal(nodes[2].cluster!.admin.counters.asked, 0, 'c asked nobody');
+    const atCoordinator = await exchange.ask(
+      'a',
+      { kind: 'change', path: '/cluster/plan', body: {} },
+      CONDITION_MS_MAX,
+    );
+    assert.equal(atCoordinator.status, 'Ok', atCoordinator.message);
+    assert.equal(atCoordinator.result.executedBy, 'a');
+    const leave = await exchange.ask(
+      'a',
+      { kind: 'change', path: '/cluster/leave', body: {} },
+      CONDITION_MS_MAX,
+    );
+    assert.equal(leave.status, 'BadRequest', 'leave is never executed for another node');
+    // An embedded node has no RESP server: its sample has no RESP counters.
+    const sample = await exchange.ask('c', { kind: 'metrics' }, CONDITION_MS_MAX);
+    assert.equal(sample.status, 'Ok', sample.message);
+    assert.equal(sample.result.nodeId, 'c');
+    assert.equal(sample.result.resp, undefined);
+    assert.equal(exchange.counters.asked, asked + 4);
+  });
+
   test('a stream replays the kept events, sends MemberUnreachable when c closes, and Last-Event-ID resumes after it', async () => {
     const first = await EventStream.open(port(0));
     await eventually(() => first.events.filter((e) => e.type === 'Initialized').length === 3);

@@ -10,6 +10,14 @@
 //                         refused (Failed) — both hand fragments over, which needs fragments that
 //                         move while serving
 //
+// plan, remove and move are the coordinator's decisions: a node that is not the coordinator checks
+// the token, then forwards the change over the peer mesh (mesh/admin-exchange.ts; the token does not
+// travel) and answers what the coordinator answered, status unchanged, with `executedBy` naming the
+// node that executed it and `forwardedTo` the coordinator asked. The coordinator executes forwarded
+// changes with the same function as its own (executeChange), and never forwards one again: a node
+// that is not the coordinator when a forwarded change arrives answers Conflict naming the one it
+// believes in. leave is about the node that received it and stays there.
+//
 // Every change needs `Authorization: Bearer <token>`; without a configured token every change is
 // refused (Unauthorized), and a node does not start with its admin port on a non-loopback address
 // without one (main.ts).
@@ -17,19 +25,15 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { type PlanQuestion, previewPlan } from '../../core/coordinator.js';
-import { ADMIN_BODY_BYTES_MAX } from '../../core/limits.js';
+import { ADMIN_BODY_BYTES_MAX, ADMIN_FORWARD_DEADLINE_MS } from '../../core/limits.js';
 import { isValidNodeId } from '../../core/membership-types.js';
+import type { AdminAnswer, AdminRequest, AdminStatus } from '../../threads/admin-wire.js';
 import type { Tessera } from '../node.js';
+import type { RespServer } from '../resp/server.js';
+import { localSample } from './cluster-metrics.js';
 
 /** datum's DCP status names, as every admin change answers them. */
-export type ChangeStatus =
-  | 'Ok'
-  | 'BadRequest'
-  | 'NotFound'
-  | 'Conflict'
-  | 'Failed'
-  | 'DeadlineExceeded'
-  | 'Unauthorized';
+export type ChangeStatus = AdminStatus;
 
 export const HTTP_STATUS_OF: Record<ChangeStatus, number> = {
   Ok: 200,
@@ -51,6 +55,13 @@ export const CLUSTER_CHANGE_PATHS: ReadonlySet<string> = new Set([
   '/cluster/plan',
   '/cluster/remove',
   '/cluster/leave',
+  '/cluster/move',
+]);
+
+/** The changes the coordinator decides: any node forwards them to it. */
+const COORDINATOR_CHANGE_PATHS: ReadonlySet<string> = new Set([
+  '/cluster/plan',
+  '/cluster/remove',
   '/cluster/move',
 ]);
 
@@ -76,6 +87,97 @@ export async function clusterChange(
   }
   const body = await readBody(req);
   if (typeof body === 'string') return refuse('BadRequest', body);
+  const cluster = node.cluster;
+  if (cluster === undefined) return refuse('Conflict', 'this node has no peers');
+  if (!COORDINATOR_CHANGE_PATHS.has(path)) return executeHere(node, path, body);
+  const driver = cluster.coordinator;
+  if (driver === undefined) return refuse('Conflict', 'the node is starting');
+  if (driver.role === 'coordinator') return executeHere(node, path, body);
+  const coordinator = driver.coordinator?.id;
+  if (coordinator === undefined) {
+    return refuse(
+      'Failed',
+      'no coordinator is known (no member is Up and reachable, or none reaches a majority); try again once one is',
+    );
+  }
+  if (coordinator === node.nodeId) {
+    return refuse(
+      'Failed',
+      `this node names itself coordinator but does not act as one yet (${driver.role}); try again once it has taken over`,
+    );
+  }
+  const answer = await cluster.admin.ask(
+    coordinator,
+    { kind: 'change', path, body },
+    ADMIN_FORWARD_DEADLINE_MS,
+    `the coordinator ${coordinator}`,
+  );
+  return { ...answer.result, status: answer.status, message: answer.message, forwardedTo: coordinator };
+}
+
+/**
+ * Serves an admin request a peer asked of this node: a change forwarded to it as the coordinator
+ * (executed as this node's own changes are, never forwarded again), or its metrics sample.
+ */
+export async function servePeerRequest(
+  node: Tessera,
+  request: AdminRequest,
+  resp: RespServer | undefined,
+): Promise<AdminAnswer> {
+  if (request.kind === 'metrics') return localSample(node, resp);
+  const answer = await servePeerChange(node, request.path, request.body);
+  const { status, message, ...result } = answer;
+  return { status, message, result };
+}
+
+/** Lets `node` serve its peers' admin requests; `resp`, when the node has one, adds its counters to the sample. */
+export function servePeerRequests(node: Tessera, resp: RespServer | undefined): void {
+  const admin = node.cluster?.admin;
+  if (admin !== undefined) admin.handler = (_from, request) => servePeerRequest(node, request, resp);
+}
+
+async function servePeerChange(
+  node: Tessera,
+  path: string,
+  body: Record<string, unknown>,
+): Promise<ChangeAnswer> {
+  if (!COORDINATOR_CHANGE_PATHS.has(path))
+    return refuse('BadRequest', `${path} is not a change the coordinator makes`);
+  return coordinatorRefusal(node) ?? executeHere(node, path, body);
+}
+
+/** Undefined while this node acts as the coordinator; else the Conflict naming the one it believes in. */
+function coordinatorRefusal(node: Tessera): ChangeAnswer | undefined {
+  const driver = node.cluster?.coordinator;
+  if (driver === undefined) return refuse('Conflict', 'the node is starting');
+  if (driver.role === 'coordinator') return undefined;
+  const believed = driver.coordinator?.id;
+  const role =
+    driver.role === 'taking-over' ? 'is still taking over as coordinator' : 'is not the coordinator';
+  return {
+    status: 'Conflict',
+    message: `node ${node.nodeId} ${role}; ${believed === undefined ? 'it knows no coordinator' : `it names ${believed}`}`,
+    coordinator: believed ?? null,
+  };
+}
+
+async function executeHere(
+  node: Tessera,
+  path: string,
+  body: Record<string, unknown>,
+): Promise<ChangeAnswer> {
+  return { ...(await executeChange(node, path, body)), executedBy: node.nodeId };
+}
+
+/**
+ * Executes a change on this node: the one place a change is carried out, whether it was posted
+ * here or forwarded by a peer (the caller has decided it belongs here).
+ */
+export async function executeChange(
+  node: Tessera,
+  path: string,
+  body: Record<string, unknown>,
+): Promise<ChangeAnswer> {
   const cluster = node.cluster;
   if (cluster === undefined) return refuse('Conflict', 'this node has no peers');
   switch (path) {

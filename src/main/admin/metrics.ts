@@ -6,6 +6,8 @@
 import { COMMIT_ATTEMPTS_MAX } from '../../core/limits.js';
 import { type MemberState, STATE_EVENT } from '../../core/membership-types.js';
 import {
+  type HealthState,
+  healthState,
   type PeerSummary,
   peerSummaries,
   refusesWrites,
@@ -20,6 +22,49 @@ export interface MetricsInput {
   /** The RESP server's counters; absent for a node without one (embedded). */
   resp: RespStatsSnapshot | undefined;
   process: { residentBytes: number; heapUsedBytes: number; uptimeSeconds: number };
+}
+
+/** The process's own figures, read now. */
+export function processFigures(): MetricsInput['process'] {
+  const memory = process.memoryUsage();
+  return {
+    residentBytes: memory.rss,
+    heapUsedBytes: memory.heapUsed,
+    uptimeSeconds: Math.floor(process.uptime()),
+  };
+}
+
+/**
+ * One node's sample as `GET /cluster/metrics` gathers it from every member: what /metrics exposes,
+ * summed per worker and per peer as the status page and `tessera status` sum it, as JSON.
+ */
+export interface MetricsSample {
+  nodeId: string;
+  /** When the sample was taken (ISO 8601). */
+  at: string;
+  state: HealthState;
+  process: MetricsInput['process'];
+  memory: Health['memory'];
+  snapshotReads: number;
+  workers: WorkerSummary[];
+  peers: PeerSummary[];
+  /** The RESP server's counters; absent on a node without one, or asked through a node without an admin port. */
+  resp?: RespStatsSnapshot;
+}
+
+export function metricsSample(input: MetricsInput): MetricsSample {
+  const { health } = input;
+  return {
+    nodeId: health.nodeId,
+    at: new Date().toISOString(),
+    state: healthState(health),
+    process: input.process,
+    memory: health.memory,
+    snapshotReads: health.snapshotReads,
+    workers: workerSummaries(health),
+    peers: health.cluster === undefined ? [] : peerSummaries(health.cluster),
+    ...(input.resp === undefined ? {} : { resp: input.resp }),
+  };
 }
 
 type Labels = Record<string, string | number>;

@@ -14,13 +14,19 @@
 //   GET /cluster/events   cluster events as Server-Sent Events (admin/event-stream.ts; 404
 //                   without peers, 503 past CLUSTER_EVENT_READERS_MAX readers)
 //   GET /metrics    Prometheus text format (admin/metrics.ts)
-//   POST /cluster/plan, /cluster/remove, /cluster/leave, /cluster/move   (admin/cluster-changes.ts)
+//   GET /cluster/metrics  every member's metrics sample, asked over the peer mesh, merged
+//                   (admin/cluster-metrics.ts; partial, with per-member errors, when some do not
+//                   answer in time; 404 without peers)
+//   POST /cluster/plan, /cluster/remove, /cluster/leave, /cluster/move   (admin/cluster-changes.ts;
+//                   the coordinator's decisions are forwarded to it)
 //   GET /           the status page
 
 import { readdir, stat } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { assert } from '../../core/assert.js';
+import { ADMIN_FORWARD_DEADLINE_MS } from '../../core/limits.js';
 import {
   describePeersDown,
   type HealthState,
@@ -34,15 +40,20 @@ import { listenOn } from '../listen.js';
 import type { MemberReport } from '../mesh/cluster.js';
 import type { Health, Tessera } from '../node.js';
 import type { RespServer } from '../resp/server.js';
-import { CLUSTER_CHANGE_PATHS, clusterChange, HTTP_STATUS_OF } from './cluster-changes.js';
+import { CLUSTER_CHANGE_PATHS, clusterChange, HTTP_STATUS_OF, servePeerRequests } from './cluster-changes.js';
+import { clusterMetrics } from './cluster-metrics.js';
 import { ClusterEventStreams } from './event-stream.js';
-import { prometheusText } from './metrics.js';
+import { processFigures, prometheusText } from './metrics.js';
 
 export const ADMIN_BIND_DEFAULT = '127.0.0.1';
 /** Connections at once; more are refused. */
 export const ADMIN_CONNECTIONS_MAX = 64;
 /** How long a request may take to arrive whole. */
 export const ADMIN_REQUEST_TIMEOUT_MS = 10_000;
+assert(
+  ADMIN_FORWARD_DEADLINE_MS < ADMIN_REQUEST_TIMEOUT_MS,
+  'a forwarded change is answered before a client (the CLI) gives up on it',
+);
 /** How often the status page reloads itself. */
 const STATUS_PAGE_REFRESH_S = 5;
 
@@ -78,6 +89,8 @@ export class AdminServer {
     private readonly node: Tessera,
     private readonly options: AdminServerOptions,
   ) {
+    // Peers asking this node for its sample get the RESP server's counters too.
+    servePeerRequests(node, options.resp);
     this.eventStreams =
       node.cluster === undefined
         ? undefined
@@ -163,6 +176,10 @@ export class AdminServer {
       }
       case '/cluster/events':
         return this.streamEvents(req, res, url);
+      case '/cluster/metrics':
+        if (this.node.cluster === undefined)
+          return send(res, req, 404, JSON_TYPE, json({ error: 'this node has no peers' }));
+        return send(res, req, 200, JSON_TYPE, json(await clusterMetrics(this.node, this.options.resp)));
       case '/metrics': {
         const health = await this.health(res, req);
         if (health === undefined) return;
@@ -236,15 +253,6 @@ function send(res: ServerResponse, req: IncomingMessage, status: number, type: s
   res.setHeader('Content-Length', Buffer.byteLength(body));
   res.setHeader('Cache-Control', 'no-store');
   res.end(req.method === 'HEAD' ? undefined : body);
-}
-
-function processFigures(): { residentBytes: number; heapUsedBytes: number; uptimeSeconds: number } {
-  const memory = process.memoryUsage();
-  return {
-    residentBytes: memory.rss,
-    heapUsedBytes: memory.heapUsed,
-    uptimeSeconds: Math.floor(process.uptime()),
-  };
 }
 
 function html(text: string | number): string {
@@ -324,7 +332,8 @@ function rate(now: number, before: number | undefined, seconds: number | undefin
   return `${Math.max(0, Math.round((now - before) / seconds))}/s`;
 }
 
-const mib = (bytes: number): string => `${(bytes / 1048576).toFixed(1)} MiB`;
+/** Bytes in MiB for a person, one decimal. */
+export const mib = (bytes: number): string => `${(bytes / 1048576).toFixed(1)} MiB`;
 
 interface StatusFigures {
   previous: StatusSample | undefined;

@@ -8,6 +8,8 @@
 // its connection open; membership's probes find it unreachable within seconds, and routing moves
 // to the next replica at once, retrying what was forwarded to it. Frames about a fragment's replication and anti-entropy go
 // to the worker that owns the fragment as bytes; only their routing fields are read here.
+// Admin requests between nodes (changes forwarded to the coordinator, metrics samples) go through
+// admin-exchange.ts.
 
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import type { Logger } from 'pino';
@@ -61,6 +63,7 @@ import { type ClusterConfig, formatPeerAddress, parsePeerAddress } from '../clus
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import { bindDatagrams } from '../listen.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
+import { AdminExchange } from './admin-exchange.js';
 import { CoordinatorDriver } from './coordinator-driver.js';
 import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
@@ -155,6 +158,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly mesh: Mesh;
   /** Pub/Sub messages to and from the peers. */
   readonly pubsub: PubSubRelay;
+  /** Admin requests to and from the peers: changes forwarded to the coordinator, metrics samples. */
+  readonly admin: AdminExchange;
   private readonly peerLinks: (PeerLink | undefined)[];
   private readonly unreachable: UnreachableLink[] = [];
   private readonly answerOrigin: ResultHandler<Origin>;
@@ -221,6 +226,16 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     );
     this.workerMembers = config.members.length;
     this.pubsub = new PubSubRelay(this.mesh, config.members, logger);
+    this.admin = new AdminExchange(
+      config.selfId,
+      {
+        sendEnvelope: (nodeId, envelope) => {
+          const m = config.members.indexOf(nodeId);
+          return m !== -1 && this.mesh.send(m, envelope);
+        },
+      },
+      new SystemClock(),
+    );
     this.results = config.members.map(
       () => new ListFrameBuilder(EnvelopeField.ForwardedResults, RESULTS_FIELD),
     );
@@ -349,6 +364,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   async close(): Promise<void> {
+    this.admin.close();
     this.coordinatorDriver?.close();
     this.membershipDriver?.close();
     const udp = this.udp;
@@ -715,6 +731,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     if (!up) {
       this.peerLinks[member]?.onDisconnect();
       this.membershipDriver?.connectionLost(this.config.members[member]);
+      this.admin.connectionLost(this.config.members[member]);
     }
     this.scheduleView();
   }
@@ -729,6 +746,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
     if (peek.field === EnvelopeField.Placement) {
       const reason = this.coordinatorDriver?.onEnvelope(bytes, this.dispatcher.keyspace.fragmentCount);
+      if (reason !== undefined) this.mesh.drop(member, reason);
+      return;
+    }
+    if (peek.field === EnvelopeField.Admin) {
+      const reason = this.admin.onEnvelope(this.config.members[member], bytes);
       if (reason !== undefined) this.mesh.drop(member, reason);
       return;
     }
