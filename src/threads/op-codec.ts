@@ -776,16 +776,16 @@ export function writeHoldRequest(
   fragment: number,
   replicas: readonly number[],
 ): void {
-  let p = writeFragmentControlHeader(buf, at, RequestKind.HoldFragment, fragment, reqId);
+  const p = writeFragmentControlHeader(buf, at, RequestKind.HoldFragment, fragment, reqId);
   writeU16LE(buf, p, replicas.length);
-  for (const member of replicas) writeU16LE(buf, (p += 2), member);
+  for (let i = 0; i < replicas.length; i++) writeU16LE(buf, p + 2 + 2 * i, replicas[i]);
 }
 
 export function readHoldReplicas(buf: Buffer, at: number): number[] {
   const p = controlPayloadAt(at);
   const count = readU16LE(buf, p);
   const replicas: number[] = [];
-  for (let i = 1; i <= count; i++) replicas.push(readU16LE(buf, p + 2 * i));
+  for (let i = 0; i < count; i++) replicas.push(readU16LE(buf, p + 2 + 2 * i));
   return replicas;
 }
 
