@@ -24,6 +24,7 @@ import {
   wallMsOf,
   writeRecordHeader,
 } from '../core/record.js';
+import type { AckLevel } from '../core/replication-sender.js';
 import { type BackupReport, backupDataDir } from '../native-bindings/backup.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
@@ -32,14 +33,20 @@ import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-boar
 import type { ClusterInit, WorkerInit } from '../threads/messages.js';
 import {
   CONTROL_HEADER_BYTES,
+  DRAINED_TO_REQUEST_BYTES,
+  holdRequestBytes,
   MODIFY_PARAMS_BYTES,
+  membersRequestBytes,
   type PoolSpanRequest,
   type PoolSpanResult,
+  RECONCILE_NOW_REQUEST_BYTES,
   RESULT_HEADER_BYTES,
   RequestFlag,
   RequestKind,
   ResultKind,
+  type RoundReport,
   readPoolSpanRequest,
+  readRoundReport,
   requestBytes,
   requestFlags,
   requestStampAt,
@@ -48,8 +55,14 @@ import {
   scanRequestBytes,
   setRequestId,
   writeControlHeader,
+  writeDrainedToRequest,
+  writeDropRequest,
+  writeHoldRequest,
+  writeMembersRequest,
   writeModifyParams,
+  writeReconcileNowRequest,
   writeRequestHeader,
+  writeResultHeader,
   writeScanRequest,
 } from '../threads/op-codec.js';
 import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
@@ -157,6 +170,22 @@ export class Dispatcher {
   readonly turnClock = new TurnClock();
   /** Reads this thread answered from its lmdb snapshot, without a worker (`readLocal`). */
   snapshotReads = 0;
+  /**
+   * Per fragment, 1 while this node's worker holds it: every fragment at start, then as
+   * `holdFragment` and `dropFragment` change it. What a restarted worker opens.
+   */
+  private readonly kept: Uint8Array;
+  /**
+   * Per fragment, 1 while its worker has confirmed it holds it: only then may this thread read it
+   * from its snapshot. Cleared before a drop is sent, so a dropped copy is never read here.
+   */
+  private readonly heldHere: Uint8Array;
+  /** Per fragment, the replica list `holdFragment` set last; undefined: the placement the node started with. */
+  private readonly heldReplicas: (number[] | undefined)[];
+  /** The result a fence of a fragment not held here is answered with at once. */
+  private readonly fenceReached = Buffer.alloc(RESULT_HEADER_BYTES);
+  /** Who hears how anti-entropy rounds end (`watchRounds`). */
+  private readonly roundWatchers = new Set<(report: RoundReport) => void>();
 
   constructor(
     private readonly config: NodeConfig,
@@ -168,6 +197,9 @@ export class Dispatcher {
     this.keyspace = new Keyspace(config.fragments);
     this.clock = new HybridLogicalClock(config.maxClockSkewMs);
     this.linkOfFragment = new Uint16Array(config.fragments);
+    this.kept = new Uint8Array(config.fragments).fill(1);
+    this.heldHere = new Uint8Array(config.fragments).fill(1);
+    this.heldReplicas = new Array<number[] | undefined>(config.fragments).fill(undefined);
     this.board = FragmentBoard.create(config.fragments, config.workers);
     const ringBytes = ringBytesFor(config.valueBytesMax);
     const oldGenerationMb = workerOldGenerationMb(config);
@@ -196,6 +228,7 @@ export class Dispatcher {
           onPeerClose: (member, reason) => this.cluster?.onPeerClose(member, reason),
           onServing: (index) => this.cluster?.onWorkerServing(this.links[index]),
           onPoolSpan: (index, buf, at) => this.runPoolSpan(this.links[index], buf, at),
+          onRoundReport: (buf, at, length) => this.onRoundReport(buf, at, length),
         }),
       );
     }
@@ -251,9 +284,9 @@ export class Dispatcher {
     return this.cluster?.routeOf(fragment) ?? this.links[this.linkOfFragment[fragment]];
   }
 
-  /** True when this node holds a copy of `fragment` (always, outside a cluster). */
+  /** True when this node holds a copy of `fragment` (always, outside a cluster, unless dropped). */
   holds(fragment: number): boolean {
-    return this.cluster === undefined || this.cluster.holds(fragment);
+    return this.heldHere[fragment] === 1 && (this.cluster === undefined || this.cluster.holds(fragment));
   }
 
   /** True when this node serves `fragment` itself (always, outside a cluster). */
@@ -374,7 +407,8 @@ export class Dispatcher {
    */
   readLocal(fragment: number, key: Uint8Array, replica = false): Uint8Array | undefined | typeof NOT_LOCAL {
     const snapshot = this.snapshot;
-    if (snapshot === undefined || !this.board.isClean(fragment)) return NOT_LOCAL;
+    if (snapshot === undefined || this.heldHere[fragment] === 0 || !this.board.isClean(fragment))
+      return NOT_LOCAL;
     if (!(replica && this.holds(fragment)) && !this.servesHere(fragment)) return NOT_LOCAL;
     const epoch = this.board.epoch();
     if (epoch !== this.snapshotEpoch) {
@@ -420,6 +454,12 @@ export class Dispatcher {
     token: T,
     here = false,
   ): TesseraError | undefined {
+    // A fragment dropped here has nothing to fence in this node's workers (close fences them all).
+    if (here && this.kept[fragment] === 0) {
+      writeResultHeader(this.fenceReached, 0, Reply.FenceReached, 0, 0);
+      handler.onResult(token, this.fenceReached, 0, RESULT_HEADER_BYTES);
+      return undefined;
+    }
     const link = here ? this.workerLinkOf(fragment) : this.linkOf(fragment);
     if (!link.canAccept()) return link.refusal();
     const at = link.begin(handler, token, requestBytes(0, 0));
@@ -518,6 +558,126 @@ export class Dispatcher {
     });
   }
 
+  // --- runtime placement: the primitives a placement driver calls ------------------------------
+
+  /**
+   * Has this node's worker for `fragment` hold it: opened if it was not (empty, or with what its
+   * store kept), with `replicas` (member indices, this node's included) as the members its writes
+   * replicate to — a sender toward each other one, and only those; a new sender's session starts
+   * with an anti-entropy round that pulls what that peer holds. Idempotent. Outside a cluster the
+   * replica list is not used.
+   */
+  async holdFragment(fragment: number, replicas: readonly number[]): Promise<void> {
+    this.checkFragment(fragment);
+    const link = this.workerLinkOf(fragment);
+    if (!link.canAccept()) throw link.refusal();
+    this.kept[fragment] = 1;
+    this.heldReplicas[fragment] = [...replicas];
+    await new Promise<void>((resolve, reject) => {
+      const at = link.begin(appliedHandler, { resolve, reject }, holdRequestBytes(replicas));
+      writeHoldRequest(link.buffer, at, link.reqId, fragment, replicas);
+      link.end();
+    });
+    // A drop sent meanwhile wins: it cleared `kept` after this hold was sent.
+    if (this.kept[fragment] === 1) this.heldHere[fragment] = 1;
+  }
+
+  /**
+   * Has this node's worker stop serving `fragment` and remove its data: its senders close (their
+   * backlog dropped: drain them first with `drainedTo`), operations still queued for it run out,
+   * later ones are refused. This thread stops reading it from its snapshot before the drop is sent.
+   */
+  async dropFragment(fragment: number): Promise<void> {
+    this.checkFragment(fragment);
+    const link = this.workerLinkOf(fragment);
+    this.heldHere[fragment] = 0;
+    this.kept[fragment] = 0;
+    if (!link.canAccept()) throw link.refusal();
+    return new Promise((resolve, reject) => {
+      const at = link.begin(appliedHandler, { resolve, reject }, CONTROL_HEADER_BYTES);
+      writeDropRequest(link.buffer, at, link.reqId, fragment);
+      link.end();
+    });
+  }
+
+  /**
+   * Starts an anti-entropy round of `fragment`'s sender toward `member` now; resolves with the
+   * outcome of the first round that starts after the call (a round running already may have missed
+   * what was written just before), failed when none ends within `timeoutMs`. Rejects when this
+   * node has no such sender.
+   */
+  async reconcileNow(fragment: number, member: number, timeoutMs: number): Promise<RoundReport> {
+    this.checkFragment(fragment);
+    const link = this.workerLinkOf(fragment);
+    if (!link.canAccept()) throw link.refusal();
+    return new Promise((resolve, reject) => {
+      const at = link.begin(roundHandler, { resolve, reject }, RECONCILE_NOW_REQUEST_BYTES);
+      writeReconcileNowRequest(link.buffer, at, link.reqId, fragment, member, checkTimeoutMs(timeoutMs));
+      link.end();
+    });
+  }
+
+  /**
+   * Resolves true once `fragment`'s sender toward `member` has no write that peer has not
+   * acknowledged — at `level` (0: the level the senders ask for, the highest they can tell) —
+   * false when `timeoutMs` passes first or the sender closes. Rejects when there is no such sender.
+   */
+  async drainedTo(
+    fragment: number,
+    member: number,
+    timeoutMs: number,
+    level: AckLevel | 0 = 0,
+  ): Promise<boolean> {
+    this.checkFragment(fragment);
+    const link = this.workerLinkOf(fragment);
+    if (!link.canAccept()) throw link.refusal();
+    return new Promise((resolve, reject) => {
+      const at = link.begin(drainedToHandler, { resolve, reject }, DRAINED_TO_REQUEST_BYTES);
+      writeDrainedToRequest(link.buffer, at, link.reqId, fragment, member, level, checkTimeoutMs(timeoutMs));
+      link.end();
+    });
+  }
+
+  /**
+   * Member slot `index` was appended for `nodeId` (src/main/mesh/cluster.ts addMember): every
+   * worker learns it, so a replica list may name it and its connection's state reaches them.
+   * Failures are logged: a worker that restarts learns the members from its startup message.
+   */
+  async memberAdded(index: number, nodeId: string): Promise<void> {
+    const added = this.links.map((link) => {
+      if (!link.canAccept()) return Promise.resolve();
+      return new Promise<void>((resolve, reject) => {
+        const at = link.begin(appliedHandler, { resolve, reject }, membersRequestBytes([nodeId]));
+        writeMembersRequest(link.buffer, at, link.reqId, index, [nodeId]);
+        link.end();
+      });
+    });
+    for (const result of await Promise.allSettled(added)) {
+      if (result.status === 'rejected')
+        this.logger.warn(
+          { member: nodeId, index, err: (result.reason as Error).message },
+          'a worker did not learn a member',
+        );
+    }
+  }
+
+  /** Calls `watcher` with every anti-entropy round's end, from every worker; returns its removal. */
+  watchRounds(watcher: (report: RoundReport) => void): () => void {
+    this.roundWatchers.add(watcher);
+    return () => this.roundWatchers.delete(watcher);
+  }
+
+  private onRoundReport(buf: Buffer, at: number, length: number): void {
+    if (this.roundWatchers.size === 0) return;
+    const report = readRoundReport(buf, at, length);
+    for (const watcher of this.roundWatchers) watcher(report);
+  }
+
+  private checkFragment(fragment: number): void {
+    if (!Number.isInteger(fragment) || fragment < 0 || fragment >= this.config.fragments)
+      throw invalidInput(`fragment ${fragment} outside 0..${this.config.fragments - 1}`);
+  }
+
   /** Test hook: makes worker `index` throw an uncaught error, as a crash would. */
   crashWorker(index: number): void {
     this.linkAt(index).crash();
@@ -567,7 +727,7 @@ export class Dispatcher {
     }
     return new Promise((resolve, reject) => {
       const bytes = Buffer.byteLength(target);
-      const at = link.begin(backupHandler, { resolve, reject }, CONTROL_HEADER_BYTES + bytes);
+      const at = link.begin(appliedHandler, { resolve, reject }, CONTROL_HEADER_BYTES + bytes);
       const payloadAt = writeControlHeader(link.buffer, at, RequestKind.Backup, link.reqId);
       link.buffer.write(target, payloadAt, bytes, 'utf8');
       link.end();
@@ -602,7 +762,7 @@ export class Dispatcher {
       resultRing,
       store,
       board: this.board.buffer,
-      fragments,
+      fragments: fragments.filter((f) => this.kept[f] === 1),
       fragment: {
         valueBytesMax: c.valueBytesMax,
         queueOpsMax: c.queueOpsMax,
@@ -618,9 +778,16 @@ export class Dispatcher {
           ? undefined
           : evictionShareBytes(c, fragments.length),
       logLevel: this.logger.level,
-      cluster: this.cluster?.workerInit(),
+      cluster: this.withHeldReplicas(this.cluster?.workerInit()),
       restarted,
     };
+  }
+
+  /** The cluster's startup message with the replica lists `holdFragment` set since. */
+  private withHeldReplicas(init: ClusterInit | undefined): ClusterInit | undefined {
+    if (init === undefined) return undefined;
+    const replicas = init.replicas.map((list, f) => this.heldReplicas[f] ?? list);
+    return { ...init, replicas };
   }
 
   /** Seeds the clock with a worker's newest stored timestamp; refuses one too far in the future. */
@@ -672,13 +839,40 @@ function assignFragments(config: NodeConfig, levelGroupCount: number): Map<numbe
   return new Map([...owned.entries()].sort(([a], [b]) => a - b));
 }
 
-const backupHandler: ResultHandler<{ resolve: () => void; reject: (error: Error) => void }> = {
+/** A control request answered Applied, or with the error that stopped it. */
+const appliedHandler: ResultHandler<{ resolve: () => void; reject: (error: Error) => void }> = {
   onResult(token, buf, at, length) {
     if (resultStatus(buf, at) === Reply.Applied) token.resolve();
     else token.reject(resultError(buf, at, length));
   },
   onFailure: (token, error) => token.reject(error),
 };
+
+/** The answer to DrainedTo: drained or not, or an error (no such sender, or a level it cannot tell). */
+const drainedToHandler: ResultHandler<{ resolve(drained: boolean): void; reject(error: Error): void }> = {
+  onResult(token, buf, at, length) {
+    const status = resultStatus(buf, at);
+    if (status === ResultKind.Error) token.reject(resultError(buf, at, length));
+    else token.resolve(status === Reply.Applied);
+  },
+  onFailure: (token, error) => token.reject(error),
+};
+
+/** The answer to ReconcileNow: how the round awaited ended, or an error (no such sender). */
+const roundHandler: ResultHandler<{ resolve(report: RoundReport): void; reject(error: Error): void }> = {
+  onResult(token, buf, at, length) {
+    if (resultStatus(buf, at) === ResultKind.RoundAnswer) token.resolve(readRoundReport(buf, at, length));
+    else token.reject(resultError(buf, at, length));
+  },
+  onFailure: (token, error) => token.reject(error),
+};
+
+/** A wait's time limit, as the u32 of its request. */
+function checkTimeoutMs(timeoutMs: number): number {
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > 0xffff_ffff)
+    throw invalidInput(`timeoutMs must be an integer in 0..${0xffff_ffff}, got ${timeoutMs}`);
+  return timeoutMs;
+}
 
 const drainedHandler: ResultHandler<(drained: boolean) => void> = {
   onResult: (resolve, buf, at) => resolve(resultStatus(buf, at) === Reply.Applied),

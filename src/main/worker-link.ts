@@ -68,6 +68,8 @@ export interface LinkDeps {
   onServing?(index: number): void;
   /** The worker asks for an anti-entropy span from the background pool (ResultKind.PoolSpan). */
   onPoolSpan?(index: number, buf: Buffer, at: number, length: number): void;
+  /** An anti-entropy round of one of the worker's senders ended (ResultKind.RoundReport, ring memory). */
+  onRoundReport?(buf: Buffer, at: number, length: number): void;
   logger: Logger;
 }
 
@@ -338,6 +340,10 @@ export class WorkerLink {
       }
       if (status === ResultKind.Acks) {
         this.onAcks(buf, at);
+        continue;
+      }
+      if (status === ResultKind.RoundReport) {
+        this.deps.onRoundReport?.(buf, at, reader.recordBytes);
         continue;
       }
       const slot = resultId(buf, at);

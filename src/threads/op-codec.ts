@@ -104,6 +104,28 @@ export const RequestKind = {
    * when the u32 ms at 8 have passed first (NotApplied).
    */
   DrainReplication: 25,
+  /**
+   * Hold a fragment (u16 at 2): open it if the worker does not, and set its replica member indices
+   * (this node's included): u16 count at 8, then count u16 indices. Answered Applied, or Error.
+   */
+  HoldFragment: 29,
+  /** Stop serving a fragment (u16 at 2): close its senders and actor, remove its data. Applied, or Error. */
+  DropFragment: 30,
+  /**
+   * Member slots were appended: u16 index of the first at 8, u16 count, then per member u16 length
+   * and its UTF-8 node id. Applied, or Error.
+   */
+  AddMembers: 31,
+  /**
+   * Start an anti-entropy round of fragment (u16 at 2) toward member (u16 at 8) now; answered
+   * (RoundAnswer) once a round that started after the request ended, or at the u32 ms at 10.
+   */
+  ReconcileNow: 32,
+  /**
+   * Answer once the sender of fragment (u16 at 2) toward member (u16 at 8) has its backlog
+   * acknowledged at the level (u8 at 10) — Applied — or when the u32 ms at 12 passed (NotApplied).
+   */
+  DrainedTo: 33,
 } as const;
 
 export const ResultKind = {
@@ -123,6 +145,13 @@ export const ResultKind = {
   PoolSpan: 38,
   /** Several header-only results of one status and detail (see the layout above). */
   Acks: 39,
+  /**
+   * An anti-entropy round of a sender ended (no reqId; RoundAnswer's layout): byte 1 bit 0 ok,
+   * u16 fragment at 2, then u16 member, u32 round sequence, u32 round id, u32 keys pulled, UTF-8 reason.
+   */
+  RoundReport: 43,
+  /** The answer to ReconcileNow: a RoundReport under the request's id. */
+  RoundAnswer: 44,
 } as const;
 
 /** Writes the header of a peer record (request or result); returns where the payload starts. */
@@ -717,4 +746,175 @@ export function readScanPage(buf: Buffer, at: number, end: number): ScanPage {
   }
   assert(p === end, 'scan page length does not match its record');
   return { done, resumeKey: done ? undefined : resume, entries };
+}
+
+// --- runtime placement control (HoldFragment, DropFragment, AddMembers, ReconcileNow, DrainedTo) ---
+
+/** Writes the header of a control request about one fragment; returns where its payload starts. */
+function writeFragmentControlHeader(
+  buf: Buffer,
+  at: number,
+  kind: number,
+  fragment: number,
+  reqId: number,
+): number {
+  writeControlHeader(buf, at, kind, reqId);
+  writeU16LE(buf, at + FRAGMENT_AT, fragment);
+  return at + CONTROL_HEADER_BYTES;
+}
+
+/** The fragment a control request is about (HoldFragment, DropFragment, ReconcileNow, DrainedTo). */
+export const controlFragment = (buf: Buffer, at: number): number => readU16LE(buf, at + FRAGMENT_AT);
+
+export const holdRequestBytes = (replicas: readonly number[]): number =>
+  CONTROL_HEADER_BYTES + 2 + 2 * replicas.length;
+
+export function writeHoldRequest(
+  buf: Buffer,
+  at: number,
+  reqId: number,
+  fragment: number,
+  replicas: readonly number[],
+): void {
+  const p = writeFragmentControlHeader(buf, at, RequestKind.HoldFragment, fragment, reqId);
+  writeU16LE(buf, p, replicas.length);
+  for (let i = 0; i < replicas.length; i++) writeU16LE(buf, p + 2 + 2 * i, replicas[i]);
+}
+
+export function readHoldReplicas(buf: Buffer, at: number): number[] {
+  const p = controlPayloadAt(at);
+  const count = readU16LE(buf, p);
+  const replicas: number[] = [];
+  for (let i = 0; i < count; i++) replicas.push(readU16LE(buf, p + 2 + 2 * i));
+  return replicas;
+}
+
+export function writeDropRequest(buf: Buffer, at: number, reqId: number, fragment: number): void {
+  writeFragmentControlHeader(buf, at, RequestKind.DropFragment, fragment, reqId);
+}
+
+export function membersRequestBytes(nodeIds: readonly string[]): number {
+  let n = CONTROL_HEADER_BYTES + 4;
+  for (const id of nodeIds) n += 2 + Buffer.byteLength(id);
+  return n;
+}
+
+/** AddMembers: `nodeIds` are the member slots from index `first` on. */
+export function writeMembersRequest(
+  buf: Buffer,
+  at: number,
+  reqId: number,
+  first: number,
+  nodeIds: readonly string[],
+): void {
+  let p = writeControlHeader(buf, at, RequestKind.AddMembers, reqId);
+  writeU16LE(buf, p, first);
+  writeU16LE(buf, p + 2, nodeIds.length);
+  p += 4;
+  for (const id of nodeIds) {
+    const n = buf.write(id, p + 2, 'utf8');
+    writeU16LE(buf, p, n);
+    p += 2 + n;
+  }
+}
+
+export function readMembersRequest(buf: Buffer, at: number): { first: number; nodeIds: string[] } {
+  let p = controlPayloadAt(at);
+  const first = readU16LE(buf, p);
+  const count = readU16LE(buf, p + 2);
+  p += 4;
+  const nodeIds: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const n = readU16LE(buf, p);
+    nodeIds.push(buf.toString('utf8', p + 2, p + 2 + n));
+    p += 2 + n;
+  }
+  return { first, nodeIds };
+}
+
+export const RECONCILE_NOW_REQUEST_BYTES = CONTROL_HEADER_BYTES + 6;
+export const DRAINED_TO_REQUEST_BYTES = CONTROL_HEADER_BYTES + 8;
+
+export function writeReconcileNowRequest(
+  buf: Buffer,
+  at: number,
+  reqId: number,
+  fragment: number,
+  member: number,
+  timeoutMs: number,
+): void {
+  const p = writeFragmentControlHeader(buf, at, RequestKind.ReconcileNow, fragment, reqId);
+  writeU16LE(buf, p, member);
+  writeU32LE(buf, p + 2, timeoutMs);
+}
+
+export function writeDrainedToRequest(
+  buf: Buffer,
+  at: number,
+  reqId: number,
+  fragment: number,
+  member: number,
+  level: number,
+  timeoutMs: number,
+): void {
+  const p = writeFragmentControlHeader(buf, at, RequestKind.DrainedTo, fragment, reqId);
+  writeU16LE(buf, p, member);
+  buf[p + 2] = level;
+  buf[p + 3] = 0;
+  writeU32LE(buf, p + 4, timeoutMs);
+}
+
+/** ReconcileNow's and DrainedTo's member, level (DrainedTo only) and time limit. */
+export function readPeerWait(buf: Buffer, at: number): { member: number; level: number; timeoutMs: number } {
+  const p = controlPayloadAt(at);
+  if (buf[at + KIND_AT] === RequestKind.ReconcileNow)
+    return { member: readU16LE(buf, p), level: 0, timeoutMs: readU32LE(buf, p + 2) };
+  return { member: readU16LE(buf, p), level: buf[p + 2], timeoutMs: readU32LE(buf, p + 4) };
+}
+
+/** How an anti-entropy round of one (fragment, peer) sender ended. */
+export interface RoundReport {
+  fragment: number;
+  member: number;
+  /** The sender's count of rounds started, this one included (1 for its first). */
+  roundSeq: number;
+  roundId: number;
+  /** The round compared every page with the peer (false: it failed, or was abandoned). */
+  ok: boolean;
+  /** Keys the round fetched from the peer (newer there, or missing here). */
+  keysPulled: number;
+  /** Why it failed; empty when ok. */
+  reason: string;
+}
+
+const ROUND_REPORT_BYTES = RESULT_HEADER_BYTES + 14;
+
+export const roundReportBytes = (r: RoundReport): number => ROUND_REPORT_BYTES + Buffer.byteLength(r.reason);
+
+/** RoundReport (reqId 0) or RoundAnswer. The reason is at most ERROR_MESSAGE_BYTES_MAX (truncateErrorMessage). */
+export function writeRoundReport(buf: Buffer, at: number, kind: number, reqId: number, r: RoundReport): void {
+  buf[at + KIND_AT] = kind;
+  buf[at + FLAGS_AT] = r.ok ? 1 : 0;
+  writeU16LE(buf, at + FRAGMENT_AT, r.fragment);
+  writeU32LE(buf, at + ID_AT, reqId);
+  const p = at + RESULT_HEADER_BYTES;
+  writeU16LE(buf, p, r.member);
+  writeU32LE(buf, p + 2, r.roundSeq);
+  writeU32LE(buf, p + 6, r.roundId);
+  writeU32LE(buf, p + 10, r.keysPulled);
+  buf.write(r.reason, p + 14, 'utf8');
+}
+
+export function readRoundReport(buf: Buffer, at: number, length: number): RoundReport {
+  assert(length >= ROUND_REPORT_BYTES, 'a round report shorter than its fields');
+  const p = at + RESULT_HEADER_BYTES;
+  return {
+    fragment: readU16LE(buf, at + FRAGMENT_AT),
+    member: readU16LE(buf, p),
+    roundSeq: readU32LE(buf, p + 2),
+    roundId: readU32LE(buf, p + 6),
+    ok: (buf[at + FLAGS_AT] & 1) === 1,
+    keysPulled: readU32LE(buf, p + 10),
+    reason: buf.toString('utf8', p + 14, at + length),
+  };
 }

@@ -1,6 +1,8 @@
 // The fragments a worker serves, each with its actor (FragmentCore) over the store. A fragment is
 // opened here: its part of the store first (lmdb: its named database; LevelDB: its key range), then
-// its actor, which starts from the newest timestamp the store holds for it.
+// its actor, which starts from the newest timestamp the store holds for it. At runtime the main
+// thread may give the worker a fragment (open) or take one away: the fragment leaves first (no
+// operation is admitted for it, while what it queued runs out), then its actor is closed.
 
 import type { WallClock } from '../core/clock.js';
 import { type FragmentConfig, FragmentCore } from '../core/fragment.js';
@@ -11,15 +13,26 @@ export type ActorConfig = Omit<FragmentConfig, 'fragment' | 'storedHighWaterWall
 export class FragmentActors {
   private readonly cores: (FragmentCore | undefined)[] = [];
   private readonly served: number[] = [];
+  /** 1 for a fragment leaving: its actor finishes what it holds, and takes nothing new. */
+  private readonly leavingMark: Uint8Array;
 
   constructor(
     private readonly config: ActorConfig,
     private readonly store: KvStore,
     private readonly clock: WallClock,
-  ) {}
+    fragmentCount: number,
+  ) {
+    this.leavingMark = new Uint8Array(fragmentCount);
+  }
 
-  /** Opens `fragment` and makes its actor; `replicates`: it has other replicas to send writes to. */
+  /**
+   * Opens `fragment` and makes its actor; `replicates`: it may have other replicas to send writes
+   * to. A fragment already open is kept as it is (one leaving serves again).
+   */
   async open(fragment: number, replicates: boolean): Promise<FragmentCore> {
+    this.leavingMark[fragment] = 0;
+    const open = this.cores[fragment];
+    if (open !== undefined) return open;
     await this.store.openFragment(fragment);
     const storedHighWaterWallMs = this.store.highWaterWallMs(fragment);
     const core = new FragmentCore(
@@ -32,17 +45,35 @@ export class FragmentActors {
     return core;
   }
 
-  /** The actor of `fragment`, or undefined when this worker does not serve it. */
+  /** The actor of `fragment`, or undefined when this worker does not serve it (or it is leaving). */
   find(fragment: number): FragmentCore | undefined {
+    return this.leavingMark[fragment] === 1 ? undefined : this.cores[fragment];
+  }
+
+  /** The fragment stops taking operations; its actor runs until `close`. */
+  leave(fragment: number): void {
+    if (this.cores[fragment] !== undefined) this.leavingMark[fragment] = 1;
+  }
+
+  /** Forgets a fragment's actor (it has left, and holds nothing not committed). */
+  close(fragment: number): void {
+    if (this.cores[fragment] === undefined) return;
+    this.cores[fragment] = undefined;
+    this.leavingMark[fragment] = 0;
+    this.served.splice(this.served.indexOf(fragment), 1);
+  }
+
+  /** The actor of `fragment` while this worker holds it (serving or leaving), else undefined. */
+  held(fragment: number): FragmentCore | undefined {
     return this.cores[fragment];
   }
 
-  /** The actor of a fragment this worker serves. */
+  /** The actor of a fragment this worker holds (serving or leaving). */
   of(fragment: number): FragmentCore {
     return this.cores[fragment]!;
   }
 
-  /** The fragments served, in the order they were opened. */
+  /** The fragments held (serving or leaving), in the order they were opened. */
   fragments(): readonly number[] {
     return this.served;
   }

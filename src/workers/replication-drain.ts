@@ -1,40 +1,53 @@
-// Requests to wait until the worker's replication is drained (RequestKind.DrainReplication): each is
-// answered when no sender has a write its peer has not acknowledged, or at its own deadline. The
-// worker checks after whatever changes a sender: a frame from a peer (acknowledgements, resets), a
-// peer's connection coming or going, a turn's run.
+// Requests to wait until replication is drained: the worker's whole (RequestKind.DrainReplication),
+// or one sender's (RequestKind.DrainedTo: a fragment toward one peer). Each is answered when its
+// senders have no write their peers have not acknowledged, or at its own deadline. The worker
+// checks after whatever changes a sender: a frame from a peer (acknowledgements, resets), a peer's
+// connection coming or going, a turn's run, a replica list's change.
+
+/** Whether the senders a request waits for are drained; undefined: they are gone, and never will be. */
+export type DrainedCheck = () => boolean | undefined;
+
+interface DrainWaiter {
+  timer: NodeJS.Timeout;
+  drained: DrainedCheck;
+}
 
 export class DrainWaiters {
-  private readonly waiting = new Map<number, NodeJS.Timeout>();
+  private readonly waiting = new Map<number, DrainWaiter>();
 
   constructor(
-    private readonly drained: () => boolean,
-    /** Sends the answer to request `reqId`: drained, or its time ran out. */
+    /** Whether every sender of the worker is drained: what a request waits for unless it says otherwise. */
+    private readonly drained: DrainedCheck,
+    /** Sends the answer to request `reqId`: drained, or its time ran out (or its senders closed). */
     private readonly answer: (reqId: number, drained: boolean) => void,
   ) {}
 
-  add(reqId: number, timeoutMs: number): void {
-    if (this.drained()) return this.answer(reqId, true);
+  add(reqId: number, timeoutMs: number, drained: DrainedCheck = this.drained): void {
+    const now = drained();
+    if (now !== false) return this.answer(reqId, now === true);
     const timer = setTimeout(() => {
       this.waiting.delete(reqId);
       this.answer(reqId, false);
     }, timeoutMs);
-    this.waiting.set(reqId, timer);
+    this.waiting.set(reqId, { timer, drained });
   }
 
-  /** Answers every waiting request if the replication is drained now. */
+  /** Answers every waiting request whose senders are drained now, or gone. */
   check(): void {
-    if (this.waiting.size === 0 || !this.drained()) return;
-    for (const [reqId, timer] of this.waiting) {
-      clearTimeout(timer);
-      this.answer(reqId, true);
+    if (this.waiting.size === 0) return;
+    for (const [reqId, waiter] of this.waiting) {
+      const drained = waiter.drained();
+      if (drained === false) continue;
+      clearTimeout(waiter.timer);
+      this.waiting.delete(reqId);
+      this.answer(reqId, drained === true);
     }
-    this.waiting.clear();
   }
 
   /** The worker is closing: every request waiting is answered as not drained. */
   close(): void {
-    for (const [reqId, timer] of this.waiting) {
-      clearTimeout(timer);
+    for (const [reqId, waiter] of this.waiting) {
+      clearTimeout(waiter.timer);
       this.answer(reqId, false);
     }
     this.waiting.clear();

@@ -9,6 +9,11 @@
 // keys where the peer is newer. The peer's own sender toward us pulls what we hold, so both converge
 // to the LWW winner.
 //
+// The replica lists change at runtime (setReplicas, removeFragment): a sender exists toward every
+// other replica of a fragment the worker holds, and only toward those. A sender closed drops its
+// backlog (anti-entropy repairs what it held); a sender opened starts a session, whose first round
+// pulls what the peer holds. How each round ends goes to the main thread (round-ledger.ts).
+//
 // Time comes through a DriverClock (the wall clock and one timer in a worker, simulated time in
 // test/sim/), and session and round ids from the tuning's source, so a simulator can run this driver
 // as it is and replay a run from its seed.
@@ -48,8 +53,10 @@ import {
 } from '../core/replication-wire.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
+import type { RoundReport } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
 import { NEXT_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
+import { RoundLedger } from './round-ledger.js';
 
 /** What the driver needs from the worker runtime. */
 export interface ReplicationHost {
@@ -71,6 +78,10 @@ export interface ReplicationHost {
   readonly logger: Logger;
   /** The wall clock and the one timer this driver keeps (its senders' earliest deadline). */
   readonly clock: DriverClock;
+  /** An anti-entropy round of a sender ended (RoundReport). */
+  roundEnded?(report: RoundReport): void;
+  /** The answer to a `reconcileNow` request. */
+  roundAnswer?(reqId: number, report: RoundReport): void;
 }
 
 /**
@@ -142,6 +153,9 @@ export class WorkerReplication {
   private readonly onTimer = (): void => this.tick();
   /** Peers told of this worker's restart. */
   private readonly resetSent = new Set<number>();
+  /** Member node ids by index (slots are appended as members join: `addMembers`). */
+  private readonly members: string[];
+  private readonly ledger: RoundLedger;
 
   constructor(
     private readonly cluster: ClusterInit,
@@ -150,32 +164,135 @@ export class WorkerReplication {
     /** This worker replaces one that died: each peer is told, once, to reopen its sessions. */
     private readonly restarted: boolean,
     private readonly host: ReplicationHost,
-    tuning: SenderTuning = WORKER_SENDER_TUNING,
+    private readonly tuning: SenderTuning = WORKER_SENDER_TUNING,
   ) {
     this.keyspace = new Keyspace(fragmentCount);
+    this.members = [...cluster.members];
     this.up = cluster.members.map(() => false);
+    this.ledger = new RoundLedger(
+      (report) => host.roundEnded?.(report),
+      (reqId, report) => host.roundAnswer?.(reqId, report),
+    );
     for (const f of fragments) {
       const peers = cluster.replicas[f].filter((m) => m !== cluster.selfIndex);
       if (peers.length === 0) continue;
       this.peersOf.set(f, peers);
       this.senders.set(
         f,
-        peers.map((m) => ({
-          fragment: f,
-          member: m,
-          sender: new ReplicationSender(
-            {
-              ...tuning.config,
-              fragment: f,
-              peer: cluster.members[m],
-              requiredAck: cluster.requiredAck as AckLevel,
-              reconcileIntervalMs: cluster.antiEntropyIntervalMs,
-            },
-            tuning.ids,
-          ),
-        })),
+        peers.map((m) => this.newSlot(f, m)),
       );
     }
+  }
+
+  private newSlot(fragment: number, member: number): SenderSlot {
+    const sender = new ReplicationSender(
+      {
+        ...this.tuning.config,
+        fragment,
+        peer: this.name(member),
+        requiredAck: this.cluster.requiredAck as AckLevel,
+        reconcileIntervalMs: this.cluster.antiEntropyIntervalMs,
+      },
+      this.tuning.ids,
+    );
+    return { fragment, member, sender };
+  }
+
+  /** Member slots from index `first` on are `nodeIds` (appended; a slot known already is kept). */
+  addMembers(first: number, nodeIds: readonly string[]): void {
+    for (let i = 0; i < nodeIds.length; i++) {
+      const m = first + i;
+      if (m < this.members.length) continue;
+      assert(m === this.members.length, 'member slots are appended in order');
+      this.members.push(nodeIds[i]);
+      // Its connection's state may have come first.
+      this.up[m] ??= false;
+    }
+  }
+
+  /** Member slots the worker knows. */
+  memberCount(): number {
+    return this.members.length;
+  }
+
+  /** The ACK level batches ask for: the highest `drainedTo` can tell. */
+  get requiredAck(): AckLevel {
+    return this.cluster.requiredAck as AckLevel;
+  }
+
+  /**
+   * Sets the replicas of a fragment the worker holds (member indices, this node's ignored): a
+   * sender toward each other replica, kept if it exists, opened otherwise (a session, then a
+   * round, when the peer is connected); a sender toward a member no longer listed is closed, its
+   * backlog dropped. `gained`: the fragment was just opened here, so each peer is told to reopen
+   * its session toward it (it ignored or refused what it sent while the fragment was not here).
+   */
+  setReplicas(fragment: number, replicas: readonly number[], gained: boolean): void {
+    const self = this.cluster.selfIndex;
+    const peers = replicas.filter((m, i) => m !== self && replicas.indexOf(m) === i);
+    const before = this.senders.get(fragment) ?? [];
+    for (const slot of before) {
+      if (!peers.includes(slot.member)) this.closeSlot(slot, 'replica removed from the list');
+    }
+    const nowMs = this.host.clock.nowMs();
+    const slots = peers.map((m) => {
+      const kept = before.find((slot) => slot.member === m);
+      if (kept !== undefined) return kept;
+      const slot = this.newSlot(fragment, m);
+      if (this.up[m]) {
+        slot.sender.step({ kind: 'connected', nowMs });
+        this.pump(slot);
+      }
+      return slot;
+    });
+    if (peers.length === 0) {
+      this.peersOf.delete(fragment);
+      this.senders.delete(fragment);
+    } else {
+      this.peersOf.set(fragment, peers);
+      this.senders.set(fragment, slots);
+    }
+    if (gained) for (const m of peers) this.send(m, { sessionReset: { fragment } });
+    this.schedule(nowMs);
+  }
+
+  /** The fragment is no longer held here: its senders close, and peers' sessions toward it end. */
+  removeFragment(fragment: number): void {
+    for (const slot of this.senders.get(fragment) ?? []) this.closeSlot(slot, 'fragment dropped');
+    this.peersOf.delete(fragment);
+    this.senders.delete(fragment);
+    for (const key of [...this.responders.keys()]) {
+      if (key.endsWith(`/${fragment}`)) this.responders.delete(key);
+    }
+  }
+
+  private closeSlot(slot: SenderSlot, reason: string): void {
+    this.rounds.delete(roundKey(slot.member, slot.fragment));
+    this.ledger.closed(slot.fragment, slot.member, `sender closed: ${reason}`);
+  }
+
+  /**
+   * Starts a round of `fragment`'s sender toward `member` at once (after the batch in flight);
+   * request `reqId` is answered when a round started from now on ends. False when there is no
+   * such sender.
+   */
+  reconcileNow(reqId: number, fragment: number, member: number, timeoutMs: number): boolean {
+    const slot = this.senderOf(fragment, member);
+    if (slot === undefined) return false;
+    this.ledger.wait(reqId, fragment, member, timeoutMs);
+    const nowMs = this.host.clock.nowMs();
+    slot.sender.step({ kind: 'reconcile-now', nowMs });
+    this.pump(slot);
+    this.schedule(nowMs);
+    return true;
+  }
+
+  /**
+   * True when `fragment`'s sender toward `member` has no write the peer has not acknowledged;
+   * undefined when there is no such sender (any more).
+   */
+  drainedTo(fragment: number, member: number): boolean | undefined {
+    return this.senderOf(fragment, member)?.sender.drained();
   }
 
   /** True when no sender has a write its peer has not acknowledged. */
@@ -185,22 +302,19 @@ export class WorkerReplication {
     return true;
   }
 
-  /** True when fragment `f` has other replicas (its actor keeps writes for the senders). */
-  replicates(fragment: number): boolean {
-    return this.peersOf.has(fragment);
-  }
-
   close(): void {
     this.host.clock.clearTimer();
+    this.ledger.close();
   }
 
   /** After the actors ran: hands every write they applied to the fragment's senders, then pumps. */
   afterRun(cores: Iterable<FragmentCore>): void {
     const nowMs = this.host.clock.nowMs();
     for (const core of cores) {
+      // Taken even with no sender: a fragment's replicas change, so its actor always keeps the log.
+      const log = core.takeReplicated();
       const senders = this.senders.get(core.fragment);
       if (senders === undefined) continue;
-      const log = core.takeReplicated();
       for (const [key, record] of log) {
         for (const slot of senders) slot.sender.step({ kind: 'enqueue', key, record, nowMs });
       }
@@ -217,7 +331,10 @@ export class WorkerReplication {
       const i = peers.indexOf(member);
       if (i === -1) continue;
       const slot = this.senders.get(f)![i];
-      if (!up) this.rounds.delete(roundKey(member, f));
+      if (!up) {
+        this.rounds.delete(roundKey(member, f));
+        this.ledger.ended(f, member, false, 'peer disconnected');
+      }
       slot.sender.step({ kind: up ? 'connected' : 'disconnected', nowMs });
       this.pump(slot);
     }
@@ -329,6 +446,8 @@ export class WorkerReplication {
     const { fragment, member } = slot;
     switch (action.kind) {
       case 'session-start':
+        // A new session abandons the round of the last one.
+        this.ledger.ended(fragment, member, false, 'abandoned by a new session');
         this.send(member, { sessionStart: { fragment, sessionId: action.sessionId } });
         return;
       case 'batch': {
@@ -349,6 +468,7 @@ export class WorkerReplication {
       case 'start-round': {
         const round = new ReconcileRound(action.sessionId, action.roundId, this.host.clock.nowMs());
         this.rounds.set(roundKey(member, fragment), round);
+        this.ledger.started(fragment, member, action.roundId);
         this.step(member, fragment, round, round.start());
         return;
       }
@@ -370,7 +490,7 @@ export class WorkerReplication {
   }
 
   private name(member: number): string {
-    return this.cluster.members[member] ?? `#${member}`;
+    return this.members[member] ?? `#${member}`;
   }
 
   /** One timer for the earliest sender deadline. */
@@ -483,14 +603,17 @@ export class WorkerReplication {
         this.progress(member, fragment, round, 'round-progress', nowMs);
         const core = this.host.core(fragment)!;
         for (const entry of step.entries) this.submitReplicated(core, entry, ignoreReplies);
+        this.ledger.pulled(fragment, member, step.entries.length);
         if (step.next !== undefined) this.step(member, fragment, round, step.next);
         return;
       }
       case 'done':
         this.rounds.delete(roundKey(member, fragment));
+        this.ledger.ended(fragment, member, true, '');
         this.progress(member, fragment, round, 'round-done', nowMs);
         return;
       case 'violation':
+        this.ledger.ended(fragment, member, false, step.reason);
         this.host.closePeer(member, step.reason);
         return;
       case 'ignore':

@@ -12,13 +12,16 @@ import {
   poolSpanRequestBytes,
   RESULT_HEADER_BYTES,
   ResultKind,
+  type RoundReport,
   resultRecordBytes,
+  roundReportBytes,
   type ScanEntry,
   scanPageBytes,
   writeAcksHeader,
   writePeerHeader,
   writePoolSpanRequest,
   writeResultHeader,
+  writeRoundReport,
   writeScanPage,
 } from '../threads/op-codec.js';
 import type { RingOutbox } from '../threads/ring-outbox.js';
@@ -114,6 +117,21 @@ export class ResultWriter {
   poolSpanRequest(taskId: number, request: PoolSpanRequest): void {
     const at = this.outbox.reserve(poolSpanRequestBytes(request));
     writePoolSpanRequest(this.outbox.buffer, at, taskId, request);
+    this.outbox.commit();
+    this.schedulePublish();
+  }
+
+  /**
+   * How a sender's anti-entropy round ended: news for the main thread (ResultKind.RoundReport), or
+   * the answer to a ReconcileNow (ResultKind.RoundAnswer, under `reqId`).
+   */
+  roundReport(
+    kind: typeof ResultKind.RoundReport | typeof ResultKind.RoundAnswer,
+    reqId: number,
+    report: RoundReport,
+  ): void {
+    const at = this.outbox.reserve(roundReportBytes(report));
+    writeRoundReport(this.outbox.buffer, at, kind, reqId, report);
     this.outbox.commit();
     this.schedulePublish();
   }

@@ -17,7 +17,8 @@ import { NEXT_PAGE, type Span } from './reconcile-span.js';
 export interface SweepHost {
   /** The fragments the worker serves now. */
   fragments(): readonly number[];
-  core(fragment: number): FragmentCore;
+  /** The fragment's actor; undefined once it stopped serving (dropped while a pass ran). */
+  core(fragment: number): FragmentCore | undefined;
   /** Offers a page of stored records to the fragment's cleaner and carries out what it decides. */
   sweepPage(core: FragmentCore, nowMs: number, entries: Array<{ key: Buffer; record: Buffer }>): void;
 }
@@ -58,7 +59,8 @@ export class TtlSweeper {
     if (this.sweeping || this.closed) return;
     this.sweeping = true;
     try {
-      for (const fragment of this.host.fragments()) {
+      // A copy: fragments may come and go while the pass awaits its pages.
+      for (const fragment of [...this.host.fragments()]) {
         if (this.pool !== undefined && (await this.sweepFromPool(this.pool, fragment))) continue;
         let start: PageStart | undefined;
         for (;;) {
@@ -66,8 +68,9 @@ export class TtlSweeper {
           if (this.closed) return;
           const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
           this.keys.spend(entries.length, this.clock.nowMs());
-          if (entries.length === 0) break;
-          this.host.sweepPage(this.host.core(fragment), this.clock.nowMs(), entries);
+          const core = this.host.core(fragment);
+          if (entries.length === 0 || core === undefined) break;
+          this.host.sweepPage(core, this.clock.nowMs(), entries);
           start = { key: entries[entries.length - 1].key, inclusive: false };
         }
       }
@@ -85,18 +88,18 @@ export class TtlSweeper {
    * the pool would not take a page: the caller then sweeps in this thread.
    */
   private async sweepFromPool(pool: PoolSpans, fragment: number): Promise<boolean> {
-    const core = this.host.core(fragment);
     let afterKey: Uint8Array | undefined;
     for (;;) {
       await this.pace();
-      if (this.closed) return true;
+      const core = this.host.core(fragment);
+      if (this.closed || core === undefined) return true;
       let span: Span;
       try {
         span = await pool.read(fragment, afterKey, NEXT_PAGE, this.clock.nowMs());
       } catch {
         return false;
       }
-      if (this.closed) return true;
+      if (this.closed || this.host.core(fragment) !== core) return true;
       // A short last page is counted in full: the pool does not say how many keys it examined.
       this.keys.spend(CLEAN_POOL_PAGE_KEYS, this.clock.nowMs());
       const nowMs = this.clock.nowMs();

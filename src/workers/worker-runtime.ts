@@ -7,23 +7,33 @@
 //   ttl-sweeper.ts      the paced TTL sweep
 //   pool-spans.ts       reads done in the background pool
 //   replication.ts      the fragments' replication senders and the serving side of peers'
-// This file keeps the turn itself: decode, run the active actors, carry out their actions, publish.
+// This file keeps the turn itself: decode, run the active actors, carry out their actions, publish;
+// and the placement the main thread changes at runtime: a fragment held (opened, its replica list
+// set) or dropped (closed, its data removed), one change of a fragment at a time.
 
 import { getHeapStatistics } from 'node:v8';
 import pino, { type Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { readU32LE } from '../core/bytes.js';
 import type { WallClock } from '../core/clock.js';
-import { asStorageError, ErrorKind, TesseraError } from '../core/errors.js';
+import {
+  asStorageError,
+  ErrorKind,
+  internalError,
+  invalidInput,
+  storageError,
+  TesseraError,
+} from '../core/errors.js';
 import { type CommitAction, type FragmentAction, type FragmentCore, FragmentOp } from '../core/fragment.js';
 import { FRAGMENT_TURN_OPS_MIN, WORKER_TURN_OPS_MAX } from '../core/limits.js';
-import { Durability, OpKind, Reply } from '../core/ops.js';
+import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import type { PendingEntry } from '../core/pending-writes.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { SystemClock } from '../threads/driver-clock.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
 import type { WorkerInit } from '../threads/messages.js';
 import {
+  controlFragment,
   controlPayloadAt,
   isFragmentOpKind,
   type ModifyParams,
@@ -33,7 +43,10 @@ import {
   REQUEST_HEADER_BYTES,
   RequestKind,
   ResultKind,
+  readHoldReplicas,
+  readMembersRequest,
   readModifyParams,
+  readPeerWait,
   readScanRequest,
   requestDurability,
   requestFragment,
@@ -58,6 +71,8 @@ import { TtlSweeper } from './ttl-sweeper.js';
 import { type RecordDecoder, TurnReader } from './turn-reader.js';
 
 const EMPTY_KEY = Buffer.alloc(0);
+/** Fences a dropping fragment may need before its actor holds nothing (one, unless the store failed). */
+const DROP_FENCES_MAX = 3;
 
 export class WorkerRuntime implements RecordDecoder {
   private readonly actors: FragmentActors;
@@ -87,6 +102,8 @@ export class WorkerRuntime implements RecordDecoder {
   private immediatePending = false;
   private closing = false;
   private readonly logger: Logger;
+  /** Per fragment, its last hold or drop, which the next one waits for. */
+  private readonly placementTasks = new Map<number, Promise<void>>();
 
   /** Opens the worker's fragments over `store` and makes its driver; `start` then serves the ring. */
   static async open(
@@ -95,9 +112,8 @@ export class WorkerRuntime implements RecordDecoder {
     clock: WallClock = new SystemClock(),
   ): Promise<WorkerRuntime> {
     const runtime = new WorkerRuntime(init, store, clock);
-    for (const fragment of init.fragments) {
-      await runtime.actors.open(fragment, runtime.replication?.replicates(fragment) ?? false);
-    }
+    // In a cluster every actor keeps its writes for the senders: its replica list may change.
+    for (const fragment of init.fragments) await runtime.actors.open(fragment, init.cluster !== undefined);
     return runtime;
   }
 
@@ -113,7 +129,7 @@ export class WorkerRuntime implements RecordDecoder {
     this.board.setMemoryBytes(init.index, store.memoryBytes());
     this.activeMark = new Uint8Array(init.store.fragmentCount);
     this.logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
-    this.actors = new FragmentActors(init.fragment, store, clock);
+    this.actors = new FragmentActors(init.fragment, store, clock, init.store.fragmentCount);
     this.commits = new CommitLoop(
       { worker: init.index, evictAboveBytes: init.evictAboveBytes },
       store,
@@ -134,7 +150,7 @@ export class WorkerRuntime implements RecordDecoder {
       pool,
       {
         fragments: () => this.actors.fragments(),
-        core: (fragment) => this.actors.of(fragment),
+        core: (fragment) => this.actors.find(fragment),
         sweepPage: (core, nowMs, entries) => {
           core.step({ kind: 'sweep', nowMs, entries });
           this.collect(core);
@@ -160,6 +176,8 @@ export class WorkerRuntime implements RecordDecoder {
             store,
             logger: this.logger,
             clock: new SystemClock(),
+            roundEnded: (report) => this.results.roundReport(ResultKind.RoundReport, 0, report),
+            roundAnswer: (reqId, report) => this.results.roundReport(ResultKind.RoundAnswer, reqId, report),
           });
     const replication = this.replication;
     this.drainWaiters = new DrainWaiters(
@@ -221,6 +239,19 @@ export class WorkerRuntime implements RecordDecoder {
         return this.drainWaiters.add(reqId, readU32LE(buf, controlPayloadAt(at)));
       case RequestKind.PoolSpanResult:
         return this.pool?.onResult(reqId, buf, at, length);
+      case RequestKind.HoldFragment:
+        return this.changePlacement(reqId, controlFragment(buf, at), readHoldReplicas(buf, at));
+      case RequestKind.DropFragment:
+        return this.changePlacement(reqId, controlFragment(buf, at), undefined);
+      case RequestKind.AddMembers: {
+        const { first, nodeIds } = readMembersRequest(buf, at);
+        this.replication?.addMembers(first, nodeIds);
+        return this.results.ack(Reply.Applied, 0, reqId);
+      }
+      case RequestKind.ReconcileNow:
+        return this.reconcileNow(reqId, controlFragment(buf, at), readPeerWait(buf, at));
+      case RequestKind.DrainedTo:
+        return this.drainedTo(reqId, controlFragment(buf, at), readPeerWait(buf, at));
       default:
         assert(false, `unknown request kind ${kind}`);
     }
@@ -469,6 +500,119 @@ export class WorkerRuntime implements RecordDecoder {
     this.runActive(nowMs);
   }
 
+  /**
+   * Holds `fragment` with `replicas` (member indices), or drops it (`replicas` undefined), after
+   * the fragment's change before; answers Applied, or the error.
+   */
+  private changePlacement(reqId: number, fragment: number, replicas: number[] | undefined): void {
+    const before = this.placementTasks.get(fragment) ?? Promise.resolve();
+    const task = before.then(() =>
+      replicas === undefined ? this.drop(fragment) : this.hold(fragment, replicas),
+    );
+    const settled = task.then(
+      () => this.afterAsync(() => this.results.ack(Reply.Applied, 0, reqId)),
+      (err: unknown) =>
+        this.afterAsync(() => {
+          const error = err instanceof TesseraError ? err : asStorageError(err);
+          this.results.error(error.kind, reqId, error.message);
+        }),
+    );
+    this.placementTasks.set(fragment, settled);
+    void settled.then(() => {
+      if (this.placementTasks.get(fragment) === settled) this.placementTasks.delete(fragment);
+    });
+  }
+
+  /** Opens the fragment unless it is open, and sets its replica list. The same call twice changes nothing. */
+  private async hold(fragment: number, replicas: number[]): Promise<void> {
+    if (this.closing) throw internalError(`worker ${this.init.index} is closing`);
+    const replication = this.replication;
+    if (replication !== undefined) {
+      const self = this.init.cluster!.selfIndex;
+      const count = replication.memberCount();
+      if (!replicas.includes(self) || replicas.some((m) => m >= count))
+        throw invalidInput(
+          `replicas [${replicas.join(', ')}] of fragment ${fragment} must name this node (member ${self}) and known members only (${count})`,
+        );
+    }
+    const gained = this.actors.find(fragment) === undefined;
+    await this.actors.open(fragment, this.init.cluster !== undefined);
+    replication?.setReplicas(fragment, replicas, gained);
+    this.drainWaiters.check();
+  }
+
+  /**
+   * Stops serving the fragment and removes its data. Operations for it are refused from now on;
+   * its senders close at once (their backlog dropped); what its actor admitted before runs out
+   * under a fence, so nothing of it is committed after its data is removed. A fragment the worker
+   * does not hold has its data removed too (a drop the main thread repeats after a restart).
+   */
+  private async drop(fragment: number): Promise<void> {
+    const core = this.actors.held(fragment);
+    this.actors.leave(fragment);
+    this.replication?.removeFragment(fragment);
+    this.drainWaiters.check();
+    if (core !== undefined) {
+      for (let fences = 0; !core.idle(); fences++) {
+        if (fences === DROP_FENCES_MAX)
+          throw storageError(`fragment ${fragment} still holds writes after ${fences} fences; drop it again`);
+        await this.fence(core);
+      }
+      this.actors.close(fragment);
+    } else {
+      await this.store.openFragment(fragment);
+    }
+    await this.store.dropFragment(fragment);
+    this.board.setDirty(fragment, false);
+    // The main thread renews its read snapshot: a read of this fragment there sees it empty.
+    this.board.markCommitted();
+  }
+
+  /** Resolves once everything `core` admitted is answered and stable (rejects when the store failed). */
+  private fence(core: FragmentCore): Promise<void> {
+    return new Promise((resolve, reject) => {
+      // Background runs after every other queue: answered last, it is reached after all of them.
+      const fence = new FragmentOp(
+        OpKind.Fence,
+        0,
+        Priority.Background,
+        Durability.Stable,
+        EMPTY_KEY,
+        EMPTY_KEY,
+      );
+      fence.sink = {
+        onReply: (_op, reply, text) =>
+          reply === Reply.FenceReached ? resolve() : reject(storageError(text || 'fence failed')),
+      };
+      this.requestEvent.op = fence;
+      core.step(this.requestEvent);
+      this.activate(core);
+      this.scheduleWake(this.clock.nowMs());
+    });
+  }
+
+  private reconcileNow(reqId: number, fragment: number, wait: { member: number; timeoutMs: number }): void {
+    if (this.replication?.reconcileNow(reqId, fragment, wait.member, wait.timeoutMs) !== true)
+      this.results.error(ErrorKind.InvalidInput, reqId, noSender(fragment, wait.member));
+  }
+
+  private drainedTo(
+    reqId: number,
+    fragment: number,
+    wait: { member: number; level: number; timeoutMs: number },
+  ): void {
+    const replication = this.replication;
+    if (replication?.drainedTo(fragment, wait.member) === undefined)
+      return this.results.error(ErrorKind.InvalidInput, reqId, noSender(fragment, wait.member));
+    if (wait.level > replication.requiredAck)
+      return this.results.error(
+        ErrorKind.InvalidInput,
+        reqId,
+        `senders ask their peers for ACK level ${replication.requiredAck}: a drain at level ${wait.level} cannot be told`,
+      );
+    this.drainWaiters.add(reqId, wait.timeoutMs, () => replication.drainedTo(fragment, wait.member));
+  }
+
   private health(): WorkerHealthReport {
     return {
       worker: this.init.index,
@@ -506,4 +650,8 @@ export class WorkerRuntime implements RecordDecoder {
     this.results.closed(reqId, message);
     this.results.publish();
   }
+}
+
+function noSender(fragment: number, member: number): string {
+  return `fragment ${fragment} has no replication sender toward member ${member} on this worker`;
 }

@@ -1,5 +1,6 @@
 // A request to wait for the replication to drain is answered when the senders are drained — at
-// once, or at the first check after — or as not drained at its deadline or at close.
+// once, or at the first check after — or as not drained at its deadline, at close, or when the one
+// sender it waits for closes.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -59,4 +60,26 @@ test('close answers every waiting request as not drained', () => {
     [1, false],
     [2, false],
   ]);
+});
+
+test('a request for one sender waits for it alone; a sender that closes is answered as not drained', () => {
+  const { w, state, answers } = waiters(false);
+  const one: { drained: boolean | undefined } = { drained: false };
+  w.add(1, 60_000, () => one.drained);
+  w.add(2, 60_000, () => one.drained);
+  w.add(3, 60_000);
+  state.drained = true;
+  w.check();
+  assert.deepEqual(answers, [[3, true]], 'the whole worker is drained, that sender is not');
+  one.drained = true;
+  w.add(4, 60_000, () => one.drained);
+  assert.deepEqual(answers.at(-1), [4, true], 'drained already: answered at once');
+  one.drained = undefined;
+  w.check();
+  assert.deepEqual(answers.slice(2), [
+    [1, false],
+    [2, false],
+  ]);
+  w.add(5, 60_000, () => one.drained);
+  assert.deepEqual(answers.at(-1), [5, false], 'no such sender: answered at once');
 });

@@ -22,6 +22,7 @@ import { describeRecord, encodeRecord } from '../../src/core/record.js';
 import { AckLevel, SENDER_CONFIG_DEFAULTS } from '../../src/core/replication-sender.js';
 import { encodeReplicateBatch, readReplicateBatch } from '../../src/core/replication-wire.js';
 import type { KvStore } from '../../src/native-bindings/kv-store.js';
+import type { RoundReport } from '../../src/threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
 import { type ReplicationHost, type SenderTuning, WorkerReplication } from '../../src/workers/replication.js';
 import { replicatingActor, SimClock, SimStore } from '../sim/sim-world.js';
@@ -74,6 +75,10 @@ function describeFrame(bytes: Uint8Array): string {
     return `f${d.fragment} data s=${d.sessionId} r=${d.roundId} [${keys(d.entries)}]${d.done ? ' done' : ''}`;
   }
   throw new Error('a frame of no kind the driver sends');
+}
+
+function describeRound(r: RoundReport): string {
+  return r.ok ? `ok pulled=${r.keysPulled}` : `failed (${r.reason})`;
 }
 
 /** A record written at `wallMs` by node `n9`. */
@@ -192,6 +197,21 @@ class Harness implements ReplicationHost {
 
   closePeer(member: number, reason: string): void {
     this.lines.push(`n${member} closed: ${reason}`);
+  }
+
+  /** How rounds ended (RoundReport), and ReconcileNow answers, as text, since the last `roundLines()`. */
+  private readonly roundEvents: string[] = [];
+
+  roundEnded(r: RoundReport): void {
+    this.roundEvents.push(`n${r.member} f${r.fragment} round #${r.roundSeq} ${describeRound(r)}`);
+  }
+
+  roundAnswer(reqId: number, r: RoundReport): void {
+    this.roundEvents.push(`answer ${reqId}: #${r.roundSeq} ${describeRound(r)}`);
+  }
+
+  roundLines(): string[] {
+    return this.roundEvents.splice(0);
   }
 
   // --- what the worker runtime and the main thread do -------------------------------------------
@@ -680,4 +700,85 @@ test('§6: a round pulls the records the peer holds newer, and the next one star
   assert.deepEqual(await a.frames(), []);
   a.advance(1);
   assert.deepEqual(await a.frames(), ['n1 f0 request s=1 r=3 page=0']);
+});
+
+test('replica lists change at runtime: a sender opens toward a listed member and closes toward one removed', async () => {
+  const h = new Harness({ members: 3 });
+  h.peers(true, 1, 2);
+  await h.frames();
+  assert.deepEqual(
+    h.driver.reports().map((r) => r.peer),
+    ['n1', 'n2'],
+  );
+  // n2 leaves the list: its sender closes, its running round ends failed.
+  h.driver.setReplicas(0, [0, 1], false);
+  assert.deepEqual(
+    h.driver.reports().map((r) => r.peer),
+    ['n1'],
+  );
+  assert.deepEqual(h.roundLines(), ['n2 f0 round #1 failed (sender closed: replica removed from the list)']);
+  assert.equal(h.driver.drainedTo(0, 2), undefined, 'no sender toward n2 any more');
+  assert.deepEqual(await h.frames(), []);
+  // The same list again changes nothing.
+  const sessionId = h.report(1).sessionId;
+  h.driver.setReplicas(0, [1, 0], false);
+  assert.equal(h.report(1).sessionId, sessionId);
+  assert.deepEqual(await h.frames(), []);
+
+  // A member slot appended (n3) and connected: listed, it gets a sender, a session and a round at once.
+  h.driver.addMembers(3, ['n3']);
+  h.peers(true, 3);
+  h.driver.setReplicas(0, [0, 1, 3], true);
+  assert.deepEqual(
+    h.driver.reports().map((r) => r.peer),
+    ['n1', 'n3'],
+  );
+  const lines = await h.frames();
+  assert.match(lines[0], /^n3 f0 session-start s=\d+$/);
+  // Gained: every peer is asked to reopen its session toward this node.
+  assert.deepEqual(lines.slice(1, 3), ['n1 f0 session-reset', 'n3 f0 session-reset']);
+  // The round's first page follows its store read.
+  assert.match(lines[3], /^n3 f0 request s=\d+ r=\d+ page=0$/);
+
+  // Dropped: every sender closes.
+  h.driver.removeFragment(0);
+  assert.deepEqual(h.driver.reports(), []);
+  assert.deepEqual(h.roundLines(), [
+    'n1 f0 round #1 failed (sender closed: fragment dropped)',
+    'n3 f0 round #1 failed (sender closed: fragment dropped)',
+  ]);
+});
+
+test('§6: a round asked for now is answered by the first round that starts after it, complete or not', async () => {
+  const h = new Harness();
+  assert.equal(h.driver.reconcileNow(1, 0, 2, 60_000), false, 'no sender toward n2');
+  const sessionId = await established(h, 1);
+  assert.deepEqual(h.roundLines(), ['n1 f0 round #1 ok pulled=0']);
+
+  assert.equal(h.driver.reconcileNow(7, 0, 1, 60_000), true);
+  const [request] = await h.frames();
+  const round = /^n1 f0 request s=(\d+) r=(\d+) page=0$/.exec(request);
+  assert.ok(round !== null, request);
+  assert.equal(Number(round[1]), sessionId);
+  // Asked again while that round runs: this request waits for the round after it.
+  assert.equal(h.driver.reconcileNow(8, 0, 1, 60_000), true);
+  h.receive(1, {
+    reconcileResponse: {
+      fragment: 0,
+      sessionId,
+      roundId: Number(round[2]),
+      pageSeq: 0,
+      summaries: [],
+      done: true,
+      nextAfterKey: Buffer.alloc(0),
+    },
+  });
+  assert.deepEqual(h.roundLines(), ['n1 f0 round #2 ok pulled=0', 'answer 7: #2 ok pulled=0']);
+  // Round #3 starts at once (asked for), and the peer goes away while it runs.
+  assert.match((await h.frames())[0], /^n1 f0 request /);
+  h.peers(false, 1);
+  assert.deepEqual(h.roundLines(), [
+    'n1 f0 round #3 failed (peer disconnected)',
+    'answer 8: #3 failed (peer disconnected)',
+  ]);
 });

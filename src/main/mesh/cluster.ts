@@ -188,7 +188,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Set when the cluster refused this node (it was removed): it then serves nothing. */
   refusedReason: string | undefined;
   private refusedLink: UnreachableLink | undefined;
-  /** Members the workers were started with: members admitted later (joined) hold no replicas there. */
+  /** Members the node was started with (members admitted later are members once membership knows them). */
   private workerMembers = 0;
 
   constructor(
@@ -533,6 +533,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.peerLinks.push(new PeerLink(m, nodeId, this));
     this.results.push(new ListFrameBuilder(EnvelopeField.ForwardedResults, RESULTS_FIELD));
     this.mesh.memberAdded(m);
+    void this.dispatcher.memberAdded(m, nodeId);
     this.logger.info({ member: nodeId, index: m }, 'member admitted');
     return m;
   }
@@ -702,7 +703,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   onWorkerServing(link: WorkerLink): void {
-    for (let m = 0; m < this.workerMembers; m++) if (this.mesh.isUp(m)) link.sendPeerState(m, true);
+    for (let m = 0; m < this.config.members.length; m++) if (this.mesh.isUp(m)) link.sendPeerState(m, true);
   }
 
   // --- PeerLinkHost ------------------------------------------------------------------------------
@@ -726,8 +727,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   // --- inbound -----------------------------------------------------------------------------------
 
   private onPeerState(member: number, up: boolean): void {
-    // Workers know the members they started with; a joined member holds no replica there.
-    if (member < this.workerMembers) for (const link of this.dispatcher.links) link.sendPeerState(member, up);
+    // Workers learn every member slot (Dispatcher.memberAdded), so a replica list may name a joined one.
+    for (const link of this.dispatcher.links) link.sendPeerState(member, up);
     if (!up) {
       this.peerLinks[member]?.onDisconnect();
       this.membershipDriver?.connectionLost(this.config.members[member]);

@@ -1,0 +1,128 @@
+// How each sender's anti-entropy rounds end, for the main thread (RoundReport) and for the requests
+// waiting on one (ReconcileNow). A round is counted when it starts; it ends complete (every page
+// compared, what the peer held newer fetched), or failed: broken by the peer, abandoned by a new
+// session (the sender's round timeout, an ACK timeout, a peer's reset), cut by a lost connection,
+// or closed with its sender. A ReconcileNow waits for a round that started after it was asked:
+// one already running when it came may have passed keys written just before.
+
+import { truncateErrorMessage } from '../core/errors.js';
+import type { RoundReport } from '../threads/op-codec.js';
+
+/** One (fragment, member) sender's rounds. */
+interface SenderRounds {
+  /** Rounds started, the running one included. */
+  seq: number;
+  /** The running round's id, or 0. */
+  roundId: number;
+  keysPulled: number;
+}
+
+interface RoundWaiter {
+  reqId: number;
+  fragment: number;
+  member: number;
+  /** The sender's `seq` when asked: the round awaited is a later one. */
+  afterSeq: number;
+  timer: NodeJS.Timeout;
+}
+
+export class RoundLedger {
+  private readonly senders = new Map<string, SenderRounds>();
+  private readonly waiters = new Set<RoundWaiter>();
+
+  constructor(
+    /** Every round's end, as the main thread hears it. */
+    private readonly report: (report: RoundReport) => void,
+    /** The answer to ReconcileNow `reqId`. */
+    private readonly answer: (reqId: number, report: RoundReport) => void,
+  ) {}
+
+  /** The sender started round `roundId`; a round still running is over (failed). */
+  started(fragment: number, member: number, roundId: number): void {
+    const rounds = this.of(fragment, member);
+    if (rounds.roundId !== 0) this.ended(fragment, member, false, 'superseded by a new round');
+    rounds.seq++;
+    rounds.roundId = roundId;
+    rounds.keysPulled = 0;
+  }
+
+  /** The running round fetched `count` keys from the peer. */
+  pulled(fragment: number, member: number, count: number): void {
+    const rounds = this.senders.get(key(fragment, member));
+    if (rounds !== undefined && rounds.roundId !== 0) rounds.keysPulled += count;
+  }
+
+  /** The running round, if any, ended: reported, and answered to each request waiting for it. */
+  ended(fragment: number, member: number, ok: boolean, reason: string): void {
+    const rounds = this.senders.get(key(fragment, member));
+    if (rounds === undefined || rounds.roundId === 0) return;
+    const report: RoundReport = {
+      fragment,
+      member,
+      roundSeq: rounds.seq,
+      roundId: rounds.roundId,
+      ok,
+      keysPulled: rounds.keysPulled,
+      reason: ok ? '' : truncateErrorMessage(reason),
+    };
+    rounds.roundId = 0;
+    this.report(report);
+    for (const w of this.waiters) {
+      if (w.fragment === fragment && w.member === member && w.afterSeq < report.roundSeq)
+        this.settle(w, report);
+    }
+  }
+
+  /**
+   * Waits for the next round of the sender to end (the caller asks the sender for one), answering
+   * a failure when `timeoutMs` passes first.
+   */
+  wait(reqId: number, fragment: number, member: number, timeoutMs: number): void {
+    const afterSeq = this.of(fragment, member).seq;
+    const waiter: RoundWaiter = { reqId, fragment, member, afterSeq, timer: undefined! };
+    waiter.timer = setTimeout(
+      () => this.settle(waiter, failure(fragment, member, `no round ended within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    this.waiters.add(waiter);
+  }
+
+  /** The sender is gone (its peer left the replica list, or the fragment was dropped). */
+  closed(fragment: number, member: number, reason: string): void {
+    this.ended(fragment, member, false, reason);
+    this.senders.delete(key(fragment, member));
+    for (const w of this.waiters) {
+      if (w.fragment === fragment && w.member === member) this.settle(w, failure(fragment, member, reason));
+    }
+  }
+
+  /** The worker is closing: every request waiting is answered as failed. */
+  close(): void {
+    for (const w of this.waiters) this.settle(w, failure(w.fragment, w.member, 'the worker is closing'));
+  }
+
+  private settle(waiter: RoundWaiter, report: RoundReport): void {
+    clearTimeout(waiter.timer);
+    this.waiters.delete(waiter);
+    this.answer(waiter.reqId, report);
+  }
+
+  private of(fragment: number, member: number): SenderRounds {
+    const k = key(fragment, member);
+    let rounds = this.senders.get(k);
+    if (rounds === undefined) {
+      rounds = { seq: 0, roundId: 0, keysPulled: 0 };
+      this.senders.set(k, rounds);
+    }
+    return rounds;
+  }
+}
+
+/** The answer of a request that no round ended for. */
+function failure(fragment: number, member: number, reason: string): RoundReport {
+  return { fragment, member, roundSeq: 0, roundId: 0, ok: false, keysPulled: 0, reason };
+}
+
+function key(fragment: number, member: number): string {
+  return `${member}/${fragment}`;
+}

@@ -1,0 +1,197 @@
+// Fragments gained and dropped at runtime on real workers (Dispatcher.holdFragment, dropFragment,
+// reconcileNow, drainedTo, watchRounds): on each store a dropped fragment's data is gone and its
+// operations are refused, and held again it starts empty and serves; on two embedded nodes a
+// fragment held again pulls its peer's keys in its first round, and a replica list's change opens
+// and closes senders (the health report's per-sender state).
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { freePorts } from '../../bench/ports.js';
+import { Priority, Reply } from '../../src/core/ops.js';
+import { valueBytesOf } from '../../src/core/record.js';
+import { AckLevel } from '../../src/core/replication-sender.js';
+import { NOT_LOCAL } from '../../src/main/dispatcher.js';
+import { Tessera } from '../../src/main/node.js';
+import { resultError } from '../../src/main/result-error.js';
+import { RESULT_HEADER_BYTES, type RoundReport, resultStatus } from '../../src/threads/op-codec.js';
+import { CLUSTER_SECRET } from './cluster-helpers.js';
+import { eventually, STORES, tempDir } from './helpers.js';
+
+const FRAGMENTS = 8;
+const WAIT_MS = 10_000;
+
+/** `count` keys of `fragment`. */
+function keysOf(node: Tessera, fragment: number, count: number, prefix: string): string[] {
+  const keys: string[] = [];
+  for (let i = 0; keys.length < count; i++) {
+    const key = `${prefix}:${i}`;
+    if (node.dispatcher.fragmentOf(Buffer.from(key)) === fragment) keys.push(key);
+  }
+  return keys;
+}
+
+/** Reads `key` through this node's own worker (its copy, as READONLY does), not the serving replica's. */
+function readOnWorker(node: Tessera, key: string): Promise<string | undefined> {
+  const dispatcher = node.dispatcher;
+  const bytes = Buffer.from(key);
+  return new Promise((resolve, reject) => {
+    const error = dispatcher.submitRead(
+      dispatcher.fragmentOf(bytes),
+      bytes,
+      Priority.Default,
+      false,
+      {
+        onResult(_token, buf, at, length) {
+          const status = resultStatus(buf, at);
+          if (status === Reply.NotFound) return resolve(undefined);
+          if (status !== Reply.Found) return reject(resultError(buf, at, length));
+          resolve(Buffer.from(valueBytesOf(buf.subarray(at + RESULT_HEADER_BYTES, at + length))).toString());
+        },
+        onFailure: (_token, err) => reject(err),
+      },
+      undefined,
+      true,
+    );
+    if (error !== undefined) reject(error);
+  });
+}
+
+for (const store of STORES) {
+  test(`${store}: a dropped fragment's data is gone and its operations refused; held again it starts empty`, async () => {
+    const dir = await tempDir(`placement-${store}`);
+    const node = await Tessera.start({ store, dataDir: dir.path, workers: 2, fragments: FRAGMENTS });
+    try {
+      const fragment = 3;
+      const keys = keysOf(node, fragment, 20, 'gone');
+      const other = keysOf(node, fragment + 1, 5, 'kept');
+      for (const key of [...keys, ...other]) await node.put(key, `v-${key}`);
+      if (store === 'lmdb') {
+        await eventually(() => node.dispatcher.readLocal(fragment, Buffer.from(keys[0])) !== NOT_LOCAL);
+      }
+
+      await node.dispatcher.dropFragment(fragment);
+      assert.equal(node.dispatcher.readLocal(fragment, Buffer.from(keys[0])), NOT_LOCAL, 'no snapshot read');
+      await assert.rejects(node.get(keys[0]), /fragment 3 is not served by this worker/);
+      await assert.rejects(node.put(keys[0], 'x'), /fragment 3 is not served by this worker/);
+      for (const key of other) assert.equal((await node.get(key))?.toString(), `v-${key}`, 'others serve on');
+      const health = await node.health();
+      assert.ok(
+        health.fragments.every((f) => f.fragment !== fragment),
+        'no worker reports the dropped fragment',
+      );
+      // A second drop (as after a worker restart) is answered the same.
+      await node.dispatcher.dropFragment(fragment);
+
+      await node.dispatcher.holdFragment(fragment, []);
+      for (const key of keys)
+        assert.equal(await node.get(key), undefined, `${key} was removed with its fragment`);
+      await node.put(keys[0], 'again');
+      assert.equal((await node.get(keys[0]))?.toString(), 'again');
+      // Held twice: nothing changes.
+      await node.dispatcher.holdFragment(fragment, []);
+      assert.equal((await node.get(keys[0]))?.toString(), 'again');
+      if (store === 'lmdb') {
+        await eventually(() => node.dispatcher.readLocal(fragment, Buffer.from(keys[0])) !== NOT_LOCAL);
+        assert.equal(node.dispatcher.snapshotReads > 0, true);
+      }
+    } finally {
+      await node.close();
+      await dir.cleanup();
+    }
+  });
+}
+
+test('a restarted worker opens the fragments held at runtime, not the dropped ones', async () => {
+  const dir = await tempDir('placement-restart');
+  const node = await Tessera.start({ store: 'memory', dataDir: dir.path, workers: 1, fragments: FRAGMENTS });
+  try {
+    await node.dispatcher.dropFragment(2);
+    node.debug.crashWorker(0);
+    await eventually(async () => (await node.health()).workers[0].restarts === 1);
+    const fragments = (await node.health()).fragments.map((f) => f.fragment);
+    assert.deepEqual(fragments, [0, 1, 3, 4, 5, 6, 7]);
+    await node.dispatcher.holdFragment(2, []);
+    const [key] = keysOf(node, 2, 1, 'back');
+    await node.put(key, 'v');
+    assert.equal((await node.get(key))?.toString(), 'v');
+  } finally {
+    await node.close();
+    await dir.cleanup();
+  }
+});
+
+test('two nodes: a fragment held again pulls its peer’s keys; replica lists open and close senders', async () => {
+  const dir = await tempDir('placement-cluster');
+  const ports = await freePorts(2);
+  const common = {
+    peers: `a@127.0.0.1:${ports[0]},b@127.0.0.1:${ports[1]}`,
+    clusterSecret: CLUSTER_SECRET,
+    fragments: FRAGMENTS,
+    workers: 1,
+    antiEntropyIntervalMs: 3_600_000,
+  };
+  const a = await Tessera.start({ ...common, nodeId: 'a', dataDir: `${dir.path}/a` });
+  const b = await Tessera.start({ ...common, nodeId: 'b', dataDir: `${dir.path}/b` });
+  const A = 0;
+  const B = 1;
+  try {
+    await eventually(async () => (await a.health()).cluster?.peers[0].connected === true);
+    await eventually(async () => (await b.health()).cluster?.peers[0].connected === true);
+    // A fragment a serves: writes to it are applied at a, then replicated to b.
+    const fragment = [...Array(FRAGMENTS).keys()].find((f) => a.cluster!.replicasOf(f)[0] === A)!;
+    const keys = keysOf(a, fragment, 40, 'pulled');
+    for (const key of keys) await a.put(key, `v-${key}`);
+    assert.equal(await a.dispatcher.drainedTo(fragment, B, WAIT_MS), true, 'b acknowledged every write');
+    for (const key of keys) assert.equal(await readOnWorker(b, key), `v-${key}`);
+
+    const sendersOf = async (node: Tessera) =>
+      (await node.health()).cluster!.senders.filter((s) => s.fragment === fragment);
+    assert.deepEqual(
+      (await sendersOf(b)).map((s) => s.peer),
+      ['a'],
+    );
+
+    // b drops its copy: its sender toward a closes, and a drain or round of it is refused.
+    await b.dispatcher.dropFragment(fragment);
+    assert.deepEqual(await sendersOf(b), []);
+    await assert.rejects(b.dispatcher.drainedTo(fragment, A, WAIT_MS), /no replication sender/);
+    await assert.rejects(b.dispatcher.reconcileNow(fragment, A, WAIT_MS), /no replication sender/);
+
+    // b holds it again, empty: the new sender's first round pulls every key a holds.
+    const rounds: RoundReport[] = [];
+    const unwatch = b.dispatcher.watchRounds((r) => {
+      if (r.fragment === fragment) rounds.push(r);
+    });
+    await b.dispatcher.holdFragment(fragment, [A, B]);
+    await eventually(() => rounds.some((r) => r.ok), WAIT_MS);
+    unwatch();
+    const first = rounds.find((r) => r.ok)!;
+    assert.equal(first.member, A);
+    assert.equal(first.keysPulled, keys.length, 'the copy was removed: every key is pulled back');
+    for (const key of keys) assert.equal(await readOnWorker(b, key), `v-${key}`);
+
+    // reconcileNow waits for a round that starts after it: complete, and nothing left to pull.
+    const now = await b.dispatcher.reconcileNow(fragment, A, WAIT_MS);
+    assert.equal(now.ok, true, now.reason);
+    assert.equal(now.member, A);
+    assert.ok(now.roundSeq > first.roundSeq, 'a later round than the one running before');
+    assert.equal(now.keysPulled, 0);
+
+    // The replica list: without a, b's sender toward it closes; the same list twice keeps it.
+    await b.dispatcher.holdFragment(fragment, [B]);
+    assert.deepEqual(await sendersOf(b), []);
+    await b.dispatcher.holdFragment(fragment, [A, B]);
+    const [opened] = await sendersOf(b);
+    assert.equal(opened.peer, 'a');
+    await eventually(async () => (await sendersOf(b))[0].connected, WAIT_MS);
+    const { sessionId } = (await sendersOf(b))[0];
+    await b.dispatcher.holdFragment(fragment, [A, B]);
+    assert.equal((await sendersOf(b))[0].sessionId, sessionId, 'the same list changes nothing');
+    await assert.rejects(b.dispatcher.holdFragment(fragment, [A]), /must name this node/);
+    await assert.rejects(b.dispatcher.drainedTo(fragment, A, WAIT_MS, AckLevel.Stable), /cannot be told/);
+    assert.equal(await b.dispatcher.drainedTo(fragment, A, WAIT_MS), true);
+  } finally {
+    await Promise.allSettled([a.close(), b.close()]);
+    await dir.cleanup();
+  }
+});
