@@ -537,6 +537,14 @@ assert(
 export const PLACEMENT_PLAN_INTERVAL_MS = 1_000;
 /** A failed hold, verification or drop of a fragment is tried again after this long. */
 export const PLACEMENT_RETRY_MS = 1_000;
+/**
+ * How long one placement step may wait on the workers: the anti-entropy round that verifies a
+ * gained copy, or a new replica's acknowledgement of a handoff (actordb's BOOTSTRAP_TIMEOUT, 30 s);
+ * a step that runs out is retried, never given up.
+ */
+export const PLACEMENT_STEP_TIMEOUT_MS = 30_000;
+/** Replica-list changes `GET /cluster/moves` lists, newest first. */
+export const MOVES_RECENT_MAX = 64;
 /** A verified copy tells the coordinator it is ready again this often until its move finishes. */
 export const PLACEMENT_READY_RESEND_MS = 2_000;
 /**

@@ -1,6 +1,6 @@
-// `tessera cluster status|members|events|placement|metrics`: the cluster as a running node sees it,
-// asked through its admin port (GET /health, /cluster/members, /cluster/events, /cluster/placement,
-// /cluster/metrics); and
+// `tessera cluster status|members|events|placement|moves|metrics`: the cluster as a running node
+// sees it, asked through its admin port (GET /health, /cluster/members, /cluster/events,
+// /cluster/placement, /cluster/moves, /cluster/metrics); and
 // `plan|remove|leave|move`: changes, POSTed with the admin token (admin/cluster-changes.ts).
 
 import type { MemberState, MemberView } from '../core/membership-types.js';
@@ -8,7 +8,7 @@ import type { ClusterMetrics } from './admin/cluster-metrics.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, mib } from './admin/server.js';
 import { parseCliArgs } from './cli-args.js';
 import { describePeersDown, type HealthState, type PeerDown } from './health-summary.js';
-import type { MemberReport, MembershipReport } from './mesh/cluster.js';
+import type { MemberReport, MembershipReport, MovesReport } from './mesh/cluster.js';
 import type { FragmentPlacement, Health } from './node.js';
 
 export function clusterHelpText(): string {
@@ -28,6 +28,9 @@ export function clusterHelpText(): string {
     '                               object each); --after N resumes after event N. Ctrl-C stops',
     '                               (exit 0); exit 1 if the node ends the stream.',
     '  placement [--json]           every fragment: replicas, serving replica, table generation',
+    "  moves [--json]               replica moves in flight, this node's fragments copying or",
+    '                               handing over, recent moves (exit 1 while fragments are',
+    '                               under-replicated)',
     "  metrics [--json]             every member's latest metrics sample, one line each, and the",
     '                               members that did not answer in time (exit 1 if any did not)',
     '',
@@ -35,7 +38,8 @@ export function clusterHelpText(): string {
     'remove and move to the coordinator, and says which node executed them; exit 1 when refused:',
     '  plan [join|leave|remove NODE] [--json]   the moves the planner would make (dry run)',
     '  remove NODE                  removes a Down member (it is refused until wiped)',
-    '  leave, move FRAGMENT NODE    hand fragments over (refused: fragments do not move yet)',
+    '  leave                        this node hands every replica over, then exits the cluster',
+    '  move FRAGMENT NODE           pins the fragment to NODE: the planner moves a replica there',
   ].join('\n');
 }
 
@@ -44,6 +48,7 @@ type ClusterCommand =
   | 'members'
   | 'events'
   | 'placement'
+  | 'moves'
   | 'metrics'
   | 'plan'
   | 'remove'
@@ -55,6 +60,7 @@ const COMMANDS: Record<ClusterCommand, (args: ClusterArgs) => Promise<number>> =
   members: clusterMembers,
   events: clusterEvents,
   placement: clusterPlacement,
+  moves: clusterMoves,
   metrics: clusterMetrics,
   plan: (args) => {
     const [action, node] = args.positional;
@@ -374,6 +380,53 @@ async function clusterPlacement(args: ClusterArgs): Promise<number> {
   }
   process.stdout.write(`${columns(rows)}\n`);
   return 0;
+}
+
+/** `moves`: moves in flight and this node's fragments in transition; exit 1 while some fragment is under-replicated. */
+async function clusterMoves(args: ClusterArgs): Promise<number> {
+  const url = `${args.base}/cluster/moves`;
+  const answer = await getJson('cluster moves', url);
+  if (answer === undefined) return 1;
+  if (answer.status !== 200) {
+    process.stderr.write(`tessera cluster moves: ${refusal(url, answer.status, answer.body)}\n`);
+    return 1;
+  }
+  const report = answer.body as MovesReport;
+  if (args.json) {
+    process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
+    return report.underReplicated > 0 ? 1 : 0;
+  }
+  const lines = [
+    `table epoch ${report.tableEpoch}: ${report.inFlight.length} moves in flight, ${report.underReplicated} fragments under-replicated`,
+  ];
+  if (report.inFlight.length > 0) {
+    const rows = [['fragment', 'source', 'target', 'reason', 'generation', 'since']];
+    for (const m of report.inFlight)
+      rows.push([
+        String(m.fragment),
+        m.source ?? '-',
+        m.target,
+        m.reason,
+        String(m.generation),
+        m.since ?? '-',
+      ]);
+    lines.push(columns(rows));
+  }
+  if (report.here.length > 0) {
+    const rows = [['fragment', 'here', 'generation', 'step', 'since', 'waiting']];
+    for (const f of report.here)
+      rows.push([
+        String(f.fragment),
+        f.state,
+        String(f.generation),
+        f.step ?? '-',
+        f.since,
+        f.waiting || '-',
+      ]);
+    lines.push(columns(rows));
+  }
+  process.stdout.write(`${lines.join('\n')}\n`);
+  return report.underReplicated > 0 ? 1 : 0;
 }
 
 /** One line per member that answered, then one per member that did not. */

@@ -183,6 +183,12 @@ export interface FragmentPlacement {
   fence?: { coordinatorId: string; incarnation: number; epoch: number };
   /** The entry's changes, oldest first: generation, replicas before and after, reason, when. */
   history?: Array<{ generation: number; from: string[]; to: string[]; reason: string; at: string }>;
+  /** A replica move in flight: the target copies (not serving yet), the source leaves once it is verified. */
+  moving?: { source: string | null; target: string; reason: string } | null;
+  /** Fewer than `--replicas` healthy replicas (Down or Removed ones do not count). */
+  underReplicated?: boolean;
+  /** This node's part: Serving, Bootstrapping (copying), Draining (handing over); absent when none. */
+  state?: string;
 }
 
 /** Test and operations hooks; not part of the stable API. */
@@ -549,15 +555,16 @@ export class Tessera {
         });
         continue;
       }
-      const { members, placement, selfIndex } = cluster.config;
+      const { members } = cluster.config;
       const serving = cluster.servingMember(f);
       const entry = cluster.coordinator?.table.active(f);
+      const state = cluster.placement?.fragment(f)?.state;
       out.push({
         fragment: f,
         slots: [first, end - 1],
         replicas: cluster.replicasOf(f).map((m) => members[m]),
         serving: serving === -1 ? undefined : members[serving],
-        local: placement.replicas[f].includes(selfIndex),
+        local: cluster.holds(f),
         ...(entry === undefined
           ? {}
           : {
@@ -570,7 +577,10 @@ export class Tessera {
                 reason: h.reason,
                 at: new Date(h.timestampMs).toISOString(),
               })),
+              moving: entry.moving === null ? null : { ...entry.moving },
+              underReplicated: cluster.isUnderReplicated(cluster.coordinator!.table, f),
             }),
+        ...(state === undefined ? {} : { state }),
       });
     }
     return out;

@@ -1,6 +1,6 @@
 // Admin work across the peer mesh on three real processes on 127.0.0.1: a change posted to a node
 // that is not the coordinator is executed by the coordinator and answered with its status unchanged
-// and the node that executed it; `leave` stays where it was posted; `GET /cluster/metrics` merges
+// and the node that executed it (a move pins the fragment); `leave` stays where it was posted; `GET /cluster/metrics` merges
 // every member's sample, and with one member stopped by SIGSTOP it is partial, naming that member.
 
 import assert from 'node:assert/strict';
@@ -104,17 +104,19 @@ describe('admin changes and metrics across the peer mesh', () => {
     assert.equal(invalid.body.status, 'BadRequest');
     assert.equal(invalid.body.executedBy, 'a');
 
+    // b holds a replica of every fragment already (three nodes, three replicas): the pin moves nothing.
     const move = await change(c, '/cluster/move', { fragment: 1, to: 'b' }, TOKEN);
-    assert.equal(move.http, 500);
-    assert.equal(move.body.status, 'Failed');
+    assert.equal(move.http, 200, move.body.message);
+    assert.equal(move.body.status, 'Ok');
     assert.equal(move.body.executedBy, 'a');
-    assert.match(move.body.message, /fragments that move/);
+    assert.match(move.body.message, /fragment 1 pinned to b/);
+    const pinnedAgain = await change(b, '/cluster/move', { fragment: 1, to: 'b' }, TOKEN);
+    assert.match(pinnedAgain.body.message, /pinned to b already/);
+    const unknown = await change(b, '/cluster/move', { fragment: 1, to: 'nobody' }, TOKEN);
+    assert.equal(unknown.body.status, 'NotFound');
+    assert.equal(unknown.body.executedBy, 'a');
 
-    // leave is about the node it was posted to; the token is checked where the change arrives.
-    const leave = await change(b, '/cluster/leave', {}, TOKEN);
-    assert.equal(leave.body.status, 'Failed');
-    assert.equal(leave.body.executedBy, 'b');
-    assert.equal(leave.body.forwardedTo, undefined);
+    // The token is checked where the change arrives.
     const unauthorized = await change(b, '/cluster/plan', {}, `${TOKEN}x`);
     assert.equal(unauthorized.http, 401);
     assert.equal(unauthorized.body.executedBy, undefined);
@@ -167,5 +169,13 @@ describe('admin changes and metrics across the peer mesh', () => {
     } finally {
       c.child!.kill('SIGCONT');
     }
+  });
+
+  test('leave is executed by the node it was posted to, never forwarded', async () => {
+    const [, b] = fixture.nodes;
+    const leave = await change(b, '/cluster/leave', {}, TOKEN);
+    assert.equal(leave.body.status, 'Ok', leave.body.message);
+    assert.equal(leave.body.executedBy, 'b');
+    assert.equal(leave.body.forwardedTo, undefined);
   });
 });

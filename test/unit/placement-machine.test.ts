@@ -132,7 +132,9 @@ describe('gain', () => {
 
   test('a fragment the first table lists this node for (bootstrap) is served once it is open', () => {
     const h = new Harness();
-    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 1, replicas: ['s', 'a'] }])), ['hold 0 g1 [s a]']);
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 1, replicas: ['s', 'a'] }])), [
+      'hold 0 g1 [s a]',
+    ]);
     assert.equal(h.machine.serves(0), false, 'not before it is open');
     assert.deepEqual(h.done(0, 'hold', 1), ['serve 0 on']);
     assert.equal(h.state(0), 'Serving g1');

@@ -6,9 +6,10 @@
 //                         planner would make (dry run; nothing changes)
 //   POST /cluster/remove  {"node": id}: removes a Down member, as `nodetool removenode`; membership
 //                         gossips it, and the member is refused from then on until wiped
-//   POST /cluster/leave   graceful leave of this node, and POST /cluster/move {"fragment", "to"}:
-//                         refused (Failed) — both hand fragments over, which needs fragments that
-//                         move while serving
+//   POST /cluster/leave   graceful leave of this node: Leaving, its replicas handed over, then it
+//                         exits the cluster
+//   POST /cluster/move    {"fragment": n, "to": id}: pins the fragment to a member (datum's Pinned);
+//                         the planner moves a replica there and keeps it there while it is eligible
 //
 // plan, remove and move are the coordinator's decisions: a node that is not the coordinator checks
 // the token, then forwards the change over the peer mesh (mesh/admin-exchange.ts; the token does not
@@ -217,13 +218,26 @@ export async function executeChange(
       const reply = await membership.remove(nodeId);
       return { status: reply.status, message: reply.message, node: nodeId };
     }
-    case '/cluster/leave':
-    case '/cluster/move':
-      return refuse(
-        'Failed',
-        `${path.slice('/cluster/'.length)} hands fragments to other nodes, which needs fragments that move while serving; ` +
-          'this release does not move fragments (restart the nodes with the new --peers instead)',
-      );
+    case '/cluster/leave': {
+      const reply = await cluster.leave();
+      return {
+        status: reply.status,
+        message:
+          reply.status === 'Ok'
+            ? `${node.nodeId} is Leaving: its replicas move to other members, then it exits the cluster`
+            : reply.message,
+        node: node.nodeId,
+      };
+    }
+    case '/cluster/move': {
+      const { fragment, to } = body;
+      if (typeof fragment !== 'number' || !isValidNodeId(to))
+        return refuse('BadRequest', 'body must be {"fragment": <number>, "to": "<member id>"}');
+      const coordinator = cluster.coordinator;
+      if (coordinator === undefined) return refuse('Conflict', 'the node is starting');
+      const answer = coordinator.pin(fragment, to);
+      return { status: answer.status, message: answer.message, fragment, to };
+    }
     default:
       return refuse('NotFound', `no such change: ${path}`);
   }

@@ -11,6 +11,8 @@
 //   GET /cluster    members, peers and replication senders (404 on a node without peers)
 //   GET /cluster/members  membership's view of every member, with connection, health and
 //                   reporters, and the failure detector's figures (404 without peers)
+//   GET /cluster/moves    replica moves in flight and recent, this node's fragments that are
+//                   copying or handing over, and the under-replicated count (404 without peers)
 //   GET /cluster/events   cluster events as Server-Sent Events (admin/event-stream.ts; 404
 //                   without peers, 503 past CLUSTER_EVENT_READERS_MAX readers)
 //   GET /metrics    Prometheus text format (admin/metrics.ts)
@@ -176,6 +178,12 @@ export class AdminServer {
       }
       case '/cluster/events':
         return this.streamEvents(req, res, url);
+      case '/cluster/moves': {
+        const report = this.node.cluster?.movesReport();
+        if (report === undefined)
+          return send(res, req, 404, JSON_TYPE, json({ error: 'this node has no peers' }));
+        return send(res, req, 200, JSON_TYPE, json({ nodeId: this.node.nodeId, ...report }));
+      }
       case '/cluster/metrics':
         if (this.node.cluster === undefined)
           return send(res, req, 404, JSON_TYPE, json({ error: 'this node has no peers' }));

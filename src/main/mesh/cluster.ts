@@ -26,7 +26,11 @@ import {
   MAX_FORWARD_HOPS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
+  MOVES_RECENT_MAX,
   PLACEMENT_PLAN_INTERVAL_MS,
+  PLACEMENT_READY_RESEND_MS,
+  PLACEMENT_RETRY_MS,
+  PLACEMENT_STEP_TIMEOUT_MS,
   ringRecordBytesMax,
 } from '../../core/limits.js';
 import type { MembershipCounters } from '../../core/membership.js';
@@ -37,6 +41,7 @@ import {
   type MemberRecord,
   type MemberState,
   type MemberView,
+  type OperatorStatus,
 } from '../../core/membership-types.js';
 import {
   EnvelopeField,
@@ -68,6 +73,7 @@ import { CoordinatorDriver } from './coordinator-driver.js';
 import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
+import { PlacementDriver } from './placement-driver.js';
 import { PubSubRelay } from './pubsub-relay.js';
 
 /** A forwarded operation this node serves (or relays): whom to answer, under which request id. */
@@ -114,7 +120,47 @@ export type ClusterEventData =
       coordinator: CoordinatorIdentity | null;
       /** The table epoch it acts in (the one it opened, once it took over). */
       epoch: number;
-    };
+    }
+  /** This node started or stopped serving a fragment (`FragmentServing`, `FragmentNotServing`). */
+  | { fragment: number; node: string }
+  /** This node was asked to leave (`LeaveRequested`). */
+  | { node: string };
+
+/** `GET /cluster/moves`: replica moves in flight and recent, and this node's part in them. */
+export interface MovesReport {
+  tableEpoch: number;
+  /** Fragments short of replicas (Cluster.underReplicated). */
+  underReplicated: number;
+  /** Moves in the table now: the target copies, the source leaves once the target is verified. */
+  inFlight: Array<{
+    fragment: number;
+    source: string | null;
+    target: string;
+    reason: string;
+    generation: number;
+    since: string | null;
+  }>;
+  /** This node's fragments that are not simply served: copying, handing over. */
+  here: Array<{
+    fragment: number;
+    state: string;
+    generation: number;
+    step: string | null;
+    since: string;
+    waiting: string;
+  }>;
+  /** The latest replica-list changes, newest first. */
+  recent: Array<{
+    fragment: number;
+    generation: number;
+    from: string[];
+    to: string[];
+    reason: string;
+    at: string;
+  }>;
+  coordinator: Record<string, number>;
+  placement: Record<string, number>;
+}
 
 /** What membership starts from: the data directory's cluster state, read at this start. */
 export interface MembershipStart {
@@ -173,6 +219,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private membershipDriver: MembershipDriver | undefined;
   /** The placement coordinator and its table; set by start. */
   private coordinatorDriver: CoordinatorDriver | undefined;
+  /** What this node does about each fragment the table gives it or takes away; set by start. */
+  private placementDriver: PlacementDriver | undefined;
+  /** Per fragment, 1 while this node serves it itself (the placement driver says; at first, the placement it started with). */
+  private readonly localServing: Uint8Array;
+  /** Set once this node asked to leave: it exits membership when it holds nothing more. */
+  private leaving = false;
   private viewScheduled = false;
   private readonly viewTask = (): void => this.sendView();
   /** Per fragment, the replicas (member indices) requests are routed by: the table's, else the static placement. */
@@ -199,6 +251,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   ) {
     this.frameBytesMax = ringRecordBytesMax(valueBytesMax);
     this.routing = config.placement.replicas.map((r) => [...r]);
+    this.localServing = Uint8Array.from(config.placement.replicas, (r) =>
+      r.includes(config.selfIndex) ? 1 : 0,
+    );
     this.memberReachable = config.members.map(() => true);
     this.memberStates = config.members.map(() => 'Up');
     this.unreachableSinceMs = config.members.map(() => 0);
@@ -324,7 +379,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         restoredPromise: membership.promise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
         digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
-        moves: undefined,
+        moves: c.moveLimits,
         planIntervalMs: PLACEMENT_PLAN_INTERVAL_MS,
       },
       {
@@ -336,12 +391,39 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         log: (level, fields, message) => this.logger[level](fields, message),
       },
       {
-        onTableChanged: (table) => this.routeByTable(table),
+        onTableChanged: (table, fragments) => this.onTableChanged(table, fragments),
         onCoordinatorChanged: (coordinator, epoch) => this.onCoordinatorChanged(coordinator, epoch),
       },
       new SystemClock(),
     );
-    if (membership.table !== undefined) this.routeByTable(membership.table);
+    this.placementDriver = new PlacementDriver(
+      {
+        selfId: c.selfId,
+        fragmentCount: this.routing.length,
+        retryMs: PLACEMENT_RETRY_MS,
+        readyResendMs: PLACEMENT_READY_RESEND_MS,
+        drainWarnIntervalMs: c.drainWarnIntervalMs,
+      },
+      {
+        hold: (fragment, replicas) => this.dispatcher.holdFragment(fragment, this.indicesOf(replicas)),
+        verify: (fragment, sources) => this.verifyCopy(fragment, sources),
+        drain: (fragment, targets) => this.handOver(fragment, targets),
+        drop: (fragment) => this.dispatcher.dropFragment(fragment),
+        ready: (fragment, generation) => this.coordinatorDriver?.ready(fragment, generation),
+        serve: (fragment, serving) => this.onServing(fragment, serving),
+        stepped: () => this.exitIfLeft(),
+        log: (level, fields, message) => this.logger[level](fields, message),
+      },
+      new SystemClock(),
+    );
+    this.placementDriver.start(this.heldAtStart());
+    if (membership.table !== undefined) {
+      const table = membership.table;
+      this.onTableChanged(
+        table,
+        table.entries().map(([f]) => f),
+      );
+    }
     this.scheduleView();
     if (c.joinSeeds.length > 0) this.joinThroughSeeds();
     return port;
@@ -389,29 +471,194 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return this.routing[fragment];
   }
 
+  /** What this node does about each fragment (undefined before start). */
+  get placement(): PlacementDriver | undefined {
+    return this.placementDriver;
+  }
+
   /**
-   * Routes by the table's replica lists. The workers hold and replicate the fragments of the
-   * placement the node started with: a table that gives this node other fragments (restored from a
-   * run with other members) is routed by and reported, but their data moves only once fragments move.
+   * Fragments short of replicas: the table lists fewer than `--replicas` of them besides a move's
+   * target, or lists one that is Down or Removed. Re-replication brings this to 0 once enough
+   * members are Up.
+   */
+  underReplicated(): number {
+    const table = this.coordinatorDriver?.table;
+    if (table === undefined) return 0;
+    let count = 0;
+    for (let f = 0; f < this.routing.length; f++) if (this.isUnderReplicated(table, f)) count++;
+    return count;
+  }
+
+  isUnderReplicated(table: AssignmentTable, fragment: number): boolean {
+    const entry = table.active(fragment);
+    if (entry === undefined) return false;
+    const target = entry.moving?.target;
+    let healthy = 0;
+    for (const id of entry.replicas) {
+      if (id === target) continue;
+      const state = this.membershipDriver?.member(id)?.state;
+      if (state !== 'Down' && state !== 'Removed') healthy++;
+    }
+    return healthy < this.config.replicas;
+  }
+
+  /** Moves in flight in the table, this node's fragments in transition, and the counters (`GET /cluster/moves`). */
+  movesReport(): MovesReport {
+    const table = this.coordinatorDriver?.table;
+    const inFlight: MovesReport['inFlight'] = [];
+    const recent: Array<Omit<MovesReport['recent'][number], 'at'> & { atMs: number }> = [];
+    for (const [fragment, entry] of table?.entries() ?? []) {
+      if (entry.kind !== 'active') continue;
+      if (entry.moving !== null) {
+        const started = entry.history.at(-1);
+        inFlight.push({
+          fragment,
+          source: entry.moving.source,
+          target: entry.moving.target,
+          reason: entry.moving.reason,
+          generation: entry.generation,
+          since: started === undefined ? null : new Date(started.timestampMs).toISOString(),
+        });
+      }
+      for (const h of entry.history) {
+        if (h.reason === 'bootstrap') continue;
+        recent.push({
+          fragment,
+          generation: h.generation,
+          from: [...h.from],
+          to: [...h.to],
+          reason: h.reason,
+          atMs: h.timestampMs,
+        });
+      }
+    }
+    recent.sort((x, y) => y.atMs - x.atMs);
+    const placement = this.placementDriver;
+    return {
+      tableEpoch: table?.epoch ?? 0,
+      underReplicated: this.underReplicated(),
+      inFlight,
+      here: (placement?.fragments() ?? [])
+        .filter((f) => f.state !== 'Serving')
+        .map((f) => ({
+          fragment: f.fragment,
+          state: f.state,
+          generation: f.generation,
+          step: f.step,
+          since: new Date(f.sinceMs).toISOString(),
+          waiting: f.waiting,
+        })),
+      recent: recent
+        .slice(0, MOVES_RECENT_MAX)
+        .map(({ atMs, ...h }) => ({ ...h, at: new Date(atMs).toISOString() })),
+      coordinator: { ...(this.coordinatorDriver?.counters ?? {}) },
+      placement: { ...(placement?.counters ?? {}) },
+    };
+  }
+
+  private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
+    this.routeByTable(table);
+    this.placementDriver?.onTable(table, fragments);
+    this.exitIfLeft();
+  }
+
+  /**
+   * Routes by the table's replica lists, without a move's target: it copies and is verified before
+   * the coordinator lists it as a serving replica. Whether this node serves a fragment itself is
+   * the placement driver's word (`localServing`).
    */
   private routeByTable(table: AssignmentTable): void {
     const c = this.config;
-    const differing: number[] = [];
     for (let f = 0; f < this.routing.length; f++) {
       const entry = table.active(f);
       if (entry === undefined) continue;
-      const list = entry.replicas.map((id) => c.members.indexOf(id)).filter((m) => m !== -1);
+      const target = entry.moving?.target;
+      const list = entry.replicas
+        .filter((id) => id !== target)
+        .map((id) => c.members.indexOf(id))
+        .filter((m) => m !== -1);
       if (list.length === 0) continue;
       this.routing[f] = list;
-      // What matters is whether this node holds the fragment: its workers keep what they started with.
-      if (list.includes(c.selfIndex) !== c.placement.replicas[f].includes(c.selfIndex)) differing.push(f);
     }
-    if (differing.length > 0) {
-      this.logger.warn(
-        { fragments: differing.slice(0, 16), count: differing.length },
-        'the assignment table places fragments other than the placement this node started with; their data moves only once fragments move',
-      );
+  }
+
+  /** The fragments this node's workers served at start: the placement it started with. */
+  private heldAtStart(): number[] {
+    const held: number[] = [];
+    for (let f = 0; f < this.localServing.length; f++) if (this.localServing[f] === 1) held.push(f);
+    return held;
+  }
+
+  private onServing(fragment: number, serving: boolean): void {
+    this.localServing[fragment] = serving ? 1 : 0;
+    this.events.append(serving ? 'FragmentServing' : 'FragmentNotServing', Date.now(), {
+      fragment,
+      node: this.config.selfId,
+    });
+  }
+
+  private indicesOf(ids: readonly string[]): number[] {
+    return ids.map((id) => this.config.members.indexOf(id)).filter((m) => m !== -1);
+  }
+
+  /**
+   * A gained copy is verified by a complete anti-entropy round, started now, against a serving
+   * replica this node reaches (each pulls what that replica holds); one is enough.
+   */
+  private async verifyCopy(fragment: number, sources: readonly string[]): Promise<void> {
+    const members = this.indicesOf(sources).filter((m) => this.isUp(m));
+    if (members.length === 0) throw new Error(`no serving replica of fragment ${fragment} is reachable`);
+    const rounds = members.map((m) => this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS));
+    const reasons: string[] = [];
+    for (const round of await Promise.allSettled(rounds)) {
+      if (round.status === 'fulfilled' && round.value.ok) return;
+      reasons.push(round.status === 'fulfilled' ? round.value.reason : (round.reason as Error).message);
     }
+    throw new Error(`no round completed: ${reasons.join('; ')}`);
+  }
+
+  /**
+   * The handoff of a copy this node no longer serves: it replicates to the table's replicas only,
+   * and every one of them must acknowledge every write it holds for them before the copy may go.
+   */
+  private async handOver(fragment: number, targets: readonly string[]): Promise<void> {
+    const members = this.indicesOf(targets);
+    await this.dispatcher.holdFragment(fragment, [this.config.selfIndex, ...members]);
+    const drained = await Promise.all(
+      members.map((m) => this.dispatcher.drainedTo(fragment, m, PLACEMENT_STEP_TIMEOUT_MS)),
+    );
+    const behind = members.filter((_, i) => !drained[i]).map((m) => this.config.members[m]);
+    if (behind.length > 0) throw new Error(`not every write is acknowledged by ${behind.join(', ')}`);
+  }
+
+  /**
+   * Graceful leave: membership marks this node Leaving, the coordinator moves its replicas away,
+   * and once the table lists it nowhere and it holds no copy, it exits membership (Exiting, then
+   * Removed).
+   */
+  async leave(): Promise<{ status: OperatorStatus; message: string }> {
+    const membership = this.membershipDriver;
+    if (membership === undefined) return { status: 'Conflict', message: 'the node is starting' };
+    const reply = await membership.leave();
+    if (reply.status === 'Ok') {
+      this.leaving = true;
+      this.events.append('LeaveRequested', Date.now(), { node: this.config.selfId });
+      this.exitIfLeft();
+    }
+    return reply;
+  }
+
+  private exitIfLeft(): void {
+    if (!this.leaving) return;
+    const table = this.coordinatorDriver?.table;
+    if (table === undefined || table.members().includes(this.config.selfId)) return;
+    if ((this.placementDriver?.fragments().length ?? 0) > 0) return;
+    this.leaving = false;
+    this.logger.info({}, 'every fragment handed over: leaving membership');
+    this.membershipDriver?.exit().then(
+      (reply) => this.logger.info({ status: reply.status }, reply.message),
+      () => {},
+    );
   }
 
   private onCoordinatorChanged(coordinator: CoordinatorIdentity | undefined, epoch: number): void {
@@ -546,7 +793,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Member index of the fragment's first serving replica (-1 when none is reachable). */
   servingMember(fragment: number): number {
     for (const member of this.routing[fragment]) {
-      if (member === this.config.selfIndex || this.isUp(member)) return member;
+      if (member === this.config.selfIndex ? this.localServing[fragment] === 1 : this.isUp(member))
+        return member;
     }
     return -1;
   }
@@ -676,8 +924,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return this.peerLinks[member];
   }
 
+  /** This node holds a copy it may answer from: one it serves, or one it is handing over. */
   holds(fragment: number): boolean {
-    return this.config.placement.replicas[fragment].includes(this.config.selfIndex);
+    if (this.localServing[fragment] === 1) return true;
+    return this.placementDriver?.fragment(fragment)?.state === 'Draining';
   }
 
   workerInit(): ClusterInit {
@@ -810,7 +1060,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
       const fragment = requestFragment(op, 0);
       const origin: Origin = { member, reqId: requestId(op, 0) };
-      if (this.holds(fragment)) {
+      // Only a serving copy applies what was forwarded to it: a copy that is still copying or is
+      // being handed over passes it on to the fragment's serving replica.
+      if (this.localServing[fragment] === 1) {
         const error = this.dispatcher.submitForwarded(fragment, op, this.answerOrigin, origin);
         if (error !== undefined) this.answerOrigin.onFailure(origin, error);
       } else {

@@ -29,6 +29,8 @@ export interface PlacementIo {
   ready(fragment: number, generation: number): void;
   /** Serve the fragment here, or forward its requests to a serving replica. */
   serve(fragment: number, serving: boolean): void;
+  /** A step's outcome was taken in (the fragments' states may have changed). */
+  stepped(): void;
   log(level: 'info' | 'warn' | 'error', fields: Record<string, unknown>, message: string): void;
 }
 
@@ -91,7 +93,12 @@ export class PlacementDriver {
   private carryOut(action: PlacementAction): void {
     switch (action.kind) {
       case 'hold':
-        return this.run(action.fragment, 'hold', action.generation, this.io.hold(action.fragment, action.replicas));
+        return this.run(
+          action.fragment,
+          'hold',
+          action.generation,
+          this.io.hold(action.fragment, action.replicas),
+        );
       case 'verify':
         return this.run(
           action.fragment,
@@ -107,12 +114,20 @@ export class PlacementDriver {
           this.io.drain(action.fragment, action.targets),
         );
       case 'drop':
-        this.io.log('info', { fragment: action.fragment, generation: action.generation }, 'dropping a fragment copy');
+        this.io.log(
+          'info',
+          { fragment: action.fragment, generation: action.generation },
+          'dropping a fragment copy',
+        );
         return this.run(action.fragment, 'drop', action.generation, this.io.drop(action.fragment));
       case 'ready':
         return this.io.ready(action.fragment, action.generation);
       case 'serve':
-        this.io.log('info', { fragment: action.fragment, serving: action.serving }, 'fragment serving changed');
+        this.io.log(
+          'info',
+          { fragment: action.fragment, serving: action.serving },
+          'fragment serving changed',
+        );
         return this.io.serve(action.fragment, action.serving);
       case 'warn':
         return this.io.log('warn', action.fields, action.message);
@@ -122,10 +137,31 @@ export class PlacementDriver {
   /** Reports a step's outcome to the machine once it settles, after the current step returned. */
   private run(fragment: number, step: PlacementStep, generation: number, work: Promise<void>): void {
     work.then(
-      () => this.step({ kind: 'done', fragment, step, generation, ok: true, detail: '', nowMs: this.clock.nowMs() }),
+      () =>
+        this.step({
+          kind: 'done',
+          fragment,
+          step,
+          generation,
+          ok: true,
+          detail: '',
+          nowMs: this.clock.nowMs(),
+        }),
       (err: Error) => {
-        this.io.log('warn', { fragment, step, generation, err: err.message }, 'fragment placement step failed');
-        this.step({ kind: 'done', fragment, step, generation, ok: false, detail: err.message, nowMs: this.clock.nowMs() });
+        this.io.log(
+          'warn',
+          { fragment, step, generation, err: err.message },
+          'fragment placement step failed',
+        );
+        this.step({
+          kind: 'done',
+          fragment,
+          step,
+          generation,
+          ok: false,
+          detail: err.message,
+          nowMs: this.clock.nowMs(),
+        });
       },
     );
   }

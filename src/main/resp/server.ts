@@ -471,8 +471,17 @@ export class RespServer {
       ]);
       parts.push(section('Errorstats', rows));
     }
-    if (wants('cluster'))
-      parts.push(section('Cluster', [['cluster_enabled', this.node.cluster === undefined ? 0 : 1]]));
+    if (wants('cluster')) {
+      const cluster = this.node.cluster;
+      const rows: Array<[string, string | number]> = [['cluster_enabled', cluster === undefined ? 0 : 1]];
+      if (cluster !== undefined) {
+        // Tessera's own: fragments short of replicas (re-replication brings it to 0), moves in flight.
+        const moves = cluster.movesReport();
+        rows.push(['cluster_fragments_under_replicated', moves.underReplicated]);
+        rows.push(['cluster_moves_in_flight', moves.inFlight.length]);
+      }
+      parts.push(section('Cluster', rows));
+    }
     if (wants('keyspace')) parts.push(await this.keyspaceSection());
     if (all || sections.includes('latencystats'))
       parts.push(section('Latencystats', this.commandStats.latencyRows()));

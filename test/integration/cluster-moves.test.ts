@@ -1,0 +1,215 @@
+// Fragments that move while serving, on real processes on 127.0.0.1 with a writer counting
+// acknowledged writes: two nodes join three (R=3) under load and receive their share; one leaves
+// (its replicas handed over, then it exits); one is killed and, once Down, every fragment it held
+// is re-replicated from the survivors until none is under-replicated; one restarted within
+// --down-after moves nothing. After each step every acknowledged write is readable from every
+// replica the table lists, and the move counts are reported.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { freePorts } from '../../bench/ports.js';
+import { Keyspace } from '../../src/core/keyspace.js';
+import type { MovesReport } from '../../src/main/mesh/cluster.js';
+import type { FragmentPlacement } from '../../src/main/node.js';
+import { type ClusterFixture, localValues, NodeProcess, startCluster } from './cluster-helpers.js';
+import { eventually } from './helpers.js';
+
+const TOKEN = 'an-admin-token-for-the-move-tests';
+const FRAGMENTS = 16;
+/** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */
+const CONDITION_MS_MAX = 90_000;
+const COMMON = ['--admin-port', '0', '--admin-token', TOKEN, '--down-after', '6s'];
+
+async function getJson<T>(node: NodeProcess, path: string): Promise<T> {
+  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`);
+  return (await response.json()) as T;
+}
+
+async function post(
+  node: NodeProcess,
+  path: string,
+  body: unknown,
+): Promise<{ status: string; message: string }> {
+  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TOKEN}` },
+    body: JSON.stringify(body),
+  });
+  return (await response.json()) as { status: string; message: string };
+}
+
+interface MemberSeen {
+  nodeId: string;
+  state: string;
+  unreachable: boolean;
+  incarnation: number;
+}
+
+async function membersAt(node: NodeProcess): Promise<MemberSeen[]> {
+  return (await getJson<{ members: MemberSeen[] }>(node, '/cluster/members')).members;
+}
+
+/**
+ * Every running node holds the same table with no move in flight, nothing under-replicated, the
+ * planner wants no more moves, and every fragment lists exactly `members` between them.
+ */
+async function settled(nodes: NodeProcess[], members: string[], coordinator: NodeProcess): Promise<boolean> {
+  const epochs = new Set<string>();
+  for (const n of nodes) {
+    const moves = await getJson<MovesReport>(n, '/cluster/moves');
+    if (moves.inFlight.length > 0 || moves.underReplicated > 0 || moves.here.length > 0) return false;
+    const placement = await getJson<FragmentPlacement[]>(n, '/cluster/placement');
+    epochs.add(JSON.stringify(placement.map((f) => [f.generation, f.replicas])));
+    const listed = new Set(placement.flatMap((f) => f.replicas));
+    if (listed.size !== members.length || !members.every((m) => listed.has(m))) return false;
+  }
+  if (epochs.size !== 1) return false;
+  const plan = await post(coordinator, '/cluster/plan', { action: 'now' });
+  return plan.status === 'Ok' && (plan as unknown as { replicaMoves: number }).replicaMoves === 0;
+}
+
+describe('fragments that move while serving', () => {
+  let fixture: ClusterFixture;
+  const joined: NodeProcess[] = [];
+  const keyspace = new Keyspace(FRAGMENTS);
+  /** key → the value the writer's last acknowledged SET of it wrote. */
+  const acked = new Map<string, string>();
+  let writing = true;
+  let writer: Promise<void> | undefined;
+  let failures = 0;
+
+  const running = (): NodeProcess[] => [...fixture.nodes, ...joined].filter((n) => n.running);
+  const byId = (id: string): NodeProcess => running().find((n) => n.id === id) as NodeProcess;
+
+  /** Every acknowledged write is in the copy of every replica the table lists for its fragment. */
+  async function everyReplicaHoldsEveryWrite(): Promise<void> {
+    const placement = await getJson<FragmentPlacement[]>(byId('a'), '/cluster/placement');
+    const keysOf = new Map<string, string[]>();
+    for (const key of acked.keys()) {
+      for (const replica of placement[keyspace.fragmentOf(Buffer.from(key))].replicas) {
+        const list = keysOf.get(replica) ?? [];
+        list.push(key);
+        keysOf.set(replica, list);
+      }
+    }
+    for (const [replica, keys] of keysOf) {
+      // A copy published after verification may still receive the last writes by replication.
+      await eventually(async () => {
+        const values = await localValues(byId(replica), keys);
+        return values.every((v, i) => v === acked.get(keys[i]!));
+      }, CONDITION_MS_MAX);
+    }
+  }
+
+  before(async () => {
+    fixture = await startCluster('cluster-moves', ['a', 'b', 'c'], COMMON);
+    const client = await fixture.nodes[0].client();
+    writer = (async () => {
+      for (let i = 0; writing; i++) {
+        const key = `move-key-${i % 400}`;
+        const value = `v${i}`;
+        try {
+          await client.set(key, value);
+          acked.set(key, value);
+        } catch {
+          failures++; // a write that fails is not acknowledged: nothing to check for it
+        }
+      }
+    })();
+  });
+
+  after(async () => {
+    writing = false;
+    await writer;
+    for (const n of joined) await n.stop('SIGKILL');
+    if (fixture !== undefined) await fixture.stop();
+  });
+
+  test('two nodes join three under load: moves run within the per-node limit and the table settles with every write everywhere', async (t) => {
+    const ports = await freePorts(4);
+    const seed = ['--join', `127.0.0.1:${fixture.nodes[0].peerPort}`];
+    for (const [i, id] of ['d', 'e'].entries()) {
+      const dir = fixture.nodes[0].dataDir.replace(/\/a$/, `/${id}`);
+      const node = new NodeProcess(id, ports[2 * i]!, ports[2 * i + 1]!, dir, [
+        '--peer-port',
+        String(ports[2 * i + 1]),
+        '--workers',
+        '2',
+        '--fragments',
+        String(FRAGMENTS),
+        ...COMMON,
+        ...seed,
+      ]);
+      joined.push(node);
+    }
+    await Promise.all(joined.map((n) => n.start()));
+    await eventually(() => settled(running(), ['a', 'b', 'c', 'd', 'e'], byId('a')), CONDITION_MS_MAX);
+    const moves = await getJson<MovesReport>(byId('a'), '/cluster/moves');
+    // The optimum for joining nodes is R·F/N of the replicas per new node.
+    const optimum = Math.ceil((3 * FRAGMENTS * 2) / 5);
+    t.diagnostic(
+      `moves finished ${moves.coordinator.movesFinished}, optimum ${optimum}, write failures ${failures}`,
+    );
+    assert.ok(
+      moves.coordinator.movesFinished <= Math.ceil(optimum * 1.1) + 1,
+      `${moves.coordinator.movesFinished} moves for an optimum of ${optimum}`,
+    );
+    assert.ok(acked.size > 0);
+    await everyReplicaHoldsEveryWrite();
+  });
+
+  test('a node that leaves hands every replica over, then exits the cluster', async () => {
+    const answer = await post(byId('b'), '/cluster/leave', {});
+    assert.equal(answer.status, 'Ok', answer.message);
+    await eventually(
+      async () => (await membersAt(byId('a'))).some((m) => m.nodeId === 'b' && m.state === 'Removed'),
+      CONDITION_MS_MAX,
+    );
+    await eventually(
+      () =>
+        settled(
+          running().filter((n) => n.id !== 'b'),
+          ['a', 'c', 'd', 'e'],
+          byId('a'),
+        ),
+      CONDITION_MS_MAX,
+    );
+    await everyReplicaHoldsEveryWrite();
+    const placement = await getJson<FragmentPlacement[]>(byId('b'), '/cluster/placement');
+    assert.ok(
+      placement.every((f) => f.state === undefined),
+      'b holds no copy',
+    );
+    await byId('b').stop();
+  });
+
+  test('a killed node is Down, and every fragment it held is re-replicated until none is under-replicated', async () => {
+    await byId('c').stop('SIGKILL');
+    await eventually(
+      async () => (await membersAt(byId('a'))).some((m) => m.nodeId === 'c' && m.state === 'Down'),
+      CONDITION_MS_MAX,
+    );
+    await eventually(() => settled(running(), ['a', 'd', 'e'], byId('a')), CONDITION_MS_MAX);
+    const info = await (await byId('a').client()).info('cluster');
+    assert.match(info, /cluster_fragments_under_replicated:0\r\n/);
+    await everyReplicaHoldsEveryWrite();
+  });
+
+  test('a node restarted within --down-after moves nothing', async () => {
+    const before = await getJson<MovesReport>(byId('a'), '/cluster/moves');
+    const d = byId('d');
+    const incarnation = (await membersAt(byId('a'))).find((m) => m.nodeId === 'd')!.incarnation;
+    await d.stop();
+    await d.start();
+    await eventually(async () => {
+      const seen = (await membersAt(byId('a'))).find((m) => m.nodeId === 'd');
+      return seen !== undefined && seen.state === 'Up' && !seen.unreachable && seen.incarnation > incarnation;
+    }, CONDITION_MS_MAX);
+    await eventually(() => settled(running(), ['a', 'd', 'e'], byId('a')), CONDITION_MS_MAX);
+    const afterRestart = await getJson<MovesReport>(byId('a'), '/cluster/moves');
+    assert.equal(afterRestart.coordinator.movesStarted, before.coordinator.movesStarted);
+    writing = false;
+    await writer;
+    await everyReplicaHoldsEveryWrite();
+  });
+});
