@@ -9,6 +9,9 @@
 // - A transition is marked before its action leaves, and every result names the table generation
 //   it was started for: a result for another generation is ignored, so no tick starts work twice
 //   and the ABA case P→Q→P never publishes work done for the first P (generations only grow).
+// - One step at a time per fragment: a table change while a step runs waits for its result (which
+//   then counts for nothing, but a drop: the copy is gone) before the next step starts, so a stale
+//   hold never lands after a newer one and nothing is dropped while an earlier step still uses it.
 // - Gain: a fragment whose table entry lists this node as the move's target is Bootstrapping: held
 //   (routed here, replicated to, not serving), then verified by a complete anti-entropy round
 //   against a serving replica started after the hold, with the entry unchanged; only then does the
@@ -96,6 +99,8 @@ interface Slot {
   state: FragmentPlacementState;
   generation: number;
   step: PlacementStep | null;
+  /** The generation the step in flight was started for (it may be behind `generation`). */
+  stepGeneration: number;
   /** The node holds the fragment at `generation` (its hold step succeeded). */
   held: boolean;
   /** The fragment is open in a worker (held at some generation, or by the store at start) until dropped. */
@@ -232,11 +237,17 @@ export class PlacementMachine {
     detail: string,
   ): void {
     const slot = this.slots[fragment];
-    if (slot === undefined || slot.step !== step || slot.generation !== generation) {
+    if (slot === undefined || slot.step !== step || slot.stepGeneration !== generation) {
       this.counters.staleResults++;
       return;
     }
     slot.step = null;
+    if (generation !== slot.generation && step !== 'drop') {
+      // Started for an earlier generation: it counts for nothing now (a held copy stays open).
+      this.counters.staleResults++;
+      if (ok && step === 'hold') slot.opened = true;
+      return this.reconcile(fragment);
+    }
     if (!ok) {
       this.counters.stepsFailed++;
       slot.waiting = `${step} failed: ${detail}`;
@@ -315,7 +326,6 @@ export class PlacementMachine {
       // with the entry unchanged), and the replicas to replicate to may have changed.
       if (slot.state === 'Stopped' || slot.state === 'Draining') this.counters.gained++;
       slot.generation = entry.generation;
-      slot.step = null;
       slot.held = false;
       slot.verified = false;
       slot.retryAtMs = 0;
@@ -339,7 +349,7 @@ export class PlacementMachine {
     if (!slot.verified) {
       const sources = entry.replicas.filter((id) => id !== this.config.selfId);
       if (sources.length > 0) {
-        slot.step = 'verify';
+        this.begin(slot, 'verify');
         this.outbox.push({ kind: 'verify', fragment, generation: slot.generation, sources });
         return;
       }
@@ -360,12 +370,11 @@ export class PlacementMachine {
     }
     if (slot.generation !== generation) {
       slot.generation = generation;
-      if (slot.step !== 'drop') slot.step = null;
       slot.retryAtMs = 0;
     }
     if (slot.step !== null || slot.retryAtMs > 0) return;
     if (!slot.authoritative) {
-      slot.step = 'drop';
+      this.begin(slot, 'drop');
       this.outbox.push({ kind: 'drop', fragment, generation });
       return;
     }
@@ -374,7 +383,7 @@ export class PlacementMachine {
       slot.waiting = 'no replacement replica can certify the handoff';
       return;
     }
-    slot.step = 'drain';
+    this.begin(slot, 'drain');
     this.outbox.push({ kind: 'drain', fragment, generation, targets });
   }
 
@@ -385,8 +394,14 @@ export class PlacementMachine {
     this.outbox.push({ kind: 'serve', fragment, serving });
   }
 
+  /** Marks `step` in flight for the slot's generation, before its action leaves. */
+  private begin(slot: Slot, step: PlacementStep): void {
+    slot.step = step;
+    slot.stepGeneration = slot.generation;
+  }
+
   private hold(fragment: number, slot: Slot, entry: ActiveAssignment): void {
-    slot.step = 'hold';
+    this.begin(slot, 'hold');
     this.outbox.push({ kind: 'hold', fragment, generation: slot.generation, replicas: entry.replicas });
   }
 
@@ -423,6 +438,7 @@ export class PlacementMachine {
         state: 'Stopped',
         generation: 0,
         step: null,
+        stepGeneration: 0,
         held: false,
         opened: false,
         verified: false,

@@ -30,6 +30,7 @@
 import { assert } from '../../src/core/assert.js';
 import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/assignment-table.js';
 import type { DriverClock } from '../../src/core/clock.js';
+import type { MemberView, MoveLimits } from '../../src/core/coordinator.js';
 import { CoordinatorMachine, type EpochPromise } from '../../src/core/coordinator-machine.js';
 import {
   COORDINATOR_DIGEST_INTERVAL_MS,
@@ -45,6 +46,8 @@ import { seededFractions } from '../unit/fixtures/xorshift32.js';
 
 export interface MembershipSimOptions {
   seed: number;
+  /** The coordinator's move limits; undefined: it plans no moves (the table stays as bootstrapped). */
+  moves?: MoveLimits;
   chaosMs: number;
   /** Time a message to a reachable member may take to produce a refutation seen everywhere. */
   refuteGraceMs: number;
@@ -80,20 +83,22 @@ export interface MembershipSimReport {
   tableChanges: number;
 }
 
-const STEP_MS = 10;
-const FRAGMENTS = 16;
-const REPLICAS = 3;
+export const STEP_MS = 10;
+export const FRAGMENTS = 16;
+export const REPLICAS = 3;
 const TRACE = process.env.TESSERA_SIM_TRACE !== undefined;
 
 const DATAGRAM_KEY = datagramKey(Buffer.from('the simulated cluster secret, 32 bytes or more'));
 
-interface SimTimer {
+export interface SimTimer {
   atMs: number;
   fire: () => void;
 }
 
-interface SimNode {
+export interface SimNode {
   id: string;
+  /** The member it joins through when started without persisted members; undefined for a founding member. */
+  joinSeed: string | undefined;
   /** The node's membership driver; undefined while the node is dead. */
   core: MembershipDriver | undefined;
   /** The node's coordinator driver, fed its membership view; undefined while the node is dead. */
@@ -126,17 +131,17 @@ interface InFlight {
 }
 
 export class MembershipSim {
-  private readonly random: () => number;
-  private readonly nodes: SimNode[] = [];
-  private readonly byId = new Map<string, SimNode>();
+  protected readonly random: () => number;
+  protected readonly nodes: SimNode[] = [];
+  protected readonly byId = new Map<string, SimNode>();
   private inFlight: InFlight[] = [];
-  private readonly cut = new Set<string>();
+  protected readonly cut = new Set<string>();
   private lossRate = 0;
   /** A partition holds until then: long ones (past downAfterMs) let a majority down the minority. */
   private partitionUntilMs = 0;
-  private nowMs = 0;
+  protected nowMs = 0;
   /** Since when each node has been reached by a majority (alive, running, links up); undefined when not. */
-  private readonly majorityReachSinceMs = new Map<string, number | undefined>();
+  protected readonly majorityReachSinceMs = new Map<string, number | undefined>();
   /** When each node last stopped reaching a majority. */
   private readonly lostMajorityAtMs = new Map<string, number>();
   /** Table epoch → the coordinator (id@incarnation) that opened it, across every node's table. */
@@ -144,34 +149,17 @@ export class MembershipSim {
   /** `epoch/fragment/generation` → the replicas written there, across every node's table. */
   private readonly writtenEntries = new Map<string, string>();
   private readonly initialPlacement: string[][];
+  /** The founding members, as each of them was started with. */
+  private readonly initialMembers: string[];
   /** Observers that hold each node unreachable (or Down), for the kill phase. */
   private onEvent: ((observer: string, kind: string, about: string) => void) | undefined;
-  private readonly report: MembershipSimReport;
+  protected readonly report: MembershipSimReport;
   private readonly downAfterMs = MEMBERSHIP_CONFIG_DEFAULTS.downAfterMs;
 
-  constructor(private readonly options: MembershipSimOptions) {
+  constructor(protected readonly options: MembershipSimOptions) {
     this.random = seededFractions(options.seed);
     const count = 5 + Math.floor(this.random() * 3);
-    for (let i = 1; i <= count; i++) {
-      const node: SimNode = {
-        id: `n${i}`,
-        core: undefined,
-        coordinator: undefined,
-        viewDirty: false,
-        timer: undefined,
-        coordinatorTimer: undefined,
-        persisted: undefined,
-        persistedTable: undefined,
-        persistedPromise: undefined,
-        pausedUntilMs: 0,
-        lastPauseMs: 0,
-        held: [],
-        offsetMs: Math.floor((this.random() - 0.5) * 4_000),
-        rate: 1 + (this.random() - 0.5) * 0.002,
-      };
-      this.nodes.push(node);
-      this.byId.set(node.id, node);
-    }
+    for (let i = 1; i <= count; i++) this.addNode(`n${i}`, undefined);
     this.report = {
       nodes: count,
       messages: 0,
@@ -192,17 +180,67 @@ export class MembershipSim {
       REPLICAS,
     );
     this.initialPlacement = placement.replicas.map((list) => list.map((m) => placement.members[m]!));
-    for (const node of this.nodes) this.start(node);
-    this.updateReach();
+    this.initialMembers = this.nodes.map((n) => n.id);
   }
 
   run(): MembershipSimReport {
+    this.startAll();
     this.chaos();
     this.heal();
     this.killPhase();
     this.pausePhase();
     return this.report;
   }
+
+  /** Starts the founding members (after construction, so a subclass's hooks see its own fields). */
+  protected startAll(): void {
+    for (const node of this.nodes) this.start(node);
+    this.updateReach();
+  }
+
+  /** A new node `id` that joins through `seed` (a member), started now. */
+  protected addJoiner(id: string, seed: string): SimNode {
+    const node = this.addNode(id, seed);
+    this.trace(`join ${id} through ${seed}`);
+    this.start(node);
+    this.updateReach();
+    return node;
+  }
+
+  /** A node not started yet, with its own clock offset and rate. */
+  private addNode(id: string, joinSeed: string | undefined): SimNode {
+    const node: SimNode = {
+      id,
+      joinSeed,
+      core: undefined,
+      coordinator: undefined,
+      viewDirty: false,
+      timer: undefined,
+      coordinatorTimer: undefined,
+      persisted: undefined,
+      persistedTable: undefined,
+      persistedPromise: undefined,
+      pausedUntilMs: 0,
+      lastPauseMs: 0,
+      held: [],
+      offsetMs: Math.floor((this.random() - 0.5) * 4_000),
+      rate: 1 + (this.random() - 0.5) * 0.002,
+    };
+    this.nodes.push(node);
+    this.byId.set(id, node);
+    return node;
+  }
+
+  // ---- Hooks: what a simulator built on this world adds to each node ----
+
+  /** The node was started (or restarted), its drivers created but not yet fed a view. */
+  protected onNodeStarted(_node: SimNode): void {}
+
+  /** The node is about to die: its drivers are still there. */
+  protected onNodeKilled(_node: SimNode): void {}
+
+  /** The node routes by `table` from now on (`fragments`: the entries that changed). */
+  protected onRoutingTable(_node: SimNode, _table: AssignmentTable, _fragments: readonly number[]): void {}
 
   // ---- Phases ----
 
@@ -218,7 +256,7 @@ export class MembershipSim {
     }
   }
 
-  private randomFault(): void {
+  protected randomFault(): void {
     const r = this.random();
     const node = this.nodes[Math.floor(this.random() * this.nodes.length)]!;
     const partitioned = this.nowMs < this.partitionUntilMs;
@@ -246,6 +284,12 @@ export class MembershipSim {
   }
 
   private heal(): void {
+    this.healAll();
+    this.awaitConvergence('after the faults healed');
+  }
+
+  /** The faults stop: every link up, no loss, every node alive and running. */
+  protected healAll(): void {
     this.healLinks();
     this.lossRate = 0;
     for (const node of this.nodes) {
@@ -253,7 +297,6 @@ export class MembershipSim {
       node.pausedUntilMs = Math.min(node.pausedUntilMs, this.nowMs);
     }
     this.updateReach();
-    this.awaitConvergence('after the faults healed');
   }
 
   private killPhase(): void {
@@ -331,7 +374,7 @@ export class MembershipSim {
   }
 
   /** Undefined when every node sees every node Up and reachable at one incarnation; else why not. */
-  private converged(): string | undefined {
+  protected converged(): string | undefined {
     let reference: string | undefined;
     for (const node of this.nodes) {
       const core = node.core;
@@ -368,7 +411,7 @@ export class MembershipSim {
 
   // ---- The world ----
 
-  private advance(): void {
+  protected advance(): void {
     this.nowMs += STEP_MS;
     this.updateReach();
     const due = this.inFlight.filter((m) => m.atMs <= this.nowMs);
@@ -412,19 +455,22 @@ export class MembershipSim {
   private feedView(node: SimNode): void {
     if (!node.viewDirty || node.coordinator === undefined || node.core === undefined) return;
     node.viewDirty = false;
-    node.coordinator.onView(
-      node.core.view().map((v) => ({
-        id: v.nodeId,
-        state: v.state,
-        // Requests may go to it: membership reaches it and its peer connection is up.
-        reachable: v.nodeId === node.id || (!v.unreachable && this.connected(node.id, v.nodeId)),
-        incarnation: v.incarnation,
-      })),
-    );
+    node.coordinator.onView(this.memberView(node));
+  }
+
+  /** The node's membership view as its coordinator hears it (the node must be alive). */
+  protected memberView(node: SimNode): MemberView[] {
+    return node.core!.view().map((v) => ({
+      id: v.nodeId,
+      state: v.state,
+      // Requests may go to it: membership reaches it and its peer connection is up.
+      reachable: v.nodeId === node.id || (!v.unreachable && this.connected(node.id, v.nodeId)),
+      incarnation: v.incarnation,
+    }));
   }
 
   /** The simulated peer connection between two nodes is up: both alive and the link not cut. */
-  private connected(a: string, b: string): boolean {
+  protected connected(a: string, b: string): boolean {
     return (
       this.byId.get(b)?.core !== undefined &&
       this.byId.get(a)?.core !== undefined &&
@@ -534,14 +580,16 @@ export class MembershipSim {
     }
   }
 
-  private start(node: SimNode): void {
+  protected start(node: SimNode): void {
     this.trace(`start ${node.id}`);
     const restored = node.persisted;
+    // A joiner starts knowing itself only; restarted, it rejoins the members it persisted.
+    const joining = node.joinSeed !== undefined && restored === undefined;
     const members: MemberRecord[] =
       restored?.members ??
-      this.nodes.map((n) => ({
-        nodeId: n.id,
-        address: `${n.id}:7000`,
+      (node.joinSeed !== undefined ? [node.id] : this.initialMembers).map((id) => ({
+        nodeId: id,
+        address: `${id}:7000`,
         incarnation: 0,
         state: 'Up' as const,
       }));
@@ -564,7 +612,7 @@ export class MembershipSim {
         address: `${node.id}:7000`,
         restoredIncarnation: restored?.incarnation,
         members,
-        selfState: 'Up',
+        selfState: joining ? 'Joining' : 'Up',
         selfRemoved: false,
       },
       {
@@ -593,14 +641,15 @@ export class MembershipSim {
         selfId: node.id,
         fragmentCount: FRAGMENTS,
         replicas: REPLICAS,
-        initialPlacement: this.initialPlacement,
-        initialMembers: this.nodes.map((n) => n.id),
+        // A joiner was started with no placement and itself as its only member (--join).
+        initialPlacement: node.joinSeed === undefined ? this.initialPlacement : [],
+        initialMembers: node.joinSeed === undefined ? this.initialMembers : [node.id],
         restored:
           node.persistedTable === undefined ? undefined : decodeTable(JSON.parse(node.persistedTable)),
         restoredPromise: node.persistedPromise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
         digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
-        moves: undefined,
+        moves: this.options.moves,
         planIntervalMs: PLACEMENT_PLAN_INTERVAL_MS,
       },
       {
@@ -613,7 +662,10 @@ export class MembershipSim {
         log: (level, _fields, message) => this.trace(`${node.id} coordinator ${level}: ${message}`),
       },
       {
-        onTableChanged: (table) => this.onTableChanged(node, table),
+        onTableChanged: (table, fragments) => {
+          this.onTableChanged(node, table);
+          this.onRoutingTable(node, table, fragments);
+        },
         onCoordinatorChanged: (coordinator, epoch) => {
           if (coordinator?.id === node.id && node.coordinator?.role === 'coordinator')
             this.report.takeovers++;
@@ -630,13 +682,16 @@ export class MembershipSim {
         },
       },
     );
+    this.onNodeStarted(node);
     this.connectionsChanged();
     this.feedView(node);
+    if (joining) node.core.join([{ nodeId: node.joinSeed!, address: `${node.joinSeed}:7000` }]);
   }
 
-  private kill(node: SimNode): void {
+  protected kill(node: SimNode): void {
     this.trace(`kill ${node.id}`);
     this.report.kills++;
+    this.onNodeKilled(node);
     node.core = undefined;
     node.timer = undefined;
     node.coordinator = undefined;
@@ -681,7 +736,7 @@ export class MembershipSim {
   }
 
   /** Recomputed at every step: faults start and pauses end between steps. */
-  private updateReach(): void {
+  protected updateReach(): void {
     const majority = Math.floor(this.nodes.length / 2) + 1;
     for (const x of this.nodes) {
       let reached = this.running(x) ? 1 : 0;
@@ -698,15 +753,15 @@ export class MembershipSim {
   }
 
   /** TESSERA_SIM_TRACE=1 prints the run's member events and faults, to read a failing seed. */
-  private trace(line: string): void {
+  protected trace(line: string): void {
     if (TRACE) console.log(`${(this.nowMs / 1000).toFixed(2)}s ${line}`);
   }
 
-  private running(node: SimNode): boolean {
+  protected running(node: SimNode): boolean {
     return node.core !== undefined && node.pausedUntilMs <= this.nowMs;
   }
 
-  private localMs(node: SimNode): number {
+  protected localMs(node: SimNode): number {
     return Math.floor(1_000_000 + this.nowMs * node.rate + node.offsetMs);
   }
 }

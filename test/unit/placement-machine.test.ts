@@ -158,32 +158,39 @@ describe('gain', () => {
     // The table moves on (another target), then back to this node as the target: a new generation.
     assert.deepEqual(
       h.table(tableOf([{ fragment: 1, generation: 6, replicas: ['a', 'q'], target: true }]), [1]),
-      ['drop 1 g6'],
+      [],
+      'the verification in flight reports first',
     );
+    assert.deepEqual(h.done(1, 'verify', 5), ['drop 1 g6'], 'the round for generation 5 counts for nothing');
     assert.deepEqual(h.done(1, 'drop', 6), []);
     assert.equal(h.state(1), 'Stopped g6');
     assert.deepEqual(
       h.table(tableOf([{ fragment: 1, generation: 7, replicas: ['a', 's'], target: true }]), [1]),
       ['hold 1 g7 [a s]'],
     );
-    // The verification started for generation 5 reports late: ignored.
+    // Results for generation 5 reported again, late: ignored.
     assert.deepEqual(h.done(1, 'verify', 5), []);
     assert.deepEqual(h.done(1, 'hold', 5), []);
-    assert.equal(h.machine.counters.staleResults, 2);
+    assert.equal(h.machine.counters.staleResults, 3);
     assert.equal(h.state(1), 'Bootstrapping g7 hold');
     assert.deepEqual(h.done(1, 'hold', 7), ['verify 1 g7 from [a]']);
   });
 
-  test('a table change mid-verification restarts it at the new generation (publish with the entry unchanged)', () => {
+  test('a table change mid-verification restarts it at the new generation once the round in flight reports (publish with the entry unchanged)', () => {
     const h = new Harness();
     h.table(tableOf([{ fragment: 0, generation: 2, replicas: ['a', 'b', 's'], target: true }]));
     h.done(0, 'hold', 2);
     assert.equal(h.state(0), 'Bootstrapping g2 verify');
     assert.deepEqual(
       h.table(tableOf([{ fragment: 0, generation: 3, replicas: ['a', 'c', 's'], target: true }]), [0]),
-      ['hold 0 g3 [a c s]'],
+      [],
+      'one step at a time',
     );
-    assert.deepEqual(h.done(0, 'verify', 2), [], 'the round for generation 2 is not this one');
+    assert.deepEqual(
+      h.done(0, 'verify', 2),
+      ['hold 0 g3 [a c s]'],
+      'the round for generation 2 is not this one',
+    );
     assert.deepEqual(h.done(0, 'hold', 3), ['verify 0 g3 from [a c]']);
     assert.deepEqual(h.done(0, 'verify', 3), ['ready 0 g3']);
   });
@@ -246,13 +253,12 @@ describe('loss and handoff', () => {
     assert.equal(h.state(0), 'Draining g4');
   });
 
-  test('a gain cancelled before it served is dropped at once: it holds nothing only it has', () => {
+  test('a gain cancelled before it served is dropped without a handoff: it holds nothing only it has', () => {
     const h = new Harness();
     h.table(tableOf([{ fragment: 3, generation: 2, replicas: ['a', 'b', 's'], target: true }]));
     h.done(3, 'hold', 2);
-    assert.deepEqual(h.table(tableOf([{ fragment: 3, generation: 3, replicas: ['a', 'b'] }]), [3]), [
-      'drop 3 g3',
-    ]);
+    assert.deepEqual(h.table(tableOf([{ fragment: 3, generation: 3, replicas: ['a', 'b'] }]), [3]), []);
+    assert.deepEqual(h.done(3, 'verify', 2), ['drop 3 g3'], 'once the verification in flight reports');
     assert.deepEqual(h.done(3, 'drop', 3), []);
     assert.equal(h.state(3), 'Stopped g3');
   });
@@ -262,15 +268,71 @@ describe('loss and handoff', () => {
     h.table(tableOf([{ fragment: 0, generation: 2, replicas: ['a', 'b'] }]), [0]);
     assert.deepEqual(
       h.table(tableOf([{ fragment: 0, generation: 3, replicas: ['a', 'b', 's'], target: true }]), [0]),
-      ['hold 0 g3 [a b s]'],
+      [],
+      'the drain in flight reports first',
     );
-    assert.deepEqual(h.done(0, 'drain', 2), [], 'the drain for generation 2 no longer counts');
+    assert.deepEqual(
+      h.done(0, 'drain', 2),
+      ['hold 0 g3 [a b s]'],
+      'the drain for generation 2 no longer counts',
+    );
     assert.deepEqual(h.done(0, 'hold', 3), ['verify 0 g3 from [a b]']);
     assert.deepEqual(h.done(0, 'verify', 3), ['ready 0 g3']);
     assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 4, replicas: ['a', 'b', 's'] }]), [0]), [
       'hold 0 g4 [a b s]',
       'serve 0 on',
     ]);
+  });
+});
+
+describe('one step at a time (found by the placement simulator)', () => {
+  /** A harness serving fragment 0 at generation 1 with replicas s, a. */
+  function serving(): Harness {
+    const h = new Harness();
+    h.table(tableOf([{ fragment: 0, generation: 1, replicas: ['s', 'a'] }]));
+    h.done(0, 'hold', 1);
+    return h;
+  }
+
+  test('a drop in flight when the table moves on still stops the fragment, which can then be gained again', () => {
+    const h = serving();
+    h.table(tableOf([{ fragment: 0, generation: 2, replicas: ['a', 'b'] }]), [0]);
+    assert.deepEqual(h.done(0, 'drain', 2), ['drop 0 g2']);
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 3, replicas: ['a', 'c'] }]), [0]), []);
+    // Before, the drop's result (for generation 2) was ignored: Draining with a drop in flight forever.
+    assert.deepEqual(h.done(0, 'drop', 2), []);
+    assert.equal(h.state(0), 'Stopped g3');
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 4, replicas: ['a', 'c', 's'] }]), [0]), [
+      'hold 0 g4 [a c s]',
+    ]);
+  });
+
+  test('a table change while a drain runs waits for it: no second drain, and no drop, while it still runs', () => {
+    const h = serving();
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 2, replicas: ['a', 'b'] }]), [0]), [
+      'serve 0 off',
+      'drain 0 g2 to [a b]',
+    ]);
+    // Before, the drain to [a c] started at once, and its end dropped the copy the first drain still read.
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 3, replicas: ['a', 'c'] }]), [0]), []);
+    assert.equal(h.state(0), 'Draining g3 drain');
+    assert.deepEqual(
+      h.done(0, 'drain', 2),
+      ['drain 0 g3 to [a c]'],
+      'the handoff to [a b] does not count for [a c]',
+    );
+    assert.deepEqual(h.done(0, 'drain', 3), ['drop 0 g3']);
+  });
+
+  test('a hold for an earlier generation lands before the next hold starts', () => {
+    const h = new Harness();
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 1, replicas: ['s', 'a'] }])), [
+      'hold 0 g1 [s a]',
+    ]);
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 2, replicas: ['s', 'b'] }]), [0]), []);
+    assert.deepEqual(h.done(0, 'hold', 1), ['hold 0 g2 [s b]', 'serve 0 on']);
+    assert.deepEqual(h.done(0, 'hold', 2), []);
+    assert.equal(h.state(0), 'Serving g2');
   });
 });
 

@@ -1,0 +1,717 @@
+// A seeded simulator of fragments that move while clients write: the membership simulator's world
+// (membership-sim.ts: 5–7 nodes on a simulated network and clock, the real membership and
+// coordinator drivers, partitions, loss, kills, restarts, pauses, skewed clocks) with the
+// coordinator planning moves (MOVE_LIMITS_DEFAULT), new nodes joining through a seed, and the real
+// PlacementDriver (src/main/mesh/placement-driver.ts) on every node, fed the table the node routes by.
+//
+// Behind its PlacementIo is an abstract data model, not the data plane:
+// - a copy of a fragment is a map key → version; versions come from one counter (as timestamps
+//   would), a merge keeps the higher one; copies are the node's disk: a killed node keeps them;
+// - a client write goes, as the issuing node routes by its table, to the first listed replica other
+//   than a move's target that is the node itself serving it, or a peer its membership view reaches;
+//   that node applies it if it serves the fragment, and the write is acknowledged then;
+// - replication is asynchronous: a per (fragment, peer) backlog in memory (lost when the node dies),
+//   delivered while the link is up; every `antiEntropyIntervalMs` each replica pulls the others'
+//   copies (what a kill lost from a backlog comes back this way);
+// - hold opens the copy and sets the peers it replicates to; verify copies a serving source as it was
+//   when the round started (failing when none is reachable, or the source is lost before the end);
+//   drain merges the whole copy into every target (failing when one is unreachable or has no copy
+//   open); drop deletes the copy. Each step takes 5–300 ms, so tables change mid-step; holds and
+//   drops sometimes fail, as a store may.
+// Membership leaves are not simulated (joins, kills and Down are): the planner's leave path is not
+// exercised here.
+//
+// Checks:
+// - no copy is dropped while it served since its last successful drain (a copy that never served,
+//   a cancelled gain, may go at once), and none is dropped holding an acknowledged write at a
+//   version no other copy (on any node's disk) holds;
+// - a fragment is never without a serving replica for longer than `servingGapGraceMs` (5 s: a hold
+//   after the step in flight, failed holds retried every second) while a replica is running, reached
+//   by a majority and listed by its own table as a serving replica (not a move's target). A replica
+//   without the table cannot know: how long fragments go unserved while a replica of the newest
+//   entry is up is reported (`maxUnservedMs`), not bounded — the table's propagation (changes, a
+//   digest every 5 s and a pull; a takeover that fails closed while a member is unreachable but not
+//   Down) is the coordinator's;
+// - the world's: no table epoch has two coordinators, no (epoch, fragment, generation) two contents,
+//   no Down while a majority reaches the member, only a majority's coordinator changes the table;
+// - once the faults stop, within `settleBoundMs`: membership and tables converge, every fragment has
+//   R replicas and no move in flight, the planner wants no move, every listed replica serves and no
+//   other node holds a copy; then every acknowledged write is on every replica at its acknowledged
+//   version or later;
+// - a join in a calm cluster: the replica moves it causes, against the optimum R·F/(N+1).
+
+import { setImmediate as macrotask } from 'node:timers/promises';
+import { assert } from '../../src/core/assert.js';
+import type { AssignmentTable } from '../../src/core/assignment-table.js';
+import { MOVE_LIMITS_DEFAULT, planMoves } from '../../src/core/coordinator.js';
+import type { CoordinatorCounters } from '../../src/core/coordinator-machine.js';
+import {
+  PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
+  PLACEMENT_READY_RESEND_MS,
+  PLACEMENT_RETRY_MS,
+} from '../../src/core/limits.js';
+import { PlacementDriver, type PlacementIo } from '../../src/main/mesh/placement-driver.js';
+import {
+  FRAGMENTS,
+  MEMBERSHIP_SIM_DEFAULTS,
+  MembershipSim,
+  type MembershipSimOptions,
+  REPLICAS,
+  type SimNode,
+  type SimTimer,
+} from './membership-sim.js';
+
+export interface PlacementSimOptions extends MembershipSimOptions {
+  /** New nodes joining during the chaos, at most. */
+  joinsMax: number;
+  /** Client writes issued per simulated second (each at a random node, fragment and key). */
+  writesPerSecond: number;
+  keysPerFragment: number;
+  antiEntropyIntervalMs: number;
+  servingGapGraceMs: number;
+  /** From the end of the faults (or a calm join) until placement and the data have settled. */
+  settleBoundMs: number;
+}
+
+export const PLACEMENT_SIM_DEFAULTS: Omit<PlacementSimOptions, 'seed'> = {
+  ...MEMBERSHIP_SIM_DEFAULTS,
+  chaosMs: 120_000,
+  moves: MOVE_LIMITS_DEFAULT,
+  joinsMax: 2,
+  writesPerSecond: 50,
+  keysPerFragment: 8,
+  antiEntropyIntervalMs: 2_000,
+  // A hold (≤ 300 ms) after the step in flight, failed holds retried every second.
+  servingGapGraceMs: 5_000,
+  // Membership converges within 75 s of the heal; the moves that follow run 2 in and 2 out per node.
+  settleBoundMs: 120_000,
+};
+
+export interface PlacementSimReport {
+  nodes: number;
+  joins: number;
+  kills: number;
+  partitions: number;
+  writesAcked: number;
+  writesRefused: number;
+  movesStarted: number;
+  movesFinished: number;
+  movesCancelled: number;
+  drains: number;
+  drops: number;
+  stepsFailed: number;
+  /** Keys anti-entropy brought to a replica that lacked their version. */
+  repaired: number;
+  /** The longest time a fragment went without a serving replica while one could have served. */
+  maxServingGapMs: number;
+  /** The longest time a fragment went unserved while a replica in its newest entry was up, with the table or not. */
+  maxUnservedMs: number;
+  /** From the end of the faults until placement settled. */
+  settleMs: number;
+  /** Replica moves (finished) after one join to a calm cluster of `joinMembers` members. */
+  joinMembers: number;
+  joinMoves: number;
+  /** R·F/(N+1): the replicas the new node must take for an even spread. */
+  joinMovesOptimum: number;
+}
+
+/** A step the simulated store or network could not complete: the driver hears it failed. */
+class StepFailed extends Error {}
+
+type Copy = Map<string, number>;
+
+/** What a node keeps for placement, beside its membership and coordinator drivers. */
+interface Holder {
+  driver: PlacementDriver | undefined;
+  timer: SimTimer | undefined;
+  /** Its copies on disk, by fragment: they survive a kill. */
+  readonly copies: Map<number, Copy>;
+  /** In memory: per fragment, the peers it replicates to, and per (fragment, peer) what is not delivered yet. */
+  replicateTo: Map<number, readonly string[]>;
+  backlogs: Map<number, Map<string, Copy>>;
+  /** Fragments whose copy served since its last successful drain (a copy found at start served before). */
+  readonly served: Set<number>;
+  /** Counts the node's lives: a step or message of an earlier life does nothing. */
+  life: number;
+}
+
+interface PendingStep {
+  atMs: number;
+  node: string;
+  life: number;
+  finish: () => void;
+}
+
+interface PendingReady {
+  node: string;
+  life: number;
+  fragment: number;
+  generation: number;
+}
+
+const COUNTERS: ReadonlyArray<keyof CoordinatorCounters> = [
+  'movesStarted',
+  'movesFinished',
+  'movesCancelled',
+];
+
+export class PlacementSim extends MembershipSim {
+  private readonly holders = new Map<string, Holder>();
+  private pending: PendingStep[] = [];
+  /** A ready travels as a message, even to the coordinator on the same node. */
+  private readies: PendingReady[] = [];
+  /** `fragment/key` → the highest version acknowledged to a client. */
+  private readonly acked = new Map<string, number>();
+  private version = 0;
+  private writing = true;
+  private nextAntiEntropyMs = 0;
+  /** Per fragment, since when no replica serves it while one could; undefined while one serves. */
+  private readonly gapSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
+  /** Per fragment, since when no replica serves it while one in its newest entry is up (table or not). */
+  private readonly unservedSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
+  /** The move counters of coordinators that died (a restart starts its counters anew). */
+  private readonly retired: Record<string, number> = { movesStarted: 0, movesFinished: 0, movesCancelled: 0 };
+  private readonly stats: PlacementSimReport;
+
+  constructor(private readonly sim: PlacementSimOptions) {
+    super(sim);
+    this.stats = {
+      nodes: this.nodes.length,
+      joins: 0,
+      kills: 0,
+      partitions: 0,
+      writesAcked: 0,
+      writesRefused: 0,
+      movesStarted: 0,
+      movesFinished: 0,
+      movesCancelled: 0,
+      drains: 0,
+      drops: 0,
+      stepsFailed: 0,
+      repaired: 0,
+      maxServingGapMs: 0,
+      maxUnservedMs: 0,
+      settleMs: 0,
+      joinMembers: 0,
+      joinMoves: 0,
+      joinMovesOptimum: 0,
+    };
+  }
+
+  async runMoves(): Promise<PlacementSimReport> {
+    this.startAll();
+    await this.chaosWithJoins();
+    this.healAll();
+    const healedMs = this.nowMs;
+    await this.awaitSettled('after the faults healed');
+    this.stats.settleMs = this.nowMs - healedMs;
+    await this.calmJoin();
+    this.stats.nodes = this.nodes.length;
+    this.stats.kills = this.report.kills;
+    this.stats.partitions = this.report.partitions;
+    Object.assign(this.stats, this.moveCounters());
+    return this.stats;
+  }
+
+  // ---- Phases ----
+
+  private async chaosWithJoins(): Promise<void> {
+    const endMs = this.nowMs + this.options.chaosMs;
+    let nextFaultMs = this.nowMs + 2_000;
+    while (this.nowMs < endMs) {
+      if (this.nowMs >= nextFaultMs) {
+        if (this.stats.joins < this.sim.joinsMax && this.random() < 0.1) this.join();
+        else this.randomFault();
+        nextFaultMs = this.nowMs + 1_000 + Math.floor(this.random() * 8_000);
+      }
+      await this.tick();
+    }
+  }
+
+  /** One more node joins through a live member. */
+  private join(): void {
+    const seeds = this.nodes.filter((n) => n.core !== undefined);
+    if (seeds.length === 0) return;
+    const seed = seeds[Math.floor(this.random() * seeds.length)]!;
+    this.stats.joins++;
+    this.addJoiner(`n${this.nodes.length + 1}`, seed.id);
+  }
+
+  /** A join to a settled cluster, under the write load: the moves it causes against the optimum. */
+  private async calmJoin(): Promise<void> {
+    const members = this.nodes.length;
+    const before = this.moveCounters().movesFinished;
+    this.writing = true;
+    this.join();
+    await this.awaitSettled('after a calm join');
+    this.stats.joinMembers = members;
+    this.stats.joinMoves = this.moveCounters().movesFinished - before;
+    this.stats.joinMovesOptimum = (REPLICAS * FRAGMENTS) / (members + 1);
+  }
+
+  /** Placement settles within the bound (writes go on), then the writes stop and the data must converge. */
+  private async awaitSettled(when: string): Promise<void> {
+    const deadlineMs = this.nowMs + this.sim.settleBoundMs;
+    while (this.nowMs < deadlineMs && this.unsettled() !== undefined) await this.tick();
+    assert(
+      this.unsettled() === undefined,
+      `placement did not settle within ${this.sim.settleBoundMs} ms ${when}: ${this.unsettled()}`,
+    );
+    this.writing = false;
+    // Backlogs deliver at once and anti-entropy runs every interval: three rounds are plenty.
+    const dataDeadlineMs = this.nowMs + 3 * this.sim.antiEntropyIntervalMs;
+    while (this.nowMs < dataDeadlineMs && this.missingWrite() !== undefined) await this.tick();
+    assert(
+      this.missingWrite() === undefined,
+      `an acknowledged write was lost ${when}: ${this.missingWrite()}`,
+    );
+    assert(this.unsettled() === undefined, `placement moved again ${when}: ${this.unsettled()}`);
+  }
+
+  // ---- The world's hooks ----
+
+  protected override onNodeStarted(node: SimNode): void {
+    let holder = this.holders.get(node.id);
+    if (holder === undefined) {
+      holder = {
+        driver: undefined,
+        timer: undefined,
+        copies: new Map(),
+        replicateTo: new Map(),
+        backlogs: new Map(),
+        served: new Set(),
+        life: 0,
+      };
+      this.holders.set(node.id, holder);
+    }
+    const h = holder;
+    h.life++;
+    h.timer = undefined;
+    h.driver = new PlacementDriver(
+      {
+        selfId: node.id,
+        fragmentCount: FRAGMENTS,
+        retryMs: PLACEMENT_RETRY_MS,
+        readyResendMs: PLACEMENT_READY_RESEND_MS,
+        drainWarnIntervalMs: PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
+      },
+      this.placementIo(node, h),
+      {
+        nowMs: () => this.localMs(node),
+        setTimer: (atMs, fire) => {
+          h.timer = { atMs, fire };
+        },
+        clearTimer: () => {
+          h.timer = undefined;
+        },
+      },
+    );
+    // The copies on disk are served as before the restart, until the table says otherwise.
+    const held = [...h.copies.keys()];
+    for (const fragment of held) h.served.add(fragment);
+    h.driver.start(held);
+    const table = node.coordinator!.table;
+    if (table.entries().length > 0)
+      h.driver.onTable(
+        table,
+        Array.from({ length: FRAGMENTS }, (_, f) => f),
+      );
+  }
+
+  protected override onNodeKilled(node: SimNode): void {
+    const holder = this.holders.get(node.id)!;
+    holder.driver?.close();
+    holder.driver = undefined;
+    holder.timer = undefined;
+    holder.replicateTo = new Map();
+    holder.backlogs = new Map();
+    const counters = node.coordinator!.counters;
+    for (const key of COUNTERS) this.retired[key] += counters[key];
+  }
+
+  protected override onRoutingTable(
+    node: SimNode,
+    table: AssignmentTable,
+    fragments: readonly number[],
+  ): void {
+    this.holders.get(node.id)?.driver?.onTable(table, fragments);
+  }
+
+  // ---- One step of simulated time ----
+
+  private async tick(): Promise<void> {
+    this.advance();
+    if (this.writing && this.random() < this.sim.writesPerSecond / 100) this.write();
+    this.deliverReadies();
+    this.firePlacementTimers();
+    this.replicate();
+    if (this.nowMs >= this.nextAntiEntropyMs) {
+      this.antiEntropy();
+      this.nextAntiEntropyMs = this.nowMs + this.sim.antiEntropyIntervalMs;
+    }
+    const finished = this.finishSteps();
+    this.checkServing();
+    // The driver hears a step's outcome in a promise callback: let those run before going on.
+    if (finished) await macrotask();
+  }
+
+  private finishSteps(): boolean {
+    const due = this.pending.filter((s) => s.atMs <= this.nowMs);
+    if (due.length === 0) return false;
+    let finished = false;
+    this.pending = this.pending.filter((s) => s.atMs > this.nowMs);
+    for (const step of due) {
+      const node = this.byId.get(step.node)!;
+      if (this.holders.get(step.node)!.life !== step.life || node.core === undefined) continue;
+      if (!this.running(node)) {
+        this.pending.push(step); // a paused node finishes it once it resumes
+        continue;
+      }
+      step.finish();
+      finished = true;
+    }
+    return finished;
+  }
+
+  private deliverReadies(): void {
+    const readies = this.readies;
+    this.readies = [];
+    for (const r of readies) {
+      const node = this.byId.get(r.node)!;
+      if (this.holders.get(r.node)!.life !== r.life || node.coordinator === undefined) continue;
+      if (!this.running(node)) this.readies.push(r);
+      else node.coordinator.ready(r.fragment, r.generation);
+    }
+  }
+
+  private firePlacementTimers(): void {
+    for (const node of this.nodes) {
+      const holder = this.holders.get(node.id)!;
+      const timer = holder.timer;
+      if (timer === undefined || !this.running(node) || this.localMs(node) < timer.atMs) continue;
+      holder.timer = undefined;
+      timer.fire();
+    }
+  }
+
+  // ---- The data model behind PlacementIo ----
+
+  private placementIo(node: SimNode, holder: Holder): PlacementIo {
+    return {
+      hold: (fragment, replicas) =>
+        this.later(node, holder, 'hold', fragment, () => {
+          if (this.random() < 0.05) throw new StepFailed('the store could not open the fragment');
+          if (!holder.copies.has(fragment)) holder.copies.set(fragment, new Map());
+          this.replicateOnly(
+            holder,
+            fragment,
+            replicas.filter((id) => id !== node.id),
+          );
+        }),
+      verify: (fragment, sources) => {
+        // The round copies the source as it was when it started; later writes come by replication.
+        const source = sources.find((id) => this.reaches(node.id, id) && this.serves(id, fragment));
+        const snapshot = source === undefined ? undefined : new Map(this.copyOf(source, fragment));
+        return this.later(node, holder, 'verify', fragment, () => {
+          if (source === undefined || snapshot === undefined)
+            throw new StepFailed(`no serving source among ${sources.join(',')}`);
+          if (!this.reaches(node.id, source)) throw new StepFailed(`lost ${source} during the round`);
+          merge(this.copyOf(node.id, fragment), snapshot);
+        });
+      },
+      drain: (fragment, targets) =>
+        this.later(node, holder, 'drain', fragment, () => {
+          for (const target of targets) {
+            if (!this.reaches(node.id, target) || !this.holders.get(target)!.copies.has(fragment))
+              throw new StepFailed(`${target} cannot take the handoff`);
+          }
+          const copy = this.copyOf(node.id, fragment);
+          for (const target of targets) merge(this.copyOf(target, fragment), copy);
+          holder.backlogs.delete(fragment);
+          this.replicateOnly(holder, fragment, targets);
+          holder.served.delete(fragment);
+          this.stats.drains++;
+        }),
+      drop: (fragment) =>
+        this.later(node, holder, 'drop', fragment, () => {
+          if (this.random() < 0.05) throw new StepFailed('the store could not remove the fragment');
+          // A copy never opened (its hold failed) is nothing to remove.
+          if (holder.copies.has(fragment)) this.checkDrop(node.id, holder, fragment);
+          holder.copies.delete(fragment);
+          holder.replicateTo.delete(fragment);
+          holder.backlogs.delete(fragment);
+          this.stats.drops++;
+        }),
+      ready: (fragment, generation) => {
+        this.readies.push({ node: node.id, life: holder.life, fragment, generation });
+      },
+      serve: (fragment, serving) => {
+        if (serving) holder.served.add(fragment);
+        this.trace(`${node.id} ${serving ? 'serves' : 'stops serving'} fragment ${fragment}`);
+      },
+      log: (level, fields, message) =>
+        this.trace(`${node.id} placement ${level}: ${message} ${JSON.stringify(fields)}`),
+    };
+  }
+
+  /** `work` runs 5–300 ms from now, as the step's end; a StepFailed it throws fails the step. */
+  private later(
+    node: SimNode,
+    holder: Holder,
+    step: string,
+    fragment: number,
+    work: () => void,
+  ): Promise<void> {
+    this.trace(`${node.id} ${step} fragment ${fragment} starts`);
+    return new Promise((resolve, reject) => {
+      this.pending.push({
+        atMs: this.nowMs + 5 + Math.floor(this.random() * 295),
+        node: node.id,
+        life: holder.life,
+        finish: () => {
+          try {
+            work();
+          } catch (error) {
+            if (!(error instanceof StepFailed)) throw error;
+            this.stats.stepsFailed++;
+            return reject(error);
+          }
+          this.trace(`${node.id} ${step} fragment ${fragment} done`);
+          resolve();
+        },
+      });
+    });
+  }
+
+  /** Replicates the fragment to `peers` from now on: what was owed to any other peer is forgotten. */
+  private replicateOnly(holder: Holder, fragment: number, peers: readonly string[]): void {
+    holder.replicateTo.set(fragment, peers);
+    const backlogs = holder.backlogs.get(fragment);
+    if (backlogs === undefined) return;
+    for (const peer of backlogs.keys()) if (!peers.includes(peer)) backlogs.delete(peer);
+  }
+
+  /** A client write at a random running node, routed as that node's table says (see the file header). */
+  private write(): void {
+    const issuers = this.nodes.filter((n) => this.running(n));
+    if (issuers.length === 0) return;
+    const issuer = issuers[Math.floor(this.random() * issuers.length)]!;
+    const fragment = Math.floor(this.random() * FRAGMENTS);
+    const key = `k${Math.floor(this.random() * this.sim.keysPerFragment)}`;
+    const entry = issuer.coordinator!.table.active(fragment);
+    const unreachable = new Set(
+      issuer
+        .core!.view()
+        .filter((v) => v.unreachable)
+        .map((v) => v.nodeId),
+    );
+    const server = entry?.replicas.find((id) =>
+      id === issuer.id
+        ? this.serves(id, fragment)
+        : id !== entry.moving?.target && !unreachable.has(id) && this.connected(issuer.id, id),
+    );
+    if (server === undefined || !this.reaches(issuer.id, server) || !this.serves(server, fragment)) {
+      this.stats.writesRefused++;
+      return;
+    }
+    const holder = this.holders.get(server)!;
+    const copy = holder.copies.get(fragment);
+    assert(copy !== undefined, `${server} serves fragment ${fragment} without a copy`);
+    const version = ++this.version;
+    copy.set(key, version);
+    this.acked.set(`${fragment}/${key}`, version);
+    this.stats.writesAcked++;
+    for (const peer of holder.replicateTo.get(fragment) ?? []) {
+      let backlogs = holder.backlogs.get(fragment);
+      if (backlogs === undefined) holder.backlogs.set(fragment, (backlogs = new Map()));
+      let backlog = backlogs.get(peer);
+      if (backlog === undefined) backlogs.set(peer, (backlog = new Map()));
+      backlog.set(key, version);
+    }
+  }
+
+  /** Each backlog is delivered while its link is up and the peer has the fragment open (about every other step). */
+  private replicate(): void {
+    for (const [id, holder] of this.holders) {
+      for (const [fragment, backlogs] of holder.backlogs) {
+        for (const [peer, backlog] of backlogs) {
+          const copy = this.holders.get(peer)!.copies.get(fragment);
+          if (copy === undefined || !this.reaches(id, peer) || this.random() < 0.5) continue;
+          merge(copy, backlog);
+          backlogs.delete(peer);
+        }
+      }
+    }
+  }
+
+  /** Every running replica pulls what it lacks from each other listed replica it reaches. */
+  private antiEntropy(): void {
+    for (const node of this.nodes) {
+      const holder = this.holders.get(node.id)!;
+      if (!this.running(node)) continue;
+      for (const [fragment, copy] of holder.copies) {
+        const replicas = node.coordinator!.table.active(fragment)?.replicas ?? [];
+        if (!replicas.includes(node.id)) continue;
+        for (const peer of replicas) {
+          const theirs = this.holders.get(peer)?.copies.get(fragment);
+          if (peer === node.id || theirs === undefined || !this.reaches(node.id, peer)) continue;
+          this.stats.repaired += merge(copy, theirs);
+        }
+      }
+    }
+  }
+
+  // ---- Checks ----
+
+  /** A copy goes only once handed over (or never served), and never with an acknowledged write no other copy holds. */
+  private checkDrop(id: string, holder: Holder, fragment: number): void {
+    assert(
+      !holder.served.has(fragment),
+      `${id} dropped fragment ${fragment}, which served since its last handoff (at ${this.nowMs} ms)`,
+    );
+    for (const [key, version] of this.copyOf(id, fragment)) {
+      const acked = this.acked.get(`${fragment}/${key}`);
+      if (acked === undefined || version < acked) continue;
+      const elsewhere = [...this.holders].some(
+        ([other, h]) => other !== id && (h.copies.get(fragment)?.get(key) ?? 0) >= acked,
+      );
+      assert(
+        elsewhere,
+        `${id} dropped the only copy of fragment ${fragment} key ${key} at acknowledged version ${acked} (at ${this.nowMs} ms)`,
+      );
+    }
+  }
+
+  /**
+   * No fragment goes without a serving replica past the grace while a replica that could serve it
+   * knows it should: running, reached by a majority, and listed (not as a move's target) by its own
+   * table. How long fragments go unserved while a replica in the newest entry is up but lacks the
+   * table (its propagation) is measured, not bounded.
+   */
+  private checkServing(): void {
+    for (let fragment = 0; fragment < FRAGMENTS; fragment++) {
+      const served = this.nodes.some((n) => this.running(n) && this.serves(n.id, fragment));
+      const entry = this.newestEntry(fragment);
+      const up = (id: string): boolean =>
+        this.running(this.byId.get(id)!) && this.majorityReachSinceMs.get(id) !== undefined;
+      const unserved =
+        !served && (entry?.replicas.some((id) => id !== entry.moving?.target && up(id)) ?? false);
+      const knowing = this.nodes.filter((n) => up(n.id) && this.listsAsServing(n, fragment)).map((n) => n.id);
+      const since = (this.unservedSinceMs[fragment] = unserved
+        ? (this.unservedSinceMs[fragment] ?? this.nowMs)
+        : undefined);
+      if (since !== undefined)
+        this.stats.maxUnservedMs = Math.max(this.stats.maxUnservedMs, this.nowMs - since);
+      if (served || knowing.length === 0) {
+        this.gapSinceMs[fragment] = undefined;
+        continue;
+      }
+      const gapSince = (this.gapSinceMs[fragment] ??= this.nowMs);
+      const gapMs = this.nowMs - gapSince;
+      this.stats.maxServingGapMs = Math.max(this.stats.maxServingGapMs, gapMs);
+      assert(
+        gapMs <= this.sim.servingGapGraceMs,
+        `fragment ${fragment} has had no serving replica for ${gapMs} ms (since ${gapSince} ms) while [${knowing}] know they should serve it`,
+      );
+    }
+  }
+
+  /** The node's own table lists it as a serving replica of the fragment (not a move's target). */
+  private listsAsServing(node: SimNode, fragment: number): boolean {
+    const entry = node.coordinator?.table.active(fragment);
+    return (entry?.replicas.includes(node.id) ?? false) && entry?.moving?.target !== node.id;
+  }
+
+  /** The fragment's entry at the highest generation any live node holds. */
+  private newestEntry(fragment: number) {
+    let newest: ReturnType<AssignmentTable['active']>;
+    for (const node of this.nodes) {
+      const entry = node.coordinator?.table.active(fragment);
+      if (entry !== undefined && (newest === undefined || entry.generation > newest.generation))
+        newest = entry;
+    }
+    return newest;
+  }
+
+  /** Undefined once placement has settled (see the file header); else why not. */
+  private unsettled(): string | undefined {
+    const converged = this.converged();
+    if (converged !== undefined) return converged;
+    const coordinator = this.nodes.find((n) => n.coordinator!.role === 'coordinator')!;
+    const table = coordinator.coordinator!.table;
+    const replicas = Math.min(REPLICAS, this.nodes.length);
+    for (let fragment = 0; fragment < FRAGMENTS; fragment++) {
+      const entry = table.active(fragment);
+      if (entry === undefined) return `fragment ${fragment} has no active entry`;
+      if (entry.moving !== null)
+        return `fragment ${fragment} is moving ${entry.moving.source} -> ${entry.moving.target}`;
+      if (entry.replicas.length !== replicas) return `fragment ${fragment} has replicas [${entry.replicas}]`;
+      for (const node of this.nodes) {
+        const listed = entry.replicas.includes(node.id);
+        if (listed && !this.serves(node.id, fragment))
+          return `${node.id} does not serve fragment ${fragment}`;
+        const state = this.holders.get(node.id)!.driver!.fragment(fragment)?.state;
+        if (
+          !listed &&
+          (this.holders.get(node.id)!.copies.has(fragment) || (state ?? 'Stopped') !== 'Stopped')
+        )
+          return `${node.id} still holds fragment ${fragment} (${state})`;
+      }
+    }
+    const plan = planMoves(table, this.memberView(coordinator), REPLICAS, this.options.moves);
+    if (plan.moves.length > 0 || plan.cancellations.length > 0)
+      return `the planner wants ${plan.moves.length} moves and ${plan.cancellations.length} cancellations`;
+    return undefined;
+  }
+
+  /** The first acknowledged write some replica of the settled table lacks; undefined when none. */
+  private missingWrite(): string | undefined {
+    const table = this.nodes[0]!.coordinator!.table;
+    for (const [where, acked] of this.acked) {
+      const [fragment, key] = where.split('/') as [string, string];
+      for (const id of table.active(Number(fragment))!.replicas) {
+        const version = this.holders.get(id)!.copies.get(Number(fragment))?.get(key);
+        if (version === undefined || version < acked)
+          return `${id} holds fragment ${fragment} key ${key} at ${version}, acknowledged at ${acked}`;
+      }
+    }
+    return undefined;
+  }
+
+  // ---- Helpers ----
+
+  private moveCounters(): Record<(typeof COUNTERS)[number], number> {
+    const sum = { ...this.retired } as Record<(typeof COUNTERS)[number], number>;
+    for (const node of this.nodes) {
+      const counters = node.coordinator?.counters;
+      if (counters !== undefined) for (const key of COUNTERS) sum[key] += counters[key];
+    }
+    return sum;
+  }
+
+  /** `from` can reach `to` now: both alive, the link up, `to` not paused. */
+  private reaches(from: string, to: string): boolean {
+    return from === to || (this.connected(from, to) && this.running(this.byId.get(to)!));
+  }
+
+  private serves(id: string, fragment: number): boolean {
+    return this.holders.get(id)?.driver?.serves(fragment) === true;
+  }
+
+  private copyOf(id: string, fragment: number): Copy {
+    const copy = this.holders.get(id)!.copies.get(fragment);
+    assert(copy !== undefined, `${id} has no copy of fragment ${fragment} open`);
+    return copy;
+  }
+}
+
+/** Merges `from` into `into` by the higher version; how many keys it raised. */
+function merge(into: Copy, from: ReadonlyMap<string, number>): number {
+  let raised = 0;
+  for (const [key, version] of from) {
+    if ((into.get(key) ?? 0) >= version) continue;
+    into.set(key, version);
+    raised++;
+  }
+  return raised;
+}
