@@ -449,6 +449,7 @@ export class PlacementSim extends MembershipSim {
         if (serving) holder.served.add(fragment);
         this.trace(`${node.id} ${serving ? 'serves' : 'stops serving'} fragment ${fragment}`);
       },
+      stepped: () => {},
       log: (level, fields, message) =>
         this.trace(`${node.id} placement ${level}: ${message} ${JSON.stringify(fields)}`),
     };
