@@ -142,6 +142,8 @@ export class WorkerReplication {
   private readonly onTimer = (): void => this.tick();
   /** Peers told of this worker's restart. */
   private readonly resetSent = new Set<number>();
+  /** Told after a peer acknowledged a batch of a fragment (replica-waits.ts). */
+  ackListener: ((fragment: number) => void) | undefined = undefined;
 
   constructor(
     private readonly cluster: ClusterInit,
@@ -183,6 +185,15 @@ export class WorkerReplication {
     for (const senders of this.senders.values())
       for (const s of senders) if (!s.sender.drained()) return false;
     return true;
+  }
+
+  /** Writes of `fragment` handed to its senders so far (the same for each), or -1 without peers. */
+  positionOf(fragment: number): number {
+    return this.senders.get(fragment)?.[0].sender.enqueuedThroughOps ?? -1;
+  }
+
+  forEachSender(fragment: number, visit: (member: number, sender: ReplicationSender) => void): void {
+    for (const s of this.senders.get(fragment) ?? []) visit(s.member, s.sender);
   }
 
   /** True when fragment `f` has other replicas (its actor keeps writes for the senders). */
@@ -269,6 +280,7 @@ export class WorkerReplication {
         const level = a.level as AckLevel;
         slot.sender.step({ kind: 'ack', sessionId: a.sessionId, batchSeq: a.batchSeq, level, nowMs });
         this.pump(slot);
+        this.ackListener?.(a.fragment);
       }
     } else if (envelope.batchNack !== undefined) {
       const n = envelope.batchNack;

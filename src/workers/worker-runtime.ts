@@ -34,6 +34,7 @@ import {
   RequestKind,
   ResultKind,
   readModifyParams,
+  readReplicaWaitParams,
   readScanRequest,
   requestDurability,
   requestFragment,
@@ -41,6 +42,7 @@ import {
   requestId,
   requestKeyBytes,
   requestPriority,
+  requestReplicaWait,
   requestWantsPrior,
   type ScanRequest,
 } from '../threads/op-codec.js';
@@ -50,6 +52,7 @@ import { encodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-h
 import { CommitLoop } from './commit-loop.js';
 import { FragmentActors } from './fragment-actors.js';
 import { PoolSpans } from './pool-spans.js';
+import { ReplicaWaits } from './replica-waits.js';
 import { WorkerReplication } from './replication.js';
 import { DrainWaiters } from './replication-drain.js';
 import { ResultWriter } from './result-writer.js';
@@ -68,6 +71,7 @@ export class WorkerRuntime implements RecordDecoder {
   private readonly pool: PoolSpans | undefined;
   private readonly replication: WorkerReplication | undefined;
   private readonly drainWaiters: DrainWaiters;
+  private readonly replicaWaits: ReplicaWaits;
   private drain: DrainLoop | undefined;
   /** Fragments that received requests this turn and must run. */
   private readonly active: FragmentCore[] = [];
@@ -169,6 +173,21 @@ export class WorkerRuntime implements RecordDecoder {
         this.results.publish();
       },
     );
+    this.replicaWaits = new ReplicaWaits({
+      positionOf: (fragment) => replication?.positionOf(fragment) ?? -1,
+      forEachSender: (fragment, visit) => replication?.forEachSender(fragment, visit),
+      answer: (reply, detail, reqId) => {
+        this.results.ack(reply, detail, reqId);
+        this.results.publish();
+      },
+      answerText: (reply, reqId, text) => {
+        this.results.text(reply, 0, reqId, text);
+        this.results.publish();
+      },
+      clock: new SystemClock(),
+    });
+    if (replication !== undefined)
+      replication.ackListener = (fragment) => this.replicaWaits.onAcked(fragment);
   }
 
   /** Newest timestamp stored in any of this worker's fragments, to seed the node's clock. */
@@ -262,6 +281,8 @@ export class WorkerRuntime implements RecordDecoder {
     const op = new FragmentOp(kind, reqId, priority, durability, key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = wantsPrior;
+    if (kind === OpKind.Fence && requestReplicaWait(buf, at))
+      this.replicaWaits.admit(op, fragment, readReplicaWaitParams(buf, at));
     if (params !== undefined) {
       op.modifier = params.modifier;
       op.flags = params.flags;
@@ -492,6 +513,7 @@ export class WorkerRuntime implements RecordDecoder {
     this.drain?.stop();
     this.replication?.close();
     this.drainWaiters.close();
+    this.replicaWaits.close();
     this.sweeper.close();
     if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
     for (const f of this.actors.fragments()) {
