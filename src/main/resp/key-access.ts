@@ -535,11 +535,7 @@ const partReadHandler: ResultHandler<ReadPart> = {
       status === Reply.Found || status === Reply.NotFound ? undefined : resultError(buf, at, length).message,
     );
   },
-  onFailure: (part, error) =>
-    partDone(
-      part.slot,
-      error.kind === ErrorKind.ReplicaTimeout ? `${NO_REPLICAS} ${error.message}` : error.message,
-    ),
+  onFailure: (part, error) => partDone(part.slot, error.message),
 };
 
 /** The code of a write applied but short of the replica acknowledgements it asked for, as Redis's. */
@@ -570,7 +566,11 @@ const partWriteHandler: ResultHandler<WritePart> = {
     if (writeHeld(status) && status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
     partDone(part.slot, writeHeld(status) ? undefined : resultError(buf, at, length).message);
   },
-  onFailure: (part, error) => partDone(part.slot, error.message),
+  onFailure: (part, error) =>
+    partDone(
+      part.slot,
+      error.kind === ErrorKind.ReplicaTimeout ? `${NO_REPLICAS} ${error.message}` : error.message,
+    ),
 };
 
 const modifyHandler: ResultHandler<ReplySlot> = {
