@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { Cluster as RedisCluster } from 'ioredis';
 import { type ClusterFixture, infoOf, localValues, startCluster } from './cluster-helpers.js';
 import { eventually, sleep } from './helpers.js';
-import { RawClient, rejectsWith } from './resp-helpers.js';
+import { RawClient } from './resp-helpers.js';
 
 const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
 /** Writes of the crash test's stream acknowledged before the kill: a small share of its 2000. */
