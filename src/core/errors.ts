@@ -15,6 +15,11 @@ export const ErrorKind = {
   Internal: 8,
   /** The memory store holds more than `maxMemoryBytes`: writes that add data are refused (Redis's OOM). */
   OutOfMemory: 9,
+  /**
+   * A write that asked for replica acknowledgements did not get them in time: it is applied at the
+   * serving replica and will replicate, but is not known to be on the replicas asked for.
+   */
+  ReplicaTimeout: 10,
 } as const;
 export type ErrorKind = (typeof ErrorKind)[keyof typeof ErrorKind];
 
@@ -28,6 +33,7 @@ export const ERROR_CODES: Record<ErrorKind, string> = {
   [ErrorKind.Network]: 'TESSERA_NETWORK',
   [ErrorKind.Internal]: 'TESSERA_INTERNAL',
   [ErrorKind.OutOfMemory]: 'TESSERA_OUT_OF_MEMORY',
+  [ErrorKind.ReplicaTimeout]: 'TESSERA_REPLICA_TIMEOUT',
 };
 
 /** The version that beat a write reported as Superseded. */
@@ -54,7 +60,7 @@ export class TesseraError extends Error {
 }
 
 export function isErrorKind(n: number): n is ErrorKind {
-  return n >= ErrorKind.ShuttingDown && n <= ErrorKind.OutOfMemory && Number.isInteger(n);
+  return n >= ErrorKind.ShuttingDown && n <= ErrorKind.ReplicaTimeout && Number.isInteger(n);
 }
 
 export const shuttingDown = (): TesseraError =>
@@ -68,6 +74,12 @@ export const superseded = (w: Winner): TesseraError =>
     ErrorKind.Superseded,
     `write was superseded by timestamp=${w.wallMs}.${w.logical} node_id=${w.nodeId} tombstone=${w.tombstone}`,
     w,
+  );
+
+export const replicaTimeout = (reached: number, wanted: number, timeoutMs: number): TesseraError =>
+  new TesseraError(
+    ErrorKind.ReplicaTimeout,
+    `the write is applied locally but not yet replicated: ${reached} of ${wanted} replicas acknowledged it within ${timeoutMs} ms`,
   );
 
 export const expired = (): TesseraError =>

@@ -324,6 +324,21 @@ export const REPLICATION_BATCH_OPS_CEILING = 4096;
 export const INTERVAL_MS_MAX = 3_600_000;
 /** How long a cluster node waits for its replicas on shutdown unless told otherwise. */
 export const DRAIN_TIMEOUT_MS_DEFAULT = 5_000;
+/**
+ * Replica acknowledgements a client may ask of one write or WAIT: more than any replica count a
+ * cluster runs (the answer is one byte on the ring).
+ */
+export const REPLICA_ACKS_MAX = 255;
+/** How long a write that asks for replica acknowledgements waits for them before it is refused (NOREPLICAS). */
+export const REPLICA_ACK_TIMEOUT_MS_DEFAULT = 5_000;
+/**
+ * Longest one wait for replica acknowledgements runs at the serving node: shorter than
+ * FORWARD_TIMEOUT_MS, so a forwarded wait is answered before its forwarding gives up on it; a
+ * longer WAIT (or one without a timeout) asks again, round after round.
+ */
+export const REPLICA_WAIT_ROUND_MS_MAX = 2_000;
+/** Waits for replica acknowledgements one worker holds at once; past it a wait is refused as backpressure. */
+export const REPLICA_WAITS_PER_WORKER_MAX = 65_536;
 /** How often forwarded requests are checked against FORWARD_TIMEOUT_MS. */
 export const FORWARD_TIMEOUT_CHECK_MS = 500;
 /** A batch of forwarded operations past this many bytes leaves at once rather than at the end of the turn. */
@@ -623,4 +638,8 @@ assert(RESP_BULK_BYTES_MAX >= VALUE_BYTES_MAX_CEILING, 'a RESP bulk must carry t
 assert(
   RESP_CLIENT_BUFFER_BYTES_MAX >= RESP_BULK_BYTES_MAX + KEY_BYTES_MAX + 64,
   'one maximal SET must fit a client buffer',
+);
+assert(
+  REPLICA_WAIT_ROUND_MS_MAX < FORWARD_TIMEOUT_MS,
+  'a forwarded replica wait must answer before its forwarding times out',
 );

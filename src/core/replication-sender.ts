@@ -281,6 +281,15 @@ export class ReplicationSender {
   private opsDropped = 0;
   private batchesAcked = 0;
   private opsAcked = 0;
+  /**
+   * Positions (replica-acks.ts): the nth op ever enqueued is at position n. `ackedThroughOps[level]`:
+   * every op up to it was acknowledged at `level` or above, or dropped by a reset; those dropped are
+   * the ones up to `lostThroughOps`, never acknowledged. An ACK of batch k covers the ops before it
+   * too: they were ACKed before it, and the receiver's fence covers everything it applied before.
+   */
+  private enqueuedOps = 0;
+  private readonly ackedThroughOps = [0, 0, 0, 0];
+  private lostThroughOps = 0;
 
   constructor(
     private readonly config: SenderConfig,
@@ -374,6 +383,32 @@ export class ReplicationSender {
     };
   }
 
+  /**
+   * A sender added to a fragment that replicates to others already counts positions from theirs:
+   * the ops before `position` were never given to it, so its peer never acknowledges them (lost).
+   */
+  startAtPosition(position: number): void {
+    assert(this.enqueuedOps === 0 && position >= 0, 'a sender starts at a position before its first op');
+    this.enqueuedOps = position;
+    this.lostThroughOps = position;
+    this.ackedThroughOps.fill(position);
+  }
+
+  /** Ops enqueued so far: the position of the last one. */
+  get enqueuedThroughOps(): number {
+    return this.enqueuedOps;
+  }
+
+  /** The position through which every op was acknowledged at `level` (or lost: `lostThrough`). */
+  ackedThrough(level: AckLevel): number {
+    return this.ackedThroughOps[level];
+  }
+
+  /** The position through which a reset dropped ops; those are never acknowledged by this peer. */
+  get lostThrough(): number {
+    return this.lostThroughOps;
+  }
+
   /** True when nothing is buffered or in flight (used by shutdown drain). */
   drained(): boolean {
     return this.ops.length === 0;
@@ -400,6 +435,7 @@ export class ReplicationSender {
   private onEnqueue(key: Uint8Array, record: Uint8Array): void {
     const bytes = key.byteLength + record.byteLength;
     const c = this.config;
+    this.enqueuedOps++;
     if (this.ops.length + 1 > c.bufferOpsMax || this.ops.bytes + bytes > c.bufferBytesMax) {
       this.resetBuffer();
       return;
@@ -424,6 +460,7 @@ export class ReplicationSender {
     this.droppedOpsUnlogged += dropped;
     this.resetPending = true;
     this.resetRoundId = 0;
+    this.lostThroughOps = this.enqueuedOps;
     this.roundWanted = true;
   }
 
@@ -493,6 +530,9 @@ export class ReplicationSender {
     this.batchesAcked++;
     this.opsAcked += count;
     this.clearInFlight();
+    const through = this.enqueuedOps - this.ops.length;
+    for (let l = AckLevel.Memory; l <= level; l++)
+      this.ackedThroughOps[l] = Math.max(this.ackedThroughOps[l], through);
   }
 
   private onNack(sessionId: number, batchSeq: number, error: string): void {

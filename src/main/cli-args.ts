@@ -195,6 +195,18 @@ const FLAGS: Flag[] = [
     help: `level a replica reaches before it acknowledges a batch: ${DURABILITY_NAMES.join(' | ')} (default store)`,
   },
   {
+    name: 'replica-acks',
+    kind: 'integer',
+    option: 'replicaAcks',
+    help: 'other replicas that must acknowledge a write before it is answered (default 0: answered once the serving replica has it)',
+  },
+  {
+    name: 'replica-ack-timeout',
+    kind: 'duration',
+    option: 'replicaAckTimeoutMs',
+    help: 'how long a write waits for --replica-acks before it fails with NOREPLICAS (default 5s)',
+  },
+  {
     name: 'down-after',
     kind: 'duration',
     option: 'downAfterMs',

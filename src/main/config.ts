@@ -20,6 +20,8 @@ import {
   NODE_ID_BYTES_MAX,
   POOL_TASKS_PER_SEC_DEFAULT,
   QUEUE_OPS_MAX_DEFAULT,
+  REPLICA_ACK_TIMEOUT_MS_DEFAULT,
+  REPLICA_ACKS_MAX,
   VALUE_BYTES_MAX_CEILING,
   VALUE_BYTES_MAX_DEFAULT,
   WORKER_COUNT_MAX,
@@ -50,6 +52,13 @@ export interface TesseraOptions extends ClusterOptions {
   workers?: number;
   /** Default acknowledgement level of writes (default `store`). */
   durability?: DurabilityName;
+  /**
+   * Other replicas that must acknowledge a write (at `replicationAck`) before it is answered, by
+   * default (0, the default: answered once the serving replica has it; replication follows).
+   */
+  replicaAcks?: number;
+  /** How long a write waits for `replicaAcks` before it fails with TESSERA_REPLICA_TIMEOUT (default 5 s). */
+  replicaAckTimeoutMs?: number;
   /** This node's id, 1–255 bytes (default: kept in the data directory, generated at first start). */
   nodeId?: string;
   /** Largest value in bytes (default 4 MiB, at most 15 MiB). */
@@ -95,6 +104,9 @@ export interface NodeConfig {
   defaulted: ReadonlySet<'store' | 'fragments'>;
   workers: number;
   durability: Durability;
+  /** Replica acknowledgements a write waits for by default (0: none). */
+  replicaAcks: number;
+  replicaAckTimeoutMs: number;
   nodeId: string | undefined;
   valueBytesMax: number;
   maxClockSkewMs: number;
@@ -120,6 +132,8 @@ const KNOWN_OPTIONS = new Set([
   'fragments',
   'workers',
   'durability',
+  'replicaAcks',
+  'replicaAckTimeoutMs',
   'nodeId',
   'valueBytesMax',
   'maxClockSkewMs',
@@ -207,6 +221,14 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     ]),
     workers: integerIn('workers', options.workers, 1, WORKER_COUNT_MAX, defaultWorkerCount()),
     durability,
+    replicaAcks: integerIn('replicaAcks', options.replicaAcks, 0, REPLICA_ACKS_MAX, 0),
+    replicaAckTimeoutMs: integerIn(
+      'replicaAckTimeoutMs',
+      options.replicaAckTimeoutMs,
+      1,
+      INTERVAL_MS_MAX,
+      REPLICA_ACK_TIMEOUT_MS_DEFAULT,
+    ),
     nodeId,
     valueBytesMax: integerIn(
       'valueBytesMax',

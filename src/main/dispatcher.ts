@@ -8,7 +8,13 @@ import { getHeapStatistics } from 'node:v8';
 import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { copyBytes, writeU32LE } from '../core/bytes.js';
-import { invalidInput, outOfMemory, storageError, type TesseraError } from '../core/errors.js';
+import {
+  invalidInput,
+  outOfMemory,
+  replicaTimeout,
+  storageError,
+  type TesseraError,
+} from '../core/errors.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor, WORKER_HEAP_HEADROOM_MB } from '../core/limits.js';
@@ -24,7 +30,7 @@ import {
   wallMsOf,
   writeRecordHeader,
 } from '../core/record.js';
-import type { AckLevel } from '../core/replication-sender.js';
+import { AckLevel } from '../core/replication-sender.js';
 import { type BackupReport, backupDataDir } from '../native-bindings/backup.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
@@ -40,7 +46,9 @@ import {
   type PoolSpanRequest,
   type PoolSpanResult,
   RECONCILE_NOW_REQUEST_BYTES,
+  REPLICA_WAIT_PARAMS_BYTES,
   RESULT_HEADER_BYTES,
+  type ReplicaWaitParams,
   RequestFlag,
   RequestKind,
   ResultKind,
@@ -61,12 +69,14 @@ import {
   writeMembersRequest,
   writeModifyParams,
   writeReconcileNowRequest,
+  writeReplicaWaitParams,
   writeRequestHeader,
   writeResultHeader,
   writeScanRequest,
 } from '../threads/op-codec.js';
 import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import type { NodeConfig } from './config.js';
+import { waitForReplicas } from './replica-waiter.js';
 import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
 import { type ResultHandler, WorkerLink } from './worker-link.js';
@@ -87,6 +97,8 @@ export interface WriteSpec {
   flags: number;
   arg: number;
   operand: Uint8Array | undefined;
+  /** Other replicas that must acknowledge the write before it is answered (0: none, the plain path). */
+  replicaAcks: number;
 }
 
 /** What a reused spec's buffers are between writes. */
@@ -110,6 +122,7 @@ export function blankWriteSpec(): WriteSpec {
     flags: 0,
     arg: 0,
     operand: undefined,
+    replicaAcks: 0,
   };
 }
 
@@ -186,6 +199,8 @@ export class Dispatcher {
   private readonly fenceReached = Buffer.alloc(RESULT_HEADER_BYTES);
   /** Who hears how anti-entropy rounds end (`watchRounds`). */
   private readonly roundWatchers = new Set<(report: RoundReport) => void>();
+  /** The fragment of the last write submitted: what a connection tracks for WAIT, without hashing the key again. */
+  lastWriteFragment = 0;
 
   constructor(
     private readonly config: NodeConfig,
@@ -365,10 +380,13 @@ export class Dispatcher {
    * key and value sizes.
    */
   submitWrite<T>(spec: WriteSpec, handler: ResultHandler<T>, token: T): TesseraError | undefined {
+    if (spec.replicaAcks > 0 && this.cluster !== undefined)
+      return this.submitGatedWrite(spec, handler, token);
     assert(spec.key.length <= KEY_BYTES_MAX, 'key longer than KEY_BYTES_MAX reached the dispatcher');
     const valueBytes = spec.value?.length ?? 0;
     assert(valueBytes <= this.config.valueBytesMax, 'value larger than valueBytesMax reached the dispatcher');
     const fragment = this.keyspace.fragmentOf(spec.key);
+    this.lastWriteFragment = fragment;
     const link = this.linkOf(fragment);
     if (!link.canAccept()) return link.refusal();
     this.clock.tick(this.turnClock.nowMs());
@@ -473,6 +491,68 @@ export class Dispatcher {
       EMPTY,
     );
     link.end();
+    return undefined;
+  }
+
+  /**
+   * Asks the fragment's serving replica to answer once everything admitted before has reached
+   * `durability` there and `params.replicas` other replicas acknowledged it at `params.level`, or
+   * after `params.timeoutMs`: FenceReached, its detail byte the replicas reached.
+   */
+  submitReplicaWait<T>(
+    fragment: number,
+    params: ReplicaWaitParams,
+    durability: Durability,
+    priority: Priority,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const link = this.linkOf(fragment);
+    if (!link.canAccept()) return link.refusal();
+    const at = link.begin(handler, token, requestBytes(0, REPLICA_WAIT_PARAMS_BYTES));
+    const flags = requestFlags(priority, durability) | RequestFlag.ReplicaWait;
+    const p = writeRequestHeader(link.buffer, at, OpKind.Fence, flags, fragment, link.reqId, EMPTY);
+    writeReplicaWaitParams(link.buffer, p, params);
+    link.end();
+    return undefined;
+  }
+
+  /** The level replicas acknowledge at (`--replication-ack`); Store outside a cluster. */
+  get replicationAck(): AckLevel {
+    return this.config.cluster?.requiredAck ?? AckLevel.Store;
+  }
+
+  /** Other replicas each fragment has (`--replicas` − 1); 0 outside a cluster. */
+  get otherReplicas(): number {
+    const cluster = this.config.cluster;
+    return cluster === undefined ? 0 : Math.max(0, Math.min(cluster.replicas, cluster.members.length) - 1);
+  }
+
+  /**
+   * A write answered only once `spec.replicaAcks` other replicas acknowledged it: the write, then a
+   * replica wait on the same link (so ordered after it), and one answer once both are back.
+   */
+  private submitGatedWrite<T>(
+    spec: WriteSpec,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const gate = new GatedWrite(handler, token, spec.replicaAcks, this.config.replicaAckTimeoutMs);
+    const replicaAcks = spec.replicaAcks;
+    spec.replicaAcks = 0;
+    const error = this.submitWrite(spec, gatedWriteHandler, gate);
+    spec.replicaAcks = replicaAcks;
+    if (error !== undefined) return error;
+    const round = waitForReplicas(this, {
+      fragments: [this.lastWriteFragment],
+      replicas: replicaAcks,
+      level: this.replicationAck,
+      durability: Durability.Memory,
+      priority: spec.priority,
+      timeoutMs: this.config.replicaAckTimeoutMs,
+      idleReached: 0,
+    });
+    round.then((answer) => gate.replicated(answer.reached));
     return undefined;
   }
 
@@ -838,6 +918,62 @@ function assignFragments(config: NodeConfig, levelGroupCount: number): Map<numbe
   }
   return new Map([...owned.entries()].sort(([a], [b]) => a - b));
 }
+
+/** A write that waits for replica acknowledgements: its result is kept until they are counted. */
+class GatedWrite<T> {
+  private result: Buffer | undefined = undefined;
+  private failure: TesseraError | undefined = undefined;
+  private reached = -1;
+
+  constructor(
+    private readonly handler: ResultHandler<T>,
+    private readonly token: T,
+    private readonly wanted: number,
+    private readonly timeoutMs: number,
+  ) {}
+
+  written(buf: Buffer, at: number, length: number): void {
+    this.result = Buffer.from(buf.subarray(at, at + length));
+    this.settle();
+  }
+
+  failed(error: TesseraError): void {
+    this.failure = error;
+    this.settle();
+  }
+
+  replicated(reached: number): void {
+    this.reached = reached;
+    this.settle();
+  }
+
+  /** Once both are in: the write's own failure, NOREPLICAS when it succeeded short of its replicas, or its result. */
+  private settle(): void {
+    if (this.reached === -1 || (this.result === undefined && this.failure === undefined)) return;
+    if (this.failure !== undefined) return this.handler.onFailure(this.token, this.failure);
+    const result = this.result!;
+    if (this.reached < this.wanted && !WRITE_REFUSALS.has(resultStatus(result, 0))) {
+      return this.handler.onFailure(this.token, replicaTimeout(this.reached, this.wanted, this.timeoutMs));
+    }
+    this.handler.onResult(this.token, result, 0, result.length);
+  }
+}
+
+/** Results of a write that wrote nothing: their own answer stands, replicated or not. */
+const WRITE_REFUSALS: ReadonlySet<number> = new Set([
+  Reply.Superseded,
+  Reply.Expired,
+  Reply.Backpressure,
+  Reply.StorageFailed,
+  Reply.NotApplied,
+  Reply.Refused,
+  ResultKind.Error,
+]);
+
+const gatedWriteHandler: ResultHandler<GatedWrite<unknown>> = {
+  onResult: (gate, buf, at, length) => gate.written(buf, at, length),
+  onFailure: (gate, error) => gate.failed(error),
+};
 
 /** A control request answered Applied, or with the error that stopped it. */
 const appliedHandler: ResultHandler<{ resolve: () => void; reject: (error: Error) => void }> = {

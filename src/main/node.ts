@@ -10,6 +10,7 @@ import {
   internalError,
   invalidInput,
   networkError,
+  replicaTimeout,
   shuttingDown,
   TesseraError,
 } from '../core/errors.js';
@@ -21,6 +22,7 @@ import {
   EXPIRES_AT_MS_MAX,
   KEY_BYTES_MAX,
   PUBSUB_PAYLOAD_BYTES_MAX,
+  REPLICA_ACKS_MAX,
   TIMER_DELAY_MS_MAX,
 } from '../core/limits.js';
 import type { MemberState } from '../core/membership-types.js';
@@ -51,6 +53,7 @@ import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js
 import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
 import { Cluster, type MembershipReport, type MembershipStart } from './mesh/cluster.js';
 import { ListenerClient, PubSubHub, type PubSubMessage } from './pubsub.js';
+import { waitForReplicas } from './replica-waiter.js';
 import { resultError } from './result-error.js';
 import { Scanner, type ScanOptions, type ScanResult } from './scanner.js';
 import type { ResultHandler } from './worker-link.js';
@@ -74,6 +77,12 @@ export interface WriteOptions {
   expiresAtMs?: number;
   priority?: (typeof PRIORITY_NAMES)[number];
   durability?: (typeof DURABILITY_NAMES)[number];
+  /**
+   * Other replicas that must acknowledge the write (at the cluster's `replicationAck`) before it
+   * resolves (default: the node's `replicaAcks`, 0 unless set). Past `replicaAckTimeoutMs` the write
+   * rejects with TESSERA_REPLICA_TIMEOUT: applied at the serving replica, not yet replicated.
+   */
+  replicaAcks?: number;
 }
 
 export interface ReadOptions {
@@ -400,7 +409,30 @@ export class Tessera {
     const items = [...entries];
     if (items.length > BATCH_ITEMS_MAX)
       throw invalidInput(`putMany takes at most ${BATCH_ITEMS_MAX} entries`);
-    return this.settleAll(items.map(([key, value]) => this.put(key, value, options)));
+    const replicaAcks = this.replicaAcksOf(options);
+    if (replicaAcks === 0 || this.cluster === undefined)
+      return this.settleAll(items.map(([key, value]) => this.put(key, value, options)));
+    // The whole batch waits for its replicas once: every write first, then one wait per fragment
+    // written, sent behind them.
+    const fragments = new Set<number>();
+    const puts = items.map(([key, value]) => {
+      const put = this.put(key, value, { ...options, replicaAcks: 0 });
+      fragments.add(this.dispatcher.lastWriteFragment);
+      return put;
+    });
+    const replicated = waitForReplicas(this.dispatcher, {
+      fragments: [...fragments],
+      replicas: replicaAcks,
+      level: this.dispatcher.replicationAck,
+      durability: Durability.Memory,
+      priority: priorityOf(options?.priority),
+      timeoutMs: this.config.replicaAckTimeoutMs,
+      idleReached: 0,
+    });
+    const [settled, { reached }] = await Promise.all([this.settleAll(puts), replicated]);
+    if (reached >= replicaAcks) return settled;
+    const error = replicaTimeout(reached, replicaAcks, this.config.replicaAckTimeoutMs);
+    return settled.map((r) => (r.ok ? { ok: false, error } : r));
   }
 
   // ---- reads --------------------------------------------------------------------------------------
@@ -748,6 +780,7 @@ export class Tessera {
         options?.durability === undefined ? this.config.durability : durabilityOf(options.durability);
       spec.wantsPrior = wantsPrior;
       spec.modifier = modifier ?? Modifier.Set;
+      spec.replicaAcks = this.replicaAcksOf(options);
     } catch (err) {
       return Promise.reject(err);
     }
@@ -756,6 +789,15 @@ export class Tessera {
     releaseWriteSpec(spec);
     if (error !== undefined) deferred.reject(error);
     return deferred.promise;
+  }
+
+  /** The replica acknowledgements a write asks for: its own option, else the node's default. */
+  private replicaAcksOf(options: WriteOptions | undefined): number {
+    const n = options?.replicaAcks;
+    if (n === undefined) return this.config.replicaAcks;
+    if (!Number.isInteger(n) || n < 0 || n > REPLICA_ACKS_MAX)
+      throw invalidInput(`replicaAcks must be an integer in 0..${REPLICA_ACKS_MAX}, got ${n}`);
+    return n;
   }
 
   private read<T>(

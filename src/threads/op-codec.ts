@@ -5,12 +5,21 @@
 // Request (main → worker):
 //   0  u8   kind         OpKind (1..4) or a control kind (RequestKind)
 //   1  u8   flags        bits 0-1 priority, bits 2-3 durability, bit 4 header-only read,
-//                        bit 5 the write wants to know whether a live value existed
+//                        bit 5 the write wants to know whether a live value existed, bit 6 a
+//                        fence waits for replica acknowledgements
 //   2  u16  fragment
 //   4  u32  reqId
 //   8  u16  keyLength
 //   10 …    key, then for Write the versioned record (src/core/record.ts) to the end; for Modify
-//           the modify parameters (below), then the stamp record
+//           the modify parameters (below), then the stamp record; for a Fence with the
+//           replica-wait flag (bit 6) the replica-wait parameters (below)
+//
+// Replica-wait parameters, after the (empty) key of a Fence: answer FenceReached once the fence
+// reached its durability here and `replicas` other replicas acknowledged everything before it at
+// `level`, or after `timeoutMs`; the result's detail byte is the number of replicas reached.
+//   0  u8   replicas     0..REPLICA_ACKS_MAX
+//   1  u8   level        AckLevel (memory 1, store 2, stable 3)
+//   2  u32  timeoutMs    1..REPLICA_WAIT_ROUND_MS_MAX
 //
 // Modify parameters, after the key:
 //   0  u8   modifier     src/core/modify.ts Modifier
@@ -56,6 +65,8 @@ import {
 import { type ErrorKind, isErrorKind, truncateErrorMessage } from '../core/errors.js';
 import {
   KEY_BYTES_MAX,
+  REPLICA_ACKS_MAX,
+  REPLICA_WAIT_ROUND_MS_MAX,
   SCAN_EXAMINED_KEYS_MAX,
   SCAN_PAGE_BYTES_MAX,
   SCAN_PAGE_KEYS_MAX,
@@ -64,6 +75,7 @@ import {
 import { decodeKeys, decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import { isWellFormedRecord, valueOffsetOf } from '../core/record.js';
+import { AckLevel } from '../core/replication-sender.js';
 
 export const REQUEST_HEADER_BYTES = 10;
 /** The header every record but a fragment op's is: kind, flags, u16 (fragment or peer), u32 id. */
@@ -174,7 +186,58 @@ export const RequestFlag = {
   HeaderOnly: 1 << 4,
   /** A write reports whether a live value existed before it. */
   WantsPrior: 1 << 5,
+  /** A fence also waits for replica acknowledgements (the replica-wait parameters follow its key). */
+  ReplicaWait: 1 << 6,
 } as const;
+
+export const REPLICA_WAIT_PARAMS_BYTES = 6;
+
+/** What a replica-wait fence asks (`writeReplicaWaitParams`). */
+export interface ReplicaWaitParams {
+  replicas: number;
+  level: AckLevel;
+  timeoutMs: number;
+}
+
+/** Writes the replica-wait parameters at `at` (after a fence's empty key); returns the end. */
+export function writeReplicaWaitParams(buf: Buffer, at: number, params: ReplicaWaitParams): number {
+  assert(
+    Number.isInteger(params.replicas) && params.replicas >= 0 && params.replicas <= REPLICA_ACKS_MAX,
+    'replicas out of range',
+  );
+  assert(
+    params.timeoutMs >= 1 && params.timeoutMs <= REPLICA_WAIT_ROUND_MS_MAX,
+    'replica wait timeout out of range',
+  );
+  buf[at] = params.replicas;
+  buf[at + 1] = params.level;
+  writeU32LE(buf, at + 2, params.timeoutMs);
+  return at + REPLICA_WAIT_PARAMS_BYTES;
+}
+
+/** The replica-wait parameters of a fence at `at` (with an empty key), checked by `checkRequest`. */
+export function readReplicaWaitParams(buf: Buffer, at: number): ReplicaWaitParams {
+  const params = replicaWaitParamsAt(buf, at + REQUEST_HEADER_BYTES + readU16LE(buf, at + KEY_BYTES_AT));
+  assert(isReplicaWaitParams(params), 'replica wait parameters out of range after decode');
+  return params;
+}
+
+function replicaWaitParamsAt(buf: Buffer, p: number): ReplicaWaitParams {
+  return { replicas: buf[p], level: buf[p + 1] as AckLevel, timeoutMs: readU32LE(buf, p + 2) };
+}
+
+function isReplicaWaitParams(p: ReplicaWaitParams): boolean {
+  return (
+    p.replicas <= REPLICA_ACKS_MAX &&
+    p.level >= AckLevel.Memory &&
+    p.level <= AckLevel.Stable &&
+    p.timeoutMs >= 1 &&
+    p.timeoutMs <= REPLICA_WAIT_ROUND_MS_MAX
+  );
+}
+
+export const requestReplicaWait = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & RequestFlag.ReplicaWait) !== 0;
 
 /** A fragment op's flags byte: its priority and durability; OR RequestFlag bits into it. */
 export function requestFlags(priority: Priority, durability: Durability): number {
@@ -314,6 +377,10 @@ export function checkRequest(
   const keyBytes = readU16LE(op, 8);
   const rest = REQUEST_HEADER_BYTES + keyBytes;
   if (keyBytes > KEY_BYTES_MAX || rest > op.length) return 'bad key length';
+  if (kind === OpKind.Fence && (op[1] & RequestFlag.ReplicaWait) !== 0) {
+    if (keyBytes !== 0 || rest + REPLICA_WAIT_PARAMS_BYTES !== op.length) return 'bad replica wait length';
+    return isReplicaWaitParams(replicaWaitParamsAt(op, rest)) ? undefined : 'bad replica wait parameters';
+  }
   if (kind !== OpKind.Write && kind !== OpKind.Modify)
     return rest === op.length ? undefined : 'trailing bytes';
   // A request carries its key once the fragment is known: the key must be the fragment's.

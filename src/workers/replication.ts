@@ -156,6 +156,8 @@ export class WorkerReplication {
   /** Member node ids by index (slots are appended as members join: `addMembers`). */
   private readonly members: string[];
   private readonly ledger: RoundLedger;
+  /** Told after a peer acknowledged a batch of a fragment (replica-waits.ts). */
+  ackListener: ((fragment: number) => void) | undefined = undefined;
 
   constructor(
     private readonly cluster: ClusterInit,
@@ -235,10 +237,13 @@ export class WorkerReplication {
       if (!peers.includes(slot.member)) this.closeSlot(slot, 'replica removed from the list');
     }
     const nowMs = this.host.clock.nowMs();
+    const position = before.length > 0 ? before[0].sender.enqueuedThroughOps : 0;
     const slots = peers.map((m) => {
       const kept = before.find((slot) => slot.member === m);
       if (kept !== undefined) return kept;
       const slot = this.newSlot(fragment, m);
+      // Every sender of a fragment counts the same positions (replica-waits.ts reads the first's).
+      slot.sender.startAtPosition(position);
       if (this.up[m]) {
         slot.sender.step({ kind: 'connected', nowMs });
         this.pump(slot);
@@ -300,6 +305,20 @@ export class WorkerReplication {
     for (const senders of this.senders.values())
       for (const s of senders) if (!s.sender.drained()) return false;
     return true;
+  }
+
+  /** Writes of `fragment` handed to its senders so far (the same for each), or -1 without peers. */
+  positionOf(fragment: number): number {
+    return this.senders.get(fragment)?.[0].sender.enqueuedThroughOps ?? -1;
+  }
+
+  forEachSender(fragment: number, visit: (member: number, sender: ReplicationSender) => void): void {
+    for (const s of this.senders.get(fragment) ?? []) visit(s.member, s.sender);
+  }
+
+  /** True when fragment `f` has other replicas (its actor keeps writes for the senders). */
+  replicates(fragment: number): boolean {
+    return this.peersOf.has(fragment);
   }
 
   close(): void {
@@ -386,6 +405,7 @@ export class WorkerReplication {
         const level = a.level as AckLevel;
         slot.sender.step({ kind: 'ack', sessionId: a.sessionId, batchSeq: a.batchSeq, level, nowMs });
         this.pump(slot);
+        this.ackListener?.(a.fragment);
       }
     } else if (envelope.batchNack !== undefined) {
       const n = envelope.batchNack;

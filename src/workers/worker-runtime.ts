@@ -47,6 +47,7 @@ import {
   readMembersRequest,
   readModifyParams,
   readPeerWait,
+  readReplicaWaitParams,
   readScanRequest,
   requestDurability,
   requestFragment,
@@ -54,6 +55,7 @@ import {
   requestId,
   requestKeyBytes,
   requestPriority,
+  requestReplicaWait,
   requestWantsPrior,
   type ScanRequest,
 } from '../threads/op-codec.js';
@@ -63,6 +65,7 @@ import { encodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-h
 import { CommitLoop } from './commit-loop.js';
 import { FragmentActors } from './fragment-actors.js';
 import { PoolSpans } from './pool-spans.js';
+import { ReplicaWaits } from './replica-waits.js';
 import { WorkerReplication } from './replication.js';
 import { DrainWaiters } from './replication-drain.js';
 import { ResultWriter } from './result-writer.js';
@@ -83,6 +86,7 @@ export class WorkerRuntime implements RecordDecoder {
   private readonly pool: PoolSpans | undefined;
   private readonly replication: WorkerReplication | undefined;
   private readonly drainWaiters: DrainWaiters;
+  private readonly replicaWaits: ReplicaWaits;
   private drain: DrainLoop | undefined;
   /** Fragments that received requests this turn and must run. */
   private readonly active: FragmentCore[] = [];
@@ -187,6 +191,21 @@ export class WorkerRuntime implements RecordDecoder {
         this.results.publish();
       },
     );
+    this.replicaWaits = new ReplicaWaits({
+      positionOf: (fragment) => replication?.positionOf(fragment) ?? -1,
+      forEachSender: (fragment, visit) => replication?.forEachSender(fragment, visit),
+      answer: (reply, detail, reqId) => {
+        this.results.ack(reply, detail, reqId);
+        this.results.publish();
+      },
+      answerText: (reply, reqId, text) => {
+        this.results.text(reply, 0, reqId, text);
+        this.results.publish();
+      },
+      clock: new SystemClock(),
+    });
+    if (replication !== undefined)
+      replication.ackListener = (fragment) => this.replicaWaits.onAcked(fragment);
   }
 
   /** Newest timestamp stored in any of this worker's fragments, to seed the node's clock. */
@@ -293,6 +312,8 @@ export class WorkerRuntime implements RecordDecoder {
     const op = new FragmentOp(kind, reqId, priority, durability, key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = wantsPrior;
+    if (kind === OpKind.Fence && requestReplicaWait(buf, at))
+      this.replicaWaits.admit(op, fragment, readReplicaWaitParams(buf, at));
     if (params !== undefined) {
       op.modifier = params.modifier;
       op.flags = params.flags;
@@ -636,6 +657,7 @@ export class WorkerRuntime implements RecordDecoder {
     this.drain?.stop();
     this.replication?.close();
     this.drainWaiters.close();
+    this.replicaWaits.close();
     this.sweeper.close();
     if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
     for (const f of this.actors.fragments()) {

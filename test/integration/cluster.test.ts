@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { Cluster as RedisCluster } from 'ioredis';
 import { type ClusterFixture, infoOf, localValues, startCluster } from './cluster-helpers.js';
 import { eventually, sleep } from './helpers.js';
-import { RawClient, rejectsWith } from './resp-helpers.js';
+import { RawClient } from './resp-helpers.js';
 
 const keysOf = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
 /** Writes of the crash test's stream acknowledged before the kill: a small share of its 2000. */
@@ -147,8 +147,9 @@ describe('a three-node cluster', () => {
     assert.equal(await a.call('CLUSTER', 'KEYSLOT', 'foo'), 12182);
     const nodes = (await a.call('CLUSTER', 'NODES')) as string;
     assert.equal(nodes.trim().split('\n').length, 3);
-    // Replication is per fragment and asynchronous: WAIT says so rather than counting wrongly.
-    await rejectsWith(a.call('WAIT', '1', '100'), /^ERR WAIT is not supported in a cluster/);
+    // WAIT counts the replicas that acknowledged the connection's writes (cluster-wait.test.ts).
+    assert.equal(await a.call('SET', 'wait:k', 'v'), 'OK');
+    assert.ok(Number(await a.call('WAIT', '1', '5000')) >= 1);
 
     const rc = new RedisCluster([{ host: '127.0.0.1', port: cluster.nodes[2].respPort }], {
       enableOfflineQueue: true,

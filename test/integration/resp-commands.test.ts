@@ -1234,10 +1234,6 @@ describe('server commands', () => {
       ],
       [['ACL', 'WHOAMI'], /^ERR ACL is not supported: a node has one password/],
       [['MODULE', 'LIST'], /^ERR MODULE is not supported: Tessera loads no modules/],
-      [
-        ['WAITAOF', '1', '0', '0'],
-        /^ERR WAITAOF is not supported: a write is acknowledged at its durability level/,
-      ],
     ];
     for (const [args, reason] of reasons)
       await rejectsWith(r.call(...(args as [string, ...string[]])), reason);

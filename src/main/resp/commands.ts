@@ -217,6 +217,10 @@ export function writeFailure(w: RespWriter, error: TesseraError): void {
     case ErrorKind.OutOfMemory:
       writeOutOfMemory(w);
       return;
+    case ErrorKind.ReplicaTimeout:
+      // As Redis words a write refused for want of replicas (min-replicas-to-write).
+      w.errorCode('NOREPLICAS', error.message);
+      return;
     default:
       w.error(error.message);
   }

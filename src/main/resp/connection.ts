@@ -80,6 +80,13 @@ export class RespConnection implements PubSubClient {
   authenticated: boolean;
   /** Acknowledgement level of this connection's writes (TESSERA.DURABILITY). */
   durability: Durability;
+  /** Other replicas each write waits for before it is answered (TESSERA.DURABILITY … REPLICAS n). */
+  replicaAcks: number;
+  /**
+   * The fragments this connection wrote since a WAIT (or WAITAOF) last saw every replica there is
+   * acknowledge them: what the next one asks about. At most one entry per fragment.
+   */
+  readonly writtenFragments = new Set<number>();
   lastCommand = 'NULL';
   lastCommandAtMs = this.createdAtMs;
   /** Writes sent to a worker and not yet answered: reads must not bypass them on this thread. */
@@ -140,6 +147,7 @@ export class RespConnection implements PubSubClient {
     this.id = id;
     this.authenticated = !server.requiresAuth;
     this.durability = server.node.settings.durability;
+    this.replicaAcks = server.node.settings.replicaAcks;
     this.out = new RespWriter(2);
     this.scratch = new RespWriter(2);
     this.out.errorCodes = server.errorCodes;

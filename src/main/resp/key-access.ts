@@ -7,7 +7,7 @@
 import { assert } from '../../core/assert.js';
 import { parseBitfieldAnswers } from '../../core/bitfield.js';
 import type { WallClock } from '../../core/clock.js';
-import type { TesseraError } from '../../core/errors.js';
+import { ErrorKind, type TesseraError } from '../../core/errors.js';
 import { parseInt64 } from '../../core/int64.js';
 import { slotOf } from '../../core/keyspace.js';
 import { parseLcsRanges } from '../../core/lcs.js';
@@ -288,6 +288,7 @@ function specFor(
   spec.value = undefined;
   spec.expiresAtMs = 0;
   spec.durability = conn.durability;
+  spec.replicaAcks = conn.replicaAcks;
   spec.wantsPrior = false;
   spec.modifier = Modifier.Set;
   spec.flags = 0;
@@ -303,8 +304,10 @@ function submit(
   handler: ResultHandler<ReplySlot> | ResultHandler<WritePart>,
 ): void {
   const token = handler === partWriteHandler ? new WritePart(slot) : slot;
-  const error = conn.server.node.dispatcher.submitWrite(spec, handler as ResultHandler<unknown>, token);
+  const dispatcher = conn.server.node.dispatcher;
+  const error = dispatcher.submitWrite(spec, handler as ResultHandler<unknown>, token);
   releaseWriteSpec(spec);
+  conn.writtenFragments.add(dispatcher.lastWriteFragment);
   if (error !== undefined) {
     if (token instanceof WritePart) {
       slot.error ??= error.message;
@@ -468,7 +471,12 @@ export function finishParts(slot: ReplySlot): void {
   if (slot.parts > 0) return;
   const w = slot.conn.beginReply(slot);
   if (slot.error !== null)
-    writeErrorText(w, slot.error.startsWith('ERR ') ? slot.error : `ERR ${slot.error}`);
+    writeErrorText(
+      w,
+      slot.error.startsWith('ERR ') || slot.error.startsWith(`${NO_REPLICAS} `)
+        ? slot.error
+        : `ERR ${slot.error}`,
+    );
   else if (slot.values !== null) {
     w.arrayHeader(slot.values.length);
     for (const v of slot.values) {
@@ -530,6 +538,9 @@ const partReadHandler: ResultHandler<ReadPart> = {
   onFailure: (part, error) => partDone(part.slot, error.message),
 };
 
+/** The code of a write applied but short of the replica acknowledgements it asked for, as Redis's. */
+const NO_REPLICAS = 'NOREPLICAS';
+
 /** Whether a write result means the write holds (applied, already there, or expired on arrival). */
 function writeHeld(status: number): boolean {
   return status === Reply.Applied || status === Reply.AlreadyPresent || status === Reply.Expired;
@@ -555,7 +566,11 @@ const partWriteHandler: ResultHandler<WritePart> = {
     if (writeHeld(status) && status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
     partDone(part.slot, writeHeld(status) ? undefined : resultError(buf, at, length).message);
   },
-  onFailure: (part, error) => partDone(part.slot, error.message),
+  onFailure: (part, error) =>
+    partDone(
+      part.slot,
+      error.kind === ErrorKind.ReplicaTimeout ? `${NO_REPLICAS} ${error.message}` : error.message,
+    ),
 };
 
 const modifyHandler: ResultHandler<ReplySlot> = {

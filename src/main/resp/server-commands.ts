@@ -4,11 +4,13 @@
 
 import path from 'node:path';
 import { globMatch } from '../../core/glob.js';
-import { TIMER_DELAY_MS_MAX } from '../../core/limits.js';
-import { DURABILITY_NAMES, parseDurability } from '../../core/ops.js';
+import { REPLICA_ACKS_MAX, TIMER_DELAY_MS_MAX } from '../../core/limits.js';
+import { DURABILITY_NAMES, Durability, Priority, parseDurability } from '../../core/ops.js';
 import { SubscriptionKind } from '../../core/pubsub.js';
+import { AckLevel } from '../../core/replication-sender.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
+import { type ReplicaWaitAnswer, waitForReplicas } from '../replica-waiter.js';
 import { command as commandIntrospection } from './command-introspection.js';
 import {
   answerLater,
@@ -531,18 +533,29 @@ function time(_conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean 
   return true;
 }
 
-/** TESSERA.DURABILITY [memory|store|stable]: this connection's write acknowledgement level. */
+/**
+ * TESSERA.DURABILITY [memory|store|stable [REPLICAS n]]: this connection's write acknowledgement
+ * level, and how many other replicas each of its writes waits for (NOREPLICAS past
+ * `--replica-ack-timeout`).
+ */
 function durability(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   if (cmd.argc === 1) {
     w.bulk(DURABILITY_NAMES[conn.durability]);
     return true;
   }
   const level = parseDurability(cmd.arg(1).toString('latin1').toLowerCase());
-  if (level === undefined) w.error(`durability must be one of ${DURABILITY_NAMES.join(', ')}`);
-  else {
-    conn.durability = level;
-    w.ok();
+  if (level === undefined) return replyError(w, `durability must be one of ${DURABILITY_NAMES.join(', ')}`);
+  let replicaAcks = conn.replicaAcks;
+  if (cmd.argc > 2) {
+    if (cmd.argc !== 4 || optionName(cmd, 2) !== 'REPLICAS') return replyError(w, SYNTAX_ERROR);
+    const n = integerArg(cmd, 3);
+    if (n === undefined || n < 0 || n > REPLICA_ACKS_MAX)
+      return replyError(w, `REPLICAS must be an integer in 0..${REPLICA_ACKS_MAX}`);
+    replicaAcks = n;
   }
+  conn.durability = level;
+  conn.replicaAcks = replicaAcks;
+  w.ok();
   return true;
 }
 
@@ -663,42 +676,124 @@ function role(_conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean 
 }
 
 /**
- * WAIT numreplicas timeout, on a node without peers: no replica exists, so it answers 0 — at once
- * when fewer than one replica is asked for, else when the timeout passes (never, for 0), as Redis
- * without replicas does. The connection's later commands run after the answer. In a cluster,
- * replication is per fragment and asynchronous, and WAIT is refused with the reason.
+ * WAIT numreplicas timeout, as Redis's: blocks this connection until every write it sent before is
+ * acknowledged (at `--replication-ack`) by `numreplicas` replicas besides the serving one, or the
+ * timeout passes (0: never), and answers the number reached — the fewest over the fragments it
+ * wrote, forwarded writes included. On a node without peers no replica exists: it answers 0, at
+ * once when fewer than one replica is asked for, else when the timeout passes, as Redis without
+ * replicas does. The connection's later commands run after the answer.
  */
 function wait(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const replicas = integerArg(cmd, 1);
   if (replicas === undefined) return replyError(w, NOT_INTEGER);
-  const timeout = integerArg(cmd, 2);
-  if (timeout === undefined) return replyError(w, 'timeout is not an integer or out of range');
-  if (timeout < 0) return replyError(w, 'timeout is negative');
-  if (conn.server.node.cluster !== undefined) {
+  const timeout = timeoutArg(cmd, 2, w);
+  if (timeout === undefined) return true;
+  if (conn.server.node.cluster === undefined) {
+    if (replicas <= 0) {
+      w.integer(0);
+      return true;
+    }
+    return blockWith(conn, afterTimeout(timeout, 0), (out, n) => out.integer(n));
+  }
+  const answered = waitForWrites(conn, replicas, false, timeout).then((a) => a.reached);
+  return blockWith(conn, answered, (out, n) => out.integer(n));
+}
+
+/**
+ * WAITAOF numlocal numreplicas timeout (Redis 7.2): blocks until this connection's writes are at
+ * `stable` (fsync) on their serving replicas (numlocal 1) and acknowledged at `stable` by
+ * `numreplicas` other replicas (which acknowledge at `stable` under `--replication-ack stable`),
+ * or the timeout passes; answers [local, replicas]: 1 when every write is on the serving replica's
+ * disk, and the fewest replicas reached. Without peers the replica count is 0 (reached at once
+ * when none is asked for, else when the timeout passes, as Redis without replicas).
+ */
+function waitaof(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
+  const local = integerArg(cmd, 1);
+  const replicas = integerArg(cmd, 2);
+  if (local === undefined || replicas === undefined) return replyError(w, NOT_INTEGER);
+  if (local < 0 || replicas < 0) return replyError(w, 'value is out of range, must be positive');
+  const timeout = timeoutArg(cmd, 3, w);
+  if (timeout === undefined) return true;
+  if (local > 1)
     return replyError(
       w,
-      'WAIT is not supported in a cluster: each fragment replicates asynchronously to its own replicas; use TESSERA.DURABILITY for the local acknowledgement level',
+      'WAITAOF cannot wait for more than one local fsync: a write has one serving replica',
     );
-  }
-  if (replicas <= 0) {
-    w.integer(0);
-    return true;
-  }
-  const answered = new Promise<number>((resolve) => {
-    if (timeout === 0) return;
+  const answered = waitForWrites(conn, replicas, true, timeout).then(async (a) => {
+    // Without peers no replica will ever count: the wait lasts its timeout, as Redis's.
+    if (conn.server.node.cluster === undefined && replicas > 0) await afterTimeout(timeout, 0);
+    return a;
+  });
+  return blockWith(conn, answered, (out, a) => {
+    out.arrayHeader(2);
+    out.integer(a.local ? 1 : 0);
+    out.integer(a.reached);
+  });
+}
+
+/** The timeout argument of WAIT / WAITAOF in ms (0: none), or undefined after an error reply. */
+function timeoutArg(cmd: RespCommand, index: number, w: RespWriter): number | undefined {
+  const timeout = integerArg(cmd, index);
+  if (timeout === undefined) replyError(w, 'timeout is not an integer or out of range');
+  else if (timeout < 0) replyError(w, 'timeout is negative');
+  else return timeout;
+  return undefined;
+}
+
+/**
+ * Waits for `replicas` acknowledgements of every fragment the connection wrote (and, `stable`, for
+ * each at `stable` on its serving replica and its replicas). A wait that saw every replica there is
+ * forgets the fragments: nothing older can then ask for more.
+ */
+function waitForWrites(
+  conn: RespConnection,
+  replicas: number,
+  stable: boolean,
+  timeoutMs: number,
+): Promise<ReplicaWaitAnswer> {
+  const dispatcher = conn.server.node.dispatcher;
+  const written = conn.writtenFragments;
+  const fragments = [...written];
+  const others = dispatcher.otherReplicas;
+  return waitForReplicas(dispatcher, {
+    fragments,
+    replicas: Math.max(0, Math.min(replicas, REPLICA_ACKS_MAX)),
+    level: stable ? AckLevel.Stable : dispatcher.replicationAck,
+    durability: stable ? Durability.Stable : Durability.Memory,
+    priority: Priority.Default,
+    timeoutMs,
+    idleReached: others,
+  }).then((answer) => {
+    if (answer.reached >= others && answer.local) written.clear();
+    return answer;
+  });
+}
+
+/** Answers the command when `answered` settles, and holds the connection's later commands until then. */
+function blockWith<T>(
+  conn: RespConnection,
+  answered: Promise<T>,
+  write: (out: RespWriter, value: T) => void,
+): false {
+  answerLater(conn, answered, write);
+  conn.blockUntil(answered);
+  return false;
+}
+
+/** Resolves to `value` after `timeoutMs` (never, for 0). */
+function afterTimeout<T>(timeoutMs: number, value: T): Promise<T> {
+  return new Promise<T>((resolve) => {
+    if (timeoutMs === 0) return;
     // Longer than one timer can wait: in steps. Unreferenced: a waiting client does not keep a
     // closing node alive.
     const waitFor = (leftMs: number): void => {
       setTimeout(
-        () => (leftMs > TIMER_DELAY_MS_MAX ? waitFor(leftMs - TIMER_DELAY_MS_MAX) : resolve(0)),
+        () => (leftMs > TIMER_DELAY_MS_MAX ? waitFor(leftMs - TIMER_DELAY_MS_MAX) : resolve(value)),
         Math.min(leftMs, TIMER_DELAY_MS_MAX),
       ).unref();
     };
-    waitFor(timeout);
+    waitFor(timeoutMs);
   });
-  answerLater(conn, answered, (out, n) => out.integer(n));
-  conn.blockUntil(answered);
-  return false;
 }
 
 /**
@@ -760,6 +855,7 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   },
   { name: 'ROLE', arity: 1, flags: ['fast'], keys: NONE, run: role },
   { name: 'WAIT', arity: 3, flags: [], keys: NONE, run: wait },
+  { name: 'WAITAOF', arity: 4, flags: [], keys: NONE, run: waitaof },
   { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, run: shutdown },
   { name: 'MONITOR', arity: 1, flags: [], keys: NONE, run: monitor },
   { name: 'TESSERA.BACKUP', arity: 1, flags: [], keys: NONE, run: backup },

@@ -31,8 +31,6 @@ const REASONS: Record<string, readonly string[]> = {
     'BZPOPMAX',
     'BZMPOP',
   ],
-  'it is not supported: a write is acknowledged at its durability level (--durability), not by counting fsyncs':
-    ['WAITAOF'],
   'Tessera stores strings only': [
     'LPUSH',
     'RPUSH',

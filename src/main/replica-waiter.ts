@@ -1,0 +1,119 @@
+// The main thread's side of waiting for replica acknowledgements (WAIT, WAITAOF, writes with
+// replica acks): it asks the serving replica of each fragment a connection wrote — its worker here,
+// or another node through forwarding, in order behind the writes sent before — with a replica-wait
+// fence, and gathers the answers in a WaitRound (src/core/replica-acks.ts). One ask waits at most
+// REPLICA_WAIT_ROUND_MS_MAX at the serving node (a forwarded one must answer before its forwarding
+// gives up); a longer wait asks again, as long as the serving node waited its whole time.
+
+import type { TesseraError } from '../core/errors.js';
+import { REPLICA_WAIT_ROUND_MS_MAX } from '../core/limits.js';
+import { type Durability, type Priority, Reply } from '../core/ops.js';
+import { WaitRound } from '../core/replica-acks.js';
+import type { AckLevel } from '../core/replication-sender.js';
+import { resultDetail, resultStatus } from '../threads/op-codec.js';
+import type { ResultHandler } from './worker-link.js';
+
+export interface ReplicaWaitRequest {
+  /** The fragments written (each asked once, whatever order). */
+  fragments: readonly number[];
+  /** Other replicas each must reach. */
+  replicas: number;
+  level: AckLevel;
+  /** The level the serving replica itself must reach first (WAITAOF's numlocal: Stable). */
+  durability: Durability;
+  priority: Priority;
+  /** 0: no deadline. */
+  timeoutMs: number;
+  /** The answer when no fragment was written. */
+  idleReached: number;
+}
+
+export interface ReplicaWaitAnswer {
+  /** The fewest other replicas any fragment reached. */
+  reached: number;
+  /** Whether every fragment reached `durability` at its serving replica. */
+  local: boolean;
+}
+
+/** What submits the asks: the dispatcher. */
+export interface ReplicaWaitSubmitter {
+  readonly turnClock: { nowMs(): number };
+  submitReplicaWait<T>(
+    fragment: number,
+    params: { replicas: number; level: AckLevel; timeoutMs: number },
+    durability: Durability,
+    priority: Priority,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined;
+}
+
+/** One fragment's ask in a wait, and when it left. */
+interface Ask {
+  wait: Waiting;
+  fragment: number;
+  askedAtMs: number;
+  askMs: number;
+}
+
+interface Waiting {
+  submitter: ReplicaWaitSubmitter;
+  request: ReplicaWaitRequest;
+  round: WaitRound;
+  resolve: (answer: ReplicaWaitAnswer) => void;
+}
+
+/** Waits for the request's replicas on each of its fragments; never rejects. */
+export function waitForReplicas(
+  submitter: ReplicaWaitSubmitter,
+  request: ReplicaWaitRequest,
+): Promise<ReplicaWaitAnswer> {
+  return new Promise((resolve) => {
+    const nowMs = submitter.turnClock.nowMs();
+    const deadlineMs = request.timeoutMs === 0 ? Number.POSITIVE_INFINITY : nowMs + request.timeoutMs;
+    const round = new WaitRound(request.fragments.length, request.replicas, deadlineMs, request.idleReached);
+    const wait: Waiting = { submitter, request, round, resolve };
+    for (const fragment of request.fragments) ask(wait, fragment);
+    settleIfDone(wait);
+  });
+}
+
+function ask(wait: Waiting, fragment: number): void {
+  const { submitter, request, round } = wait;
+  const nowMs = submitter.turnClock.nowMs();
+  const askMs = round.askMs(nowMs, REPLICA_WAIT_ROUND_MS_MAX);
+  const token: Ask = { wait, fragment, askedAtMs: nowMs, askMs };
+  const params = { replicas: request.replicas, level: request.level, timeoutMs: askMs };
+  const error = submitter.submitReplicaWait(
+    fragment,
+    params,
+    request.durability,
+    request.priority,
+    askHandler,
+    token,
+  );
+  if (error !== undefined) round.fail();
+}
+
+function settleIfDone(wait: Waiting): void {
+  if (wait.round.done) wait.resolve({ reached: wait.round.reached, local: wait.round.localReached });
+}
+
+const askHandler: ResultHandler<Ask> = {
+  onResult(token, buf, at) {
+    const { wait } = token;
+    const nowMs = wait.submitter.turnClock.nowMs();
+    const local = resultStatus(buf, at) === Reply.FenceReached;
+    const reached = local ? resultDetail(buf, at) : 0;
+    // An answer before the ask's time is up, short of the goal, is all the serving node can give
+    // (the fragment has fewer replicas there, or too many waits): asking again would only spin.
+    const waitedFull = nowMs >= token.askedAtMs + token.askMs;
+    if (wait.round.answer(reached, local, waitedFull ? nowMs : Number.POSITIVE_INFINITY))
+      ask(wait, token.fragment);
+    else settleIfDone(wait);
+  },
+  onFailure(token) {
+    token.wait.round.fail();
+    settleIfDone(token.wait);
+  },
+};

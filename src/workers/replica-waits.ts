@@ -1,0 +1,122 @@
+// The worker's waits for replica acknowledgements (src/core/replica-acks.ts): a fence with the
+// replica-wait flag first passes through its fragment's actor like any fence — so every write
+// admitted before it has been handed to the replication senders when it is answered — then waits
+// here until `replicas` peers acknowledged the fragment's position at that moment, or its time is
+// up; its answer's detail byte is the number of peers reached. The senders' progress is reported to
+// the tracker only for fragments something waits on, so writes that ask for nothing pay nothing.
+
+import type { DriverClock } from '../core/clock.js';
+import type { FragmentOp, ReplySink } from '../core/fragment.js';
+import { Reply } from '../core/ops.js';
+import { type AckTrackerAction, ReplicaAckTracker } from '../core/replica-acks.js';
+import { AckLevel, type ReplicationSender } from '../core/replication-sender.js';
+import type { ReplicaWaitParams } from '../threads/op-codec.js';
+
+/** What the waits need from the worker: its senders and its result ring. */
+export interface ReplicaWaitHost {
+  /**
+   * The fragment's position (writes handed to its senders) and each peer's sender; -1 and none when
+   * the fragment has no other replica here.
+   */
+  positionOf(fragment: number): number;
+  forEachSender(fragment: number, visit: (member: number, sender: ReplicationSender) => void): void;
+  /** Sends a header-only answer to request `reqId` and publishes it. */
+  answer(reply: Reply, detail: number, reqId: number): void;
+  /** Sends a text answer (a failed fence's message) and publishes it. */
+  answerText(reply: Reply, reqId: number, text: string): void;
+  readonly clock: DriverClock;
+}
+
+interface Asked extends ReplicaWaitParams {
+  fragment: number;
+}
+
+export class ReplicaWaits implements ReplySink {
+  private readonly tracker = new ReplicaAckTracker();
+  private readonly actions: AckTrackerAction[] = [];
+  /** What each fence still in its actor asks, by request id. */
+  private readonly asked = new Map<number, Asked>();
+  private timerAtMs = Number.POSITIVE_INFINITY;
+  private readonly onTimer = (): void => {
+    this.timerAtMs = Number.POSITIVE_INFINITY;
+    this.tracker.step({ kind: 'tick', nowMs: this.host.clock.nowMs() });
+    this.flush();
+  };
+
+  constructor(private readonly host: ReplicaWaitHost) {}
+
+  /** Routes the reply of `fence` (a fragment op about to be submitted) here. */
+  admit(fence: FragmentOp, fragment: number, params: ReplicaWaitParams): void {
+    fence.sink = this;
+    this.asked.set(fence.reqId, { fragment, ...params });
+  }
+
+  /** The fence went through its actor: wait for the fragment's position, now. */
+  onReply(op: FragmentOp, reply: Reply, text: string): void {
+    const asked = this.asked.get(op.reqId);
+    if (asked === undefined) return;
+    this.asked.delete(op.reqId);
+    if (reply !== Reply.FenceReached) return this.host.answerText(reply, op.reqId, text || 'fence failed');
+    const position = this.host.positionOf(asked.fragment);
+    if (position === -1) return this.host.answer(Reply.FenceReached, 0, op.reqId);
+    this.report(asked.fragment);
+    const nowMs = this.host.clock.nowMs();
+    this.tracker.step({
+      kind: 'wait',
+      id: op.reqId,
+      fragment: asked.fragment,
+      throughOps: position,
+      level: asked.level,
+      replicas: asked.replicas,
+      deadlineMs: nowMs + asked.timeoutMs,
+      nowMs,
+    });
+    this.flush();
+  }
+
+  /** A peer acknowledged a batch of `fragment`. */
+  onAcked(fragment: number): void {
+    if (!this.tracker.watching(fragment)) return;
+    this.report(fragment);
+    this.flush();
+  }
+
+  /** The worker is closing: every wait answers with what it reached. */
+  close(): void {
+    this.host.clock.clearTimer();
+    this.tracker.step({ kind: 'close' });
+    this.flush();
+  }
+
+  private report(fragment: number): void {
+    this.host.forEachSender(fragment, (peer, sender) => {
+      const ackedThroughOps = [
+        0,
+        sender.ackedThrough(AckLevel.Memory),
+        sender.ackedThrough(AckLevel.Store),
+        sender.ackedThrough(AckLevel.Stable),
+      ];
+      this.tracker.step({
+        kind: 'progress',
+        fragment,
+        peer,
+        ackedThroughOps,
+        lostThroughOps: sender.lostThrough,
+      });
+    });
+  }
+
+  private flush(): void {
+    this.tracker.takeActions(this.actions);
+    for (const a of this.actions) {
+      if (a.full)
+        this.host.answerText(Reply.Backpressure, a.id, 'too many waits for replica acknowledgements');
+      else this.host.answer(Reply.FenceReached, a.reached, a.id);
+    }
+    this.actions.length = 0;
+    const at = this.tracker.nextWakeMs();
+    if (at === Number.POSITIVE_INFINITY || at >= this.timerAtMs) return;
+    this.timerAtMs = at;
+    this.host.clock.setTimer(at, this.onTimer);
+  }
+}
