@@ -183,6 +183,8 @@ async function main(): Promise<number> {
     };
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
+    // A graceful leave ends with the node Removed: it has nothing left to serve.
+    node.cluster?.left.then(() => stop('left the cluster'));
   });
 }
 

@@ -1,6 +1,6 @@
 // Fragments that move while serving, on real processes on 127.0.0.1 with a writer counting
 // acknowledged writes: two nodes join three (R=3) under load and receive their share; one leaves
-// (its replicas handed over, then it exits); one is killed and, once Down, every fragment it held
+// (its replicas handed over, then it exits the cluster and stops); one is killed and, once Down, every fragment it held
 // is re-replicated from the survivors until none is under-replicated; one restarted within
 // --down-after moves nothing. After each step every acknowledged write is readable from every
 // replica the table lists, and the move counts are reported.
@@ -50,22 +50,38 @@ async function membersAt(node: NodeProcess): Promise<MemberSeen[]> {
 }
 
 /**
- * Every running node holds the same table with no move in flight, nothing under-replicated, the
- * planner wants no more moves, and every fragment lists exactly `members` between them.
+ * Why the cluster has not settled, or '' once it has: every running node holds the same table with
+ * no move in flight, nothing under-replicated and no copy in transition, the planner wants no more
+ * moves, and the fragments list exactly `members` between them.
  */
-async function settled(nodes: NodeProcess[], members: string[], coordinator: NodeProcess): Promise<boolean> {
-  const epochs = new Set<string>();
+async function unsettled(nodes: NodeProcess[], members: string[], coordinator: NodeProcess): Promise<string> {
+  const tables = new Set<string>();
   for (const n of nodes) {
     const moves = await getJson<MovesReport>(n, '/cluster/moves');
-    if (moves.inFlight.length > 0 || moves.underReplicated > 0 || moves.here.length > 0) return false;
+    if (moves.inFlight.length > 0 || moves.underReplicated > 0 || moves.here.length > 0)
+      return `${n.id}: ${JSON.stringify({ inFlight: moves.inFlight, under: moves.underReplicated, here: moves.here })}`;
     const placement = await getJson<FragmentPlacement[]>(n, '/cluster/placement');
-    epochs.add(JSON.stringify(placement.map((f) => [f.generation, f.replicas])));
-    const listed = new Set(placement.flatMap((f) => f.replicas));
-    if (listed.size !== members.length || !members.every((m) => listed.has(m))) return false;
+    tables.add(JSON.stringify(placement.map((f) => [f.generation, f.replicas])));
+    const listed = [...new Set(placement.flatMap((f) => f.replicas))].sort();
+    if (listed.join() !== [...members].sort().join()) return `${n.id} lists ${listed}`;
   }
-  if (epochs.size !== 1) return false;
+  if (tables.size !== 1) return `${tables.size} different tables`;
   const plan = await post(coordinator, '/cluster/plan', { action: 'now' });
-  return plan.status === 'Ok' && (plan as unknown as { replicaMoves: number }).replicaMoves === 0;
+  const moves = (plan as unknown as { replicaMoves: number }).replicaMoves;
+  return plan.status === 'Ok' && moves === 0 ? '' : `the planner would move ${moves}: ${plan.message}`;
+}
+
+/** Waits until `unsettled` says nothing, failing with what it said last. */
+async function settled(nodes: NodeProcess[], members: string[], coordinator: NodeProcess): Promise<void> {
+  let why = '';
+  try {
+    await eventually(
+      async () => (why = await unsettled(nodes, members, coordinator)) === '',
+      CONDITION_MS_MAX,
+    );
+  } catch (err) {
+    throw new Error(`${(err as Error).message}: ${why}`);
+  }
 }
 
 describe('fragments that move while serving', () => {
@@ -143,7 +159,7 @@ describe('fragments that move while serving', () => {
       joined.push(node);
     }
     await Promise.all(joined.map((n) => n.start()));
-    await eventually(() => settled(running(), ['a', 'b', 'c', 'd', 'e'], byId('a')), CONDITION_MS_MAX);
+    await settled(running(), ['a', 'b', 'c', 'd', 'e'], byId('a'));
     const moves = await getJson<MovesReport>(byId('a'), '/cluster/moves');
     // The optimum for joining nodes is R·F/N of the replicas per new node.
     const optimum = Math.ceil((3 * FRAGMENTS * 2) / 5);
@@ -158,29 +174,21 @@ describe('fragments that move while serving', () => {
     await everyReplicaHoldsEveryWrite();
   });
 
-  test('a node that leaves hands every replica over, then exits the cluster', async () => {
-    const answer = await post(byId('b'), '/cluster/leave', {});
+  test('a node that leaves hands every replica over, then exits the cluster and stops', async () => {
+    const b = byId('b');
+    const exited = new Promise<number | null>((resolve) => b.child!.once('exit', (code) => resolve(code)));
+    const answer = await post(b, '/cluster/leave', {});
     assert.equal(answer.status, 'Ok', answer.message);
+    assert.equal(await exited, 0, 'b stops by itself once it has left');
+    assert.ok(b.log.includes('"msg":"every fragment handed over: leaving membership"'));
+    assert.ok(b.log.includes('"msg":"left the cluster"'));
+    await b.stop();
     await eventually(
       async () => (await membersAt(byId('a'))).some((m) => m.nodeId === 'b' && m.state === 'Removed'),
       CONDITION_MS_MAX,
     );
-    await eventually(
-      () =>
-        settled(
-          running().filter((n) => n.id !== 'b'),
-          ['a', 'c', 'd', 'e'],
-          byId('a'),
-        ),
-      CONDITION_MS_MAX,
-    );
+    await settled(running(), ['a', 'c', 'd', 'e'], byId('a'));
     await everyReplicaHoldsEveryWrite();
-    const placement = await getJson<FragmentPlacement[]>(byId('b'), '/cluster/placement');
-    assert.ok(
-      placement.every((f) => f.state === undefined),
-      'b holds no copy',
-    );
-    await byId('b').stop();
   });
 
   test('a killed node is Down, and every fragment it held is re-replicated until none is under-replicated', async () => {
@@ -189,7 +197,7 @@ describe('fragments that move while serving', () => {
       async () => (await membersAt(byId('a'))).some((m) => m.nodeId === 'c' && m.state === 'Down'),
       CONDITION_MS_MAX,
     );
-    await eventually(() => settled(running(), ['a', 'd', 'e'], byId('a')), CONDITION_MS_MAX);
+    await settled(running(), ['a', 'd', 'e'], byId('a'));
     const info = await (await byId('a').client()).info('cluster');
     assert.match(info, /cluster_fragments_under_replicated:0\r\n/);
     await everyReplicaHoldsEveryWrite();
@@ -205,7 +213,7 @@ describe('fragments that move while serving', () => {
       const seen = (await membersAt(byId('a'))).find((m) => m.nodeId === 'd');
       return seen !== undefined && seen.state === 'Up' && !seen.unreachable && seen.incarnation > incarnation;
     }, CONDITION_MS_MAX);
-    await eventually(() => settled(running(), ['a', 'd', 'e'], byId('a')), CONDITION_MS_MAX);
+    await settled(running(), ['a', 'd', 'e'], byId('a'));
     const afterRestart = await getJson<MovesReport>(byId('a'), '/cluster/moves');
     assert.equal(afterRestart.coordinator.movesStarted, before.coordinator.movesStarted);
     writing = false;

@@ -123,7 +123,7 @@ export type ClusterEventData =
     }
   /** This node started or stopped serving a fragment (`FragmentServing`, `FragmentNotServing`). */
   | { fragment: number; node: string }
-  /** This node was asked to leave (`LeaveRequested`). */
+  /** This node was asked to leave (`LeaveRequested`), or has left (`Left`). */
   | { node: string };
 
 /** `GET /cluster/moves`: replica moves in flight and recent, and this node's part in them. */
@@ -225,6 +225,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly localServing: Uint8Array;
   /** Set once this node asked to leave: it exits membership when it holds nothing more. */
   private leaving = false;
+  private resolveLeft: () => void = () => {};
+  /** Settles once this node has left the cluster (Removed after a graceful leave): it may stop then. */
+  readonly left = new Promise<void>((resolve) => {
+    this.resolveLeft = resolve;
+  });
   private viewScheduled = false;
   private readonly viewTask = (): void => this.sendView();
   /** Per fragment, the replicas (member indices) requests are routed by: the table's, else the static placement. */
@@ -333,6 +338,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       if (!listed.has(record.nodeId) && record.nodeId !== c.selfId) members.push({ ...record });
     }
     const self = restored.get(c.selfId);
+    // --join on a node whose data directory knows the cluster already is a restart: it rejoins the
+    // members it knew, as a restart without --join does.
+    const joining = c.joinSeeds.length > 0 && !membership.members.some((r) => r.nodeId !== c.selfId);
+    if (c.joinSeeds.length > 0 && !joining)
+      this.logger.info(
+        { members: membership.members.length },
+        'the data directory knows the cluster: rejoining its members',
+      );
     this.membershipDriver = new MembershipDriver(
       {
         ...MEMBERSHIP_CONFIG_DEFAULTS,
@@ -340,7 +353,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         address: formatPeerAddress({ host: c.selfAddress.host, port: c.selfAddress.port || port }),
         restoredIncarnation: membership.restoredIncarnation,
         members,
-        selfState: c.joinSeeds.length > 0 ? 'Joining' : 'Up',
+        selfState: joining ? 'Joining' : 'Up',
         selfRemoved: self?.state === 'Removed',
         downAfterMs: c.downAfterMs,
       },
@@ -363,7 +376,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
             ),
           );
         },
-        onLeft: () => {},
+        onLeft: () => {
+          this.logger.info({}, 'left the cluster');
+          this.events.append('Left', Date.now(), { node: c.selfId });
+          this.resolveLeft();
+        },
       },
       new SystemClock(),
       key,
@@ -425,7 +442,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       );
     }
     this.scheduleView();
-    if (c.joinSeeds.length > 0) this.joinThroughSeeds();
+    if (joining) this.joinThroughSeeds();
     return port;
   }
 

@@ -136,32 +136,19 @@ export class PlacementDriver {
 
   /** Reports a step's outcome to the machine once it settles, after the current step returned. */
   private run(fragment: number, step: PlacementStep, generation: number, work: Promise<void>): void {
+    const done = (ok: boolean, detail: string): void => {
+      this.step({ kind: 'done', fragment, step, generation, ok, detail, nowMs: this.clock.nowMs() });
+      if (!this.closed) this.io.stepped();
+    };
     work.then(
-      () =>
-        this.step({
-          kind: 'done',
-          fragment,
-          step,
-          generation,
-          ok: true,
-          detail: '',
-          nowMs: this.clock.nowMs(),
-        }),
+      () => done(true, ''),
       (err: Error) => {
         this.io.log(
           'warn',
           { fragment, step, generation, err: err.message },
           'fragment placement step failed',
         );
-        this.step({
-          kind: 'done',
-          fragment,
-          step,
-          generation,
-          ok: false,
-          detail: err.message,
-          nowMs: this.clock.nowMs(),
-        });
+        done(false, err.message);
       },
     );
   }
