@@ -6,7 +6,9 @@
 // replica the table lists, and the move counts are reported.
 
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { freePorts } from '../../bench/ports.js';
 import { Keyspace } from '../../src/core/keyspace.js';
 import type { MovesReport } from '../../src/main/mesh/cluster.js';
@@ -14,6 +16,7 @@ import type { FragmentPlacement } from '../../src/main/node.js';
 import { type ClusterFixture, localValues, NodeProcess, startCluster } from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 
+const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 const TOKEN = 'an-admin-token-for-the-move-tests';
 const FRAGMENTS = 16;
 /** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */
@@ -36,6 +39,45 @@ async function post(
     body: JSON.stringify(body),
   });
   return (await response.json()) as { status: string; message: string };
+}
+
+interface ClusterEvent {
+  kind: string;
+  data: { member?: { nodeId: string }; fragment?: number; reason?: string; target?: string };
+}
+
+/** The node's `/cluster/events` from the first kept, read until `enough` holds of what came. */
+async function eventsUntil(
+  node: NodeProcess,
+  enough: (events: ClusterEvent[]) => boolean,
+): Promise<ClusterEvent[]> {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), CONDITION_MS_MAX);
+  const events: ClusterEvent[] = [];
+  try {
+    const response = await fetch(`http://127.0.0.1:${node.adminPort}/cluster/events?after=0`, {
+      signal: abort.signal,
+    });
+    const decoder = new TextDecoder();
+    let pending = '';
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      pending += decoder.decode(chunk, { stream: true });
+      let end = pending.indexOf('\n\n');
+      while (end !== -1) {
+        const block = pending.slice(0, end).split('\n');
+        pending = pending.slice(end + 2);
+        end = pending.indexOf('\n\n');
+        const kind = block.find((l) => l.startsWith('event: '))?.slice('event: '.length);
+        const data = block.find((l) => l.startsWith('data: '))?.slice('data: '.length);
+        if (kind !== undefined && data !== undefined) events.push({ kind, data: JSON.parse(data) });
+      }
+      if (enough(events)) return events;
+    }
+    throw new Error('the event stream ended');
+  } finally {
+    clearTimeout(timer);
+    abort.abort();
+  }
 }
 
 interface MemberSeen {
@@ -177,8 +219,13 @@ describe('fragments that move while serving', () => {
   test('a node that leaves hands every replica over, then exits the cluster and stops', async () => {
     const b = byId('b');
     const exited = new Promise<number | null>((resolve) => b.child!.once('exit', (code) => resolve(code)));
-    const answer = await post(b, '/cluster/leave', {});
-    assert.equal(answer.status, 'Ok', answer.message);
+    const cli = spawnSync(
+      process.execPath,
+      [MAIN, 'cluster', 'leave', '--admin-port', String(b.adminPort), '--admin-token', TOKEN],
+      { encoding: 'utf8' },
+    );
+    assert.equal(cli.status, 0, cli.stderr);
+    assert.match(cli.stdout, /b is Leaving/);
     assert.equal(await exited, 0, 'b stops by itself once it has left');
     assert.ok(b.log.includes('"msg":"every fragment handed over: leaving membership"'));
     assert.ok(b.log.includes('"msg":"left the cluster"'));
@@ -189,6 +236,29 @@ describe('fragments that move while serving', () => {
     );
     await settled(running(), ['a', 'c', 'd', 'e'], byId('a'));
     await everyReplicaHoldsEveryWrite();
+    // The events stream at a shows each step in order: b Leaving, its replicas moved, b Exiting, Removed.
+    const steps = (events: ClusterEvent[]) =>
+      events.filter(
+        (e) =>
+          (e.kind.startsWith('Member') && e.data.member?.nodeId === 'b' && e.kind !== 'MemberUpdated') ||
+          (e.kind.startsWith('Move') && e.data.reason === 'leave:b'),
+      );
+    const seen = steps(
+      await eventsUntil(byId('a'), (events) => steps(events).some((e) => e.kind === 'MemberRemoved')),
+    );
+    const kinds = seen.map((e) => e.kind).filter((k) => k !== 'MemberUp');
+    const leaving = kinds.indexOf('MemberLeaving');
+    const exiting = kinds.indexOf('MemberExiting');
+    assert.ok(leaving !== -1 && exiting > leaving && kinds.at(-1) === 'MemberRemoved', kinds.join(' '));
+    const moves = kinds.slice(leaving + 1, exiting);
+    assert.ok(
+      moves.length > 0 && moves.every((k) => k === 'MoveStarted' || k === 'MoveFinished'),
+      kinds.join(' '),
+    );
+    assert.equal(
+      moves.filter((k) => k === 'MoveStarted').length,
+      moves.filter((k) => k === 'MoveFinished').length,
+    );
   });
 
   test('a killed node is Down, and every fragment it held is re-replicated until none is under-replicated', async () => {

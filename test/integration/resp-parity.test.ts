@@ -795,11 +795,17 @@ test('COMMAND LIST FILTERBY keeps the commands redis-server keeps, of those Tess
   assert.ok(all.has('client|list') && all.has('config|get') && !all.has('config|set'));
   const refused = new Set(UNSUPPORTED_COMMANDS.map((c) => c.name.toLowerCase()));
   const supported = new Set([...all].filter((name) => !refused.has(name)));
+  // Commands newer than the redis-server compared with (WAITAOF, Redis 7.2) cannot be compared.
+  const known = await listed(redis);
   // Commands Tessera refuses carry no ACL categories; only its supported ones are compared by category.
   for (const category of ['string', 'STRING', 'keyspace', 'connection', 'no-such-category', '@string']) {
     const ours = await listed(tessera, 'FILTERBY', 'ACLCAT', category);
     const theirs = await listed(redis, 'FILTERBY', 'ACLCAT', category);
-    assert.deepEqual([...ours].sort(), [...theirs].filter((name) => supported.has(name)).sort(), category);
+    assert.deepEqual(
+      [...ours].filter((name) => known.has(name)).sort(),
+      [...theirs].filter((name) => supported.has(name)).sort(),
+      category,
+    );
   }
   assert.ok((await listed(tessera, 'FILTERBY', 'ACLCAT', 'string')).has('incrbyfloat'));
   // A pattern matches the full name, ignoring case; every name Tessera lists is compared.

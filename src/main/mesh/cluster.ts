@@ -13,7 +13,7 @@
 
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import type { Logger } from 'pino';
-import type { AssignmentTable, CoordinatorIdentity } from '../../core/assignment-table.js';
+import type { AssignmentTable, CoordinatorIdentity, ReplicaMove } from '../../core/assignment-table.js';
 import { copyRange } from '../../core/bytes.js';
 import type { MemberView as CoordinatorMemberView } from '../../core/coordinator.js';
 import type { EpochPromise } from '../../core/coordinator-machine.js';
@@ -124,7 +124,9 @@ export type ClusterEventData =
   /** This node started or stopped serving a fragment (`FragmentServing`, `FragmentNotServing`). */
   | { fragment: number; node: string }
   /** This node was asked to leave (`LeaveRequested`), or has left (`Left`). */
-  | { node: string };
+  | { node: string }
+  /** A replica move in the table (`MoveStarted`, `MoveFinished`, `MoveCancelled`). */
+  | { fragment: number; source: string | null; target: string; reason: string; generation: number };
 
 /** `GET /cluster/moves`: replica moves in flight and recent, and this node's part in them. */
 export interface MovesReport {
@@ -223,6 +225,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private placementDriver: PlacementDriver | undefined;
   /** Per fragment, 1 while this node serves it itself (the placement driver says; at first, the placement it started with). */
   private readonly localServing: Uint8Array;
+  /** Per fragment, the move in flight in the table this node routes by (for the move events). */
+  private readonly movesSeen: (ReplicaMove | null)[];
   /** Set once this node asked to leave: it exits membership when it holds nothing more. */
   private leaving = false;
   private resolveLeft: () => void = () => {};
@@ -256,6 +260,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   ) {
     this.frameBytesMax = ringRecordBytesMax(valueBytesMax);
     this.routing = config.placement.replicas.map((r) => [...r]);
+    this.movesSeen = config.placement.replicas.map(() => null);
     this.localServing = Uint8Array.from(config.placement.replicas, (r) =>
       r.includes(config.selfIndex) ? 1 : 0,
     );
@@ -574,9 +579,32 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
+    this.recordMoves(table, fragments);
     this.routeByTable(table);
     this.placementDriver?.onTable(table, fragments);
     this.exitIfLeft();
+  }
+
+  /** A move that started, finished or was given up in the changed entries: a cluster event each. */
+  private recordMoves(table: AssignmentTable, fragments: readonly number[]): void {
+    const nowMs = Date.now();
+    for (const fragment of fragments) {
+      const entry = table.active(fragment);
+      const before = this.movesSeen[fragment];
+      const now = entry?.moving ?? null;
+      if (before !== null && (now === null || now.target !== before.target)) {
+        const finished = entry?.replicas.includes(before.target) === true;
+        this.events.append(finished ? 'MoveFinished' : 'MoveCancelled', nowMs, {
+          fragment,
+          ...before,
+          generation: entry?.generation ?? 0,
+        });
+      }
+      if (now !== null && (before === null || now.target !== before.target)) {
+        this.events.append('MoveStarted', nowMs, { fragment, ...now, generation: entry!.generation });
+      }
+      this.movesSeen[fragment] = now;
+    }
   }
 
   /**
