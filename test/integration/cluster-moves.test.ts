@@ -214,6 +214,12 @@ describe('fragments that move while serving', () => {
     );
     assert.ok(acked.size > 0);
     await everyReplicaHoldsEveryWrite();
+    // The status page says who coordinates and that nothing is moving or short.
+    const page = await (await fetch(`http://127.0.0.1:${byId('d').adminPort}/`)).text();
+    assert.match(
+      page,
+      /<h2>Placement<\/h2><p>Coordinator a@\d+ · this node: follower · table epoch \d+ · 0 moves in flight · 0 fragments under-replicated/,
+    );
   });
 
   test('a node that leaves hands every replica over, then exits the cluster and stops', async () => {

@@ -39,7 +39,7 @@ import {
   workerSummaries,
 } from '../health-summary.js';
 import { listenOn } from '../listen.js';
-import type { MemberReport } from '../mesh/cluster.js';
+import type { MemberReport, MovesReport } from '../mesh/cluster.js';
 import type { Health, Tessera } from '../node.js';
 import type { RespServer } from '../resp/server.js';
 import { CLUSTER_CHANGE_PATHS, clusterChange, HTTP_STATUS_OF, servePeerRequests } from './cluster-changes.js';
@@ -206,6 +206,7 @@ export class AdminServer {
           previous: this.lastSample,
           now: sample,
           dataDirBytes: await dataDirBytes(this.node.settings),
+          moves: this.node.cluster?.movesReport(),
         });
         this.lastSample = sample;
         return send(res, req, 200, HTML_TYPE, page);
@@ -299,6 +300,38 @@ function membersSection(members: readonly MemberReport[]): string {
   );
 }
 
+/** The coordinator, moves in flight and this node's fragments in transition; highlighted while any fragment is short. */
+function placementSection(
+  coordinator: NonNullable<Health['cluster']>['coordinator'],
+  moves: MovesReport,
+): string {
+  const who =
+    coordinator.id === null
+      ? 'none (no Up, reachable member)'
+      : `${coordinator.id}@${coordinator.incarnation}`;
+  const lines = [
+    `<p>Coordinator ${html(who)} · this node: ${html(coordinator.role)} · table epoch ${moves.tableEpoch} · ` +
+      `${moves.inFlight.length} moves in flight · ${moves.underReplicated} fragments under-replicated · ` +
+      '<a href="/cluster/moves">moves</a> · <a href="/cluster/placement">placement</a></p>',
+  ];
+  if (moves.inFlight.length > 0)
+    lines.push(
+      table(
+        ['fragment', 'source', 'target', 'reason', 'since'],
+        moves.inFlight.map((m) => [m.fragment, m.source ?? '-', m.target, m.reason, m.since ?? '']),
+      ),
+    );
+  if (moves.here.length > 0)
+    lines.push(
+      table(
+        ['fragment', 'here', 'step', 'since', 'waiting for'],
+        moves.here.map((f) => [f.fragment, f.state, f.step ?? '', f.since, f.waiting]),
+      ),
+    );
+  const short = moves.underReplicated > 0;
+  return `<div id="placement"${short ? ' class="degraded"' : ''}><h2>Placement</h2>${lines.join('')}</div>`;
+}
+
 const STATE_LABELS: Record<HealthState, string> = {
   healthy: 'Healthy',
   degraded: '<strong>Degraded</strong>',
@@ -347,6 +380,8 @@ interface StatusFigures {
   previous: StatusSample | undefined;
   now: StatusSample;
   dataDirBytes: number | undefined;
+  /** The cluster's moves (undefined without peers). */
+  moves: MovesReport | undefined;
 }
 
 function statusPage(health: Health, resp: RespServer | undefined, figures: StatusFigures): string {
@@ -438,6 +473,8 @@ function statusPage(health: Health, resp: RespServer | undefined, figures: Statu
     );
   }
   if (cluster?.membership !== undefined) sections.push(membersSection(cluster.membership.members));
+  if (cluster !== undefined && figures.moves !== undefined)
+    sections.push(placementSection(cluster.coordinator, figures.moves));
   if (cluster !== undefined) {
     sections.push(
       '<h2>Peers</h2>',
