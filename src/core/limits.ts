@@ -558,6 +558,14 @@ export const PLACEMENT_RETRY_MS = 1_000;
  * a step that runs out is retried, never given up.
  */
 export const PLACEMENT_STEP_TIMEOUT_MS = 30_000;
+/**
+ * How long a node that became a fragment's serving replica by a failover holds the fragment's
+ * requests while it catches up from the other replicas (the issue's goal for the window is 1 s);
+ * past it, it serves with what its copy has.
+ */
+export const FAILOVER_CATCH_UP_MS_MAX = 5_000;
+/** Requests held per fragment during a catch-up; more are refused (TRYAGAIN) until it ends. */
+export const FAILOVER_HELD_REQUESTS_MAX = 10_000;
 /** Replica-list changes `GET /cluster/moves` lists, newest first. */
 export const MOVES_RECENT_MAX = 64;
 /** A verified copy tells the coordinator it is ready again this often until its move finishes. */

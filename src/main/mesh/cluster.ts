@@ -70,6 +70,7 @@ import { bindDatagrams } from '../listen.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { AdminExchange } from './admin-exchange.js';
 import { CoordinatorDriver } from './coordinator-driver.js';
+import { type CatchUpCounters, FailoverCatchUp } from './failover-catch-up.js';
 import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
@@ -162,6 +163,8 @@ export interface MovesReport {
   }>;
   coordinator: Record<string, number>;
   placement: Record<string, number>;
+  /** Catch-ups of fragments this node took over by a failover (failover-catch-up.ts): how many, how long they held requests. */
+  failover: CatchUpCounters & { inProgress: number };
 }
 
 /** What membership starts from: the data directory's cluster state, read at this start. */
@@ -225,6 +228,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private placementDriver: PlacementDriver | undefined;
   /** Per fragment, 1 while this node serves it itself (the placement driver says; at first, the placement it started with). */
   private readonly localServing: Uint8Array;
+  /** Fragments this node took over by a failover, held until it caught up from the other replicas. */
+  readonly failover: FailoverCatchUp;
   /** Per fragment, the move in flight in the table this node routes by (for the move events). */
   private readonly movesSeen: (ReplicaMove | null)[];
   /** Set once this node asked to leave: it exits membership when it holds nothing more. */
@@ -261,6 +266,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.frameBytesMax = ringRecordBytesMax(valueBytesMax);
     this.routing = config.placement.replicas.map((r) => [...r]);
     this.movesSeen = config.placement.replicas.map(() => null);
+    this.failover = new FailoverCatchUp({
+      fragmentCount: config.placement.replicas.length,
+      selfIndex: config.selfIndex,
+      firstServing: (f) => this.servingMember(f),
+      isUp: (m) => this.isUp(m),
+      peersOf: (f) => this.routing[f],
+      reconcile: (f, m, timeoutMs) => this.dispatcher.reconcileNow(f, m, timeoutMs).then((r) => r.ok),
+      resubmit: (f, request, handler, token) => this.resubmit(f, request, handler, token),
+      nowMs: () => Date.now(),
+      log: (level, fields, message) => this.logger[level](fields, message),
+    });
     this.localServing = Uint8Array.from(config.placement.replicas, (r) =>
       r.includes(config.selfIndex) ? 1 : 0,
     );
@@ -575,6 +591,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         .map(({ atMs, ...h }) => ({ ...h, at: new Date(atMs).toISOString() })),
       coordinator: { ...(this.coordinatorDriver?.counters ?? {}) },
       placement: { ...(placement?.counters ?? {}) },
+      failover: { ...this.failover.counters, inProgress: this.failover.inProgress() },
     };
   }
 
@@ -735,6 +752,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private sendView(): void {
     this.viewScheduled = false;
     this.coordinatorDriver?.onView(this.coordinatorView());
+    this.failover.check();
   }
 
   /** How `member` stands in this node's view. */
@@ -959,7 +977,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // A node the cluster refused (removed) serves nothing: its copies are no longer the cluster's.
     if (this.refusedLink !== undefined) return this.refusedLink;
     const member = this.servingMember(fragment);
-    if (member === this.config.selfIndex) return undefined;
+    if (member === this.config.selfIndex) return this.failover.link(fragment);
     if (member === -1) {
       this.unreachable[fragment] ??= new UnreachableLink(
         networkError(`no replica of fragment ${fragment} is reachable`),
@@ -1105,15 +1123,28 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
       const fragment = requestFragment(op, 0);
       const origin: Origin = { member, reqId: requestId(op, 0) };
-      // Only a serving copy applies what was forwarded to it: a copy that is still copying or is
-      // being handed over passes it on to the fragment's serving replica.
-      if (this.localServing[fragment] === 1) {
-        const error = this.dispatcher.submitForwarded(fragment, op, this.answerOrigin, origin);
-        if (error !== undefined) this.answerOrigin.onFailure(origin, error);
-      } else {
-        this.relay(fragment, op, hops, origin);
-      }
+      this.serveForwardedOp(fragment, op, hops, origin);
     }
+  }
+
+  /**
+   * Only a serving copy applies what was forwarded to it (once caught up, after a failover): a copy
+   * that is still copying or is being handed over passes it on to the fragment's serving replica.
+   */
+  private serveForwardedOp(fragment: number, op: Buffer, hops: number, origin: Origin): void {
+    if (this.localServing[fragment] !== 1) return this.relay(fragment, op, hops, origin);
+    if (this.failover.link(fragment) !== undefined) {
+      // The frame's bytes are not ours past this turn: the held request keeps a copy.
+      const held = Buffer.from(op);
+      this.failover.holdForwarded(
+        fragment,
+        () => this.serveForwardedOp(fragment, held, hops, origin),
+        (error) => this.answerOrigin.onFailure(origin, error),
+      );
+      return;
+    }
+    const error = this.dispatcher.submitForwarded(fragment, op, this.answerOrigin, origin);
+    if (error !== undefined) this.answerOrigin.onFailure(origin, error);
   }
 
   /** Placement differs between the nodes (misconfiguration): pass it on, a bounded number of times. */

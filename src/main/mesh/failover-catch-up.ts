@@ -1,0 +1,180 @@
+// Catch-up after a failover (DESIGN.md "Cluster"): when a fragment's first serving replica, as this
+// node routes it, moves to this node because the one before is no longer up, this node may lack
+// writes that replica acknowledged and replicated to the others but not yet to it; and a node that
+// restarts lacks what was written while it was away. Before it serves such a fragment it runs an
+// anti-entropy round against every other reachable replica — the verification a gained copy gets —
+// so a write acknowledged by one other replica (WAIT 1, --replica-acks 1) is read through this node
+// as soon as it serves. (Until a first other replica is reachable after a start, there is nothing
+// to catch up from, and the node serves what its copy has.) Requests for the fragment that
+// arrive meanwhile are held and sent on once the rounds end (or their time runs out), so clients
+// see a pause, not an error; the pause is measured.
+
+import { backpressure, type TesseraError } from '../../core/errors.js';
+import { FAILOVER_CATCH_UP_MS_MAX, FAILOVER_HELD_REQUESTS_MAX } from '../../core/limits.js';
+import type { OpLink } from '../dispatcher.js';
+import type { ResultHandler } from '../worker-link.js';
+
+/** What the catch-up needs from the cluster around it. */
+export interface CatchUpHost {
+  readonly fragmentCount: number;
+  readonly selfIndex: number;
+  /** The fragment's first serving replica as routing picks it now, -1 when none. */
+  firstServing(fragment: number): number;
+  isUp(member: number): boolean;
+  /** The other replicas of the fragment that serve it (member indices). */
+  peersOf(fragment: number): readonly number[];
+  /** A complete anti-entropy round of the fragment against `member`, started now; false when it did not complete. */
+  reconcile(fragment: number, member: number, timeoutMs: number): Promise<boolean>;
+  /** Sends an encoded request on to the fragment's serving replica as routing picks it now. */
+  resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void;
+  nowMs(): number;
+  log(level: 'info' | 'warn', fields: Record<string, unknown>, message: string): void;
+}
+
+export interface CatchUpCounters {
+  /** Catch-ups started. */
+  catchUps: number;
+  /** Catch-ups that ended with some round not complete (served anyway, after FAILOVER_CATCH_UP_MS_MAX at most). */
+  incomplete: number;
+  /** Requests held during catch-ups. */
+  held: number;
+  /** How long the last catch-up held the fragment, and the longest. */
+  lastMs: number;
+  maxMs: number;
+}
+
+/** A held request: sends it on once the fragment is served. */
+type Held = () => void;
+
+/** Holds a fragment's requests while it catches up; looks like any other link to the dispatcher. */
+class HoldingLink implements OpLink {
+  buffer: Buffer = Buffer.alloc(0);
+  readonly reqId = 0;
+  readonly held: Held[] = [];
+  private pending: { handler: ResultHandler<unknown>; token: unknown } | undefined;
+
+  constructor(
+    readonly fragment: number,
+    private readonly host: CatchUpHost,
+  ) {}
+
+  canAccept(): boolean {
+    return this.held.length < FAILOVER_HELD_REQUESTS_MAX;
+  }
+
+  refusal(): TesseraError {
+    return backpressure(
+      `fragment ${this.fragment} is catching up after a failover, with ${FAILOVER_HELD_REQUESTS_MAX} requests waiting`,
+    );
+  }
+
+  begin<T>(handler: ResultHandler<T>, token: T, bytes: number): number {
+    this.buffer = Buffer.allocUnsafe(bytes);
+    this.pending = { handler: handler as ResultHandler<unknown>, token };
+    return 0;
+  }
+
+  end(): void {
+    const { handler, token } = this.pending!;
+    const request = this.buffer;
+    this.held.push(() => this.host.resubmit(this.fragment, request, handler, token));
+    this.pending = undefined;
+  }
+}
+
+export class FailoverCatchUp {
+  /** Per fragment, the member routing picked last (-1 before the first look). */
+  private readonly servedBy: Int32Array;
+  /** Per fragment, 1 once this node caught up since it started serving it (after its start, or a failover). */
+  private readonly caughtUp: Uint8Array;
+  private readonly holding = new Map<number, HoldingLink>();
+  readonly counters: CatchUpCounters = { catchUps: 0, incomplete: 0, held: 0, lastMs: 0, maxMs: 0 };
+
+  constructor(private readonly host: CatchUpHost) {
+    this.servedBy = new Int32Array(host.fragmentCount).fill(-1);
+    this.caughtUp = new Uint8Array(host.fragmentCount);
+  }
+
+  /** The link holding the fragment's requests while it catches up; undefined otherwise. */
+  link(fragment: number): OpLink | undefined {
+    return this.holding.get(fragment);
+  }
+
+  /**
+   * Holds a request another node forwarded while the fragment catches up (`link` says it does):
+   * `serve` runs it once the fragment is served; `refuse` answers it when too many wait.
+   */
+  holdForwarded(fragment: number, serve: () => void, refuse: (error: TesseraError) => void): void {
+    const link = this.holding.get(fragment);
+    if (link === undefined) return serve();
+    if (link.canAccept()) link.held.push(serve);
+    else refuse(link.refusal());
+  }
+
+  /** Fragments being caught up now. */
+  inProgress(): number {
+    return this.holding.size;
+  }
+
+  /**
+   * After the view changed: a fragment this node serves that has not caught up since this node
+   * started, or whose serving replica moved here from one no longer up, catches up once some other
+   * replica is reachable.
+   */
+  check(): void {
+    const self = this.host.selfIndex;
+    for (let f = 0; f < this.servedBy.length; f++) {
+      const before = this.servedBy[f];
+      const now = this.host.firstServing(f);
+      this.servedBy[f] = now;
+      if (now !== self) continue;
+      if (before !== -1 && before !== self && !this.host.isUp(before)) this.caughtUp[f] = 0;
+      if (this.caughtUp[f] === 1 || this.holding.has(f)) continue;
+      this.catchUp(f, before);
+    }
+  }
+
+  private catchUp(fragment: number, from: number): void {
+    const sources = this.host.peersOf(fragment).filter((m) => m !== this.host.selfIndex && this.host.isUp(m));
+    if (sources.length === 0) return; // nothing to learn from yet: this node's copy is all there is
+    const link = new HoldingLink(fragment, this.host);
+    this.holding.set(fragment, link);
+    this.counters.catchUps++;
+    const startedMs = this.host.nowMs();
+    const rounds = sources.map((m) =>
+      this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).catch(() => false),
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<'late'>((resolve) => {
+      timer = setTimeout(() => resolve('late'), FAILOVER_CATCH_UP_MS_MAX);
+      timer.unref();
+    });
+    Promise.race([Promise.all(rounds), deadline]).then((outcome) => {
+      clearTimeout(timer);
+      const complete = outcome !== 'late' && outcome.every((ok) => ok);
+      if (!complete) this.counters.incomplete++;
+      const tookMs = this.host.nowMs() - startedMs;
+      this.counters.lastMs = tookMs;
+      this.counters.maxMs = Math.max(this.counters.maxMs, tookMs);
+      this.counters.held += link.held.length;
+      this.holding.delete(fragment);
+      // Not again until the next failover (an incomplete one is logged: anti-entropy repairs the rest).
+      this.caughtUp[fragment] = 1;
+      this.host.log(
+        complete ? 'info' : 'warn',
+        {
+          fragment,
+          from: from === -1 ? 'start' : from,
+          sources: sources.length,
+          tookMs,
+          held: link.held.length,
+          complete,
+        },
+        complete
+          ? 'caught up from the other replicas: serving the fragment'
+          : 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has',
+      );
+      for (const serve of link.held) serve();
+    });
+  }
+}

@@ -1,0 +1,145 @@
+// Catch-up after a failover (src/main/mesh/failover-catch-up.ts): a fragment this node serves since
+// its start, or whose serving replica moved to this node because the one before is no longer up, is
+// held — requests wait, in order — until an anti-entropy round against every other reachable
+// replica has ended, then served; one caught up already, or with no replica to learn from, is not.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { TesseraError } from '../../src/core/errors.js';
+import { type CatchUpHost, FailoverCatchUp } from '../../src/main/mesh/failover-catch-up.js';
+import type { ResultHandler } from '../../src/main/worker-link.js';
+
+const SELF = 1;
+
+class Host implements CatchUpHost {
+  readonly fragmentCount = 4;
+  readonly selfIndex = SELF;
+  first = [0, 0, 2, SELF];
+  up = new Set([0, 1, 2]);
+  nowMsValue = 1_000;
+  readonly rounds: Array<{ fragment: number; member: number; finish: (ok: boolean) => void }> = [];
+  readonly resubmitted: string[] = [];
+  readonly logs: string[] = [];
+
+  firstServing(fragment: number): number {
+    return this.first[fragment];
+  }
+  isUp(member: number): boolean {
+    return this.up.has(member);
+  }
+  peersOf(): readonly number[] {
+    return [0, SELF, 2];
+  }
+  reconcile(fragment: number, member: number): Promise<boolean> {
+    return new Promise((resolve) => this.rounds.push({ fragment, member, finish: resolve }));
+  }
+  resubmit(fragment: number, request: Buffer): void {
+    this.resubmitted.push(`${fragment}:${request.toString()}`);
+  }
+  nowMs(): number {
+    return this.nowMsValue;
+  }
+  log(_level: string, fields: Record<string, unknown>, message: string): void {
+    this.logs.push(`${message} ${JSON.stringify(fields)}`);
+  }
+}
+
+const handler: ResultHandler<unknown> = { onResult: () => {}, onFailure: () => {} };
+
+/** Sends `text` as a request through the fragment's link, as the dispatcher would. */
+function send(catchUp: FailoverCatchUp, fragment: number, text: string): void {
+  const link = catchUp.link(fragment);
+  assert.ok(link !== undefined, `fragment ${fragment} is not held`);
+  assert.ok(link.canAccept());
+  const at = link.begin(handler, text, text.length);
+  link.buffer.write(text, at);
+  link.end();
+}
+
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+test('the serving replica lost: the fragment is held until a round against each other reachable replica ends', async () => {
+  const host = new Host();
+  const catchUp = new FailoverCatchUp(host);
+  catchUp.check(); // first look: fragment 3 is served here since the start
+  assert.deepEqual(
+    host.rounds.map((r) => `${r.fragment}@${r.member}`),
+    ['3@0', '3@2'],
+  );
+  for (const round of host.rounds.splice(0)) round.finish(true);
+  await settle();
+  assert.equal(catchUp.inProgress(), 0);
+  // Member 0 stops answering: fragments 0 and 1 now route here.
+  host.up.delete(0);
+  host.first = [SELF, SELF, 2, SELF];
+  catchUp.check();
+  assert.deepEqual(
+    host.rounds.map((r) => `${r.fragment}@${r.member}`),
+    ['0@2', '1@2'],
+    'one round per fragment, against the reachable replica (not itself, not the lost one)',
+  );
+  assert.equal(catchUp.link(3), undefined, 'fragment 3 caught up already');
+  send(catchUp, 0, 'get-a');
+  send(catchUp, 0, 'set-b');
+  let forwarded = false;
+  catchUp.holdForwarded(
+    0,
+    () => {
+      forwarded = true;
+    },
+    () => assert.fail('not refused'),
+  );
+  assert.deepEqual(host.resubmitted, [], 'nothing is served while catching up');
+  host.nowMsValue += 120;
+  host.rounds[0].finish(true);
+  await settle();
+  assert.deepEqual(host.resubmitted, ['0:get-a', '0:set-b'], 'held requests go on in order');
+  assert.ok(forwarded);
+  assert.equal(catchUp.link(0), undefined);
+  assert.equal(catchUp.inProgress(), 1, 'fragment 1 still catching up');
+  assert.deepEqual({ ...catchUp.counters }, { catchUps: 3, incomplete: 0, held: 3, lastMs: 120, maxMs: 120 });
+  host.rounds[1].finish(false);
+  await settle();
+  assert.equal(catchUp.counters.incomplete, 1, 'a round that did not complete is counted');
+  assert.match(host.logs.at(-1) ?? '', /did not complete in time/);
+});
+
+test('a fragment caught up already, or with no other replica reachable, is not held', async () => {
+  const host = new Host();
+  const catchUp = new FailoverCatchUp(host);
+  catchUp.check();
+  for (const round of host.rounds.splice(0)) round.finish(true);
+  await settle();
+  // Fragment 3 goes to member 0 (a table change) and comes back while 0 is up: caught up already.
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  assert.equal(catchUp.inProgress(), 0);
+  // Every other member lost: nothing reachable to learn from, so fragments 0–2 are served as they are.
+  host.up = new Set([SELF]);
+  host.first = [SELF, SELF, SELF, SELF];
+  catchUp.check();
+  assert.equal(catchUp.inProgress(), 0);
+  assert.equal(host.rounds.length, 0);
+});
+
+test('past FAILOVER_HELD_REQUESTS_MAX a held fragment refuses with backpressure (TRYAGAIN)', () => {
+  const host = new Host();
+  const catchUp = new FailoverCatchUp(host);
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.up.delete(0);
+  host.first = [SELF, 0, 2, 2];
+  catchUp.check();
+  const link = catchUp.link(0)!;
+  let refused: TesseraError | undefined;
+  for (let i = 0; link.canAccept(); i++) send(catchUp, 0, `r${i}`);
+  catchUp.holdForwarded(
+    0,
+    () => assert.fail('not held'),
+    (error) => {
+      refused = error;
+    },
+  );
+  assert.match(refused?.message ?? '', /catching up after a failover/);
+});
