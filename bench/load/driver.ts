@@ -40,6 +40,8 @@ export interface PhaseSpec {
   rate: number | undefined;
   /** A request unanswered this long fails its connection's in-flight requests as `timeout`. */
   timeoutMs: number;
+  /** Also keep a latency histogram per series bucket (`seriesLatency`), for percentiles per second. */
+  seriesLatency?: boolean;
 }
 
 export interface ErrorCount {
@@ -60,6 +62,8 @@ export interface PhaseResult {
   service: LatencyHistogram | undefined;
   seriesOps: number[];
   seriesErrors: number[];
+  /** With `seriesLatency`: the successes' latencies per series bucket (empty otherwise). */
+  seriesLatency: LatencyHistogram[];
   errors: Map<string, ErrorCount>;
   /** Operations started, and (open loop) due by the schedule. */
   sentOps: number;
@@ -139,6 +143,7 @@ export class Driver implements ConnectionSink {
       service: rate === undefined ? undefined : new LatencyHistogram(),
       seriesOps: [],
       seriesErrors: [],
+      seriesLatency: [],
       errors: new Map(),
       sentOps: 0,
       intendedOps: 0,
@@ -291,6 +296,7 @@ export class Driver implements ConnectionSink {
     const kind = this.kind[slot];
     const r = this.result;
     r.histograms[kind].recordMs(nowMs - this.startMs[slot]);
+    if (this.spec.seriesLatency === true) this.bucketHistogram(nowMs).recordMs(nowMs - this.startMs[slot]);
     r.service?.recordMs(nowMs - this.sentMs[slot]);
     if (status === REPLY_NULL && kind === OP_READ) r.misses[kind]++;
     else if (kind === OP_SCAN) r.misses[kind] += nulls;
@@ -317,9 +323,21 @@ export class Driver implements ConnectionSink {
   }
 
   private count(series: number[], nowMs: number): void {
-    const bucket = Math.max(0, Math.floor((nowMs - this.t0) / SERIES_INTERVAL_MS));
+    const bucket = this.bucketOf(nowMs);
     while (series.length <= bucket) series.push(0);
     series[bucket]++;
+  }
+
+  private bucketOf(nowMs: number): number {
+    return Math.max(0, Math.floor((nowMs - this.t0) / SERIES_INTERVAL_MS));
+  }
+
+  /** The latency histogram of `nowMs`'s series bucket (one allocation per bucket, not per operation). */
+  private bucketHistogram(nowMs: number): LatencyHistogram {
+    const series = this.result.seriesLatency;
+    const bucket = this.bucketOf(nowMs);
+    while (series.length <= bucket) series.push(new LatencyHistogram());
+    return series[bucket];
   }
 
   /** The connection is gone: its in-flight operations fail; it is reopened while the run goes on. */
@@ -358,6 +376,11 @@ export class Driver implements ConnectionSink {
   }
 
   // ── The end ───────────────────────────────────────────────────────────────────────────────
+
+  /** Ends a run early, as its duration running out would: no new operation, what is in flight completes. */
+  stop(): void {
+    if (this.issuing) this.stopIssuing();
+  }
 
   /** The duration is over. The open loop first sends what is due (its last timer may not have fired). */
   private stopIssuing(): void {
