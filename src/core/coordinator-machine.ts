@@ -20,7 +20,8 @@
 //   naming the coordinator from its own view, and persists what it applied before routing by it.
 //   A refused change is logged and dropped: the coordinator's digest, sent to every member every
 //   few seconds, makes a member that missed or refused changes pull the whole table once their
-//   views agree.
+//   views agree. A member that refused a coordinator its view did not name yet (a coordinator's new
+//   incarnation that took over before the member heard of it) pulls as soon as its view names it.
 
 import { assert } from './assert.js';
 import {
@@ -139,6 +140,12 @@ export class CoordinatorMachine {
   private reportRetryAtMs = Number.POSITIVE_INFINITY;
   private nextDigestAtMs = Number.POSITIVE_INFINITY;
   private lastRefusal = '';
+  /**
+   * The coordinator whose changes this node refused last because its view named another (at start,
+   * the coordinator's earlier incarnation): once the view names it, this node pulls its table rather
+   * than wait for its next digest.
+   */
+  private refusedCoordinator: CoordinatorIdentity | undefined;
   private nowMs = 0;
   private readonly outbox: CoordinatorAction[] = [];
   readonly counters: CoordinatorCounters = {
@@ -221,6 +228,10 @@ export class CoordinatorMachine {
     if (!sameCoordinator(named, this.coordinator)) {
       this.coordinator = named;
       this.outbox.push({ kind: 'coordinator-changed', coordinator: named, epoch: this.table.epoch });
+      if (named !== undefined && sameCoordinator(named, this.refusedCoordinator)) {
+        this.refusedCoordinator = undefined;
+        this.send(named.id, { kind: 'pull', from: this.config.selfId });
+      }
     }
     this.act();
   }
@@ -309,7 +320,11 @@ export class CoordinatorMachine {
       const result = this.table.apply({ fence: entry.fence, fragment, entry }, this.coordinator);
       if (result.outcome === 'applied') applied.push(fragment);
       else if (result.outcome === 'ignored') this.counters.changesIgnored++;
-      else refusals.push(result.message);
+      else {
+        refusals.push(result.message);
+        if (result.reason === 'non-current-coordinator')
+          this.refusedCoordinator = fenceCoordinator(entry.fence);
+      }
     }
     this.counters.changesApplied += applied.length;
     this.counters.changesRefused += refusals.length;

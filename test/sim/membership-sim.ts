@@ -26,6 +26,10 @@
 //   and Down no sooner than `downAfterMs` after the kill and within `downBoundMs` past it.
 // - pause: another node stops for less than `downAfterMs`. No node ever declares it Down, and the
 //   views converge again once it resumes.
+//
+// A simulator built on this world may ask members to leave (askToLeave): a node whose membership says
+// it left (Removed, after its linger) stops for good and drops out of `nodes`; the views converge
+// with it Removed in every one.
 
 import { assert } from '../../src/core/assert.js';
 import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/assignment-table.js';
@@ -99,6 +103,8 @@ export interface SimNode {
   id: string;
   /** The member it joins through when started without persisted members; undefined for a founding member. */
   joinSeed: string | undefined;
+  /** An operator asked it to leave: asked again when it restarts (a restart forgets a leave, as the node does). */
+  leaving: boolean;
   /** The node's membership driver; undefined while the node is dead. */
   core: MembershipDriver | undefined;
   /** The node's coordinator driver, fed its membership view; undefined while the node is dead. */
@@ -151,6 +157,10 @@ export class MembershipSim {
   private readonly initialPlacement: string[][];
   /** The founding members, as each of them was started with. */
   private readonly initialMembers: string[];
+  /** Nodes that left the cluster (Removed, then stopped for good), out of `nodes`. */
+  protected readonly departed = new Set<string>();
+  /** Nodes whose membership said they left, stopped after the step that said it. */
+  private leavers: SimNode[] = [];
   /** Observers that hold each node unreachable (or Down), for the kill phase. */
   private onEvent: ((observer: string, kind: string, about: string) => void) | undefined;
   protected readonly report: MembershipSimReport;
@@ -212,6 +222,7 @@ export class MembershipSim {
     const node: SimNode = {
       id,
       joinSeed,
+      leaving: false,
       core: undefined,
       coordinator: undefined,
       viewDirty: false,
@@ -236,8 +247,8 @@ export class MembershipSim {
   /** The node was started (or restarted), its drivers created but not yet fed a view. */
   protected onNodeStarted(_node: SimNode): void {}
 
-  /** The node is about to die: its drivers are still there. */
-  protected onNodeKilled(_node: SimNode): void {}
+  /** The node is about to stop (killed, or gone after leaving): its drivers are still there. */
+  protected onNodeStopped(_node: SimNode): void {}
 
   /** The node routes by `table` from now on (`fragments`: the entries that changed). */
   protected onRoutingTable(_node: SimNode, _table: AssignmentTable, _fragments: readonly number[]): void {}
@@ -379,8 +390,11 @@ export class MembershipSim {
     for (const node of this.nodes) {
       const core = node.core;
       if (core === undefined) return `${node.id} is down`;
+      const gone = core.view().find((v) => this.departed.has(v.nodeId) && v.state !== 'Removed');
+      if (gone !== undefined) return `${node.id} sees ${gone.nodeId}, which left, as ${gone.state}`;
       const view = core
         .view()
+        .filter((v) => !this.departed.has(v.nodeId))
         .map(
           (v) =>
             `${v.nodeId}:${v.state}:${v.incarnation}${v.unreachable ? ':unreachable' : ''}${v.suspect ? ':suspect' : ''}`,
@@ -442,6 +456,9 @@ export class MembershipSim {
         this.feedView(node);
       }
     }
+    const leavers = this.leavers;
+    this.leavers = [];
+    for (const node of leavers) this.depart(node);
   }
 
   private fireCoordinatorTimer(node: SimNode): void {
@@ -613,7 +630,8 @@ export class MembershipSim {
         restoredIncarnation: restored?.incarnation,
         members,
         selfState: joining ? 'Joining' : 'Up',
-        selfRemoved: false,
+        // Restarted after its leave completed: membership refuses it at once (the node's rule).
+        selfRemoved: restored?.members.find((m) => m.nodeId === node.id)?.state === 'Removed',
       },
       {
         sendDatagram: (address, datagram) => this.send(node.id, address, datagram),
@@ -628,8 +646,15 @@ export class MembershipSim {
       {
         onMemberEvent: (event) =>
           this.onMemberEvent(node.id, event.kind, event.member.nodeId, event.member.incarnation),
-        onRefused: () => assert(false, `${node.id} was refused though no node leaves or is removed here`),
-        onLeft: () => assert(false, `${node.id} left though no node leaves here`),
+        // Only a node that left is ever Removed here (no operator removes a Down member).
+        onRefused: (reason) => {
+          assert(node.leaving, `${node.id} was refused though it did not leave: ${reason}`);
+          this.leavers.push(node);
+        },
+        onLeft: () => {
+          assert(node.leaving, `${node.id} left though no one asked it to`);
+          this.leavers.push(node);
+        },
       },
       clock,
       DATAGRAM_KEY,
@@ -686,12 +711,35 @@ export class MembershipSim {
     this.connectionsChanged();
     this.feedView(node);
     if (joining) node.core.join([{ nodeId: node.joinSeed!, address: `${node.joinSeed}:7000` }]);
+    if (node.leaving) this.askToLeave(node);
+  }
+
+  /** An operator asks the node to leave (again after a restart, which forgets it). */
+  protected askToLeave(node: SimNode): void {
+    this.trace(`leave ${node.id}`);
+    node.leaving = true;
+    void node.core!.leave().then((reply) => this.trace(`${node.id} leave: ${reply.status} ${reply.message}`));
   }
 
   protected kill(node: SimNode): void {
     this.trace(`kill ${node.id}`);
     this.report.kills++;
-    this.onNodeKilled(node);
+    this.stop(node);
+  }
+
+  /** A node that left stops for good: out of `nodes`, never started again. */
+  private depart(node: SimNode): void {
+    if (node.core === undefined) return;
+    this.trace(`${node.id} left the cluster`);
+    this.stop(node);
+    this.nodes.splice(this.nodes.indexOf(node), 1);
+    this.departed.add(node.id);
+    this.majorityReachSinceMs.delete(node.id);
+    this.updateReach();
+  }
+
+  private stop(node: SimNode): void {
+    this.onNodeStopped(node);
     node.core = undefined;
     node.timer = undefined;
     node.coordinator = undefined;

@@ -1,8 +1,11 @@
 // A seeded simulator of fragments that move while clients write: the membership simulator's world
 // (membership-sim.ts: 5–7 nodes on a simulated network and clock, the real membership and
 // coordinator drivers, partitions, loss, kills, restarts, pauses, skewed clocks) with the
-// coordinator planning moves (MOVE_LIMITS_DEFAULT), new nodes joining through a seed, and the real
-// PlacementDriver (src/main/mesh/placement-driver.ts) on every node, fed the table the node routes by.
+// coordinator planning moves (MOVE_LIMITS_DEFAULT), new nodes joining through a seed, members asked
+// to leave (never below R members staying; a restart forgets the leave and it is asked again), and
+// the real PlacementDriver (src/main/mesh/placement-driver.ts) on every node, fed the table the node
+// routes by. A leaving node exits membership by the node's rule (src/core/leave.ts): once its table
+// lists it nowhere and its placement driver holds no fragment; once Removed it stops for good.
 //
 // Behind its PlacementIo is an abstract data model, not the data plane:
 // - a copy of a fragment is a map key → version; versions come from one counter (as timestamps
@@ -18,9 +21,6 @@
 //   drain merges the whole copy into every target (failing when one is unreachable or has no copy
 //   open); drop deletes the copy. Each step takes 5–300 ms, so tables change mid-step; holds and
 //   drops sometimes fail, as a store may.
-// Membership leaves are not simulated (joins, kills and Down are): the planner's leave path is not
-// exercised here.
-//
 // Checks:
 // - no copy is dropped while it served since its last successful drain (a copy that never served,
 //   a cancelled gain, may go at once), and none is dropped holding an acknowledged write at a
@@ -29,23 +29,28 @@
 //   after the step in flight, failed holds retried every second) while a replica is running, reached
 //   by a majority and listed by its own table as a serving replica (not a move's target). A replica
 //   without the table cannot know: how long fragments go unserved while a replica of the newest
-//   entry is up is reported (`maxUnservedMs`), not bounded — the table's propagation (changes, a
-//   digest every 5 s and a pull; a takeover that fails closed while a member is unreachable but not
-//   Down) is the coordinator's;
+//   entry is up is reported (`maxUnservedMs`); it is bounded (`tablePropagationBoundMs`) only while
+//   the coordinator that wrote the entry acts and reaches such a replica whose view names it (a
+//   takeover that fails closed while a member is unreachable but not Down is the design's wait);
+// - a leaving node holds no copy when it exits membership (each dropped after its handoff, above),
+//   ends Removed in every view, and the table settles without it;
 // - the world's: no table epoch has two coordinators, no (epoch, fragment, generation) two contents,
 //   no Down while a majority reaches the member, only a majority's coordinator changes the table;
 // - once the faults stop, within `settleBoundMs`: membership and tables converge, every fragment has
 //   R replicas and no move in flight, the planner wants no move, every listed replica serves and no
 //   other node holds a copy; then every acknowledged write is on every replica at its acknowledged
 //   version or later;
-// - a join in a calm cluster: the replica moves it causes, against the optimum R·F/(N+1).
+// - a join in a calm cluster: the replica moves it causes, against the optimum R·F/(N+1); a leave
+//   from a calm cluster: it completes, and the moves it causes against the replicas it held.
 
 import { setImmediate as macrotask } from 'node:timers/promises';
 import { assert } from '../../src/core/assert.js';
 import type { AssignmentTable } from '../../src/core/assignment-table.js';
 import { MOVE_LIMITS_DEFAULT, planMoves } from '../../src/core/coordinator.js';
 import type { CoordinatorCounters } from '../../src/core/coordinator-machine.js';
+import { leaveHandedOver } from '../../src/core/leave.js';
 import {
+  COORDINATOR_DIGEST_INTERVAL_MS,
   PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
@@ -64,11 +69,18 @@ import {
 export interface PlacementSimOptions extends MembershipSimOptions {
   /** New nodes joining during the chaos, at most. */
   joinsMax: number;
+  /** Members asked to leave during the chaos, at most (never below R members staying). */
+  leavesMax: number;
   /** Client writes issued per simulated second (each at a random node, fragment and key). */
   writesPerSecond: number;
   keysPerFragment: number;
   antiEntropyIntervalMs: number;
   servingGapGraceMs: number;
+  /**
+   * How long a fragment may go unserved while the coordinator that wrote its newest entry acts and
+   * reaches a replica of it whose view names that coordinator: the table's propagation to it.
+   */
+  tablePropagationBoundMs: number;
   /** From the end of the faults (or a calm join) until placement and the data have settled. */
   settleBoundMs: number;
 }
@@ -78,11 +90,15 @@ export const PLACEMENT_SIM_DEFAULTS: Omit<PlacementSimOptions, 'seed'> = {
   chaosMs: 120_000,
   moves: MOVE_LIMITS_DEFAULT,
   joinsMax: 2,
+  leavesMax: 2,
   writesPerSecond: 50,
   keysPerFragment: 8,
   antiEntropyIntervalMs: 2_000,
   // A hold (≤ 300 ms) after the step in flight, failed holds retried every second.
   servingGapGraceMs: 5_000,
+  // A member that missed changes (a cut link) pulls on the next digest; one that refused them
+  // (its view named another coordinator) pulls as soon as its view names this one. Then a hold.
+  tablePropagationBoundMs: COORDINATOR_DIGEST_INTERVAL_MS + 5_000,
   // Membership converges within 75 s of the heal; the moves that follow run 2 in and 2 out per node.
   settleBoundMs: 120_000,
 };
@@ -90,6 +106,9 @@ export const PLACEMENT_SIM_DEFAULTS: Omit<PlacementSimOptions, 'seed'> = {
 export interface PlacementSimReport {
   nodes: number;
   joins: number;
+  /** Members asked to leave, and those that left (exited membership once they held nothing). */
+  leaves: number;
+  departures: number;
   kills: number;
   partitions: number;
   writesAcked: number;
@@ -106,6 +125,8 @@ export interface PlacementSimReport {
   maxServingGapMs: number;
   /** The longest time a fragment went unserved while a replica in its newest entry was up, with the table or not. */
   maxUnservedMs: number;
+  /** The longest of those while the entry's coordinator acted and reached such a replica naming it. */
+  maxPropagationMs: number;
   /** From the end of the faults until placement settled. */
   settleMs: number;
   /** Replica moves (finished) after one join to a calm cluster of `joinMembers` members. */
@@ -113,6 +134,9 @@ export interface PlacementSimReport {
   joinMoves: number;
   /** R·F/(N+1): the replicas the new node must take for an even spread. */
   joinMovesOptimum: number;
+  /** Replica moves (finished) after one leave from a calm cluster, against the replicas the leaver held. */
+  leaveMoves: number;
+  leaveMovesOptimum: number;
 }
 
 /** A step the simulated store or network could not complete: the driver hears it failed. */
@@ -131,6 +155,8 @@ interface Holder {
   backlogs: Map<number, Map<string, Copy>>;
   /** Fragments whose copy served since its last successful drain (a copy found at start served before). */
   readonly served: Set<number>;
+  /** This life asked membership to exit (Exiting, then Removed): its leave handed everything over. */
+  exited: boolean;
   /** Counts the node's lives: a step or message of an earlier life does nothing. */
   life: number;
 }
@@ -169,6 +195,8 @@ export class PlacementSim extends MembershipSim {
   private readonly gapSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
   /** Per fragment, since when no replica serves it while one in its newest entry is up (table or not). */
   private readonly unservedSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
+  /** Per fragment, since when it is unserved while its newest entry's coordinator acts and reaches a replica naming it. */
+  private readonly propagationSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
   /** The move counters of coordinators that died (a restart starts its counters anew). */
   private readonly retired: Record<string, number> = { movesStarted: 0, movesFinished: 0, movesCancelled: 0 };
   private readonly stats: PlacementSimReport;
@@ -178,6 +206,8 @@ export class PlacementSim extends MembershipSim {
     this.stats = {
       nodes: this.nodes.length,
       joins: 0,
+      leaves: 0,
+      departures: 0,
       kills: 0,
       partitions: 0,
       writesAcked: 0,
@@ -191,10 +221,13 @@ export class PlacementSim extends MembershipSim {
       repaired: 0,
       maxServingGapMs: 0,
       maxUnservedMs: 0,
+      maxPropagationMs: 0,
       settleMs: 0,
       joinMembers: 0,
       joinMoves: 0,
       joinMovesOptimum: 0,
+      leaveMoves: 0,
+      leaveMovesOptimum: 0,
     };
   }
 
@@ -206,7 +239,9 @@ export class PlacementSim extends MembershipSim {
     await this.awaitSettled('after the faults healed');
     this.stats.settleMs = this.nowMs - healedMs;
     await this.calmJoin();
+    await this.calmLeave();
     this.stats.nodes = this.nodes.length;
+    this.stats.departures = this.departed.size;
     this.stats.kills = this.report.kills;
     this.stats.partitions = this.report.partitions;
     Object.assign(this.stats, this.moveCounters());
@@ -220,7 +255,9 @@ export class PlacementSim extends MembershipSim {
     let nextFaultMs = this.nowMs + 2_000;
     while (this.nowMs < endMs) {
       if (this.nowMs >= nextFaultMs) {
-        if (this.stats.joins < this.sim.joinsMax && this.random() < 0.1) this.join();
+        const r = this.random();
+        if (this.stats.joins < this.sim.joinsMax && r < 0.1) this.join();
+        else if (this.stats.leaves < this.sim.leavesMax && r < 0.2) this.leave();
         else this.randomFault();
         nextFaultMs = this.nowMs + 1_000 + Math.floor(this.random() * 8_000);
       }
@@ -228,13 +265,46 @@ export class PlacementSim extends MembershipSim {
     }
   }
 
-  /** One more node joins through a live member. */
+  /**
+   * One more node joins through a live member that has joined itself. A seed still Joining admits
+   * the joiner all the same, and the joiner, seeing only itself Up and a majority of the members it
+   * started with (itself), bootstraps a second table at epoch 1: a known fault, left out here.
+   */
   private join(): void {
-    const seeds = this.nodes.filter((n) => n.core !== undefined);
+    const seeds = this.nodes.filter((n) => n.core?.member(n.id)?.state === 'Up');
     if (seeds.length === 0) return;
     const seed = seeds[Math.floor(this.random() * seeds.length)]!;
     this.stats.joins++;
-    this.addJoiner(`n${this.nodes.length + 1}`, seed.id);
+    this.addJoiner(`n${this.byId.size + 1}`, seed.id);
+  }
+
+  /** A random live member is asked to leave, if more than R members would stay. */
+  private leave(): void {
+    const staying = this.nodes.filter((n) => !n.leaving);
+    const live = staying.filter((n) => n.core !== undefined);
+    if (staying.length <= REPLICAS || live.length === 0) return;
+    this.stats.leaves++;
+    this.askToLeave(live[Math.floor(this.random() * live.length)]!);
+  }
+
+  /**
+   * The node's rule (cluster.ts exitIfLeft): a leaving node exits membership once its table lists
+   * it nowhere and its placement driver holds no fragment. Every copy must be gone from its disk
+   * then, each dropped only after its handoff (checkDrop).
+   */
+  private exitIfLeft(node: SimNode): void {
+    const holder = this.holders.get(node.id)!;
+    if (!node.leaving || holder.exited || holder.driver === undefined || node.core === undefined) return;
+    if (!leaveHandedOver(node.id, node.coordinator!.table, holder.driver.fragments().length)) return;
+    holder.exited = true;
+    assert(
+      holder.copies.size === 0,
+      `${node.id} exits membership holding fragments [${[...holder.copies.keys()]}] (at ${this.nowMs} ms)`,
+    );
+    this.trace(`${node.id} handed everything over: exits membership`);
+    void node.core.exit();
+    const state = node.core.member(node.id)?.state;
+    assert(state === 'Exiting', `${node.id} could not exit membership: it is ${state}`);
   }
 
   /** A join to a settled cluster, under the write load: the moves it causes against the optimum. */
@@ -247,6 +317,26 @@ export class PlacementSim extends MembershipSim {
     this.stats.joinMembers = members;
     this.stats.joinMoves = this.moveCounters().movesFinished - before;
     this.stats.joinMovesOptimum = (REPLICAS * FRAGMENTS) / (members + 1);
+  }
+
+  /**
+   * A leave from a settled cluster, under the write load: the node drains every replica it held,
+   * exits and is Removed everywhere; the moves it causes, against the replicas it held.
+   */
+  private async calmLeave(): Promise<void> {
+    const staying = this.nodes.filter((n) => !n.leaving);
+    if (staying.length <= REPLICAS) return;
+    const node = staying[Math.floor(this.random() * staying.length)]!;
+    const table = node.coordinator!.table;
+    const held = table.entries().filter(([, e]) => e.kind === 'active' && e.replicas.includes(node.id));
+    const before = this.moveCounters().movesFinished;
+    this.writing = true;
+    this.stats.leaves++;
+    this.askToLeave(node);
+    await this.awaitSettled(`after ${node.id} left a calm cluster`);
+    assert(this.departed.has(node.id), `${node.id} has not left after a calm leave`);
+    this.stats.leaveMoves = this.moveCounters().movesFinished - before;
+    this.stats.leaveMovesOptimum = held.length;
   }
 
   /** Placement settles within the bound (writes go on), then the writes stop and the data must converge. */
@@ -280,12 +370,14 @@ export class PlacementSim extends MembershipSim {
         replicateTo: new Map(),
         backlogs: new Map(),
         served: new Set(),
+        exited: false,
         life: 0,
       };
       this.holders.set(node.id, holder);
     }
     const h = holder;
     h.life++;
+    h.exited = false;
     h.timer = undefined;
     h.driver = new PlacementDriver(
       {
@@ -318,7 +410,7 @@ export class PlacementSim extends MembershipSim {
       );
   }
 
-  protected override onNodeKilled(node: SimNode): void {
+  protected override onNodeStopped(node: SimNode): void {
     const holder = this.holders.get(node.id)!;
     holder.driver?.close();
     holder.driver = undefined;
@@ -335,6 +427,7 @@ export class PlacementSim extends MembershipSim {
     fragments: readonly number[],
   ): void {
     this.holders.get(node.id)?.driver?.onTable(table, fragments);
+    this.exitIfLeft(node);
   }
 
   // ---- One step of simulated time ----
@@ -449,7 +542,7 @@ export class PlacementSim extends MembershipSim {
         if (serving) holder.served.add(fragment);
         this.trace(`${node.id} ${serving ? 'serves' : 'stops serving'} fragment ${fragment}`);
       },
-      stepped: () => {},
+      stepped: () => this.exitIfLeft(node),
       log: (level, fields, message) =>
         this.trace(`${node.id} placement ${level}: ${message} ${JSON.stringify(fields)}`),
     };
@@ -603,6 +696,22 @@ export class PlacementSim extends MembershipSim {
         : undefined);
       if (since !== undefined)
         this.stats.maxUnservedMs = Math.max(this.stats.maxUnservedMs, this.nowMs - since);
+      const propagating =
+        unserved &&
+        entry!.replicas.some(
+          (id) => id !== entry!.moving?.target && up(id) && this.toldBy(entry!, fragment, id),
+        );
+      const propagatingSince = (this.propagationSinceMs[fragment] = propagating
+        ? (this.propagationSinceMs[fragment] ?? this.nowMs)
+        : undefined);
+      if (propagatingSince !== undefined) {
+        const propagationMs = this.nowMs - propagatingSince;
+        this.stats.maxPropagationMs = Math.max(this.stats.maxPropagationMs, propagationMs);
+        assert(
+          propagationMs <= this.sim.tablePropagationBoundMs,
+          `fragment ${fragment} has gone unserved for ${propagationMs} ms (since ${propagatingSince} ms) while its coordinator ${entry!.fence.coordinatorId} acts and reaches a replica that names it`,
+        );
+      }
       if (served || knowing.length === 0) {
         this.gapSinceMs[fragment] = undefined;
         continue;
@@ -615,6 +724,29 @@ export class PlacementSim extends MembershipSim {
         `fragment ${fragment} has had no serving replica for ${gapMs} ms (since ${gapSince} ms) while [${knowing}] know they should serve it`,
       );
     }
+  }
+
+  /**
+   * The coordinator that wrote `entry` acts with it (running, reached by a majority, coordinating at
+   * that incarnation with the entry in its table), reaches replica `id`, and `id`'s view names it.
+   */
+  private toldBy(
+    entry: NonNullable<ReturnType<AssignmentTable['active']>>,
+    fragment: number,
+    id: string,
+  ): boolean {
+    const owner = this.byId.get(entry.fence.coordinatorId);
+    const named = this.byId.get(id)?.coordinator?.coordinator;
+    return (
+      owner?.coordinator?.role === 'coordinator' &&
+      this.running(owner) &&
+      this.majorityReachSinceMs.get(owner.id) !== undefined &&
+      owner.core!.member(owner.id)?.incarnation === entry.fence.incarnation &&
+      owner.coordinator.table.active(fragment)?.generation === entry.generation &&
+      this.reaches(owner.id, id) &&
+      named?.id === owner.id &&
+      named.incarnation === entry.fence.incarnation
+    );
   }
 
   /** The node's own table lists it as a serving replica of the fragment (not a move's target). */
@@ -638,6 +770,10 @@ export class PlacementSim extends MembershipSim {
   private unsettled(): string | undefined {
     const converged = this.converged();
     if (converged !== undefined) return converged;
+    for (const id of this.departed) {
+      const copies = [...this.holders.get(id)!.copies.keys()];
+      assert(copies.length === 0, `${id} left the cluster holding fragments [${copies}]`);
+    }
     const coordinator = this.nodes.find((n) => n.coordinator!.role === 'coordinator')!;
     const table = coordinator.coordinator!.table;
     const replicas = Math.min(REPLICAS, this.nodes.length);

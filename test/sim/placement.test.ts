@@ -1,8 +1,9 @@
 // The placement simulator (placement-sim.ts) over a few seeds: while clients write, fragments move
-// (joins, Down members, rebalancing) through partitions, kills, restarts, pauses and skewed clocks,
-// with the real placement driver on every node. No acknowledged write is lost, no copy is dropped
-// before its handoff, no fragment goes without a serving replica past the grace while one could
-// serve it, and once the faults stop every fragment settles at R replicas with no move left. A
+// (joins, leaves, Down members, rebalancing) through partitions, kills, restarts, pauses and skewed
+// clocks, with the real placement driver on every node. No acknowledged write is lost, no copy is
+// dropped before its handoff, a leaving node exits only once it holds nothing, no fragment goes
+// without a serving replica past the grace while one could serve it, and once the faults stop every
+// fragment settles at R replicas with no move left, without the members that left. A
 // failure names its seed; `TESSERA_SIM_SEED=<seed>` replays that one alone, `TESSERA_SIM_SEEDS=<n>`
 // runs n seeds, `TESSERA_SIM_TRACE=1` prints what happened.
 
@@ -29,6 +30,7 @@ test('fragments move under a write load through faults without losing an acknowl
   // The faults and the moves happened: otherwise the run proves nothing.
   const sum = (key: keyof PlacementSimReport) => reports.reduce((total, r) => total + r[key], 0);
   assert.ok(sum('kills') > 0 && sum('partitions') > 0, 'kills and partitions');
+  assert.ok(sum('departures') > 0, 'members left');
   assert.ok(
     sum('writesAcked') > 0 && sum('movesFinished') > 0 && sum('drops') > 0,
     'writes, finished moves, drops',

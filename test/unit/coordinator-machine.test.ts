@@ -726,14 +726,49 @@ describe('followers', () => {
     ]);
     assert.equal(cluster.machine('c').counters.changesRefused, 3 * FRAGMENTS);
 
-    // Once c's view names b too, the next digest brings b's table.
+    // Once c's view names b too, c pulls b's table at once.
     assert.deepEqual(cluster.view('c', viewOf(['a', 'b', 'c'], { a: 'down' })), [
       'coordinator-changed b@1 e1',
+      'send b pull',
     ]);
-    cluster.advance(COORDINATOR_DIGEST_INTERVAL_MS);
     cluster.deliverAll();
     assert.deepEqual(cluster.digests(), ['1/a@1/4/4', '2/b@1/4/4', '2/b@1/4/4']);
     assert.equal(cluster.machine('c').counters.changesApplied, 2 * FRAGMENTS);
+  });
+
+  test("a member that refused the first table, naming the coordinator's earlier incarnation, pulls it once its view names the new one, before any digest", () => {
+    const ids = ['a', 'b', 'c'];
+    const cluster = new PlacementCluster(ids, PLACEMENT_3);
+    // a restarted (incarnation 2) and takes over before b and c hear of it: they promise a@2 (a
+    // promise needs no view) but refuse its changes, as their views name a@1.
+    cluster.view('a', viewOf(ids, {}, { a: 2 }));
+    cluster.views(['b', 'c'], viewOf(ids));
+    for (let i = 0; i < 4; i++) cluster.deliver({ kind: i < 2 ? 'report-request' : 'report' });
+    assert.equal(cluster.machine('a').role, 'coordinator');
+    const refusal =
+      'log warn: assignment changes from a refused (4): assignment change from non-current coordinator: change=a@2 current=a@1';
+    assert.deepEqual(cluster.deliver({ to: 'b', kind: 'changes' }), [refusal]);
+    assert.deepEqual(cluster.deliver({ to: 'c', kind: 'changes' }), [refusal]);
+    assert.deepEqual(cluster.digests(), ['1/a@2/4/4', '0/-/0/0', '0/-/0/0']);
+
+    // b's view names a@2 now: it pulls the table then, not at a's digest 5 s later.
+    assert.deepEqual(cluster.view('b', viewOf(ids, {}, { a: 2 })), [
+      'coordinator-changed a@2 e0',
+      'send a pull',
+    ]);
+    assert.deepEqual(cluster.deliver({ to: 'a' }), ['send b changes e1 a@2 entries 4']);
+    assert.deepEqual(cluster.deliver({ to: 'b' }), [
+      'persist table e1 promise e1 a@2',
+      'table-changed 0,1,2,3',
+    ]);
+    assert.deepEqual(cluster.digests(), ['1/a@2/4/4', '1/a@2/4/4', '0/-/0/0']);
+    assert.deepEqual(cluster.view('c', viewOf(ids, {}, { a: 2 })), [
+      'coordinator-changed a@2 e0',
+      'send a pull',
+    ]);
+    cluster.deliverAll();
+    assert.deepEqual(cluster.digests(), ['1/a@2/4/4', '1/a@2/4/4', '1/a@2/4/4']);
+    assert.equal(cluster.machine('a').counters.pulls, 2);
   });
 
   test('a member that missed the changes pulls the table on the next digest', () => {

@@ -19,6 +19,7 @@ import type { MemberView as CoordinatorMemberView } from '../../core/coordinator
 import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
+import { leaveHandedOver } from '../../core/leave.js';
 import {
   CLUSTER_EVENTS_KEPT,
   COORDINATOR_DIGEST_INTERVAL_MS,
@@ -713,8 +714,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private exitIfLeft(): void {
     if (!this.leaving) return;
     const table = this.coordinatorDriver?.table;
-    if (table === undefined || table.members().includes(this.config.selfId)) return;
-    if ((this.placementDriver?.fragments().length ?? 0) > 0) return;
+    const held = this.placementDriver?.fragments().length ?? 0;
+    if (table === undefined || !leaveHandedOver(this.config.selfId, table, held)) return;
     this.leaving = false;
     this.logger.info({}, 'every fragment handed over: leaving membership');
     this.membershipDriver?.exit().then(
