@@ -99,6 +99,11 @@ export interface CoordinatorMachineConfig {
   initialPlacement: ReadonlyArray<readonly string[]>;
   /** The members the node was started with: the majority gate's set before any table exists. */
   initialMembers: readonly string[];
+  /**
+   * Whether this node may bootstrap the first table when every live member reports none: not a
+   * node that joins a running cluster, which may see only itself (or other joiners) for a while.
+   */
+  mayBootstrap: boolean;
   /** The table this node accepted last (its data directory), or undefined. */
   restored: AssignmentTable | undefined;
   /** The promise this node made last (its data directory), or undefined. */
@@ -426,6 +431,10 @@ export class CoordinatorMachine {
     let changed = result.changes.map((c) => c.fragment);
     let how = `adopted the table of ${this.reports.size} member(s)`;
     if (table.entries().length === 0) {
+      if (!this.config.mayBootstrap) {
+        this.log('info', 'no member reports a table, and a joining node does not bootstrap one: waiting');
+        return;
+      }
       table = this.bootstrap(self, table.epoch);
       changed = table.entries().map(([f]) => f);
       how = 'bootstrapped the table';

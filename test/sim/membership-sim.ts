@@ -669,6 +669,8 @@ export class MembershipSim {
         // A joiner was started with no placement and itself as its only member (--join).
         initialPlacement: node.joinSeed === undefined ? this.initialPlacement : [],
         initialMembers: node.joinSeed === undefined ? this.initialMembers : [node.id],
+        // As the node: a joiner whose data directory does not know the cluster yet never bootstraps.
+        mayBootstrap: !joining,
         restored:
           node.persistedTable === undefined ? undefined : decodeTable(JSON.parse(node.persistedTable)),
         restoredPromise: node.persistedPromise,

@@ -266,12 +266,11 @@ export class PlacementSim extends MembershipSim {
   }
 
   /**
-   * One more node joins through a live member that has joined itself. A seed still Joining admits
-   * the joiner all the same, and the joiner, seeing only itself Up and a majority of the members it
-   * started with (itself), bootstraps a second table at epoch 1: a known fault, left out here.
+   * One more node joins through a live member, which may be joining itself: a joiner that sees
+   * only itself Up must not bootstrap a table of its own (mayBootstrap).
    */
   private join(): void {
-    const seeds = this.nodes.filter((n) => n.core?.member(n.id)?.state === 'Up');
+    const seeds = this.nodes.filter((n) => n.core !== undefined && !n.leaving);
     if (seeds.length === 0) return;
     const seed = seeds[Math.floor(this.random() * seeds.length)]!;
     this.stats.joins++;

@@ -285,6 +285,7 @@ class PlacementCluster {
       replicas: REPLICAS,
       initialPlacement: this.placement,
       initialMembers: this.ids,
+      mayBootstrap: true,
       restored,
       restoredPromise,
       reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
@@ -1078,4 +1079,28 @@ describe('moves', () => {
     const entry = cluster.machine('a').current.active(fragment);
     assert.ok(entry?.replicas.includes('d') && entry.pinnedTo === 'd');
   });
+});
+
+test('a joining node that sees only itself takes over but bootstraps no table of its own', () => {
+  const machine = new CoordinatorMachine({
+    selfId: 'j',
+    fragmentCount: FRAGMENTS,
+    replicas: REPLICAS,
+    initialPlacement: [],
+    initialMembers: ['j'],
+    mayBootstrap: false,
+    restored: undefined,
+    restoredPromise: undefined,
+    reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
+    digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
+    moves: MOVE_LIMITS_DEFAULT,
+    planIntervalMs: PLACEMENT_PLAN_INTERVAL_MS,
+  });
+  machine.step({ kind: 'view', view: viewOf(['j']), nowMs: START_MS });
+  const actions: CoordinatorAction[] = [];
+  machine.takeActions(actions);
+  assert.equal(machine.current.entries().length, 0, 'no table');
+  assert.equal(machine.current.epoch, 0);
+  assert.notEqual(machine.role, 'coordinator');
+  assert.ok(actions.some((a) => a.kind === 'log' && /a joining node does not bootstrap/.test(a.message)));
 });

@@ -414,6 +414,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         replicas: c.replicas,
         initialPlacement: c.placement.replicas.map((list) => list.map((m) => c.members[m])),
         initialMembers: c.members,
+        // A joining node never bootstraps a table of its own: it adopts the cluster's.
+        mayBootstrap: !joining,
         restored: membership.table,
         restoredPromise: membership.promise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
