@@ -571,6 +571,28 @@ export const MOVES_RECENT_MAX = 64;
 /** A verified copy tells the coordinator it is ready again this often until its move finishes. */
 export const PLACEMENT_READY_RESEND_MS = 2_000;
 /**
+ * Bytes per second a node's anti-entropy rounds pull at most (`--move-rate`), each worker an even
+ * share: CockroachDB's snapshot rate (kv.snapshot_rebalance.max_rate, 32 MiB/s), so a move's copy
+ * leaves clients most of the disk and the link. 0 lifts the limit.
+ */
+export const MOVE_RATE_BYTES_PER_SEC_DEFAULT = 32 * 1024 * 1024;
+/**
+ * The lowest limit: a fetch's data pages (about RECONCILE_PAGE_BYTES_MAX each) arrive whole, so a
+ * slower rate would only stretch the waits after each, and a copy's verification past its step time.
+ */
+export const MOVE_RATE_BYTES_PER_SEC_MIN = 64 * 1024;
+/** The highest limit short of none: past any link; 0 is the way to say unlimited. */
+export const MOVE_RATE_BYTES_PER_SEC_MAX = 64 * 1024 ** 3;
+/** A worker's pull bucket saves up this much of its rate: after a pause, a second's pull goes at once. */
+export const MOVE_RATE_BURST_MS = 1_000;
+
+assert(
+  MOVE_RATE_BYTES_PER_SEC_MIN <= MOVE_RATE_BYTES_PER_SEC_DEFAULT &&
+    MOVE_RATE_BYTES_PER_SEC_DEFAULT <= MOVE_RATE_BYTES_PER_SEC_MAX,
+  'the default move rate lies outside its bounds',
+);
+
+/**
  * How often a fragment that cannot finish its handoff is warned about (`--drain-warn-interval`;
  * actordb's placement_drain_warn_interval, 10 s). Observability only: nothing is dropped on a timer.
  */

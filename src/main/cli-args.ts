@@ -219,6 +219,12 @@ const FLAGS: Flag[] = [
     help: 'replica moves a node takes part in at once, in and out each (default 2, as Scylla and Riak)',
   },
   {
+    name: 'move-rate',
+    kind: 'size',
+    option: 'moveRateBytesPerSec',
+    help: 'bytes per second this node copies in for moves and anti-entropy repairs, shared by its workers, so clients keep their latency (default 32mb, at least 64kb; 0: unlimited)',
+  },
+  {
     name: 'drain-warn-interval',
     kind: 'duration',
     option: 'drainWarnIntervalMs',

@@ -14,6 +14,9 @@ import {
   MEMBERSHIP_DOWN_AFTER_MS_DEFAULT,
   MEMBERSHIP_DOWN_AFTER_MS_MAX,
   MEMBERSHIP_DOWN_AFTER_MS_MIN,
+  MOVE_RATE_BYTES_PER_SEC_DEFAULT,
+  MOVE_RATE_BYTES_PER_SEC_MAX,
+  MOVE_RATE_BYTES_PER_SEC_MIN,
   NODE_ID_BYTES_MAX,
   PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
   PLACEMENT_MOVES_IN_PER_NODE_DEFAULT,
@@ -84,6 +87,11 @@ export interface ClusterOptions {
   maxMovesPerNode?: number;
   /** How often a fragment whose handoff cannot complete is warned about (default 10 s). */
   drainWarnIntervalMs?: number;
+  /**
+   * Bytes per second this node's anti-entropy rounds pull at most — a move's copy, a returning
+   * replica's repair — shared evenly by its workers (default 32 MiB/s; 0: unlimited).
+   */
+  moveRateBytesPerSec?: number;
 }
 
 export const CLUSTER_OPTION_NAMES = [
@@ -103,6 +111,7 @@ export const CLUSTER_OPTION_NAMES = [
   'downAfterMs',
   'maxMovesPerNode',
   'drainWarnIntervalMs',
+  'moveRateBytesPerSec',
 ] as const;
 
 export interface ClusterConfig {
@@ -127,6 +136,8 @@ export interface ClusterConfig {
   /** The planner's per-node limits on replica moves in flight. */
   moveLimits: MoveLimits;
   drainWarnIntervalMs: number;
+  /** Bytes per second the node's anti-entropy rounds pull at most; 0: unlimited. */
+  moveRateBytesPerSec: number;
   /** TLS for the peer mesh; undefined for plain TCP. */
   tls: { cert: Buffer; key: Buffer; ca: Buffer; clientCert: Buffer; clientKey: Buffer } | undefined;
 }
@@ -293,6 +304,17 @@ export function resolveClusterConfig(
   if (!Number.isInteger(drainWarnIntervalMs) || drainWarnIntervalMs < 1) {
     throw invalidInput(`drainWarnIntervalMs must be a positive integer of ms, got ${drainWarnIntervalMs}`);
   }
+  const moveRateBytesPerSec = options.moveRateBytesPerSec ?? MOVE_RATE_BYTES_PER_SEC_DEFAULT;
+  if (
+    !Number.isInteger(moveRateBytesPerSec) ||
+    (moveRateBytesPerSec !== 0 &&
+      (moveRateBytesPerSec < MOVE_RATE_BYTES_PER_SEC_MIN ||
+        moveRateBytesPerSec > MOVE_RATE_BYTES_PER_SEC_MAX))
+  ) {
+    throw invalidInput(
+      `moveRateBytesPerSec must be 0 (unlimited) or an integer in ${MOVE_RATE_BYTES_PER_SEC_MIN}..${MOVE_RATE_BYTES_PER_SEC_MAX} bytes per second, got ${moveRateBytesPerSec}`,
+    );
+  }
   const selfIndex = members.indexOf(nodeId);
   return {
     selfId: nodeId,
@@ -317,6 +339,7 @@ export function resolveClusterConfig(
     downAfterMs,
     moveLimits: { movesInPerNode: maxMoves, movesOutPerNode: maxMoves },
     drainWarnIntervalMs,
+    moveRateBytesPerSec,
     tls: resolvePeerTls(options.peerTls),
   };
 }

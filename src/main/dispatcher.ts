@@ -76,6 +76,7 @@ import {
 } from '../threads/op-codec.js';
 import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import type { NodeConfig } from './config.js';
+import { type PulledCount, PulledCounts } from './pulled-counts.js';
 import { waitForReplicas } from './replica-waiter.js';
 import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
@@ -199,6 +200,8 @@ export class Dispatcher {
   private readonly fenceReached = Buffer.alloc(RESULT_HEADER_BYTES);
   /** Who hears how anti-entropy rounds end (`watchRounds`). */
   private readonly roundWatchers = new Set<(report: RoundReport) => void>();
+  /** What anti-entropy rounds pulled into each fragment held here (`pulledInto`). */
+  private readonly pulled = new PulledCounts();
   /** The fragment of the last write submitted: what a connection tracks for WAIT, without hashing the key again. */
   lastWriteFragment = 0;
 
@@ -672,6 +675,7 @@ export class Dispatcher {
     const link = this.workerLinkOf(fragment);
     this.heldHere[fragment] = 0;
     this.kept[fragment] = 0;
+    this.pulled.forget(fragment);
     if (!link.canAccept()) throw link.refusal();
     return new Promise((resolve, reject) => {
       const at = link.begin(appliedHandler, { resolve, reject }, CONTROL_HEADER_BYTES);
@@ -747,9 +751,20 @@ export class Dispatcher {
     return () => this.roundWatchers.delete(watcher);
   }
 
+  /** Keys and bytes anti-entropy rounds pulled into this node's copy of `fragment` since it opened it. */
+  pulledInto(fragment: number): PulledCount {
+    return this.pulled.of(fragment);
+  }
+
+  /** Worker threads the node runs (each pulls its share of `--move-rate`). */
+  get workerCount(): number {
+    return this.links.length;
+  }
+
   private onRoundReport(buf: Buffer, at: number, length: number): void {
-    if (this.roundWatchers.size === 0) return;
     const report = readRoundReport(buf, at, length);
+    this.pulled.add(report);
+    if (resultStatus(buf, at) !== ResultKind.RoundReport) return;
     for (const watcher of this.roundWatchers) watcher(report);
   }
 

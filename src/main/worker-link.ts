@@ -68,7 +68,10 @@ export interface LinkDeps {
   onServing?(index: number): void;
   /** The worker asks for an anti-entropy span from the background pool (ResultKind.PoolSpan). */
   onPoolSpan?(index: number, buf: Buffer, at: number, length: number): void;
-  /** An anti-entropy round of one of the worker's senders ended (ResultKind.RoundReport, ring memory). */
+  /**
+   * An anti-entropy round of one of the worker's senders ended (ResultKind.RoundReport), or pulled a
+   * page (ResultKind.RoundProgress); ring memory.
+   */
   onRoundReport?(buf: Buffer, at: number, length: number): void;
   logger: Logger;
 }
@@ -342,7 +345,7 @@ export class WorkerLink {
         this.onAcks(buf, at);
         continue;
       }
-      if (status === ResultKind.RoundReport) {
+      if (status === ResultKind.RoundReport || status === ResultKind.RoundProgress) {
         this.deps.onRoundReport?.(buf, at, reader.recordBytes);
         continue;
       }

@@ -42,6 +42,8 @@ export interface ClusterInit {
   requiredAck: number;
   antiEntropyIntervalMs: number;
   maxClockSkewMs: number;
+  /** This worker's share of `--move-rate`: bytes per second its anti-entropy rounds pull (0: unlimited). */
+  pullBytesPerSec: number;
 }
 
 export type WorkerEvent =

@@ -159,11 +159,14 @@ export const ResultKind = {
   Acks: 39,
   /**
    * An anti-entropy round of a sender ended (no reqId; RoundAnswer's layout): byte 1 bit 0 ok,
-   * u16 fragment at 2, then u16 member, u32 round sequence, u32 round id, u32 keys pulled, UTF-8 reason.
+   * u16 fragment at 2, then u16 member, u32 round sequence, u32 round id, u32 keys pulled, u48 bytes
+   * pulled, UTF-8 reason.
    */
   RoundReport: 43,
   /** The answer to ReconcileNow: a RoundReport under the request's id. */
   RoundAnswer: 44,
+  /** A running round pulled a page: its counts so far, as a RoundReport (not ok, no reason). */
+  RoundProgress: 45,
 } as const;
 
 /** Writes the header of a peer record (request or result); returns where the payload starts. */
@@ -950,15 +953,17 @@ export interface RoundReport {
   ok: boolean;
   /** Keys the round fetched from the peer (newer there, or missing here). */
   keysPulled: number;
+  /** Bytes of those keys and their records (what `--move-rate` limits). */
+  bytesPulled: number;
   /** Why it failed; empty when ok. */
   reason: string;
 }
 
-const ROUND_REPORT_BYTES = RESULT_HEADER_BYTES + 14;
+const ROUND_REPORT_BYTES = RESULT_HEADER_BYTES + 20;
 
 export const roundReportBytes = (r: RoundReport): number => ROUND_REPORT_BYTES + Buffer.byteLength(r.reason);
 
-/** RoundReport (reqId 0) or RoundAnswer. The reason is at most ERROR_MESSAGE_BYTES_MAX (truncateErrorMessage). */
+/** RoundReport or RoundProgress (reqId 0), or RoundAnswer. The reason is at most ERROR_MESSAGE_BYTES_MAX (truncateErrorMessage). */
 export function writeRoundReport(buf: Buffer, at: number, kind: number, reqId: number, r: RoundReport): void {
   buf[at + KIND_AT] = kind;
   buf[at + FLAGS_AT] = r.ok ? 1 : 0;
@@ -969,7 +974,8 @@ export function writeRoundReport(buf: Buffer, at: number, kind: number, reqId: n
   writeU32LE(buf, p + 2, r.roundSeq);
   writeU32LE(buf, p + 6, r.roundId);
   writeU32LE(buf, p + 10, r.keysPulled);
-  buf.write(r.reason, p + 14, 'utf8');
+  buf.writeUIntLE(r.bytesPulled, p + 14, 6);
+  buf.write(r.reason, p + 20, 'utf8');
 }
 
 export function readRoundReport(buf: Buffer, at: number, length: number): RoundReport {
@@ -982,6 +988,7 @@ export function readRoundReport(buf: Buffer, at: number, length: number): RoundR
     roundId: readU32LE(buf, p + 6),
     ok: (buf[at + FLAGS_AT] & 1) === 1,
     keysPulled: readU32LE(buf, p + 10),
-    reason: buf.toString('utf8', p + 14, at + length),
+    bytesPulled: buf.readUIntLE(p + 14, 6),
+    reason: buf.toString('utf8', p + 20, at + length),
   };
 }

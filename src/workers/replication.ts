@@ -14,6 +14,13 @@
 // backlog (anti-entropy repairs what it held); a sender opened starts a session, whose first round
 // pulls what the peer holds. How each round ends goes to the main thread (round-ledger.ts).
 //
+// Pulls are rate-limited (`--move-rate`, this worker's share in ClusterInit.pullBytesPerSec) so a
+// move's copy, or the repair of a replica that was away, leaves clients their latency: every round
+// is, as a healthy fragment's periodic round pulls next to nothing. The bytes of each page pulled are
+// spent from a token bucket, into debt; a round's next fetch waits while the bucket is in debt. So
+// the worker pulls at most its rate over time, plus the bucket's burst and one fetch per round
+// running at once (a fetch's pages come whole).
+//
 // Time comes through a DriverClock (the wall clock and one timer in a worker, simulated time in
 // test/sim/), and session and round ids from the tuning's source, so a simulator can run this driver
 // as it is and replay a run from its seed.
@@ -25,7 +32,8 @@ import { asBuffer } from '../core/bytes.js';
 import type { DriverClock } from '../core/clock.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
+import { MOVE_RATE_BURST_MS, RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
+import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
 import {
@@ -82,6 +90,8 @@ export interface ReplicationHost {
   roundEnded?(report: RoundReport): void;
   /** The answer to a `reconcileNow` request. */
   roundAnswer?(reqId: number, report: RoundReport): void;
+  /** A running round pulled a page: its counts so far (RoundProgress). */
+  roundProgress?(report: RoundReport): void;
 }
 
 /**
@@ -132,6 +142,16 @@ class BatchApply implements ReplySink {
 /** Replies of anti-entropy repairs are not awaited: LWW decides, and a lost one is repaired next round. */
 const ignoreReplies: ReplySink = { onReply() {} };
 
+/** A round's fetch held back while the worker's pull bucket is in debt (`--move-rate`). */
+interface HeldFetch {
+  member: number;
+  fragment: number;
+  round: ReconcileRound;
+  step: RoundStep & { kind: 'fetch' };
+  /** When to look again: once the bucket is out of debt, or sooner to tell the sender the round lives. */
+  wakeMs: number;
+}
+
 /** One sender and whom it sends to. */
 interface SenderSlot {
   sender: ReplicationSender;
@@ -146,6 +166,9 @@ export class WorkerReplication {
   /** Rounds this node runs, and the serving side of peers' rounds, per (member, fragment). */
   private readonly rounds = new Map<string, ReconcileRound>();
   private readonly responders = new Map<string, ReconcileResponder>();
+  /** Bytes pulled per second (undefined: unlimited), and the fetches waiting on it, per (member, fragment). */
+  private readonly pullTokens: TokenBucket | undefined;
+  private readonly heldFetches = new Map<string, HeldFetch>();
   private readonly actions: SenderAction[] = [];
   private readonly keyspace: Keyspace;
   /** When the clock's timer fires; Infinity while none is set. */
@@ -174,7 +197,13 @@ export class WorkerReplication {
     this.ledger = new RoundLedger(
       (report) => host.roundEnded?.(report),
       (reqId, report) => host.roundAnswer?.(reqId, report),
+      (report) => host.roundProgress?.(report),
     );
+    const rate = cluster.pullBytesPerSec;
+    this.pullTokens =
+      rate === 0
+        ? undefined
+        : new TokenBucket(rate, Math.max(1, (rate * MOVE_RATE_BURST_MS) / 1000), host.clock.nowMs());
     for (const f of fragments) {
       const peers = cluster.replicas[f].filter((m) => m !== cluster.selfIndex);
       if (peers.length === 0) continue;
@@ -519,6 +548,7 @@ export class WorkerReplication {
     for (const senders of this.senders.values()) {
       for (const s of senders) at = Math.min(at, s.sender.nextWakeMs(nowMs));
     }
+    for (const held of this.heldFetches.values()) at = Math.min(at, held.wakeMs);
     if (at === Number.POSITIVE_INFINITY || at >= this.timerAtMs) return;
     this.timerAtMs = at;
     this.host.clock.setTimer(at, this.onTimer);
@@ -527,6 +557,7 @@ export class WorkerReplication {
   private tick(): void {
     this.timerAtMs = Number.POSITIVE_INFINITY;
     const nowMs = this.host.clock.nowMs();
+    this.releaseFetches(nowMs);
     for (const senders of this.senders.values()) {
       for (const s of senders) {
         s.sender.step({ kind: 'tick', nowMs });
@@ -615,6 +646,7 @@ export class WorkerReplication {
         return;
       case 'fetch':
         this.progress(member, fragment, round, 'round-progress', nowMs);
+        if (this.holdFetch(member, fragment, round, step, nowMs)) return;
         this.send(member, {
           reconcileFetch: { fragment, sessionId, roundId, chunkSeq: step.chunkSeq, keys: step.keys },
         });
@@ -622,8 +654,13 @@ export class WorkerReplication {
       case 'merge': {
         this.progress(member, fragment, round, 'round-progress', nowMs);
         const core = this.host.core(fragment)!;
-        for (const entry of step.entries) this.submitReplicated(core, entry, ignoreReplies);
-        this.ledger.pulled(fragment, member, step.entries.length);
+        let bytes = 0;
+        for (const entry of step.entries) {
+          bytes += entry.key.length + entry.record.length;
+          this.submitReplicated(core, entry, ignoreReplies);
+        }
+        this.pullTokens?.spend(bytes, nowMs);
+        this.ledger.pulled(fragment, member, step.entries.length, bytes);
         if (step.next !== undefined) this.step(member, fragment, round, step.next);
         return;
       }
@@ -639,6 +676,49 @@ export class WorkerReplication {
       case 'ignore':
         return;
     }
+  }
+
+  /** Holds a round's fetch while the pull bucket is in debt: true when held (`releaseFetches` sends it). */
+  private holdFetch(
+    member: number,
+    fragment: number,
+    round: ReconcileRound,
+    step: HeldFetch['step'],
+    nowMs: number,
+  ): boolean {
+    const waitMs = this.pullTokens?.waitMs(nowMs) ?? 0;
+    if (waitMs === 0) return false;
+    const wakeMs = this.heldWakeMs(nowMs, waitMs);
+    this.heldFetches.set(roundKey(member, fragment), { member, fragment, round, step, wakeMs });
+    return true;
+  }
+
+  /** Sends the held fetches the bucket allows now; a round still waiting tells its sender it lives. */
+  private releaseFetches(nowMs: number): void {
+    for (const [key, held] of this.heldFetches) {
+      if (held.wakeMs > nowMs) continue;
+      // The round ended or was replaced while its fetch waited.
+      if (this.rounds.get(key) !== held.round) {
+        this.heldFetches.delete(key);
+        continue;
+      }
+      const waitMs = this.pullTokens!.waitMs(nowMs);
+      if (waitMs > 0) {
+        this.progress(held.member, held.fragment, held.round, 'round-progress', nowMs);
+        held.wakeMs = this.heldWakeMs(nowMs, waitMs);
+        continue;
+      }
+      this.heldFetches.delete(key);
+      this.step(held.member, held.fragment, held.round, held.step);
+    }
+  }
+
+  /**
+   * When a held fetch is looked at again: once the bucket is out of debt, or within half the
+   * sender's round timeout, since a throttled round is not a stuck one.
+   */
+  private heldWakeMs(nowMs: number, waitMs: number): number {
+    return nowMs + Math.min(waitMs, this.tuning.config.reconcileTimeoutMs / 2);
   }
 
   private progress(

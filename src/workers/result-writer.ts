@@ -123,10 +123,11 @@ export class ResultWriter {
 
   /**
    * How a sender's anti-entropy round ended: news for the main thread (ResultKind.RoundReport), or
-   * the answer to a ReconcileNow (ResultKind.RoundAnswer, under `reqId`).
+   * the answer to a ReconcileNow (ResultKind.RoundAnswer, under `reqId`); or how far a running
+   * round got (ResultKind.RoundProgress).
    */
   roundReport(
-    kind: typeof ResultKind.RoundReport | typeof ResultKind.RoundAnswer,
+    kind: typeof ResultKind.RoundReport | typeof ResultKind.RoundAnswer | typeof ResultKind.RoundProgress,
     reqId: number,
     report: RoundReport,
   ): void {

@@ -1,5 +1,5 @@
-// How each sender's anti-entropy rounds end, for the main thread (RoundReport) and for the requests
-// waiting on one (ReconcileNow). A round is counted when it starts; it ends complete (every page
+// How each sender's anti-entropy rounds go and end, for the main thread (RoundProgress after each
+// page pulled, RoundReport at the end) and for the requests waiting on one (ReconcileNow). A round is counted when it starts; it ends complete (every page
 // compared, what the peer held newer fetched), or failed: broken by the peer, abandoned by a new
 // session (the sender's round timeout, an ACK timeout, a peer's reset), cut by a lost connection,
 // or closed with its sender. A ReconcileNow waits for a round that started after it was asked:
@@ -15,6 +15,7 @@ interface SenderRounds {
   /** The running round's id, or 0. */
   roundId: number;
   keysPulled: number;
+  bytesPulled: number;
 }
 
 interface RoundWaiter {
@@ -35,6 +36,8 @@ export class RoundLedger {
     private readonly report: (report: RoundReport) => void,
     /** The answer to ReconcileNow `reqId`. */
     private readonly answer: (reqId: number, report: RoundReport) => void,
+    /** A running round's counts after each page it pulled. */
+    private readonly progress: (report: RoundReport) => void,
   ) {}
 
   /** The sender started round `roundId`; a round still running is over (failed). */
@@ -44,27 +47,23 @@ export class RoundLedger {
     rounds.seq++;
     rounds.roundId = roundId;
     rounds.keysPulled = 0;
+    rounds.bytesPulled = 0;
   }
 
-  /** The running round fetched `count` keys from the peer. */
-  pulled(fragment: number, member: number, count: number): void {
+  /** The running round fetched `count` keys, `bytes` with their records, from the peer. */
+  pulled(fragment: number, member: number, count: number, bytes: number): void {
     const rounds = this.senders.get(key(fragment, member));
-    if (rounds !== undefined && rounds.roundId !== 0) rounds.keysPulled += count;
+    if (rounds === undefined || rounds.roundId === 0) return;
+    rounds.keysPulled += count;
+    rounds.bytesPulled += bytes;
+    this.progress(reportOf(fragment, member, rounds, false, ''));
   }
 
   /** The running round, if any, ended: reported, and answered to each request waiting for it. */
   ended(fragment: number, member: number, ok: boolean, reason: string): void {
     const rounds = this.senders.get(key(fragment, member));
     if (rounds === undefined || rounds.roundId === 0) return;
-    const report: RoundReport = {
-      fragment,
-      member,
-      roundSeq: rounds.seq,
-      roundId: rounds.roundId,
-      ok,
-      keysPulled: rounds.keysPulled,
-      reason: ok ? '' : truncateErrorMessage(reason),
-    };
+    const report = reportOf(fragment, member, rounds, ok, ok ? '' : truncateErrorMessage(reason));
     rounds.roundId = 0;
     this.report(report);
     for (const w of this.waiters) {
@@ -111,16 +110,27 @@ export class RoundLedger {
     const k = key(fragment, member);
     let rounds = this.senders.get(k);
     if (rounds === undefined) {
-      rounds = { seq: 0, roundId: 0, keysPulled: 0 };
+      rounds = { seq: 0, roundId: 0, keysPulled: 0, bytesPulled: 0 };
       this.senders.set(k, rounds);
     }
     return rounds;
   }
 }
 
+function reportOf(
+  fragment: number,
+  member: number,
+  rounds: SenderRounds,
+  ok: boolean,
+  reason: string,
+): RoundReport {
+  const { seq: roundSeq, roundId, keysPulled, bytesPulled } = rounds;
+  return { fragment, member, roundSeq, roundId, ok, keysPulled, bytesPulled, reason };
+}
+
 /** The answer of a request that no round ended for. */
 function failure(fragment: number, member: number, reason: string): RoundReport {
-  return { fragment, member, roundSeq: 0, roundId: 0, ok: false, keysPulled: 0, reason };
+  return { fragment, member, roundSeq: 0, roundId: 0, ok: false, keysPulled: 0, bytesPulled: 0, reason };
 }
 
 function key(fragment: number, member: number): string {

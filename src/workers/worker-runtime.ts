@@ -182,6 +182,7 @@ export class WorkerRuntime implements RecordDecoder {
             clock: new SystemClock(),
             roundEnded: (report) => this.results.roundReport(ResultKind.RoundReport, 0, report),
             roundAnswer: (reqId, report) => this.results.roundReport(ResultKind.RoundAnswer, reqId, report),
+            roundProgress: (report) => this.results.roundReport(ResultKind.RoundProgress, 0, report),
           });
     const replication = this.replication;
     this.drainWaiters = new DrainWaiters(

@@ -337,6 +337,7 @@ export class ReplicationSim {
       requiredAck: AckLevel.Store,
       antiEntropyIntervalMs: RECONCILE_INTERVAL_MS,
       maxClockSkewMs: MAX_CLOCK_SKEW_MS,
+      pullBytesPerSec: 0,
     };
     node.worker = new SimWorker(
       actor,

@@ -61,6 +61,8 @@ test('flags map onto node options', () => {
       'allkeys-lru',
       '--log-level',
       'warn',
+      '--move-rate',
+      '64kb',
     ],
     {},
   );
@@ -69,6 +71,7 @@ test('flags map onto node options', () => {
     valueBytesMax: 1024 * 1024,
     maxMemoryBytes: 2 * 1024 ** 3,
     maxMemoryPolicy: 'allkeys-lru',
+    moveRateBytesPerSec: 64 * 1024,
   });
   assert.equal(more.logLevel, 'warn');
 });

@@ -243,7 +243,22 @@ describe('cluster options', () => {
     assert.equal(c.peerPort, 7002);
     assert.equal(c.replicas, 3);
     assert.equal(c.addresses[1], undefined);
+    assert.equal(c.moveRateBytesPerSec, 32 * 1024 * 1024);
     assert.equal(resolveClusterConfig({}, 'b', 16), undefined);
+  });
+
+  test('--move-rate: 0 is unlimited; otherwise between 64 KiB/s and 64 GiB/s', () => {
+    for (const rate of [0, 64 * 1024, 64 * 1024 ** 3])
+      assert.equal(
+        resolveClusterConfig({ peers, moveRateBytesPerSec: rate }, 'a', 16)!.moveRateBytesPerSec,
+        rate,
+      );
+    for (const rate of [1, 64 * 1024 - 1, 64 * 1024 ** 3 + 1, 1.5, -1])
+      assert.throws(
+        () => resolveClusterConfig({ peers, moveRateBytesPerSec: rate }, 'a', 16),
+        /moveRateBytesPerSec must be 0 \(unlimited\) or an integer in 65536\.\.68719476736/,
+      );
+    assert.throws(() => resolveClusterConfig({ moveRateBytesPerSec: 0 }, 'a', 16), /needs peers/);
   });
 
   test('bad options are refused with a message that names them', () => {

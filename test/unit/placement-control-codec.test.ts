@@ -87,7 +87,7 @@ test('ReconcileNow and DrainedTo carry fragment, member, level and time limit', 
   assert.deepEqual(readPeerWait(drained, 3), { member: 2, level: 3, timeoutMs: 5_000 });
 });
 
-test('a round report reads back whole, as news (RoundReport) or as an answer (RoundAnswer)', () => {
+test('a round report reads back whole, as news (RoundReport, RoundProgress) or as an answer (RoundAnswer)', () => {
   const failed: RoundReport = {
     fragment: 1023,
     member: 4,
@@ -95,6 +95,8 @@ test('a round report reads back whole, as news (RoundReport) or as an answer (Ro
     roundId: 2 ** 31 - 1,
     ok: false,
     keysPulled: 123_456,
+    // Past 32 bits: a round may pull more than 4 GiB.
+    bytesPulled: 2 ** 40 + 12_345,
     reason: 'peer disconnected',
   };
   const news = written(roundReportBytes(failed), (b, at) =>
@@ -102,6 +104,18 @@ test('a round report reads back whole, as news (RoundReport) or as an answer (Ro
   );
   assert.equal(resultStatus(news, 3), ResultKind.RoundReport);
   assert.deepEqual(readRoundReport(news, 3, roundReportBytes(failed)), failed);
+
+  const progress = written(roundReportBytes(failed), (b, at) =>
+    writeRoundReport(b, at, ResultKind.RoundProgress, 0, { ...failed, reason: '' }),
+  );
+  assert.equal(resultStatus(progress, 3), ResultKind.RoundProgress);
+  assert.deepEqual(
+    readRoundReport(progress, 3, roundReportBytes(failed) - Buffer.byteLength(failed.reason)),
+    {
+      ...failed,
+      reason: '',
+    },
+  );
 
   const ok: RoundReport = { ...failed, ok: true, reason: '' };
   const answer = written(roundReportBytes(ok), (b, at) =>

@@ -15,7 +15,11 @@ import {
   FragmentOp,
 } from '../../src/core/fragment.js';
 import { Keyspace } from '../../src/core/keyspace.js';
-import { FLUSH_INTERVAL_MS_DEFAULT, QUEUE_OPS_MAX_DEFAULT } from '../../src/core/limits.js';
+import {
+  FLUSH_INTERVAL_MS_DEFAULT,
+  MOVE_RATE_BURST_MS,
+  QUEUE_OPS_MAX_DEFAULT,
+} from '../../src/core/limits.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../../src/core/peer-frame.js';
 import { describeRecord, encodeRecord } from '../../src/core/record.js';
@@ -117,6 +121,8 @@ interface HarnessOptions {
   /** Fragments of the keyspace; this node holds all of them, each replicated on every member. */
   fragmentCount?: number;
   restarted?: boolean;
+  /** ClusterInit.pullBytesPerSec (default 0: unlimited). */
+  pullBytesPerSec?: number;
 }
 
 /** The worker runtime's part around the driver: its actors, their stores, and where frames go. */
@@ -171,6 +177,7 @@ class Harness implements ReplicationHost {
         requiredAck: AckLevel.Store,
         antiEntropyIntervalMs: RECONCILE_INTERVAL_MS,
         maxClockSkewMs: 60_000,
+        pullBytesPerSec: options.pullBytesPerSec ?? 0,
       },
       Array.from({ length: fragmentCount }, (_, f) => f),
       fragmentCount,
@@ -212,6 +219,13 @@ class Harness implements ReplicationHost {
 
   roundLines(): string[] {
     return this.roundEvents.splice(0);
+  }
+
+  /** Running rounds' reports (RoundProgress), oldest first. */
+  readonly progressReports: RoundReport[] = [];
+
+  roundProgress(r: RoundReport): void {
+    this.progressReports.push(r);
   }
 
   // --- what the worker runtime and the main thread do -------------------------------------------
@@ -700,6 +714,59 @@ test('§6: a round pulls the records the peer holds newer, and the next one star
   assert.deepEqual(await a.frames(), []);
   a.advance(1);
   assert.deepEqual(await a.frames(), ['n1 f0 request s=1 r=3 page=0']);
+});
+
+test('§6 --move-rate: each fetch waits off the bytes pulled before it, and the round lives through the wait', async () => {
+  // 16 KiB/s: the first fetch's ~260 KB take longer to wait off than the sender's round timeout.
+  const rateBytesPerSec = 16 * 1024;
+  const burstBytes = (rateBytesPerSec * MOVE_RATE_BURST_MS) / 1000;
+  assert.ok((256 * 1000) / rateBytesPerSec > SENDER_CONFIG_DEFAULTS.reconcileTimeoutMs / 1000);
+  const a = new Harness({ pullBytesPerSec: rateBytesPerSec });
+  const b = new Harness({ self: 1 });
+  // b holds 600 keys a lacks: three summary pages (256, 256, 88 keys), a fetch each.
+  const held: Array<[Buffer, Buffer]> = [];
+  for (let i = 0; i < 600; i++)
+    held.push([Buffer.from(`k${String(i).padStart(3, '0')}`), recordAt(START_MS - 10, 'x'.repeat(1000))]);
+  b.stores[0].commit(held, START_MS - 10);
+  const heldBytes = held.reduce((sum, [key, record]) => sum + key.length + record.length, 0);
+
+  a.peers(true, 1);
+  b.peers(true, 0);
+  const startMs = a.nowMs;
+  const ended: string[] = [];
+  while (ended.length === 0) {
+    await exchange(a, b);
+    ended.push(...a.roundLines());
+    if (ended.length > 0) break;
+    // A fetch is held: both clocks move on to a's timer.
+    const stepMs = a.clock.timerAtMs - a.nowMs;
+    assert.ok(
+      stepMs > 0 && stepMs <= SENDER_CONFIG_DEFAULTS.reconcileTimeoutMs,
+      `a's timer ${stepMs} ms ahead`,
+    );
+    a.advance(stepMs);
+    b.advance(stepMs);
+  }
+  const elapsedMs = a.nowMs - startMs;
+  assert.deepEqual(ended, ['n1 f0 round #1 ok pulled=600'], 'one round, never abandoned while it waited');
+  // A report after each page merged, its round's counts so far.
+  assert.deepEqual(
+    a.progressReports.map((r) => [r.roundSeq, r.keysPulled]),
+    [
+      [1, 256],
+      [1, 512],
+      [1, 600],
+    ],
+  );
+  assert.equal(a.progressReports.at(-1)!.bytesPulled, heldBytes);
+  // The bytes before the last fetch were waited off (less the burst saved up); the last page's are
+  // owed by whatever pulls next.
+  const waitedBytes = a.progressReports.at(-2)!.bytesPulled - burstBytes;
+  const leastMs = (waitedBytes * 1000) / rateBytesPerSec;
+  assert.ok(elapsedMs >= leastMs, `${elapsedMs} ms for ${waitedBytes} bytes at ${rateBytesPerSec} B/s`);
+  assert.ok(elapsedMs <= leastMs + 50, `${elapsedMs} ms: no longer than the rate needs (${leastMs} ms)`);
+  a.advance(FLUSH_INTERVAL_MS_DEFAULT);
+  assert.equal(a.stored('k599'), `value@${START_MS - 10}.0/n9 "${'x'.repeat(1000)}"`);
 });
 
 test('replica lists change at runtime: a sender opens toward a listed member and closes toward one removed', async () => {

@@ -152,7 +152,14 @@ export interface MovesReport {
     step: string | null;
     since: string;
     waiting: string;
+    /** Bootstrapping: keys and bytes anti-entropy pulled into the copy since this node opened it; else null. */
+    keysDone: number | null;
+    bytesDone: number | null;
+    /** What is left to pull: null, unknown (the source's size of the fragment is not known here). */
+    bytesLeft: number | null;
   }>;
+  /** `--move-rate`: bytes per second this node's anti-entropy rounds pull at most; 0: unlimited. */
+  moveRateBytesPerSec: number;
   /** The latest replica-list changes, newest first. */
   recent: Array<{
     fragment: number;
@@ -581,14 +588,21 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       inFlight,
       here: (placement?.fragments() ?? [])
         .filter((f) => f.state !== 'Serving')
-        .map((f) => ({
-          fragment: f.fragment,
-          state: f.state,
-          generation: f.generation,
-          step: f.step,
-          since: new Date(f.sinceMs).toISOString(),
-          waiting: f.waiting,
-        })),
+        .map((f) => {
+          const copied = f.state === 'Bootstrapping' ? this.dispatcher.pulledInto(f.fragment) : undefined;
+          return {
+            fragment: f.fragment,
+            state: f.state,
+            generation: f.generation,
+            step: f.step,
+            since: new Date(f.sinceMs).toISOString(),
+            waiting: f.waiting,
+            keysDone: copied?.keys ?? null,
+            bytesDone: copied?.bytes ?? null,
+            bytesLeft: null,
+          };
+        }),
+      moveRateBytesPerSec: this.config.moveRateBytesPerSec,
       recent: recent
         .slice(0, MOVES_RECENT_MAX)
         .map(({ atMs, ...h }) => ({ ...h, at: new Date(atMs).toISOString() })),
@@ -1005,6 +1019,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       requiredAck: c.requiredAck,
       antiEntropyIntervalMs: c.antiEntropyIntervalMs,
       maxClockSkewMs: this.dispatcher.maxClockSkewMs,
+      // Each worker pulls an even share of the node's rate (0 stays unlimited).
+      pullBytesPerSec: Math.ceil(c.moveRateBytesPerSec / this.dispatcher.workerCount),
     };
   }
 

@@ -1,0 +1,103 @@
+// --move-rate on two embedded nodes: a node that joins with a small rate gains a copy of every
+// fragment of a node holding about 1 MiB, and the copy takes at least the time the rate implies
+// for what it pulls after it was first seen pulling (less the bucket's burst and the fetch each
+// copying round may pull ahead; unlimited, the same copy takes well under half of it here);
+// meanwhile `GET /cluster/moves` (Cluster.movesReport) shows each copy's bytesDone growing, and
+// the rate.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { freePorts } from '../../bench/ports.js';
+import { MOVE_RATE_BURST_MS, RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
+import { RECORD_HEADER_BYTES } from '../../src/core/record.js';
+import { Tessera } from '../../src/main/node.js';
+import { CLUSTER_SECRET } from './cluster-helpers.js';
+import { eventually, tempDir } from './helpers.js';
+
+const FRAGMENTS = 2;
+const RATE_BYTES_PER_SEC = 128 * 1024;
+const VALUE = 'v'.repeat(256);
+const KEYS = 3_700;
+const WRITES_AT_ONCE = 100;
+/** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */
+const CONDITION_MS_MAX = 60_000;
+
+test('a copy pulls at most --move-rate, and /cluster/moves shows its bytes growing', async () => {
+  const dir = await tempDir('move-rate');
+  const ports = await freePorts(2);
+  const common = { clusterSecret: CLUSTER_SECRET, fragments: FRAGMENTS, workers: 1, replicas: 2 };
+  const a = await Tessera.start({ ...common, nodeId: 'a', dataDir: `${dir.path}/a`, peerPort: ports[0] });
+  let b: Tessera | undefined;
+  try {
+    let heldBytes = 0;
+    let largestKeyBytes = 0;
+    const keys = Array.from({ length: KEYS }, (_, i) => `copied:${i}`);
+    for (let i = 0; i < KEYS; i += WRITES_AT_ONCE)
+      await Promise.all(keys.slice(i, i + WRITES_AT_ONCE).map((key) => a.put(key, VALUE)));
+    for (const key of keys) {
+      largestKeyBytes = Math.max(largestKeyBytes, key.length);
+      // What b pulls of it: the key, and its record (header, writer's node id, value).
+      heldBytes += key.length + RECORD_HEADER_BYTES + 'a'.length + VALUE.length;
+    }
+
+    b = await Tessera.start({
+      ...common,
+      nodeId: 'b',
+      dataDir: `${dir.path}/b`,
+      peerPort: ports[1],
+      join: `127.0.0.1:${ports[0]}`,
+      moveRateBytesPerSec: RATE_BYTES_PER_SEC,
+    });
+    const joined = b;
+    assert.equal(joined.cluster!.movesReport().moveRateBytesPerSec, RATE_BYTES_PER_SEC);
+    const pulledBytes = (): number => {
+      let bytes = 0;
+      for (let f = 0; f < FRAGMENTS; f++) bytes += joined.dispatcher.pulledInto(f).bytes;
+      return bytes;
+    };
+    // bytesDone of each copy, as /cluster/moves showed it while the fragment was Bootstrapping;
+    // when b was first seen to have pulled something, and how much, and when all of it.
+    const seen = new Map<number, number[]>();
+    let first: { atMs: number; bytes: number } | undefined;
+    let allAtMs: number | undefined;
+    await eventually(() => {
+      for (const f of joined.cluster!.movesReport().here) {
+        if (f.state !== 'Bootstrapping') continue;
+        assert.equal(f.bytesLeft, null, 'what is left is unknown');
+        const shown = seen.get(f.fragment) ?? [];
+        if (shown.at(-1) !== f.bytesDone) shown.push(f.bytesDone!);
+        seen.set(f.fragment, shown);
+      }
+      const bytes = pulledBytes();
+      if (first === undefined && bytes > 0) first = { atMs: Date.now(), bytes };
+      if (allAtMs === undefined && bytes >= heldBytes) allAtMs = Date.now();
+      const placement = joined.placementReport();
+      return (
+        allAtMs !== undefined &&
+        placement.every((f) => f.replicas.includes('b') && f.state === 'Serving' && !f.moving)
+      );
+    }, CONDITION_MS_MAX);
+
+    // Every byte a holds was pulled (once, unless a round was retried).
+    assert.ok(pulledBytes() >= heldBytes, `pulled ${pulledBytes()} of ${heldBytes} bytes`);
+    // What the rate paced: all but what was pulled when first seen, the bucket's burst, and the
+    // fetch each copy running at once (one per fragment at most) pulls before it pays for it.
+    const fetchBytesMax =
+      RECONCILE_PAGE_ITEMS_MAX * (largestKeyBytes + RECORD_HEADER_BYTES + 1 + VALUE.length);
+    const pacedBytes =
+      heldBytes - first!.bytes - (RATE_BYTES_PER_SEC * MOVE_RATE_BURST_MS) / 1000 - FRAGMENTS * fetchBytesMax;
+    const leastMs = (pacedBytes * 1000) / RATE_BYTES_PER_SEC;
+    assert.ok(leastMs >= 2_000, `the bound means something: ${leastMs} ms`);
+    const copyMs = allAtMs! - first!.atMs;
+    assert.ok(copyMs >= leastMs, `${heldBytes} bytes copied in ${copyMs} ms, the rate needs ${leastMs}`);
+
+    // The copy's bytes grew while it ran (seen at least twice, rising), for some fragment.
+    const rising = [...seen.values()].filter(
+      (shown) => shown.length >= 2 && shown.every((v, i) => i === 0 || v > shown[i - 1]),
+    );
+    assert.ok(rising.length > 0, `bytesDone as shown: ${JSON.stringify([...seen])}`);
+  } finally {
+    await Promise.allSettled([a.close(), b?.close()]);
+    await dir.cleanup();
+  }
+});

@@ -1,0 +1,90 @@
+// --move-rate: the token bucket a worker's anti-entropy pulls spend their bytes from (src/core/
+// op-queue.ts TokenBucket, as src/workers/replication.ts uses it: a page's bytes spent once pulled,
+// the next fetch held until the bucket is out of debt), and the main thread's sum of what rounds
+// pulled into each fragment (src/main/pulled-counts.ts) that `GET /cluster/moves` shows.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import fc from 'fast-check';
+import { MOVE_RATE_BURST_MS, MOVE_RATE_BYTES_PER_SEC_MIN } from '../../src/core/limits.js';
+import { TokenBucket } from '../../src/core/op-queue.js';
+import { PulledCounts } from '../../src/main/pulled-counts.js';
+import type { RoundReport } from '../../src/threads/op-codec.js';
+
+test('pulls paced by the bucket stay within the rate and its burst, and wait no longer than it needs', () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: MOVE_RATE_BYTES_PER_SEC_MIN, max: 64 * 1024 * 1024 }),
+      fc.array(fc.integer({ min: 1, max: 4 * 1024 * 1024 }), { minLength: 1, maxLength: 40 }),
+      (rate, pages) => {
+        const burst = (rate * MOVE_RATE_BURST_MS) / 1000;
+        const bucket = new TokenBucket(rate, burst, 0);
+        let nowMs = 0;
+        let pulled = 0;
+        for (const bytes of pages) {
+          // The driver holds the fetch until then; the page's bytes are spent once it arrived.
+          nowMs += bucket.waitMs(nowMs);
+          assert.ok(pulled <= burst + (rate * nowMs) / 1000, `${pulled} bytes pulled by ${nowMs} ms`);
+          bucket.spend(bytes, nowMs);
+          pulled += bytes;
+        }
+        // Every page but the last was waited off, less the burst; a wait is rounded up to a ms.
+        const owedBytes = pulled - pages[pages.length - 1] - burst;
+        const neededMs = Math.max(0, (owedBytes * 1000) / rate);
+        assert.ok(nowMs >= neededMs, `${nowMs} ms, the rate needs ${neededMs}`);
+        assert.ok(nowMs <= neededMs + pages.length, `${nowMs} ms, the rate needs ${neededMs}`);
+      },
+    ),
+  );
+});
+
+test('a bucket of 64 KiB/s holds a 1 MiB page back 15 s, its first second free', () => {
+  const rate = 64 * 1024;
+  const bucket = new TokenBucket(rate, (rate * MOVE_RATE_BURST_MS) / 1000, 0);
+  assert.equal(bucket.waitMs(0), 0);
+  bucket.spend(1024 * 1024, 0);
+  assert.equal(bucket.waitMs(0), 15_001);
+  assert.equal(bucket.waitMs(15_000), 1);
+  assert.equal(bucket.waitMs(15_001), 0);
+});
+
+function report(member: number, roundSeq: number, keysPulled: number, bytesPulled: number): RoundReport {
+  return {
+    fragment: 5,
+    member,
+    roundSeq,
+    roundId: 100 + roundSeq,
+    ok: false,
+    keysPulled,
+    bytesPulled,
+    reason: '',
+  };
+}
+
+test('what rounds pulled into a fragment: each report adds what grew since its round’s last', () => {
+  const counts = new PulledCounts();
+  assert.deepEqual(counts.of(5), { keys: 0, bytes: 0 });
+  const steps: Array<[RoundReport, number, number]> = [
+    // Round 1 toward member 1: two pages, then its end (the same counts: nothing more).
+    [report(1, 1, 10, 1_000), 10, 1_000],
+    [report(1, 1, 25, 2_500), 25, 2_500],
+    [{ ...report(1, 1, 25, 2_500), ok: true }, 25, 2_500],
+    // Round 2 counts from zero again.
+    [report(1, 2, 3, 300), 28, 2_800],
+    // A round toward another peer adds its own.
+    [report(2, 1, 4, 400), 32, 3_200],
+    // A restarted worker's sender counts rounds from 1 again: less than seen is a new round.
+    [report(2, 1, 1, 100), 33, 3_300],
+    // An answer that no round ended for carries nothing.
+    [report(1, 0, 0, 0), 33, 3_300],
+  ];
+  for (const [r, keys, bytes] of steps) {
+    counts.add(r);
+    assert.deepEqual(counts.of(5), { keys, bytes }, JSON.stringify(r));
+  }
+  assert.deepEqual(counts.of(4), { keys: 0, bytes: 0 }, 'other fragments count apart');
+  counts.forget(5);
+  assert.deepEqual(counts.of(5), { keys: 0, bytes: 0 }, 'dropped: opened again, it counts from zero');
+  counts.add(report(1, 2, 5, 500));
+  assert.deepEqual(counts.of(5), { keys: 5, bytes: 500 });
+});
