@@ -396,8 +396,9 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
     process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
     return report.underReplicated > 0 ? 1 : 0;
   }
+  const rate = report.moveRateBytesPerSec === 0 ? 'unlimited' : `${mib(report.moveRateBytesPerSec)}/s`;
   const lines = [
-    `table epoch ${report.tableEpoch}: ${report.inFlight.length} moves in flight, ${report.underReplicated} fragments under-replicated`,
+    `table epoch ${report.tableEpoch}: ${report.inFlight.length} moves in flight, ${report.underReplicated} fragments under-replicated, move rate ${rate}`,
   ];
   if (report.inFlight.length > 0) {
     const rows = [['fragment', 'source', 'target', 'reason', 'generation', 'since']];
@@ -413,13 +414,14 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
     lines.push(columns(rows));
   }
   if (report.here.length > 0) {
-    const rows = [['fragment', 'here', 'generation', 'step', 'since', 'waiting']];
+    const rows = [['fragment', 'here', 'generation', 'step', 'copied', 'since', 'waiting']];
     for (const f of report.here)
       rows.push([
         String(f.fragment),
         f.state,
         String(f.generation),
         f.step ?? '-',
+        f.bytesDone === null ? '-' : `${mib(f.bytesDone)} (${f.keysDone} keys)`,
         f.since,
         f.waiting || '-',
       ]);
