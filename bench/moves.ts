@@ -456,6 +456,9 @@ async function joiningNode(o: Options, cluster: ClusterFixture): Promise<NodePro
 
 interface DownRun {
   keys: number;
+  /** Catch-ups before serving at the survivors (failover-catch-up.ts), and the longest hold. */
+  catchUps: number;
+  catchUpMsMax: number;
   /** Per node, in order, before the kill: fragments it held a replica of, and their bytes. */
   held: { fragments: number[]; bytes: number[] };
   victim: string;
@@ -529,7 +532,12 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     }
     progress(`  no fragment under-replicated ${((restoredMs - killMs) / 1000).toFixed(1)} s after the kill`);
     const settledMs = await settledAt(survivors, ids.slice(0, -1), a, CONDITION_MS_MAX);
+    const failovers = await Promise.all(
+      survivors.map(async (n) => (await getJson<MovesReport>(n, '/cluster/moves')).failover),
+    );
     return {
+      catchUps: failovers.reduce((sum, f) => sum + f.catchUps, 0),
+      catchUpMsMax: Math.max(...failovers.map((f) => f.maxMs)),
       keys,
       held: heldBefore,
       victim: victim.id,
@@ -635,6 +643,8 @@ function downReport(o: Options, run: DownRun): string[] {
     `Down to none under-replicated: ${restoreS === undefined ? '–' : fixed(restoreS)} s for ${fixed(victimBytes / MIB)} MiB: ` +
       `${rate === undefined ? '–' : fixed(rate / MIB, 2)} MiB/s; anti-entropy sent ${fixed(run.antiEntropyBytes / MIB)} MiB.`,
     `Projection to 1 GiB per node at that rate (not measured): ${rate === undefined ? '–' : fixed(GIB / rate, 0)} s from Down.`,
+    `Catch-up before serving (failover and start; no client load): ${run.catchUps} fragment catch-ups at the survivors, ` +
+      `the longest held its requests ${run.catchUpMsMax} ms (goal ≤ 1 s).`,
     `Replica moves: ${delta(run.counters, 'movesStarted')} started, ${delta(run.counters, 'movesFinished')} finished ` +
       `(the victim held ${fragments[fragments.length - 1]} replicas: the optimum is one move each).`,
   ];
