@@ -53,8 +53,8 @@ export const FORWARD_TIMEOUT_MS = 5_000;
 /** Forwarded operations one node may have waiting on its peers; past it callers get Backpressure. */
 export const FORWARD_IN_FLIGHT_MAX = 65_536;
 /**
- * Replication: ops and bytes per ReplicateBatch, and how long a partial batch waits. A sender has
- * one batch in flight, so one fragment replicates at most a batch per round trip: with 512 a hot
+ * Replication: ops and bytes per ReplicateBatch, and how long a partial batch waits. A sender had
+ * one batch in flight, so one fragment replicated at most a batch per round trip: with 512 a hot
  * fragment (hash tags, or redis-benchmark --cluster, which sends each client's keys to one slot)
  * outran its sender under load until the backlog overflowed into anti-entropy; 2048 carries the
  * same load with no overflow and a third less CPU per write (bench/RESULTS.md "Cluster"), and
@@ -63,6 +63,16 @@ export const FORWARD_IN_FLIGHT_MAX = 65_536;
 export const REPLICATION_BATCH_OPS_MAX = 2048;
 export const REPLICATION_BATCH_BYTES_MAX = 1024 * 1024;
 export const REPLICATION_BATCH_INTERVAL_MS = 2;
+/**
+ * Batches a sender keeps in flight toward one peer, retired in order by each ACK: a fragment written
+ * by clients that WAIT for every write is bounded by a batch per round trip no longer, and 8 small
+ * batches cover a link's latency at loopback to LAN rates. Their ops and bytes are bounded too: a
+ * receiver applies the window through its fragment queue (QUEUE_OPS_MAX_DEFAULT), so it holds two
+ * full batches at most, and the frames in transit stay a few MiB.
+ */
+export const REPLICATION_WINDOW_BATCHES = 8;
+export const REPLICATION_WINDOW_OPS_MAX = 2 * REPLICATION_BATCH_OPS_MAX;
+export const REPLICATION_WINDOW_BYTES_MAX = 4 * REPLICATION_BATCH_BYTES_MAX;
 /** A sender's backlog bound (ops and bytes, buffered plus in flight); past it the backlog is dropped and anti-entropy repairs. */
 export const REPLICATION_BUFFER_OPS_MAX = 100_000;
 export const REPLICATION_BUFFER_BYTES_MAX = 64 * 1024 * 1024;
@@ -632,6 +642,20 @@ assert(
 assert(
   REPLICATION_BATCH_OPS_MAX * 2 <= QUEUE_OPS_MAX_DEFAULT,
   'a replicated batch must fit a fragment queue with room for clients',
+);
+assert(
+  REPLICATION_WINDOW_OPS_MAX >= REPLICATION_BATCH_OPS_MAX &&
+    REPLICATION_WINDOW_BYTES_MAX >= REPLICATION_BATCH_BYTES_MAX,
+  'a full batch must fit the window',
+);
+assert(
+  REPLICATION_WINDOW_OPS_MAX * 2 <= QUEUE_OPS_MAX_DEFAULT,
+  'a sender window must fit a fragment queue with room for clients',
+);
+assert(
+  REPLICATION_WINDOW_OPS_MAX <= REPLICATION_BUFFER_OPS_MAX &&
+    REPLICATION_WINDOW_BYTES_MAX <= REPLICATION_BUFFER_BYTES_MAX,
+  'the window is part of the backlog',
 );
 assert(VALUE_BYTES_MAX_DEFAULT <= VALUE_BYTES_MAX_CEILING, 'default value limit exceeds its ceiling');
 assert(

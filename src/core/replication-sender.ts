@@ -4,16 +4,26 @@
 // anti-entropy rounds. No sockets, timers or clock: time arrives as `nowMs` on every event, and
 // session and round ids come from the injected `ids` source.
 //
-// Rules (the seed's, simplified to one batch in flight so order needs no reordering buffer):
-// - Ops queue in enqueue order. The in-flight batch is the front of the same queue, so a batch that
-//   must be replayed (disconnect, NACK, ACK timeout) is "put back" by forgetting that it was sent.
-// - A replay carries exactly the ops it carried before, in the current session with a new seq.
-// - Every session starts with SessionStart, then drains the backlog it inherited (the replay first),
-//   then runs an anti-entropy round. A round also starts on `reconcile-now` and every
-//   `reconcileIntervalMs`; it waits for the batch in flight, and batches keep flowing while it runs.
+// Rules (the seed's, with a window of batches in flight):
+// - Ops queue in enqueue order. The batches in flight are the front of the same queue, cut in order
+//   (the window: at most `windowBatches`, `windowOpsMax` ops and `windowBytesMax` bytes).
+// - The receiver applies a session's batches in seq order and answers them in that order, so an
+//   ACK of batch k at level L says every op through k reached L: it retires, in order, every batch
+//   up to k that asked for L or less (a batch that asked for more waits for its own ACK).
+// - A disconnect, a NACK and an ACK timeout put the window back: the batches are kept as they were
+//   cut and replayed, oldest first, each with exactly the ops it carried before, in a new session
+//   (a NACK and an ACK timeout rotate it: the receiver ignores the rest of a session that failed).
+// - Every session starts with SessionStart, then drains the backlog it inherited (the replays
+//   first), then runs an anti-entropy round. A round also starts on `reconcile-now` and every
+//   `reconcileIntervalMs`; it waits for the window to empty (no batch is cut meanwhile), and batches
+//   keep flowing while it runs.
 // - A NACK, a failed round and a round without progress for `reconcileTimeoutMs` start a retry
 //   floor: no batch and no round before it ends, across reconnects too. An ACK timeout rotates the
 //   session and replays at once (seed test 97): the timeout is long, so the retry is rare already.
+// - `flush` (a client waits for the peer: replica-acks.ts) makes the ops through a position due at
+//   once instead of after `batchIntervalMs`, and asks for a level: batches ask for it until one that
+//   asked for it covers the position, an empty batch when every op was sent already (the receiver's
+//   fence covers what it applied before, so WAITAOF and a `stable` drain need no other message).
 // - The backlog (buffered + in flight) is bounded in ops and bytes; an op that would pass a bound
 //   drops everything ("buffer reset") and anti-entropy repairs what was lost.
 
@@ -31,6 +41,9 @@ import {
   REPLICATION_BUFFER_BYTES_MAX,
   REPLICATION_BUFFER_OPS_MAX,
   REPLICATION_RETRY_FLOOR_MS,
+  REPLICATION_WINDOW_BATCHES,
+  REPLICATION_WINDOW_BYTES_MAX,
+  REPLICATION_WINDOW_OPS_MAX,
 } from './limits.js';
 
 /** ACK levels, numbered as on the wire (ReplicationAckLevel). */
@@ -54,7 +67,7 @@ export interface SenderConfig {
   fragment: number;
   /** Peer node id (for reports and logs). */
   peer: string;
-  /** Level each batch asks for. */
+  /** Level each batch asks for (a `flush` may ask for more). */
   requiredAck: AckLevel;
   /** Ops per ReplicateBatch. */
   batchOpsMax: number;
@@ -65,7 +78,11 @@ export interface SenderConfig {
   /** Backlog bound (ops buffered + in flight) and bytes; past either the buffer is dropped. */
   bufferOpsMax: number;
   bufferBytesMax: number;
-  /** In-flight batch without a satisfying ACK for this long → rotate the session and replay. */
+  /** Batches in flight at once, and their ops and bytes (one batch may exceed those alone). */
+  windowBatches: number;
+  windowOpsMax: number;
+  windowBytesMax: number;
+  /** Oldest batch in flight without a satisfying ACK for this long → rotate the session and replay. */
   ackTimeoutMs: number;
   /** After a NACK, a failed or timed-out round, nothing is sent for this long; survives reconnects. */
   retryFloorMs: number;
@@ -83,6 +100,9 @@ export const SENDER_CONFIG_DEFAULTS: Omit<SenderConfig, 'fragment' | 'peer'> = {
   batchIntervalMs: REPLICATION_BATCH_INTERVAL_MS,
   bufferOpsMax: REPLICATION_BUFFER_OPS_MAX,
   bufferBytesMax: REPLICATION_BUFFER_BYTES_MAX,
+  windowBatches: REPLICATION_WINDOW_BATCHES,
+  windowOpsMax: REPLICATION_WINDOW_OPS_MAX,
+  windowBytesMax: REPLICATION_WINDOW_BYTES_MAX,
   ackTimeoutMs: REPLICATION_ACK_TIMEOUT_MS,
   retryFloorMs: REPLICATION_RETRY_FLOOR_MS,
   reconcileIntervalMs: ANTI_ENTROPY_INTERVAL_MS_DEFAULT,
@@ -99,6 +119,8 @@ export type SenderEvent =
   | { kind: 'ack'; sessionId: number; batchSeq: number; level: AckLevel; nowMs: number }
   | { kind: 'nack'; sessionId: number; batchSeq: number; error: string; nowMs: number }
   | { kind: 'reconcile-now'; nowMs: number }
+  /** Send the ops through position `throughOps` now, and have the peer acknowledge them at `level` at least. */
+  | { kind: 'flush'; throughOps: number; level: AckLevel; nowMs: number }
   /** The driver saw a valid reply page of the round. */
   | { kind: 'round-progress'; sessionId: number; roundId: number; nowMs: number }
   | { kind: 'round-done'; sessionId: number; roundId: number; nowMs: number }
@@ -126,10 +148,10 @@ export interface SenderReport {
   connected: boolean;
   /** Current (or, while disconnected, last) session; 0 before the first connection. */
   sessionId: number;
-  /** Ops and bytes waiting to be sent (the in-flight batch excluded). */
+  /** Ops and bytes waiting to be sent (the batches in flight excluded). */
   buffered: number;
   bufferedBytes: number;
-  /** Ops in the batch in flight (0 or that batch's length). */
+  /** Ops in the batches in flight. */
   inFlight: number;
   lastAckLevel: AckLevel | 0;
   ackDurabilityMismatch: boolean;
@@ -145,10 +167,10 @@ export interface SenderReport {
 
 /**
  * The backlog in enqueue order: parallel arrays used as a circular buffer that doubles when full
- * (bounded, since the sender never holds more than bufferOpsMax ops). With a batch in flight:
+ * (bounded, since the sender never holds more than bufferOpsMax ops). With batches cut:
  *
- *   head                                              head + length
- *    │ in flight (inFlightOps) │ buffered, not yet sent │
+ *   head                                                                  head + length
+ *    │ batch 0 │ batch 1 │ … (BatchWindow: sent, then awaiting replay) │ not cut yet │
  */
 class OpQueue {
   private keys: (Uint8Array | undefined)[] = new Array(16);
@@ -225,7 +247,105 @@ class OpQueue {
   }
 }
 
-function isAckLevel(level: number): level is AckLevel {
+/** A batch cut from the backlog: the ops after the batches before it. */
+interface CutBatch {
+  opCount: number;
+  bytes: number;
+  /** Its seq in the current session; 0 while it waits to be replayed. */
+  seq: number;
+  sentMs: number;
+  /** The level it asked for when sent. */
+  level: AckLevel;
+}
+
+/**
+ * The batches cut from the front of the backlog, oldest first, in a ring of `windowBatches` slots:
+ * the first `sent` went out in the current session, with consecutive seqs; the rest went out in an
+ * earlier one and wait to be replayed, in order, as they were cut.
+ */
+class BatchWindow {
+  private readonly slots: (CutBatch | undefined)[];
+  private head = 0;
+  length = 0;
+  sent = 0;
+  /** Ops and bytes of all the batches, and of the sent ones. */
+  ops = 0;
+  bytes = 0;
+  sentOps = 0;
+  sentBytes = 0;
+
+  constructor(capacity: number) {
+    this.slots = new Array(capacity);
+  }
+
+  at(index: number): CutBatch {
+    assert(index >= 0 && index < this.length, 'batch index out of range');
+    return this.slots[(this.head + index) % this.slots.length]!;
+  }
+
+  /** A batch cut from the ops after the last one; it is the next to send. */
+  cut(opCount: number, bytes: number): void {
+    assert(this.length < this.slots.length && this.sent === this.length, 'cut with a full window or replays');
+    this.slots[(this.head + this.length) % this.slots.length] = {
+      opCount,
+      bytes,
+      seq: 0,
+      sentMs: 0,
+      level: AckLevel.Memory,
+    };
+    this.length++;
+    this.ops += opCount;
+    this.bytes += bytes;
+  }
+
+  /** The next batch went out as `seq`. */
+  markSent(seq: number, sentMs: number, level: AckLevel): CutBatch {
+    const batch = this.at(this.sent);
+    batch.seq = seq;
+    batch.sentMs = sentMs;
+    batch.level = level;
+    this.sent++;
+    this.sentOps += batch.opCount;
+    this.sentBytes += batch.bytes;
+    return batch;
+  }
+
+  /** Retires the oldest batch, which was sent. */
+  retireFront(): CutBatch {
+    assert(this.sent > 0, 'retiring a batch never sent');
+    const batch = this.at(0);
+    this.slots[this.head] = undefined;
+    this.head = (this.head + 1) % this.slots.length;
+    this.length--;
+    this.sent--;
+    this.ops -= batch.opCount;
+    this.bytes -= batch.bytes;
+    this.sentOps -= batch.opCount;
+    this.sentBytes -= batch.bytes;
+    return batch;
+  }
+
+  /** Every batch sent waits to be replayed. */
+  unsend(): void {
+    for (let i = 0; i < this.sent; i++) this.at(i).seq = 0;
+    this.sent = 0;
+    this.sentOps = 0;
+    this.sentBytes = 0;
+  }
+
+  clear(): void {
+    this.slots.fill(undefined);
+    this.head = 0;
+    this.length = 0;
+    this.sent = 0;
+    this.ops = 0;
+    this.bytes = 0;
+    this.sentOps = 0;
+    this.sentBytes = 0;
+  }
+}
+
+export function isAckLevel(level: number): level is AckLevel {
   return level === AckLevel.Memory || level === AckLevel.Store || level === AckLevel.Stable;
 }
 
@@ -239,6 +359,11 @@ function checkConfig(c: SenderConfig): void {
   assert(Number.isFinite(c.batchIntervalMs) && c.batchIntervalMs >= 0, 'batchIntervalMs must be ≥ 0');
   assert(Number.isInteger(c.bufferOpsMax) && c.bufferOpsMax >= c.batchOpsMax, 'buffer must hold a batch');
   assert(c.bufferBytesMax >= c.batchBytesMax, 'buffer bytes must hold a batch');
+  assert(Number.isInteger(c.windowBatches) && c.windowBatches >= 1, 'windowBatches must be ≥ 1');
+  assert(
+    c.windowOpsMax >= c.batchOpsMax && c.windowBytesMax >= c.batchBytesMax,
+    'a window must hold a batch',
+  );
   assert(positive(c.ackTimeoutMs) && positive(c.retryFloorMs), 'timeouts and floors must be > 0');
   assert(positive(c.reconcileIntervalMs) && positive(c.reconcileTimeoutMs), 'reconcile timing must be > 0');
 }
@@ -248,17 +373,13 @@ export class ReplicationSender {
   private nowMs = 0;
   private connected = false;
   private sessionId = 0;
-  /** Seq of the last batch cut in this session; the next is +1 (so the first is 1). */
+  /** Seq of the last batch sent in this session; the next is +1 (so the first is 1). */
   private lastBatchSeq = 0;
 
   private readonly ops = new OpQueue();
-  /** The front `inFlightOps` ops form the batch `inFlightSeq`, sent at `inFlightSentMs`. */
-  private inFlightOps = 0;
-  private inFlightBytes = 0;
-  private inFlightSeq = 0;
-  private inFlightSentMs = 0;
-  /** The front `replayOps` ops were sent and not ACKed: the next batch is exactly them. 0 while in flight. */
-  private replayOps = 0;
+  private readonly window: BatchWindow;
+  /** Per level, the highest seq of this session the peer ACKed at that level or above. */
+  private readonly ackedSeqs = [0, 0, 0, 0];
   /** The front `barrierOps` ops predate the session: they must be ACKed before its round starts. */
   private barrierOps = 0;
   /** No batch and no round before this (retry floor). */
@@ -285,11 +406,18 @@ export class ReplicationSender {
    * Positions (replica-acks.ts): the nth op ever enqueued is at position n. `ackedThroughOps[level]`:
    * every op up to it was acknowledged at `level` or above, or dropped by a reset; those dropped are
    * the ones up to `lostThroughOps`, never acknowledged. An ACK of batch k covers the ops before it
-   * too: they were ACKed before it, and the receiver's fence covers everything it applied before.
+   * too: the receiver answers in order, and its fence covers everything it applied before.
    */
   private enqueuedOps = 0;
   private readonly ackedThroughOps = [0, 0, 0, 0];
   private lostThroughOps = 0;
+  /**
+   * Per level, the position a `flush` asked to reach it, and the position through which a batch
+   * sent in this session (or acknowledged) asked for it: while the first is ahead, batches ask for
+   * that level, and the ops through it are due at once.
+   */
+  private readonly wantedThroughOps = [0, 0, 0, 0];
+  private readonly requestedThroughOps = [0, 0, 0, 0];
 
   constructor(
     private readonly config: SenderConfig,
@@ -297,6 +425,7 @@ export class ReplicationSender {
     private readonly ids: { next(): number },
   ) {
     checkConfig(config);
+    this.window = new BatchWindow(config.windowBatches);
   }
 
   step(event: SenderEvent): void {
@@ -324,6 +453,9 @@ export class ReplicationSender {
       case 'reconcile-now':
         this.roundWanted = true;
         break;
+      case 'flush':
+        this.onFlush(event.throughOps, event.level);
+        break;
       case 'round-progress':
         if (this.isCurrentRound(event.sessionId, event.roundId)) this.roundProgressMs = this.nowMs;
         break;
@@ -348,15 +480,16 @@ export class ReplicationSender {
   nextWakeMs(nowMs: number): number {
     if (!this.connected) return Number.POSITIVE_INFINITY;
     const now = Math.max(this.nowMs, nowMs);
+    const w = this.window;
     let wake = Number.POSITIVE_INFINITY;
-    if (this.inFlightOps > 0) wake = this.inFlightSentMs + this.config.ackTimeoutMs;
+    if (w.sent > 0) wake = w.at(0).sentMs + this.config.ackTimeoutMs;
     if (this.roundId !== 0) wake = Math.min(wake, this.roundProgressMs + this.config.reconcileTimeoutMs);
     else if (!this.roundWanted) wake = Math.min(wake, this.nextRoutineRoundMs);
-    const waiting = this.ops.length > 0 || (this.roundWanted && this.roundId === 0);
-    if (this.inFlightOps === 0 && waiting) {
+    const waiting = w.length > w.sent || this.ops.length > w.ops || (this.roundWanted && this.roundId === 0);
+    if (w.sent < this.config.windowBatches && waiting) {
       if (now < this.floorUntilMs) wake = Math.min(wake, this.floorUntilMs);
-      else if (this.ops.length > 0)
-        wake = Math.min(wake, this.ops.arrivalMsAt(0) + this.config.batchIntervalMs);
+      else if (this.mayCut())
+        wake = Math.min(wake, this.ops.arrivalMsAt(w.ops) + this.config.batchIntervalMs);
     }
     return wake === Number.POSITIVE_INFINITY ? wake : Math.max(now, wake);
   }
@@ -369,9 +502,9 @@ export class ReplicationSender {
       state: this.stateAt(nowMs),
       connected: this.connected,
       sessionId: this.sessionId,
-      buffered: this.ops.length - this.inFlightOps,
-      bufferedBytes: this.ops.bytes - this.inFlightBytes,
-      inFlight: this.inFlightOps,
+      buffered: this.ops.length - this.window.sentOps,
+      bufferedBytes: this.ops.bytes - this.window.sentBytes,
+      inFlight: this.window.sentOps,
       lastAckLevel: this.lastAckLevel,
       ackDurabilityMismatch: this.ackDurabilityMismatch,
       reconcileRounds: this.reconcileRounds,
@@ -392,6 +525,7 @@ export class ReplicationSender {
     this.enqueuedOps = position;
     this.lostThroughOps = position;
     this.ackedThroughOps.fill(position);
+    this.requestedThroughOps.fill(position);
   }
 
   /** Ops enqueued so far: the position of the last one. */
@@ -414,14 +548,24 @@ export class ReplicationSender {
     return this.ops.length === 0;
   }
 
+  /**
+   * True when the peer acknowledged every op at `level` or above, or a reset dropped it (at the
+   * level batches ask for, the same as `drained`; a higher one needs a `flush` asking for it).
+   */
+  drainedAt(level: AckLevel): boolean {
+    return Math.max(this.ackedThroughOps[level], this.lostThroughOps) >= this.enqueuedOps;
+  }
+
   /** Canonical one-line state for golden tests and debugging. */
   describe(): string {
     const round =
       this.roundId !== 0 ? `round=${this.roundId}` : this.roundWanted ? 'round=wanted' : 'round=-';
+    const w = this.window;
     return (
       `${this.connected ? 'connected' : 'disconnected'} session=${this.sessionId} seq=${this.lastBatchSeq}` +
-      ` queued=${this.ops.length} in-flight=${this.inFlightOps} replay=${this.replayOps} barrier=${this.barrierOps}` +
-      ` floor-until=${this.floorUntilMs} ${round}${this.resetPending ? ' reset-pending' : ''}`
+      ` queued=${this.ops.length} in-flight=${w.sentOps}/${w.sent} replay=${w.ops - w.sentOps}/${w.length - w.sent}` +
+      ` barrier=${this.barrierOps} floor-until=${this.floorUntilMs} ${round}${this.resetPending ? ' reset-pending' : ''}` +
+      ` acked=${this.ackedThroughOps.slice(1).join('/')}`
     );
   }
 
@@ -443,17 +587,22 @@ export class ReplicationSender {
     this.ops.push(key, record, this.nowMs);
   }
 
+  private onFlush(throughOps: number, level: number): void {
+    assert(isAckLevel(level) && throughOps >= 0, 'a flush names a level and a position');
+    const through = Math.min(throughOps, this.enqueuedOps);
+    this.wantedThroughOps[level] = Math.max(this.wantedThroughOps[level], through);
+  }
+
   /**
-   * Drops the whole backlog, the in-flight batch (its ACK will no longer match) and the op that did
-   * not fit. The peer's own sender toward us pulls what we hold in its rounds, so the loss is repaired
-   * by anti-entropy; our next round is requested too, and the report says `buffer_reset` until one
-   * started after the reset completes.
+   * Drops the whole backlog, the batches in flight (their ACKs will no longer match) and the op that
+   * did not fit. The peer's own sender toward us pulls what we hold in its rounds, so the loss is
+   * repaired by anti-entropy; our next round is requested too, and the report says `buffer_reset`
+   * until one started after the reset completes.
    */
   private resetBuffer(): void {
     const dropped = this.ops.length + 1;
     this.ops.clear();
-    this.clearInFlight();
-    this.replayOps = 0;
+    this.window.clear();
     this.barrierOps = 0;
     this.resets++;
     this.opsDropped += dropped;
@@ -467,13 +616,13 @@ export class ReplicationSender {
   private onDisconnected(): void {
     if (!this.connected) return;
     this.connected = false;
-    this.requeueInFlight();
+    this.requeueSent();
     this.roundId = 0;
   }
 
   /** A new session: SessionStart, the inherited backlog first, then a round. Abandons the running round. */
   private rotateSession(): void {
-    this.requeueInFlight();
+    this.requeueSent();
     const id = this.ids.next();
     assert(
       Number.isSafeInteger(id) && id !== 0 && id !== this.sessionId,
@@ -487,22 +636,20 @@ export class ReplicationSender {
     this.outbox.push({ kind: 'session-start', sessionId: id });
   }
 
-  private requeueInFlight(): void {
-    if (this.inFlightOps === 0) return;
-    this.replayOps = this.inFlightOps;
-    this.clearInFlight();
+  /** The batches sent wait to be replayed; what they asked the peer for is asked again. */
+  private requeueSent(): void {
+    this.window.unsend();
+    this.ackedSeqs.fill(0);
+    for (let l = AckLevel.Memory; l <= AckLevel.Stable; l++)
+      this.requestedThroughOps[l] = this.ackedThroughOps[l];
   }
 
-  private clearInFlight(): void {
-    this.inFlightOps = 0;
-    this.inFlightBytes = 0;
-    this.inFlightSeq = 0;
-  }
-
-  private isCurrentBatch(sessionId: number, batchSeq: number): boolean {
-    return (
-      this.connected && this.inFlightOps > 0 && sessionId === this.sessionId && batchSeq === this.inFlightSeq
-    );
+  /** Index in the window of the sent batch `batchSeq` of session `sessionId`, or -1. */
+  private sentIndexOf(sessionId: number, batchSeq: number): number {
+    const w = this.window;
+    if (!this.connected || sessionId !== this.sessionId || w.sent === 0) return -1;
+    const index = batchSeq - w.at(0).seq;
+    return Number.isInteger(index) && index >= 0 && index < w.sent ? index : -1;
   }
 
   private isCurrentRound(sessionId: number, roundId: number): boolean {
@@ -510,37 +657,47 @@ export class ReplicationSender {
   }
 
   private onAck(sessionId: number, batchSeq: number, level: number): void {
-    if (!this.isCurrentBatch(sessionId, batchSeq) || !isAckLevel(level)) return;
+    const index = this.sentIndexOf(sessionId, batchSeq);
+    if (index === -1 || !isAckLevel(level)) return;
+    const w = this.window;
+    const asked = w.at(index).level;
     this.lastAckLevel = level;
-    if (level < this.config.requiredAck) {
-      // Keep it in flight: the ACK timeout rotates the session and replays it.
+    if (level < asked) {
+      // It stays in flight: the ACK timeout rotates the session and replays it.
       if (!this.ackDurabilityMismatch) {
         this.log(
           'warn',
-          `batch ${batchSeq} ACKed at ${ACK_LEVEL_NAMES[level]}, below the ${ACK_LEVEL_NAMES[this.config.requiredAck]} it asked for`,
+          `batch ${batchSeq} ACKed at ${ACK_LEVEL_NAMES[level]}, below the ${ACK_LEVEL_NAMES[asked]} it asked for`,
         );
       }
       this.ackDurabilityMismatch = true;
-      return;
-    }
-    this.ackDurabilityMismatch = false;
-    const count = this.inFlightOps;
-    this.ops.dropFront(count);
-    this.barrierOps = Math.max(0, this.barrierOps - count);
-    this.batchesAcked++;
-    this.opsAcked += count;
-    this.clearInFlight();
-    const through = this.enqueuedOps - this.ops.length;
-    for (let l = AckLevel.Memory; l <= level; l++)
+    } else this.ackDurabilityMismatch = false;
+    let through = this.enqueuedOps - this.ops.length;
+    for (let i = 0; i <= index; i++) through += w.at(i).opCount;
+    for (let l = AckLevel.Memory; l <= level; l++) {
+      this.ackedSeqs[l] = Math.max(this.ackedSeqs[l], batchSeq);
       this.ackedThroughOps[l] = Math.max(this.ackedThroughOps[l], through);
+      this.requestedThroughOps[l] = Math.max(this.requestedThroughOps[l], through);
+    }
+    // In order: a batch that asked for more than what covers it waits, and so do those after it.
+    while (w.sent > 0 && w.at(0).seq <= this.ackedSeqs[w.at(0).level]) {
+      const batch = w.retireFront();
+      this.ops.dropFront(batch.opCount);
+      this.barrierOps = Math.max(0, this.barrierOps - batch.opCount);
+      this.batchesAcked++;
+      this.opsAcked += batch.opCount;
+    }
   }
 
   private onNack(sessionId: number, batchSeq: number, error: string): void {
-    if (!this.isCurrentBatch(sessionId, batchSeq)) return;
-    this.requeueInFlight();
+    if (this.sentIndexOf(sessionId, batchSeq) === -1) return;
     this.floorUntilMs = this.nowMs + this.config.retryFloorMs;
     const reason = error.slice(0, ERROR_MESSAGE_BYTES_MAX);
-    this.log('warn', `batch ${batchSeq} refused (${reason}); replaying in ${this.config.retryFloorMs} ms`);
+    this.log(
+      'warn',
+      `batch ${batchSeq} refused (${reason}); new session, replaying in ${this.config.retryFloorMs} ms`,
+    );
+    this.rotateSession();
   }
 
   private onRoundDone(): void {
@@ -562,15 +719,13 @@ export class ReplicationSender {
   private checkTimers(): void {
     if (!this.connected) return;
     const c = this.config;
-    // The reconcile timeout first: it sets the floor, and its rotation also requeues the batch.
+    // The reconcile timeout first: it sets the floor, and its rotation also requeues the window.
     if (this.roundId !== 0 && this.nowMs >= this.roundProgressMs + c.reconcileTimeoutMs) {
       this.failRound(`no progress for ${c.reconcileTimeoutMs} ms`);
     }
-    if (this.inFlightOps > 0 && this.nowMs >= this.inFlightSentMs + c.ackTimeoutMs) {
-      this.log(
-        'warn',
-        `batch ${this.inFlightSeq} not ACKed within ${c.ackTimeoutMs} ms; new session, replaying`,
-      );
+    const w = this.window;
+    if (w.sent > 0 && this.nowMs >= w.at(0).sentMs + c.ackTimeoutMs) {
+      this.log('warn', `batch ${w.at(0).seq} not ACKed within ${c.ackTimeoutMs} ms; new session, replaying`);
       this.rotateSession();
     }
     if (this.roundId === 0 && !this.roundWanted && this.nowMs >= this.nextRoutineRoundMs)
@@ -588,10 +743,9 @@ export class ReplicationSender {
       this.droppedOpsUnlogged = 0;
     }
     if (this.nowMs < this.floorUntilMs) return;
-    if (this.roundWanted && this.roundId === 0 && this.inFlightOps === 0 && this.replayOps === 0) {
-      if (this.barrierOps === 0) this.startRound();
-    }
-    this.maybeSendBatch();
+    if (this.roundWanted && this.roundId === 0 && this.window.length === 0 && this.barrierOps === 0)
+      this.startRound();
+    this.sendBatches();
   }
 
   private startRound(): void {
@@ -605,51 +759,109 @@ export class ReplicationSender {
     this.outbox.push({ kind: 'start-round', sessionId: this.sessionId, roundId: id });
   }
 
-  private maybeSendBatch(): void {
-    if (this.inFlightOps > 0 || this.ops.length === 0) return;
-    const c = this.config;
-    let count = this.replayOps;
-    if (count === 0) {
-      const due =
-        this.barrierOps > 0 ||
-        this.ops.length >= c.batchOpsMax ||
-        this.ops.bytes >= c.batchBytesMax ||
-        this.nowMs >= this.ops.arrivalMsAt(0) + c.batchIntervalMs;
-      if (!due) return;
-      count = this.batchLength();
+  /** Fills the window: the replays first, then new batches as they are due. */
+  private sendBatches(): void {
+    const w = this.window;
+    while (w.sent < this.config.windowBatches) {
+      if (w.sent < w.length) {
+        this.sendNext();
+        continue;
+      }
+      if (this.mayCut()) {
+        if (!this.cutDue()) return;
+        const [count, bytes] = this.batchLength();
+        w.cut(count, bytes);
+      } else if (this.ops.length === w.ops && this.wantedLevel() !== 0 && !this.roundHeld()) {
+        // Every op went out already, below the level a flush asks: an empty batch asks for it.
+        w.cut(0, 0);
+      } else return;
+      this.sendNext();
     }
-    const batchOps = new Array<readonly [Uint8Array, Uint8Array]>(count);
-    let bytes = 0;
-    for (let i = 0; i < count; i++) {
-      batchOps[i] = [this.ops.keyAt(i), this.ops.recordAt(i)];
-      bytes += this.ops.bytesAt(i);
-    }
-    this.replayOps = 0;
-    this.inFlightOps = count;
-    this.inFlightBytes = bytes;
-    this.inFlightSeq = ++this.lastBatchSeq;
-    this.inFlightSentMs = this.nowMs;
-    this.outbox.push({
-      kind: 'batch',
-      sessionId: this.sessionId,
-      batchSeq: this.inFlightSeq,
-      requiredAck: c.requiredAck,
-      ops: batchOps,
-    });
   }
 
-  /** Ops from the front that make one batch: at most batchOpsMax, within batchBytesMax unless alone. */
-  private batchLength(): number {
+  /** A round waits for the window to empty: no batch is cut past the backlog its session inherited. */
+  private roundHeld(): boolean {
+    return this.roundWanted && this.roundId === 0 && this.window.ops >= this.barrierOps;
+  }
+
+  /** True when the next uncut op may go in a new batch now, were it due. */
+  private mayCut(): boolean {
+    const w = this.window;
+    if (w.length > w.sent || w.sent >= this.config.windowBatches || this.ops.length === w.ops) return false;
+    if (this.roundHeld()) return false;
+    if (w.sent === 0) return true;
+    return (
+      w.sentOps < this.config.windowOpsMax &&
+      w.sentBytes + this.ops.bytesAt(w.ops) <= this.config.windowBytesMax
+    );
+  }
+
+  /**
+   * The ops not cut yet make a batch now: full, old enough, flushed, inherited by the session, or
+   * carrying a level a flush asks for.
+   */
+  private cutDue(): boolean {
     const c = this.config;
+    const w = this.window;
+    const uncut = this.ops.length - w.ops;
+    const firstPosition = this.enqueuedOps - uncut + 1;
+    return (
+      w.ops < this.barrierOps ||
+      uncut >= c.batchOpsMax ||
+      this.ops.bytes - w.bytes >= c.batchBytesMax ||
+      this.nowMs >= this.ops.arrivalMsAt(w.ops) + c.batchIntervalMs ||
+      firstPosition <=
+        Math.max(this.wantedThroughOps[1], this.wantedThroughOps[2], this.wantedThroughOps[3]) ||
+      this.wantedLevel() !== 0
+    );
+  }
+
+  /**
+   * The ops after the window that make one batch, and their bytes: at most batchOpsMax, within
+   * batchBytesMax unless alone, and within what the window has room for (an empty window takes one).
+   */
+  private batchLength(): [count: number, bytes: number] {
+    const c = this.config;
+    const w = this.window;
+    const opsMax = Math.min(c.batchOpsMax, this.ops.length - w.ops, c.windowOpsMax - w.sentOps);
+    const bytesMax = Math.min(c.batchBytesMax, c.windowBytesMax - w.sentBytes);
     let count = 0;
     let bytes = 0;
-    while (count < this.ops.length && count < c.batchOpsMax) {
-      const next = this.ops.bytesAt(count);
-      if (count > 0 && bytes + next > c.batchBytesMax) break;
+    while (count < opsMax) {
+      const next = this.ops.bytesAt(w.ops + count);
+      if (count > 0 && bytes + next > bytesMax) break;
       bytes += next;
       count++;
     }
-    return count;
+    return [count, bytes];
+  }
+
+  /** The highest level a flush asks for that no batch sent asks for yet, or 0. */
+  private wantedLevel(): AckLevel | 0 {
+    for (let l = AckLevel.Stable; l >= AckLevel.Memory; l--)
+      if (this.wantedThroughOps[l] > this.requestedThroughOps[l]) return l;
+    return 0;
+  }
+
+  /** Sends the oldest batch not sent in this session: a replay, or the one just cut. */
+  private sendNext(): void {
+    const w = this.window;
+    const first = w.sentOps;
+    const level = Math.max(this.config.requiredAck, this.wantedLevel()) as AckLevel;
+    const batch = w.markSent(++this.lastBatchSeq, this.nowMs, level);
+    const batchOps = new Array<readonly [Uint8Array, Uint8Array]>(batch.opCount);
+    for (let i = 0; i < batch.opCount; i++)
+      batchOps[i] = [this.ops.keyAt(first + i), this.ops.recordAt(first + i)];
+    const through = this.enqueuedOps - this.ops.length + w.sentOps;
+    for (let l = AckLevel.Memory; l <= level; l++)
+      this.requestedThroughOps[l] = Math.max(this.requestedThroughOps[l], through);
+    this.outbox.push({
+      kind: 'batch',
+      sessionId: this.sessionId,
+      batchSeq: batch.seq,
+      requiredAck: level,
+      ops: batchOps,
+    });
   }
 
   private log(level: 'info' | 'warn', message: string): void {

@@ -4,6 +4,8 @@
 // here until `replicas` peers acknowledged the fragment's position at that moment, or its time is
 // up; its answer's detail byte is the number of peers reached. The senders' progress is reported to
 // the tracker only for fragments something waits on, so writes that ask for nothing pay nothing.
+// A wait flushes its fragment's senders: what they hold goes at once, not after the batch interval,
+// and asks for the wait's level (WAITAOF's `stable` under the default `--replication-ack store`).
 
 import type { DriverClock } from '../core/clock.js';
 import type { FragmentOp, ReplySink } from '../core/fragment.js';
@@ -20,6 +22,8 @@ export interface ReplicaWaitHost {
    */
   positionOf(fragment: number): number;
   forEachSender(fragment: number, visit: (member: number, sender: ReplicationSender) => void): void;
+  /** Has the fragment's senders send its writes through `throughOps` now, asking for `level`. */
+  flush(fragment: number, throughOps: number, level: AckLevel): void;
   /** Sends a header-only answer to request `reqId` and publishes it. */
   answer(reply: Reply, detail: number, reqId: number): void;
   /** Sends a text answer (a failed fence's message) and publishes it. */
@@ -71,6 +75,7 @@ export class ReplicaWaits implements ReplySink {
       deadlineMs: nowMs + asked.timeoutMs,
       nowMs,
     });
+    if (this.tracker.watching(asked.fragment)) this.host.flush(asked.fragment, position, asked.level);
     this.flush();
   }
 

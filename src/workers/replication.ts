@@ -45,6 +45,7 @@ import {
   type RoundStep,
 } from '../core/reconciler.js';
 import { wallMsOf } from '../core/record.js';
+import { type BatchAnswer, BatchReceiver } from '../core/replication-receiver.js';
 import {
   AckLevel,
   ReplicationSender,
@@ -123,10 +124,10 @@ class BatchApply implements ReplySink {
   constructor(
     private readonly owner: WorkerReplication,
     private readonly member: number,
+    readonly receiver: BatchReceiver,
     readonly fragment: number,
     readonly sessionId: number,
     readonly batchSeq: number,
-    readonly level: AckLevel,
   ) {}
 
   onReply(op: FragmentOp, reply: Reply, text: string): void {
@@ -169,6 +170,9 @@ export class WorkerReplication {
   /** Bytes pulled per second (undefined: unlimited), and the fetches waiting on it, per (member, fragment). */
   private readonly pullTokens: TokenBucket | undefined;
   private readonly heldFetches = new Map<string, HeldFetch>();
+  /** The batches of peers' sessions, per (member, fragment): applied in order, answered in order. */
+  private readonly receivers = new Map<string, BatchReceiver>();
+  private readonly answers: BatchAnswer[] = [];
   private readonly actions: SenderAction[] = [];
   private readonly keyspace: Keyspace;
   /** When the clock's timer fires; Infinity while none is set. */
@@ -246,7 +250,7 @@ export class WorkerReplication {
     return this.members.length;
   }
 
-  /** The ACK level batches ask for: the highest `drainedTo` can tell. */
+  /** The ACK level batches ask for, unless a flush asks for more. */
   get requiredAck(): AckLevel {
     return this.cluster.requiredAck as AckLevel;
   }
@@ -298,6 +302,9 @@ export class WorkerReplication {
     for (const key of [...this.responders.keys()]) {
       if (key.endsWith(`/${fragment}`)) this.responders.delete(key);
     }
+    for (const key of [...this.receivers.keys()]) {
+      if (key.endsWith(`/${fragment}`)) this.receivers.delete(key);
+    }
   }
 
   private closeSlot(slot: SenderSlot, reason: string): void {
@@ -322,11 +329,28 @@ export class WorkerReplication {
   }
 
   /**
-   * True when `fragment`'s sender toward `member` has no write the peer has not acknowledged;
-   * undefined when there is no such sender (any more).
+   * True when `fragment`'s sender toward `member` has no write the peer has not acknowledged at
+   * `level` (0: the level batches ask for); undefined when there is no such sender (any more).
    */
-  drainedTo(fragment: number, member: number): boolean | undefined {
-    return this.senderOf(fragment, member)?.sender.drained();
+  drainedTo(fragment: number, member: number, level: AckLevel | 0 = 0): boolean | undefined {
+    const sender = this.senderOf(fragment, member)?.sender;
+    if (sender === undefined) return undefined;
+    return level === 0 ? sender.drained() : sender.drainedAt(level);
+  }
+
+  /**
+   * Something waits for `fragment`'s writes through position `throughOps` to reach `level` at its
+   * peers (all, or `member` alone): its senders cut and send them now instead of after the batch
+   * interval, asking for that level.
+   */
+  flush(fragment: number, throughOps: number, level: AckLevel, member = -1): void {
+    const nowMs = this.host.clock.nowMs();
+    for (const slot of this.senders.get(fragment) ?? []) {
+      if (member !== -1 && slot.member !== member) continue;
+      slot.sender.step({ kind: 'flush', throughOps, level, nowMs });
+      this.pump(slot);
+    }
+    this.schedule(nowMs);
   }
 
   /** True when no sender has a write its peer has not acknowledged. */
@@ -388,6 +412,7 @@ export class WorkerReplication {
     }
     if (!up) {
       for (const key of this.responders.keys()) if (key.startsWith(`${member}/`)) this.responders.delete(key);
+      for (const key of this.receivers.keys()) if (key.startsWith(`${member}/`)) this.receivers.delete(key);
     } else if (this.restarted && !this.resetSent.has(member)) {
       this.resetSent.add(member);
       for (const [f, peers] of this.peersOf) {
@@ -472,15 +497,22 @@ export class WorkerReplication {
     return out;
   }
 
-  /** Called by a batch's fence reply: acknowledge the level reached, or refuse. */
+  /** Called by a batch's fence reply: acknowledge the level reached, or refuse, in seq order. */
   finishBatch(member: number, batch: BatchApply): void {
-    if (!this.up[member]) return;
-    const { fragment, sessionId, batchSeq } = batch;
-    if (batch.failure !== '') {
-      this.send(member, { batchNack: { fragment, sessionId, batchSeq, error: batch.failure } });
-    } else {
-      this.send(member, { batchAck: { fragment, sessionId, batchSeq, level: batch.level } });
+    const { fragment, receiver } = batch;
+    // The peer went away, or the fragment, since: the receiver was dropped with its sessions.
+    if (!this.up[member] || this.receivers.get(roundKey(member, fragment)) !== receiver) return;
+    receiver.finished(batch.sessionId, batch.batchSeq, batch.failure);
+    this.sendAnswers(member, fragment, receiver);
+  }
+
+  private sendAnswers(member: number, fragment: number, receiver: BatchReceiver): void {
+    receiver.takeAnswers(this.answers);
+    for (const { sessionId, batchSeq, level, error } of this.answers) {
+      if (error !== '') this.send(member, { batchNack: { fragment, sessionId, batchSeq, error } });
+      else this.send(member, { batchAck: { fragment, sessionId, batchSeq, level } });
     }
+    this.answers.length = 0;
   }
 
   // --- sending ---------------------------------------------------------------------------------
@@ -580,21 +612,42 @@ export class WorkerReplication {
         batchNack: { fragment: b.fragment, sessionId: b.sessionId, batchSeq: b.batchSeq, error },
       });
     if (core === undefined) return refuse(`receiver does not host fragment ${b.fragment}`);
-    if (!(level >= AckLevel.Memory && level <= AckLevel.Stable))
-      return refuse('replication batch omitted a valid ACK requirement');
-    const invalid = checkRecords(b.ops, this.recordCheck(b.fragment, nowMs));
+    const receiver = this.receiverOf(key);
+    const verdict = receiver.admit(b.sessionId, b.batchSeq, level);
+    if (verdict.kind === 'ignore') return;
+    if (verdict.kind === 'refuse') {
+      this.host.logger.warn(
+        { peer: this.name(member), fragment: b.fragment, reason: verdict.error },
+        'batch refused',
+      );
+      return refuse(verdict.error);
+    }
+    const invalid =
+      level >= AckLevel.Memory && level <= AckLevel.Stable
+        ? checkRecords(b.ops, this.recordCheck(b.fragment, nowMs))
+        : 'replication batch omitted a valid ACK requirement';
     if (invalid !== undefined) {
       this.host.logger.warn(
         { peer: this.name(member), fragment: b.fragment, reason: invalid },
         'batch refused',
       );
-      return refuse(invalid);
+      receiver.finished(b.sessionId, b.batchSeq, invalid);
+      return this.sendAnswers(member, b.fragment, receiver);
     }
-    const batch = new BatchApply(this, member, b.fragment, b.sessionId, b.batchSeq, level);
+    const batch = new BatchApply(this, member, receiver, b.fragment, b.sessionId, b.batchSeq);
     for (const op of b.ops) this.submitReplicated(core, op, batch);
     const fence = new FragmentOp(OpKind.Fence, 0, Priority.Default, ACK_DURABILITY[level], EMPTY, EMPTY);
     fence.sink = batch;
     this.host.submit(core, fence);
+  }
+
+  private receiverOf(key: string): BatchReceiver {
+    let receiver = this.receivers.get(key);
+    if (receiver === undefined) {
+      receiver = new BatchReceiver(this.tuning.config.windowBatches);
+      this.receivers.set(key, receiver);
+    }
+    return receiver;
   }
 
   private recordCheck(fragment: number, nowMs: number): RecordCheck {

@@ -28,6 +28,7 @@ import { type CommitAction, type FragmentAction, type FragmentCore, FragmentOp }
 import { FRAGMENT_TURN_OPS_MIN, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import type { PendingEntry } from '../core/pending-writes.js';
+import { isAckLevel } from '../core/replication-sender.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { SystemClock } from '../threads/driver-clock.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
@@ -195,6 +196,7 @@ export class WorkerRuntime implements RecordDecoder {
     this.replicaWaits = new ReplicaWaits({
       positionOf: (fragment) => replication?.positionOf(fragment) ?? -1,
       forEachSender: (fragment, visit) => replication?.forEachSender(fragment, visit),
+      flush: (fragment, throughOps, level) => replication?.flush(fragment, throughOps, level),
       answer: (reply, detail, reqId) => {
         this.results.ack(reply, detail, reqId);
         this.results.publish();
@@ -626,13 +628,16 @@ export class WorkerRuntime implements RecordDecoder {
     const replication = this.replication;
     if (replication?.drainedTo(fragment, wait.member) === undefined)
       return this.results.error(ErrorKind.InvalidInput, reqId, noSender(fragment, wait.member));
-    if (wait.level > replication.requiredAck)
+    const level = wait.level === 0 ? replication.requiredAck : wait.level;
+    if (!isAckLevel(level))
       return this.results.error(
         ErrorKind.InvalidInput,
         reqId,
-        `senders ask their peers for ACK level ${replication.requiredAck}: a drain at level ${wait.level} cannot be told`,
+        `a drain at ACK level ${level} cannot be told`,
       );
-    this.drainWaiters.add(reqId, wait.timeoutMs, () => replication.drainedTo(fragment, wait.member));
+    // What the sender holds goes now, asking for the level (above the one batches ask for, too).
+    replication.flush(fragment, replication.positionOf(fragment), level, wait.member);
+    this.drainWaiters.add(reqId, wait.timeoutMs, () => replication.drainedTo(fragment, wait.member, level));
   }
 
   private health(): WorkerHealthReport {

@@ -1,7 +1,8 @@
 // WAIT, WAITAOF and replica acknowledgements on writes, with real processes: three nodes, three
 // replicas per fragment. A write WAIT confirmed is on the replicas it counted (read from their own
-// copies at once, no waiting); a write that asks for more replicas than answer gets NOREPLICAS; and
-// under SIGKILLs at seeded moments no write a WAIT (or --replica-acks) confirmed is lost.
+// copies at once, no waiting); a write that asks for more replicas than answer gets NOREPLICAS;
+// WAITAOF reaches replicas under the default `store` acknowledgements too; and under SIGKILLs at
+// seeded moments no write a WAIT (or --replica-acks) confirmed is lost.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -78,6 +79,20 @@ describe('WAIT and replica acknowledgements (3 nodes, R=3, --replication-ack sta
       /^ERR REPLICAS must be an integer/,
     );
   });
+});
+
+test('under the default --replication-ack store, WAITAOF asks the replicas for stable on demand', async () => {
+  const cluster = await startCluster('waitaof-store', NODE_IDS, []);
+  try {
+    const c = await cluster.nodes[0].client();
+    for (const key of KEYS) await c.set(key, `store-${key}`);
+    assert.equal(await c.wait(2, 10_000), 2, 'store, as batches ask');
+    assert.deepEqual(await c.call('WAITAOF', '1', '2', '10000'), [1, 2], 'stable, asked after the fact');
+    await c.set(KEYS[0]!, 'again');
+    assert.deepEqual(await c.call('WAITAOF', '0', '2', '10000'), [1, 2], 'and for a write not sent yet');
+  } finally {
+    await cluster.stop();
+  }
 });
 
 /** Kills at seeded moments; each round's writers run on every node until the kill. */

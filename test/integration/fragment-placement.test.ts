@@ -142,6 +142,13 @@ test('two nodes: a fragment held again pulls its peer’s keys; replica lists op
     const keys = keysOf(a, fragment, 40, 'pulled');
     for (const key of keys) await a.put(key, `v-${key}`);
     assert.equal(await a.dispatcher.drainedTo(fragment, B, WAIT_MS), true, 'b acknowledged every write');
+    // The senders ask for `store` (the default); a drain at `stable` asks b for it on demand.
+    await a.put(keys[0], `v-${keys[0]}`);
+    assert.equal(
+      await a.dispatcher.drainedTo(fragment, B, WAIT_MS, AckLevel.Stable),
+      true,
+      'b synced every write',
+    );
     for (const key of keys) assert.equal(await readOnWorker(b, key), `v-${key}`);
 
     const sendersOf = async (node: Tessera) =>
@@ -188,7 +195,7 @@ test('two nodes: a fragment held again pulls its peer’s keys; replica lists op
     await b.dispatcher.holdFragment(fragment, [A, B]);
     assert.equal((await sendersOf(b))[0].sessionId, sessionId, 'the same list changes nothing');
     await assert.rejects(b.dispatcher.holdFragment(fragment, [A]), /must name this node/);
-    await assert.rejects(b.dispatcher.drainedTo(fragment, A, WAIT_MS, AckLevel.Stable), /cannot be told/);
+    await assert.rejects(b.dispatcher.drainedTo(fragment, A, WAIT_MS, 7 as AckLevel), /cannot be told/);
     assert.equal(await b.dispatcher.drainedTo(fragment, A, WAIT_MS), true);
   } finally {
     await Promise.allSettled([a.close(), b.close()]);

@@ -406,20 +406,21 @@ test('§5.3: a write the actor applied goes to every peer, in one batch each onc
   assert.equal(h.clock.timerAtMs, h.nowMs + ACK_TIMEOUT_MS, 'then for the ACK timeout');
 });
 
-test('§5.3: a full batch goes at once; one batch is in flight, the next follows its ACK', async () => {
+test('§5.3: a full batch goes at once; the next follows in the window, and an ACK retires every batch up to it', async () => {
   const h = new Harness();
   const s = await established(h, 1);
   for (const k of ['a', 'b', 'c', 'd']) h.write(k);
   assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #1 store [a b c d]`]);
   h.write('e');
   h.advance(BATCH_INTERVAL_MS);
-  assert.deepEqual(await h.frames(), [], 'nothing more while a batch is in flight');
-  h.receive(1, ack(s, 1));
-  assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #2 store [e]`]);
+  assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #2 store [e]`], 'without waiting for #1');
+  assert.equal(h.report(1).inFlight, 5);
   h.receive(1, ack(s, 2));
   assert.deepEqual(await h.frames(), []);
   const r = h.report(1);
   assert.deepEqual([r.batchesAcked, r.opsAcked, r.inFlight, r.buffered], [2, 5, 0, 0]);
+  h.receive(1, ack(s, 1));
+  assert.equal(h.report(1).batchesAcked, 2, 'a late ACK of a batch retired already changes nothing');
 });
 
 test('§5.3: an ACK of another batch, session or below the level asked for retires nothing', async () => {
@@ -443,16 +444,16 @@ test('§5.3: without an ACK in time, a new session replays the batch', async () 
   assert.deepEqual(await h.frames(), ['n1 f0 session-start s=3', 'n1 f0 batch s=3 #1 store [a]']);
 });
 
-test('§5.3: a NACK replays the batch in the same session once the retry floor passed', async () => {
+test('§5.3: a NACK replays the batch in a new session once the retry floor passed', async () => {
   const h = new Harness();
   const s = await batchInFlight(h);
   h.receive(1, { batchNack: { fragment: 0, sessionId: s, batchSeq: 1, error: 'disk full' } });
-  assert.deepEqual(await h.frames(), []);
+  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=3']);
   assert.equal(h.clock.timerAtMs, h.nowMs + RETRY_FLOOR_MS);
   h.advance(RETRY_FLOOR_MS - 1);
   assert.deepEqual(await h.frames(), []);
   h.advance(1);
-  assert.deepEqual(await h.frames(), [`n1 f0 batch s=${s} #2 store [a]`]);
+  assert.deepEqual(await h.frames(), ['n1 f0 batch s=3 #1 store [a]']);
 });
 
 test('§5.3: nothing goes to a peer that is down; when it is back, a new session replays what it lacks', async () => {
@@ -477,9 +478,13 @@ test('§5.3: nothing goes to a peer that is down; when it is back, a new session
   );
   h.peers(true, 1);
   // A replay carries what the batch carried; what came after follows in the next batch.
-  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=5', 'n1 f0 batch s=5 #1 store [a]']);
-  h.receive(1, ack(5, 1));
-  assert.deepEqual(await h.frames(), ['n1 f0 batch s=5 #2 store [b]']);
+  assert.deepEqual(await h.frames(), [
+    'n1 f0 session-start s=5',
+    'n1 f0 batch s=5 #1 store [a]',
+    'n1 f0 batch s=5 #2 store [b]',
+  ]);
+  h.receive(1, ack(5, 2));
+  assert.deepEqual(await h.frames(), ['n1 f0 request s=5 r=6 page=0'], 'then the round');
 });
 
 test('§5.3: a restarted worker tells each peer once, per fragment, that their sessions are gone', async () => {
@@ -573,23 +578,26 @@ test('§5.3: a batch whose peer went away before its fence was reached is not ac
 test('§5.3: a batch is refused for a record that breaks the rules, or when its fence fails', async () => {
   const h = new Harness({ fragmentCount: 2 });
   await peerSession(h, 70);
-  const batch = (batchSeq: number, key: string, record: Buffer, level?: number) =>
-    batchFrame(70, batchSeq, [[key, record]], level);
+  // A refusal ends the session (its later batches are ignored): the peer replays in a new one.
+  const batch = (sessionId: number, key: string, record: Buffer, level?: number) => {
+    h.receive(1, { sessionStart: { fragment: 0, sessionId } });
+    return batchFrame(sessionId, 1, [[key, record]], level);
+  };
   const mine = keyOf(0, 2, 'k');
-  h.receive(1, batch(1, keyOf(1, 2, 'k'), recordAt(START_MS)));
-  h.receive(1, batch(2, mine, recordAt(START_MS + 120_000)));
-  h.receive(1, batch(3, mine, recordAt(START_MS), 0));
-  h.receive(1, batch(4, mine, Buffer.from('not a record')));
+  h.receive(1, batch(71, keyOf(1, 2, 'k'), recordAt(START_MS)));
+  h.receive(1, batch(72, mine, recordAt(START_MS + 120_000)));
+  h.receive(1, batch(73, mine, recordAt(START_MS), 0));
+  h.receive(1, batch(74, mine, Buffer.from('not a record')));
   assert.deepEqual(await h.frames(), [
-    'n1 f0 nack s=70 #1: replicated key does not belong to declared fragment 0',
-    "n1 f0 nack s=70 #2: replicated timestamp 1120000 is 120000 ms ahead of this node's clock (max skew 60000 ms)",
-    'n1 f0 nack s=70 #3: replication batch omitted a valid ACK requirement',
-    'n1 f0 nack s=70 #4: malformed replicated record',
+    'n1 f0 nack s=71 #1: replicated key does not belong to declared fragment 0',
+    "n1 f0 nack s=72 #1: replicated timestamp 1120000 is 120000 ms ahead of this node's clock (max skew 60000 ms)",
+    'n1 f0 nack s=73 #1: replication batch omitted a valid ACK requirement',
+    'n1 f0 nack s=74 #1: malformed replicated record',
   ]);
   h.failCommits = true;
-  h.receive(1, batch(5, mine, recordAt(START_MS)));
+  h.receive(1, batch(75, mine, recordAt(START_MS)));
   h.advance(1_000);
-  assert.deepEqual(await h.frames(), ['n1 f0 nack s=70 #5: disk full']);
+  assert.deepEqual(await h.frames(), ['n1 f0 nack s=75 #1: disk full']);
   assert.equal(h.stored(mine), 'none');
 });
 

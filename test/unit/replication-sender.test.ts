@@ -23,6 +23,10 @@ const BASE: SenderConfig = {
   batchIntervalMs: 10,
   bufferOpsMax: 100,
   bufferBytesMax: 100_000,
+  // One batch in flight unless a test opens the window: the tests below it read one batch at a time.
+  windowBatches: 1,
+  windowOpsMax: 100,
+  windowBytesMax: 100_000,
   ackTimeoutMs: 1000,
   retryFloorMs: 1000,
   reconcileIntervalMs: 3_600_000,
@@ -253,12 +257,13 @@ test('a replay carries exactly the batch it replaces, even when more ops arrived
   assert.deepEqual(h.ack(), ['start-round session=3 round=4']);
 });
 
-test('B13 #96: a NACKed batch is replayed in the same session after the floor, before the round', () => {
+test('B13 #96: a NACKed batch is replayed after the floor, in a new session, before the round', () => {
   const h = connectedIdle();
   h.enqueue('k31', 0);
   h.tick(10);
   h.step({ kind: 'reconcile-now' }, 20);
-  assert.deepEqual(h.nack(100), []);
+  // The receiver ignores the rest of a session whose batch failed: the replay opens another.
+  assert.deepEqual(h.nack(100), ['session-start session=3']);
   assert.match(h.logs.at(-1)!, /injected rejection/);
   let r = h.report();
   assert.equal(r.buffered, 1);
@@ -266,9 +271,9 @@ test('B13 #96: a NACKed batch is replayed in the same session after the floor, b
   assert.equal(r.state, 'backoff');
   assert.equal(h.sender.nextWakeMs(100), 1100);
   assert.deepEqual(h.tick(1099), []);
-  assert.deepEqual(h.tick(1100), ['batch session=1 seq=2 ack=memory ["k31"]']);
+  assert.deepEqual(h.tick(1100), ['batch session=3 seq=1 ack=memory ["k31"]']);
   assert.deepEqual(h.tick(1200), []);
-  assert.deepEqual(h.ack(AckLevel.Memory), ['start-round session=1 round=3']);
+  assert.deepEqual(h.ack(AckLevel.Memory), ['start-round session=3 round=4']);
   r = h.report();
   assert.equal(r.batchesAcked, 1);
   assert.equal(r.state, 'reconciling');
@@ -300,13 +305,13 @@ test('B13 #98: the NACK floor survives a reconnect', () => {
   h.enqueue('k43', 0);
   h.tick(10);
   const t0 = 100;
-  h.nack(t0);
+  assert.deepEqual(h.nack(t0), ['session-start session=3']);
   h.step({ kind: 'disconnected' }, t0 + 10);
-  assert.deepEqual(h.step({ kind: 'connected' }, t0 + 20), ['session-start session=3']);
+  assert.deepEqual(h.step({ kind: 'connected' }, t0 + 20), ['session-start session=4']);
   assert.deepEqual(h.tick(t0 + 800), []);
   assert.equal(h.sender.nextWakeMs(t0 + 800), t0 + 1000);
-  assert.deepEqual(h.tick(t0 + 1000), ['batch session=3 seq=1 ack=memory ["k43"]']);
-  assert.deepEqual(h.ack(), ['start-round session=3 round=4']);
+  assert.deepEqual(h.tick(t0 + 1000), ['batch session=4 seq=1 ack=memory ["k43"]']);
+  assert.deepEqual(h.ack(), ['start-round session=4 round=5']);
 });
 
 test('B13 #99: the reconcile-timeout floor survives a reconnect', () => {
