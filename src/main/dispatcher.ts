@@ -703,7 +703,8 @@ export class Dispatcher {
 
   /**
    * Resolves true once `fragment`'s sender toward `member` has no write that peer has not
-   * acknowledged — at `level` (0: the level the senders ask for, the highest they can tell) —
+   * acknowledged — at `level` (0: the level the senders ask for; a higher one is asked for on
+   * demand) —
    * false when `timeoutMs` passes first or the sender closes. Rejects when there is no such sender.
    */
   async drainedTo(

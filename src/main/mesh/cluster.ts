@@ -54,6 +54,7 @@ import {
   maxWallMsField,
   peekFragment,
 } from '../../core/peer-frame.js';
+import { AckLevel } from '../../core/replication-sender.js';
 import { SystemClock } from '../../threads/driver-clock.js';
 import { datagramKey } from '../../threads/membership-datagram.js';
 import type { ClusterInit } from '../../threads/messages.js';
@@ -64,7 +65,6 @@ import {
   requestId,
   setResultId,
 } from '../../threads/op-codec.js';
-
 import { type ClusterConfig, formatPeerAddress, parsePeerAddress } from '../cluster-config.js';
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import { bindDatagrams } from '../listen.js';
@@ -698,13 +698,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   /**
    * The handoff of a copy this node no longer serves: it replicates to the table's replicas only,
-   * and every one of them must acknowledge every write it holds for them before the copy may go.
+   * and every one of them must acknowledge every write it holds for them at `stable` (on its disk)
+   * before the copy may go.
    */
   private async handOver(fragment: number, targets: readonly string[]): Promise<void> {
     const members = this.indicesOf(targets);
     await this.dispatcher.holdFragment(fragment, [this.config.selfIndex, ...members]);
     const drained = await Promise.all(
-      members.map((m) => this.dispatcher.drainedTo(fragment, m, PLACEMENT_STEP_TIMEOUT_MS)),
+      members.map((m) => this.dispatcher.drainedTo(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, AckLevel.Stable)),
     );
     const behind = members.filter((_, i) => !drained[i]).map((m) => this.config.members[m]);
     if (behind.length > 0) throw new Error(`not every write is acknowledged by ${behind.join(', ')}`);
