@@ -305,7 +305,9 @@ export class PlacementMachine {
 
   private reconcile(fragment: number): void {
     const table = this.table;
-    if (table === undefined) return;
+    // A fragment the table has no entry for (no table yet: it is empty until the first coordinator
+    // writes one) keeps what this node does with it; a tombstone ends it.
+    if (table === undefined || table.entry(fragment) === undefined) return;
     const entry = table.active(fragment);
     const self = this.config.selfId;
     const slot = this.slots[fragment];

@@ -669,8 +669,8 @@ export class MembershipSim {
         // A joiner was started with no placement and itself as its only member (--join).
         initialPlacement: node.joinSeed === undefined ? this.initialPlacement : [],
         initialMembers: node.joinSeed === undefined ? this.initialMembers : [node.id],
-        // As the node: a joiner whose data directory does not know the cluster yet never bootstraps.
-        mayBootstrap: !joining,
+        // As the node: a node that joined (or joins) a cluster never bootstraps a table of its own.
+        mayBootstrap: node.joinSeed === undefined,
         restored:
           node.persistedTable === undefined ? undefined : decodeTable(JSON.parse(node.persistedTable)),
         restoredPromise: node.persistedPromise,
@@ -785,14 +785,24 @@ export class MembershipSim {
     }
   }
 
-  /** Recomputed at every step: faults start and pauses end between steps. */
+  /**
+   * Recomputed at every step: faults start and pauses end between steps. A majority is of the
+   * members the node's coordinator gate counts: its table's members (the members it started with
+   * before it holds a table), as members that moved out of the table no longer vote.
+   */
   protected updateReach(): void {
-    const majority = Math.floor(this.nodes.length / 2) + 1;
+    const byId = new Map(this.nodes.map((n) => [n.id, n]));
     for (const x of this.nodes) {
-      let reached = this.running(x) ? 1 : 0;
-      if (reached === 1) {
-        for (const y of this.nodes)
-          if (y !== x && this.running(y) && !this.cut.has(linkKey(x.id, y.id))) reached++;
+      const tableMembers = x.coordinator?.table.members() ?? [];
+      const voters = tableMembers.length > 0 ? tableMembers : this.initialMembers;
+      const majority = Math.floor(voters.length / 2) + 1;
+      let reached = 0;
+      if (this.running(x)) {
+        for (const id of voters) {
+          const y = byId.get(id);
+          if (y === undefined || !this.running(y)) continue;
+          if (y === x || !this.cut.has(linkKey(x.id, y.id))) reached++;
+        }
       }
       const now = reached >= majority;
       const since = this.majorityReachSinceMs.get(x.id);

@@ -355,3 +355,12 @@ describe('a restart', () => {
     assert.equal(h.state(0), 'Serving g4 hold');
   });
 });
+
+test('a table without an entry for a fragment (no table yet) leaves what the node does with it', () => {
+  const h = new Harness();
+  h.step({ kind: 'start', held: [0, 1], nowMs: h.nowMs });
+  assert.deepEqual(h.table(new AssignmentTable(FRAGMENTS), [0, 1, 2, 3]), []);
+  assert.equal(h.machine.serves(0), true);
+  assert.equal(h.machine.serves(1), true);
+  assert.equal(h.state(0), 'Serving g0');
+});

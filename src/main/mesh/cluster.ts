@@ -369,7 +369,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const self = restored.get(c.selfId);
     // --join on a node whose data directory knows the cluster already is a restart: it rejoins the
     // members it knew, as a restart without --join does.
-    const joining = c.joinSeeds.length > 0 && !membership.members.some((r) => r.nodeId !== c.selfId);
+    const knowsOthers = membership.members.some((r) => r.nodeId !== c.selfId);
+    const joining = c.joinSeeds.length > 0 && !knowsOthers;
     if (c.joinSeeds.length > 0 && !joining)
       this.logger.info(
         { members: membership.members.length },
@@ -421,8 +422,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         replicas: c.replicas,
         initialPlacement: c.placement.replicas.map((list) => list.map((m) => c.members[m])),
         initialMembers: c.members,
-        // A joining node never bootstraps a table of its own: it adopts the cluster's.
-        mayBootstrap: !joining,
+        // Only the members a cluster started with bootstrap its first table: a node that joined
+        // (started with --join, or alone and since joined by others) adopts the cluster's, even
+        // when it restarts before it had it and sees no one else.
+        mayBootstrap: c.joinSeeds.length === 0 && !(c.members.length === 1 && knowsOthers),
         restored: membership.table,
         restoredPromise: membership.promise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
