@@ -1,6 +1,13 @@
 // The placement driver's core (src/core/placement-machine.ts; actordb-node-part-a.md §7.2–7.6):
 // golden lists of the actions each event gives, for gain, verify, publish, drain, drop, cancel and
-// re-add, and the fences that make a result for an earlier generation count for nothing.
+// re-add, and the fences that make a result for an earlier generation count for nothing. The
+// seed's placement tests that apply to this core (spec part-b §B9): 49, a completed bootstrap
+// cannot publish after revocation ("a gain cancelled before it served"); 50, it retries after the
+// replica set changed ("a table change mid-verification"); 51, the ABA case ("ABA"); 57 and 58, a
+// fragment re-added while Draining is restored ("listed again while Draining"). 47, 48 and 56 (what
+// counts as drained, a drain to an absent target retried) are the workers' drainedTo and the
+// driver's retry; the rest of §B9 is about the seed's locks and actors, which this design has not.
+
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type ActiveAssignment, AssignmentTable, type Fence } from '../../src/core/assignment-table.js';
