@@ -33,11 +33,14 @@ import { parseDuration } from '../src/main/cli-args.js';
 import type { MovesReport } from '../src/main/mesh/cluster.js';
 import type { FragmentPlacement } from '../src/main/node.js';
 import {
+  adminGet,
+  adminPost,
   type ClusterFixture,
   infoOf,
   memberEventTime,
   NodeProcess,
   startCluster,
+  unsettled,
 } from '../test/integration/cluster-helpers.js';
 import { eventually, sleep } from '../test/integration/helpers.js';
 import { Driver, type PhaseResult, SERIES_INTERVAL_MS } from './load/driver.js';
@@ -159,45 +162,16 @@ const nodeArgs = (o: Options) => [
 
 // ── The admin port ────────────────────────────────────────────────────────────────────────────
 
-async function getJson<T>(node: NodeProcess, path: string): Promise<T> {
-  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`);
-  return (await response.json()) as T;
-}
+const getJson = adminGet;
 
-async function postJson<T>(node: NodeProcess, path: string, body: unknown): Promise<T> {
-  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${TOKEN}` },
-    body: JSON.stringify(body),
-  });
-  return (await response.json()) as T;
+function postJson<T>(node: NodeProcess, path: string, body: unknown): Promise<T> {
+  return adminPost<T>(node, path, body, TOKEN);
 }
 
 interface PlanAnswer {
   status: string;
   message: string;
   replicaMoves?: number;
-}
-
-/**
- * Why the cluster has not settled, or '' once it has: every node holds the same table with no move
- * in flight, nothing under-replicated and no copy in transition, the fragments list exactly
- * `members`, and the coordinator's planner wants no more moves.
- */
-async function unsettled(nodes: NodeProcess[], members: string[], coordinator: NodeProcess): Promise<string> {
-  const tables = new Set<string>();
-  for (const n of nodes) {
-    const moves = await getJson<MovesReport>(n, '/cluster/moves');
-    if (moves.inFlight.length > 0 || moves.underReplicated > 0 || moves.here.length > 0)
-      return `${n.id}: ${moves.inFlight.length} in flight, ${moves.underReplicated} short, ${moves.here.length} in transition`;
-    const placement = await getJson<FragmentPlacement[]>(n, '/cluster/placement');
-    tables.add(JSON.stringify(placement.map((f) => [f.generation, f.replicas])));
-    const listed = [...new Set(placement.flatMap((f) => f.replicas))].sort();
-    if (listed.join() !== [...members].sort().join()) return `${n.id} lists ${listed}`;
-  }
-  if (tables.size !== 1) return `${tables.size} different tables`;
-  const plan = await postJson<PlanAnswer>(coordinator, '/cluster/plan', { action: 'now' });
-  return plan.status === 'Ok' && plan.replicaMoves === 0 ? '' : `the planner: ${plan.message}`;
 }
 
 /** Polls `unsettled` until it says nothing; resolves with the wall-clock ms it first did. */
@@ -211,7 +185,7 @@ async function settledAt(
   let said = '';
   const giveUpMs = Date.now() + deadlineMs;
   for (;;) {
-    why = await unsettled(nodes, members, coordinator);
+    why = await unsettled(nodes, members, coordinator, TOKEN);
     if (why === '') return Date.now();
     if (why !== said) progress(`  not settled: ${why}`);
     said = why;

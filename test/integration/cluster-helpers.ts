@@ -5,6 +5,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
+import type { MovesReport } from '../../src/main/mesh/cluster.js';
+import type { FragmentPlacement } from '../../src/main/node.js';
 import { eventually, tempDir } from './helpers.js';
 import { newClient } from './resp-helpers.js';
 
@@ -254,4 +256,56 @@ async function localReads<T>(
   } finally {
     redis.disconnect();
   }
+}
+
+/** A node's admin path (started with --admin-port) as JSON. */
+export async function adminGet<T>(node: NodeProcess, path: string): Promise<T> {
+  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`);
+  return (await response.json()) as T;
+}
+
+/** A change POSTed to a node's admin port with `token`; its JSON answer. */
+export async function adminPost<T>(
+  node: NodeProcess,
+  path: string,
+  body: unknown,
+  token: string,
+): Promise<T> {
+  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}` },
+    body: JSON.stringify(body),
+  });
+  return (await response.json()) as T;
+}
+
+/**
+ * Why the cluster has not settled, or '' once it has: every node holds the same table with no move
+ * in flight, nothing under-replicated and no copy in transition, the fragments list exactly
+ * `members`, and the coordinator's planner wants no more moves.
+ */
+export async function unsettled(
+  nodes: NodeProcess[],
+  members: string[],
+  coordinator: NodeProcess,
+  token: string,
+): Promise<string> {
+  const tables = new Set<string>();
+  for (const n of nodes) {
+    const moves = await adminGet<MovesReport>(n, '/cluster/moves');
+    if (moves.inFlight.length > 0 || moves.underReplicated > 0 || moves.here.length > 0)
+      return `${n.id}: ${JSON.stringify({ inFlight: moves.inFlight, under: moves.underReplicated, here: moves.here })}`;
+    const placement = await adminGet<FragmentPlacement[]>(n, '/cluster/placement');
+    tables.add(JSON.stringify(placement.map((f) => [f.generation, f.replicas])));
+    const listed = [...new Set(placement.flatMap((f) => f.replicas))].sort();
+    if (listed.join() !== [...members].sort().join()) return `${n.id} lists ${listed}`;
+  }
+  if (tables.size !== 1) return `${tables.size} different tables`;
+  const plan = await adminPost<{ status: string; message: string; replicaMoves?: number }>(
+    coordinator,
+    '/cluster/plan',
+    { action: 'now' },
+    token,
+  );
+  return plan.status === 'Ok' && plan.replicaMoves === 0 ? '' : `the planner: ${plan.message}`;
 }

@@ -13,7 +13,14 @@ import { freePorts } from '../../bench/ports.js';
 import { Keyspace } from '../../src/core/keyspace.js';
 import type { MovesReport } from '../../src/main/mesh/cluster.js';
 import type { FragmentPlacement } from '../../src/main/node.js';
-import { type ClusterFixture, localValues, NodeProcess, startCluster } from './cluster-helpers.js';
+import {
+  adminGet,
+  type ClusterFixture,
+  localValues,
+  NodeProcess,
+  startCluster,
+  unsettled,
+} from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 
 const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
@@ -23,23 +30,7 @@ const FRAGMENTS = 16;
 const CONDITION_MS_MAX = 90_000;
 const COMMON = ['--admin-port', '0', '--admin-token', TOKEN, '--down-after', '6s'];
 
-async function getJson<T>(node: NodeProcess, path: string): Promise<T> {
-  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`);
-  return (await response.json()) as T;
-}
-
-async function post(
-  node: NodeProcess,
-  path: string,
-  body: unknown,
-): Promise<{ status: string; message: string }> {
-  const response = await fetch(`http://127.0.0.1:${node.adminPort}${path}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${TOKEN}` },
-    body: JSON.stringify(body),
-  });
-  return (await response.json()) as { status: string; message: string };
-}
+const getJson = adminGet;
 
 interface ClusterEvent {
   kind: string;
@@ -91,34 +82,12 @@ async function membersAt(node: NodeProcess): Promise<MemberSeen[]> {
   return (await getJson<{ members: MemberSeen[] }>(node, '/cluster/members')).members;
 }
 
-/**
- * Why the cluster has not settled, or '' once it has: every running node holds the same table with
- * no move in flight, nothing under-replicated and no copy in transition, the planner wants no more
- * moves, and the fragments list exactly `members` between them.
- */
-async function unsettled(nodes: NodeProcess[], members: string[], coordinator: NodeProcess): Promise<string> {
-  const tables = new Set<string>();
-  for (const n of nodes) {
-    const moves = await getJson<MovesReport>(n, '/cluster/moves');
-    if (moves.inFlight.length > 0 || moves.underReplicated > 0 || moves.here.length > 0)
-      return `${n.id}: ${JSON.stringify({ inFlight: moves.inFlight, under: moves.underReplicated, here: moves.here })}`;
-    const placement = await getJson<FragmentPlacement[]>(n, '/cluster/placement');
-    tables.add(JSON.stringify(placement.map((f) => [f.generation, f.replicas])));
-    const listed = [...new Set(placement.flatMap((f) => f.replicas))].sort();
-    if (listed.join() !== [...members].sort().join()) return `${n.id} lists ${listed}`;
-  }
-  if (tables.size !== 1) return `${tables.size} different tables`;
-  const plan = await post(coordinator, '/cluster/plan', { action: 'now' });
-  const moves = (plan as unknown as { replicaMoves: number }).replicaMoves;
-  return plan.status === 'Ok' && moves === 0 ? '' : `the planner would move ${moves}: ${plan.message}`;
-}
-
 /** Waits until `unsettled` says nothing, failing with what it said last. */
 async function settled(nodes: NodeProcess[], members: string[], coordinator: NodeProcess): Promise<void> {
   let why = '';
   try {
     await eventually(
-      async () => (why = await unsettled(nodes, members, coordinator)) === '',
+      async () => (why = await unsettled(nodes, members, coordinator, TOKEN)) === '',
       CONDITION_MS_MAX,
     );
   } catch (err) {

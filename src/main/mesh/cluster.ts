@@ -553,6 +553,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return healthy < this.config.replicas;
   }
 
+  /** Replica moves in flight in the table this node holds. */
+  movesInFlight(): number {
+    let count = 0;
+    for (const [, entry] of this.coordinatorDriver?.table.entries() ?? [])
+      if (entry.kind === 'active' && entry.moving !== null) count++;
+    return count;
+  }
+
   /** Moves in flight in the table, this node's fragments in transition, and the counters (`GET /cluster/moves`). */
   movesReport(): MovesReport {
     const table = this.coordinatorDriver?.table;

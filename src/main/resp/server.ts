@@ -476,9 +476,8 @@ export class RespServer {
       const rows: Array<[string, string | number]> = [['cluster_enabled', cluster === undefined ? 0 : 1]];
       if (cluster !== undefined) {
         // Tessera's own: fragments short of replicas (re-replication brings it to 0), moves in flight.
-        const moves = cluster.movesReport();
-        rows.push(['cluster_fragments_under_replicated', moves.underReplicated]);
-        rows.push(['cluster_moves_in_flight', moves.inFlight.length]);
+        rows.push(['cluster_fragments_under_replicated', cluster.underReplicated()]);
+        rows.push(['cluster_moves_in_flight', cluster.movesInFlight()]);
       }
       parts.push(section('Cluster', rows));
     }
