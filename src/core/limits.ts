@@ -463,6 +463,12 @@ export const MEMBERSHIP_JOIN_RETRY_MS = 1_000;
 /** A leaving node stays Exiting, then Removed, this long each so the news is gossiped before it stops. */
 export const MEMBERSHIP_LEAVE_LINGER_MS = 1_000;
 /**
+ * A node that left stays, gossiping its Removed, until a majority of the others confirmed they
+ * heard it (they refuse its messages), or this long: a partition could otherwise swallow the news
+ * and leave it Down in their views, for an operator to remove.
+ */
+export const MEMBERSHIP_LEAVE_CONFIRM_MAX_MS = 300_000;
+/**
  * A wake-up this late means this node's event loop stalled (a pause, a long GC): the stall counts
  * against its own health, not against the members it could not hear. One probe timeout: an ack may
  * have waited unread past its deadline.

@@ -33,7 +33,10 @@
 //   with one random member every `pushPullIntervalMs`, so views converge after partitions heal.
 // - Join: a node started to join sends a join request to a seed; the seed admits it as Joining and
 //   answers with its full state; the joiner is then Up. Graceful leave: Leaving, Exiting (once its
-//   data is handed off), Removed. An operator removes only a Down member. Removed is final: the
+//   data is handed off), Removed; the node stops once a majority of the others confirmed they heard
+//   its Removed (they refuse its messages), so a partition does not swallow the news. An Exiting
+//   member that would be Down is Removed instead: its leave is done, only its Removed was lost. An
+//   operator removes only a Down member. Removed is final: the
 //   member's messages and joins are answered with a refusal until it is wiped and given a new id.
 // - Bad input is counted and dropped: a message from an unknown member (unless it carries that
 //   member's own record), a stale incarnation, an update list over its bound, an invalid update.
@@ -42,6 +45,7 @@ import { assert } from './assert.js';
 import { GossipQueue } from './gossip-queue.js';
 import {
   MEMBERSHIP_BROADCAST_QUEUE_MAX,
+  MEMBERSHIP_LEAVE_CONFIRM_MAX_MS,
   MEMBERSHIP_MEMBERS_MAX,
   MEMBERSHIP_PROBE_INTERVAL_MS,
   MEMBERSHIP_PROBE_TIMEOUT_MS,
@@ -177,6 +181,10 @@ export class Membership {
   /** Graceful leave: when Exiting turns Removed, and when Removed turns `left`. */
   private removeSelfAtMs = Number.POSITIVE_INFINITY;
   private leftAtMs = Number.POSITIVE_INFINITY;
+  /** Removed by its own leave: the members that confirmed they heard it, how many must, and until when. */
+  private readonly leaveHeardBy = new Set<string>();
+  private leaveHeardNeeded = 0;
+  private leaveConfirmUntilMs = Number.POSITIVE_INFINITY;
   private stopped = false;
 
   readonly counters: MembershipCounters = {
@@ -567,6 +575,10 @@ export class Membership {
 
   private markDown(m: Member, incarnation: number, reporter: string): void {
     if (m.state === 'Down' && incarnation <= m.incarnation) return;
+    // An Exiting member handed everything over and is going: gone, its leave is done. Down would
+    // keep it in every view until an operator removed it (its Removed was lost to a partition).
+    if (m.state === 'Exiting' && incarnation === m.incarnation)
+      return this.markRemoved(m, incarnation, reporter);
     m.incarnation = incarnation;
     m.state = 'Down';
     clearLiveness(m);
@@ -590,6 +602,8 @@ export class Membership {
     if (this.selfState === 'Removed') return;
     if (u.kind === 'removed') {
       if (u.reporter === this.config.nodeId) return; // our own leave, echoed
+      // Others found us gone while Exiting (our Removed did not reach them): the leave completes.
+      if (this.selfState === 'Exiting') return this.removeSelf();
       return this.refuseSelf('this node was removed from the cluster');
     }
     if (u.kind === 'alive' && u.incarnation <= this.incarnation) return;
@@ -693,7 +707,13 @@ export class Membership {
    * id, and only the cluster's members get past the handshake), so this node stops too.
    */
   private onRefuse(from: string, reason: string): void {
-    if (this.selfState === 'Removed') return;
+    if (this.selfState === 'Removed') {
+      // Our own leave: a member refusing us has heard we are Removed.
+      if (this.leaveConfirmUntilMs !== Number.POSITIVE_INFINITY && this.members.has(from)) {
+        this.leaveHeardBy.add(from);
+      }
+      return;
+    }
     if (this.selfState === 'Joining' && this.joinRetryMs !== Number.POSITIVE_INFINITY) {
       return this.refuseSelf(`join refused by ${from}: ${String(reason)}`);
     }
@@ -759,6 +779,17 @@ export class Membership {
     if (now >= this.joinRetryMs) this.sendJoinRequest();
     if (now >= this.removeSelfAtMs) this.removeSelf();
     if (now >= this.leftAtMs) {
+      if (this.leaveHeardBy.size < this.leaveHeardNeeded && now < this.leaveConfirmUntilMs) {
+        this.announceRemoval();
+        this.leftAtMs = Math.min(now + this.config.gossipIntervalMs, this.leaveConfirmUntilMs);
+        return;
+      }
+      if (this.leaveHeardBy.size < this.leaveHeardNeeded) {
+        this.log(
+          'warn',
+          `left after ${MEMBERSHIP_LEAVE_CONFIRM_MAX_MS} ms with ${this.leaveHeardBy.size} of the ${this.leaveHeardNeeded} members needed confirming: those that did not hear it may show this node Down until it is removed`,
+        );
+      }
       this.stopped = true;
       this.outbox.push({ kind: 'left' });
       return;
@@ -793,6 +824,25 @@ export class Membership {
     const self = this.config.nodeId;
     this.enqueue({ kind: 'removed', nodeId: self, incarnation: this.incarnation, reporter: self });
     this.leftAtMs = this.nowMs + this.config.leaveLingerMs;
+    let others = 0;
+    for (const m of this.members.values()) if (VOTING.has(m.state)) others++;
+    this.leaveHeardNeeded = others === 0 ? 0 : Math.floor(others / 2) + 1;
+    this.leaveConfirmUntilMs = this.nowMs + MEMBERSHIP_LEAVE_CONFIRM_MAX_MS;
+  }
+
+  /** Tells a few members that have not confirmed it that this node left: each applies it, or refuses us. */
+  private announceRemoval(): void {
+    const self = this.config.nodeId;
+    const removed: MemberUpdate = {
+      kind: 'removed',
+      nodeId: self,
+      incarnation: this.incarnation,
+      reporter: self,
+    };
+    const unconfirmed = (m: Member) => VOTING.has(m.state) && !this.leaveHeardBy.has(m.nodeId);
+    for (const m of this.randomMembers(this.config.gossipNodes, unconfirmed)) {
+      this.sendTo(m.nodeId, { kind: 'gossip', from: self, updates: [removed] });
+    }
   }
 
   private runProbe(): void {
@@ -916,7 +966,7 @@ export class Membership {
       if (this.nowMs - m.majoritySinceMs >= this.config.downAfterMs) {
         this.log(
           'info',
-          `member ${m.nodeId} Down: unreachable from a majority for ${this.config.downAfterMs} ms`,
+          `member ${m.nodeId} ${m.state === 'Exiting' ? 'Removed (it was Exiting)' : 'Down'}: unreachable from a majority for ${this.config.downAfterMs} ms`,
         );
         this.markDown(m, m.incarnation, this.config.nodeId);
       }

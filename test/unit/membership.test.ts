@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { GossipQueue } from '../../src/core/gossip-queue.js';
+import { MEMBERSHIP_LEAVE_CONFIRM_MAX_MS } from '../../src/core/limits.js';
 import { Membership, suspicionTimeoutMs } from '../../src/core/membership.js';
 import {
   MEMBERSHIP_CONFIG_DEFAULTS,
@@ -518,6 +519,99 @@ test('graceful leave: Leaving, Exiting once handed off, then Removed everywhere 
     sequences,
     sequences.map((_, i) => i + 1),
     'event sequence numbers from 1, no gaps',
+  );
+});
+
+test('a leave whose Removed was lost completes anyway: an Exiting member gone from a majority is Removed, not Down', () => {
+  const exiting = (id: string) =>
+    config(id, [], {
+      members: OTHERS.filter((o) => o !== id).map((o) => ({
+        nodeId: o,
+        address: `${o}:7000`,
+        incarnation: 1,
+        state: o === 'e' ? ('Exiting' as const) : ('Up' as const),
+      })),
+    });
+  // e announced Exiting, then a partition swallowed its Removed and it stopped.
+  const h = new Harness(exiting('a'), new Set(['b', 'c', 'd']));
+  const downAfterMs = MEMBERSHIP_CONFIG_DEFAULTS.downAfterMs;
+  for (let t = 100; t <= 100 + downAfterMs + 10_000; t += 4_000) {
+    h.advance(t);
+    h.deliver(report('b'), t);
+    h.deliver(report('c'), t);
+  }
+  assert.equal(h.core.member('e')?.state, 'Removed');
+  assert.equal(h.events('MemberDown', 'e').length, 0, 'never Down: nothing of it needs replacing');
+  assert.equal(h.events('MemberRemoved', 'e').length, 1);
+
+  // A Down decided by a member that missed e's Exiting completes the leave here too.
+  const g = new Harness(exiting('a'));
+  g.deliver(gossip('b', [{ kind: 'down', nodeId: 'e', incarnation: 1, reporter: 'b' }]), 10);
+  assert.equal(g.core.member('e')?.state, 'Removed');
+
+  // The Exiting node itself, told others removed it, finishes its leave: `left`, not `refused`.
+  const e = new Harness(config('e', ['a', 'b']));
+  e.step({ kind: 'leave', requestId: 1, nowMs: 1 });
+  e.step({ kind: 'exit', requestId: 2, nowMs: 2 });
+  assert.equal(e.core.member('e')?.state, 'Exiting');
+  e.deliver(
+    gossip('a', [
+      { kind: 'removed', nodeId: 'e', incarnation: e.core.member('e')!.incarnation, reporter: 'a' },
+    ]),
+    10,
+  );
+  assert.equal(e.core.member('e')?.state, 'Removed');
+  for (const from of ['a', 'b']) e.deliver({ kind: 'refuse', from, reason: 'removed from the cluster' }, 20);
+  e.advance(10 + 2 * MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs + 1);
+  assert.deepEqual(
+    e.actions.filter((x) => x.kind === 'left' || x.kind === 'refused'),
+    [{ kind: 'left' }],
+  );
+});
+
+test('a node that left stays, announcing it, until a majority of the others heard it; at most the bound', () => {
+  const leaveNow = (h: Harness) => {
+    h.step({ kind: 'leave', requestId: 1, nowMs: 1 });
+    h.step({ kind: 'exit', requestId: 2, nowMs: 2 });
+    h.advance(2 + MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs);
+    assert.equal(h.core.member('a')?.state, 'Removed');
+  };
+  const left = (h: Harness) => h.actions.filter((x) => x.kind === 'left').length;
+  // Four others: three must confirm. Cut off from all, it keeps announcing to those that did not.
+  const h = new Harness(config('a', OTHERS));
+  leaveNow(h);
+  h.advance(60_000);
+  assert.equal(left(h), 0, 'no one confirmed: still here');
+  const announcedTo = new Set(
+    h
+      .sends('gossip')
+      .filter((g) => g.message.kind === 'gossip' && g.message.updates.some((u) => u.kind === 'removed'))
+      .map((g) => g.to),
+  );
+  assert.deepEqual([...announcedTo].sort(), OTHERS);
+  h.deliver({ kind: 'refuse', from: 'b', reason: 'removed from the cluster' }, 60_001);
+  h.deliver({ kind: 'refuse', from: 'c', reason: 'removed from the cluster' }, 60_002);
+  h.advance(70_000);
+  assert.equal(left(h), 0, 'two of the three needed');
+  const since = h.actions.length;
+  h.deliver({ kind: 'refuse', from: 'd', reason: 'removed from the cluster' }, 70_001);
+  h.advance(80_000);
+  assert.equal(left(h), 1, 'a majority heard it: the node stops');
+  const lastAnnounce = h.sends('gossip', since).length;
+  assert.ok(lastAnnounce <= 1, 'and stops announcing');
+
+  // Nobody ever confirms: it stops at the bound, with a warning.
+  const g = new Harness(config('a', OTHERS));
+  leaveNow(g);
+  g.advance(MEMBERSHIP_LEAVE_CONFIRM_MAX_MS);
+  assert.equal(left(g), 0);
+  g.advance(MEMBERSHIP_LEAVE_CONFIRM_MAX_MS + 2 * MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs + 10);
+  assert.equal(left(g), 1);
+  assert.ok(
+    g.actions.some(
+      (x) =>
+        x.kind === 'log' && x.level === 'warn' && /with 0 of the 3 members needed confirming/.test(x.message),
+    ),
   );
 });
 
