@@ -615,7 +615,7 @@ function entryFrom(obj: Record<string, unknown>): AssignmentEntry | null {
   };
 }
 
-const REASON_WORDS = new Set(['bootstrap', 'rebalance', 'move']);
+const REASON_WORDS = new Set(['bootstrap', 'rebalance', 'move', 'reissue']);
 const REASON_PREFIXES = ['join:', 'leave:', 'node_down:'];
 
 /** One of the history reasons: a fixed word, or a word and a node id. */

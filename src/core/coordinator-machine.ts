@@ -46,6 +46,7 @@ import {
   pinFragment,
   planMoves,
   rebuildFromReports,
+  reissueAbove,
   startMove,
   takeoverReporters,
 } from './coordinator.js';
@@ -67,7 +68,12 @@ export type PlacementMessage =
   | { kind: 'digest'; from: string; digest: string }
   | { kind: 'pull'; from: string }
   /** A move's target holds a verified copy of `fragment` at `generation`: the move may finish. */
-  | { kind: 'ready'; from: string; fragment: number; generation: number };
+  | { kind: 'ready'; from: string; fragment: number; generation: number }
+  /**
+   * The member ignored the coordinator's entry of `fragment`: it holds `generation`, higher, from an
+   * older coordinator's change that no majority took. The coordinator reissues its entry above it.
+   */
+  | { kind: 'ahead'; from: string; fragment: number; generation: number };
 
 export type CoordinatorEvent =
   | { kind: 'view'; view: readonly MemberView[]; nowMs: number }
@@ -130,6 +136,8 @@ export interface CoordinatorCounters {
   movesStarted: number;
   movesFinished: number;
   movesCancelled: number;
+  /** Entries reissued above a generation a member held from an older epoch (`ahead`). */
+  reissues: number;
 }
 
 export class CoordinatorMachine {
@@ -162,6 +170,7 @@ export class CoordinatorMachine {
     movesStarted: 0,
     movesFinished: 0,
     movesCancelled: 0,
+    reissues: 0,
   };
   private nextPlanAtMs = Number.POSITIVE_INFINITY;
   private answer: CoordinatorAnswer = { status: 'Ok', message: '' };
@@ -273,6 +282,8 @@ export class CoordinatorMachine {
         return;
       case 'ready':
         return this.onReady(message.from, message.fragment, message.generation);
+      case 'ahead':
+        return this.onAhead(message.fragment, message.generation);
       case 'pull':
         if (this.roleNow !== 'coordinator') return;
         this.counters.pulls++;
@@ -322,10 +333,26 @@ export class CoordinatorMachine {
         promised = true;
         continue;
       }
+      const mine = this.table.active(fragment);
       const result = this.table.apply({ fence: entry.fence, fragment, entry }, this.coordinator);
       if (result.outcome === 'applied') applied.push(fragment);
-      else if (result.outcome === 'ignored') this.counters.changesIgnored++;
-      else {
+      else if (result.outcome === 'ignored') {
+        this.counters.changesIgnored++;
+        // Ours is from an older epoch at a higher generation: the coordinator must go above it.
+        if (
+          mine !== undefined &&
+          mine.generation > entry.generation &&
+          mine.fence.epoch < entry.fence.epoch
+        ) {
+          const ahead = {
+            kind: 'ahead',
+            from: this.config.selfId,
+            fragment,
+            generation: mine.generation,
+          } as const;
+          this.send(from, ahead);
+        }
+      } else {
         refusals.push(result.message);
         if (result.reason === 'non-current-coordinator')
           this.refusedCoordinator = fenceCoordinator(entry.fence);
@@ -545,6 +572,18 @@ export class CoordinatorMachine {
     this.log('info', `move of fragment ${fragment} finished: ${entry.moving.source ?? '-'} -> ${from}`);
     this.commit([finishMove(fragment, entry, this.fence(), this.nowMs)]);
     this.plan();
+  }
+
+  private onAhead(fragment: number, generation: number): void {
+    if (!this.acting()) return;
+    const entry = this.table.active(fragment);
+    if (entry === undefined || entry.generation > generation) return; // reissued already
+    this.counters.reissues++;
+    this.log(
+      'info',
+      `fragment ${fragment}: a member holds generation ${generation} from an older epoch: reissued above it`,
+    );
+    this.commit([reissueAbove(fragment, entry, generation, this.fence(), this.nowMs)]);
   }
 
   private onPin(fragment: number, node: string): CoordinatorAnswer {

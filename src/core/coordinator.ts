@@ -643,6 +643,30 @@ function nextReplicas(
   });
 }
 
+/**
+ * The coordinator's entry again, above `generation`: a member holds that generation from an older
+ * coordinator's change that reached no majority (the takeover never saw it), and ignores the
+ * coordinator's lower one, so the tables would differ forever. Same replicas, the coordinator's fence.
+ */
+export function reissueAbove(
+  fragment: number,
+  entry: ActiveAssignment,
+  generation: number,
+  fence: Fence,
+  nowMs: number,
+): TableChange {
+  assert(generation >= entry.generation, 'a reissue goes above the entry');
+  return nextReplicas(
+    fragment,
+    { ...entry, generation },
+    fence,
+    [...entry.replicas],
+    entry.moving,
+    'reissue',
+    nowMs,
+  );
+}
+
 /** `move FRAGMENT --to NODE`: records the pin; the planner then moves a replica there (reason `move`). */
 export function pinFragment(
   fragment: number,

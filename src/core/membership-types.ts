@@ -64,6 +64,19 @@ export interface MemberRecord {
   state: MemberState;
 }
 
+/**
+ * Whether a node started with join seeds joins through them: unless the members it persisted name
+ * another node (it joined before, or was a member all along), in which case the start is a restart
+ * that rejoins them. A node killed mid-join persisted only itself, so it joins again.
+ */
+export function startsJoining(
+  selfId: string,
+  joinSeeds: number,
+  persisted: readonly MemberRecord[],
+): boolean {
+  return joinSeeds > 0 && !persisted.some((r) => r.nodeId !== selfId);
+}
+
 /** A member as this node sees it. */
 export interface MemberView extends MemberRecord {
   unreachable: boolean;

@@ -32,6 +32,7 @@ const KIND_WIRE: Record<PlacementMessage['kind'], number> = {
   digest: 4,
   pull: 5,
   ready: 6,
+  ahead: 7,
 };
 const KIND_BY_WIRE: ReadonlyArray<PlacementMessage['kind'] | undefined> = [
   undefined,
@@ -41,6 +42,7 @@ const KIND_BY_WIRE: ReadonlyArray<PlacementMessage['kind'] | undefined> = [
   'digest',
   'pull',
   'ready',
+  'ahead',
 ];
 /** A digest is `epoch/coordinator@incarnation/entries/generations`. */
 const DIGEST_BYTES_MAX = NODE_ID_BYTES_MAX + 80;
@@ -61,8 +63,8 @@ export function encodePlacementMessage(message: PlacementMessage): Uint8Array {
     incarnation: message.kind === 'report-request' ? message.incarnation : 0,
     epoch: message.kind === 'report-request' || message.kind === 'report' ? message.epoch : 0,
     refused: message.kind === 'report' && message.refused,
-    fragment: message.kind === 'ready' ? message.fragment : 0,
-    generation: message.kind === 'ready' ? message.generation : 0,
+    fragment: message.kind === 'ready' || message.kind === 'ahead' ? message.fragment : 0,
+    generation: message.kind === 'ready' || message.kind === 'ahead' ? message.generation : 0,
   };
   return encodeEnvelope({ placement: wire } as Envelope);
 }
@@ -85,10 +87,10 @@ export function decodePlacementMessage(bytes: Uint8Array, fragmentCount: number)
   if (incarnation === undefined || epoch === undefined)
     return malformed('incarnation or epoch past the safe integers');
   if (kind === 'pull') return { kind: 'message', message: { kind, from }, table: undefined };
-  if (kind === 'ready') {
+  if (kind === 'ready' || kind === 'ahead') {
     const generation = safeCount(wire.generation);
     if (generation === undefined || generation < 1 || wire.fragment >= fragmentCount)
-      return malformed(`ready names fragment ${wire.fragment} at generation ${generation}`);
+      return malformed(`${kind} names fragment ${wire.fragment} at generation ${generation}`);
     return {
       kind: 'message',
       message: { kind, from, fragment: wire.fragment, generation },

@@ -41,7 +41,11 @@ import {
   COORDINATOR_REPORT_RETRY_MS,
   PLACEMENT_PLAN_INTERVAL_MS,
 } from '../../src/core/limits.js';
-import { MEMBERSHIP_CONFIG_DEFAULTS, type MemberRecord } from '../../src/core/membership-types.js';
+import {
+  MEMBERSHIP_CONFIG_DEFAULTS,
+  type MemberRecord,
+  startsJoining,
+} from '../../src/core/membership-types.js';
 import { computePlacement } from '../../src/core/placement.js';
 import { CoordinatorDriver } from '../../src/main/mesh/coordinator-driver.js';
 import { MembershipDriver } from '../../src/main/mesh/membership-driver.js';
@@ -600,8 +604,9 @@ export class MembershipSim {
   protected start(node: SimNode): void {
     this.trace(`start ${node.id}`);
     const restored = node.persisted;
-    // A joiner starts knowing itself only; restarted, it rejoins the members it persisted.
-    const joining = node.joinSeed !== undefined && restored === undefined;
+    // A joiner starts knowing itself only; restarted, it rejoins the members it persisted, or joins
+    // again when it persisted only itself (killed mid-join), as the node decides.
+    const joining = startsJoining(node.id, node.joinSeed === undefined ? 0 : 1, restored?.members ?? []);
     const members: MemberRecord[] =
       restored?.members ??
       (node.joinSeed !== undefined ? [node.id] : this.initialMembers).map((id) => ({

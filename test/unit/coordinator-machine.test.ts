@@ -85,6 +85,8 @@ function describeMessage(m: PlacementMessage): string {
       return 'pull';
     case 'ready':
       return `ready ${m.fragment} g${m.generation}`;
+    case 'ahead':
+      return `ahead ${m.fragment} g${m.generation}`;
   }
 }
 
@@ -793,6 +795,32 @@ describe('followers', () => {
     ]);
     assert.equal(cluster.machine('a').counters.pulls, 1);
     assert.deepEqual(cluster.digests(), ['1/a@1/4/4', '1/a@1/4/4', '1/a@1/4/4']);
+  });
+  test('a member holding a generation from an older epoch that no majority took is brought back by a reissue above it', () => {
+    const ids = ['a', 'b', 'c', 'd', 'e'];
+    const cluster = bootstrapped(ids, PLACEMENT_5);
+    // a pins fragment 0 (generation 2); the change reaches e alone, then a is Down.
+    cluster.step('a', { kind: 'pin', fragment: 0, node: 'b', nowMs: cluster.nowMs });
+    for (const to of ['b', 'c', 'd']) assert.equal(cluster.drop({ from: 'a', to, kind: 'changes' }), 1);
+    cluster.deliverAll();
+    assert.equal(cluster.machine('e').current.active(0)?.generation, 2);
+    cluster.cut.add('a');
+    // b takes over while e is away, from reports that never saw generation 2.
+    cluster.views(['b', 'c', 'd'], viewOf(ids, { a: 'down', e: 'down' }));
+    cluster.deliverAll();
+    assert.equal(cluster.machine('b').current.active(0)?.generation, 1);
+    // e is back: it ignores b's lower generation, says so, and b goes above it.
+    cluster.views(['b', 'c', 'd', 'e'], viewOf(ids, { a: 'down' }));
+    cluster.deliverAll();
+    cluster.advance(COORDINATOR_DIGEST_INTERVAL_MS);
+    cluster.deliverAll();
+    const [, ...others] = cluster.digests();
+    assert.equal(new Set(others).size, 1, `b..e hold one table: ${others}`);
+    assert.equal(cluster.machine('b').counters.reissues, 1);
+    const entry = cluster.machine('e').current.active(0);
+    assert.equal(entry?.generation, 3);
+    assert.equal(entry?.pinnedTo, null, "the coordinator's entry, not the change no majority took");
+    assert.match(entry?.history.at(-1)?.reason ?? '', /^reissue$/);
   });
 });
 

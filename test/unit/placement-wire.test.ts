@@ -38,6 +38,7 @@ const EXAMPLES: PlacementMessage[] = [
   { kind: 'digest', from: 'n-a', digest: CoordinatorMachine.digestOf(sampleTable()) },
   { kind: 'pull', from: 'n-b' },
   { kind: 'ready', from: 'n-c', fragment: FRAGMENTS - 1, generation: Number.MAX_SAFE_INTEGER },
+  { kind: 'ahead', from: 'n-d', fragment: 0, generation: 7 },
 ];
 
 function decoded(bytes: Uint8Array, fragmentCount = FRAGMENTS) {
@@ -77,7 +78,7 @@ const tableJson = (value: unknown): Uint8Array => Buffer.from(JSON.stringify(val
 
 describe('placement messages round-trip', () => {
   test('every kind comes back deep-equal, with its table decoded', () => {
-    assert.equal(new Set(EXAMPLES.map((m) => m.kind)).size, 6, 'an example of each of the six kinds');
+    assert.equal(new Set(EXAMPLES.map((m) => m.kind)).size, 7, 'an example of each of the seven kinds');
     for (const message of EXAMPLES) {
       const { message: back, table } = decoded(encodePlacementMessage(message));
       assert.deepEqual(back, message);
@@ -128,7 +129,7 @@ describe('malformed placement messages are refused with a reason', () => {
 
   test('an unknown kind', () => {
     assertRefused(wire({ kind: 0 }), /unknown kind 0$/);
-    assertRefused(wire({ kind: 7 }), /unknown kind 7$/);
+    assertRefused(wire({ kind: 8 }), /unknown kind 8$/);
   });
 
   test('a sender that is not a node id', () => {
@@ -163,6 +164,15 @@ describe('malformed placement messages are refused with a reason', () => {
       /past the safe integers|ready names/,
     );
     decoded(wire({ kind: 6, fragment: 1, generation: 1 }));
+  });
+
+  test('an ahead for a fragment the cluster does not have, or at no generation', () => {
+    assertRefused(
+      wire({ kind: 7, fragment: FRAGMENTS, generation: 2 }),
+      /ahead names fragment 8 at generation 2/,
+    );
+    assertRefused(wire({ kind: 7, fragment: 1, generation: 0 }), /ahead names fragment 1 at generation 0/);
+    decoded(wire({ kind: 7, fragment: 1, generation: 1 }));
   });
 
   test('an empty or overlong digest', () => {

@@ -43,6 +43,7 @@ import {
   type MemberState,
   type MemberView,
   type OperatorStatus,
+  startsJoining,
 } from '../../core/membership-types.js';
 import {
   EnvelopeField,
@@ -370,7 +371,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // --join on a node whose data directory knows the cluster already is a restart: it rejoins the
     // members it knew, as a restart without --join does.
     const knowsOthers = membership.members.some((r) => r.nodeId !== c.selfId);
-    const joining = c.joinSeeds.length > 0 && !knowsOthers;
+    const joining = startsJoining(c.selfId, c.joinSeeds.length, membership.members);
     if (c.joinSeeds.length > 0 && !joining)
       this.logger.info(
         { members: membership.members.length },
