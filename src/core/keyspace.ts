@@ -32,12 +32,18 @@ const CLOSE_BRACE = 0x7d;
  * the first `}` after it, only those bytes are hashed (a "hash tag"), so related keys share a slot.
  */
 export function slotOf(key: Uint8Array): number {
-  const open = key.indexOf(OPEN_BRACE);
-  if (open !== -1) {
-    const close = key.indexOf(CLOSE_BRACE, open + 1);
-    if (close > open + 1) return crc16(key, open + 1, close) & (SLOT_COUNT - 1);
-  }
-  return crc16(key) & (SLOT_COUNT - 1);
+  return slotOfRange(key, 0, key.length);
+}
+
+/** The hash slot of the key at bytes[start, end), as `slotOf` (a key read in place, not copied out). */
+export function slotOfRange(bytes: Uint8Array, start: number, end: number): number {
+  // Scanned by hand: indexOf would run past `end` through the rest of a shared buffer.
+  let open = start;
+  while (open < end && bytes[open] !== OPEN_BRACE) open++;
+  let close = open + 1;
+  while (close < end && bytes[close] !== CLOSE_BRACE) close++;
+  if (close < end && close > open + 1) return crc16(bytes, open + 1, close) & (SLOT_COUNT - 1);
+  return crc16(bytes, start, end) & (SLOT_COUNT - 1);
 }
 
 /** Maps slots to fragments: fragment f of F owns slots [⌊f·16384/F⌋, ⌊(f+1)·16384/F⌋). */

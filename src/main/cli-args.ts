@@ -14,7 +14,7 @@ import {
 import { DURABILITY_NAMES } from '../core/ops.js';
 import { STORE_KINDS } from '../native-bindings/kv-store.js';
 import { ADMIN_BIND_DEFAULT } from './admin/server.js';
-import { isLoopbackHost } from './cluster-config.js';
+import { CLUSTER_REDIRECTS, isLoopbackHost } from './cluster-config.js';
 import type { TesseraOptions } from './config.js';
 import {
   checkMonitorOptions,
@@ -223,6 +223,12 @@ const FLAGS: Flag[] = [
     kind: 'size',
     option: 'moveRateBytesPerSec',
     help: 'bytes per second this node copies in for moves and anti-entropy repairs, shared by its workers, so clients keep their latency (default 32mb, at least 64kb; 0: unlimited)',
+  },
+  {
+    name: 'cluster-redirects',
+    kind: 'string',
+    option: 'clusterRedirects',
+    help: `a key another node serves: ${CLUSTER_REDIRECTS.join(' | ')} (default forward: served through that node, for any client; moved: -MOVED as Redis Cluster answers, for cluster-mode clients)`,
   },
   {
     name: 'drain-warn-interval',

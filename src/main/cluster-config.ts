@@ -92,7 +92,16 @@ export interface ClusterOptions {
    * replica's repair — shared evenly by its workers (default 32 MiB/s; 0: unlimited).
    */
   moveRateBytesPerSec?: number;
+  /**
+   * What a node answers for a key whose slot another node serves (default `forward`): `forward`
+   * serves it through that node, so any client works; `moved` answers `-MOVED slot host:port` as
+   * Redis Cluster does, so cluster-mode clients go straight to the serving node and follow moves.
+   */
+  clusterRedirects?: ClusterRedirects;
 }
+
+export const CLUSTER_REDIRECTS = ['forward', 'moved'] as const;
+export type ClusterRedirects = (typeof CLUSTER_REDIRECTS)[number];
 
 export const CLUSTER_OPTION_NAMES = [
   'peers',
@@ -112,6 +121,7 @@ export const CLUSTER_OPTION_NAMES = [
   'maxMovesPerNode',
   'drainWarnIntervalMs',
   'moveRateBytesPerSec',
+  'clusterRedirects',
 ] as const;
 
 export interface ClusterConfig {
@@ -138,6 +148,8 @@ export interface ClusterConfig {
   drainWarnIntervalMs: number;
   /** Bytes per second the node's anti-entropy rounds pull at most; 0: unlimited. */
   moveRateBytesPerSec: number;
+  /** `moved`: a key another node serves is answered with `-MOVED`; `forward`: served through it. */
+  redirectsMoved: boolean;
   /** TLS for the peer mesh; undefined for plain TCP. */
   tls: { cert: Buffer; key: Buffer; ca: Buffer; clientCert: Buffer; clientKey: Buffer } | undefined;
 }
@@ -315,6 +327,12 @@ export function resolveClusterConfig(
       `moveRateBytesPerSec must be 0 (unlimited) or an integer in ${MOVE_RATE_BYTES_PER_SEC_MIN}..${MOVE_RATE_BYTES_PER_SEC_MAX} bytes per second, got ${moveRateBytesPerSec}`,
     );
   }
+  const redirects = options.clusterRedirects ?? 'forward';
+  if (!CLUSTER_REDIRECTS.includes(redirects)) {
+    throw invalidInput(
+      `clusterRedirects must be one of ${CLUSTER_REDIRECTS.join(', ')}, got ${JSON.stringify(redirects)}`,
+    );
+  }
   const selfIndex = members.indexOf(nodeId);
   return {
     selfId: nodeId,
@@ -340,6 +358,7 @@ export function resolveClusterConfig(
     moveLimits: { movesInPerNode: maxMoves, movesOutPerNode: maxMoves },
     drainWarnIntervalMs,
     moveRateBytesPerSec,
+    redirectsMoved: redirects === 'moved',
     tls: resolvePeerTls(options.peerTls),
   };
 }

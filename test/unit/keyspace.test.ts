@@ -1,7 +1,7 @@
 // Keyspace (DESIGN.md "Slots and fragments"): Redis Cluster's CRC16 slots and contiguous ranges.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { crc16, Keyspace, slotOf, slotRange } from '../../src/core/keyspace.js';
+import { crc16, Keyspace, slotOf, slotOfRange, slotRange } from '../../src/core/keyspace.js';
 import { SLOT_COUNT } from '../../src/core/limits.js';
 
 const b = (s: string) => Buffer.from(s);
@@ -29,6 +29,14 @@ test('hash tag edge cases follow Redis rules', () => {
   assert.equal(slotOf(b('foo{bar}{zap}')), slotOf(b('bar')));
   // No closing brace: the whole key.
   assert.equal(slotOf(b('foo{bar')), crc16(b('foo{bar')) & 16383);
+});
+
+test('a key read in place, inside a larger buffer, has the slot of the key alone', () => {
+  for (const key of ['foo', '', '{user1000}.following', 'foo{}{bar}', 'foo{{bar}}zap', 'foo{bar', 'a}b{c']) {
+    // Braces around the key must not count: they are another argument's bytes.
+    const buf = Buffer.from(`{x}${key}{y}`);
+    assert.equal(slotOfRange(buf, 3, 3 + Buffer.byteLength(key)), slotOf(b(key)), key);
+  }
 });
 
 test('fragments own contiguous slot ranges covering every slot once', () => {

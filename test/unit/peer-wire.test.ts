@@ -261,6 +261,19 @@ describe('cluster options', () => {
     assert.throws(() => resolveClusterConfig({ moveRateBytesPerSec: 0 }, 'a', 16), /needs peers/);
   });
 
+  test('--cluster-redirects: forward by default, moved on request, nothing else', () => {
+    assert.equal(resolveClusterConfig({ peers }, 'a', 16)!.redirectsMoved, false);
+    assert.equal(
+      resolveClusterConfig({ peers, clusterRedirects: 'forward' }, 'a', 16)!.redirectsMoved,
+      false,
+    );
+    assert.equal(resolveClusterConfig({ peers, clusterRedirects: 'moved' }, 'a', 16)!.redirectsMoved, true);
+    assert.throws(
+      () => resolveClusterConfig({ peers, clusterRedirects: 'ask' as 'moved' }, 'a', 16),
+      /clusterRedirects must be one of forward, moved, got "ask"/,
+    );
+  });
+
   test('bad options are refused with a message that names them', () => {
     assert.throws(() => resolveClusterConfig({ peers }, undefined, 16), /needs nodeId/);
     assert.throws(() => resolveClusterConfig({ peers: 'a@127.0.0.1' }, 'a', 16), /not id@host:port/);

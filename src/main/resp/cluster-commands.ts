@@ -6,7 +6,7 @@
 
 import { createHash } from 'node:crypto';
 import { assert } from '../../core/assert.js';
-import { slotOf, slotRange } from '../../core/keyspace.js';
+import { slotOf, slotOfRange, slotRange } from '../../core/keyspace.js';
 import {
   COUNT_KEYS_IN_SLOT_EXAMINED_MAX,
   COUNT_KEYS_IN_SLOT_PAGE_KEYS,
@@ -16,7 +16,14 @@ import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import type { Cluster, MemberHealth } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
-import { answerLater, type CommandSpec, integerArg, unknownSubcommand, writeHelp } from './commands.js';
+import {
+  answerLater,
+  type CommandSpec,
+  integerArg,
+  optionName,
+  unknownSubcommand,
+  writeHelp,
+} from './commands.js';
 import type { RespConnection } from './connection.js';
 
 /** One node as clients see it. */
@@ -41,6 +48,40 @@ interface ShardView {
   last: number;
   primary: ClusterNodeView | undefined;
   replicas: ClusterNodeView[];
+}
+
+/**
+ * `--cluster-redirects moved`: a command whose keys all hash to one slot that another node serves
+ * is answered `-MOVED slot host:port` (the primary CLUSTER SLOTS names), as Redis Cluster answers
+ * it, so a cluster-mode client goes to that node and follows a fragment that moved. Keys in several
+ * slots still run here (Tessera serves them across fragments where Redis answers CROSSSLOT), and a
+ * slot no reachable node serves now is forwarded as in `forward` mode. True when it answered.
+ */
+export function redirectedElsewhere(
+  conn: RespConnection,
+  spec: CommandSpec,
+  cmd: RespCommand,
+  w: RespWriter,
+): boolean {
+  const node = conn.server.node;
+  const cluster = node.cluster;
+  if (cluster === undefined || !cluster.config.redirectsMoved) return false;
+  const range = (cmd.argc > 1 ? spec.subcommandKeys?.[optionName(cmd, 1)] : undefined) ?? spec.keys;
+  const [first, last, step] = range;
+  if (first === 0) return false;
+  const end = last < 0 ? cmd.argc + last : Math.min(last, cmd.argc - 1);
+  if (first > end) return false;
+  const slot = slotOfRange(cmd.bufs[first], cmd.starts[first], cmd.ends[first]);
+  for (let i = first + step; i <= end; i += step) {
+    if (slotOfRange(cmd.bufs[i], cmd.starts[i], cmd.ends[i]) !== slot) return false;
+  }
+  const member = cluster.servingMember(node.dispatcher.keyspace.fragmentOfSlot(slot));
+  if (member === -1 || member === cluster.config.selfIndex) return false;
+  const host = cluster.config.addresses[member]?.host;
+  const port = cluster.mesh.clientPortOf(member);
+  if (host === undefined || port <= 0) return false;
+  w.errorCode('MOVED', `${slot} ${host}:${port}`);
+  return true;
 }
 
 export function redisNodeId(nodeId: string): string {

@@ -7,7 +7,7 @@ import { ErrorKind, TesseraError } from '../../core/errors.js';
 import { CommandTable, commandNameKey, type RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { BIT_COMMANDS } from './bit-commands.js';
-import { CLUSTER_COMMANDS } from './cluster-commands.js';
+import { CLUSTER_COMMANDS, redirectedElsewhere } from './cluster-commands.js';
 import { CommandStats } from './command-stats.js';
 import type { RespConnection } from './connection.js';
 import { HLL_COMMANDS } from './hll-commands.js';
@@ -132,6 +132,7 @@ function refusedBeforeRunning(
     w.error("Replica can't interact with the keyspace");
     return true;
   }
+  if (redirectedElsewhere(conn, spec, cmd, w)) return true;
   if (DENY_OOM[id] && conn.server.node.memoryFull()) {
     writeOutOfMemory(w);
     return true;
