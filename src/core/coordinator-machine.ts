@@ -45,6 +45,7 @@ import {
   mayChangeTable,
   pinFragment,
   planMoves,
+  reachesMajority,
   rebuildFromReports,
   reissueAbove,
   startMove,
@@ -153,6 +154,8 @@ export class CoordinatorMachine {
   private reportRetryAtMs = Number.POSITIVE_INFINITY;
   private nextDigestAtMs = Number.POSITIVE_INFINITY;
   private lastRefusal = '';
+  /** The last reason a takeover with every report in hand waited, logged once until it changes. */
+  private lastTakeoverWait = '';
   /**
    * The coordinator whose changes this node refused last because its view named another (at start,
    * the coordinator's earlier incarnation): once the view names it, this node pulls its table rather
@@ -466,6 +469,15 @@ export class CoordinatorMachine {
       changed = table.entries().map(([f]) => f);
       how = 'bootstrapped the table';
     }
+    // The gate counted this node's own table (a joiner's is empty); the one adopted may name other
+    // members, and a coordinator must reach a majority of those too, or it acts for a minority.
+    if (!reachesMajority(table.members(), this.view)) {
+      const line = `the reported table's ${table.members().length} members are not reached by a majority here: waiting`;
+      if (line !== this.lastTakeoverWait) this.log('info', line);
+      this.lastTakeoverWait = line;
+      return;
+    }
+    this.lastTakeoverWait = '';
     this.table = table;
     this.roleNow = 'coordinator';
     this.reports.clear();

@@ -31,7 +31,7 @@ import {
   PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
 } from './limits.js';
 import type { MemberState } from './membership-types.js';
-import { computePlacement } from './placement.js';
+import { computePlacement, rendezvousOrder } from './placement.js';
 
 /** One member as this node's membership view holds it (the membership machine supplies these). */
 export interface MemberView {
@@ -587,7 +587,11 @@ export function startMove(
   return nextReplicas(move.fragment, entry, fence, replicas, moving, move.reason, nowMs);
 }
 
-/** Remove phase, once the target has copied: the source leaves, the target takes its place in the order. */
+/**
+ * Remove phase, once the target has copied: the source leaves, and the list takes its serving order
+ * — the pinned node first, then rendezvous order — so a joined node serves its share of fragments,
+ * not only holds copies (the first replica serves).
+ */
 export function finishMove(
   fragment: number,
   entry: ActiveAssignment,
@@ -596,12 +600,20 @@ export function finishMove(
 ): TableChange {
   const moving = entry.moving;
   assert(moving !== null, `fragment ${fragment} has no move in flight`);
-  const withoutTarget = entry.replicas.slice(0, -1);
-  const replicas =
-    moving.source === null
-      ? entry.replicas.slice()
-      : withoutTarget.map((id) => (id === moving.source ? moving.target : id));
+  const kept = moving.source === null ? entry.replicas : entry.replicas.filter((id) => id !== moving.source);
+  const replicas = servingOrder(kept, fragment, entry.pinnedTo);
   return nextReplicas(fragment, entry, fence, replicas, null, moving.reason, nowMs);
+}
+
+/** A settled replica list's order: the pinned node first (while it holds a copy), then rendezvous order. */
+export function servingOrder(
+  replicas: readonly string[],
+  fragment: number,
+  pinnedTo: string | null,
+): string[] {
+  const ordered = rendezvousOrder(replicas, fragment);
+  if (pinnedTo === null || !ordered.includes(pinnedTo)) return ordered;
+  return [pinnedTo, ...ordered.filter((id) => id !== pinnedTo)];
 }
 
 /** Gives up a move in flight whose target left: the list returns to what it was. */
@@ -678,7 +690,15 @@ export function pinFragment(
   if (!eligibleMembers(view).includes(node)) {
     return { status: 'NotFound', message: `pinned node is not eligible for placement: ${node}` };
   }
-  return change(fragment, fence, { ...entry, generation: entry.generation + 1, pinnedTo: node, fence });
+  // A pinned node that holds a copy already serves it now; one that does not, once its copy finishes.
+  const replicas = entry.moving === null ? servingOrder(entry.replicas, fragment, node) : entry.replicas;
+  return change(fragment, fence, {
+    ...entry,
+    generation: entry.generation + 1,
+    replicas,
+    pinnedTo: node,
+    fence,
+  });
 }
 
 function change(fragment: number, fence: Fence, entry: ActiveAssignment): TableChange {

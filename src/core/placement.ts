@@ -27,6 +27,18 @@ export function sortMembers(ids: Iterable<string>): string[] {
   return [...new Set(ids)].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
 }
 
+/**
+ * `ids` in the fragment's rendezvous order, most preferred first (as computePlacement lists them):
+ * the order a replica list is kept in, so each member is first, and serves, for about 1/N of the
+ * fragments it holds, whichever members joined or left since.
+ */
+export function rendezvousOrder(ids: readonly string[], fragment: number): string[] {
+  const sorted = sortMembers(ids);
+  const ranked = sorted.map((id, index) => ({ id, index, w: weight(id, fragment) }));
+  ranked.sort((a, b) => (a.w === b.w ? a.index - b.index : a.w > b.w ? -1 : 1));
+  return ranked.map((r) => r.id);
+}
+
 /** Replica lists of `fragments` fragments over `members` (any order), `replicas` per fragment. */
 export function computePlacement(members: Iterable<string>, fragments: number, replicas: number): Placement {
   const sorted = sortMembers(members);

@@ -182,6 +182,13 @@ describe('fragments that move while serving', () => {
       `${moves.coordinator.movesFinished} moves for an optimum of ${optimum}`,
     );
     assert.ok(acked.size > 0);
+    // The joiners serve their share too (the first replica serves), not only hold copies.
+    const placement = await getJson<FragmentPlacement[]>(byId('a'), '/cluster/placement');
+    for (const id of ['d', 'e'])
+      assert.ok(
+        placement.some((f) => f.replicas[0] === id),
+        `${id} serves no fragment: ${JSON.stringify(placement.map((f) => f.replicas))}`,
+      );
     await everyReplicaHoldsEveryWrite();
     // The status page says who coordinates and that nothing is moving or short.
     const page = await (await fetch(`http://127.0.0.1:${byId('d').adminPort}/`)).text();

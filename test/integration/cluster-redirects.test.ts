@@ -162,6 +162,16 @@ describe('--cluster-redirects moved', () => {
       await joined.start();
       const d = joined;
       await settled([a, b, c, d], ['a', 'b', 'c', 'd']);
+      // d serves its share of fragments: CLUSTER SLOTS names it, and the client's writes go there.
+      const slotsAfterJoin = (await (await a.client()).call('CLUSTER', 'SLOTS')) as SlotRange[];
+      assert.ok(
+        slotsAfterJoin.some((r) => r[2][1] === d.respPort),
+        'd is the primary of some slots',
+      );
+      await eventually(async () => {
+        const stats = (await infoOf(d, 'commandstats')).get('cmdstat_set') ?? '';
+        return Number(/calls=(\d+)/.exec(stats)?.[1] ?? 0) > 0;
+      }, CONDITION_MS_MAX);
       // b leaves: the fragments it served get a new serving node, and b redirects the client there.
       const exited = new Promise((resolve) => b.child!.once('exit', resolve));
       await adminPost(b, '/cluster/leave', {}, TOKEN);

@@ -159,6 +159,8 @@ class PlacementCluster {
     private readonly placement: ReadonlyArray<readonly string[]>,
     /** The planner's limits; undefined: the coordinator starts no moves. */
     private readonly moves: MoveLimits | undefined = undefined,
+    /** Nodes started with --join: no placement, themselves as the only initial member, no bootstrap. */
+    private readonly joiners: readonly string[] = [],
   ) {
     for (const id of ids) {
       this.peers.set(id, {
@@ -281,13 +283,14 @@ class PlacementCluster {
     restored: AssignmentTable | undefined,
     restoredPromise: EpochPromise | undefined,
   ): CoordinatorMachine {
+    const joiner = this.joiners.includes(id);
     return new CoordinatorMachine({
       selfId: id,
       fragmentCount: FRAGMENTS,
       replicas: REPLICAS,
-      initialPlacement: this.placement,
-      initialMembers: this.ids,
-      mayBootstrap: true,
+      initialPlacement: joiner ? [] : this.placement,
+      initialMembers: joiner ? [id] : this.ids,
+      mayBootstrap: !joiner,
       restored,
       restoredPromise,
       reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
@@ -1107,6 +1110,45 @@ describe('moves', () => {
     const entry = cluster.machine('a').current.active(fragment);
     assert.ok(entry?.replicas.includes('d') && entry.pinnedTo === 'd');
   });
+});
+
+test("a joiner named coordinator adopts no reported table until it reaches a majority of that table's members", () => {
+  const founders = ['b', 'c', 'd', 'e', 'f'];
+  const placement = [
+    ['b', 'c', 'd'],
+    ['c', 'd', 'e'],
+    ['d', 'e', 'f'],
+    ['e', 'f', 'b'],
+  ];
+  const cluster = new PlacementCluster(['a', ...founders], placement, undefined, ['a']);
+  cluster.views(founders, viewOf(founders));
+  cluster.deliverAll();
+  const founded = CoordinatorMachine.digestOf(cluster.machine('b').current);
+  // a joined; c, d, e and f are Down. a, the lowest id, is named coordinator: its own (empty) table
+  // passes its gate, but b's report names five members of which a reaches one.
+  const all = ['a', ...founders];
+  cluster.views(['a', 'b'], viewOf(all, { c: 'down', d: 'down', e: 'down', f: 'down' }));
+  cluster.deliverAll();
+  cluster.advance(COORDINATOR_REPORT_RETRY_MS);
+  cluster.deliverAll();
+  assert.notEqual(cluster.machine('a').role, 'coordinator');
+  assert.equal(cluster.machine('a').current.epoch, 0, 'nothing adopted');
+  assert.equal(CoordinatorMachine.digestOf(cluster.machine('b').current), founded, "b's table unchanged");
+  assert.ok(
+    cluster
+      .peer('a')
+      .actions.some(
+        (x) =>
+          x.kind === 'log' && /the reported table's 5 members are not reached by a majority/.test(x.message),
+      ),
+  );
+  // c and d back: a reaches b, c and d, three of the five, and adopts the table above its epoch.
+  cluster.views(['a', 'b', 'c', 'd'], viewOf(all, { e: 'down', f: 'down' }));
+  cluster.deliverAll();
+  cluster.advance(COORDINATOR_REPORT_RETRY_MS);
+  cluster.deliverAll();
+  assert.equal(cluster.machine('a').role, 'coordinator');
+  assert.deepEqual(cluster.machine('a').current.members(), founders);
 });
 
 test('a joining node that sees only itself takes over but bootstraps no table of its own', () => {

@@ -103,17 +103,23 @@ test('the serving replica lost: the fragment is held until a round against each 
   assert.match(host.logs.at(-1) ?? '', /did not complete in time/);
 });
 
-test('a fragment caught up already, or with no other replica reachable, is not held', async () => {
+test('a fragment served here since its catch-up is not held again; one whose serving came back from another is; with no other replica reachable, none is', async () => {
   const host = new Host();
   const catchUp = new FailoverCatchUp(host);
   catchUp.check();
   for (const round of host.rounds.splice(0)) round.finish(true);
   await settle();
-  // Fragment 3 goes to member 0 (a table change) and comes back while 0 is up: caught up already.
+  catchUp.check();
+  assert.equal(catchUp.inProgress(), 0, 'caught up, and served here since');
+  // Fragment 3 goes to member 0 (a table change) and comes back while 0 is up: writes 0 took in
+  // between may not have reached this node yet, so it catches up again, from 0 too.
   host.first = [0, 0, 2, 0];
   catchUp.check();
   host.first = [0, 0, 2, SELF];
   catchUp.check();
+  assert.equal(catchUp.inProgress(), 1);
+  for (const round of host.rounds.splice(0)) round.finish(true);
+  await settle();
   assert.equal(catchUp.inProgress(), 0);
   // Every other member lost: nothing reachable to learn from, so fragments 0–2 are served as they are.
   host.up = new Set([SELF]);

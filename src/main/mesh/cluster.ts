@@ -250,6 +250,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   });
   private viewScheduled = false;
   private readonly viewTask = (): void => this.sendView();
+  private catchUpCheckScheduled = false;
+  private readonly catchUpCheckTask = (): void => {
+    this.catchUpCheckScheduled = false;
+    this.failover.check();
+  };
   /** Per fragment, the replicas (member indices) requests are routed by: the table's, else the static placement. */
   private routing: number[][];
   private udp: UdpSocket | undefined;
@@ -627,8 +632,16 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
     this.recordMoves(table, fragments);
     this.routeByTable(table);
+    this.scheduleCatchUpCheck();
     this.placementDriver?.onTable(table, fragments);
     this.exitIfLeft();
+  }
+
+  /** The table or this node's serving changed who serves some fragments: once per burst (failover-catch-up.ts). */
+  private scheduleCatchUpCheck(): void {
+    if (this.catchUpCheckScheduled) return;
+    this.catchUpCheckScheduled = true;
+    queueMicrotask(this.catchUpCheckTask);
   }
 
   /** A move that started, finished or was given up in the changed entries: a cluster event each. */
@@ -682,6 +695,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   private onServing(fragment: number, serving: boolean): void {
     this.localServing[fragment] = serving ? 1 : 0;
+    this.scheduleCatchUpCheck();
     this.events.append(serving ? 'FragmentServing' : 'FragmentNotServing', Date.now(), {
       fragment,
       node: this.config.selfId,

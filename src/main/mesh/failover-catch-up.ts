@@ -1,6 +1,7 @@
 // Catch-up after a failover (DESIGN.md "Cluster"): when a fragment's first serving replica, as this
-// node routes it, moves to this node because the one before is no longer up, this node may lack
-// writes that replica acknowledged and replicated to the others but not yet to it; and a node that
+// node routes it, moves to this node — because the one before is no longer up, or the table put
+// this node first — this node may lack writes that replica acknowledged and replicated to the
+// others (or not yet to anyone: it reconciles with that one too while it is up); and a node that
 // restarts lacks what was written while it was away. Before it serves such a fragment it runs an
 // anti-entropy round against every other reachable replica — the verification a gained copy gets —
 // so a write acknowledged by one other replica (WAIT 1, --replica-acks 1) is read through this node
@@ -117,9 +118,9 @@ export class FailoverCatchUp {
   }
 
   /**
-   * After the view changed: a fragment this node serves that has not caught up since this node
-   * started, or whose serving replica moved here from one no longer up, catches up once some other
-   * replica is reachable.
+   * After the view or the table changed: a fragment this node serves that has not caught up since
+   * this node started, or whose serving replica moved here from another — one no longer up, or one
+   * the table put after this node — catches up once some other replica is reachable.
    */
   check(): void {
     const self = this.host.selfIndex;
@@ -128,7 +129,7 @@ export class FailoverCatchUp {
       const now = this.host.firstServing(f);
       this.servedBy[f] = now;
       if (now !== self) continue;
-      if (before !== -1 && before !== self && !this.host.isUp(before)) this.caughtUp[f] = 0;
+      if (before !== -1 && before !== self) this.caughtUp[f] = 0;
       if (this.caughtUp[f] === 1 || this.holding.has(f)) continue;
       this.catchUp(f, before);
     }
