@@ -8,6 +8,7 @@
 
 import type { Socket } from 'node:net';
 import { assert } from '../../core/assert.js';
+import { FragmentSet } from '../../core/fragment-set.js';
 import { CONNECTION_FLUSH_BYTES } from '../../core/limits.js';
 import type { Durability } from '../../core/ops.js';
 import { Subscriptions } from '../../core/pubsub.js';
@@ -84,9 +85,9 @@ export class RespConnection implements PubSubClient {
   replicaAcks: number;
   /**
    * The fragments this connection wrote since a WAIT (or WAITAOF) last saw every replica there is
-   * acknowledge them: what the next one asks about. At most one entry per fragment.
+   * acknowledge them: what the next one asks about. A bitmap: recording one costs a write nothing.
    */
-  readonly writtenFragments = new Set<number>();
+  readonly writtenFragments: FragmentSet;
   lastCommand = 'NULL';
   lastCommandAtMs = this.createdAtMs;
   /** Writes sent to a worker and not yet answered: reads must not bypass them on this thread. */
@@ -148,6 +149,7 @@ export class RespConnection implements PubSubClient {
     this.authenticated = !server.requiresAuth;
     this.durability = server.node.settings.durability;
     this.replicaAcks = server.node.settings.replicaAcks;
+    this.writtenFragments = new FragmentSet(server.node.settings.fragments);
     this.out = new RespWriter(2);
     this.scratch = new RespWriter(2);
     this.out.errorCodes = server.errorCodes;

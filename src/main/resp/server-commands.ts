@@ -753,7 +753,7 @@ function waitForWrites(
 ): Promise<ReplicaWaitAnswer> {
   const dispatcher = conn.server.node.dispatcher;
   const written = conn.writtenFragments;
-  const fragments = [...written];
+  const fragments = written.toArray();
   const others = dispatcher.otherReplicas;
   return waitForReplicas(dispatcher, {
     fragments,
