@@ -349,6 +349,24 @@ interface JoinRun {
   joinedCpuMs: number;
   /** What d holds once settled: fragments, and their keys' bytes. */
   joined: { fragments: number; bytes: number };
+  /**
+   * Catch-ups before serving during the join, under the load (a node the table put first for a
+   * fragment catches up first): how many, the requests they held, the longest hold (undefined when
+   * no catch-up of the join held longer than those before it).
+   */
+  catchUps: { count: number; held: number; maxMs: number | undefined };
+}
+
+/** The nodes' failover counters, summed (the longest hold: the maximum). */
+async function catchUpTotals(nodes: NodeProcess[]): Promise<{ count: number; held: number; maxMs: number }> {
+  const failovers = await Promise.all(
+    nodes.map(async (n) => (await getJson<MovesReport>(n, '/cluster/moves')).failover),
+  );
+  return {
+    count: failovers.reduce((sum, f) => sum + f.catchUps, 0),
+    held: failovers.reduce((sum, f) => sum + f.held, 0),
+    maxMs: Math.max(...failovers.map((f) => f.maxMs)),
+  };
 }
 
 function cpuSample(nodes: NodeProcess[], load: ClusterLoad): CpuSample {
@@ -377,6 +395,7 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
     const loadStart = cpuSample(cluster.nodes, load);
     await sleep(o.beforeMs - WARMUP_WINDOWS * SERIES_INTERVAL_MS);
     const join = cpuSample(cluster.nodes, load);
+    const catchUpsBefore = await catchUpTotals(cluster.nodes);
     joined = await joiningNode(o, cluster);
     progress(`  d joins at ${((join.atMs - loadStart.atMs) / 1000).toFixed(1)} s of load`);
     await joined.start();
@@ -387,6 +406,7 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
     const joinedCpuMs = processCpuMs(joined.child!.pid!);
     const placement = await getJson<FragmentPlacement[]>(a, '/cluster/placement');
     const dHolds = held(o, keys, placement, ['d']);
+    const catchUpsAfter = await catchUpTotals(running);
     progress(`  settled ${((settledMs - join.atMs) / 1000).toFixed(1)} s after the join`);
     await sleep(o.afterMs);
     const results = await load.stop();
@@ -401,6 +421,11 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
       cpu: { loadStart, join, settled },
       joinedCpuMs,
       joined: { fragments: dHolds.fragments[0], bytes: dHolds.bytes[0] },
+      catchUps: {
+        count: catchUpsAfter.count - catchUpsBefore.count,
+        held: catchUpsAfter.held - catchUpsBefore.held,
+        maxMs: catchUpsAfter.maxMs > catchUpsBefore.maxMs ? catchUpsAfter.maxMs : undefined,
+      },
     };
   } catch (err) {
     await keepLogs('join', [...cluster.nodes, ...(joined === undefined ? [] : [joined])]);
@@ -506,12 +531,10 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     }
     progress(`  no fragment under-replicated ${((restoredMs - killMs) / 1000).toFixed(1)} s after the kill`);
     const settledMs = await settledAt(survivors, ids.slice(0, -1), a, CONDITION_MS_MAX);
-    const failovers = await Promise.all(
-      survivors.map(async (n) => (await getJson<MovesReport>(n, '/cluster/moves')).failover),
-    );
+    const catchUps = await catchUpTotals(survivors);
     return {
-      catchUps: failovers.reduce((sum, f) => sum + f.catchUps, 0),
-      catchUpMsMax: Math.max(...failovers.map((f) => f.maxMs)),
+      catchUps: catchUps.count,
+      catchUpMsMax: catchUps.maxMs,
       keys,
       held: heldBefore,
       victim: victim.id,
@@ -595,6 +618,9 @@ function joinReport(o: Options, run: JoinRun): string[] {
       `optimum R·F/(N+1) = ${fixed(optimum)}.`,
     `CPU per operation (every thread of every node, /proc; d's from its start): before ${fixed(cpuBefore * 1000, 0)} µs, ` +
       `join to settled ${fixed(cpuJoin * 1000, 0)} µs (${fixed(cpuJoin / cpuBefore, 2)}×); d used ${fixed(run.joinedCpuMs / 1000, 1)} s of CPU.`,
+    `Catch-up before serving, under the load (a node the table put first catches up first): ${run.catchUps.count} ` +
+      `catch-ups holding ${run.catchUps.held} requests, the longest ` +
+      `${run.catchUps.maxMs === undefined ? 'no longer than those before the join' : `${run.catchUps.maxMs} ms`} (goal ≤ 1 s).`,
     `Client errors: ${errors.size === 0 ? 'none' : [...errors].map(([k, n]) => `${k} ×${n}`).join(', ')}.`,
   ];
 }

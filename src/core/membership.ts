@@ -900,6 +900,13 @@ export class Membership {
       if (updates.length >= this.config.updatesPerMessageMax) updates.pop();
       updates.unshift(claim);
     }
+    // Its own record too: a member that never heard of this node (its admission was lost with the
+    // member that admitted it) learns it from the ping instead of dropping it as from a stranger.
+    const self = this.config.nodeId;
+    if (!updates.some((u) => u.nodeId === self)) {
+      if (updates.length >= this.config.updatesPerMessageMax) updates.pop();
+      updates.push(this.selfAlive());
+    }
     const message: MembershipMessage = {
       kind: 'ping',
       from: this.config.nodeId,

@@ -131,6 +131,21 @@ test('probe and ack: one ping per interval, an ack ends the probe without indire
   assert.equal(h.sends('ping').length, 2, 'the next probe one interval later');
 });
 
+test("a ping carries its sender's own record: a member that never heard of the sender admits it and acks", () => {
+  // Long after the start: the news of a's own record has been retransmitted as often as it goes.
+  const h = new Harness(config('a', OTHERS), new Set(OTHERS));
+  h.advance(60_000);
+  const ping = h.sends('ping').at(-1);
+  assert.ok(ping !== undefined && ping.message.kind === 'ping');
+  assert.ok(ping.message.updates.some((u) => u.kind === 'alive' && u.nodeId === 'a'));
+  // Its admission was lost with the member that admitted it: this one knows only c.
+  const stranger = new Harness(config(ping.to, ['c']));
+  stranger.deliver({ ...ping.message, target: ping.to }, 10);
+  assert.equal(stranger.core.member('a')?.state, 'Up');
+  assert.equal(stranger.sends('ack').length, 1);
+  assert.equal(stranger.core.counters.fromUnknown, 0);
+});
+
 test('a direct probe timeout sends 3 indirect probes through other members', () => {
   const h = new Harness(config('a', OTHERS));
   h.advance(1000);
