@@ -11,6 +11,9 @@
 // for the ranges that differ. Replicas that mostly agree exchange a few bytes per run instead of a
 // summary per key (bench/RESULTS.md measures it).
 //
+// A round's first summary page also says how big the responder's copy is (SourceSize), so a node
+// copying the fragment can tell how much it has left to pull (`GET /cluster/moves`).
+//
 // A round pulls: it repairs this node from the peer. The peer's own round toward this node repairs
 // the peer, so both converge to the LWW winner.
 //
@@ -52,6 +55,16 @@ export interface RangeDigest {
   digest: Uint8Array;
 }
 
+/**
+ * How big the responder's copy of the fragment is, as its store counts it when it answers a round's
+ * first page (KvStore.fragmentSize): entries, and bytes of their keys and records. An estimate: it
+ * tells the requester how much a copy has left to pull, and nothing checks what it pulls against it.
+ */
+export interface SourceSize {
+  keys: number;
+  bytes: number;
+}
+
 export interface SummaryPage {
   sessionId: number;
   roundId: number;
@@ -62,6 +75,8 @@ export interface SummaryPage {
   nextAfterKey: Uint8Array;
   /** Nothing follows: the round is complete once this page is repaired. */
   done: boolean;
+  /** The responder's copy as of this page; absent (null as decoded) when it did not say. */
+  sourceSize?: SourceSize | null;
 }
 export interface DataPage {
   sessionId: number;
@@ -223,6 +238,8 @@ export class ReconcileRound {
   private nextChunkSeq = 1;
   /** Keys fetched and merged, for reports. */
   repaired = 0;
+  /** The peer's copy of the fragment as its latest page said; undefined until one did. */
+  sourceSize: SourceSize | undefined = undefined;
 
   constructor(
     readonly sessionId: number,
@@ -244,6 +261,10 @@ export class ReconcileRound {
     if (page.summaries.length > RECONCILE_PAGE_ITEMS_MAX) {
       return { kind: 'violation', reason: `anti-entropy page of ${page.summaries.length} summaries` };
     }
+    const size = page.sourceSize ?? undefined;
+    if (size !== undefined && !(isCount(size.keys) && isCount(size.bytes))) {
+      return { kind: 'violation', reason: 'malformed anti-entropy fragment size' };
+    }
     const wanted: Buffer[] = [];
     let previous: Uint8Array | undefined = this.pageSeq === 0 ? undefined : this.lastKey;
     for (const s of page.summaries) {
@@ -264,6 +285,7 @@ export class ReconcileRound {
     }
     this.pageDone = page.done;
     this.lastKey = Buffer.from(page.nextAfterKey);
+    if (size !== undefined) this.sourceSize = { keys: size.keys, bytes: size.bytes };
     if (wanted.length > 0) {
       this.chunkSeq = this.nextChunkSeq++;
       return { kind: 'fetch', chunkSeq: this.chunkSeq, keys: wanted };
@@ -290,6 +312,11 @@ export class ReconcileRound {
     this.pageSeq++;
     return { kind: 'request-page', pageSeq: this.pageSeq, afterKey: this.lastKey ?? Buffer.alloc(0) };
   }
+}
+
+/** A count a peer may send: a whole number, 0 to 2^53. */
+function isCount(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0;
 }
 
 export type ServeStep =

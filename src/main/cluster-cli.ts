@@ -414,7 +414,7 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
     lines.push(columns(rows));
   }
   if (report.here.length > 0) {
-    const rows = [['fragment', 'here', 'generation', 'step', 'copied', 'since', 'waiting']];
+    const rows = [['fragment', 'here', 'generation', 'step', 'copied', 'left', 'since', 'waiting']];
     for (const f of report.here)
       rows.push([
         String(f.fragment),
@@ -422,6 +422,8 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
         String(f.generation),
         f.step ?? '-',
         f.bytesDone === null ? '-' : `${mib(f.bytesDone)} (${f.keysDone} keys)`,
+        // An estimate (Cluster.movesReport), marked as one.
+        f.bytesLeft === null ? '-' : `~${mib(f.bytesLeft)} (~${f.keysLeft} keys)`,
         f.since,
         f.waiting || '-',
       ]);

@@ -76,7 +76,7 @@ import {
 } from '../threads/op-codec.js';
 import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import type { NodeConfig } from './config.js';
-import { type PulledCount, PulledCounts } from './pulled-counts.js';
+import { PulledCounts, type PulledInto } from './pulled-counts.js';
 import { waitForReplicas } from './replica-waiter.js';
 import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
@@ -752,8 +752,11 @@ export class Dispatcher {
     return () => this.roundWatchers.delete(watcher);
   }
 
-  /** Keys and bytes anti-entropy rounds pulled into this node's copy of `fragment` since it opened it. */
-  pulledInto(fragment: number): PulledCount {
+  /**
+   * Keys and bytes anti-entropy rounds pulled into this node's copy of `fragment` since it opened
+   * it, and how big the largest copy they pulled from said it is.
+   */
+  pulledInto(fragment: number): PulledInto {
     return this.pulled.of(fragment);
   }
 

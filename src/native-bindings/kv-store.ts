@@ -51,6 +51,16 @@ export interface StoredEntry {
   record: Buffer;
 }
 
+/**
+ * How big a fragment's copy is: its entries (tombstones included), and the bytes of their keys and
+ * records — what anti-entropy pulls of it, counted as a pull counts them (src/workers/replication.ts).
+ * Each binding says how close it comes (`KvStore.fragmentSize`).
+ */
+export interface FragmentSize {
+  keys: number;
+  bytes: number;
+}
+
 export interface KvStore {
   readonly kind: StoreKind;
   /**
@@ -93,6 +103,13 @@ export interface KvStore {
   sync(): Promise<void>;
   /** The fragment's stored high-water timestamp wall-ms (0 if none). */
   highWaterWallMs(fragment: number): number;
+  /**
+   * The fragment's size as of now, without reading it whole: anti-entropy tells a peer copying the
+   * fragment how much there is (on the first page of each round it serves). Exact for memory; lmdb
+   * counts the keys exactly and estimates the bytes from its pages; LevelDB counts a small fragment
+   * exactly and estimates a larger one (see each binding).
+   */
+  fragmentSize(fragment: number): Promise<FragmentSize>;
   /** Removes a fragment's data whole. */
   dropFragment(fragment: number): Promise<void>;
   /**

@@ -25,6 +25,7 @@ import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX } from '../core/limits.js';
 import { fsyncDirectoryFiles, fsyncPath, renameIntoPlaceDurably } from './fsync-path.js';
 import {
   DAMAGED_STORE_REMEDY,
+  type FragmentSize,
   type FragmentWrites,
   type KvStore,
   type PageStart,
@@ -62,6 +63,11 @@ const BACKUP_BATCH_ENTRIES = 1000;
 const LEVEL_REOPEN_FREE_BYTES_MIN = 16 * 1024 * 1024;
 /** Where a group's new database is made before it is renamed into place (`createGroupDurably`). */
 const LEVEL_NEW_GROUP_SUFFIX = '.new';
+/**
+ * Entries `fragmentSize` reads from a fragment's start: all of a fragment this small, which is then
+ * counted exactly, and otherwise the sample its average entry comes from.
+ */
+const LEVEL_SIZE_SAMPLE_ENTRIES = 256;
 /** LevelDB names its write-ahead logs `<number>.log`; rotated ones wait there for compaction. */
 const LOG_FILE_PATTERN = /^\d+\.log$/;
 
@@ -347,6 +353,34 @@ class LevelStore implements KvStore {
     }
     // Closed, the copy is its files: make them and their names durable.
     await fsyncDirectoryFiles(dir);
+  }
+
+  /**
+   * LevelDB keeps no count of a range's keys, and this store none of its own. A fragment of fewer
+   * than LEVEL_SIZE_SAMPLE_ENTRIES entries is read whole and counted exactly. A larger one is
+   * estimated: its bytes are LevelDB's `approximateSize` of its range (at least those of the
+   * entries read), its keys those bytes over the average entry read. That size is of the table
+   * files: compressed (Snappy: a half to a tenth of compressible records), without what is still
+   * in the log and memtables (a write buffer or two, 4 MiB each), and with overwritten versions
+   * until compaction drops them, so the estimate may fall well short, or somewhat over.
+   */
+  async fragmentSize(fragment: number): Promise<FragmentSize> {
+    const sample = await this.page(fragment, undefined, undefined, LEVEL_SIZE_SAMPLE_ENTRIES);
+    let sampleBytes = 0;
+    for (const e of sample) sampleBytes += e.key.length + e.record.length;
+    if (sample.length < LEVEL_SIZE_SAMPLE_ENTRIES) return { keys: sample.length, bytes: sampleBytes };
+    const group = this.#group(fragment);
+    let fileBytes: number;
+    try {
+      fileBytes = await group.db.approximateSize(
+        storedKey(fragment, TAG_DATA, EMPTY),
+        tagEnd(fragment, TAG_DATA),
+      );
+    } catch (err) {
+      throw asStorageError(err);
+    }
+    const bytes = Math.max(sampleBytes, fileBytes);
+    return { keys: Math.round((bytes * sample.length) / sampleBytes), bytes };
   }
 
   async dropFragment(fragment: number): Promise<void> {

@@ -27,7 +27,14 @@ import {
   MEMORY_RECENCY_ENTRY_BYTES,
 } from '../core/limits.js';
 import { expiresAtOf, isTombstone } from '../core/record.js';
-import type { FragmentWrites, KvStore, PageStart, StoredEntry, StoreLocation } from './kv-store.js';
+import type {
+  FragmentSize,
+  FragmentWrites,
+  KvStore,
+  PageStart,
+  StoredEntry,
+  StoreLocation,
+} from './kv-store.js';
 import {
   checkFragment,
   checkKey,
@@ -282,6 +289,14 @@ class MemoryStore implements KvStore {
 
   highWaterWallMs(fragment: number): number {
     return this.#fragment(fragment).highWaterWallMs;
+  }
+
+  /** Exact: `bytes` less what each entry costs beyond its key and record (latin1: a char a byte). */
+  async fragmentSize(fragment: number): Promise<FragmentSize> {
+    const f = this.#fragment(fragment);
+    const keys = f.records.size;
+    const recencyBytes = (f.recency?.size ?? 0) * MEMORY_RECENCY_ENTRY_BYTES;
+    return { keys, bytes: f.bytes - keys * MEMORY_ENTRY_OVERHEAD_BYTES - recencyBytes };
   }
 
   async backup(): Promise<void> {

@@ -74,6 +74,7 @@ import {
 } from '../core/limits.js';
 import { decodeKeys, decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
+import type { SourceSize } from '../core/reconciler.js';
 import { isWellFormedRecord, valueOffsetOf } from '../core/record.js';
 import { AckLevel } from '../core/replication-sender.js';
 
@@ -955,40 +956,76 @@ export interface RoundReport {
   keysPulled: number;
   /** Bytes of those keys and their records (what `--move-rate` limits). */
   bytesPulled: number;
+  /**
+   * The peer's copy of the fragment as its latest summary page of the round said (an estimate:
+   * src/core/reconciler.ts SourceSize); undefined until one did. Counts past 2^48 - 1 read as that.
+   */
+  sourceSize: SourceSize | undefined;
   /** Why it failed; empty when ok. */
   reason: string;
 }
 
-const ROUND_REPORT_BYTES = RESULT_HEADER_BYTES + 20;
+// Round report, after the result header (flags bit 0: ok; bit 1: the source's size is known):
+//   0  u16  member
+//   2  u32  roundSeq
+//   6  u32  roundId
+//   10 u32  keysPulled
+//   14 u48  bytesPulled
+//   20 u48  sourceKeys    (0 unless known)
+//   26 u48  sourceBytes   (0 unless known)
+//   32 …    reason, UTF-8, to the end
+const ROUND_MEMBER_AT = 0;
+const ROUND_SEQ_AT = 2;
+const ROUND_ID_AT = 6;
+const ROUND_KEYS_PULLED_AT = 10;
+const ROUND_BYTES_PULLED_AT = 14;
+const ROUND_SOURCE_KEYS_AT = 20;
+const ROUND_SOURCE_BYTES_AT = 26;
+const ROUND_REASON_AT = 32;
+const ROUND_OK_FLAG = 1;
+const ROUND_SOURCE_SIZE_FLAG = 2;
+const U48_MAX = 2 ** 48 - 1;
+const ROUND_REPORT_BYTES = RESULT_HEADER_BYTES + ROUND_REASON_AT;
 
 export const roundReportBytes = (r: RoundReport): number => ROUND_REPORT_BYTES + Buffer.byteLength(r.reason);
 
 /** RoundReport or RoundProgress (reqId 0), or RoundAnswer. The reason is at most ERROR_MESSAGE_BYTES_MAX (truncateErrorMessage). */
 export function writeRoundReport(buf: Buffer, at: number, kind: number, reqId: number, r: RoundReport): void {
+  const source = r.sourceSize;
   buf[at + KIND_AT] = kind;
-  buf[at + FLAGS_AT] = r.ok ? 1 : 0;
+  buf[at + FLAGS_AT] = (r.ok ? ROUND_OK_FLAG : 0) | (source === undefined ? 0 : ROUND_SOURCE_SIZE_FLAG);
   writeU16LE(buf, at + FRAGMENT_AT, r.fragment);
   writeU32LE(buf, at + ID_AT, reqId);
   const p = at + RESULT_HEADER_BYTES;
-  writeU16LE(buf, p, r.member);
-  writeU32LE(buf, p + 2, r.roundSeq);
-  writeU32LE(buf, p + 6, r.roundId);
-  writeU32LE(buf, p + 10, r.keysPulled);
-  buf.writeUIntLE(r.bytesPulled, p + 14, 6);
-  buf.write(r.reason, p + 20, 'utf8');
+  writeU16LE(buf, p + ROUND_MEMBER_AT, r.member);
+  writeU32LE(buf, p + ROUND_SEQ_AT, r.roundSeq);
+  writeU32LE(buf, p + ROUND_ID_AT, r.roundId);
+  writeU32LE(buf, p + ROUND_KEYS_PULLED_AT, r.keysPulled);
+  buf.writeUIntLE(r.bytesPulled, p + ROUND_BYTES_PULLED_AT, 6);
+  buf.writeUIntLE(Math.min(source?.keys ?? 0, U48_MAX), p + ROUND_SOURCE_KEYS_AT, 6);
+  buf.writeUIntLE(Math.min(source?.bytes ?? 0, U48_MAX), p + ROUND_SOURCE_BYTES_AT, 6);
+  buf.write(r.reason, p + ROUND_REASON_AT, 'utf8');
 }
 
 export function readRoundReport(buf: Buffer, at: number, length: number): RoundReport {
   assert(length >= ROUND_REPORT_BYTES, 'a round report shorter than its fields');
   const p = at + RESULT_HEADER_BYTES;
+  const flags = buf[at + FLAGS_AT];
   return {
     fragment: readU16LE(buf, at + FRAGMENT_AT),
-    member: readU16LE(buf, p),
-    roundSeq: readU32LE(buf, p + 2),
-    roundId: readU32LE(buf, p + 6),
-    ok: (buf[at + FLAGS_AT] & 1) === 1,
-    keysPulled: readU32LE(buf, p + 10),
-    bytesPulled: buf.readUIntLE(p + 14, 6),
-    reason: buf.toString('utf8', p + 20, at + length),
+    member: readU16LE(buf, p + ROUND_MEMBER_AT),
+    roundSeq: readU32LE(buf, p + ROUND_SEQ_AT),
+    roundId: readU32LE(buf, p + ROUND_ID_AT),
+    ok: (flags & ROUND_OK_FLAG) !== 0,
+    keysPulled: readU32LE(buf, p + ROUND_KEYS_PULLED_AT),
+    bytesPulled: buf.readUIntLE(p + ROUND_BYTES_PULLED_AT, 6),
+    sourceSize:
+      (flags & ROUND_SOURCE_SIZE_FLAG) === 0
+        ? undefined
+        : {
+            keys: buf.readUIntLE(p + ROUND_SOURCE_KEYS_AT, 6),
+            bytes: buf.readUIntLE(p + ROUND_SOURCE_BYTES_AT, 6),
+          },
+    reason: buf.toString('utf8', p + ROUND_REASON_AT, at + length),
   };
 }

@@ -86,6 +86,8 @@ export interface Envelope {
     summaries: readonly KeySummaryMessage[];
     done: boolean;
     nextAfterKey: Uint8Array;
+    /** Null as decoded when the responder did not say. */
+    sourceSize?: { keys: number; bytes: number } | null;
   };
   reconcileFetch?: {
     fragment: number;

@@ -21,6 +21,10 @@
 // the worker pulls at most its rate over time, plus the bucket's burst and one fetch per round
 // running at once (a fetch's pages come whole).
 //
+// The first summary page of each round served says how big this node's copy of the fragment is
+// (KvStore.fragmentSize, read beside the page's span), and the requester's round reports carry what
+// it heard, so the main thread can show how much a copy has left to pull (`GET /cluster/moves`).
+//
 // Time comes through a DriverClock (the wall clock and one timer in a worker, simulated time in
 // test/sim/), and session and round ids from the tuning's source, so a simulator can run this driver
 // as it is and replay a run from its seed.
@@ -60,7 +64,7 @@ import {
   type ReplicatedOpView,
   readReplicateBatch,
 } from '../core/replication-wire.js';
-import type { KvStore } from '../native-bindings/kv-store.js';
+import type { FragmentSize, KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
 import type { RoundReport } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
@@ -82,8 +86,8 @@ export interface ReplicationHost {
    * cannot take it.
    */
   poolSpan: ((fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery) => Promise<Span>) | undefined;
-  /** Only `page` is read: anti-entropy's spans when there is no pool. */
-  readonly store: Pick<KvStore, 'page'>;
+  /** Anti-entropy's spans when there is no pool, and the size of a fragment a peer pulls from here. */
+  readonly store: Pick<KvStore, 'page' | 'fragmentSize'>;
   readonly logger: Logger;
   /** The wall clock and the one timer this driver keeps (its senders' earliest deadline). */
   readonly clock: DriverClock;
@@ -791,7 +795,9 @@ export class WorkerReplication {
     const round = this.rounds.get(roundKey(member, page.fragment));
     const core = this.host.core(page.fragment);
     if (round === undefined || core === undefined) return;
-    this.step(member, page.fragment, round, round.onSummaries(page, core));
+    const step = round.onSummaries(page, core);
+    if (round.sourceSize !== undefined) this.ledger.sized(page.fragment, member, round.sourceSize);
+    this.step(member, page.fragment, round, step);
   }
 
   private onData(member: number, page: Envelope['reconcileData'] & object, nowMs: number): void {
@@ -850,8 +856,13 @@ export class WorkerReplication {
     if (step.kind === 'violation') return this.host.closePeer(member, step.reason);
     if (step.kind !== 'read-page') return;
     let span: Span;
+    let sourceSize: FragmentSize | undefined;
     try {
-      span = await this.readSpan(q.fragment, step.afterKey, q);
+      // The size as of the round's start, on its first page: what the round compares is as of then.
+      [span, sourceSize] = await Promise.all([
+        this.readSpan(q.fragment, step.afterKey, q),
+        q.pageSeq === 0 ? this.fragmentSize(q.fragment) : undefined,
+      ]);
     } catch (err) {
       this.host.logger.warn(
         { fragment: q.fragment, err: (err as Error).message },
@@ -862,7 +873,18 @@ export class WorkerReplication {
     // The peer may have gone, or opened another session, while the store read.
     if (this.responders.get(roundKey(member, q.fragment)) !== responder) return;
     const page = responder.pageRead(q, span.entries, span.truncated);
-    if (page !== undefined) this.send(member, { reconcileResponse: { fragment: q.fragment, ...page } });
+    if (page !== undefined)
+      this.send(member, { reconcileResponse: { fragment: q.fragment, ...page, sourceSize } });
+  }
+
+  /** This node's copy of a fragment, for a peer pulling it; undefined when the store cannot say. */
+  private async fragmentSize(fragment: number): Promise<FragmentSize | undefined> {
+    try {
+      return await this.host.store.fragmentSize(fragment);
+    } catch (err) {
+      this.host.logger.debug({ fragment, err: (err as Error).message }, 'fragment size unknown');
+      return undefined;
+    }
   }
 
   /** The records of advertised keys, freshest first (pending writes included), in byte-bounded pages. */

@@ -1,11 +1,13 @@
 // How each sender's anti-entropy rounds go and end, for the main thread (RoundProgress after each
-// page pulled, RoundReport at the end) and for the requests waiting on one (ReconcileNow). A round is counted when it starts; it ends complete (every page
+// page pulled and when the peer's copy's size changes, RoundReport at the end) and for the requests
+// waiting on one (ReconcileNow). A round is counted when it starts; it ends complete (every page
 // compared, what the peer held newer fetched), or failed: broken by the peer, abandoned by a new
 // session (the sender's round timeout, an ACK timeout, a peer's reset), cut by a lost connection,
 // or closed with its sender. A ReconcileNow waits for a round that started after it was asked:
 // one already running when it came may have passed keys written just before.
 
 import { truncateErrorMessage } from '../core/errors.js';
+import type { SourceSize } from '../core/reconciler.js';
 import type { RoundReport } from '../threads/op-codec.js';
 
 /** One (fragment, member) sender's rounds. */
@@ -16,6 +18,8 @@ interface SenderRounds {
   roundId: number;
   keysPulled: number;
   bytesPulled: number;
+  /** The peer's copy as the running round last heard (src/core/reconciler.ts SourceSize). */
+  sourceSize: SourceSize | undefined;
 }
 
 interface RoundWaiter {
@@ -48,6 +52,7 @@ export class RoundLedger {
     rounds.roundId = roundId;
     rounds.keysPulled = 0;
     rounds.bytesPulled = 0;
+    rounds.sourceSize = undefined;
   }
 
   /** The running round fetched `count` keys, `bytes` with their records, from the peer. */
@@ -56,6 +61,16 @@ export class RoundLedger {
     if (rounds === undefined || rounds.roundId === 0) return;
     rounds.keysPulled += count;
     rounds.bytesPulled += bytes;
+    this.progress(reportOf(fragment, member, rounds, false, ''));
+  }
+
+  /** The running round's peer said how big its copy is: reported when that changed. */
+  sized(fragment: number, member: number, size: SourceSize): void {
+    const rounds = this.senders.get(key(fragment, member));
+    if (rounds === undefined || rounds.roundId === 0) return;
+    const known = rounds.sourceSize;
+    if (known !== undefined && known.keys === size.keys && known.bytes === size.bytes) return;
+    rounds.sourceSize = size;
     this.progress(reportOf(fragment, member, rounds, false, ''));
   }
 
@@ -110,7 +125,7 @@ export class RoundLedger {
     const k = key(fragment, member);
     let rounds = this.senders.get(k);
     if (rounds === undefined) {
-      rounds = { seq: 0, roundId: 0, keysPulled: 0, bytesPulled: 0 };
+      rounds = { seq: 0, roundId: 0, keysPulled: 0, bytesPulled: 0, sourceSize: undefined };
       this.senders.set(k, rounds);
     }
     return rounds;
@@ -124,13 +139,23 @@ function reportOf(
   ok: boolean,
   reason: string,
 ): RoundReport {
-  const { seq: roundSeq, roundId, keysPulled, bytesPulled } = rounds;
-  return { fragment, member, roundSeq, roundId, ok, keysPulled, bytesPulled, reason };
+  const { seq: roundSeq, roundId, keysPulled, bytesPulled, sourceSize } = rounds;
+  return { fragment, member, roundSeq, roundId, ok, keysPulled, bytesPulled, sourceSize, reason };
 }
 
 /** The answer of a request that no round ended for. */
 function failure(fragment: number, member: number, reason: string): RoundReport {
-  return { fragment, member, roundSeq: 0, roundId: 0, ok: false, keysPulled: 0, bytesPulled: 0, reason };
+  return {
+    fragment,
+    member,
+    roundSeq: 0,
+    roundId: 0,
+    ok: false,
+    keysPulled: 0,
+    bytesPulled: 0,
+    sourceSize: undefined,
+    reason,
+  };
 }
 
 function key(fragment: number, member: number): string {

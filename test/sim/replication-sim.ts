@@ -143,8 +143,10 @@ const EMPTY = Buffer.alloc(0);
 /** Why a simulated commit fails: the only reason a replica may refuse a batch. */
 const COMMIT_FAILURE = 'simulated store failure';
 /** What anti-entropy reads with `antiEntropy` off: no keys, so every round ends with nothing to repair. */
-const NO_KEYS: Pick<KvStore, 'page'> = { page: async () => [] };
+const NO_KEYS: SimStoreReads = { page: async () => [], fragmentSize: async () => ({ keys: 0, bytes: 0 }) };
 const SILENT = pino({ level: 'silent' });
+/** What anti-entropy reads of a node's store. */
+type SimStoreReads = Pick<KvStore, 'page' | 'fragmentSize'>;
 
 /**
  * One incarnation of a node's worker: its actor and the real replication driver, and what the worker
@@ -164,7 +166,7 @@ class SimWorker implements ReplicationHost {
   constructor(
     readonly actor: FragmentCore,
     readonly clock: SimClock,
-    readonly store: Pick<KvStore, 'page'>,
+    readonly store: SimStoreReads,
     cluster: ClusterInit,
     restarted: boolean,
     tuning: SenderTuning,
@@ -356,12 +358,14 @@ export class ReplicationSim {
   }
 
   /** The store as anti-entropy reads it, each read counted (settle). */
-  private readsOf(store: Pick<KvStore, 'page'>): Pick<KvStore, 'page'> {
+  private readsOf(store: SimStoreReads): SimStoreReads {
     return {
       page: (fragment, start, end, limit) => {
         this.readsStarted++;
         return store.page(fragment, start, end, limit);
       },
+      // Read beside a page, never alone: the page's count covers it.
+      fragmentSize: (fragment) => store.fragmentSize(fragment),
     };
   }
 

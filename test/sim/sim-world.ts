@@ -77,8 +77,10 @@ export class SimClock implements DriverClock {
 }
 
 /** One node's committed copy of the fragment, its keys in order, as the actor's store shows it. */
-export class SimStore implements RecordReader, Pick<KvStore, 'page'> {
+export class SimStore implements RecordReader, Pick<KvStore, 'page' | 'fragmentSize'> {
   readonly data = new Map<string, Buffer>();
+  /** Bytes of the keys and records in `data`. */
+  private bytes = 0;
   /** The high-water mark the commits carried: what a restarted actor starts from. */
   highWaterWallMs = 0;
   private readonly sorted: Buffer[] = [];
@@ -91,7 +93,9 @@ export class SimStore implements RecordReader, Pick<KvStore, 'page'> {
   commit(puts: ReadonlyArray<readonly [Uint8Array, Uint8Array]>, highWaterWallMs: number): void {
     for (const [key, record] of puts) {
       const k = Buffer.from(key).toString('latin1');
-      if (!this.data.has(k)) this.sorted.splice(this.firstAtOrAfter(Buffer.from(key)), 0, Buffer.from(key));
+      const held = this.data.get(k);
+      if (held === undefined) this.sorted.splice(this.firstAtOrAfter(Buffer.from(key)), 0, Buffer.from(key));
+      this.bytes += key.length + record.length - (held === undefined ? 0 : key.length + held.length);
       this.data.set(k, Buffer.from(record));
     }
     this.highWaterWallMs = Math.max(this.highWaterWallMs, highWaterWallMs);
@@ -112,6 +116,11 @@ export class SimStore implements RecordReader, Pick<KvStore, 'page'> {
     return this.sorted
       .slice(at, at + limit)
       .map((key) => ({ key, record: this.data.get(key.toString('latin1'))! }));
+  }
+
+  /** Exact, as the memory store's. */
+  async fragmentSize(): Promise<{ keys: number; bytes: number }> {
+    return { keys: this.data.size, bytes: this.bytes };
   }
 
   private firstAtOrAfter(key: Buffer): number {

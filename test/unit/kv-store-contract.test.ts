@@ -1,6 +1,7 @@
 // The KvStore contract (src/native-bindings/kv-store.ts, DESIGN.md "native-bindings" and "Data
 // model"), run against every binding, then the cross-thread behaviour the worker supervisor relies
-// on: lmdb's env shared by worker threads, and LevelDB's lock released when a worker dies.
+// on: lmdb's env shared by worker threads, and LevelDB's lock released when a worker dies. How
+// close each binding's fragmentSize estimate comes: fragment-size.test.ts.
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -346,6 +347,27 @@ for (const kind of STORE_KINDS) {
       );
     });
 
+    it('sizes a fragment: nothing when empty or dropped; its keys exactly, apart from the others', async () => {
+      assert.deepEqual(await store.fragmentSize(0), { keys: 0, bytes: 0 });
+      // Fewer entries than LevelDB's sample: every kind but lmdb counts the bytes exactly too.
+      const entries = Array.from({ length: 100 }, (_, i): [Buffer, Buffer] => [
+        b(`k${i}`),
+        Buffer.alloc(50 + i, i),
+      ]);
+      await store.commit([write(0, entries, [], 1000), write(2, [[b('x'), b('2x')]])]);
+      await store.commit([write(0, [[b('k0'), Buffer.alloc(900)]], [b('k1'), b('k2'), b('absent')])]);
+      const bytes = entries.slice(3).reduce((n, [k, r]) => n + k.length + r.length, b('k0').length + 900);
+      const size = await store.fragmentSize(0);
+      // The high-water mark is no key.
+      assert.equal(size.keys, 98);
+      if (kind === 'lmdb') assert.ok(size.bytes > 0, 'estimated from pages (fragment-size.test.ts)');
+      else assert.equal(size.bytes, bytes);
+      assert.deepEqual(await store.fragmentSize(1), { keys: 0, bytes: 0 });
+      assert.equal((await store.fragmentSize(2)).keys, 1);
+      await store.dropFragment(0);
+      assert.deepEqual(await store.fragmentSize(0), { keys: 0, bytes: 0 });
+    });
+
     it('resolves sync() after commits, and again with nothing to sync', async () => {
       await putAll(store, 0, [[b('k'), b('v')]]);
       await store.sync();
@@ -381,6 +403,7 @@ for (const kind of STORE_KINDS) {
       await assert.rejects(async () => store.commit([]), isStorageError);
       await assert.rejects(store.sync(), isStorageError);
       await assert.rejects(store.openFragment(0), isStorageError);
+      await assert.rejects(store.fragmentSize(0), isStorageError);
       store = await openAll(location); // for afterEach
     });
 

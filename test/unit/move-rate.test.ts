@@ -1,14 +1,15 @@
 // --move-rate: the token bucket a worker's anti-entropy pulls spend their bytes from (src/core/
 // op-queue.ts TokenBucket, as src/workers/replication.ts uses it: a page's bytes spent once pulled,
 // the next fetch held until the bucket is out of debt), and the main thread's sum of what rounds
-// pulled into each fragment (src/main/pulled-counts.ts) that `GET /cluster/moves` shows.
+// pulled into each fragment (src/main/pulled-counts.ts) that `GET /cluster/moves` shows, with what
+// is left to pull as estimated from the size the sources said (`leftToPull`).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { MOVE_RATE_BURST_MS, MOVE_RATE_BYTES_PER_SEC_MIN } from '../../src/core/limits.js';
 import { TokenBucket } from '../../src/core/op-queue.js';
-import { PulledCounts } from '../../src/main/pulled-counts.js';
+import { leftToPull, PulledCounts } from '../../src/main/pulled-counts.js';
 import type { RoundReport } from '../../src/threads/op-codec.js';
 
 test('pulls paced by the bucket stay within the rate and its burst, and wait no longer than it needs', () => {
@@ -48,7 +49,13 @@ test('a bucket of 64 KiB/s holds a 1 MiB page back 15 s, its first second free',
   assert.equal(bucket.waitMs(15_001), 0);
 });
 
-function report(member: number, roundSeq: number, keysPulled: number, bytesPulled: number): RoundReport {
+function report(
+  member: number,
+  roundSeq: number,
+  keysPulled: number,
+  bytesPulled: number,
+  sourceSize?: RoundReport['sourceSize'],
+): RoundReport {
   return {
     fragment: 5,
     member,
@@ -57,13 +64,16 @@ function report(member: number, roundSeq: number, keysPulled: number, bytesPulle
     ok: false,
     keysPulled,
     bytesPulled,
+    sourceSize,
     reason: '',
   };
 }
 
+const NONE = { source: undefined };
+
 test('what rounds pulled into a fragment: each report adds what grew since its round’s last', () => {
   const counts = new PulledCounts();
-  assert.deepEqual(counts.of(5), { keys: 0, bytes: 0 });
+  assert.deepEqual(counts.of(5), { keys: 0, bytes: 0, ...NONE });
   const steps: Array<[RoundReport, number, number]> = [
     // Round 1 toward member 1: two pages, then its end (the same counts: nothing more).
     [report(1, 1, 10, 1_000), 10, 1_000],
@@ -80,11 +90,52 @@ test('what rounds pulled into a fragment: each report adds what grew since its r
   ];
   for (const [r, keys, bytes] of steps) {
     counts.add(r);
-    assert.deepEqual(counts.of(5), { keys, bytes }, JSON.stringify(r));
+    assert.deepEqual(counts.of(5), { keys, bytes, ...NONE }, JSON.stringify(r));
   }
-  assert.deepEqual(counts.of(4), { keys: 0, bytes: 0 }, 'other fragments count apart');
+  assert.deepEqual(counts.of(4), { keys: 0, bytes: 0, ...NONE }, 'other fragments count apart');
   counts.forget(5);
-  assert.deepEqual(counts.of(5), { keys: 0, bytes: 0 }, 'dropped: opened again, it counts from zero');
+  assert.deepEqual(
+    counts.of(5),
+    { keys: 0, bytes: 0, ...NONE },
+    'dropped: opened again, it counts from zero',
+  );
   counts.add(report(1, 2, 5, 500));
-  assert.deepEqual(counts.of(5), { keys: 5, bytes: 500 });
+  assert.deepEqual(counts.of(5), { keys: 5, bytes: 500, ...NONE });
+});
+
+test('the source of a copy: the largest a peer said, kept across rounds until the copy is dropped', () => {
+  const counts = new PulledCounts();
+  counts.add(report(1, 1, 0, 0));
+  assert.equal(counts.of(5).source, undefined, 'no page said a size yet');
+  counts.add(report(1, 1, 0, 0, { keys: 100, bytes: 10_000 }));
+  assert.deepEqual(counts.of(5).source, { keys: 100, bytes: 10_000 });
+  // Another source with more keys is the larger copy; a later round that has not said keeps the last.
+  counts.add(report(2, 1, 10, 1_000, { keys: 120, bytes: 11_000 }));
+  counts.add(report(2, 2, 0, 0));
+  assert.deepEqual(counts.of(5).source, { keys: 120, bytes: 11_000 });
+  // A source's newer size replaces its older one, smaller or not.
+  counts.add(report(2, 2, 0, 0, { keys: 90, bytes: 9_000 }));
+  assert.deepEqual(counts.of(5).source, { keys: 100, bytes: 10_000 });
+  counts.forget(5);
+  assert.equal(counts.of(5).source, undefined);
+});
+
+test('what a copy has left: the source’s keys less those pulled, at the average size pulled', () => {
+  // Nothing heard from a source: unknown.
+  assert.equal(leftToPull({ keys: 10, bytes: 1_000, source: undefined }), undefined);
+  // Heard, nothing pulled yet: all its keys, at the bytes it said.
+  assert.deepEqual(leftToPull({ keys: 0, bytes: 0, source: { keys: 400, bytes: 50_000 } }), {
+    keys: 400,
+    bytes: 50_000,
+  });
+  // A quarter pulled at 120 bytes a key: 300 keys left, 36 000 bytes.
+  assert.deepEqual(leftToPull({ keys: 100, bytes: 12_000, source: { keys: 400, bytes: 50_000 } }), {
+    keys: 300,
+    bytes: 36_000,
+  });
+  // Pulled more than the source said it holds (twice from two sources, or it shrank): none left.
+  assert.deepEqual(leftToPull({ keys: 500, bytes: 60_000, source: { keys: 400, bytes: 50_000 } }), {
+    keys: 0,
+    bytes: 0,
+  });
 });

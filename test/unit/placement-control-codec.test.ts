@@ -97,6 +97,7 @@ test('a round report reads back whole, as news (RoundReport, RoundProgress) or a
     keysPulled: 123_456,
     // Past 32 bits: a round may pull more than 4 GiB.
     bytesPulled: 2 ** 40 + 12_345,
+    sourceSize: { keys: 2 ** 33 + 7, bytes: 2 ** 47 + 99 },
     reason: 'peer disconnected',
   };
   const news = written(roundReportBytes(failed), (b, at) =>
@@ -105,19 +106,16 @@ test('a round report reads back whole, as news (RoundReport, RoundProgress) or a
   assert.equal(resultStatus(news, 3), ResultKind.RoundReport);
   assert.deepEqual(readRoundReport(news, 3, roundReportBytes(failed)), failed);
 
-  const progress = written(roundReportBytes(failed), (b, at) =>
-    writeRoundReport(b, at, ResultKind.RoundProgress, 0, { ...failed, reason: '' }),
+  // An empty source is a size all the same: it reads back as said, not as unknown.
+  const emptySource: RoundReport = { ...failed, sourceSize: { keys: 0, bytes: 0 }, reason: '' };
+  const progress = written(roundReportBytes(emptySource), (b, at) =>
+    writeRoundReport(b, at, ResultKind.RoundProgress, 0, emptySource),
   );
   assert.equal(resultStatus(progress, 3), ResultKind.RoundProgress);
-  assert.deepEqual(
-    readRoundReport(progress, 3, roundReportBytes(failed) - Buffer.byteLength(failed.reason)),
-    {
-      ...failed,
-      reason: '',
-    },
-  );
+  assert.deepEqual(readRoundReport(progress, 3, roundReportBytes(emptySource)), emptySource);
 
-  const ok: RoundReport = { ...failed, ok: true, reason: '' };
+  // Before the peer said its size, none is reported.
+  const ok: RoundReport = { ...failed, ok: true, sourceSize: undefined, reason: '' };
   const answer = written(roundReportBytes(ok), (b, at) =>
     writeRoundReport(b, at, ResultKind.RoundAnswer, 42, ok),
   );

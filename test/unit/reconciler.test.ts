@@ -2,7 +2,7 @@
 // converge to the LWW winner while listing only the ranges whose digests differ; the responder
 // refuses out-of-order pages and unadvertised fetches; the requester refuses pages and records that
 // break the protocol. fast-check holds a round against a set difference: it fetches exactly the keys
-// whose peer record wins.
+// whose peer record wins. The requester keeps the size of the peer's copy its pages say.
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
@@ -18,6 +18,7 @@ import {
   ReconcileRound,
   type RecordCheck,
   type RoundStep,
+  type SourceSize,
   type VersionReader,
 } from '../../src/core/reconciler.js';
 import { ApplyOutcome, encodeRecord, mergeOutcome } from '../../src/core/record.js';
@@ -470,5 +471,59 @@ describe('the requester refuses', () => {
       { ...check(), fragmentOf: () => 1 },
     );
     assert.equal(wrong.kind, 'violation');
+  });
+});
+
+describe("the size of the peer's copy (SourceSize)", () => {
+  const page = (pageSeq: number, after: string, sourceSize?: SourceSize | null) => ({
+    sessionId: 3,
+    roundId: 4,
+    pageSeq,
+    done: false,
+    nextAfterKey: Buffer.from(after),
+    summaries: [],
+    sourceSize,
+  });
+
+  test('the requester keeps what the latest page of its round said; a page that says nothing keeps it', () => {
+    const round = new ReconcileRound(3, 4);
+    round.start();
+    assert.equal(round.sourceSize, undefined, 'nothing said yet');
+    assert.equal(
+      round.onSummaries(page(0, 'b', { keys: 10, bytes: 1_000 }), new Replica()).kind,
+      'request-page',
+    );
+    assert.deepEqual(round.sourceSize, { keys: 10, bytes: 1_000 });
+    // Decoded from a peer that did not say: null.
+    assert.equal(round.onSummaries(page(1, 'c', null), new Replica()).kind, 'request-page');
+    assert.deepEqual(round.sourceSize, { keys: 10, bytes: 1_000 });
+    // A page of another round is stale: what it says is not heard.
+    const stale = { ...page(2, 'd', { keys: 99, bytes: 9_900 }), roundId: 5 };
+    assert.equal(round.onSummaries(stale, new Replica()).kind, 'ignore');
+    assert.deepEqual(round.sourceSize, { keys: 10, bytes: 1_000 });
+    // The copy grew since: the newer size replaces it; an empty copy is a size too.
+    assert.equal(
+      round.onSummaries(page(2, 'd', { keys: 12, bytes: 1_300 }), new Replica()).kind,
+      'request-page',
+    );
+    assert.deepEqual(round.sourceSize, { keys: 12, bytes: 1_300 });
+    round.onSummaries(page(3, 'e', { keys: 0, bytes: 0 }), new Replica());
+    assert.deepEqual(round.sourceSize, { keys: 0, bytes: 0 });
+  });
+
+  test('the requester refuses a size that is no count, and keeps what it heard before', () => {
+    for (const bad of [
+      { keys: -1, bytes: 10 },
+      { keys: 1.5, bytes: 10 },
+      { keys: 1, bytes: Number.NaN },
+      { keys: 1, bytes: Number.POSITIVE_INFINITY },
+      { keys: 2 ** 53, bytes: 10 },
+    ]) {
+      const round = new ReconcileRound(3, 4);
+      round.onSummaries(page(0, 'b', { keys: 1, bytes: 10 }), new Replica());
+      const step = round.onSummaries(page(1, 'c', bad), new Replica());
+      assert.equal(step.kind, 'violation', JSON.stringify(bad));
+      assert.deepEqual(round.sourceSize, { keys: 1, bytes: 10 });
+    }
   });
 });

@@ -135,8 +135,9 @@ class Harness implements ReplicationHost {
   /** The background pool's span reader; none unless a test sets one. */
   poolSpan: ReplicationHost['poolSpan'] = undefined;
   readonly logger = pino({ level: 'silent' });
-  readonly store: Pick<KvStore, 'page'> = {
+  readonly store: Pick<KvStore, 'page' | 'fragmentSize'> = {
     page: (fragment, start, end, limit) => this.stores[fragment].page(fragment, start, end, limit),
+    fragmentSize: (fragment) => this.stores[fragment].fragmentSize(),
   };
   /** What the driver sent and closed, as text, since the last `frames()`. */
   private readonly lines: string[] = [];
@@ -757,15 +758,18 @@ test('§6 --move-rate: each fetch waits off the bytes pulled before it, and the 
   }
   const elapsedMs = a.nowMs - startMs;
   assert.deepEqual(ended, ['n1 f0 round #1 ok pulled=600'], 'one round, never abandoned while it waited');
-  // A report after each page merged, its round's counts so far.
+  // A report when b's first page said its size (nothing pulled yet), then one after each page
+  // merged, its round's counts so far; each with b's copy as it said (exact: the sim's store).
   assert.deepEqual(
     a.progressReports.map((r) => [r.roundSeq, r.keysPulled]),
     [
+      [1, 0],
       [1, 256],
       [1, 512],
       [1, 600],
     ],
   );
+  for (const r of a.progressReports) assert.deepEqual(r.sourceSize, { keys: 600, bytes: heldBytes });
   assert.equal(a.progressReports.at(-1)!.bytesPulled, heldBytes);
   // The bytes before the last fetch were waited off (less the burst saved up); the last page's are
   // owed by whatever pulls next.

@@ -69,6 +69,7 @@ import {
 import { type ClusterConfig, formatPeerAddress, parsePeerAddress } from '../cluster-config.js';
 import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import { bindDatagrams } from '../listen.js';
+import { leftToPull } from '../pulled-counts.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { AdminExchange } from './admin-exchange.js';
 import { CoordinatorDriver } from './coordinator-driver.js';
@@ -156,7 +157,13 @@ export interface MovesReport {
     /** Bootstrapping: keys and bytes anti-entropy pulled into the copy since this node opened it; else null. */
     keysDone: number | null;
     bytesDone: number | null;
-    /** What is left to pull: null, unknown (the source's size of the fragment is not known here). */
+    /**
+     * Bootstrapping: an estimate of what is left to pull (pulled-counts.ts `leftToPull`): the keys
+     * the largest source said it holds less `keysDone`, and those keys at the average size of the
+     * keys pulled so far (before any, the source's estimate of its bytes). Null until a source said
+     * its size, and when not Bootstrapping.
+     */
+    keysLeft: number | null;
     bytesLeft: number | null;
   }>;
   /** `--move-rate`: bytes per second this node's anti-entropy rounds pull at most; 0: unlimited. */
@@ -607,6 +614,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         .filter((f) => f.state !== 'Serving')
         .map((f) => {
           const copied = f.state === 'Bootstrapping' ? this.dispatcher.pulledInto(f.fragment) : undefined;
+          const left = copied === undefined ? undefined : leftToPull(copied);
           return {
             fragment: f.fragment,
             state: f.state,
@@ -616,7 +624,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
             waiting: f.waiting,
             keysDone: copied?.keys ?? null,
             bytesDone: copied?.bytes ?? null,
-            bytesLeft: null,
+            keysLeft: left?.keys ?? null,
+            bytesLeft: left?.bytes ?? null,
           };
         }),
       moveRateBytesPerSec: this.config.moveRateBytesPerSec,
