@@ -83,6 +83,22 @@ describe('--cluster-redirects moved', () => {
     } finally {
       atB.destroy();
     }
+    // READONLY: a read of a fragment this node holds a copy of (R=3: all) is served from it, as a
+    // Redis replica serves one; a write still goes to the serving node.
+    const replica = await RawClient.connect(a.respPort);
+    try {
+      assert.equal(await replica.call('READONLY'), '+OK\r\n');
+      await eventually(
+        async () => (await replica.call('GET', there.key)) === '$2\r\nt2\r\n',
+        CONDITION_MS_MAX,
+      );
+      assert.equal(
+        await replica.call('SET', there.key, 'x'),
+        `-MOVED ${there.slot} 127.0.0.1:${b.respPort}\r\n`,
+      );
+    } finally {
+      replica.destroy();
+    }
 
     const rc = new RedisCluster([{ host: '127.0.0.1', port: a.respPort }], {
       clusterRetryStrategy: () => null,

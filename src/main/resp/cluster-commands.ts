@@ -75,8 +75,11 @@ export function redirectedElsewhere(
   for (let i = first + step; i <= end; i += step) {
     if (slotOfRange(cmd.bufs[i], cmd.starts[i], cmd.ends[i]) !== slot) return false;
   }
-  const member = cluster.servingMember(node.dispatcher.keyspace.fragmentOfSlot(slot));
+  const fragment = node.dispatcher.keyspace.fragmentOfSlot(slot);
+  const member = cluster.servingMember(fragment);
   if (member === -1 || member === cluster.config.selfIndex) return false;
+  // READONLY: a read of a fragment this node holds a copy of is served here, as a Redis replica does.
+  if (conn.readReplica && spec.flags.includes('readonly') && node.dispatcher.holds(fragment)) return false;
   const host = cluster.config.addresses[member]?.host;
   const port = cluster.mesh.clientPortOf(member);
   if (host === undefined || port <= 0) return false;
