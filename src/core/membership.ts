@@ -399,7 +399,16 @@ export class Membership {
       this.counters.wrongTarget++;
       return;
     }
-    this.sendTo(from, { kind: 'ack', from: this.config.nodeId, seq, updates: this.piggyback() });
+    const updates = this.piggyback();
+    // A member we hold Down, unreachable or suspect is plainly alive: tell it, so it refutes at once
+    // rather than when the claim reaches it by gossip or push-pull (the ping's own records came first).
+    const sender = this.members.get(from);
+    const claim = sender === undefined ? undefined : this.claimAbout(sender);
+    if (claim !== undefined) {
+      if (updates.length >= this.config.updatesPerMessageMax) updates.pop();
+      updates.unshift(claim);
+    }
+    this.sendTo(from, { kind: 'ack', from: this.config.nodeId, seq, updates });
   }
 
   private onAck(seq: number): void {
@@ -900,11 +909,11 @@ export class Membership {
       if (updates.length >= this.config.updatesPerMessageMax) updates.pop();
       updates.unshift(claim);
     }
-    // Its own record too: a member that never heard of this node (its admission was lost with the
-    // member that admitted it) learns it from the ping instead of dropping it as from a stranger.
+    // Its own record too, where there is room (news never gives way to it): a member that never
+    // heard of this node (its admission was lost with the member that admitted it) learns it from
+    // the ping instead of dropping it as from a stranger.
     const self = this.config.nodeId;
-    if (!updates.some((u) => u.nodeId === self)) {
-      if (updates.length >= this.config.updatesPerMessageMax) updates.pop();
+    if (updates.length < this.config.updatesPerMessageMax && !updates.some((u) => u.nodeId === self)) {
       updates.push(this.selfAlive());
     }
     const message: MembershipMessage = {

@@ -146,6 +146,25 @@ test("a ping carries its sender's own record: a member that never heard of the s
   assert.equal(stranger.core.counters.fromUnknown, 0);
 });
 
+test('an ack to a member held Down carries the claim, and that member refutes it at once', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.deliver(gossip('b', [{ kind: 'down', nodeId: 'e', incarnation: 1, reporter: 'b' }]), 10);
+  assert.equal(h.core.member('e')?.state, 'Down');
+  const since = h.actions.length;
+  h.deliver({ kind: 'ping', from: 'e', seq: 4, target: 'a', updates: [] }, 20);
+  const ack = h.sends('ack', since)[0];
+  assert.ok(ack !== undefined && ack.to === 'e' && ack.message.kind === 'ack');
+  assert.deepEqual(ack.message.updates[0], { kind: 'down', nodeId: 'e', incarnation: 1, reporter: 'a' });
+  // e, hearing it, outbids the claim with a higher incarnation.
+  const e = new Harness(config('e', ['a', 'b']));
+  const before = e.core.member('e')!.incarnation;
+  e.deliver(
+    { ...ack.message, updates: [{ kind: 'down', nodeId: 'e', incarnation: before, reporter: 'a' }] },
+    30,
+  );
+  assert.equal(e.core.member('e')?.incarnation, before + 1);
+});
+
 test('a direct probe timeout sends 3 indirect probes through other members', () => {
   const h = new Harness(config('a', OTHERS));
   h.advance(1000);
