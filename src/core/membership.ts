@@ -911,9 +911,13 @@ export class Membership {
     }
     // Its own record too, where there is room (news never gives way to it): a member that never
     // heard of this node (its admission was lost with the member that admitted it) learns it from
-    // the ping instead of dropping it as from a stranger.
+    // the ping instead of dropping it as from a stranger. Not once Removed (it only relays then).
     const self = this.config.nodeId;
-    if (updates.length < this.config.updatesPerMessageMax && !updates.some((u) => u.nodeId === self)) {
+    if (
+      this.selfState !== 'Removed' &&
+      updates.length < this.config.updatesPerMessageMax &&
+      !updates.some((u) => u.nodeId === self)
+    ) {
       updates.push(this.selfAlive());
     }
     const message: MembershipMessage = {

@@ -10,6 +10,7 @@ import { GossipQueue } from '../../src/core/gossip-queue.js';
 import { MEMBERSHIP_LEAVE_CONFIRM_MAX_MS } from '../../src/core/limits.js';
 import { Membership, suspicionTimeoutMs } from '../../src/core/membership.js';
 import {
+  isValidUpdate,
   MEMBERSHIP_CONFIG_DEFAULTS,
   type MemberEventKind,
   type MembershipAction,
@@ -646,6 +647,24 @@ test('a node that left stays, announcing it, until a majority of the others hear
       (x) =>
         x.kind === 'log' && x.level === 'warn' && /with 0 of the 3 members needed confirming/.test(x.message),
     ),
+  );
+});
+
+test('a node that left still relays an indirect probe while it lingers, with only valid records', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.step({ kind: 'leave', requestId: 1, nowMs: 1 });
+  h.step({ kind: 'exit', requestId: 2, nowMs: 2 });
+  h.advance(2 + MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs);
+  assert.equal(h.core.member('a')?.state, 'Removed');
+  const since = h.actions.length;
+  h.deliver({ kind: 'ping-req', from: 'b', seq: 9, target: 'c', updates: [] }, 2_000);
+  const relayed = h.sends('ping', since);
+  assert.equal(relayed.length, 1);
+  const updates = relayed[0]!.message.kind === 'ping' ? relayed[0]!.message.updates : [];
+  assert.ok(updates.every(isValidUpdate), JSON.stringify(updates));
+  assert.ok(
+    !updates.some((u) => u.kind === 'alive' && u.nodeId === 'a'),
+    'no alive record of a node that left',
   );
 });
 
