@@ -112,12 +112,17 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   catchUp.check();
   assert.equal(catchUp.inProgress(), 0, 'caught up, and served here since');
   // Fragment 3 goes to member 0 (a table change) and comes back while 0 is up: writes 0 took in
-  // between may not have reached this node yet, so it catches up again, from 0 too.
+  // between may not have reached this node yet, so it catches up again — from 0 alone, the only
+  // replica that took writes meanwhile.
   host.first = [0, 0, 2, 0];
   catchUp.check();
   host.first = [0, 0, 2, SELF];
   catchUp.check();
   assert.equal(catchUp.inProgress(), 1);
+  assert.deepEqual(
+    host.rounds.map((r) => [r.fragment, r.member]),
+    [[3, 0]],
+  );
   for (const round of host.rounds.splice(0)) round.finish(true);
   await settle();
   assert.equal(catchUp.inProgress(), 0);

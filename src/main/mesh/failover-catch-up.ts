@@ -1,11 +1,11 @@
 // Catch-up after a failover (DESIGN.md "Cluster"): when a fragment's first serving replica, as this
-// node routes it, moves to this node — because the one before is no longer up, or the table put
-// this node first — this node may lack writes that replica acknowledged and replicated to the
-// others (or not yet to anyone: it reconciles with that one too while it is up); and a node that
+// node routes it, moves to this node because the one before is no longer up, this node may lack
+// writes that replica acknowledged and replicated to the others but not yet to it; and a node that
 // restarts lacks what was written while it was away. Before it serves such a fragment it runs an
 // anti-entropy round against every other reachable replica — the verification a gained copy gets —
 // so a write acknowledged by one other replica (WAIT 1, --replica-acks 1) is read through this node
-// as soon as it serves. (Until a first other replica is reachable after a start, there is nothing
+// as soon as it serves. When the table puts this node first while the one before is still up (a
+// move finished), that one alone took the writes this node may lack: one round, against it. (Until a first other replica is reachable after a start, there is nothing
 // to catch up from, and the node serves what its copy has.) Requests for the fragment that
 // arrive meanwhile are held and sent on once the rounds end (or their time runs out), so clients
 // see a pause, not an error; the pause is measured.
@@ -136,7 +136,13 @@ export class FailoverCatchUp {
   }
 
   private catchUp(fragment: number, from: number): void {
-    const sources = this.host.peersOf(fragment).filter((m) => m !== this.host.selfIndex && this.host.isUp(m));
+    // Handed over by a replica still up (the table put this node first): only it took writes this
+    // node may lack — a round against it is enough. After a failover, any replica may hold what the
+    // lost one replicated before it went: a round against each.
+    const handedOver = from !== -1 && from !== this.host.selfIndex && this.host.isUp(from);
+    const sources = handedOver
+      ? [from]
+      : this.host.peersOf(fragment).filter((m) => m !== this.host.selfIndex && this.host.isUp(m));
     if (sources.length === 0) return; // nothing to learn from yet: this node's copy is all there is
     const link = new HoldingLink(fragment, this.host);
     this.holding.set(fragment, link);
@@ -172,7 +178,7 @@ export class FailoverCatchUp {
           complete,
         },
         complete
-          ? 'caught up from the other replicas: serving the fragment'
+          ? 'caught up: serving the fragment'
           : 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has',
       );
       for (const serve of link.held) serve();
