@@ -48,6 +48,12 @@ export const PEER_OUTBOUND_BYTES_MAX = 64 * 1024 * 1024;
 export const PUBSUB_PEER_QUEUED_BYTES_MAX = 16 * 1024 * 1024;
 /** A forwarded operation chain stops after this many nodes (spec §5.7). */
 export const MAX_FORWARD_HOPS = 4;
+/**
+ * A forwarded operation that would go back to the node that sent it (the two tables disagree for a
+ * moment: one has a move's end, the other not yet) waits this long at most for this node's table
+ * or serving to change before it fails.
+ */
+export const FORWARD_DISAGREEMENT_WAIT_MS = 2_000;
 /** A forwarded operation without a result after this long fails with a Network error. */
 export const FORWARD_TIMEOUT_MS = 5_000;
 /** Forwarded operations one node may have waiting on its peers; past it callers get Backpressure. */

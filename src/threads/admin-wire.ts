@@ -1,6 +1,7 @@
 // Admin requests and replies on the peer wire (proto AdminMessage, Envelope field 26): a cluster
-// change forwarded to the coordinator, a request for a node's metrics sample, and the answer to
-// either. Statuses travel as datum's names and are checked against them; bodies and results as JSON
+// change forwarded to the coordinator, a request for a node's metrics sample, a handover of a
+// fragment's serving (the node the table put first asks the one before it to hand its writes
+// over), and the answer to each. Statuses travel as datum's names and are checked against them; bodies and results as JSON
 // objects, each under its limit, checked here before anything is parsed. A malformed message comes
 // back with a reason the mesh logs when it closes the connection. A few messages a second at most:
 // protobufjs and JSON do the work.
@@ -30,7 +31,13 @@ const STATUS_NAMES: ReadonlySet<string> = new Set(ADMIN_STATUSES);
 /** What one node asks of another. */
 export type AdminRequest =
   | { kind: 'change'; path: string; body: Record<string, unknown> }
-  | { kind: 'metrics' };
+  | { kind: 'metrics' }
+  /**
+   * The asker serves `fragment` from the table at `generation` on: once this node holds that table
+   * too (so it serves the fragment no more), it answers when every write it took for the fragment
+   * is acknowledged by the asker.
+   */
+  | { kind: 'handover'; fragment: number; generation: number };
 
 /** An answer: its status, a message for a person, and the other fields of the answer. */
 export interface AdminAnswer {
@@ -57,6 +64,7 @@ export interface AdminMessageWire {
 const CHANGE = 1;
 const METRICS = 2;
 const REPLY = 3;
+const HANDOVER = 4;
 /** The largest envelope an admin message makes: every field at its limit, plus tags and lengths. */
 const ADMIN_ENVELOPE_BYTES_MAX =
   ADMIN_PATH_BYTES_MAX + ADMIN_BODY_BYTES_MAX + ERROR_MESSAGE_BYTES_MAX + ADMIN_RESULT_BYTES_MAX + 64;
@@ -77,6 +85,11 @@ export function encodeAdminRequest(id: number, request: AdminRequest): Uint8Arra
     wire.kind = CHANGE;
     wire.path = request.path;
     wire.bodyJson = bodyJson;
+  } else if (request.kind === 'handover') {
+    wire.kind = HANDOVER;
+    wire.bodyJson = Buffer.from(
+      JSON.stringify({ fragment: request.fragment, generation: request.generation }),
+    );
   } else {
     wire.kind = METRICS;
   }
@@ -129,6 +142,17 @@ export function decodeAdminMessage(bytes: Uint8Array): AdminDecoding {
     if (typeof body === 'string') return malformed(body);
     return { kind: 'message', message: { kind: 'request', id, request: { kind: 'change', path, body } } };
   }
+  if (wire.kind === HANDOVER) {
+    const body = jsonObject(wire.bodyJson, ADMIN_BODY_BYTES_MAX, 'body');
+    if (typeof body === 'string') return malformed(body);
+    const { fragment, generation } = body;
+    if (!isCount(fragment) || !isCount(generation) || generation < 1)
+      return malformed('a handover names a fragment and a generation of at least 1');
+    return {
+      kind: 'message',
+      message: { kind: 'request', id, request: { kind: 'handover', fragment, generation } },
+    };
+  }
   if (wire.kind !== REPLY) return malformed(`unknown kind ${wire.kind}`);
   if (!STATUS_NAMES.has(wire.status)) return malformed(`unknown status "${wire.status.slice(0, 32)}"`);
   if (Buffer.byteLength(wire.message) > ERROR_MESSAGE_BYTES_MAX)
@@ -164,6 +188,10 @@ function jsonObject(bytes: Uint8Array, bytesMax: number, what: string): Record<s
   if (typeof value !== 'object' || value === null || Array.isArray(value))
     return `${what} is not a JSON object`;
   return value as Record<string, unknown>;
+}
+
+function isCount(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 }
 
 function malformed(reason: string): AdminDecoding {

@@ -72,6 +72,8 @@ describe('admin messages round-trip', () => {
       },
       { kind: 'request', id: 0xffff_ffff, request: { kind: 'change', path: '/cluster/plan', body: {} } },
       { kind: 'request', id: 2, request: { kind: 'metrics' } },
+      { kind: 'request', id: 5, request: { kind: 'handover', fragment: 0, generation: 1 } },
+      { kind: 'request', id: 6, request: { kind: 'handover', fragment: 16_383, generation: 2 ** 40 } },
       {
         kind: 'reply',
         id: 3,
@@ -151,6 +153,22 @@ describe('malformed admin messages are refused', () => {
     assertRefused(wire({ kind: 0 }), /unknown kind 0/);
     assertRefused(wire({ kind: 9 }), /unknown kind 9/);
     assertRefused(wire({ id: 0 }), /request id must be at least 1/);
+  });
+
+  test('a handover without a fragment, or at no generation', () => {
+    const HANDOVER = 4;
+    for (const body of [
+      {},
+      { fragment: 1 },
+      { fragment: -1, generation: 2 },
+      { fragment: 1, generation: 0 },
+      { fragment: 1.5, generation: 2 },
+    ])
+      assertRefused(
+        wire({ kind: HANDOVER, bodyJson: json(body) }),
+        /a handover names a fragment and a generation of at least 1/,
+      );
+    assertRefused(wire({ kind: HANDOVER, bodyJson: Buffer.from('[1]') }), /body is not a JSON object/);
   });
 
   test('a change whose path is not a path or too long, or whose body is no JSON object or too large', () => {

@@ -17,6 +17,7 @@ class Host implements CatchUpHost {
   up = new Set([0, 1, 2]);
   nowMsValue = 1_000;
   readonly rounds: Array<{ fragment: number; member: number; finish: (ok: boolean) => void }> = [];
+  readonly handovers: Array<{ fragment: number; member: number; finish: (ok: boolean) => void }> = [];
   readonly resubmitted: string[] = [];
   readonly logs: string[] = [];
 
@@ -31,6 +32,9 @@ class Host implements CatchUpHost {
   }
   reconcile(fragment: number, member: number): Promise<boolean> {
     return new Promise((resolve) => this.rounds.push({ fragment, member, finish: resolve }));
+  }
+  handover(fragment: number, member: number): Promise<boolean> {
+    return new Promise((resolve) => this.handovers.push({ fragment, member, finish: resolve }));
   }
   resubmit(fragment: number, request: Buffer): void {
     this.resubmitted.push(`${fragment}:${request.toString()}`);
@@ -112,18 +116,34 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   catchUp.check();
   assert.equal(catchUp.inProgress(), 0, 'caught up, and served here since');
   // Fragment 3 goes to member 0 (a table change) and comes back while 0 is up: writes 0 took in
-  // between may not have reached this node yet, so it catches up again — from 0 alone, the only
-  // replica that took writes meanwhile.
+  // between may not have reached this node yet, so it catches up again — 0, the only replica that
+  // took writes meanwhile, hands them over; no anti-entropy round.
   host.first = [0, 0, 2, 0];
   catchUp.check();
   host.first = [0, 0, 2, SELF];
   catchUp.check();
   assert.equal(catchUp.inProgress(), 1);
   assert.deepEqual(
+    host.handovers.map((r) => [r.fragment, r.member]),
+    [[3, 0]],
+  );
+  assert.equal(host.rounds.length, 0);
+  host.handovers.splice(0)[0]!.finish(true);
+  await settle();
+  assert.equal(catchUp.inProgress(), 0);
+  // A handover that fails falls back to a round against that replica.
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  host.handovers.splice(0)[0]!.finish(false);
+  await settle();
+  assert.deepEqual(
     host.rounds.map((r) => [r.fragment, r.member]),
     [[3, 0]],
   );
-  for (const round of host.rounds.splice(0)) round.finish(true);
+  assert.equal(catchUp.inProgress(), 1, 'held until the round ends');
+  host.rounds.splice(0)[0]!.finish(true);
   await settle();
   assert.equal(catchUp.inProgress(), 0);
   // Every other member lost: nothing reachable to learn from, so fragments 0–2 are served as they are.

@@ -122,10 +122,16 @@ export async function clusterChange(
  */
 export async function servePeerRequest(
   node: Tessera,
+  from: string,
   request: AdminRequest,
   resp: RespServer | undefined,
 ): Promise<AdminAnswer> {
   if (request.kind === 'metrics') return localSample(node, resp);
+  if (request.kind === 'handover') {
+    const cluster = node.cluster;
+    if (cluster === undefined) return { status: 'Failed', message: 'not in a cluster', result: {} };
+    return cluster.serveHandover(from, request.fragment, request.generation);
+  }
   const answer = await servePeerChange(node, request.path, request.body);
   const { status, message, ...result } = answer;
   return { status, message, result };
@@ -134,7 +140,7 @@ export async function servePeerRequest(
 /** Lets `node` serve its peers' admin requests; `resp`, when the node has one, adds its counters to the sample. */
 export function servePeerRequests(node: Tessera, resp: RespServer | undefined): void {
   const admin = node.cluster?.admin;
-  if (admin !== undefined) admin.handler = (_from, request) => servePeerRequest(node, request, resp);
+  if (admin !== undefined) admin.handler = (from, request) => servePeerRequest(node, from, request, resp);
 }
 
 async function servePeerChange(

@@ -24,6 +24,8 @@ import {
   CLUSTER_EVENTS_KEPT,
   COORDINATOR_DIGEST_INTERVAL_MS,
   COORDINATOR_REPORT_RETRY_MS,
+  FAILOVER_CATCH_UP_MS_MAX,
+  FORWARD_DISAGREEMENT_WAIT_MS,
   MAX_FORWARD_HOPS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
@@ -56,6 +58,7 @@ import {
   peekFragment,
 } from '../../core/peer-frame.js';
 import { AckLevel } from '../../core/replication-sender.js';
+import type { AdminAnswer } from '../../threads/admin-wire.js';
 import { SystemClock } from '../../threads/driver-clock.js';
 import { datagramKey } from '../../threads/membership-datagram.js';
 import type { ClusterInit } from '../../threads/messages.js';
@@ -277,6 +280,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private refusedLink: UnreachableLink | undefined;
   /** Members the node was started with (members admitted later are members once membership knows them). */
   private workerMembers = 0;
+  /** Handovers this node serves that wait for its table to reach their generation. */
+  private readonly tableWaiters = new Set<() => void>();
+  /** Forwarded operations parked until this node's table or serving changes (`relay`). */
+  private readonly routingWaiters = new Set<() => void>();
 
   constructor(
     readonly config: ClusterConfig,
@@ -294,6 +301,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       isUp: (m) => this.isUp(m),
       peersOf: (f) => this.routing[f],
       reconcile: (f, m, timeoutMs) => this.dispatcher.reconcileNow(f, m, timeoutMs).then((r) => r.ok),
+      handover: (f, m, timeoutMs) => this.askHandover(f, m, timeoutMs),
       resubmit: (f, request, handler, token) => this.resubmit(f, request, handler, token),
       nowMs: () => Date.now(),
       log: (level, fields, message) => this.logger[level](fields, message),
@@ -641,6 +649,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
     this.recordMoves(table, fragments);
     this.routeByTable(table);
+    for (const waiter of this.tableWaiters) waiter();
+    for (const waiter of this.routingWaiters) waiter();
     this.scheduleCatchUpCheck();
     this.placementDriver?.onTable(table, fragments);
     this.exitIfLeft();
@@ -704,6 +714,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   private onServing(fragment: number, serving: boolean): void {
     this.localServing[fragment] = serving ? 1 : 0;
+    for (const waiter of this.routingWaiters) waiter();
     this.scheduleCatchUpCheck();
     this.events.append(serving ? 'FragmentServing' : 'FragmentNotServing', Date.now(), {
       fragment,
@@ -729,6 +740,84 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       reasons.push(round.status === 'fulfilled' ? round.value.reason : (round.reason as Error).message);
     }
     throw new Error(`no round completed: ${reasons.join('; ')}`);
+  }
+
+  /**
+   * Asks `member`, which served `fragment` until the table put this node first, to hand it over
+   * (`serveHandover` there): true once every write it took for the fragment is acknowledged here.
+   */
+  private async askHandover(fragment: number, member: number, timeoutMs: number): Promise<boolean> {
+    const generation = this.coordinatorDriver?.table.active(fragment)?.generation;
+    const nodeId = this.config.members[member];
+    if (generation === undefined || nodeId === undefined) return false;
+    const answer = await this.admin.ask(
+      nodeId,
+      { kind: 'handover', fragment, generation },
+      timeoutMs,
+      nodeId,
+    );
+    return answer.status === 'Ok';
+  }
+
+  /**
+   * A peer the table put first for `fragment` asks this node, which served it before, to hand it
+   * over: once this node's table is at `generation` (it routes the fragment to that peer from then
+   * on, so it takes no write for it any more), it answers when the peer acknowledged every write it
+   * took — those still queued at its worker included, as they come before the drain.
+   */
+  async serveHandover(from: string, fragment: number, generation: number): Promise<AdminAnswer> {
+    const member = this.config.members.indexOf(from);
+    if (member === -1 || fragment >= this.routing.length)
+      return { status: 'BadRequest', message: `no fragment ${fragment} to hand over to ${from}`, result: {} };
+    if (!(await this.tableAt(fragment, generation, FAILOVER_CATCH_UP_MS_MAX)))
+      return {
+        status: 'Failed',
+        message: `this node's table did not reach generation ${generation} of fragment ${fragment} in time`,
+        result: {},
+      };
+    const drained = await this.dispatcher
+      .drainedTo(fragment, member, FAILOVER_CATCH_UP_MS_MAX)
+      .catch(() => false);
+    return drained
+      ? { status: 'Ok', message: `fragment ${fragment} handed over to ${from}`, result: {} }
+      : {
+          status: 'Failed',
+          message: `${from} did not acknowledge every write of fragment ${fragment} in time`,
+          result: {},
+        };
+  }
+
+  /** Resolves at this node's next table or serving change, or after `timeoutMs`. */
+  private routingChange(timeoutMs: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.routingWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, timeoutMs));
+      timer.unref();
+      this.routingWaiters.add(done);
+    });
+  }
+
+  /** Resolves true once this node's table holds `fragment` at `generation` or later; false after `timeoutMs`. */
+  private tableAt(fragment: number, generation: number, timeoutMs: number): Promise<boolean> {
+    const reached = () => (this.coordinatorDriver?.table.active(fragment)?.generation ?? 0) >= generation;
+    if (reached()) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const check = (): void => {
+        if (reached()) done(true);
+      };
+      const done = (ok: boolean): void => {
+        clearTimeout(timer);
+        this.tableWaiters.delete(check);
+        resolve(ok);
+      };
+      const timer = setTimeout(() => done(false), timeoutMs);
+      timer.unref();
+      this.tableWaiters.add(check);
+    });
   }
 
   /**
@@ -1186,8 +1275,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * Only a serving copy applies what was forwarded to it (once caught up, after a failover): a copy
    * that is still copying or is being handed over passes it on to the fragment's serving replica.
    */
-  private serveForwardedOp(fragment: number, op: Buffer, hops: number, origin: Origin): void {
-    if (this.localServing[fragment] !== 1) return this.relay(fragment, op, hops, origin);
+  private serveForwardedOp(
+    fragment: number,
+    op: Buffer,
+    hops: number,
+    origin: Origin,
+    parkedUntilMs?: number,
+  ): void {
+    if (this.localServing[fragment] !== 1) return this.relay(fragment, op, hops, origin, parkedUntilMs);
     if (this.failover.link(fragment) !== undefined) {
       // The frame's bytes are not ours past this turn: the held request keeps a copy.
       const held = Buffer.from(op);
@@ -1202,10 +1297,25 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     if (error !== undefined) this.answerOrigin.onFailure(origin, error);
   }
 
-  /** Placement differs between the nodes (misconfiguration): pass it on, a bounded number of times. */
-  private relay(fragment: number, op: Buffer, hops: number, origin: Origin): void {
+  /**
+   * Placement differs between the nodes: pass it on, a bounded number of times. Where it would go
+   * back to the sender — the two tables disagree for a moment, one holding a move's end and the
+   * other not yet — it waits (FORWARD_DISAGREEMENT_WAIT_MS at most) for this node's table or serving
+   * to change, and tries again.
+   */
+  private relay(fragment: number, op: Buffer, hops: number, origin: Origin, parkedUntilMs?: number): void {
     const next = this.routeOf(fragment);
-    if (hops + 1 >= MAX_FORWARD_HOPS || !(next instanceof PeerLink) || next.member === origin.member) {
+    const back = !(next instanceof PeerLink) || next.member === origin.member;
+    const untilMs = parkedUntilMs ?? Date.now() + FORWARD_DISAGREEMENT_WAIT_MS;
+    if (back && hops + 1 < MAX_FORWARD_HOPS && Date.now() < untilMs) {
+      // The frame's bytes are not ours past this turn: the parked operation keeps a copy.
+      const held = parkedUntilMs === undefined ? Buffer.from(op) : op;
+      void this.routingChange(untilMs - Date.now()).then(() =>
+        this.serveForwardedOp(fragment, held, hops, origin, untilMs),
+      );
+      return;
+    }
+    if (hops + 1 >= MAX_FORWARD_HOPS || back) {
       this.answerOrigin.onFailure(
         origin,
         networkError(

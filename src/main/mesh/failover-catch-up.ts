@@ -5,7 +5,8 @@
 // anti-entropy round against every other reachable replica — the verification a gained copy gets —
 // so a write acknowledged by one other replica (WAIT 1, --replica-acks 1) is read through this node
 // as soon as it serves. When the table puts this node first while the one before is still up (a
-// move finished), that one alone took the writes this node may lack: one round, against it. (Until a first other replica is reachable after a start, there is nothing
+// move finished), that one alone took the writes this node may lack: it hands them over (its
+// replication here drained once it routes here too), or, if it cannot, one round against it. (Until a first other replica is reachable after a start, there is nothing
 // to catch up from, and the node serves what its copy has.) Requests for the fragment that
 // arrive meanwhile are held and sent on once the rounds end (or their time runs out), so clients
 // see a pause, not an error; the pause is measured.
@@ -26,6 +27,8 @@ export interface CatchUpHost {
   peersOf(fragment: number): readonly number[];
   /** A complete anti-entropy round of the fragment against `member`, started now; false when it did not complete. */
   reconcile(fragment: number, member: number, timeoutMs: number): Promise<boolean>;
+  /** `member`, which served the fragment before, acknowledged every write it took was received here; false when not. */
+  handover(fragment: number, member: number, timeoutMs: number): Promise<boolean>;
   /** Sends an encoded request on to the fragment's serving replica as routing picks it now. */
   resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void;
   nowMs(): number;
@@ -137,7 +140,8 @@ export class FailoverCatchUp {
 
   private catchUp(fragment: number, from: number): void {
     // Handed over by a replica still up (the table put this node first): only it took writes this
-    // node may lack — a round against it is enough. After a failover, any replica may hold what the
+    // node may lack, and it hands them over (its replication to this node drained once it routes
+    // here), or, failing that, a round against it. After a failover, any replica may hold what the
     // lost one replicated before it went: a round against each.
     const handedOver = from !== -1 && from !== this.host.selfIndex && this.host.isUp(from);
     const sources = handedOver
@@ -148,9 +152,16 @@ export class FailoverCatchUp {
     this.holding.set(fragment, link);
     this.counters.catchUps++;
     const startedMs = this.host.nowMs();
-    const rounds = sources.map((m) =>
-      this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).catch(() => false),
-    );
+    const round = (m: number) =>
+      this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).catch(() => false);
+    const rounds = handedOver
+      ? [
+          this.host
+            .handover(fragment, from, FAILOVER_CATCH_UP_MS_MAX)
+            .catch(() => false)
+            .then((done) => done || round(from)),
+        ]
+      : sources.map(round);
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<'late'>((resolve) => {
       timer = setTimeout(() => resolve('late'), FAILOVER_CATCH_UP_MS_MAX);
