@@ -104,6 +104,8 @@ describe('fragments that move while serving', () => {
   let writing = true;
   let writer: Promise<void> | undefined;
   let failures = 0;
+  /** The first failed writes' errors, for the assertion's message. */
+  const failed: string[] = [];
 
   const running = (): NodeProcess[] => [...fixture.nodes, ...joined].filter((n) => n.running);
   const byId = (id: string): NodeProcess => running().find((n) => n.id === id) as NodeProcess;
@@ -138,8 +140,9 @@ describe('fragments that move while serving', () => {
         try {
           await client.set(key, value);
           acked.set(key, value);
-        } catch {
+        } catch (err) {
           failures++; // a write that fails is not acknowledged: nothing to check for it
+          if (failed.length < 5) failed.push(`${key}: ${(err as Error).message}`);
         }
       }
     })();
@@ -179,7 +182,7 @@ describe('fragments that move while serving', () => {
     );
     // Forwarded through a while fragments changed hands, no write failed (tables that disagree for
     // a moment park a forwarded write rather than bounce it).
-    assert.equal(failures, 0, 'write failures during the joins');
+    assert.equal(failures, 0, `write failures during the joins: ${failed.join(' | ')}`);
     assert.ok(
       moves.coordinator.movesFinished <= Math.ceil(optimum * 1.1) + 1,
       `${moves.coordinator.movesFinished} moves for an optimum of ${optimum}`,

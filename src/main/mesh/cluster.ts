@@ -1272,8 +1272,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /**
-   * Only a serving copy applies what was forwarded to it (once caught up, after a failover): a copy
-   * that is still copying or is being handed over passes it on to the fragment's serving replica.
+   * Only the fragment's first serving replica, as this node's table has it, applies what was
+   * forwarded to it (once caught up, after a failover): a copy that is still copying or is being
+   * handed over, or a serving one the table has put after another (a sender whose table is older
+   * still sends here), passes it on — two copies taking writes at once would make one of them lose.
    */
   private serveForwardedOp(
     fragment: number,
@@ -1282,7 +1284,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     origin: Origin,
     parkedUntilMs?: number,
   ): void {
-    if (this.localServing[fragment] !== 1) return this.relay(fragment, op, hops, origin, parkedUntilMs);
+    if (this.localServing[fragment] !== 1 || this.routeOf(fragment) instanceof PeerLink)
+      return this.relay(fragment, op, hops, origin, parkedUntilMs);
     if (this.failover.link(fragment) !== undefined) {
       // The frame's bytes are not ours past this turn: the held request keeps a copy.
       const held = Buffer.from(op);
