@@ -95,8 +95,11 @@ test('under the default --replication-ack store, WAITAOF asks the replicas for s
   }
 });
 
-/** Kills at seeded moments; each round's writers run on every node until the kill. */
-const KILL_ROUNDS = 3;
+/**
+ * Kills at seeded moments; each round's writers run on every node until the kill. Three per run;
+ * `TESSERA_WAIT_KILLS=<n>` runs n in one (a long check by hand, e.g. 50).
+ */
+const KILL_ROUNDS = Number(process.env.TESSERA_WAIT_KILLS ?? 3);
 const WRITE_MS_MIN = 300;
 const WRITE_MS_MAX = 900;
 

@@ -1170,6 +1170,15 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void {
+    if (this.failover.link(fragment) !== undefined) {
+      // This node took the fragment over and is catching up: the request waits with the others.
+      this.failover.holdForwarded(
+        fragment,
+        () => this.resubmit(fragment, request, handler, token),
+        (error) => handler.onFailure(token, error),
+      );
+      return;
+    }
     const link = this.routeOf(fragment);
     if (link === undefined) {
       const error = this.dispatcher.submitEncoded(fragment, request, handler, token);
@@ -1187,6 +1196,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // Workers learn every member slot (Dispatcher.memberAdded), so a replica list may name a joined one.
     for (const link of this.dispatcher.links) link.sendPeerState(member, up);
     if (!up) {
+      // Fragments this node takes over start their catch-up before the requests in flight to the
+      // lost peer come back to be sent again: those wait for it rather than read a stale copy.
+      this.failover.check();
       this.peerLinks[member]?.onDisconnect();
       this.membershipDriver?.connectionLost(this.config.members[member]);
       this.admin.connectionLost(this.config.members[member]);
