@@ -24,9 +24,6 @@
 // figures to stdout.
 
 import { readFileSync } from 'node:fs';
-import { mkdtemp, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join as joinPath } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Keyspace } from '../src/core/keyspace.js';
 import { parseDuration } from '../src/main/cli-args.js';
@@ -37,6 +34,7 @@ import {
   adminPost,
   type ClusterFixture,
   infoOf,
+  keepLogs,
   memberEventTime,
   NodeProcess,
   startCluster,
@@ -429,7 +427,9 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
       },
     };
   } catch (err) {
-    await keepLogs('join', [...cluster.nodes, ...(joined === undefined ? [] : [joined])]);
+    progress(
+      `  node logs kept in ${await keepLogs('bench-moves-join', [...cluster.nodes, ...(joined === undefined ? [] : [joined])])}`,
+    );
     throw err;
   } finally {
     await joined?.stop('SIGKILL');
@@ -548,18 +548,11 @@ async function downToReplicas(o: Options): Promise<DownRun> {
       counters: { before, after: await coordinatorCounters(a) },
     };
   } catch (err) {
-    await keepLogs('down', cluster.nodes);
+    progress(`  node logs kept in ${await keepLogs('bench-moves-down', cluster.nodes)}`);
     throw err;
   } finally {
     await cluster.stop();
   }
-}
-
-/** A failed run's node logs, kept past the cluster's temp directory for the report. */
-async function keepLogs(part: string, nodes: NodeProcess[]): Promise<void> {
-  const dir = await mkdtemp(joinPath(tmpdir(), `tessera-bench-moves-${part}-`));
-  for (const n of nodes) await writeFile(joinPath(dir, `${n.id}.log`), n.log);
-  progress(`  node logs kept in ${dir}`);
 }
 
 // ── Report ────────────────────────────────────────────────────────────────────────────────────

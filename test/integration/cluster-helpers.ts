@@ -2,6 +2,9 @@
 // port and peer port, killed with real signals.
 
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join as joinPath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
@@ -210,6 +213,13 @@ export async function startCluster(
     throw err;
   }
   return fixture;
+}
+
+/** A failed run's node logs, kept past the cluster's temp directory; returns where. */
+export async function keepLogs(label: string, nodes: NodeProcess[]): Promise<string> {
+  const dir = await mkdtemp(joinPath(tmpdir(), `tessera-${label}-`));
+  for (const n of nodes) await writeFile(joinPath(dir, `${n.id}.log`), n.log);
+  return dir;
 }
 
 /** INFO `section` of a node as a map of its fields. */

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { seededFractions } from '../unit/fixtures/xorshift32.js';
-import { type ClusterFixture, localValues, startCluster } from './cluster-helpers.js';
+import { type ClusterFixture, keepLogs, localValues, startCluster } from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 import { newClient, rejectsWith } from './resp-helpers.js';
 
@@ -183,6 +183,9 @@ test('SIGKILL at random moments: every write a WAIT or --replica-acks confirmed 
     }
     console.log(`cluster-wait seed ${seed}: ${confirmed.size} of ${written} writes confirmed, all readable`);
     assert.ok(confirmed.size > 0 && confirmed.size <= written, `seed ${seed}: ${confirmed.size} confirmed`);
+  } catch (err) {
+    console.log(`cluster-wait seed ${seed}: node logs kept in ${await keepLogs('wait-kill', cluster.nodes)}`);
+    throw err;
   } finally {
     await cluster.stop();
   }
