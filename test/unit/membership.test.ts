@@ -13,10 +13,12 @@ import {
   isValidUpdate,
   MEMBERSHIP_CONFIG_DEFAULTS,
   type MemberEventKind,
+  type MemberRecord,
   type MembershipAction,
   type MembershipConfig,
   type MembershipMessage,
   type MemberUpdate,
+  startsJoining,
 } from '../../src/core/membership-types.js';
 import { seededFractions } from './fixtures/xorshift32.js';
 
@@ -666,6 +668,19 @@ test('a node that left still relays an indirect probe while it lingers, with onl
     !updates.some((u) => u.kind === 'alive' && u.nodeId === 'a'),
     'no alive record of a node that left',
   );
+});
+
+test('a start with join seeds joins unless the data dir knows another member: killed mid-join, it joins again', () => {
+  const self: MemberRecord = { nodeId: 'j', address: 'j:7000', incarnation: 1, state: 'Up' };
+  const other: MemberRecord = { nodeId: 's', address: 's:7000', incarnation: 3, state: 'Up' };
+  assert.equal(startsJoining('j', 1, []), true, 'a new data dir');
+  assert.equal(startsJoining('j', 1, [self]), true, 'killed before the seed answered: only itself persisted');
+  assert.equal(
+    startsJoining('j', 1, [self, other]),
+    false,
+    'it joined: a restart rejoins the members it knew',
+  );
+  assert.equal(startsJoining('j', 0, [self]), false, 'no seeds: a one-member cluster, or a static start');
 });
 
 test('operator removal: only a Down member; the removed member is refused when it comes back', () => {
