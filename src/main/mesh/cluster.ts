@@ -280,9 +280,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private refusedLink: UnreachableLink | undefined;
   /** Members the node was started with (members admitted later are members once membership knows them). */
   private workerMembers = 0;
-  /** Handovers this node serves that wait for its table to reach their generation. */
-  private readonly tableWaiters = new Set<() => void>();
-  /** Forwarded operations parked until this node's table or serving changes (`relay`). */
+  /** What waits for this node's table or serving to change (`routingChange`). */
   private readonly routingWaiters = new Set<() => void>();
 
   constructor(
@@ -649,15 +647,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
     this.recordMoves(table, fragments);
     this.routeByTable(table);
-    for (const waiter of this.tableWaiters) waiter();
-    for (const waiter of this.routingWaiters) waiter();
-    this.scheduleCatchUpCheck();
+    this.routingChanged();
     this.placementDriver?.onTable(table, fragments);
     this.exitIfLeft();
   }
 
-  /** The table or this node's serving changed who serves some fragments: once per burst (failover-catch-up.ts). */
-  private scheduleCatchUpCheck(): void {
+  /**
+   * The table or this node's serving changed who serves some fragments: what waits for it goes on,
+   * and the catch-ups are checked once per burst (failover-catch-up.ts).
+   */
+  private routingChanged(): void {
+    for (const waiter of this.routingWaiters) waiter();
     if (this.catchUpCheckScheduled) return;
     this.catchUpCheckScheduled = true;
     queueMicrotask(this.catchUpCheckTask);
@@ -714,8 +714,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   private onServing(fragment: number, serving: boolean): void {
     this.localServing[fragment] = serving ? 1 : 0;
-    for (const waiter of this.routingWaiters) waiter();
-    this.scheduleCatchUpCheck();
+    this.routingChanged();
     this.events.append(serving ? 'FragmentServing' : 'FragmentNotServing', Date.now(), {
       fragment,
       node: this.config.selfId,
@@ -802,22 +801,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /** Resolves true once this node's table holds `fragment` at `generation` or later; false after `timeoutMs`. */
-  private tableAt(fragment: number, generation: number, timeoutMs: number): Promise<boolean> {
-    const reached = () => (this.coordinatorDriver?.table.active(fragment)?.generation ?? 0) >= generation;
-    if (reached()) return Promise.resolve(true);
-    return new Promise((resolve) => {
-      const check = (): void => {
-        if (reached()) done(true);
-      };
-      const done = (ok: boolean): void => {
-        clearTimeout(timer);
-        this.tableWaiters.delete(check);
-        resolve(ok);
-      };
-      const timer = setTimeout(() => done(false), timeoutMs);
-      timer.unref();
-      this.tableWaiters.add(check);
-    });
+  private async tableAt(fragment: number, generation: number, timeoutMs: number): Promise<boolean> {
+    const untilMs = Date.now() + timeoutMs;
+    while ((this.coordinatorDriver?.table.active(fragment)?.generation ?? 0) < generation) {
+      const leftMs = untilMs - Date.now();
+      if (leftMs <= 0) return false;
+      await this.routingChange(leftMs);
+    }
+    return true;
   }
 
   /**

@@ -6,10 +6,11 @@
 // so a write acknowledged by one other replica (WAIT 1, --replica-acks 1) is read through this node
 // as soon as it serves. When the table puts this node first while the one before is still up (a
 // move finished), that one alone took the writes this node may lack: it hands them over (its
-// replication here drained once it routes here too), or, if it cannot, one round against it. (Until a first other replica is reachable after a start, there is nothing
-// to catch up from, and the node serves what its copy has.) Requests for the fragment that
-// arrive meanwhile are held and sent on once the rounds end (or their time runs out), so clients
-// see a pause, not an error; the pause is measured.
+// replication here drained once it routes here too), or, if it cannot, one round against it.
+// (Until a first other replica is reachable after a start, there is nothing to catch up from, and
+// the node serves what its copy has.) Requests for the fragment that arrive meanwhile are held and
+// sent on once the rounds end (or their time runs out), so clients see a pause, not an error; the
+// pause is measured.
 
 import { backpressure, type TesseraError } from '../../core/errors.js';
 import { FAILOVER_CATCH_UP_MS_MAX, FAILOVER_HELD_REQUESTS_MAX } from '../../core/limits.js';

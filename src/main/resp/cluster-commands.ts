@@ -20,6 +20,7 @@ import {
   answerLater,
   type CommandSpec,
   integerArg,
+  lastKeyIndex,
   optionName,
   unknownSubcommand,
   writeHelp,
@@ -67,9 +68,9 @@ export function redirectedElsewhere(
   const cluster = node.cluster;
   if (cluster === undefined || !cluster.config.redirectsMoved) return false;
   const range = (cmd.argc > 1 ? spec.subcommandKeys?.[optionName(cmd, 1)] : undefined) ?? spec.keys;
-  const [first, last, step] = range;
+  const [first, , step] = range;
   if (first === 0) return false;
-  const end = last < 0 ? cmd.argc + last : Math.min(last, cmd.argc - 1);
+  const end = lastKeyIndex(range, cmd.argc);
   if (first > end) return false;
   const slot = slotOfRange(cmd.bufs[first], cmd.starts[first], cmd.ends[first]);
   for (let i = first + step; i <= end; i += step) {

@@ -15,6 +15,7 @@ import {
   type CommandSpec,
   findCommand,
   type KeyRange,
+  lastKeyIndex,
   optionName,
   replyError,
   SYNTAX_ERROR,
@@ -216,8 +217,8 @@ function commandGetKeys(cmd: RespCommand, w: RespWriter): void {
   const argc = cmd.argc - 2;
   if ((spec.arity > 0 && spec.arity !== argc) || argc < -spec.arity)
     return void w.error('Invalid number of arguments specified for command');
-  const [first, last, step] = range;
-  const end = last < 0 ? argc + last : Math.min(last, argc - 1);
+  const [first, , step] = range;
+  const end = lastKeyIndex(range, argc);
   // A subcommand's own arity is not in the table: a key position past the end is a missing argument.
   if (first > end) return void w.error('Invalid number of arguments specified for command');
   w.arrayHeader(Math.floor((end - first) / step) + 1);

@@ -20,6 +20,12 @@ import { UNSUPPORTED_COMMANDS } from './unsupported-commands.js';
 /** Where a command's keys are: first and last argument index (last -1: to the end), and the step. */
 export type KeyRange = readonly [first: number, last: number, step: number];
 
+/** The index of a command's last key argument, for `argc` arguments (below `first` when there is none). */
+export function lastKeyIndex(range: KeyRange, argc: number): number {
+  const last = range[1];
+  return last < 0 ? argc + last : Math.min(last, argc - 1);
+}
+
 export interface CommandSpec {
   /** Upper-case name. */
   name: string;
