@@ -31,6 +31,16 @@ export class FragmentSet {
     return this.count;
   }
 
+  delete(fragment: number): void {
+    const words = this.words;
+    if (words === undefined) return;
+    const at = fragment >>> 5;
+    const bit = 1 << (fragment & 31);
+    if ((words[at] & bit) === 0) return;
+    words[at] &= ~bit;
+    this.count--;
+  }
+
   clear(): void {
     if (this.count === 0) return;
     this.words?.fill(0);

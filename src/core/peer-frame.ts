@@ -246,8 +246,8 @@ export function forEachField(
  */
 export class ListFrameBuilder {
   private buf = Buffer.allocUnsafe(64 * 1024);
-  /** Items start after room for the longest headers: prefix, two tags, two lengths, a varint field. */
-  private static readonly HEAD = FRAME_PREFIX_BYTES + 2 * (1 + 5) + 6;
+  /** Items start after room for the longest headers: prefix, two tags, two lengths, two varint fields. */
+  private static readonly HEAD = FRAME_PREFIX_BYTES + 2 * (1 + 5) + 2 * (1 + 5);
   private end = ListFrameBuilder.HEAD;
   count = 0;
 
@@ -279,21 +279,29 @@ export class ListFrameBuilder {
     return this.buf;
   }
 
-  /** The finished frame (a fresh copy), with `varintField = value` first when value > 0; resets. */
-  finish(varintField = 0, value = 0): Buffer {
+  /**
+   * The finished frame (a fresh copy), with `field1 = value1` and `field2 = value2` first, each
+   * where its value is > 0 (each < 2^32); resets.
+   */
+  finish(field1 = 0, value1 = 0, field2 = 0, value2 = 0): Buffer {
     const items = this.end - ListFrameBuilder.HEAD;
-    const scalar = value > 0 ? 1 + varintBytes(value) : 0;
-    const message = scalar + items;
+    const scalar1 = value1 > 0 ? 1 + varintBytes(value1) : 0;
+    const scalar2 = value2 > 0 ? 1 + varintBytes(value2) : 0;
+    const message = scalar1 + scalar2 + items;
     const envelope = 1 + varintBytes(message) + message;
-    const start = ListFrameBuilder.HEAD - scalar - 1 - varintBytes(message) - FRAME_PREFIX_BYTES;
+    const start = ListFrameBuilder.HEAD - scalar1 - scalar2 - 1 - varintBytes(message) - FRAME_PREFIX_BYTES;
     let p = start;
     this.buf.writeUInt32BE(envelope, p);
     p += FRAME_PREFIX_BYTES;
     this.buf[p++] = (this.envelopeField << 3) | 2;
     p = writeVarint(this.buf, p, message);
-    if (scalar > 0) {
-      this.buf[p++] = varintField << 3;
-      p = writeVarint(this.buf, p, value);
+    if (scalar1 > 0) {
+      this.buf[p++] = field1 << 3;
+      p = writeVarint(this.buf, p, value1);
+    }
+    if (scalar2 > 0) {
+      this.buf[p++] = field2 << 3;
+      p = writeVarint(this.buf, p, value2);
     }
     const frame = Buffer.from(this.buf.subarray(start, this.end));
     this.end = ListFrameBuilder.HEAD;

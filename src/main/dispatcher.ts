@@ -161,6 +161,10 @@ export interface ClusterRouter {
   onPeerFrame(member: number, buf: Buffer, start: number, end: number): void;
   onPeerClose(member: number, reason: string): void;
   onWorkerServing(link: WorkerLink): void;
+  /** Grows each time some fragment's serving replica, as routing picks it, changes. */
+  readonly servingStamp: number;
+  /** The `servingStamp` the fragment's serving replica last changed at (0: never). */
+  servingChangedAt(fragment: number): number;
 }
 
 const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
@@ -300,6 +304,16 @@ export class Dispatcher {
   /** Where operations on `fragment` go now: this node's worker or the first serving replica. */
   linkOf(fragment: number): OpLink {
     return this.cluster?.routeOf(fragment) ?? this.links[this.linkOfFragment[fragment]];
+  }
+
+  /** Grows each time some fragment's serving replica changes (always 0 outside a cluster). */
+  get servingStamp(): number {
+    return this.cluster?.servingStamp ?? 0;
+  }
+
+  /** The `servingStamp` the fragment's serving replica last changed at (0: never). */
+  servingChangedAt(fragment: number): number {
+    return this.cluster?.servingChangedAt(fragment) ?? 0;
   }
 
   /** True when this node holds a copy of `fragment` (always, outside a cluster, unless dropped). */

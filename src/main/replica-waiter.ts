@@ -26,6 +26,11 @@ export interface ReplicaWaitRequest {
   timeoutMs: number;
   /** The answer when no fragment was written. */
   idleReached: number;
+  /**
+   * Fragments also written whose writes no replica can confirm any more (the replica that took
+   * them no longer serves them): each counts as nothing reached.
+   */
+  unconfirmable?: number;
 }
 
 export interface ReplicaWaitAnswer {
@@ -71,8 +76,11 @@ export function waitForReplicas(
   return new Promise((resolve) => {
     const nowMs = submitter.turnClock.nowMs();
     const deadlineMs = request.timeoutMs === 0 ? Number.POSITIVE_INFINITY : nowMs + request.timeoutMs;
-    const round = new WaitRound(request.fragments.length, request.replicas, deadlineMs, request.idleReached);
+    const unconfirmable = request.unconfirmable ?? 0;
+    const fragments = request.fragments.length + unconfirmable;
+    const round = new WaitRound(fragments, request.replicas, deadlineMs, request.idleReached);
     const wait: Waiting = { submitter, request, round, resolve };
+    for (let i = 0; i < unconfirmable; i++) round.fail();
     for (const fragment of request.fragments) ask(wait, fragment);
     settleIfDone(wait);
   });

@@ -16,6 +16,7 @@ import type { FragmentPlacement } from '../../src/main/node.js';
 import {
   adminGet,
   type ClusterFixture,
+  keepLogs,
   localValues,
   NodeProcess,
   startCluster,
@@ -180,9 +181,12 @@ describe('fragments that move while serving', () => {
     t.diagnostic(
       `moves finished ${moves.coordinator.movesFinished}, optimum ${optimum}, write failures ${failures}`,
     );
-    // Forwarded through a while fragments changed hands, no write failed (tables that disagree for
-    // a moment park a forwarded write rather than bounce it).
-    assert.equal(failures, 0, `write failures during the joins: ${failed.join(' | ')}`);
+    // Forwarded through a while fragments changed hands, no write failed (where tables or serving
+    // disagree for a moment, the node behind waits for what it lacks).
+    if (failures !== 0) {
+      const kept = await keepLogs('moves-join', running());
+      assert.fail(`write failures during the joins: ${failed.join(' | ')} (node logs kept in ${kept})`);
+    }
     assert.ok(
       moves.coordinator.movesFinished <= Math.ceil(optimum * 1.1) + 1,
       `${moves.coordinator.movesFinished} moves for an optimum of ${optimum}`,

@@ -174,3 +174,30 @@ test('past FAILOVER_HELD_REQUESTS_MAX a held fragment refuses with backpressure 
   );
   assert.match(refused?.message ?? '', /catching up after a failover/);
 });
+
+test('every change of a fragment’s serving member is stamped, and only those fragments', () => {
+  const host = new Host();
+  host.up = new Set([0, 2]); // no replica to catch up from: only the stamps change
+  host.first = [0, 0, 2, 2];
+  const catchUp = new FailoverCatchUp(host);
+  catchUp.check();
+  const first = catchUp.servingStamp;
+  assert.equal(first, 4, 'the first look changes every fragment');
+  const before = [0, 1, 2, 3].map((f) => catchUp.servingChangedAt(f));
+  catchUp.check();
+  assert.equal(catchUp.servingStamp, first, 'nothing changed, nothing stamped');
+  host.first = [2, 0, 2, 0];
+  catchUp.check();
+  assert.equal(catchUp.servingStamp, first + 2);
+  assert.ok(catchUp.servingChangedAt(0) > first && catchUp.servingChangedAt(3) > first);
+  assert.deepEqual(
+    [1, 2].map((f) => catchUp.servingChangedAt(f)),
+    [before[1], before[2]],
+  );
+  // Away and back is two changes: a write sent while it was away went elsewhere.
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [2, 0, 2, 0];
+  catchUp.check();
+  assert.equal(catchUp.servingStamp, first + 4);
+});

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { FragmentSet } from '../../src/core/fragment-set.js';
 import { seededFractions } from './fixtures/xorshift32.js';
 
-test('adds, membership, size, clear and the ascending list agree with a Set, across word edges', () => {
+test('adds, deletes, membership, size, clear and the ascending list agree with a Set, across word edges', () => {
   for (const count of [1, 31, 32, 33, 1000, 16384]) {
     const set = new FragmentSet(count);
     const model = new Set<number>();
@@ -19,10 +19,15 @@ test('adds, membership, size, clear and the ascending list agree with a Set, acr
       }
       const edge = [0, 31, 32, 63, count - 1][Math.floor(random() * 5)]!;
       const fragment = random() < 0.3 ? Math.min(edge, count - 1) : Math.floor(random() * count);
-      set.add(fragment);
-      model.add(fragment);
+      if (random() < 0.2) {
+        set.delete(fragment);
+        model.delete(fragment);
+      } else {
+        set.add(fragment);
+        model.add(fragment);
+      }
       assert.equal(set.size, model.size);
-      assert.equal(set.has(fragment), true);
+      assert.equal(set.has(fragment), model.has(fragment));
     }
     assert.deepEqual(
       set.toArray(),

@@ -86,13 +86,15 @@ describe('frames', () => {
     const builder = new ListFrameBuilder(EnvelopeField.ForwardedOps, 2);
     const items = [Buffer.from('first'), Buffer.alloc(200, 9), Buffer.alloc(0)];
     for (const item of items) builder.buffer.set(item, builder.reserve(item.length));
-    const frame = builder.finish(1, 3);
+    // Two scalars in front of the items, the largest a varint field here may hold among them.
+    const frame = builder.finish(1, 3, 3, 0xffffffff);
     assert.equal(frame.readUInt32BE(0), frame.length - 4);
     const envelope = frame.subarray(4);
-    assert.deepEqual(decodeEnvelope(envelope).forwardedOps, { hops: 3, ops: items });
+    assert.deepEqual(decodeEnvelope(envelope).forwardedOps, { hops: 3, generation: 0xffffffff, ops: items });
     const peek = peekEnvelope(envelope)!;
     const seen: Buffer[] = [];
     let hops = 0;
+    let generation = 0;
     const ok = forEachField(
       envelope,
       peek.start,
@@ -101,15 +103,18 @@ describe('frames', () => {
       (a, b) => seen.push(Buffer.from(envelope.subarray(a, b))),
       (f, v) => {
         if (f === 1) hops = v;
+        if (f === 3) generation = v;
       },
     );
     assert.equal(ok, true);
     assert.deepEqual(seen, items);
     assert.equal(hops, 3);
+    assert.equal(generation, 0xffffffff);
     // The builder is reused: the next frame holds only what was added since.
     builder.buffer.set(Buffer.from('x'), builder.reserve(1));
     assert.deepEqual(decodeEnvelope(builder.finish().subarray(4)).forwardedOps, {
       hops: 0,
+      generation: 0,
       ops: [Buffer.from('x')],
     });
     assert.equal(

@@ -19,6 +19,7 @@ import type { MemberView as CoordinatorMemberView } from '../../core/coordinator
 import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
+import { type ForwardView, forwardStep } from '../../core/forwarding.js';
 import { leaveHandedOver } from '../../core/leave.js';
 import {
   CLUSTER_EVENTS_KEPT,
@@ -26,7 +27,6 @@ import {
   COORDINATOR_REPORT_RETRY_MS,
   FAILOVER_CATCH_UP_MS_MAX,
   FORWARD_DISAGREEMENT_WAIT_MS,
-  MAX_FORWARD_HOPS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
   MOVES_RECENT_MAX,
@@ -79,7 +79,7 @@ import { CoordinatorDriver } from './coordinator-driver.js';
 import { type CatchUpCounters, FailoverCatchUp } from './failover-catch-up.js';
 import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
-import { PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
+import { GENERATION_FIELD, HOPS_FIELD, PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
 import { PlacementDriver } from './placement-driver.js';
 import { PubSubRelay } from './pubsub-relay.js';
 
@@ -87,6 +87,21 @@ import { PubSubRelay } from './pubsub-relay.js';
 interface Origin {
   member: number;
   reqId: number;
+}
+
+const NO_BYTES = Buffer.alloc(0);
+
+/** A forwarded operation on its way through this node; it is its own origin token. */
+interface ForwardedOp extends Origin {
+  fragment: number;
+  /** The encoded request: in the frame it came in, until `owned` (a copy this node keeps). */
+  op: Buffer;
+  owned: boolean;
+  hops: number;
+  /** The generation the relaying sender routed it by (0: unknown, a first hop). */
+  generation: number;
+  /** Until when it may wait for this node's routing to change (0: it has not waited). */
+  untilMs: number;
 }
 
 /** Fails every operation: no replica of the fragment is reachable. */
@@ -267,6 +282,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   };
   /** Per fragment, the replicas (member indices) requests are routed by: the table's, else the static placement. */
   private routing: number[][];
+  /** Per fragment, the table generation `routing` follows (0: the static placement). */
+  private readonly routedGeneration: Float64Array;
+  /** Scratch for `forwardStep`: one per node, filled per forwarded operation. */
+  private readonly forwardView: ForwardView = {
+    serving: false,
+    listedFirst: false,
+    generation: 0,
+    senderGeneration: 0,
+    next: 'none',
+    hops: 0,
+  };
   private udp: UdpSocket | undefined;
   /** Per member index: not unreachable, Down or Removed in membership's view (true until it says so). */
   private readonly memberReachable: boolean[];
@@ -291,6 +317,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   ) {
     this.frameBytesMax = ringRecordBytesMax(valueBytesMax);
     this.routing = config.placement.replicas.map((r) => [...r]);
+    this.routedGeneration = new Float64Array(config.placement.replicas.length);
     this.movesSeen = config.placement.replicas.map(() => null);
     this.failover = new FailoverCatchUp({
       fragmentCount: config.placement.replicas.length,
@@ -702,6 +729,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         .filter((m) => m !== -1);
       if (list.length === 0) continue;
       this.routing[f] = list;
+      this.routedGeneration[f] = entry.generation;
     }
   }
 
@@ -1120,6 +1148,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return this.peerLinks[member];
   }
 
+  get servingStamp(): number {
+    return this.failover.servingStamp;
+  }
+
+  servingChangedAt(fragment: number): number {
+    return this.failover.servingChangedAt(fragment);
+  }
+
   /** This node holds a copy it may answer from: one it serves, or one it is handing over. */
   holds(fragment: number): boolean {
     if (this.localServing[fragment] === 1) return true;
@@ -1175,7 +1211,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const error = this.dispatcher.submitEncoded(fragment, request, handler, token);
       if (error !== undefined) handler.onFailure(token, error);
     } else if (link instanceof PeerLink) {
-      link.forward(request, 0, handler, token);
+      link.forward(request, 0, 0, handler, token);
     } else {
       handler.onFailure(token, link.refusal());
     }
@@ -1251,6 +1287,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Runs forwarded operations here (or passes them on when this node holds no copy). */
   private serveForwarded(member: number, bytes: Buffer, peek: EnvelopePeek): void {
     let hops = 0;
+    let generation = 0;
     const ops: Array<[number, number]> = [];
     const wellFormed = forEachField(
       bytes,
@@ -1259,7 +1296,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       2,
       (start, end) => ops.push([start, end]),
       (field, value) => {
-        if (field === 1) hops = value;
+        if (field === HOPS_FIELD) hops = value;
+        else if (field === GENERATION_FIELD) generation = value;
       },
     );
     if (!wellFormed) return this.mesh.drop(member, 'malformed forwarded operations');
@@ -1269,8 +1307,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const reason = checkRequest(op, fragmentCount, this.fragmentOf);
       if (reason !== undefined) return this.mesh.drop(member, `forwarded operation refused: ${reason}`);
       const fragment = requestFragment(op, 0);
-      const origin: Origin = { member, reqId: requestId(op, 0) };
-      this.serveForwardedOp(fragment, op, hops, origin);
+      const reqId = requestId(op, 0);
+      this.serveForwardedOp({ member, reqId, fragment, op, owned: false, hops, generation, untilMs: 0 });
     }
   }
 
@@ -1279,59 +1317,101 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * forwarded to it (once caught up, after a failover): a copy that is still copying or is being
    * handed over, or a serving one the table has put after another (a sender whose table is older
    * still sends here), passes it on — two copies taking writes at once would make one of them lose.
+   * Where the nodes disagree for a moment, the one behind waits (src/core/forwarding.ts).
    */
-  private serveForwardedOp(
-    fragment: number,
-    op: Buffer,
-    hops: number,
-    origin: Origin,
-    parkedUntilMs?: number,
-  ): void {
-    if (this.localServing[fragment] !== 1 || this.routeOf(fragment) instanceof PeerLink)
-      return this.relay(fragment, op, hops, origin, parkedUntilMs);
-    if (this.failover.link(fragment) !== undefined) {
-      // The frame's bytes are not ours past this turn: the held request keeps a copy.
-      const held = Buffer.from(op);
+  private serveForwardedOp(forwarded: ForwardedOp): void {
+    const fragment = forwarded.fragment;
+    const next = this.routeOf(fragment);
+    const view = this.forwardView;
+    view.serving = this.localServing[fragment] === 1;
+    view.listedFirst = this.firstListed(fragment) === this.config.selfIndex;
+    view.generation = this.routedGeneration[fragment];
+    view.senderGeneration = forwarded.generation;
+    view.next = !(next instanceof PeerLink)
+      ? next === undefined || next === this.failover.link(fragment)
+        ? 'self'
+        : 'none'
+      : next.member === forwarded.member
+        ? 'sender'
+        : 'other';
+    view.hops = forwarded.hops;
+    switch (forwardStep(view, () => this.mayWait(forwarded))) {
+      case 'wait':
+        return this.park(forwarded);
+      case 'refuse':
+        return this.refuseForwarded(forwarded);
+      case 'relay': {
+        const op = forwarded.op;
+        forwarded.op = NO_BYTES; // the link keeps its own copy
+        const answer = this.answerOrigin as ResultHandler<unknown>;
+        return (next as PeerLink).forward(op, forwarded.hops + 1, view.generation, answer, forwarded);
+      }
+      case 'serve':
+        break;
+    }
+    if (next !== undefined) {
+      this.own(forwarded);
       this.failover.holdForwarded(
         fragment,
-        () => this.serveForwardedOp(fragment, held, hops, origin),
-        (error) => this.answerOrigin.onFailure(origin, error),
+        () => this.serveForwardedOp(forwarded),
+        (error) => this.answerOrigin.onFailure(forwarded, error),
       );
       return;
     }
-    const error = this.dispatcher.submitForwarded(fragment, op, this.answerOrigin, origin);
-    if (error !== undefined) this.answerOrigin.onFailure(origin, error);
+    const error = this.dispatcher.submitForwarded(fragment, forwarded.op, this.answerOrigin, forwarded);
+    forwarded.op = NO_BYTES; // copied into the ring: the token must not keep the frame alive
+    if (error !== undefined) this.answerOrigin.onFailure(forwarded, error);
   }
 
-  /**
-   * Placement differs between the nodes: pass it on, a bounded number of times. Where it would go
-   * back to the sender — the two tables disagree for a moment, one holding a move's end and the
-   * other not yet — it waits (FORWARD_DISAGREEMENT_WAIT_MS at most) for this node's table or serving
-   * to change, and tries again.
-   */
-  private relay(fragment: number, op: Buffer, hops: number, origin: Origin, parkedUntilMs?: number): void {
-    const next = this.routeOf(fragment);
-    const back = !(next instanceof PeerLink) || next.member === origin.member;
-    const untilMs = parkedUntilMs ?? Date.now() + FORWARD_DISAGREEMENT_WAIT_MS;
-    if (back && hops + 1 < MAX_FORWARD_HOPS && Date.now() < untilMs) {
-      // The frame's bytes are not ours past this turn: the parked operation keeps a copy.
-      const held = parkedUntilMs === undefined ? Buffer.from(op) : op;
-      void this.routingChange(untilMs - Date.now()).then(() =>
-        this.serveForwardedOp(fragment, held, hops, origin, untilMs),
-      );
-      return;
-    }
-    if (hops + 1 >= MAX_FORWARD_HOPS || back) {
-      this.answerOrigin.onFailure(
-        origin,
-        networkError(
-          `node ${this.config.selfId} does not serve fragment ${fragment} and cannot forward it (hops ${hops}); ` +
-            'check that every node has the same --peers and --replicas',
-        ),
-      );
-      return;
-    }
-    next.forward(Buffer.from(op), hops + 1, this.answerOrigin as ResultHandler<unknown>, origin);
+  private refuseForwarded(forwarded: ForwardedOp): void {
+    const { fragment, hops } = forwarded;
+    const entry = this.coordinatorDriver?.table.active(fragment);
+    this.logger.warn(
+      {
+        fragment,
+        hops,
+        from: this.config.members[forwarded.member],
+        generation: this.routedGeneration[fragment],
+        senderGeneration: forwarded.generation,
+        replicas: entry?.replicas ?? null,
+        serving: this.localServing[fragment] === 1,
+      },
+      'forwarded operation refused: no replica to pass it on to',
+    );
+    this.answerOrigin.onFailure(
+      forwarded,
+      networkError(
+        `node ${this.config.selfId} does not serve fragment ${fragment} and cannot forward it (hops ${hops}); ` +
+          'check that every node has the same --peers and --replicas',
+      ),
+    );
+  }
+
+  /** Whether the operation may still wait here (its wait starts at the first ask). */
+  private mayWait(forwarded: ForwardedOp): boolean {
+    const nowMs = Date.now();
+    if (forwarded.untilMs === 0) forwarded.untilMs = nowMs + FORWARD_DISAGREEMENT_WAIT_MS;
+    return nowMs < forwarded.untilMs;
+  }
+
+  /** Waits for this node's table or serving to change (until the operation's deadline), then tries again. */
+  private park(forwarded: ForwardedOp): void {
+    this.own(forwarded);
+    void this.routingChange(forwarded.untilMs - Date.now()).then(() => this.serveForwardedOp(forwarded));
+  }
+
+  /** The frame's bytes are not ours past this turn: an operation that waits keeps a copy. */
+  private own(forwarded: ForwardedOp): void {
+    if (forwarded.owned) return;
+    forwarded.op = Buffer.from(forwarded.op);
+    forwarded.owned = true;
+  }
+
+  /** The first replica `routing` lists that is this node or up; -1 when none. */
+  private firstListed(fragment: number): number {
+    for (const member of this.routing[fragment])
+      if (member === this.config.selfIndex || this.isUp(member)) return member;
+    return -1;
   }
 
   /** Queues a result for its origin, under the origin's request id. */

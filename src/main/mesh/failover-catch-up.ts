@@ -90,6 +90,10 @@ class HoldingLink implements OpLink {
 export class FailoverCatchUp {
   /** Per fragment, the member routing picked last (-1 before the first look). */
   private readonly servedBy: Int32Array;
+  /** Per fragment, the `servingStamp` at which `servedBy` last changed. */
+  private readonly changedAt: Float64Array;
+  /** Grows by one at each change of some fragment's `servedBy`. */
+  servingStamp = 0;
   /** Per fragment, 1 once this node caught up since it started serving it (after its start, or a failover). */
   private readonly caughtUp: Uint8Array;
   private readonly holding = new Map<number, HoldingLink>();
@@ -97,6 +101,7 @@ export class FailoverCatchUp {
 
   constructor(private readonly host: CatchUpHost) {
     this.servedBy = new Int32Array(host.fragmentCount).fill(-1);
+    this.changedAt = new Float64Array(host.fragmentCount);
     this.caughtUp = new Uint8Array(host.fragmentCount);
   }
 
@@ -116,6 +121,11 @@ export class FailoverCatchUp {
     else refuse(link.refusal());
   }
 
+  /** The `servingStamp` at which the fragment's serving member last changed (0: never looked at). */
+  servingChangedAt(fragment: number): number {
+    return this.changedAt[fragment];
+  }
+
   /** Fragments being caught up now. */
   inProgress(): number {
     return this.holding.size;
@@ -124,7 +134,8 @@ export class FailoverCatchUp {
   /**
    * After the view or the table changed: a fragment this node serves that has not caught up since
    * this node started, or whose serving replica moved here from another — one no longer up, or one
-   * the table put after this node — catches up once some other replica is reachable.
+   * the table put after this node — catches up once some other replica is reachable. Every change
+   * of a fragment's serving member is stamped (`servingChangedAt`).
    */
   check(): void {
     const self = this.host.selfIndex;
@@ -132,6 +143,7 @@ export class FailoverCatchUp {
       const before = this.servedBy[f];
       const now = this.host.firstServing(f);
       this.servedBy[f] = now;
+      if (now !== before) this.changedAt[f] = ++this.servingStamp;
       if (now !== self) continue;
       if (before !== -1 && before !== self) this.caughtUp[f] = 0;
       if (this.caughtUp[f] === 1 || this.holding.has(f)) continue;

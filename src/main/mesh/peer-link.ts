@@ -6,7 +6,9 @@
 //
 // When the peer goes away, writes and reads it held are retried down the replica list with the same
 // stamped version (an applied write answers AlreadyPresent the second time); read-modify-writes fail
-// with a Network error, since they may or may not have been applied.
+// with a Network error, since they may or may not have been applied; replica-wait fences (WAIT,
+// replica acknowledgements) fail too: only the replica that took the writes can say how far they
+// reached.
 
 import { readU16LE } from '../../core/bytes.js';
 import { backpressure, networkError, type TesseraError } from '../../core/errors.js';
@@ -18,7 +20,7 @@ import {
 } from '../../core/limits.js';
 import { OpKind } from '../../core/ops.js';
 import { EnvelopeField, forEachField, ListFrameBuilder } from '../../core/peer-frame.js';
-import { checkResult, resultId, setRequestId } from '../../threads/op-codec.js';
+import { checkResult, requestReplicaWait, resultId, setRequestId } from '../../threads/op-codec.js';
 import type { ResultHandler } from '../worker-link.js';
 
 /** What a peer link needs from the cluster around it. */
@@ -38,9 +40,10 @@ interface InFlight {
   sentAtMs: number;
 }
 
-/** ForwardedOps.ops and ForwardedResults.results field numbers; ForwardedOps.hops. */
+/** ForwardedOps.ops and ForwardedResults.results field numbers; ForwardedOps.hops and .generation. */
 const OPS_FIELD = 2;
-const HOPS_FIELD = 1;
+export const HOPS_FIELD = 1;
+export const GENERATION_FIELD = 3;
 export const RESULTS_FIELD = 1;
 
 export class PeerLink {
@@ -100,10 +103,17 @@ export class PeerLink {
   }
 
   /**
-   * Sends an encoded request (a retry, hops 0, or a relay, hops > 0) under a fresh request id; the
+   * Sends an encoded request (a retry, hops 0, or a relay, hops > 0, of a fragment whose table
+   * generation the relaying node routed it by is `generation`) under a fresh request id; the
    * request's own bytes are left as they are.
    */
-  forward(request: Buffer, hops: number, handler: ResultHandler<unknown>, token: unknown): void {
+  forward(
+    request: Buffer,
+    hops: number,
+    generation: number,
+    handler: ResultHandler<unknown>,
+    token: unknown,
+  ): void {
     const reqId = this.takeId();
     const builder = hops === 0 ? this.batch : this.relays;
     const at = builder.reserve(request.length);
@@ -112,7 +122,7 @@ export class PeerLink {
     const copy = Buffer.from(builder.buffer.subarray(at, at + request.length));
     this.track(reqId, handler, token, copy);
     if (hops === 0) this.scheduleFlush();
-    else this.send(this.relays.finish(HOPS_FIELD, hops));
+    else this.send(this.relays.finish(HOPS_FIELD, hops, GENERATION_FIELD, generation));
   }
 
   /** A ForwardedResults message (`bytes[start, end)`) from the peer; false when malformed. */
@@ -140,7 +150,13 @@ export class PeerLink {
     this.inFlight.clear();
     this.stopTimerIfIdle();
     for (const entry of held) {
-      if (entry.request[0] === OpKind.Modify) {
+      if (requestReplicaWait(entry.request, 0)) {
+        // Only the replica that took the writes can say how far they reached: none other may answer.
+        entry.handler.onFailure(
+          entry.token,
+          networkError(`peer ${this.peerId} disconnected before it confirmed its replicas`),
+        );
+      } else if (entry.request[0] === OpKind.Modify) {
         entry.handler.onFailure(
           entry.token,
           networkError(`peer ${this.peerId} disconnected; the operation may or may not have been applied`),

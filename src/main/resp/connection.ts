@@ -88,6 +88,12 @@ export class RespConnection implements PubSubClient {
    * acknowledge them: what the next one asks about. A bitmap: recording one costs a write nothing.
    */
   readonly writtenFragments: FragmentSet;
+  /**
+   * The node's serving stamp (Dispatcher.servingStamp) when the oldest write in `writtenFragments`
+   * was sent: a fragment whose serving replica changed after it cannot have its writes confirmed
+   * by the replica that serves it now.
+   */
+  writtenSinceStamp = 0;
   lastCommand = 'NULL';
   lastCommandAtMs = this.createdAtMs;
   /** Writes sent to a worker and not yet answered: reads must not bypass them on this thread. */

@@ -307,6 +307,7 @@ function submit(
   const dispatcher = conn.server.node.dispatcher;
   const error = dispatcher.submitWrite(spec, handler as ResultHandler<unknown>, token);
   releaseWriteSpec(spec);
+  if (conn.writtenFragments.size === 0) conn.writtenSinceStamp = dispatcher.servingStamp;
   conn.writtenFragments.add(dispatcher.lastWriteFragment);
   if (error !== undefined) {
     if (token instanceof WritePart) {

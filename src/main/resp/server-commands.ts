@@ -743,7 +743,11 @@ function timeoutArg(cmd: RespCommand, index: number, w: RespWriter): number | un
 /**
  * Waits for `replicas` acknowledgements of every fragment the connection wrote (and, `stable`, for
  * each at `stable` on its serving replica and its replicas). A wait that saw every replica there is
- * forgets the fragments: nothing older can then ask for more.
+ * forgets the fragments: nothing older can then ask for more. A fragment whose serving replica
+ * changed since the connection's oldest write it tracks (a failover, a move) took some of those
+ * writes elsewhere: the replica serving it now cannot confirm them, so it counts as nothing
+ * reached, once — it is then forgotten, as Redis's WAIT after a failover answers only for writes
+ * the new master took.
  */
 function waitForWrites(
   conn: RespConnection,
@@ -753,10 +757,16 @@ function waitForWrites(
 ): Promise<ReplicaWaitAnswer> {
   const dispatcher = conn.server.node.dispatcher;
   const written = conn.writtenFragments;
-  const fragments = written.toArray();
+  const fragments: number[] = [];
+  const unconfirmable: number[] = [];
+  for (const fragment of written.toArray()) {
+    const moved = dispatcher.servingChangedAt(fragment) > conn.writtenSinceStamp;
+    (moved ? unconfirmable : fragments).push(fragment);
+  }
   const others = dispatcher.otherReplicas;
   return waitForReplicas(dispatcher, {
     fragments,
+    unconfirmable: unconfirmable.length,
     replicas: Math.max(0, Math.min(replicas, REPLICA_ACKS_MAX)),
     level: stable ? AckLevel.Stable : dispatcher.replicationAck,
     durability: stable ? Durability.Stable : Durability.Memory,
@@ -765,6 +775,7 @@ function waitForWrites(
     idleReached: others,
   }).then((answer) => {
     if (answer.reached >= others && answer.local) written.clear();
+    else for (const fragment of unconfirmable) written.delete(fragment);
     return answer;
   });
 }
