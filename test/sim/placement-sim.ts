@@ -12,7 +12,9 @@
 //   would), a merge keeps the higher one; copies are the node's disk: a killed node keeps them;
 // - a client write goes, as the issuing node routes by its table, to the first listed replica other
 //   than a move's target that is the node itself serving it, or a peer its membership view reaches;
-//   that node applies it if it serves the fragment, and the write is acknowledged then;
+//   each node it reaches decides by the node's rule (src/core/forwarding.ts, from its own table,
+//   serving and view): it applies it (the write is acknowledged then), waits (re-deciding each step,
+//   until its deadline), passes it on (a message, delivered while the link is up), or refuses it;
 // - replication is asynchronous: a per (fragment, peer) backlog in memory (lost when the node dies),
 //   delivered while the link is up; every `antiEntropyIntervalMs` each replica pulls the others'
 //   copies (what a kill lost from a backlog comes back this way);
@@ -32,6 +34,8 @@
 //   entry is up is reported (`maxUnservedMs`); it is bounded (`tablePropagationBoundMs`) only while
 //   the coordinator that wrote the entry acts and reaches such a replica whose view names it (a
 //   takeover that fails closed while a member is unreachable but not Down is the design's wait);
+// - in a calm cluster (the join and the leave after the faults), no forwarded write is refused:
+//   tables and serving that disagree while a move ends are waited out;
 // - a leaving node holds no copy when it exits membership (each dropped after its handoff, above),
 //   ends Removed in every view, and the table settles without it;
 // - the world's: no table epoch has two coordinators, no (epoch, fragment, generation) two contents,
@@ -48,9 +52,11 @@ import { assert } from '../../src/core/assert.js';
 import type { AssignmentTable } from '../../src/core/assignment-table.js';
 import { MOVE_LIMITS_DEFAULT, planMoves } from '../../src/core/coordinator.js';
 import type { CoordinatorCounters } from '../../src/core/coordinator-machine.js';
+import { type ForwardView, forwardStep } from '../../src/core/forwarding.js';
 import { leaveHandedOver } from '../../src/core/leave.js';
 import {
   COORDINATOR_DIGEST_INTERVAL_MS,
+  FORWARD_DISAGREEMENT_WAIT_MS,
   PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
@@ -113,6 +119,13 @@ export interface PlacementSimReport {
   partitions: number;
   writesAcked: number;
   writesRefused: number;
+  /** Writes forwarded by the node a client wrote through, and how they ended when not applied. */
+  forwarded: number;
+  forwardedRefused: number;
+  forwardedLost: number;
+  /** Decisions to wait, and the most nodes one forwarded write passed through. */
+  forwardWaits: number;
+  forwardHopsMax: number;
   movesStarted: number;
   movesFinished: number;
   movesCancelled: number;
@@ -168,6 +181,22 @@ interface PendingStep {
   finish: () => void;
 }
 
+/** A client write on its way between nodes (cluster.ts serveForwardedOp). */
+interface ForwardedWrite {
+  fragment: number;
+  key: string;
+  /** The node it is at, the node that sent it there, and that node's life when it sent it. */
+  at: string;
+  life: number;
+  sender: string;
+  senderGeneration: number;
+  hops: number;
+  /** Until when it may wait at `at` (0: it has not waited there). */
+  untilMs: number;
+  /** Sent: it reaches `at` at the next step. */
+  inFlight: boolean;
+}
+
 interface PendingReady {
   node: string;
   life: number;
@@ -190,6 +219,9 @@ export class PlacementSim extends MembershipSim {
   private readonly acked = new Map<string, number>();
   private version = 0;
   private writing = true;
+  /** The faults are over and the cluster settled: no forwarded write may be refused. */
+  private calm = false;
+  private forwards: ForwardedWrite[] = [];
   private nextAntiEntropyMs = 0;
   /** Per fragment, since when no replica serves it while one could; undefined while one serves. */
   private readonly gapSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
@@ -212,6 +244,11 @@ export class PlacementSim extends MembershipSim {
       partitions: 0,
       writesAcked: 0,
       writesRefused: 0,
+      forwarded: 0,
+      forwardedRefused: 0,
+      forwardedLost: 0,
+      forwardWaits: 0,
+      forwardHopsMax: 0,
       movesStarted: 0,
       movesFinished: 0,
       movesCancelled: 0,
@@ -238,6 +275,7 @@ export class PlacementSim extends MembershipSim {
     const healedMs = this.nowMs;
     await this.awaitSettled('after the faults healed');
     this.stats.settleMs = this.nowMs - healedMs;
+    this.calm = true;
     await this.calmJoin();
     await this.calmLeave();
     this.stats.nodes = this.nodes.length;
@@ -434,6 +472,7 @@ export class PlacementSim extends MembershipSim {
   private async tick(): Promise<void> {
     this.advance();
     if (this.writing && this.random() < this.sim.writesPerSecond / 100) this.write();
+    this.forwardWrites();
     this.deliverReadies();
     this.firePlacementTimers();
     this.replicate();
@@ -591,22 +630,128 @@ export class PlacementSim extends MembershipSim {
     const issuer = issuers[Math.floor(this.random() * issuers.length)]!;
     const fragment = Math.floor(this.random() * FRAGMENTS);
     const key = `k${Math.floor(this.random() * this.sim.keysPerFragment)}`;
-    const entry = issuer.coordinator!.table.active(fragment);
-    const unreachable = new Set(
-      issuer
-        .core!.view()
-        .filter((v) => v.unreachable)
-        .map((v) => v.nodeId),
-    );
-    const server = entry?.replicas.find((id) =>
-      id === issuer.id
-        ? this.serves(id, fragment)
-        : id !== entry.moving?.target && !unreachable.has(id) && this.connected(issuer.id, id),
-    );
-    if (server === undefined || !this.reaches(issuer.id, server) || !this.serves(server, fragment)) {
+    const server = this.routeAt(issuer, fragment);
+    if (server === issuer.id) return this.apply(server, fragment, key);
+    if (server === undefined || !this.reaches(issuer.id, server)) {
       this.stats.writesRefused++;
       return;
     }
+    this.stats.forwarded++;
+    this.forwards.push({
+      fragment,
+      key,
+      at: server,
+      life: this.holders.get(server)!.life,
+      sender: issuer.id,
+      senderGeneration: 0,
+      hops: 0,
+      untilMs: 0,
+      inFlight: true,
+    });
+  }
+
+  /**
+   * Where `node` routes the fragment: the first replica its table lists (not a move's target) that
+   * is the node itself serving it, or a peer its view has reachable and it is connected to.
+   */
+  private routeAt(node: SimNode, fragment: number): string | undefined {
+    return this.routingAt(node, fragment).find((id) =>
+      id === node.id ? this.serves(id, fragment) : this.upAt(node, id),
+    );
+  }
+
+  private routingAt(node: SimNode, fragment: number): string[] {
+    const entry = node.coordinator!.table.active(fragment);
+    return entry?.replicas.filter((id) => id !== entry.moving?.target) ?? [];
+  }
+
+  private upAt(node: SimNode, id: string): boolean {
+    const seen = node.core!.view().find((v) => v.nodeId === id);
+    return seen !== undefined && !seen.unreachable && this.connected(node.id, id);
+  }
+
+  /** Each forwarded write takes one step where it is: arrives, is applied, waits, moves on or ends. */
+  private forwardWrites(): void {
+    const going = this.forwards;
+    this.forwards = [];
+    for (const write of going) {
+      const node = this.byId.get(write.at)!;
+      const holder = this.holders.get(write.at)!;
+      if (holder.life !== write.life || node.core === undefined) {
+        this.stats.forwardedLost++; // the node died with it: the client's request times out
+        continue;
+      }
+      if (!this.running(node)) {
+        this.forwards.push(write); // a paused node takes it up once it resumes
+        continue;
+      }
+      if (write.inFlight) {
+        write.inFlight = false;
+        if (!this.reaches(write.sender, write.at)) {
+          this.stats.forwardedLost++; // the link broke under it
+          continue;
+        }
+      }
+      this.forwardStepAt(node, write);
+    }
+  }
+
+  private forwardStepAt(node: SimNode, write: ForwardedWrite): void {
+    const { fragment } = write;
+    const route = this.routeAt(node, fragment);
+    const first = this.routingAt(node, fragment).find((id) => id === node.id || this.upAt(node, id));
+    const view: ForwardView = {
+      serving: this.serves(node.id, fragment),
+      listedFirst: first === node.id,
+      generation: node.coordinator!.table.active(fragment)?.generation ?? 0,
+      senderGeneration: write.senderGeneration,
+      next:
+        route === undefined
+          ? 'none'
+          : route === node.id
+            ? 'self'
+            : route === write.sender
+              ? 'sender'
+              : 'other',
+      hops: write.hops,
+    };
+    const step = forwardStep(view, () => {
+      if (write.untilMs === 0) write.untilMs = this.nowMs + FORWARD_DISAGREEMENT_WAIT_MS;
+      return this.nowMs < write.untilMs;
+    });
+    switch (step) {
+      case 'serve':
+        return this.apply(node.id, fragment, write.key);
+      case 'wait':
+        this.stats.forwardWaits++;
+        this.forwards.push(write);
+        return;
+      case 'relay':
+        write.sender = node.id;
+        write.senderGeneration = view.generation;
+        write.at = route!;
+        write.life = this.holders.get(route!)!.life;
+        write.hops++;
+        write.untilMs = 0;
+        write.inFlight = true;
+        this.stats.forwardHopsMax = Math.max(this.stats.forwardHopsMax, write.hops);
+        this.forwards.push(write);
+        return;
+      case 'refuse':
+        this.stats.forwardedRefused++;
+        this.trace(
+          `${node.id} refuses a forwarded write of fragment ${fragment} from ${write.sender}: ${JSON.stringify(view)}`,
+        );
+        assert(
+          !this.calm,
+          `${node.id} refused a write of fragment ${fragment} forwarded by ${write.sender} in a calm cluster (at ${this.nowMs} ms): ${JSON.stringify(view)}`,
+        );
+        return;
+    }
+  }
+
+  /** The write applied at `server`, which serves the fragment: acknowledged, and queued to its replicas. */
+  private apply(server: string, fragment: number, key: string): void {
     const holder = this.holders.get(server)!;
     const copy = holder.copies.get(fragment);
     assert(copy !== undefined, `${server} serves fragment ${fragment} without a copy`);
