@@ -13,6 +13,9 @@ export class SystemClock implements DriverClock {
   setTimer(atMs: number, fire: () => void): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = setTimeout(fire, Math.max(0, atMs - Date.now()));
+    // A driver's next step never keeps a process alive by itself: the node's sockets and worker
+    // threads do while it runs, and once it closed nothing may hold its exit.
+    this.timer.unref();
   }
 
   clearTimer(): void {

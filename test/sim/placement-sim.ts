@@ -15,6 +15,10 @@
 //   each node it reaches decides by the node's rule (src/core/forwarding.ts, from its own table,
 //   serving and view): it applies it (the write is acknowledged then), waits (re-deciding each step,
 //   until its deadline), passes it on (a message, delivered while the link is up), or refuses it;
+// - a node's real FailoverCatchUp (src/main/mesh/failover-catch-up.ts) holds the writes of a
+//   fragment whose serving moved to it until it caught up: a round merges a peer's copy; a handover
+//   waits for the source's table to route the fragment away, then delivers what the source queued
+//   for it (it cannot when the source does not replicate to it);
 // - replication is asynchronous: a per (fragment, peer) backlog in memory (lost when the node dies),
 //   delivered while the link is up; every `antiEntropyIntervalMs` each replica pulls the others'
 //   copies (what a kill lost from a backlog comes back this way);
@@ -35,7 +39,8 @@
 //   the coordinator that wrote the entry acts and reaches such a replica whose view names it (a
 //   takeover that fails closed while a member is unreachable but not Down is the design's wait);
 // - in a calm cluster (the join and the leave after the faults), no forwarded write is refused:
-//   tables and serving that disagree while a move ends are waited out;
+//   tables and serving that disagree while a move ends are waited out; and the replica that applies
+//   a write holds every write acknowledged before (each serving change there is a handover);
 // - a leaving node holds no copy when it exits membership (each dropped after its handoff, above),
 //   ends Removed in every view, and the table settles without it;
 // - the world's: no table epoch has two coordinators, no (epoch, fragment, generation) two contents,
@@ -56,11 +61,13 @@ import { type ForwardView, forwardStep } from '../../src/core/forwarding.js';
 import { leaveHandedOver } from '../../src/core/leave.js';
 import {
   COORDINATOR_DIGEST_INTERVAL_MS,
+  FAILOVER_CATCH_UP_MS_MAX,
   FORWARD_DISAGREEMENT_WAIT_MS,
   PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
 } from '../../src/core/limits.js';
+import { type CatchUpHost, FailoverCatchUp } from '../../src/main/mesh/failover-catch-up.js';
 import { PlacementDriver, type PlacementIo } from '../../src/main/mesh/placement-driver.js';
 import {
   FRAGMENTS,
@@ -161,6 +168,9 @@ type Copy = Map<string, number>;
 interface Holder {
   driver: PlacementDriver | undefined;
   timer: SimTimer | undefined;
+  /** The node's catch-up before it serves a fragment that moved to it, and its deadlines. */
+  catchUp: FailoverCatchUp | undefined;
+  catchUpTimers: Array<{ atMs: number; fire: () => void; cancelled: boolean }>;
   /** Its copies on disk, by fragment: they survive a kill. */
   readonly copies: Map<number, Copy>;
   /** In memory: per fragment, the peers it replicates to, and per (fragment, peer) what is not delivered yet. */
@@ -197,6 +207,18 @@ interface ForwardedWrite {
   inFlight: boolean;
 }
 
+/** A catch-up's ask to the replica that served a fragment before (cluster.ts serveHandover). */
+interface PendingHandover {
+  node: string;
+  life: number;
+  from: string;
+  fragment: number;
+  /** The asker's generation of the fragment: the source hands over once its table has it. */
+  generation: number;
+  untilMs: number;
+  resolve: (handedOver: boolean) => void;
+}
+
 interface PendingReady {
   node: string;
   life: number;
@@ -222,6 +244,10 @@ export class PlacementSim extends MembershipSim {
   /** The faults are over and the cluster settled: no forwarded write may be refused. */
   private calm = false;
   private forwards: ForwardedWrite[] = [];
+  private handovers: PendingHandover[] = [];
+  /** Member indices for the catch-up (its host speaks in indices, as the node's cluster does). */
+  private readonly memberIndex = new Map<string, number>();
+  private readonly memberIds: string[] = [];
   private nextAntiEntropyMs = 0;
   /** Per fragment, since when no replica serves it while one could; undefined while one serves. */
   private readonly gapSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
@@ -403,6 +429,8 @@ export class PlacementSim extends MembershipSim {
       holder = {
         driver: undefined,
         timer: undefined,
+        catchUp: undefined,
+        catchUpTimers: [],
         copies: new Map(),
         replicateTo: new Map(),
         backlogs: new Map(),
@@ -416,6 +444,8 @@ export class PlacementSim extends MembershipSim {
     h.life++;
     h.exited = false;
     h.timer = undefined;
+    h.catchUpTimers = [];
+    h.catchUp = new FailoverCatchUp(this.catchUpHost(node, h));
     h.driver = new PlacementDriver(
       {
         selfId: node.id,
@@ -452,6 +482,9 @@ export class PlacementSim extends MembershipSim {
     holder.driver?.close();
     holder.driver = undefined;
     holder.timer = undefined;
+    // Its catch-ups and the writes they hold end with it (their rounds of this life never end).
+    holder.catchUp = undefined;
+    holder.catchUpTimers = [];
     holder.replicateTo = new Map();
     holder.backlogs = new Map();
     const counters = node.coordinator!.counters;
@@ -475,6 +508,7 @@ export class PlacementSim extends MembershipSim {
     this.forwardWrites();
     this.deliverReadies();
     this.firePlacementTimers();
+    const caughtUp = this.stepCatchUps();
     this.replicate();
     if (this.nowMs >= this.nextAntiEntropyMs) {
       this.antiEntropy();
@@ -482,8 +516,8 @@ export class PlacementSim extends MembershipSim {
     }
     const finished = this.finishSteps();
     this.checkServing();
-    // The driver hears a step's outcome in a promise callback: let those run before going on.
-    if (finished) await macrotask();
+    // The drivers hear a step's outcome in a promise callback: let those run before going on.
+    if (finished || caughtUp) await macrotask();
   }
 
   private finishSteps(): boolean {
@@ -523,6 +557,130 @@ export class PlacementSim extends MembershipSim {
       holder.timer = undefined;
       timer.fire();
     }
+  }
+
+  /**
+   * Each running node looks at its catch-ups (the node does on every view, table or serving
+   * change), their deadlines fire and handovers go on; true when a promise may have settled.
+   */
+  private stepCatchUps(): boolean {
+    let settled = false;
+    for (const node of this.nodes) {
+      const holder = this.holders.get(node.id)!;
+      if (holder.catchUp === undefined || node.core === undefined || !this.running(node)) continue;
+      holder.catchUp.check();
+      const nowMs = this.localMs(node);
+      const due = holder.catchUpTimers.filter((t) => !t.cancelled && nowMs >= t.atMs);
+      holder.catchUpTimers = holder.catchUpTimers.filter((t) => !t.cancelled && nowMs < t.atMs);
+      for (const timer of due) timer.fire();
+      settled ||= due.length > 0;
+    }
+    const handovers = this.handovers;
+    this.handovers = [];
+    for (const handover of handovers) settled = this.stepHandover(handover) || settled;
+    return settled;
+  }
+
+  /**
+   * The source hands the fragment over once its table has the asker's generation (it routes the
+   * fragment to the asker from then on): every write it queued for the asker is delivered. It
+   * cannot when it does not replicate the fragment to the asker; past the deadline, or dead, it
+   * answers nothing (the ask fails).
+   */
+  private stepHandover(handover: PendingHandover): boolean {
+    const holder = this.holders.get(handover.node)!;
+    if (holder.life !== handover.life) return false; // gone with the asker's life
+    const source = this.byId.get(handover.from)!;
+    const sourceHolder = this.holders.get(handover.from)!;
+    if (source.core === undefined || this.nowMs >= handover.untilMs) {
+      handover.resolve(false);
+      return true;
+    }
+    const generation = source.coordinator!.table.active(handover.fragment)?.generation ?? 0;
+    if (
+      !this.running(this.byId.get(handover.node)!) ||
+      !this.running(source) ||
+      !this.reaches(handover.from, handover.node) ||
+      generation < handover.generation
+    ) {
+      this.handovers.push(handover);
+      return false;
+    }
+    const copy = holder.copies.get(handover.fragment);
+    const replicates = sourceHolder.replicateTo.get(handover.fragment)?.includes(handover.node) ?? false;
+    if (copy !== undefined && replicates) {
+      const backlogs = sourceHolder.backlogs.get(handover.fragment);
+      const backlog = backlogs?.get(handover.node);
+      if (backlog !== undefined) merge(copy, backlog);
+      backlogs?.delete(handover.node);
+    }
+    handover.resolve(copy !== undefined && replicates);
+    return true;
+  }
+
+  private memberIndexOf(id: string): number {
+    let index = this.memberIndex.get(id);
+    if (index === undefined) {
+      index = this.memberIds.length;
+      this.memberIds.push(id);
+      this.memberIndex.set(id, index);
+    }
+    return index;
+  }
+
+  /** The node's catch-up host: routing and view from the node, rounds and handovers from the data model. */
+  private catchUpHost(node: SimNode, holder: Holder): CatchUpHost {
+    return {
+      fragmentCount: FRAGMENTS,
+      selfIndex: this.memberIndexOf(node.id),
+      firstServing: (fragment) => {
+        const route = this.routeAt(node, fragment);
+        return route === undefined ? -1 : this.memberIndexOf(route);
+      },
+      isUp: (member) => this.upAt(node, this.memberIds[member]!),
+      peersOf: (fragment) => this.routingAt(node, fragment).map((id) => this.memberIndexOf(id)),
+      reconcile: (fragment, member) =>
+        new Promise<boolean>((resolve) => {
+          const peer = this.memberIds[member]!;
+          this.pending.push({
+            atMs: this.nowMs + 5 + Math.floor(this.random() * 295),
+            node: node.id,
+            life: holder.life,
+            finish: () => {
+              const mine = holder.copies.get(fragment);
+              const theirs = this.holders.get(peer)!.copies.get(fragment);
+              const complete = mine !== undefined && theirs !== undefined && this.reaches(node.id, peer);
+              if (complete) merge(mine, theirs);
+              resolve(complete);
+            },
+          });
+        }),
+      handover: (fragment, member) =>
+        new Promise<boolean>((resolve) => {
+          this.handovers.push({
+            node: node.id,
+            life: holder.life,
+            from: this.memberIds[member]!,
+            fragment,
+            generation: node.coordinator!.table.active(fragment)?.generation ?? 0,
+            untilMs: this.nowMs + FAILOVER_CATCH_UP_MS_MAX,
+            resolve,
+          });
+        }),
+      resubmit: () => {
+        throw new Error('the simulator holds writes with holdForwarded only');
+      },
+      nowMs: () => this.localMs(node),
+      after: (ms, fire) => {
+        const timer = { atMs: this.localMs(node) + ms, fire, cancelled: false };
+        holder.catchUpTimers.push(timer);
+        return () => {
+          timer.cancelled = true;
+        };
+      },
+      log: (level, fields, message) =>
+        this.trace(`${node.id} catch-up ${level}: ${message} ${JSON.stringify(fields)}`),
+    };
   }
 
   // ---- The data model behind PlacementIo ----
@@ -630,8 +788,14 @@ export class PlacementSim extends MembershipSim {
     const issuer = issuers[Math.floor(this.random() * issuers.length)]!;
     const fragment = Math.floor(this.random() * FRAGMENTS);
     const key = `k${Math.floor(this.random() * this.sim.keysPerFragment)}`;
+    this.submitAt(issuer, fragment, key);
+  }
+
+  /** The write at the node a client sent it to: applied there, or forwarded (see the file header). */
+  private submitAt(issuer: SimNode, fragment: number, key: string): void {
     const server = this.routeAt(issuer, fragment);
-    if (server === issuer.id) return this.apply(server, fragment, key);
+    if (server === issuer.id)
+      return this.serveAt(issuer, fragment, key, () => this.submitAt(issuer, fragment, key));
     if (server === undefined || !this.reaches(issuer.id, server)) {
       this.stats.writesRefused++;
       return;
@@ -721,7 +885,7 @@ export class PlacementSim extends MembershipSim {
     });
     switch (step) {
       case 'serve':
-        return this.apply(node.id, fragment, write.key);
+        return this.serveAt(node, fragment, write.key, () => this.forwardStepAt(node, write));
       case 'wait':
         this.stats.forwardWaits++;
         this.forwards.push(write);
@@ -750,12 +914,38 @@ export class PlacementSim extends MembershipSim {
     }
   }
 
+  /**
+   * A write the node serves: applied now, or — while the node catches the fragment up (the real
+   * FailoverCatchUp) — held, and decided again once the catch-up ends.
+   */
+  private serveAt(node: SimNode, fragment: number, key: string, again: () => void): void {
+    const holder = this.holders.get(node.id)!;
+    const catchUp = holder.catchUp!;
+    if (catchUp.link(fragment) === undefined) return this.apply(node.id, fragment, key);
+    catchUp.holdForwarded(fragment, again, () => {
+      this.stats.writesRefused++; // too many held: TRYAGAIN
+    });
+  }
+
   /** The write applied at `server`, which serves the fragment: acknowledged, and queued to its replicas. */
   private apply(server: string, fragment: number, key: string): void {
     const holder = this.holders.get(server)!;
     const copy = holder.copies.get(fragment);
     assert(copy !== undefined, `${server} serves fragment ${fragment} without a copy`);
+    if (this.calm) {
+      // Every serving change in a calm cluster is a handover from a replica that is up: the new
+      // serving replica holds every write acknowledged before it serves (a read through it sees them).
+      for (let i = 0; i < this.sim.keysPerFragment; i++) {
+        const acked = this.acked.get(`${fragment}/k${i}`);
+        const held = copy.get(`k${i}`) ?? 0;
+        assert(
+          acked === undefined || held >= acked,
+          `${server} serves fragment ${fragment} without its acknowledged write k${i}@${acked} (it holds @${held}) in a calm cluster (at ${this.nowMs} ms)`,
+        );
+      }
+    }
     const version = ++this.version;
+    this.trace(`${server} applies ${fragment}/${key}@${version}`);
     copy.set(key, version);
     this.acked.set(`${fragment}/${key}`, version);
     this.stats.writesAcked++;

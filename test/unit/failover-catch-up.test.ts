@@ -42,6 +42,15 @@ class Host implements CatchUpHost {
   nowMs(): number {
     return this.nowMsValue;
   }
+  /** Catch-up deadlines: kept, fired by hand. */
+  readonly timers: Array<{ ms: number; fire: () => void; cancelled: boolean }> = [];
+  after(ms: number, fire: () => void): () => void {
+    const timer = { ms, fire, cancelled: false };
+    this.timers.push(timer);
+    return () => {
+      timer.cancelled = true;
+    };
+  }
   log(_level: string, fields: Record<string, unknown>, message: string): void {
     this.logs.push(`${message} ${JSON.stringify(fields)}`);
   }
@@ -117,7 +126,8 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   assert.equal(catchUp.inProgress(), 0, 'caught up, and served here since');
   // Fragment 3 goes to member 0 (a table change) and comes back while 0 is up: writes 0 took in
   // between may not have reached this node yet, so it catches up again — 0, the only replica that
-  // took writes meanwhile, hands them over; no anti-entropy round.
+  // took writes meanwhile, hands them over, then a round against 0 alone takes what 0 never queued
+  // here.
   host.first = [0, 0, 2, 0];
   catchUp.check();
   host.first = [0, 0, 2, SELF];
@@ -127,11 +137,18 @@ test('a fragment served here since its catch-up is not held again; one whose ser
     host.handovers.map((r) => [r.fragment, r.member]),
     [[3, 0]],
   );
-  assert.equal(host.rounds.length, 0);
+  assert.equal(host.rounds.length, 0, 'the round waits for the handover');
   host.handovers.splice(0)[0]!.finish(true);
   await settle();
+  assert.deepEqual(
+    host.rounds.map((r) => [r.fragment, r.member]),
+    [[3, 0]],
+  );
+  assert.equal(catchUp.inProgress(), 1, 'held until the round ends');
+  host.rounds.splice(0)[0]!.finish(true);
+  await settle();
   assert.equal(catchUp.inProgress(), 0);
-  // A handover that fails falls back to a round against that replica.
+  // A handover that fails: the round against that replica all the same.
   host.first = [0, 0, 2, 0];
   catchUp.check();
   host.first = [0, 0, 2, SELF];
@@ -200,4 +217,31 @@ test('every change of a fragment’s serving member is stamped, and only those f
   host.first = [2, 0, 2, 0];
   catchUp.check();
   assert.equal(catchUp.servingStamp, first + 4);
+});
+
+test('rounds that do not end in time: the fragment is served at the host’s deadline, counted incomplete', async () => {
+  const host = new Host();
+  const catchUp = new FailoverCatchUp(host);
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  assert.equal(catchUp.inProgress(), 1);
+  send(catchUp, 3, 'set x');
+  const [deadline] = host.timers;
+  assert.ok(deadline !== undefined && !deadline.cancelled);
+  deadline.fire();
+  await settle();
+  assert.equal(catchUp.inProgress(), 0);
+  assert.equal(catchUp.counters.incomplete, 1);
+  assert.deepEqual(host.resubmitted, ['3:set x']);
+  // Rounds that end in time cancel their deadline.
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  host.handovers.splice(0)[0]!.finish(true);
+  await settle();
+  host.rounds.at(-1)!.finish(true);
+  await settle();
+  assert.equal(catchUp.inProgress(), 0);
+  assert.equal(host.timers.at(-1)!.cancelled, true);
 });

@@ -328,6 +328,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       reconcile: (f, m, timeoutMs) => this.dispatcher.reconcileNow(f, m, timeoutMs).then((r) => r.ok),
       handover: (f, m, timeoutMs) => this.askHandover(f, m, timeoutMs),
       resubmit: (f, request, handler, token) => this.resubmit(f, request, handler, token),
+      after: (ms, fire) => {
+        const timer = setTimeout(fire, ms);
+        timer.unref(); // a catch-up does not keep a closing node alive
+        return () => clearTimeout(timer);
+      },
       nowMs: () => Date.now(),
       log: (level, fields, message) => this.logger[level](fields, message),
     });
@@ -544,6 +549,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   async close(): Promise<void> {
     this.admin.close();
+    // Every driver's timer goes: a placement step still due (a retry, a ready resent, a drain
+    // warning) would otherwise keep re-arming and keep the process from exiting.
+    this.placementDriver?.close();
     this.coordinatorDriver?.close();
     this.membershipDriver?.close();
     const udp = this.udp;

@@ -5,8 +5,10 @@
 // anti-entropy round against every other reachable replica — the verification a gained copy gets —
 // so a write acknowledged by one other replica (WAIT 1, --replica-acks 1) is read through this node
 // as soon as it serves. When the table puts this node first while the one before is still up (a
-// move finished), that one alone took the writes this node may lack: it hands them over (its
-// replication here drained once it routes here too), or, if it cannot, one round against it.
+// move finished), that one alone took the writes this node may lack: it hands them over (once it
+// routes here too, so takes no more, its replication here is drained), then one round against it
+// takes what it never queued here — the writes it took after this copy's verification started and
+// before it learnt to replicate here.
 // (Until a first other replica is reachable after a start, there is nothing to catch up from, and
 // the node serves what its copy has.) Requests for the fragment that arrive meanwhile are held and
 // sent on once the rounds end (or their time runs out), so clients see a pause, not an error; the
@@ -33,6 +35,8 @@ export interface CatchUpHost {
   /** Sends an encoded request on to the fragment's serving replica as routing picks it now. */
   resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void;
   nowMs(): number;
+  /** Calls `fire` after `ms` (on the host's clock); the function returned cancels it. */
+  after(ms: number, fire: () => void): () => void;
   log(level: 'info' | 'warn', fields: Record<string, unknown>, message: string): void;
 }
 
@@ -153,9 +157,9 @@ export class FailoverCatchUp {
 
   private catchUp(fragment: number, from: number): void {
     // Handed over by a replica still up (the table put this node first): only it took writes this
-    // node may lack, and it hands them over (its replication to this node drained once it routes
-    // here), or, failing that, a round against it. After a failover, any replica may hold what the
-    // lost one replicated before it went: a round against each.
+    // node may lack; it hands them over (its replication to this node drained once it routes here),
+    // then a round against it takes what it took before it replicated here. After a failover, any
+    // replica may hold what the lost one replicated before it went: a round against each.
     const handedOver = from !== -1 && from !== this.host.selfIndex && this.host.isUp(from);
     const sources = handedOver
       ? [from]
@@ -172,16 +176,15 @@ export class FailoverCatchUp {
           this.host
             .handover(fragment, from, FAILOVER_CATCH_UP_MS_MAX)
             .catch(() => false)
-            .then((done) => done || round(from)),
+            .then(() => round(from)),
         ]
       : sources.map(round);
-    let timer: NodeJS.Timeout | undefined;
+    let cancel = (): void => {};
     const deadline = new Promise<'late'>((resolve) => {
-      timer = setTimeout(() => resolve('late'), FAILOVER_CATCH_UP_MS_MAX);
-      timer.unref();
+      cancel = this.host.after(FAILOVER_CATCH_UP_MS_MAX, () => resolve('late'));
     });
     Promise.race([Promise.all(rounds), deadline]).then((outcome) => {
-      clearTimeout(timer);
+      cancel();
       const complete = outcome !== 'late' && outcome.every((ok) => ok);
       if (!complete) this.counters.incomplete++;
       const tookMs = this.host.nowMs() - startedMs;
