@@ -921,6 +921,9 @@ export class PlacementSim extends MembershipSim {
   private serveAt(node: SimNode, fragment: number, key: string, again: () => void): void {
     const holder = this.holders.get(node.id)!;
     const catchUp = holder.catchUp!;
+    // The node looks at its catch-ups as soon as its table, serving or view changed (a microtask
+    // after the change): before any later request.
+    catchUp.check();
     if (catchUp.link(fragment) === undefined) return this.apply(node.id, fragment, key);
     catchUp.holdForwarded(fragment, again, () => {
       this.stats.writesRefused++; // too many held: TRYAGAIN
