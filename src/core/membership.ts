@@ -163,6 +163,8 @@ export class Membership {
   private readonly urgentProbes = new Set<string>();
   /** Members whose peer connection closed: probed next, whatever their state. */
   private readonly probeNext = new Set<string>();
+  /** When each member held non-alive was last told our claim about it (`tellClaim`). */
+  private readonly claimToldMs = new Map<string, number>();
   private probeIndex = 0;
   private probe: Probe | undefined;
   private nextProbeMs: number;
@@ -367,8 +369,24 @@ export class Membership {
       case 'join-accept':
         return this.onJoinAccept();
       case 'gossip':
-        return;
+        return this.tellClaim(message.from);
     }
+  }
+
+  /**
+   * Gossip from a member we hold Down, unreachable or suspect is proof it lives: tell it the claim
+   * (at most once a probe interval), so it refutes now. Otherwise it hears of the claim only from a
+   * probe — which Lifeguard slows after a partition, and a Down member's peers may not send it for
+   * long — or by push-pull, while our stale claim spreads by push-pull to members that saw it alive.
+   */
+  private tellClaim(nodeId: string): void {
+    const m = this.members.get(nodeId);
+    const claim = m === undefined ? undefined : this.claimAbout(m);
+    if (claim === undefined) return;
+    const toldMs = this.claimToldMs.get(nodeId);
+    if (toldMs !== undefined && this.nowMs - toldMs < this.config.probeIntervalMs) return;
+    this.claimToldMs.set(nodeId, this.nowMs);
+    this.sendTo(nodeId, { kind: 'gossip', from: this.config.nodeId, updates: [claim] });
   }
 
   /**

@@ -168,6 +168,39 @@ test('an ack to a member held Down carries the claim, and that member refutes it
   assert.equal(e.core.member('e')?.incarnation, before + 1);
 });
 
+test('gossip from a member held Down gets the claim back, at most once a probe interval', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.deliver(gossip('b', [{ kind: 'down', nodeId: 'e', incarnation: 1, reporter: 'b' }]), 10);
+  assert.equal(h.core.member('e')?.state, 'Down');
+  const since = h.actions.length;
+  // This node's own word on it (reporter a), alone in a message to e: not the gossip rounds' relay.
+  const told = () =>
+    h
+      .sends('gossip', since)
+      .filter(
+        (s) =>
+          s.to === 'e' &&
+          s.message.kind === 'gossip' &&
+          s.message.updates.length === 1 &&
+          (s.message.updates[0] as { reporter?: string }).reporter === 'a',
+      );
+  h.deliver(gossip('e', []), 20);
+  assert.equal(told().length, 1);
+  const message = told()[0]!.message;
+  assert.ok(message.kind === 'gossip');
+  assert.deepEqual(message.updates, [{ kind: 'down', nodeId: 'e', incarnation: 1, reporter: 'a' }]);
+  // Again within the probe interval: not told twice; past it, told again.
+  const interval = config('a', OTHERS).probeIntervalMs;
+  h.deliver(gossip('e', []), 20 + interval - 1);
+  assert.equal(told().length, 1);
+  h.deliver(gossip('e', []), 20 + interval);
+  assert.equal(told().length, 2);
+  // Gossip from a member held alive gets no such reply.
+  const before = h.actions.length;
+  h.deliver(gossip('b', []), 20 + interval);
+  assert.equal(h.sends('gossip', before).filter((s) => s.to === 'b').length, 0);
+});
+
 test('a direct probe timeout sends 3 indirect probes through other members', () => {
   const h = new Harness(config('a', OTHERS));
   h.advance(1000);
