@@ -84,7 +84,7 @@ async function setWait(port: number, replicas: number | undefined, seconds = SEC
     await c.set(`sw:${i}`, 'x'.repeat(100));
     if (replicas !== undefined) {
       const reached = await c.wait(replicas, 0);
-      if (reached !== replicas) throw new Error(`WAIT ${replicas} 0 answered ${reached}`);
+      if (reached < replicas) throw new Error(`WAIT ${replicas} 0 answered ${reached}`);
     }
     latencies.push(performance.now() - start);
   }
