@@ -284,6 +284,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private routing: number[][];
   /** Per fragment, the table generation `routing` follows (0: the static placement). */
   private readonly routedGeneration: Float64Array;
+  /** The forwarded operation `forwardStep` decides now, and its wait check: no closure per operation. */
+  private deciding: ForwardedOp | undefined;
+  private readonly mayWaitDeciding = (): boolean => this.mayWait();
   /** Scratch for `forwardStep`: one per node, filled per forwarded operation. */
   private readonly forwardView: ForwardView = {
     serving: false,
@@ -1024,10 +1027,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   /** Member index of the fragment's first serving replica (-1 when none is reachable). */
   servingMember(fragment: number): number {
-    for (const member of this.routing[fragment]) {
-      if (member === this.config.selfIndex ? this.localServing[fragment] === 1 : this.isUp(member))
-        return member;
-    }
+    return this.firstRouted(fragment, this.localServing[fragment] === 1);
+  }
+
+  /**
+   * The first replica `routing` lists that is up, or this node where `selfCounts` (it serves the
+   * fragment; or, asking whether the table puts it first, whether or not it serves); -1 when none.
+   */
+  private firstRouted(fragment: number, selfCounts: boolean): number {
+    const self = this.config.selfIndex;
+    for (const member of this.routing[fragment])
+      if (member === self ? selfCounts : this.isUp(member)) return member;
     return -1;
   }
 
@@ -1332,7 +1342,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const next = this.routeOf(fragment);
     const view = this.forwardView;
     view.serving = this.localServing[fragment] === 1;
-    view.listedFirst = this.firstListed(fragment) === this.config.selfIndex;
+    view.listedFirst = this.firstRouted(fragment, true) === this.config.selfIndex;
     view.generation = this.routedGeneration[fragment];
     view.senderGeneration = forwarded.generation;
     view.next = !(next instanceof PeerLink)
@@ -1343,7 +1353,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         ? 'sender'
         : 'other';
     view.hops = forwarded.hops;
-    switch (forwardStep(view, () => this.mayWait(forwarded))) {
+    this.deciding = forwarded;
+    switch (forwardStep(view, this.mayWaitDeciding)) {
       case 'wait':
         return this.park(forwarded);
       case 'refuse':
@@ -1395,8 +1406,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     );
   }
 
-  /** Whether the operation may still wait here (its wait starts at the first ask). */
-  private mayWait(forwarded: ForwardedOp): boolean {
+  /** Whether the operation being decided may still wait here (its wait starts at the first ask). */
+  private mayWait(): boolean {
+    const forwarded = this.deciding!;
     const nowMs = Date.now();
     if (forwarded.untilMs === 0) forwarded.untilMs = nowMs + FORWARD_DISAGREEMENT_WAIT_MS;
     return nowMs < forwarded.untilMs;
@@ -1413,13 +1425,6 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     if (forwarded.owned) return;
     forwarded.op = Buffer.from(forwarded.op);
     forwarded.owned = true;
-  }
-
-  /** The first replica `routing` lists that is this node or up; -1 when none. */
-  private firstListed(fragment: number): number {
-    for (const member of this.routing[fragment])
-      if (member === this.config.selfIndex || this.isUp(member)) return member;
-    return -1;
   }
 
   /** Queues a result for its origin, under the origin's request id. */
