@@ -26,6 +26,11 @@
 //   fence covers what it applied before, so WAITAOF and a `stable` drain need no other message).
 // - The backlog (buffered + in flight) is bounded in ops and bytes; an op that would pass a bound
 //   drops everything ("buffer reset") and anti-entropy repairs what was lost.
+// - A continuity id names a run in which every write enqueued reached the peer or still waits to:
+//   a session opened with none takes its own id as the continuity; a buffer reset and a peer that
+//   says it lost its sessions (`peer-reset`: what it acknowledged from memory may be gone) end it
+//   (0 until the next session). Every SessionStart carries it. A copy verified by a round that started after the peer heard the id, and drained
+//   while the id is unchanged, holds every write this sender's replica took (a handover's proof).
 
 import { assert } from './assert.js';
 import {
@@ -115,6 +120,8 @@ export type SenderEvent =
   /** Peer connection established or re-established (an implicit disconnect if already connected). */
   | { kind: 'connected'; nowMs: number }
   | { kind: 'disconnected'; nowMs: number }
+  /** The peer lost its sessions toward this fragment (its worker restarted): a new session, a new continuity. */
+  | { kind: 'peer-reset'; nowMs: number }
   | { kind: 'tick'; nowMs: number }
   | { kind: 'ack'; sessionId: number; batchSeq: number; level: AckLevel; nowMs: number }
   | { kind: 'nack'; sessionId: number; batchSeq: number; error: string; nowMs: number }
@@ -127,7 +134,7 @@ export type SenderEvent =
   | { kind: 'round-failed'; sessionId: number; roundId: number; reason: string; nowMs: number };
 
 export type SenderAction =
-  | { kind: 'session-start'; sessionId: number }
+  | { kind: 'session-start'; sessionId: number; continuity: number }
   | {
       kind: 'batch';
       sessionId: number;
@@ -385,6 +392,8 @@ export class ReplicationSender {
   /** No batch and no round before this (retry floor). */
   private floorUntilMs = 0;
 
+  /** The run of writes with none dropped (see the file header); 0 before a session opens one. */
+  private continuity = 0;
   private roundWanted = false;
   /** The running round, or 0. */
   private roundId = 0;
@@ -441,6 +450,13 @@ export class ReplicationSender {
         break;
       case 'disconnected':
         this.onDisconnected();
+        break;
+      case 'peer-reset':
+        if (!this.connected) break;
+        this.onDisconnected();
+        this.continuity = 0;
+        this.connected = true;
+        this.rotateSession();
         break;
       case 'tick':
         break;
@@ -528,6 +544,11 @@ export class ReplicationSender {
     this.requestedThroughOps.fill(position);
   }
 
+  /** The current continuity id (see the file header); 0 while none is open. */
+  get continuityId(): number {
+    return this.continuity;
+  }
+
   /** Ops enqueued so far: the position of the last one. */
   get enqueuedThroughOps(): number {
     return this.enqueuedOps;
@@ -605,6 +626,7 @@ export class ReplicationSender {
     this.window.clear();
     this.barrierOps = 0;
     this.resets++;
+    this.continuity = 0;
     this.opsDropped += dropped;
     this.droppedOpsUnlogged += dropped;
     this.resetPending = true;
@@ -629,11 +651,12 @@ export class ReplicationSender {
       'session ids must be fresh and non-zero',
     );
     this.sessionId = id;
+    if (this.continuity === 0) this.continuity = id;
     this.lastBatchSeq = 0;
     this.roundId = 0;
     this.roundWanted = true;
     this.barrierOps = this.ops.length;
-    this.outbox.push({ kind: 'session-start', sessionId: id });
+    this.outbox.push({ kind: 'session-start', sessionId: id, continuity: this.continuity });
   }
 
   /** The batches sent wait to be replayed; what they asked the peer for is asked again. */

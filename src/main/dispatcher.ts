@@ -39,6 +39,7 @@ import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-boar
 import type { ClusterInit, WorkerInit } from '../threads/messages.js';
 import {
   CONTROL_HEADER_BYTES,
+  DRAINED_CONTINUOUS,
   DRAINED_TO_REQUEST_BYTES,
   holdRequestBytes,
   MODIFY_PARAMS_BYTES,
@@ -58,6 +59,7 @@ import {
   requestBytes,
   requestFlags,
   requestStampAt,
+  resultDetail,
   resultStatus,
   type ScanRequest,
   scanRequestBytes,
@@ -701,16 +703,23 @@ export class Dispatcher {
   /**
    * Starts an anti-entropy round of `fragment`'s sender toward `member` now; resolves with the
    * outcome of the first round that starts after the call (a round running already may have missed
-   * what was written just before), failed when none ends within `timeoutMs`. Rejects when this
-   * node has no such sender.
+   * what was written just before), failed when none ends within `timeoutMs`. `verify`: the round
+   * verifies a gained copy — it starts once `member` replicates the fragment here and compares
+   * everything (src/workers/replication.ts). Rejects when this node has no such sender.
    */
-  async reconcileNow(fragment: number, member: number, timeoutMs: number): Promise<RoundReport> {
+  async reconcileNow(
+    fragment: number,
+    member: number,
+    timeoutMs: number,
+    verify = false,
+  ): Promise<RoundReport> {
     this.checkFragment(fragment);
     const link = this.workerLinkOf(fragment);
     if (!link.canAccept()) throw link.refusal();
     return new Promise((resolve, reject) => {
       const at = link.begin(roundHandler, { resolve, reject }, RECONCILE_NOW_REQUEST_BYTES);
-      writeReconcileNowRequest(link.buffer, at, link.reqId, fragment, member, checkTimeoutMs(timeoutMs));
+      const limitMs = checkTimeoutMs(timeoutMs);
+      writeReconcileNowRequest(link.buffer, at, link.reqId, fragment, member, limitMs, verify);
       link.end();
     });
   }
@@ -727,12 +736,27 @@ export class Dispatcher {
     timeoutMs: number,
     level: AckLevel | 0 = 0,
   ): Promise<boolean> {
+    return (await this.drainedUnder(fragment, member, timeoutMs, 0, level)).drained;
+  }
+
+  /**
+   * `drainedTo`, also telling whether the sender's continuity was still `continuity` when it
+   * answered (src/core/replication-sender.ts): a copy verified under it then holds every write.
+   */
+  async drainedUnder(
+    fragment: number,
+    member: number,
+    timeoutMs: number,
+    continuity: number,
+    level: AckLevel | 0 = 0,
+  ): Promise<Drained> {
     this.checkFragment(fragment);
     const link = this.workerLinkOf(fragment);
     if (!link.canAccept()) throw link.refusal();
     return new Promise((resolve, reject) => {
       const at = link.begin(drainedToHandler, { resolve, reject }, DRAINED_TO_REQUEST_BYTES);
-      writeDrainedToRequest(link.buffer, at, link.reqId, fragment, member, level, checkTimeoutMs(timeoutMs));
+      const limitMs = checkTimeoutMs(timeoutMs);
+      writeDrainedToRequest(link.buffer, at, link.reqId, fragment, member, level, limitMs, continuity);
       link.end();
     });
   }
@@ -1018,11 +1042,22 @@ const appliedHandler: ResultHandler<{ resolve: () => void; reject: (error: Error
 };
 
 /** The answer to DrainedTo: drained or not, or an error (no such sender, or a level it cannot tell). */
-const drainedToHandler: ResultHandler<{ resolve(drained: boolean): void; reject(error: Error): void }> = {
+/** How a DrainedTo request was answered. */
+export interface Drained {
+  drained: boolean;
+  /** The sender's continuity was the one asked about when it answered. */
+  continuous: boolean;
+}
+
+const drainedToHandler: ResultHandler<{ resolve(drained: Drained): void; reject(error: Error): void }> = {
   onResult(token, buf, at, length) {
     const status = resultStatus(buf, at);
     if (status === ResultKind.Error) token.reject(resultError(buf, at, length));
-    else token.resolve(status === Reply.Applied);
+    else
+      token.resolve({
+        drained: status === Reply.Applied,
+        continuous: resultDetail(buf, at) === DRAINED_CONTINUOUS,
+      });
   },
   onFailure: (token, error) => token.reject(error),
 };

@@ -35,9 +35,10 @@ export type AdminRequest =
   /**
    * The asker serves `fragment` from the table at `generation` on: once this node holds that table
    * too (so it serves the fragment no more), it answers when every write it took for the fragment
-   * is acknowledged by the asker.
+   * is acknowledged by the asker; `covered` in the result when its replication to the asker is
+   * still in `continuity` (0: the asker's copy was not verified against this node).
    */
-  | { kind: 'handover'; fragment: number; generation: number };
+  | { kind: 'handover'; fragment: number; generation: number; continuity: number };
 
 /** An answer: its status, a message for a person, and the other fields of the answer. */
 export interface AdminAnswer {
@@ -88,7 +89,11 @@ export function encodeAdminRequest(id: number, request: AdminRequest): Uint8Arra
   } else if (request.kind === 'handover') {
     wire.kind = HANDOVER;
     wire.bodyJson = Buffer.from(
-      JSON.stringify({ fragment: request.fragment, generation: request.generation }),
+      JSON.stringify({
+        fragment: request.fragment,
+        generation: request.generation,
+        continuity: request.continuity,
+      }),
     );
   } else {
     wire.kind = METRICS;
@@ -145,12 +150,12 @@ export function decodeAdminMessage(bytes: Uint8Array): AdminDecoding {
   if (wire.kind === HANDOVER) {
     const body = jsonObject(wire.bodyJson, ADMIN_BODY_BYTES_MAX, 'body');
     if (typeof body === 'string') return malformed(body);
-    const { fragment, generation } = body;
-    if (!isCount(fragment) || !isCount(generation) || generation < 1)
-      return malformed('a handover names a fragment and a generation of at least 1');
+    const { fragment, generation, continuity = 0 } = body;
+    if (!isCount(fragment) || !isCount(generation) || generation < 1 || !isCount(continuity))
+      return malformed('a handover names a fragment, a generation of at least 1 and a continuity');
     return {
       kind: 'message',
-      message: { kind: 'request', id, request: { kind: 'handover', fragment, generation } },
+      message: { kind: 'request', id, request: { kind: 'handover', fragment, generation, continuity } },
     };
   }
   if (wire.kind !== REPLY) return malformed(`unknown kind ${wire.kind}`);

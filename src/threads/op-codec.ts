@@ -904,7 +904,11 @@ export function readMembersRequest(buf: Buffer, at: number): { first: number; no
 }
 
 export const RECONCILE_NOW_REQUEST_BYTES = CONTROL_HEADER_BYTES + 6;
-export const DRAINED_TO_REQUEST_BYTES = CONTROL_HEADER_BYTES + 8;
+export const DRAINED_TO_REQUEST_BYTES = CONTROL_HEADER_BYTES + 12;
+/** A ReconcileNow flag: the round verifies a copy (ReplicationDriver.reconcileNow `verify`). */
+const RECONCILE_VERIFY_FLAG = 1;
+/** A DrainedTo answer's detail: the sender's continuity is the one the request named. */
+export const DRAINED_CONTINUOUS = 1;
 
 export function writeReconcileNowRequest(
   buf: Buffer,
@@ -913,11 +917,16 @@ export function writeReconcileNowRequest(
   fragment: number,
   member: number,
   timeoutMs: number,
+  verify: boolean,
 ): void {
   const p = writeFragmentControlHeader(buf, at, RequestKind.ReconcileNow, fragment, reqId);
+  buf[at + FLAGS_AT] = verify ? RECONCILE_VERIFY_FLAG : 0;
   writeU16LE(buf, p, member);
   writeU32LE(buf, p + 2, timeoutMs);
 }
+
+export const reconcileVerifies = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & RECONCILE_VERIFY_FLAG) !== 0;
 
 export function writeDrainedToRequest(
   buf: Buffer,
@@ -927,20 +936,35 @@ export function writeDrainedToRequest(
   member: number,
   level: number,
   timeoutMs: number,
+  continuity: number,
 ): void {
   const p = writeFragmentControlHeader(buf, at, RequestKind.DrainedTo, fragment, reqId);
   writeU16LE(buf, p, member);
   buf[p + 2] = level;
   buf[p + 3] = 0;
   writeU32LE(buf, p + 4, timeoutMs);
+  writeU32LE(buf, p + 8, continuity);
 }
 
-/** ReconcileNow's and DrainedTo's member, level (DrainedTo only) and time limit. */
-export function readPeerWait(buf: Buffer, at: number): { member: number; level: number; timeoutMs: number } {
+/** What a ReconcileNow or DrainedTo waits for (`level` and `continuity`: DrainedTo only). */
+export interface PeerWait {
+  member: number;
+  level: number;
+  timeoutMs: number;
+  /** The sender continuity the answer compares with (0: none). */
+  continuity: number;
+}
+
+export function readPeerWait(buf: Buffer, at: number): PeerWait {
   const p = controlPayloadAt(at);
   if (buf[at + KIND_AT] === RequestKind.ReconcileNow)
-    return { member: readU16LE(buf, p), level: 0, timeoutMs: readU32LE(buf, p + 2) };
-  return { member: readU16LE(buf, p), level: buf[p + 2], timeoutMs: readU32LE(buf, p + 4) };
+    return { member: readU16LE(buf, p), level: 0, timeoutMs: readU32LE(buf, p + 2), continuity: 0 };
+  return {
+    member: readU16LE(buf, p),
+    level: buf[p + 2],
+    timeoutMs: readU32LE(buf, p + 4),
+    continuity: readU32LE(buf, p + 8),
+  };
 }
 
 /** How an anti-entropy round of one (fragment, peer) sender ended. */
@@ -961,6 +985,11 @@ export interface RoundReport {
    * src/core/reconciler.ts SourceSize); undefined until one did. Counts past 2^48 - 1 read as that.
    */
   sourceSize: SourceSize | undefined;
+  /**
+   * The peer's replication continuity (src/core/replication-sender.ts) this node had heard when the
+   * round started; 0 when none.
+   */
+  continuity: number;
   /** Why it failed; empty when ok. */
   reason: string;
 }
@@ -973,7 +1002,8 @@ export interface RoundReport {
 //   14 u48  bytesPulled
 //   20 u48  sourceKeys    (0 unless known)
 //   26 u48  sourceBytes   (0 unless known)
-//   32 …    reason, UTF-8, to the end
+//   32 u32  continuity
+//   36 …    reason, UTF-8, to the end
 const ROUND_MEMBER_AT = 0;
 const ROUND_SEQ_AT = 2;
 const ROUND_ID_AT = 6;
@@ -981,7 +1011,8 @@ const ROUND_KEYS_PULLED_AT = 10;
 const ROUND_BYTES_PULLED_AT = 14;
 const ROUND_SOURCE_KEYS_AT = 20;
 const ROUND_SOURCE_BYTES_AT = 26;
-const ROUND_REASON_AT = 32;
+const ROUND_CONTINUITY_AT = 32;
+const ROUND_REASON_AT = 36;
 const ROUND_OK_FLAG = 1;
 const ROUND_SOURCE_SIZE_FLAG = 2;
 const U48_MAX = 2 ** 48 - 1;
@@ -1004,6 +1035,7 @@ export function writeRoundReport(buf: Buffer, at: number, kind: number, reqId: n
   buf.writeUIntLE(r.bytesPulled, p + ROUND_BYTES_PULLED_AT, 6);
   buf.writeUIntLE(Math.min(source?.keys ?? 0, U48_MAX), p + ROUND_SOURCE_KEYS_AT, 6);
   buf.writeUIntLE(Math.min(source?.bytes ?? 0, U48_MAX), p + ROUND_SOURCE_BYTES_AT, 6);
+  writeU32LE(buf, p + ROUND_CONTINUITY_AT, r.continuity);
   buf.write(r.reason, p + ROUND_REASON_AT, 'utf8');
 }
 
@@ -1026,6 +1058,7 @@ export function readRoundReport(buf: Buffer, at: number, length: number): RoundR
             keys: buf.readUIntLE(p + ROUND_SOURCE_KEYS_AT, 6),
             bytes: buf.readUIntLE(p + ROUND_SOURCE_BYTES_AT, 6),
           },
+    continuity: readU32LE(buf, p + ROUND_CONTINUITY_AT),
     reason: buf.toString('utf8', p + ROUND_REASON_AT, at + length),
   };
 }

@@ -63,7 +63,7 @@ export interface Envelope {
   helloAuth?: { authTag: Uint8Array };
   forwardedOps?: { hops: number; ops: readonly Uint8Array[] };
   forwardedResults?: { results: readonly Uint8Array[] };
-  sessionStart?: { fragment: number; sessionId: number };
+  sessionStart?: { fragment: number; sessionId: number; continuity?: number };
   replicateBatch?: ReplicateBatchMessage;
   batchAck?: { fragment: number; sessionId: number; batchSeq: number; level: number };
   batchNack?: { fragment: number; sessionId: number; batchSeq: number; error: string };

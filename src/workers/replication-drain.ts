@@ -6,11 +6,16 @@
 
 /** Whether the senders a request waits for are drained; undefined: they are gone, and never will be. */
 export type DrainedCheck = () => boolean | undefined;
+/** The answer's detail byte, read when it is sent (DrainedTo: DRAINED_CONTINUOUS or 0). */
+export type DrainedDetail = () => number;
 
 interface DrainWaiter {
   timer: NodeJS.Timeout;
   drained: DrainedCheck;
+  detail: DrainedDetail;
 }
+
+const NO_DETAIL: DrainedDetail = () => 0;
 
 export class DrainWaiters {
   private readonly waiting = new Map<number, DrainWaiter>();
@@ -19,17 +24,22 @@ export class DrainWaiters {
     /** Whether every sender of the worker is drained: what a request waits for unless it says otherwise. */
     private readonly drained: DrainedCheck,
     /** Sends the answer to request `reqId`: drained, or its time ran out (or its senders closed). */
-    private readonly answer: (reqId: number, drained: boolean) => void,
+    private readonly answer: (reqId: number, drained: boolean, detail: number) => void,
   ) {}
 
-  add(reqId: number, timeoutMs: number, drained: DrainedCheck = this.drained): void {
+  add(
+    reqId: number,
+    timeoutMs: number,
+    drained: DrainedCheck = this.drained,
+    detail: DrainedDetail = NO_DETAIL,
+  ): void {
     const now = drained();
-    if (now !== false) return this.answer(reqId, now === true);
+    if (now !== false) return this.answer(reqId, now === true, detail());
     const timer = setTimeout(() => {
       this.waiting.delete(reqId);
-      this.answer(reqId, false);
+      this.answer(reqId, false, detail());
     }, timeoutMs);
-    this.waiting.set(reqId, { timer, drained });
+    this.waiting.set(reqId, { timer, drained, detail });
   }
 
   /** Answers every waiting request whose senders are drained now, or gone. */
@@ -40,7 +50,7 @@ export class DrainWaiters {
       if (drained === false) continue;
       clearTimeout(waiter.timer);
       this.waiting.delete(reqId);
-      this.answer(reqId, drained === true);
+      this.answer(reqId, drained === true, waiter.detail());
     }
   }
 
@@ -48,7 +58,7 @@ export class DrainWaiters {
   close(): void {
     for (const [reqId, waiter] of this.waiting) {
       clearTimeout(waiter.timer);
-      this.answer(reqId, false);
+      this.answer(reqId, false, 0);
     }
     this.waiting.clear();
   }

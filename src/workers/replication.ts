@@ -14,6 +14,13 @@
 // backlog (anti-entropy repairs what it held); a sender opened starts a session, whose first round
 // pulls what the peer holds. How each round ends goes to the main thread (round-ledger.ts).
 //
+// A round that verifies a copy (`reconcileNow` with `verify`: a gained fragment before it may
+// serve) starts only once the peer replicates the fragment here — its SessionStart came — and
+// compares everything, with no horizon: what the peer took before it began replicating here is in
+// the round, whatever the clocks, and what it took since comes by replication. The round's report
+// names the peer's continuity heard when it started, so a later handover from that peer can tell
+// whether its drain completes the copy (src/core/replication-sender.ts).
+//
 // Pulls are rate-limited (`--move-rate`, this worker's share in ClusterInit.pullBytesPerSec) so a
 // move's copy, or the repair of a replica that was away, leaves clients their latency: every round
 // is, as a healthy fragment's periodic round pulls next to nothing. The bytes of each page pulled are
@@ -171,6 +178,12 @@ export class WorkerReplication {
   /** Rounds this node runs, and the serving side of peers' rounds, per (member, fragment). */
   private readonly rounds = new Map<string, ReconcileRound>();
   private readonly responders = new Map<string, ReconcileResponder>();
+  /** Per (member, fragment): the continuity of the peer's latest session heard here. */
+  private readonly continuities = new Map<string, number>();
+  /** (member, fragment) whose verifying rounds wait for the peer's first session. */
+  private readonly verifyPending = new Set<string>();
+  /** (member, fragment) whose next round compares everything (no horizon). */
+  private readonly wholeRounds = new Set<string>();
   /** Bytes pulled per second (undefined: unlimited), and the fetches waiting on it, per (member, fragment). */
   private readonly pullTokens: TokenBucket | undefined;
   private readonly heldFetches = new Map<string, HeldFetch>();
@@ -309,6 +322,15 @@ export class WorkerReplication {
     for (const key of [...this.receivers.keys()]) {
       if (key.endsWith(`/${fragment}`)) this.receivers.delete(key);
     }
+    for (const keys of [this.continuities.keys(), this.verifyPending.keys(), this.wholeRounds.keys()]) {
+      for (const key of [...keys]) {
+        if (key.endsWith(`/${fragment}`)) {
+          this.continuities.delete(key);
+          this.verifyPending.delete(key);
+          this.wholeRounds.delete(key);
+        }
+      }
+    }
   }
 
   private closeSlot(slot: SenderSlot, reason: string): void {
@@ -318,18 +340,36 @@ export class WorkerReplication {
 
   /**
    * Starts a round of `fragment`'s sender toward `member` at once (after the batch in flight);
-   * request `reqId` is answered when a round started from now on ends. False when there is no
-   * such sender.
+   * request `reqId` is answered when a round started from now on ends. `verify`: the round starts
+   * once `member` replicates the fragment here, and compares everything (see the file header).
+   * False when there is no such sender.
    */
-  reconcileNow(reqId: number, fragment: number, member: number, timeoutMs: number): boolean {
+  reconcileNow(reqId: number, fragment: number, member: number, timeoutMs: number, verify = false): boolean {
     const slot = this.senderOf(fragment, member);
     if (slot === undefined) return false;
-    this.ledger.wait(reqId, fragment, member, timeoutMs);
+    const k = roundKey(member, fragment);
+    const replicatesHere = this.continuities.has(k);
+    this.ledger.wait(reqId, fragment, member, timeoutMs, !verify || replicatesHere);
+    if (verify && !replicatesHere) {
+      this.verifyPending.add(k);
+      return true;
+    }
+    this.startRoundNow(slot, verify);
+    return true;
+  }
+
+  /** A round of the slot's sender, at once; `whole`: with no horizon. */
+  private startRoundNow(slot: SenderSlot, whole: boolean): void {
+    if (whole) this.wholeRounds.add(roundKey(slot.member, slot.fragment));
     const nowMs = this.host.clock.nowMs();
     slot.sender.step({ kind: 'reconcile-now', nowMs });
     this.pump(slot);
     this.schedule(nowMs);
-    return true;
+  }
+
+  /** The continuity of `fragment`'s sender toward `member`; undefined when there is no such sender. */
+  continuityOf(fragment: number, member: number): number | undefined {
+    return this.senderOf(fragment, member)?.sender.continuityId;
   }
 
   /**
@@ -444,16 +484,17 @@ export class WorkerReplication {
     }
     const nowMs = this.host.clock.nowMs();
     if (envelope.sessionStart !== undefined) {
-      const { fragment, sessionId } = envelope.sessionStart;
-      if (sessionId !== 0 && this.host.core(fragment) !== undefined)
+      const { fragment, sessionId, continuity = 0 } = envelope.sessionStart;
+      if (sessionId !== 0 && this.host.core(fragment) !== undefined) {
         this.responderOf(member, fragment).onSessionStart(sessionId);
+        this.onReplicatedHere(member, fragment, continuity);
+      }
     } else if (envelope.sessionReset !== undefined) {
       // The peer's worker restarted and forgot our session: open a new one (replaying what it lacks).
       const slot = this.senderOf(envelope.sessionReset.fragment, member);
       if (slot !== undefined && this.up[member]) {
         this.rounds.delete(roundKey(member, slot.fragment));
-        slot.sender.step({ kind: 'disconnected', nowMs });
-        slot.sender.step({ kind: 'connected', nowMs });
+        slot.sender.step({ kind: 'peer-reset', nowMs });
         this.pump(slot);
       }
     } else if (envelope.batchAck !== undefined) {
@@ -533,7 +574,9 @@ export class WorkerReplication {
       case 'session-start':
         // A new session abandons the round of the last one.
         this.ledger.ended(fragment, member, false, 'abandoned by a new session');
-        this.send(member, { sessionStart: { fragment, sessionId: action.sessionId } });
+        this.send(member, {
+          sessionStart: { fragment, sessionId: action.sessionId, continuity: action.continuity },
+        });
         return;
       case 'batch': {
         let maxWallMs = 0;
@@ -551,9 +594,11 @@ export class WorkerReplication {
         return;
       }
       case 'start-round': {
-        const round = new ReconcileRound(action.sessionId, action.roundId, this.host.clock.nowMs());
-        this.rounds.set(roundKey(member, fragment), round);
-        this.ledger.started(fragment, member, action.roundId);
+        const k = roundKey(member, fragment);
+        const horizonMs = this.wholeRounds.delete(k) ? 0 : this.host.clock.nowMs();
+        const round = new ReconcileRound(action.sessionId, action.roundId, horizonMs);
+        this.rounds.set(k, round);
+        this.ledger.started(fragment, member, action.roundId, this.continuities.get(k) ?? 0);
         this.step(member, fragment, round, round.start());
         return;
       }
@@ -682,6 +727,17 @@ export class WorkerReplication {
   }
 
   // --- anti-entropy: the requesting side ----------------------------------------------------------
+
+  /** `member` replicates `fragment` here, in run `continuity` (0: it did not say): verifying rounds may start. */
+  private onReplicatedHere(member: number, fragment: number, continuity: number): void {
+    const k = roundKey(member, fragment);
+    this.continuities.set(k, continuity);
+    if (!this.verifyPending.delete(k)) return;
+    const slot = this.senderOf(fragment, member);
+    if (slot === undefined) return;
+    this.ledger.arm(fragment, member);
+    this.startRoundNow(slot, true);
+  }
 
   private responderOf(member: number, fragment: number): ReconcileResponder {
     const key = roundKey(member, fragment);

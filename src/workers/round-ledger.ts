@@ -4,7 +4,9 @@
 // compared, what the peer held newer fetched), or failed: broken by the peer, abandoned by a new
 // session (the sender's round timeout, an ACK timeout, a peer's reset), cut by a lost connection,
 // or closed with its sender. A ReconcileNow waits for a round that started after it was asked:
-// one already running when it came may have passed keys written just before.
+// one already running when it came may have passed keys written just before. A verifying
+// ReconcileNow is armed only once the peer replicates the fragment here (its SessionStart came):
+// the round it waits for starts after that.
 
 import { truncateErrorMessage } from '../core/errors.js';
 import type { SourceSize } from '../core/reconciler.js';
@@ -20,13 +22,15 @@ interface SenderRounds {
   bytesPulled: number;
   /** The peer's copy as the running round last heard (src/core/reconciler.ts SourceSize). */
   sourceSize: SourceSize | undefined;
+  /** The peer's replication continuity this node had heard when the running round started (0: none). */
+  continuity: number;
 }
 
 interface RoundWaiter {
   reqId: number;
   fragment: number;
   member: number;
-  /** The sender's `seq` when asked: the round awaited is a later one. */
+  /** The sender's `seq` when asked (or armed): the round awaited is a later one; Infinity until armed. */
   afterSeq: number;
   timer: NodeJS.Timeout;
 }
@@ -44,12 +48,16 @@ export class RoundLedger {
     private readonly progress: (report: RoundReport) => void,
   ) {}
 
-  /** The sender started round `roundId`; a round still running is over (failed). */
-  started(fragment: number, member: number, roundId: number): void {
+  /**
+   * The sender started round `roundId`, `continuity` being the peer's replication run heard here
+   * (0: none); a round still running is over (failed).
+   */
+  started(fragment: number, member: number, roundId: number, continuity: number): void {
     const rounds = this.of(fragment, member);
     if (rounds.roundId !== 0) this.ended(fragment, member, false, 'superseded by a new round');
     rounds.seq++;
     rounds.roundId = roundId;
+    rounds.continuity = continuity;
     rounds.keysPulled = 0;
     rounds.bytesPulled = 0;
     rounds.sourceSize = undefined;
@@ -89,16 +97,28 @@ export class RoundLedger {
 
   /**
    * Waits for the next round of the sender to end (the caller asks the sender for one), answering
-   * a failure when `timeoutMs` passes first.
+   * a failure when `timeoutMs` passes first. Unless `armed`, no round counts before `arm`.
    */
-  wait(reqId: number, fragment: number, member: number, timeoutMs: number): void {
-    const afterSeq = this.of(fragment, member).seq;
+  wait(reqId: number, fragment: number, member: number, timeoutMs: number, armed = true): void {
+    const afterSeq = armed ? this.of(fragment, member).seq : Number.POSITIVE_INFINITY;
     const waiter: RoundWaiter = { reqId, fragment, member, afterSeq, timer: undefined! };
-    waiter.timer = setTimeout(
-      () => this.settle(waiter, failure(fragment, member, `no round ended within ${timeoutMs} ms`)),
-      timeoutMs,
-    );
+    waiter.timer = setTimeout(() => {
+      const reason =
+        waiter.afterSeq === Number.POSITIVE_INFINITY
+          ? `the peer did not replicate the fragment here within ${timeoutMs} ms`
+          : `no round ended within ${timeoutMs} ms`;
+      this.settle(waiter, failure(fragment, member, reason));
+    }, timeoutMs);
     this.waiters.add(waiter);
+  }
+
+  /** The waits not armed yet for the sender count the rounds it starts from now on. */
+  arm(fragment: number, member: number): void {
+    const seq = this.of(fragment, member).seq;
+    for (const w of this.waiters) {
+      if (w.fragment === fragment && w.member === member && w.afterSeq === Number.POSITIVE_INFINITY)
+        w.afterSeq = seq;
+    }
   }
 
   /** The sender is gone (its peer left the replica list, or the fragment was dropped). */
@@ -125,7 +145,7 @@ export class RoundLedger {
     const k = key(fragment, member);
     let rounds = this.senders.get(k);
     if (rounds === undefined) {
-      rounds = { seq: 0, roundId: 0, keysPulled: 0, bytesPulled: 0, sourceSize: undefined };
+      rounds = { seq: 0, roundId: 0, keysPulled: 0, bytesPulled: 0, sourceSize: undefined, continuity: 0 };
       this.senders.set(k, rounds);
     }
     return rounds;
@@ -139,8 +159,8 @@ function reportOf(
   ok: boolean,
   reason: string,
 ): RoundReport {
-  const { seq: roundSeq, roundId, keysPulled, bytesPulled, sourceSize } = rounds;
-  return { fragment, member, roundSeq, roundId, ok, keysPulled, bytesPulled, sourceSize, reason };
+  const { seq: roundSeq, roundId, keysPulled, bytesPulled, sourceSize, continuity } = rounds;
+  return { fragment, member, roundSeq, roundId, ok, keysPulled, bytesPulled, sourceSize, continuity, reason };
 }
 
 /** The answer of a request that no round ended for. */
@@ -154,6 +174,7 @@ function failure(fragment: number, member: number, reason: string): RoundReport 
     keysPulled: 0,
     bytesPulled: 0,
     sourceSize: undefined,
+    continuity: 0,
     reason,
   };
 }

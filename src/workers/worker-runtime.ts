@@ -36,9 +36,11 @@ import type { WorkerInit } from '../threads/messages.js';
 import {
   controlFragment,
   controlPayloadAt,
+  DRAINED_CONTINUOUS,
   isFragmentOpKind,
   type ModifyParams,
   PEER_HEADER_BYTES,
+  type PeerWait,
   peerOf,
   peerStateUp,
   REQUEST_HEADER_BYTES,
@@ -50,6 +52,7 @@ import {
   readPeerWait,
   readReplicaWaitParams,
   readScanRequest,
+  reconcileVerifies,
   requestDurability,
   requestFragment,
   requestHeaderOnly,
@@ -188,8 +191,8 @@ export class WorkerRuntime implements RecordDecoder {
     const replication = this.replication;
     this.drainWaiters = new DrainWaiters(
       () => replication === undefined || replication.drained(),
-      (reqId, drained) => {
-        this.results.ack(drained ? Reply.Applied : Reply.NotApplied, 0, reqId);
+      (reqId, drained, detail) => {
+        this.results.ack(drained ? Reply.Applied : Reply.NotApplied, detail, reqId);
         this.results.publish();
       },
     );
@@ -271,7 +274,12 @@ export class WorkerRuntime implements RecordDecoder {
         return this.results.ack(Reply.Applied, 0, reqId);
       }
       case RequestKind.ReconcileNow:
-        return this.reconcileNow(reqId, controlFragment(buf, at), readPeerWait(buf, at));
+        return this.reconcileNow(
+          reqId,
+          controlFragment(buf, at),
+          readPeerWait(buf, at),
+          reconcileVerifies(buf, at),
+        );
       case RequestKind.DrainedTo:
         return this.drainedTo(reqId, controlFragment(buf, at), readPeerWait(buf, at));
       default:
@@ -615,16 +623,16 @@ export class WorkerRuntime implements RecordDecoder {
     });
   }
 
-  private reconcileNow(reqId: number, fragment: number, wait: { member: number; timeoutMs: number }): void {
-    if (this.replication?.reconcileNow(reqId, fragment, wait.member, wait.timeoutMs) !== true)
+  private reconcileNow(reqId: number, fragment: number, wait: PeerWait, verify: boolean): void {
+    if (this.replication?.reconcileNow(reqId, fragment, wait.member, wait.timeoutMs, verify) !== true)
       this.results.error(ErrorKind.InvalidInput, reqId, noSender(fragment, wait.member));
   }
 
-  private drainedTo(
-    reqId: number,
-    fragment: number,
-    wait: { member: number; level: number; timeoutMs: number },
-  ): void {
+  /**
+   * Answers once `fragment`'s sender toward the member is drained; the answer's detail says whether
+   * the sender's continuity is the one the request named (DRAINED_CONTINUOUS) when it is sent.
+   */
+  private drainedTo(reqId: number, fragment: number, wait: PeerWait): void {
     const replication = this.replication;
     if (replication?.drainedTo(fragment, wait.member) === undefined)
       return this.results.error(ErrorKind.InvalidInput, reqId, noSender(fragment, wait.member));
@@ -637,7 +645,16 @@ export class WorkerRuntime implements RecordDecoder {
       );
     // What the sender holds goes now, asking for the level (above the one batches ask for, too).
     replication.flush(fragment, replication.positionOf(fragment), level, wait.member);
-    this.drainWaiters.add(reqId, wait.timeoutMs, () => replication.drainedTo(fragment, wait.member, level));
+    const continuous = (): number =>
+      wait.continuity !== 0 && replication.continuityOf(fragment, wait.member) === wait.continuity
+        ? DRAINED_CONTINUOUS
+        : 0;
+    this.drainWaiters.add(
+      reqId,
+      wait.timeoutMs,
+      () => replication.drainedTo(fragment, wait.member, level),
+      continuous,
+    );
   }
 
   private health(): WorkerHealthReport {

@@ -18,12 +18,14 @@
 // - a node's real FailoverCatchUp (src/main/mesh/failover-catch-up.ts) holds the writes of a
 //   fragment whose serving moved to it until it caught up: a round merges a peer's copy; a handover
 //   waits for the source's table to route the fragment away, then delivers what the source queued
-//   for it (it cannot when the source does not replicate to it);
+//   for it (it cannot when the source does not replicate to it), and covers the copy when it was
+//   verified against the source under the continuity the source's replication to it still has;
 // - replication is asynchronous: a per (fragment, peer) backlog in memory (lost when the node dies),
 //   delivered while the link is up; every `antiEntropyIntervalMs` each replica pulls the others'
 //   copies (what a kill lost from a backlog comes back this way);
-// - hold opens the copy and sets the peers it replicates to; verify copies a serving source as it was
-//   when the round started (failing when none is reachable, or the source is lost before the end);
+// - hold opens the copy and sets the peers it replicates to (a peer added starts a new continuity);
+//   verify copies a serving source that replicates to it as that source was when the round started
+//   (failing when none is reachable and replicates to it, or the source is lost before the end);
 //   drain merges the whole copy into every target (failing when one is unreachable or has no copy
 //   open); drop deletes the copy. Each step takes 5–300 ms, so tables change mid-step; holds and
 //   drops sometimes fail, as a store may.
@@ -67,7 +69,11 @@ import {
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
 } from '../../src/core/limits.js';
-import { type CatchUpHost, FailoverCatchUp } from '../../src/main/mesh/failover-catch-up.js';
+import {
+  type CatchUpHost,
+  FailoverCatchUp,
+  type HandoverOutcome,
+} from '../../src/main/mesh/failover-catch-up.js';
 import { PlacementDriver, type PlacementIo } from '../../src/main/mesh/placement-driver.js';
 import {
   FRAGMENTS,
@@ -133,6 +139,8 @@ export interface PlacementSimReport {
   /** Decisions to wait, and the most nodes one forwarded write passed through. */
   forwardWaits: number;
   forwardHopsMax: number;
+  /** Handovers whose drain completed the copy (no round after it). */
+  handoversCovered: number;
   movesStarted: number;
   movesFinished: number;
   movesCancelled: number;
@@ -176,6 +184,13 @@ interface Holder {
   /** In memory: per fragment, the peers it replicates to, and per (fragment, peer) what is not delivered yet. */
   replicateTo: Map<number, readonly string[]>;
   backlogs: Map<number, Map<string, Copy>>;
+  /**
+   * In memory: per `fragment/peer` it replicates to, the run in which it dropped nothing queued for
+   * that peer (ReplicationSender's continuity): new when the peer is added, gone when it is removed.
+   */
+  continuity: Map<string, number>;
+  /** In memory: per fragment, the sources a verifying round completed against, with the continuity it started under. */
+  verifiedUnder: Map<number, Map<string, number>>;
   /** Fragments whose copy served since its last successful drain (a copy found at start served before). */
   readonly served: Set<number>;
   /** This life asked membership to exit (Exiting, then Removed): its leave handed everything over. */
@@ -216,7 +231,7 @@ interface PendingHandover {
   /** The asker's generation of the fragment: the source hands over once its table has it. */
   generation: number;
   untilMs: number;
-  resolve: (handedOver: boolean) => void;
+  resolve: (outcome: HandoverOutcome) => void;
 }
 
 interface PendingReady {
@@ -245,6 +260,8 @@ export class PlacementSim extends MembershipSim {
   private calm = false;
   private forwards: ForwardedWrite[] = [];
   private handovers: PendingHandover[] = [];
+  /** The last continuity id handed out (each new one is the next). */
+  private continuities = 0;
   /** Member indices for the catch-up (its host speaks in indices, as the node's cluster does). */
   private readonly memberIndex = new Map<string, number>();
   private readonly memberIds: string[] = [];
@@ -275,6 +292,7 @@ export class PlacementSim extends MembershipSim {
       forwardedLost: 0,
       forwardWaits: 0,
       forwardHopsMax: 0,
+      handoversCovered: 0,
       movesStarted: 0,
       movesFinished: 0,
       movesCancelled: 0,
@@ -434,6 +452,8 @@ export class PlacementSim extends MembershipSim {
         copies: new Map(),
         replicateTo: new Map(),
         backlogs: new Map(),
+        continuity: new Map(),
+        verifiedUnder: new Map(),
         served: new Set(),
         exited: false,
         life: 0,
@@ -487,6 +507,8 @@ export class PlacementSim extends MembershipSim {
     holder.catchUpTimers = [];
     holder.replicateTo = new Map();
     holder.backlogs = new Map();
+    holder.continuity = new Map();
+    holder.verifiedUnder = new Map();
     const counters = node.coordinator!.counters;
     for (const key of COUNTERS) this.retired[key] += counters[key];
   }
@@ -583,9 +605,10 @@ export class PlacementSim extends MembershipSim {
 
   /**
    * The source hands the fragment over once its table has the asker's generation (it routes the
-   * fragment to the asker from then on): every write it queued for the asker is delivered. It
-   * cannot when it does not replicate the fragment to the asker; past the deadline, or dead, it
-   * answers nothing (the ask fails).
+   * fragment to the asker from then on): every write it queued for the asker is delivered, and the
+   * copy is covered when it was verified against the source under the continuity the source's
+   * replication to it still has. It cannot when it does not replicate the fragment to the asker;
+   * past the deadline, or dead, it answers nothing (the ask fails).
    */
   private stepHandover(handover: PendingHandover): boolean {
     const holder = this.holders.get(handover.node)!;
@@ -593,7 +616,7 @@ export class PlacementSim extends MembershipSim {
     const source = this.byId.get(handover.from)!;
     const sourceHolder = this.holders.get(handover.from)!;
     if (source.core === undefined || this.nowMs >= handover.untilMs) {
-      handover.resolve(false);
+      handover.resolve('failed');
       return true;
     }
     const generation = source.coordinator!.table.active(handover.fragment)?.generation ?? 0;
@@ -608,13 +631,19 @@ export class PlacementSim extends MembershipSim {
     }
     const copy = holder.copies.get(handover.fragment);
     const replicates = sourceHolder.replicateTo.get(handover.fragment)?.includes(handover.node) ?? false;
-    if (copy !== undefined && replicates) {
-      const backlogs = sourceHolder.backlogs.get(handover.fragment);
-      const backlog = backlogs?.get(handover.node);
-      if (backlog !== undefined) merge(copy, backlog);
-      backlogs?.delete(handover.node);
+    if (copy === undefined || !replicates) {
+      handover.resolve('failed');
+      return true;
     }
-    handover.resolve(copy !== undefined && replicates);
+    const backlogs = sourceHolder.backlogs.get(handover.fragment);
+    const backlog = backlogs?.get(handover.node);
+    if (backlog !== undefined) merge(copy, backlog);
+    backlogs?.delete(handover.node);
+    const verified = holder.verifiedUnder.get(handover.fragment)?.get(handover.from) ?? 0;
+    const now = sourceHolder.continuity.get(`${handover.fragment}/${handover.node}`) ?? 0;
+    const covered = verified !== 0 && verified === now;
+    if (covered) this.stats.handoversCovered++;
+    handover.resolve(covered ? 'covered' : 'drained');
     return true;
   }
 
@@ -656,7 +685,7 @@ export class PlacementSim extends MembershipSim {
           });
         }),
       handover: (fragment, member) =>
-        new Promise<boolean>((resolve) => {
+        new Promise<HandoverOutcome>((resolve) => {
           this.handovers.push({
             node: node.id,
             life: holder.life,
@@ -698,14 +727,29 @@ export class PlacementSim extends MembershipSim {
           );
         }),
       verify: (fragment, sources) => {
-        // The round copies the source as it was when it started; later writes come by replication.
-        const source = sources.find((id) => this.reaches(node.id, id) && this.serves(id, fragment));
+        // The round starts once the source replicates the fragment here, and copies the source as
+        // it was then; later writes come by replication. It counts under the continuity it started in.
+        const source = sources.find(
+          (id) =>
+            this.reaches(node.id, id) &&
+            this.serves(id, fragment) &&
+            this.holders.get(id)!.replicateTo.get(fragment)?.includes(node.id) === true,
+        );
         const snapshot = source === undefined ? undefined : new Map(this.copyOf(source, fragment));
+        const continuity =
+          source === undefined
+            ? 0
+            : (this.holders.get(source)!.continuity.get(`${fragment}/${node.id}`) ?? 0);
+        const copy = holder.copies.get(fragment);
         return this.later(node, holder, 'verify', fragment, () => {
           if (source === undefined || snapshot === undefined)
-            throw new StepFailed(`no serving source among ${sources.join(',')}`);
+            throw new StepFailed(`no serving source among ${sources.join(',')} replicates here`);
           if (!this.reaches(node.id, source)) throw new StepFailed(`lost ${source} during the round`);
           merge(this.copyOf(node.id, fragment), snapshot);
+          if (holder.copies.get(fragment) !== copy) return; // dropped and opened again meanwhile
+          let under = holder.verifiedUnder.get(fragment);
+          if (under === undefined) holder.verifiedUnder.set(fragment, (under = new Map()));
+          under.set(source, continuity);
         });
       },
       drain: (fragment, targets) =>
@@ -727,6 +771,7 @@ export class PlacementSim extends MembershipSim {
           // A copy never opened (its hold failed) is nothing to remove.
           if (holder.copies.has(fragment)) this.checkDrop(node.id, holder, fragment);
           holder.copies.delete(fragment);
+          holder.verifiedUnder.delete(fragment);
           holder.replicateTo.delete(fragment);
           holder.backlogs.delete(fragment);
           this.stats.drops++;
@@ -773,8 +818,15 @@ export class PlacementSim extends MembershipSim {
     });
   }
 
-  /** Replicates the fragment to `peers` from now on: what was owed to any other peer is forgotten. */
+  /**
+   * Replicates the fragment to `peers` from now on: what was owed to any other peer is forgotten
+   * (its continuity ends); a peer added starts a new continuity.
+   */
   private replicateOnly(holder: Holder, fragment: number, peers: readonly string[]): void {
+    const before = holder.replicateTo.get(fragment) ?? [];
+    for (const peer of before) if (!peers.includes(peer)) holder.continuity.delete(`${fragment}/${peer}`);
+    for (const peer of peers)
+      if (!before.includes(peer)) holder.continuity.set(`${fragment}/${peer}`, ++this.continuities);
     holder.replicateTo.set(fragment, peers);
     const backlogs = holder.backlogs.get(fragment);
     if (backlogs === undefined) return;

@@ -42,4 +42,6 @@ test('fragments move under a write load through faults without losing an acknowl
     sum('forwarded') > 0 && sum('forwardWaits') > 0,
     'forwarded writes, and waits for a lagging node',
   );
+  // Serving moved to a copy verified against the replica that handed it over, without a round.
+  assert.ok(sum('handoversCovered') > 0, 'handovers that completed a verified copy');
 });

@@ -72,8 +72,12 @@ describe('admin messages round-trip', () => {
       },
       { kind: 'request', id: 0xffff_ffff, request: { kind: 'change', path: '/cluster/plan', body: {} } },
       { kind: 'request', id: 2, request: { kind: 'metrics' } },
-      { kind: 'request', id: 5, request: { kind: 'handover', fragment: 0, generation: 1 } },
-      { kind: 'request', id: 6, request: { kind: 'handover', fragment: 16_383, generation: 2 ** 40 } },
+      { kind: 'request', id: 5, request: { kind: 'handover', fragment: 0, generation: 1, continuity: 0 } },
+      {
+        kind: 'request',
+        id: 6,
+        request: { kind: 'handover', fragment: 16_383, generation: 2 ** 40, continuity: 2 ** 31 - 1 },
+      },
       {
         kind: 'reply',
         id: 3,
@@ -155,7 +159,7 @@ describe('malformed admin messages are refused', () => {
     assertRefused(wire({ id: 0 }), /request id must be at least 1/);
   });
 
-  test('a handover without a fragment, or at no generation', () => {
+  test('a handover without a fragment, at no generation, or with a continuity that is no count', () => {
     const HANDOVER = 4;
     for (const body of [
       {},
@@ -163,11 +167,19 @@ describe('malformed admin messages are refused', () => {
       { fragment: -1, generation: 2 },
       { fragment: 1, generation: 0 },
       { fragment: 1.5, generation: 2 },
+      { fragment: 1, generation: 2, continuity: -1 },
+      { fragment: 1, generation: 2, continuity: '7' },
     ])
       assertRefused(
         wire({ kind: HANDOVER, bodyJson: json(body) }),
-        /a handover names a fragment and a generation of at least 1/,
+        /a handover names a fragment, a generation of at least 1 and a continuity/,
       );
+    // A peer that names no continuity (an earlier version) asks for a plain handover.
+    assert.deepEqual(decoded(wire({ kind: HANDOVER, bodyJson: json({ fragment: 1, generation: 2 }) })), {
+      kind: 'request',
+      id: 7,
+      request: { kind: 'handover', fragment: 1, generation: 2, continuity: 0 },
+    });
     assertRefused(wire({ kind: HANDOVER, bodyJson: Buffer.from('[1]') }), /body is not a JSON object/);
   });
 

@@ -5,7 +5,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { TesseraError } from '../../src/core/errors.js';
-import { type CatchUpHost, FailoverCatchUp } from '../../src/main/mesh/failover-catch-up.js';
+import {
+  type CatchUpHost,
+  FailoverCatchUp,
+  type HandoverOutcome,
+} from '../../src/main/mesh/failover-catch-up.js';
 import type { ResultHandler } from '../../src/main/worker-link.js';
 
 const SELF = 1;
@@ -17,7 +21,11 @@ class Host implements CatchUpHost {
   up = new Set([0, 1, 2]);
   nowMsValue = 1_000;
   readonly rounds: Array<{ fragment: number; member: number; finish: (ok: boolean) => void }> = [];
-  readonly handovers: Array<{ fragment: number; member: number; finish: (ok: boolean) => void }> = [];
+  readonly handovers: Array<{
+    fragment: number;
+    member: number;
+    finish: (outcome: HandoverOutcome) => void;
+  }> = [];
   readonly resubmitted: string[] = [];
   readonly logs: string[] = [];
 
@@ -33,7 +41,7 @@ class Host implements CatchUpHost {
   reconcile(fragment: number, member: number): Promise<boolean> {
     return new Promise((resolve) => this.rounds.push({ fragment, member, finish: resolve }));
   }
-  handover(fragment: number, member: number): Promise<boolean> {
+  handover(fragment: number, member: number): Promise<HandoverOutcome> {
     return new Promise((resolve) => this.handovers.push({ fragment, member, finish: resolve }));
   }
   resubmit(fragment: number, request: Buffer): void {
@@ -109,7 +117,10 @@ test('the serving replica lost: the fragment is held until a round against each 
   assert.ok(forwarded);
   assert.equal(catchUp.link(0), undefined);
   assert.equal(catchUp.inProgress(), 1, 'fragment 1 still catching up');
-  assert.deepEqual({ ...catchUp.counters }, { catchUps: 3, incomplete: 0, held: 3, lastMs: 120, maxMs: 120 });
+  assert.deepEqual(
+    { ...catchUp.counters },
+    { catchUps: 3, incomplete: 0, covered: 0, held: 3, lastMs: 120, maxMs: 120 },
+  );
   host.rounds[1].finish(false);
   await settle();
   assert.equal(catchUp.counters.incomplete, 1, 'a round that did not complete is counted');
@@ -128,7 +139,7 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   // between may not have reached this node yet, so it catches up again — 0, the only replica that
   // took writes meanwhile, hands them over, then a round against 0 alone takes what 0 never queued
   // here. A handover that fails: the round against that replica all the same.
-  for (const handedOver of [true, false]) {
+  for (const outcome of ['drained', 'failed'] as const) {
     host.first = [0, 0, 2, 0];
     catchUp.check();
     host.first = [0, 0, 2, SELF];
@@ -139,7 +150,7 @@ test('a fragment served here since its catch-up is not held again; one whose ser
       [[3, 0]],
     );
     assert.equal(host.rounds.length, 0, 'the round waits for the handover');
-    host.handovers.splice(0)[0]!.finish(handedOver);
+    host.handovers.splice(0)[0]!.finish(outcome);
     await settle();
     assert.deepEqual(
       host.rounds.map((r) => [r.fragment, r.member]),
@@ -150,6 +161,20 @@ test('a fragment served here since its catch-up is not held again; one whose ser
     await settle();
     assert.equal(catchUp.inProgress(), 0);
   }
+  // A handover that covers the copy (verified against 0 under the continuity 0 still replicates
+  // here in): served once it is drained, with no round.
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  send(catchUp, 3, 'get k');
+  host.handovers.splice(0)[0]!.finish('covered');
+  await settle();
+  assert.equal(host.rounds.length, 0, 'no round after a covering handover');
+  assert.equal(catchUp.inProgress(), 0);
+  assert.deepEqual(host.resubmitted, ['3:get k'], 'the held request went on');
+  assert.equal(catchUp.counters.covered, 1);
+  assert.equal(catchUp.counters.incomplete, 0);
   // Every other member lost: nothing reachable to learn from, so fragments 0–2 are served as they are.
   host.up = new Set([SELF]);
   host.first = [SELF, SELF, SELF, SELF];
@@ -225,7 +250,7 @@ test('rounds that do not end in time: the fragment is served at the host’s dea
   catchUp.check();
   host.first = [0, 0, 2, SELF];
   catchUp.check();
-  host.handovers.splice(0)[0]!.finish(true);
+  host.handovers.splice(0)[0]!.finish('drained');
   await settle();
   host.rounds.at(-1)!.finish(true);
   await settle();

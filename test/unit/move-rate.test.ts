@@ -62,6 +62,7 @@ function report(
     roundSeq,
     roundId: 100 + roundSeq,
     ok: false,
+    continuity: 0,
     keysPulled,
     bytesPulled,
     sourceSize,

@@ -19,6 +19,7 @@ import {
   readMembersRequest,
   readPeerWait,
   readRoundReport,
+  reconcileVerifies,
   requestId,
   requestKind,
   resultId,
@@ -69,22 +70,33 @@ test('AddMembers carries the first slot and the node ids, UTF-8 included', () =>
   assert.deepEqual(readMembersRequest(buf, 3), { first: 3, nodeIds });
 });
 
-test('ReconcileNow and DrainedTo carry fragment, member, level and time limit', () => {
+test('ReconcileNow and DrainedTo carry fragment, member, level, time limit, whether to verify and the continuity', () => {
   const now = written(RECONCILE_NOW_REQUEST_BYTES, (b, at) =>
-    writeReconcileNowRequest(b, at, 11, 7, 300, 0xffff_ffff),
+    writeReconcileNowRequest(b, at, 11, 7, 300, 0xffff_ffff, false),
   );
   assert.equal(requestKind(now, 3), RequestKind.ReconcileNow);
   assert.equal(requestId(now, 3), 11);
   assert.equal(controlFragment(now, 3), 7);
-  assert.deepEqual(readPeerWait(now, 3), { member: 300, level: 0, timeoutMs: 0xffff_ffff });
+  assert.equal(reconcileVerifies(now, 3), false);
+  assert.deepEqual(readPeerWait(now, 3), { member: 300, level: 0, timeoutMs: 0xffff_ffff, continuity: 0 });
+  const verify = written(RECONCILE_NOW_REQUEST_BYTES, (b, at) =>
+    writeReconcileNowRequest(b, at, 11, 7, 300, 10, true),
+  );
+  assert.equal(reconcileVerifies(verify, 3), true);
+  assert.equal(controlFragment(verify, 3), 7);
 
   const drained = written(DRAINED_TO_REQUEST_BYTES, (b, at) =>
-    writeDrainedToRequest(b, at, 12, 8, 2, 3, 5_000),
+    writeDrainedToRequest(b, at, 12, 8, 2, 3, 5_000, 2 ** 32 - 1),
   );
   assert.equal(requestKind(drained, 3), RequestKind.DrainedTo);
   assert.equal(requestId(drained, 3), 12);
   assert.equal(controlFragment(drained, 3), 8);
-  assert.deepEqual(readPeerWait(drained, 3), { member: 2, level: 3, timeoutMs: 5_000 });
+  assert.deepEqual(readPeerWait(drained, 3), {
+    member: 2,
+    level: 3,
+    timeoutMs: 5_000,
+    continuity: 2 ** 32 - 1,
+  });
 });
 
 test('a round report reads back whole, as news (RoundReport, RoundProgress) or as an answer (RoundAnswer)', () => {
@@ -98,6 +110,7 @@ test('a round report reads back whole, as news (RoundReport, RoundProgress) or a
     // Past 32 bits: a round may pull more than 4 GiB.
     bytesPulled: 2 ** 40 + 12_345,
     sourceSize: { keys: 2 ** 33 + 7, bytes: 2 ** 47 + 99 },
+    continuity: 2 ** 32 - 1,
     reason: 'peer disconnected',
   };
   const news = written(roundReportBytes(failed), (b, at) =>

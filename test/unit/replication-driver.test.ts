@@ -82,7 +82,8 @@ function describeFrame(bytes: Uint8Array): string {
 }
 
 function describeRound(r: RoundReport): string {
-  return r.ok ? `ok pulled=${r.keysPulled}` : `failed (${r.reason})`;
+  const under = r.continuity === 0 ? '' : ` continuity=${r.continuity}`;
+  return r.ok ? `ok pulled=${r.keysPulled}${under}` : `failed (${r.reason})${under}`;
 }
 
 /** A record written at `wallMs` by node `n9`. */
@@ -860,4 +861,69 @@ test('§6: a round asked for now is answered by the first round that starts afte
     'n1 f0 round #3 failed (peer disconnected)',
     'answer 8: #3 failed (peer disconnected)',
   ]);
+});
+
+test('§6: a verifying round starts once the peer replicates the fragment here, compares everything, and names the continuity it started under', async () => {
+  const h = new Harness();
+  await established(h, 1);
+  assert.deepEqual(h.roundLines(), ['n1 f0 round #1 ok pulled=0']);
+  // n1 has not opened a session toward this node: the verifying round waits for it.
+  assert.equal(h.driver.reconcileNow(9, 0, 1, 60_000, true), true);
+  assert.deepEqual(await h.frames(), []);
+  h.advance(5);
+  h.receive(1, { sessionStart: { fragment: 0, sessionId: 500, continuity: 77 } });
+  const [request] = await h.frames();
+  const round = /^n1 f0 request s=(\d+) r=(\d+) page=0$/.exec(request);
+  assert.ok(round !== null, request);
+  const sent = decodeEnvelope(h.outbox.at(-1)!.bytes).reconcileRequest!;
+  assert.equal(sent.horizonMs, 0, 'no horizon: what n1 took before it replicated here is compared too');
+  h.receive(1, {
+    reconcileResponse: {
+      fragment: 0,
+      sessionId: Number(round[1]),
+      roundId: Number(round[2]),
+      pageSeq: 0,
+      summaries: [],
+      done: true,
+      nextAfterKey: Buffer.alloc(0),
+    },
+  });
+  assert.deepEqual(h.roundLines(), [
+    'n1 f0 round #2 ok pulled=0 continuity=77',
+    'answer 9: #2 ok pulled=0 continuity=77',
+  ]);
+  // Once n1 replicates here, a verifying round starts at once; a plain one keeps its horizon.
+  assert.equal(h.driver.reconcileNow(10, 0, 1, 60_000), true);
+  assert.match((await h.frames())[0], /^n1 f0 request /);
+  assert.equal(decodeEnvelope(h.outbox.at(-1)!.bytes).reconcileRequest!.horizonMs, h.nowMs);
+});
+
+test('§6: a verifying round toward a peer that never replicates here fails at its deadline, saying so; dropping the fragment forgets the peer’s sessions', async () => {
+  const h = new Harness();
+  await established(h, 1);
+  h.roundLines();
+  assert.equal(h.driver.reconcileNow(11, 0, 1, 20, true), true);
+  const deadline = Date.now() + 10_000;
+  let lines: string[] = [];
+  while (lines.length === 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    lines = h.roundLines();
+  }
+  assert.deepEqual(lines, [
+    'answer 11: #0 failed (the peer did not replicate the fragment here within 20 ms)',
+  ]);
+  assert.deepEqual(await h.frames(), [], 'no round started');
+  // Heard once, then the fragment dropped and held again: the next verifying round waits anew.
+  h.receive(1, { sessionStart: { fragment: 0, sessionId: 600, continuity: 5 } });
+  h.driver.removeFragment(0);
+  h.roundLines();
+  h.driver.setReplicas(0, [0, 1], true);
+  await h.frames();
+  h.roundLines();
+  assert.equal(h.driver.reconcileNow(12, 0, 1, 60_000, true), true);
+  assert.deepEqual(
+    (await h.frames()).filter((line) => line.includes('request')),
+    [],
+    'waits for a session after the fragment came back',
+  );
 });

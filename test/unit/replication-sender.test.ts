@@ -190,6 +190,59 @@ test('a reset drops the batch in flight: its ACK no longer matches, the next bat
   assert.equal(h.report().state, 'connected');
 });
 
+test('the continuity: opened by the first session, kept through replays, ended by a buffer reset or a peer that lost its sessions', () => {
+  const h = new Harness({ bufferOpsMax: 4 });
+  const starts: Array<Extract<SenderAction, { kind: 'session-start' }>> = [];
+  const sessionStarts = (): void => {
+    const actions: SenderAction[] = [];
+    h.sender.takeActions(actions);
+    for (const a of actions) if (a.kind === 'session-start') starts.push(a);
+  };
+  assert.equal(h.sender.continuityId, 0, 'none before a session');
+  h.sender.step({ kind: 'enqueue', key: bytes('a'), record: bytes('v'), nowMs: 0 });
+  h.sender.step({ kind: 'connected', nowMs: 0 });
+  sessionStarts();
+  assert.deepEqual(
+    starts.map((a) => [a.sessionId, a.continuity]),
+    [[1, 1]],
+    'the first session opens it, and says it',
+  );
+  // A reconnect and an ACK timeout replay what was sent: nothing is dropped, the run goes on.
+  h.sender.step({ kind: 'tick', nowMs: 10 });
+  h.sender.step({ kind: 'disconnected', nowMs: 20 });
+  h.sender.step({ kind: 'connected', nowMs: 30 });
+  h.sender.step({ kind: 'tick', nowMs: 30 + BASE.ackTimeoutMs });
+  sessionStarts();
+  assert.deepEqual(
+    starts.slice(1).map((a) => a.continuity),
+    [1, 1],
+  );
+  assert.equal(h.sender.continuityId, 1);
+  // The peer lost its sessions (its worker restarted): what it acknowledged from memory may be
+  // gone, so a new run starts with the new session.
+  h.sender.step({ kind: 'peer-reset', nowMs: 2_000 });
+  sessionStarts();
+  const afterReset = starts.at(-1)!;
+  assert.equal(afterReset.continuity, afterReset.sessionId);
+  assert.notEqual(afterReset.continuity, 1);
+  assert.equal(h.sender.continuityId, afterReset.continuity);
+  // A buffer reset drops writes: the run ends at once, and the next session opens a new one.
+  for (const k of ['b', 'c', 'd', 'e', 'f'])
+    h.sender.step({ kind: 'enqueue', key: bytes(k), record: bytes('v'), nowMs: 2_000 });
+  assert.equal(h.report().resets, 1);
+  assert.equal(h.sender.continuityId, 0);
+  h.sender.step({ kind: 'connected', nowMs: 2_100 });
+  sessionStarts();
+  const reopened = starts.at(-1)!;
+  assert.equal(reopened.continuity, reopened.sessionId);
+  assert.ok(!starts.slice(0, -1).some((a) => a.continuity === reopened.continuity), 'a fresh id');
+  // A peer-reset while disconnected changes nothing: the connection's return opens a session.
+  h.sender.step({ kind: 'disconnected', nowMs: 2_200 });
+  h.sender.step({ kind: 'peer-reset', nowMs: 2_200 });
+  sessionStarts();
+  assert.equal(h.sender.continuityId, reopened.continuity);
+});
+
 test('the byte bound resets too, and a long outage keeps memory bounded', () => {
   const h = new Harness({ bufferOpsMax: 100, bufferBytesMax: 1000 });
   for (let i = 0; i < 1000; i++) h.enqueue(`key-${i}`, i, 'x'.repeat(90));

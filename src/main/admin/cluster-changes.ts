@@ -130,7 +130,7 @@ export async function servePeerRequest(
   if (request.kind === 'handover') {
     const cluster = node.cluster;
     if (cluster === undefined) return { status: 'Failed', message: 'not in a cluster', result: {} };
-    return cluster.serveHandover(from, request.fragment, request.generation);
+    return cluster.serveHandover(from, request.fragment, request.generation, request.continuity);
   }
   const answer = await servePeerChange(node, request.path, request.body);
   const { status, message, ...result } = answer;

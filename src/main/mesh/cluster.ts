@@ -76,7 +76,7 @@ import { leftToPull } from '../pulled-counts.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { AdminExchange } from './admin-exchange.js';
 import { CoordinatorDriver } from './coordinator-driver.js';
-import { type CatchUpCounters, FailoverCatchUp } from './failover-catch-up.js';
+import { type CatchUpCounters, FailoverCatchUp, type HandoverOutcome } from './failover-catch-up.js';
 import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { GENERATION_FIELD, HOPS_FIELD, PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
@@ -311,6 +311,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private workerMembers = 0;
   /** What waits for this node's table or serving to change (`routingChange`). */
   private readonly routingWaiters = new Set<() => void>();
+  /**
+   * Per fragment, the serving replicas a verifying round of this copy completed against, each with
+   * the continuity of its replication here the round started under (a handover from one of them
+   * with that continuity unchanged completes the copy: failover-catch-up.ts). Gone with the copy.
+   */
+  private readonly verifiedUnder = new Map<number, Map<number, number>>();
 
   constructor(
     readonly config: ClusterConfig,
@@ -513,7 +519,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         hold: (fragment, replicas) => this.dispatcher.holdFragment(fragment, this.indicesOf(replicas)),
         verify: (fragment, sources) => this.verifyCopy(fragment, sources),
         drain: (fragment, targets) => this.handOver(fragment, targets),
-        drop: (fragment) => this.dispatcher.dropFragment(fragment),
+        drop: (fragment) => {
+          this.verifiedUnder.delete(fragment);
+          return this.dispatcher.dropFragment(fragment);
+        },
         ready: (fragment, generation) => this.coordinatorDriver?.ready(fragment, generation),
         serve: (fragment, serving) => this.onServing(fragment, serving),
         stepped: () => this.exitIfLeft(),
@@ -765,45 +774,60 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /**
-   * A gained copy is verified by a complete anti-entropy round, started now, against a serving
-   * replica this node reaches (each pulls what that replica holds); one is enough.
+   * A gained copy is verified by a complete anti-entropy round against a serving replica this node
+   * reaches, started once that replica replicates the fragment here (each pulls what that replica
+   * holds); one is enough. Each round that completes is kept with the continuity it started under.
    */
   private async verifyCopy(fragment: number, sources: readonly string[]): Promise<void> {
     const members = this.indicesOf(sources).filter((m) => this.isUp(m));
     if (members.length === 0) throw new Error(`no serving replica of fragment ${fragment} is reachable`);
-    const rounds = members.map((m) => this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS));
-    const reasons: string[] = [];
-    for (const round of await Promise.allSettled(rounds)) {
-      if (round.status === 'fulfilled' && round.value.ok) return;
-      reasons.push(round.status === 'fulfilled' ? round.value.reason : (round.reason as Error).message);
-    }
-    throw new Error(`no round completed: ${reasons.join('; ')}`);
+    const under = this.verifiedUnder.get(fragment) ?? new Map<number, number>();
+    this.verifiedUnder.set(fragment, under);
+    const rounds = members.map(async (m) => {
+      const report = await this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, true);
+      if (!report.ok) throw new Error(report.reason);
+      // Rounds that end after the first are kept too, unless the copy went meanwhile.
+      if (this.verifiedUnder.get(fragment) === under) under.set(m, report.continuity);
+    });
+    await Promise.any(rounds).catch((err: AggregateError) => {
+      const reasons = err.errors.map((e: Error) => e.message);
+      throw new Error(`no round completed: ${reasons.join('; ')}`);
+    });
   }
 
   /**
    * Asks `member`, which served `fragment` until the table put this node first, to hand it over
-   * (`serveHandover` there): true once every write it took for the fragment is acknowledged here.
+   * (`serveHandover` there), naming the continuity this copy was verified against it under.
    */
-  private async askHandover(fragment: number, member: number, timeoutMs: number): Promise<boolean> {
+  private async askHandover(fragment: number, member: number, timeoutMs: number): Promise<HandoverOutcome> {
     const generation = this.coordinatorDriver?.table.active(fragment)?.generation;
     const nodeId = this.config.members[member];
-    if (generation === undefined || nodeId === undefined) return false;
+    if (generation === undefined || nodeId === undefined) return 'failed';
+    const continuity = this.verifiedUnder.get(fragment)?.get(member) ?? 0;
     const answer = await this.admin.ask(
       nodeId,
-      { kind: 'handover', fragment, generation },
+      { kind: 'handover', fragment, generation, continuity },
       timeoutMs,
       nodeId,
     );
-    return answer.status === 'Ok';
+    if (answer.status !== 'Ok') return 'failed';
+    return answer.result.covered === true ? 'covered' : 'drained';
   }
 
   /**
    * A peer the table put first for `fragment` asks this node, which served it before, to hand it
    * over: once this node's table is at `generation` (it routes the fragment to that peer from then
    * on, so it takes no write for it any more), it answers when the peer acknowledged every write it
-   * took — those still queued at its worker included, as they come before the drain.
+   * took — those still queued at its worker included, as they come before the drain. `covered`
+   * when its replication to the peer is still in `continuity` (the peer's copy was verified
+   * against this node under it): the peer then holds every write this node took.
    */
-  async serveHandover(from: string, fragment: number, generation: number): Promise<AdminAnswer> {
+  async serveHandover(
+    from: string,
+    fragment: number,
+    generation: number,
+    continuity: number,
+  ): Promise<AdminAnswer> {
     const member = this.config.members.indexOf(from);
     if (member === -1 || fragment >= this.routing.length)
       return { status: 'BadRequest', message: `no fragment ${fragment} to hand over to ${from}`, result: {} };
@@ -814,10 +838,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         result: {},
       };
     const drained = await this.dispatcher
-      .drainedTo(fragment, member, FAILOVER_CATCH_UP_MS_MAX)
-      .catch(() => false);
-    return drained
-      ? { status: 'Ok', message: `fragment ${fragment} handed over to ${from}`, result: {} }
+      .drainedUnder(fragment, member, FAILOVER_CATCH_UP_MS_MAX, continuity)
+      .catch(() => ({ drained: false, continuous: false }));
+    return drained.drained
+      ? {
+          status: 'Ok',
+          message: `fragment ${fragment} handed over to ${from}`,
+          result: { covered: drained.continuous },
+        }
       : {
           status: 'Failed',
           message: `${from} did not acknowledge every write of fragment ${fragment} in time`,

@@ -6,9 +6,11 @@
 // so a write acknowledged by one other replica (WAIT 1, --replica-acks 1) is read through this node
 // as soon as it serves. When the table puts this node first while the one before is still up (a
 // move finished), that one alone took the writes this node may lack: it hands them over (once it
-// routes here too, so takes no more, its replication here is drained), then one round against it
-// takes what it never queued here — the writes it took after this copy's verification started and
-// before it learnt to replicate here.
+// routes here too, so takes no more, its replication here is drained). When this copy was verified
+// by a round against that replica that started once it replicated here, and its replication here
+// dropped nothing since (the same continuity: src/core/replication-sender.ts), the handover
+// completes the copy: what it took before is in the round, what it took since was drained.
+// Otherwise one round against it takes what it never queued here.
 // (Until a first other replica is reachable after a start, there is nothing to catch up from, and
 // the node serves what its copy has.) Requests for the fragment that arrive meanwhile are held and
 // sent on once the rounds end (or their time runs out), so clients see a pause, not an error; the
@@ -18,6 +20,13 @@ import { backpressure, type TesseraError } from '../../core/errors.js';
 import { FAILOVER_CATCH_UP_MS_MAX, FAILOVER_HELD_REQUESTS_MAX } from '../../core/limits.js';
 import type { OpLink } from '../dispatcher.js';
 import type { ResultHandler } from '../worker-link.js';
+
+/**
+ * How a handover ended: `covered`, drained, and this copy holds everything the replica took before
+ * (verified against it under the continuity it still has); `drained`, every write it queued here is
+ * acknowledged; `failed`, not in time, or it does not replicate here.
+ */
+export type HandoverOutcome = 'covered' | 'drained' | 'failed';
 
 /** What the catch-up needs from the cluster around it. */
 export interface CatchUpHost {
@@ -30,8 +39,8 @@ export interface CatchUpHost {
   peersOf(fragment: number): readonly number[];
   /** A complete anti-entropy round of the fragment against `member`, started now; false when it did not complete. */
   reconcile(fragment: number, member: number, timeoutMs: number): Promise<boolean>;
-  /** `member`, which served the fragment before, acknowledged every write it took was received here; false when not. */
-  handover(fragment: number, member: number, timeoutMs: number): Promise<boolean>;
+  /** `member`, which served the fragment before, hands over every write it took for it (HandoverOutcome). */
+  handover(fragment: number, member: number, timeoutMs: number): Promise<HandoverOutcome>;
   /** Sends an encoded request on to the fragment's serving replica as routing picks it now. */
   resubmit(fragment: number, request: Buffer, handler: ResultHandler<unknown>, token: unknown): void;
   nowMs(): number;
@@ -45,6 +54,8 @@ export interface CatchUpCounters {
   catchUps: number;
   /** Catch-ups that ended with some round not complete (served anyway, after FAILOVER_CATCH_UP_MS_MAX at most). */
   incomplete: number;
+  /** Handovers that completed the copy without a round. */
+  covered: number;
   /** Requests held during catch-ups. */
   held: number;
   /** How long the last catch-up held the fragment, and the longest. */
@@ -101,7 +112,14 @@ export class FailoverCatchUp {
   /** Per fragment, 1 once this node caught up since it started serving it (after its start, or a failover). */
   private readonly caughtUp: Uint8Array;
   private readonly holding = new Map<number, HoldingLink>();
-  readonly counters: CatchUpCounters = { catchUps: 0, incomplete: 0, held: 0, lastMs: 0, maxMs: 0 };
+  readonly counters: CatchUpCounters = {
+    catchUps: 0,
+    incomplete: 0,
+    covered: 0,
+    held: 0,
+    lastMs: 0,
+    maxMs: 0,
+  };
 
   constructor(private readonly host: CatchUpHost) {
     this.servedBy = new Int32Array(host.fragmentCount).fill(-1);
@@ -158,8 +176,9 @@ export class FailoverCatchUp {
   private catchUp(fragment: number, from: number): void {
     // Handed over by a replica still up (the table put this node first): only it took writes this
     // node may lack; it hands them over (its replication to this node drained once it routes here),
-    // then a round against it takes what it took before it replicated here. After a failover, any
-    // replica may hold what the lost one replicated before it went: a round against each.
+    // then, unless that covered the copy, a round against it takes what it took before it
+    // replicated here. After a failover, any replica may hold what the lost one replicated before
+    // it went: a round against each.
     const handedOver = from !== -1 && from !== this.host.selfIndex && this.host.isUp(from);
     const sources = handedOver
       ? [from]
@@ -175,8 +194,12 @@ export class FailoverCatchUp {
       ? [
           this.host
             .handover(fragment, from, FAILOVER_CATCH_UP_MS_MAX)
-            .catch(() => false)
-            .then(() => round(from)),
+            .catch((): HandoverOutcome => 'failed')
+            .then((outcome) => {
+              if (outcome !== 'covered') return round(from);
+              this.counters.covered++;
+              return true;
+            }),
         ]
       : sources.map(round);
     let cancel = (): void => {};
