@@ -20,7 +20,8 @@
 // --connections C per node (8), --read-ratio X (0.5), --rate R (open loop at R operations a second
 // in all; default closed loop), --before D (10s of load before the join), --after D (5s after it
 // settles), --settle-max D (5m), --down-after D (5s), --store S (lmdb), --workers W (1 per node),
-// --seed S (1). Durations as the node takes them: 250ms, 2s, 5m. Progress goes to stderr, the
+// --seed S (1), --keep-logs (the nodes' logs are kept, and where is printed, after a run that
+// succeeded too; always after one that failed). Durations as the node takes them: 250ms, 2s, 5m. Progress goes to stderr, the
 // figures to stdout.
 
 import { readFileSync } from 'node:fs';
@@ -87,6 +88,7 @@ interface Options {
   store: string;
   workers: number;
   seed: number;
+  keepLogs: boolean;
 }
 
 function parseOptions(argv: string[]): Options {
@@ -107,6 +109,7 @@ function parseOptions(argv: string[]): Options {
       store: { type: 'string', default: 'lmdb' },
       workers: { type: 'string', default: '1' },
       seed: { type: 'string', default: '1' },
+      'keep-logs': { type: 'boolean', default: false },
     },
   });
   const o: Options = {
@@ -124,6 +127,7 @@ function parseOptions(argv: string[]): Options {
     store: values.store,
     workers: Number(values.workers),
     seed: Number(values.seed),
+    keepLogs: values['keep-logs'],
   };
   if (!(o.mibPerNode > 0)) throw new Error('--mib-per-node must be positive');
   if (!Number.isInteger(o.valueBytes) || o.valueBytes < 1) throw new Error('--value-bytes must be 1 or more');
@@ -352,11 +356,13 @@ interface JoinRun {
    * fragment catches up first): how many, the requests they held, and the longest hold of any
    * catch-up so far (`grew`: one of the join's; else the longest was at the nodes' start).
    */
-  catchUps: { count: number; held: number; maxMs: number; grew: boolean };
+  catchUps: { count: number; held: number; maxMs: number; grew: boolean; covered: number };
 }
 
 /** The nodes' failover counters, summed (the longest hold: the maximum). */
-async function catchUpTotals(nodes: NodeProcess[]): Promise<{ count: number; held: number; maxMs: number }> {
+async function catchUpTotals(
+  nodes: NodeProcess[],
+): Promise<{ count: number; held: number; maxMs: number; covered: number }> {
   const failovers = await Promise.all(
     nodes.map(async (n) => (await getJson<MovesReport>(n, '/cluster/moves')).failover),
   );
@@ -364,6 +370,7 @@ async function catchUpTotals(nodes: NodeProcess[]): Promise<{ count: number; hel
     count: failovers.reduce((sum, f) => sum + f.catchUps, 0),
     held: failovers.reduce((sum, f) => sum + f.held, 0),
     maxMs: Math.max(...failovers.map((f) => f.maxMs)),
+    covered: failovers.reduce((sum, f) => sum + f.covered, 0),
   };
 }
 
@@ -408,6 +415,7 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
     progress(`  settled ${((settledMs - join.atMs) / 1000).toFixed(1)} s after the join`);
     await sleep(o.afterMs);
     const results = await load.stop();
+    if (o.keepLogs) progress(`  node logs kept in ${await keepLogs('bench-moves-join', running)}`);
     return {
       keys,
       plannedMoves: plan.replicaMoves,
@@ -424,6 +432,7 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
         held: catchUpsAfter.held - catchUpsBefore.held,
         maxMs: catchUpsAfter.maxMs,
         grew: catchUpsAfter.maxMs > catchUpsBefore.maxMs,
+        covered: catchUpsAfter.covered - catchUpsBefore.covered,
       },
     };
   } catch (err) {
@@ -533,6 +542,7 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     progress(`  no fragment under-replicated ${((restoredMs - killMs) / 1000).toFixed(1)} s after the kill`);
     const settledMs = await settledAt(survivors, ids.slice(0, -1), a, CONDITION_MS_MAX);
     const catchUps = await catchUpTotals(survivors);
+    if (o.keepLogs) progress(`  node logs kept in ${await keepLogs('bench-moves-down', cluster.nodes)}`);
     return {
       catchUps: catchUps.count,
       catchUpMsMax: catchUps.maxMs,
@@ -617,7 +627,7 @@ function joinReport(o: Options, run: JoinRun): string[] {
     `CPU per operation (every thread of every node, /proc; d's from its start): before ${fixed(cpuBefore * 1000, 0)} µs, ` +
       `join to settled ${fixed(cpuJoin * 1000, 0)} µs (${fixed(cpuJoin / cpuBefore, 2)}×); d used ${fixed(run.joinedCpuMs / 1000, 1)} s of CPU.`,
     `Catch-up before serving, under the load (a node the table put first catches up first): ${run.catchUps.count} ` +
-      `catch-ups holding ${run.catchUps.held} requests, the longest ` +
+      `catch-ups holding ${run.catchUps.held} requests (${run.catchUps.covered} completed by the handover, no round), the longest ` +
       `${run.catchUps.grew ? `${run.catchUps.maxMs} ms` : `under ${run.catchUps.maxMs} ms (the longest, at the nodes' start)`} (goal ≤ 1 s).`,
     `Client errors: ${errors.size === 0 ? 'none' : [...errors].map(([k, n]) => `${k} ×${n} ("${samples.get(k)}")`).join(', ')}.`,
   ];

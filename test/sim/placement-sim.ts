@@ -728,13 +728,17 @@ export class PlacementSim extends MembershipSim {
         }),
       verify: (fragment, sources) => {
         // The round starts once the source replicates the fragment here, and copies the source as
-        // it was then; later writes come by replication. It counts under the continuity it started in.
-        const source = sources.find(
-          (id) =>
-            this.reaches(node.id, id) &&
-            this.serves(id, fragment) &&
-            this.holders.get(id)!.replicateTo.get(fragment)?.includes(node.id) === true,
-        );
+        // it was then; later writes come by replication. It counts under the continuity it started
+        // in. The replica that serves the fragment as this node routes it comes first (cluster.ts).
+        const usable = (id: string): boolean =>
+          this.reaches(node.id, id) &&
+          this.serves(id, fragment) &&
+          this.holders.get(id)!.replicateTo.get(fragment)?.includes(node.id) === true;
+        const serving = this.routeAt(node, fragment);
+        const source =
+          serving !== undefined && sources.includes(serving) && usable(serving)
+            ? serving
+            : sources.find(usable);
         const snapshot = source === undefined ? undefined : new Map(this.copyOf(source, fragment));
         const continuity =
           source === undefined

@@ -777,6 +777,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * A gained copy is verified by a complete anti-entropy round against a serving replica this node
    * reaches, started once that replica replicates the fragment here (each pulls what that replica
    * holds); one is enough. Each round that completes is kept with the continuity it started under.
+   * The round against the replica that serves the fragment now is awaited when it may still
+   * complete: that replica takes the writes, so it is the one that hands the fragment over if the
+   * table puts this copy first, and a copy verified against it needs no round then.
    */
   private async verifyCopy(fragment: number, sources: readonly string[]): Promise<void> {
     const members = this.indicesOf(sources).filter((m) => this.isUp(m));
@@ -785,10 +788,32 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.verifiedUnder.set(fragment, under);
     const rounds = members.map(async (m) => {
       const report = await this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, true);
+      this.logger.info(
+        {
+          fragment,
+          against: this.config.members[m],
+          ok: report.ok,
+          continuity: report.continuity,
+          keysPulled: report.keysPulled,
+          reason: report.reason,
+        },
+        'verifying round of a gained copy ended',
+      );
       if (!report.ok) throw new Error(report.reason);
       // Rounds that end after the first are kept too, unless the copy went meanwhile.
       if (this.verifiedUnder.get(fragment) === under) under.set(m, report.continuity);
     });
+    // Each is handled here: the ones not awaited below may still fail.
+    for (const round of rounds) round.catch(() => {});
+    const serving = members.indexOf(this.servingMember(fragment));
+    if (
+      serving !== -1 &&
+      (await rounds[serving].then(
+        () => true,
+        () => false,
+      ))
+    )
+      return;
     await Promise.any(rounds).catch((err: AggregateError) => {
       const reasons = err.errors.map((e: Error) => e.message);
       throw new Error(`no round completed: ${reasons.join('; ')}`);
@@ -831,6 +856,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const member = this.config.members.indexOf(from);
     if (member === -1 || fragment >= this.routing.length)
       return { status: 'BadRequest', message: `no fragment ${fragment} to hand over to ${from}`, result: {} };
+    const startedMs = Date.now();
     if (!(await this.tableAt(fragment, generation, FAILOVER_CATCH_UP_MS_MAX)))
       return {
         status: 'Failed',
@@ -840,6 +866,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const drained = await this.dispatcher
       .drainedUnder(fragment, member, FAILOVER_CATCH_UP_MS_MAX, continuity)
       .catch(() => ({ drained: false, continuous: false }));
+    this.logger.info(
+      {
+        fragment,
+        to: from,
+        drained: drained.drained,
+        covered: drained.continuous,
+        continuity,
+        tookMs: Date.now() - startedMs,
+      },
+      'handing over a fragment',
+    );
     return drained.drained
       ? {
           status: 'Ok',

@@ -188,6 +188,7 @@ export class FailoverCatchUp {
     this.holding.set(fragment, link);
     this.counters.catchUps++;
     const startedMs = this.host.nowMs();
+    let handover: HandoverOutcome | 'none' = 'none';
     const round = (m: number) =>
       this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).catch(() => false);
     const rounds = handedOver
@@ -196,6 +197,7 @@ export class FailoverCatchUp {
             .handover(fragment, from, FAILOVER_CATCH_UP_MS_MAX)
             .catch((): HandoverOutcome => 'failed')
             .then((outcome) => {
+              handover = outcome;
               if (outcome !== 'covered') return round(from);
               this.counters.covered++;
               return true;
@@ -221,8 +223,9 @@ export class FailoverCatchUp {
         complete ? 'info' : 'warn',
         {
           fragment,
-          from: from === -1 ? 'start' : from,
+          from: from === -1 || from === this.host.selfIndex ? 'start' : from,
           sources: sources.length,
+          handover,
           tookMs,
           held: link.held.length,
           complete,
