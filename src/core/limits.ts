@@ -588,6 +588,13 @@ export const PLACEMENT_STEP_TIMEOUT_MS = 30_000;
 export const FAILOVER_CATCH_UP_MS_MAX = 5_000;
 /** Requests held per fragment during a catch-up; more are refused (TRYAGAIN) until it ends. */
 export const FAILOVER_HELD_REQUESTS_MAX = 10_000;
+/**
+ * How long a handover waits for the copy's verifying round against the replica that hands over,
+ * when that round still runs (the copy was published once a round against another replica ended):
+ * once it ends, the drain completes the copy; past this wait, a round follows the drain instead.
+ * The rounds of one copy end within a few hundred milliseconds of each other under load.
+ */
+export const HANDOVER_VERIFY_WAIT_MS = 1_000;
 /** Replica-list changes `GET /cluster/moves` lists, newest first. */
 export const MOVES_RECENT_MAX = 64;
 /** A verified copy tells the coordinator it is ready again this often until its move finishes. */

@@ -122,6 +122,7 @@ test('SIGKILL at random moments: every write a WAIT or --replica-acks confirmed 
       const victim = Math.floor(random() * NODE_IDS.length);
       const writeMs = WRITE_MS_MIN + Math.floor(random() * (WRITE_MS_MAX - WRITE_MS_MIN));
       let stop = false;
+      let confirmedInRound = 0;
       const writers = cluster.nodes.flatMap((node, n) =>
         [false, true].map(async (acksOnWrite) => {
           const c = newClient(node.respPort, { maxRetriesPerRequest: 0 });
@@ -133,7 +134,10 @@ test('SIGKILL at random moments: every write a WAIT or --replica-acks confirmed 
               const value = `${seed}-${key}`;
               await c.set(key, value);
               written++;
-              if (acksOnWrite || (await c.wait(1, 0)) >= 1) confirmed.set(key, value);
+              if (acksOnWrite || (await c.wait(1, 0)) >= 1) {
+                confirmed.set(key, value);
+                confirmedInRound++;
+              }
             }
           } catch {
             // The node died under it (or its forwarding did): what was confirmed before stands.
@@ -142,6 +146,11 @@ test('SIGKILL at random moments: every write a WAIT or --replica-acks confirmed 
           }
         }),
       );
+      // The kill's moment counts from the round's first confirmed write: a node that just started
+      // (or restarted) holds requests while it catches up, for up to a second on a busy machine.
+      await eventually(async () => confirmedInRound > 0, 30_000).catch(() => {
+        throw new Error(`seed ${seed} round ${round}: no write was confirmed within 30 s`);
+      });
       await new Promise((resolve) => setTimeout(resolve, writeMs));
       await cluster.nodes[victim].stop('SIGKILL');
       stop = true;

@@ -729,7 +729,9 @@ export class PlacementSim extends MembershipSim {
       verify: (fragment, sources) => {
         // The round starts once the source replicates the fragment here, and copies the source as
         // it was then; later writes come by replication. It counts under the continuity it started
-        // in. The replica that serves the fragment as this node routes it comes first (cluster.ts).
+        // in. The node rounds against every serving source and a handover waits for the round
+        // against the replica that hands over (cluster.ts): modelled as the round against the
+        // replica that serves the fragment as this node routes it, when it can be.
         const usable = (id: string): boolean =>
           this.reaches(node.id, id) &&
           this.serves(id, fragment) &&

@@ -27,6 +27,7 @@ import {
   COORDINATOR_REPORT_RETRY_MS,
   FAILOVER_CATCH_UP_MS_MAX,
   FORWARD_DISAGREEMENT_WAIT_MS,
+  HANDOVER_VERIFY_WAIT_MS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
   MOVES_RECENT_MAX,
@@ -122,6 +123,24 @@ class UnreachableLink implements OpLink {
 }
 
 /** How a member this node has no link to (not in its member list) stands in membership's view. */
+/** Resolves once `work` settles or `ms` passes, whichever is first (its timer keeps no process alive). */
+function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    timer.unref();
+    work.then(
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+    );
+  });
+}
+
 function viewHealth(view: MemberView): MemberHealth {
   if (view.state === 'Down' || view.state === 'Removed') return 'fail';
   return view.unreachable ? 'pfail' : 'ok';
@@ -317,6 +336,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * with that continuity unchanged completes the copy: failover-catch-up.ts). Gone with the copy.
    */
   private readonly verifiedUnder = new Map<number, Map<number, number>>();
+  /** Per fragment, the verifying rounds still running, by member (each ends in `verifiedUnder` or fails). */
+  private readonly verifying = new Map<number, Map<number, Promise<void>>>();
 
   constructor(
     readonly config: ClusterConfig,
@@ -521,6 +542,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         drain: (fragment, targets) => this.handOver(fragment, targets),
         drop: (fragment) => {
           this.verifiedUnder.delete(fragment);
+          this.verifying.delete(fragment);
           return this.dispatcher.dropFragment(fragment);
         },
         ready: (fragment, generation) => this.coordinatorDriver?.ready(fragment, generation),
@@ -776,16 +798,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /**
    * A gained copy is verified by a complete anti-entropy round against a serving replica this node
    * reaches, started once that replica replicates the fragment here (each pulls what that replica
-   * holds); one is enough. Each round that completes is kept with the continuity it started under.
-   * The round against the replica that serves the fragment now is awaited when it may still
-   * complete: that replica takes the writes, so it is the one that hands the fragment over if the
-   * table puts this copy first, and a copy verified against it needs no round then.
+   * holds); one is enough. Each round that completes is kept with the continuity it started under,
+   * those that end after the first too (a handover from that replica waits for its round:
+   * `askHandover`).
    */
   private async verifyCopy(fragment: number, sources: readonly string[]): Promise<void> {
     const members = this.indicesOf(sources).filter((m) => this.isUp(m));
     if (members.length === 0) throw new Error(`no serving replica of fragment ${fragment} is reachable`);
     const under = this.verifiedUnder.get(fragment) ?? new Map<number, number>();
     this.verifiedUnder.set(fragment, under);
+    let running = this.verifying.get(fragment);
+    if (running === undefined) this.verifying.set(fragment, (running = new Map()));
     const rounds = members.map(async (m) => {
       const report = await this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, true);
       this.logger.info(
@@ -803,17 +826,13 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       // Rounds that end after the first are kept too, unless the copy went meanwhile.
       if (this.verifiedUnder.get(fragment) === under) under.set(m, report.continuity);
     });
-    // Each is handled here: the ones not awaited below may still fail.
-    for (const round of rounds) round.catch(() => {});
-    const serving = members.indexOf(this.servingMember(fragment));
-    if (
-      serving !== -1 &&
-      (await rounds[serving].then(
-        () => true,
-        () => false,
-      ))
-    )
-      return;
+    members.forEach((m, i) => {
+      const round = rounds[i].catch(() => {});
+      running.set(m, round);
+      round.then(() => {
+        if (running.get(m) === round) running.delete(m);
+      });
+    });
     await Promise.any(rounds).catch((err: AggregateError) => {
       const reasons = err.errors.map((e: Error) => e.message);
       throw new Error(`no round completed: ${reasons.join('; ')}`);
@@ -822,12 +841,16 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   /**
    * Asks `member`, which served `fragment` until the table put this node first, to hand it over
-   * (`serveHandover` there), naming the continuity this copy was verified against it under.
+   * (`serveHandover` there), naming the continuity this copy was verified against it under — once
+   * this copy's verifying round against it ended, when one still runs (HANDOVER_VERIFY_WAIT_MS at
+   * most).
    */
   private async askHandover(fragment: number, member: number, timeoutMs: number): Promise<HandoverOutcome> {
     const generation = this.coordinatorDriver?.table.active(fragment)?.generation;
     const nodeId = this.config.members[member];
     if (generation === undefined || nodeId === undefined) return 'failed';
+    const verifying = this.verifying.get(fragment)?.get(member);
+    if (verifying !== undefined) await settledWithin(verifying, Math.min(timeoutMs, HANDOVER_VERIFY_WAIT_MS));
     const continuity = this.verifiedUnder.get(fragment)?.get(member) ?? 0;
     const answer = await this.admin.ask(
       nodeId,
