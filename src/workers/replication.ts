@@ -43,7 +43,7 @@ import { asBuffer } from '../core/bytes.js';
 import type { DriverClock } from '../core/clock.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { MOVE_RATE_BURST_MS, RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
+import { MOVE_RATE_BURST_MS, RECONCILE_DIGEST_PAGE_KEYS } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
@@ -75,7 +75,7 @@ import type { FragmentSize, KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
 import type { RoundReport } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
-import { NEXT_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
+import { NEXT_DIGEST_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
 import { RoundLedger } from './round-ledger.js';
 
 /** What the driver needs from the worker runtime. */
@@ -874,13 +874,13 @@ export class WorkerReplication {
     let mine: Span;
     try {
       // This node's next page: a span with no ranges, open-ended, is exactly that.
-      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, NEXT_PAGE);
+      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, NEXT_DIGEST_PAGE);
     } catch (err) {
       this.host.logger.warn({ fragment, err: (err as Error).message }, 'anti-entropy page failed');
       return;
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
-    assert(mine.entries.length <= RECONCILE_PAGE_ITEMS_MAX, 'a page is at most a page of keys');
+    assert(mine.entries.length <= RECONCILE_DIGEST_PAGE_KEYS, 'a page is at most a page of keys');
     const { sessionId, roundId, horizonMs } = round;
     const { ranges, openEnd } = describePage(mine.entries, horizonMs);
     this.send(member, {
@@ -914,6 +914,10 @@ export class WorkerReplication {
     let span: Span;
     let sourceSize: FragmentSize | undefined;
     try {
+      // A round with no horizon verifies a copy: what this node applied before it began replicating
+      // there (before the round's first page came) must be in the round, so its first page waits
+      // until those writes are committed — the store's pages hold them then.
+      if (q.pageSeq === 0 && q.horizonMs === 0) await this.committed(q.fragment);
       // The size as of the round's start, on its first page: what the round compares is as of then.
       [span, sourceSize] = await Promise.all([
         this.readSpan(q.fragment, step.afterKey, q),
@@ -931,6 +935,20 @@ export class WorkerReplication {
     const page = responder.pageRead(q, span.entries, span.truncated);
     if (page !== undefined)
       this.send(member, { reconcileResponse: { fragment: q.fragment, ...page, sourceSize } });
+  }
+
+  /** Resolves once every write the fragment's actor applied so far is committed to the store. */
+  private committed(fragment: number): Promise<void> {
+    const core = this.host.core(fragment);
+    if (core === undefined) return Promise.reject(new Error(`fragment ${fragment} is not held here`));
+    return new Promise((resolve, reject) => {
+      const fence = new FragmentOp(OpKind.Fence, 0, Priority.Default, Durability.Store, EMPTY, EMPTY);
+      fence.sink = {
+        onReply: (_op, reply, text) =>
+          reply === Reply.FenceReached ? resolve() : reject(new Error(text || 'fence failed')),
+      };
+      this.host.submit(core, fence);
+    });
   }
 
   /** This node's copy of a fragment, for a peer pulling it; undefined when the store cannot say. */

@@ -28,7 +28,7 @@ import { type CommitAction, type FragmentAction, type FragmentCore, FragmentOp }
 import { FRAGMENT_TURN_OPS_MIN, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import type { PendingEntry } from '../core/pending-writes.js';
-import { isAckLevel } from '../core/replication-sender.js';
+import { type AckLevel, isAckLevel } from '../core/replication-sender.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { SystemClock } from '../threads/driver-clock.js';
 import { FragmentBoard } from '../threads/fragment-board.js';
@@ -600,18 +600,14 @@ export class WorkerRuntime implements RecordDecoder {
     this.board.markCommitted();
   }
 
-  /** Resolves once everything `core` admitted is answered and stable (rejects when the store failed). */
-  private fence(core: FragmentCore): Promise<void> {
+  /**
+   * Resolves once everything `core` admitted is answered and at `durability` (rejects when the store
+   * failed).
+   */
+  private fence(core: FragmentCore, durability: Durability = Durability.Stable): Promise<void> {
     return new Promise((resolve, reject) => {
       // Background runs after every other queue: answered last, it is reached after all of them.
-      const fence = new FragmentOp(
-        OpKind.Fence,
-        0,
-        Priority.Background,
-        Durability.Stable,
-        EMPTY_KEY,
-        EMPTY_KEY,
-      );
+      const fence = new FragmentOp(OpKind.Fence, 0, Priority.Background, durability, EMPTY_KEY, EMPTY_KEY);
       fence.sink = {
         onReply: (_op, reply, text) =>
           reply === Reply.FenceReached ? resolve() : reject(storageError(text || 'fence failed')),
@@ -629,8 +625,10 @@ export class WorkerRuntime implements RecordDecoder {
   }
 
   /**
-   * Answers once `fragment`'s sender toward the member is drained; the answer's detail says whether
-   * the sender's continuity is the one the request named (DRAINED_CONTINUOUS) when it is sent.
+   * Answers once `fragment`'s sender toward the member is drained — of every write admitted before
+   * the request too: those still queued at the actor are applied, and so handed to the sender,
+   * before it is looked at. The answer's detail says whether the sender's continuity is the one the
+   * request named (DRAINED_CONTINUOUS) when it is sent.
    */
   private drainedTo(reqId: number, fragment: number, wait: PeerWait): void {
     const replication = this.replication;
@@ -643,16 +641,35 @@ export class WorkerRuntime implements RecordDecoder {
         reqId,
         `a drain at ACK level ${level} cannot be told`,
       );
+    const core = this.actors.find(fragment);
+    if (core === undefined) return this.waitDrained(reqId, fragment, level, wait);
+    this.fence(core, Durability.Memory).then(
+      () => this.waitDrained(reqId, fragment, level, wait),
+      (err: Error) => {
+        this.results.error(ErrorKind.Storage, reqId, err.message);
+        this.results.publish();
+      },
+    );
+  }
+
+  /** DrainedTo, once the writes admitted before it were handed to the senders. */
+  private waitDrained(reqId: number, fragment: number, level: AckLevel, wait: PeerWait): void {
+    const { member } = wait;
+    const replication = this.replication!;
+    if (replication.drainedTo(fragment, member) === undefined) {
+      this.results.error(ErrorKind.InvalidInput, reqId, noSender(fragment, member));
+      return this.results.publish();
+    }
     // What the sender holds goes now, asking for the level (above the one batches ask for, too).
-    replication.flush(fragment, replication.positionOf(fragment), level, wait.member);
+    replication.flush(fragment, replication.positionOf(fragment), level, member);
     const continuous = (): number =>
-      wait.continuity !== 0 && replication.continuityOf(fragment, wait.member) === wait.continuity
+      wait.continuity !== 0 && replication.continuityOf(fragment, member) === wait.continuity
         ? DRAINED_CONTINUOUS
         : 0;
     this.drainWaiters.add(
       reqId,
       wait.timeoutMs,
-      () => replication.drainedTo(fragment, wait.member, level),
+      () => replication.drainedTo(fragment, member, level),
       continuous,
     );
   }

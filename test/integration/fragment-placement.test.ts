@@ -150,6 +150,13 @@ test('two nodes: a fragment held again pulls its peer’s keys; replica lists op
       'b synced every write',
     );
     for (const key of keys) assert.equal(await readOnWorker(b, key), `v-${key}`);
+    // A drain asked right behind writes the worker has not applied yet counts them: they reach b
+    // before it answers (a handover drains so, and the new serving replica then reads them).
+    const behind = keysOf(a, fragment, 40, 'behind');
+    const puts = behind.map((key) => a.put(key, `w-${key}`));
+    assert.equal(await a.dispatcher.drainedTo(fragment, B, WAIT_MS), true);
+    for (const key of behind) assert.equal(await readOnWorker(b, key), `w-${key}`, `${key} reached b first`);
+    await Promise.all(puts);
 
     const sendersOf = async (node: Tessera) =>
       (await node.health()).cluster!.senders.filter((s) => s.fragment === fragment);
@@ -174,8 +181,13 @@ test('two nodes: a fragment held again pulls its peer’s keys; replica lists op
     unwatch();
     const first = rounds.find((r) => r.ok)!;
     assert.equal(first.member, A);
-    assert.equal(first.keysPulled, keys.length, 'the copy was removed: every key is pulled back');
+    assert.equal(
+      first.keysPulled,
+      keys.length + behind.length,
+      'the copy was removed: every key is pulled back',
+    );
     for (const key of keys) assert.equal(await readOnWorker(b, key), `v-${key}`);
+    for (const key of behind) assert.equal(await readOnWorker(b, key), `w-${key}`);
 
     // reconcileNow waits for a round that starts after it: complete, and nothing left to pull.
     const now = await b.dispatcher.reconcileNow(fragment, A, WAIT_MS);

@@ -927,3 +927,34 @@ test('§6: a verifying round toward a peer that never replicates here fails at i
     'waits for a session after the fragment came back',
   );
 });
+
+test('§6: the first page of a round with no horizon (a copy being verified) waits until what was applied before it is committed', async () => {
+  const h = new Harness();
+  await peerSession(h, 70);
+  h.holdCommits = true;
+  h.write('late');
+  await h.frames();
+  const page = (horizonMs: number, roundId: number) => ({
+    reconcileRequest: {
+      fragment: 0,
+      sessionId: 70,
+      roundId,
+      pageSeq: 0,
+      afterKey: Buffer.alloc(0),
+      ranges: [],
+      openEnd: true,
+      horizonMs,
+    },
+  });
+  h.receive(1, page(0, 9));
+  assert.deepEqual(await h.frames(), [], 'not answered while `late` is not in the store');
+  h.releaseCommits();
+  assert.deepEqual(await h.frames(), ['n1 f0 summaries s=70 r=9 page=0 [late] done']);
+  // A round with a horizon is answered from the store as it is.
+  h.holdCommits = true;
+  h.write('later');
+  await h.frames();
+  h.receive(1, page(h.nowMs + 1, 10));
+  assert.deepEqual(await h.frames(), ['n1 f0 summaries s=70 r=10 page=0 [late] done']);
+  h.releaseCommits();
+});
