@@ -93,13 +93,6 @@ export const ANTI_ENTROPY_ROUND_TIMEOUT_MS = 10_000;
 /** Summaries per anti-entropy page (spec §6: 256) and the soft byte target of a page (≈1 MiB). */
 export const RECONCILE_PAGE_ITEMS_MAX = 256;
 /**
- * Keys a round's requester describes per page, as range digests (src/core/reconciler.ts): a page
- * of replicas that agree costs one round trip, so a larger one checks a fragment in fewer. A
- * responder takes up to RECONCILE_PAGE_ITEMS_MAX ranges of DIGEST_RANGE_KEYS keys (4 096 keys) and
- * still lists at most RECONCILE_PAGE_ITEMS_MAX summaries per page.
- */
-export const RECONCILE_DIGEST_PAGE_KEYS = 1024;
-/**
  * Anti-entropy pages waiting for the background pool; past it a page is read in the fragment's
  * worker. Rounds bound themselves (one page in flight per round and per served round), so this only
  * caps a burst, such as every fragment's first round when a peer connects.

@@ -23,12 +23,7 @@
 // what it leaves out, replication delivers — or the next round, whose horizon is later.
 
 import { createHash } from 'node:crypto';
-import {
-  KEY_BYTES_MAX,
-  RECONCILE_DIGEST_PAGE_KEYS,
-  RECONCILE_PAGE_BYTES_MAX,
-  RECONCILE_PAGE_ITEMS_MAX,
-} from './limits.js';
+import { KEY_BYTES_MAX, RECONCILE_PAGE_BYTES_MAX, RECONCILE_PAGE_ITEMS_MAX } from './limits.js';
 import {
   compareVersions,
   isWellFormedRecord,
@@ -139,7 +134,7 @@ export function describePage(
     const to = Math.min(entries.length, from + DIGEST_RANGE_KEYS);
     ranges.push({ lastKey: entries[to - 1].key, digest: digestOf(entries, from, to, horizonMs) });
   }
-  return { ranges, openEnd: entries.length < RECONCILE_DIGEST_PAGE_KEYS };
+  return { ranges, openEnd: entries.length < RECONCILE_PAGE_ITEMS_MAX };
 }
 
 /**

@@ -556,8 +556,6 @@ export interface PoolSpanRequest {
   /** The requester's last range key; undefined when it has none. */
   lastKey: Uint8Array | undefined;
   openEnd: boolean;
-  /** A round requester's next page (SpanQuery.digestPage). */
-  digestPage?: boolean;
   /** The cleaner's time: only records expired by then come back (and the page's last key). */
   expiredAtMs?: number;
 }
@@ -573,7 +571,6 @@ const SPAN_AFTER_KEY = 1;
 const SPAN_LAST_KEY = 2;
 const SPAN_OPEN_END = 4;
 const SPAN_EXPIRED_AT = 8;
-const SPAN_DIGEST_PAGE = 16;
 const SPAN_TRUNCATED = 1;
 const SPAN_FAILED = 2;
 
@@ -593,8 +590,7 @@ export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r:
     (r.afterKey !== undefined ? SPAN_AFTER_KEY : 0) |
     (r.lastKey !== undefined ? SPAN_LAST_KEY : 0) |
     (r.openEnd ? SPAN_OPEN_END : 0) |
-    (r.expiredAtMs !== undefined ? SPAN_EXPIRED_AT : 0) |
-    (r.digestPage === true ? SPAN_DIGEST_PAGE : 0);
+    (r.expiredAtMs !== undefined ? SPAN_EXPIRED_AT : 0);
   writeU16LE(buf, at + FRAGMENT_AT, r.fragment);
   writeU32LE(buf, at + ID_AT, taskId);
   const end = writeBytes16(buf, writeBytes16(buf, at + COMMON_HEADER_BYTES, r.afterKey), r.lastKey);
@@ -612,7 +608,6 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
     lastKey: flags & SPAN_LAST_KEY ? lastKey : undefined,
     openEnd: (flags & SPAN_OPEN_END) !== 0,
   };
-  if (flags & SPAN_DIGEST_PAGE) request.digestPage = true;
   if (flags & SPAN_EXPIRED_AT)
     request.expiredAtMs = readU48BE(buf, at + COMMON_HEADER_BYTES + 4 + afterKey.length + lastKey.length);
   return { taskId: readU32LE(buf, at + ID_AT), request };

@@ -25,8 +25,7 @@ export class PoolSpans {
   ): Promise<Span> {
     const taskId = this.nextTask++;
     const lastKey = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
-    const { openEnd, digestPage } = q;
-    this.results.poolSpanRequest(taskId, { fragment, afterKey, lastKey, openEnd, digestPage, expiredAtMs });
+    this.results.poolSpanRequest(taskId, { fragment, afterKey, lastKey, openEnd: q.openEnd, expiredAtMs });
     return new Promise<Span>((resolve, reject) => this.tasks.set(taskId, { resolve, reject }));
   }
 

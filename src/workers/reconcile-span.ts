@@ -3,7 +3,7 @@
 // requester holds nothing further. Runs in the fragment's worker, or in the background pool over a
 // read-only lmdb view.
 
-import { RECONCILE_DIGEST_PAGE_KEYS, RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
+import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
 import { RECONCILE_SPAN_KEYS_MAX } from '../core/reconciler.js';
 import type { StoredEntry } from '../native-bindings/kv-store.js';
 
@@ -17,11 +17,6 @@ export type PageReader = (
 export interface SpanQuery {
   ranges: ReadonlyArray<{ lastKey: Uint8Array }>;
   openEnd: boolean;
-  /**
-   * A requester's next page of keys (RECONCILE_DIGEST_PAGE_KEYS of them, described as range
-   * digests) rather than a page of summaries (RECONCILE_PAGE_ITEMS_MAX keys) past the last range.
-   */
-  digestPage?: boolean;
 }
 
 export interface Span {
@@ -33,8 +28,6 @@ export interface Span {
 
 /** A span with no ranges, open-ended: the next page of keys (RECONCILE_PAGE_ITEMS_MAX of them). */
 export const NEXT_PAGE: SpanQuery = { ranges: [], openEnd: true };
-/** A round requester's next page of keys (RECONCILE_DIGEST_PAGE_KEYS of them). */
-export const NEXT_DIGEST_PAGE: SpanQuery = { ranges: [], openEnd: true, digestPage: true };
 
 /** Keys read at a time while a responder reads a span. */
 const SPAN_READ_KEYS = 512;
@@ -50,11 +43,7 @@ export async function readSpan(
 ): Promise<Span> {
   const last = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
   // Past the requester's last range, an open page lists up to a page of keys; a closed one needs none.
-  const extra = !q.openEnd
-    ? 0
-    : q.digestPage === true
-      ? RECONCILE_DIGEST_PAGE_KEYS
-      : RECONCILE_PAGE_ITEMS_MAX;
+  const extra = q.openEnd ? RECONCILE_PAGE_ITEMS_MAX : 0;
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
   let start = afterKey === undefined ? undefined : { key: afterKey, inclusive: false };
   let beyond = 0;

@@ -43,7 +43,7 @@ import { asBuffer } from '../core/bytes.js';
 import type { DriverClock } from '../core/clock.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { MOVE_RATE_BURST_MS, RECONCILE_DIGEST_PAGE_KEYS } from '../core/limits.js';
+import { MOVE_RATE_BURST_MS, RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
@@ -75,7 +75,7 @@ import type { FragmentSize, KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
 import type { RoundReport } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
-import { NEXT_DIGEST_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
+import { NEXT_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
 import { RoundLedger } from './round-ledger.js';
 
 /** What the driver needs from the worker runtime. */
@@ -874,13 +874,13 @@ export class WorkerReplication {
     let mine: Span;
     try {
       // This node's next page: a span with no ranges, open-ended, is exactly that.
-      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, NEXT_DIGEST_PAGE);
+      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, NEXT_PAGE);
     } catch (err) {
       this.host.logger.warn({ fragment, err: (err as Error).message }, 'anti-entropy page failed');
       return;
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
-    assert(mine.entries.length <= RECONCILE_DIGEST_PAGE_KEYS, 'a page is at most a page of keys');
+    assert(mine.entries.length <= RECONCILE_PAGE_ITEMS_MAX, 'a page is at most a page of keys');
     const { sessionId, roundId, horizonMs } = round;
     const { ranges, openEnd } = describePage(mine.entries, horizonMs);
     this.send(member, {

@@ -51,7 +51,7 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
   const ranges = task.lastKey === undefined ? [] : [{ lastKey: task.lastKey }];
   const span =
     task.expiredAtMs === undefined
-      ? await readSpan(read, task.afterKey, { ranges, openEnd: task.openEnd, digestPage: task.digestPage })
+      ? await readSpan(read, task.afterKey, { ranges, openEnd: task.openEnd })
       : await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
   return {
     keys: span.entries.map((e) => e.key),
