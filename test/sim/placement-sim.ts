@@ -667,6 +667,7 @@ export class PlacementSim extends MembershipSim {
         return route === undefined ? -1 : this.memberIndexOf(route);
       },
       isUp: (member) => this.upAt(node, this.memberIds[member]!),
+      memberName: (member) => this.memberIds[member]!,
       peersOf: (fragment) => this.routingAt(node, fragment).map((id) => this.memberIndexOf(id)),
       reconcile: (fragment, member) =>
         new Promise<boolean>((resolve) => {

@@ -35,6 +35,9 @@ class Host implements CatchUpHost {
   isUp(member: number): boolean {
     return this.up.has(member);
   }
+  memberName(member: number): string {
+    return `n${member}`;
+  }
   peersOf(): readonly number[] {
     return [0, SELF, 2];
   }
@@ -175,6 +178,11 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   assert.deepEqual(host.resubmitted, ['3:get k'], 'the held request went on');
   assert.equal(catchUp.counters.covered, 1);
   assert.equal(catchUp.counters.incomplete, 0);
+  assert.match(
+    host.logs.at(-1) ?? '',
+    /caught up.*"from":"n0".*"handover":"covered"/,
+    'the log names the member',
+  );
   // Every other member lost: nothing reachable to learn from, so fragments 0–2 are served as they are.
   host.up = new Set([SELF]);
   host.first = [SELF, SELF, SELF, SELF];

@@ -122,25 +122,20 @@ class UnreachableLink implements OpLink {
   end(): void {}
 }
 
-/** How a member this node has no link to (not in its member list) stands in membership's view. */
 /** Resolves once `work` settles or `ms` passes, whichever is first (its timer keeps no process alive). */
 function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
   return new Promise((resolve) => {
     const timer = setTimeout(resolve, ms);
     timer.unref();
-    work.then(
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-    );
+    const done = (): void => {
+      clearTimeout(timer);
+      resolve();
+    };
+    work.then(done, done);
   });
 }
 
+/** How a member this node has no link to (not in its member list) stands in membership's view. */
 function viewHealth(view: MemberView): MemberHealth {
   if (view.state === 'Down' || view.state === 'Removed') return 'fail';
   return view.unreachable ? 'pfail' : 'ok';
@@ -354,6 +349,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       selfIndex: config.selfIndex,
       firstServing: (f) => this.servingMember(f),
       isUp: (m) => this.isUp(m),
+      memberName: (m) => this.config.members[m] ?? `#${m}`,
       peersOf: (f) => this.routing[f],
       reconcile: (f, m, timeoutMs) => this.dispatcher.reconcileNow(f, m, timeoutMs).then((r) => r.ok),
       handover: (f, m, timeoutMs) => this.askHandover(f, m, timeoutMs),

@@ -35,6 +35,8 @@ export interface CatchUpHost {
   /** The fragment's first serving replica as routing picks it now, -1 when none. */
   firstServing(fragment: number): number;
   isUp(member: number): boolean;
+  /** The member's node id, for logs. */
+  memberName(member: number): string;
   /** The other replicas of the fragment that serve it (member indices). */
   peersOf(fragment: number): readonly number[];
   /** A complete anti-entropy round of the fragment against `member`, started now; false when it did not complete. */
@@ -223,7 +225,7 @@ export class FailoverCatchUp {
         complete ? 'info' : 'warn',
         {
           fragment,
-          from: from === -1 || from === this.host.selfIndex ? 'start' : from,
+          from: from === -1 || from === this.host.selfIndex ? 'start' : this.host.memberName(from),
           sources: sources.length,
           handover,
           tookMs,
