@@ -29,8 +29,9 @@
 // - A continuity id names a run in which every write enqueued reached the peer or still waits to:
 //   a session opened with none takes its own id as the continuity; a buffer reset and a peer that
 //   says it lost its sessions (`peer-reset`: what it acknowledged from memory may be gone) end it
-//   (0 until the next session). Every SessionStart carries it. A copy verified by a round that started after the peer heard the id, and drained
-//   while the id is unchanged, holds every write this sender's replica took (a handover's proof).
+//   (0 until the next session). Every SessionStart carries it. A copy verified by a round that
+//   started after the peer heard the id, and drained while the id is unchanged, holds every write
+//   this sender's replica took (a handover's proof).
 
 import { assert } from './assert.js';
 import {
@@ -444,19 +445,15 @@ export class ReplicationSender {
         this.onEnqueue(event.key, event.record);
         break;
       case 'connected':
-        if (this.connected) this.onDisconnected();
-        this.connected = true;
-        this.rotateSession();
+        this.reopenSession();
         break;
       case 'disconnected':
         this.onDisconnected();
         break;
       case 'peer-reset':
         if (!this.connected) break;
-        this.onDisconnected();
         this.continuity = 0;
-        this.connected = true;
-        this.rotateSession();
+        this.reopenSession();
         break;
       case 'tick':
         break;
@@ -640,6 +637,13 @@ export class ReplicationSender {
     this.connected = false;
     this.requeueSent();
     this.roundId = 0;
+  }
+
+  /** A connection (re)established: what was sent is replayed in a new session. */
+  private reopenSession(): void {
+    if (this.connected) this.onDisconnected();
+    this.connected = true;
+    this.rotateSession();
   }
 
   /** A new session: SessionStart, the inherited backlog first, then a round. Abandons the running round. */

@@ -5,10 +5,34 @@
 // operation is admitted for it, while what it queued runs out), then its actor is closed.
 
 import type { WallClock } from '../core/clock.js';
-import { type FragmentConfig, FragmentCore } from '../core/fragment.js';
+import { storageError } from '../core/errors.js';
+import { type FragmentConfig, FragmentCore, FragmentOp } from '../core/fragment.js';
+import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 
 export type ActorConfig = Omit<FragmentConfig, 'fragment' | 'storedHighWaterWallMs' | 'replicates'>;
+
+const NO_KEY = Buffer.alloc(0);
+
+/**
+ * Hands an actor a fence through `submit`; resolves once it is reached — everything the actor ran
+ * before it is answered and at `durability` — and rejects when the store failed. A fence at
+ * Priority.Background runs after every other queue, so after everything admitted before it.
+ */
+export function fenced(
+  submit: (fence: FragmentOp) => void,
+  priority: Priority,
+  durability: Durability,
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const fence = new FragmentOp(OpKind.Fence, 0, priority, durability, NO_KEY, NO_KEY);
+    fence.sink = {
+      onReply: (_op, reply, text) =>
+        reply === Reply.FenceReached ? resolve() : reject(storageError(text || 'fence failed')),
+    };
+    submit(fence);
+  });
+}
 
 export class FragmentActors {
   private readonly cores: (FragmentCore | undefined)[] = [];

@@ -75,6 +75,7 @@ import type { FragmentSize, KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
 import type { RoundReport } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
+import { fenced } from './fragment-actors.js';
 import { NEXT_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
 import { RoundLedger } from './round-ledger.js';
 
@@ -316,21 +317,15 @@ export class WorkerReplication {
     for (const slot of this.senders.get(fragment) ?? []) this.closeSlot(slot, 'fragment dropped');
     this.peersOf.delete(fragment);
     this.senders.delete(fragment);
-    for (const key of [...this.responders.keys()]) {
-      if (key.endsWith(`/${fragment}`)) this.responders.delete(key);
-    }
-    for (const key of [...this.receivers.keys()]) {
-      if (key.endsWith(`/${fragment}`)) this.receivers.delete(key);
-    }
-    for (const keys of [this.continuities.keys(), this.verifyPending.keys(), this.wholeRounds.keys()]) {
-      for (const key of [...keys]) {
-        if (key.endsWith(`/${fragment}`)) {
-          this.continuities.delete(key);
-          this.verifyPending.delete(key);
-          this.wholeRounds.delete(key);
-        }
-      }
-    }
+    const suffix = `/${fragment}`;
+    for (const keyed of [
+      this.responders,
+      this.receivers,
+      this.continuities,
+      this.verifyPending,
+      this.wholeRounds,
+    ])
+      for (const key of [...keyed.keys()]) if (key.endsWith(suffix)) keyed.delete(key);
   }
 
   private closeSlot(slot: SenderSlot, reason: string): void {
@@ -917,7 +912,11 @@ export class WorkerReplication {
       // A round with no horizon verifies a copy: what this node applied before it began replicating
       // there (before the round's first page came) must be in the round, so its first page waits
       // until those writes are committed — the store's pages hold them then.
-      if (q.pageSeq === 0 && q.horizonMs === 0) await this.committed(q.fragment);
+      if (q.pageSeq === 0 && q.horizonMs === 0) {
+        const core = this.host.core(q.fragment);
+        if (core === undefined) return;
+        await fenced((fence) => this.host.submit(core, fence), Priority.Default, Durability.Store);
+      }
       // The size as of the round's start, on its first page: what the round compares is as of then.
       [span, sourceSize] = await Promise.all([
         this.readSpan(q.fragment, step.afterKey, q),
@@ -935,20 +934,6 @@ export class WorkerReplication {
     const page = responder.pageRead(q, span.entries, span.truncated);
     if (page !== undefined)
       this.send(member, { reconcileResponse: { fragment: q.fragment, ...page, sourceSize } });
-  }
-
-  /** Resolves once every write the fragment's actor applied so far is committed to the store. */
-  private committed(fragment: number): Promise<void> {
-    const core = this.host.core(fragment);
-    if (core === undefined) return Promise.reject(new Error(`fragment ${fragment} is not held here`));
-    return new Promise((resolve, reject) => {
-      const fence = new FragmentOp(OpKind.Fence, 0, Priority.Default, Durability.Store, EMPTY, EMPTY);
-      fence.sink = {
-        onReply: (_op, reply, text) =>
-          reply === Reply.FenceReached ? resolve() : reject(new Error(text || 'fence failed')),
-      };
-      this.host.submit(core, fence);
-    });
   }
 
   /** This node's copy of a fragment, for a peer pulling it; undefined when the store cannot say. */

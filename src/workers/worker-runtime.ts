@@ -67,7 +67,7 @@ import { type DrainLoop, drainLoop, RingReader, RingWriter, ringWakeupsRecovered
 import { RingOutbox } from '../threads/ring-outbox.js';
 import { encodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import { CommitLoop } from './commit-loop.js';
-import { FragmentActors } from './fragment-actors.js';
+import { FragmentActors, fenced } from './fragment-actors.js';
 import { PoolSpans } from './pool-spans.js';
 import { ReplicaWaits } from './replica-waits.js';
 import { WorkerReplication } from './replication.js';
@@ -173,11 +173,7 @@ export class WorkerRuntime implements RecordDecoder {
         ? undefined
         : new WorkerReplication(init.cluster, init.fragments, init.store.fragmentCount, init.restarted, {
             core: (fragment) => this.actors.find(fragment),
-            submit: (core, op) => {
-              this.requestEvent.op = op;
-              core.step(this.requestEvent);
-              this.activate(core);
-            },
+            submit: (core, op) => this.submit(core, op),
             sendFrame: (member, envelope) => this.results.peerFrame(member, envelope),
             closePeer: (member, reason) => this.results.peerClose(member, reason),
             poolSpan: pool === undefined ? undefined : (f, afterKey, q) => pool.read(f, afterKey, q),
@@ -605,18 +601,16 @@ export class WorkerRuntime implements RecordDecoder {
    * failed).
    */
   private fence(core: FragmentCore, durability: Durability = Durability.Stable): Promise<void> {
-    return new Promise((resolve, reject) => {
-      // Background runs after every other queue: answered last, it is reached after all of them.
-      const fence = new FragmentOp(OpKind.Fence, 0, Priority.Background, durability, EMPTY_KEY, EMPTY_KEY);
-      fence.sink = {
-        onReply: (_op, reply, text) =>
-          reply === Reply.FenceReached ? resolve() : reject(storageError(text || 'fence failed')),
-      };
-      this.requestEvent.op = fence;
-      core.step(this.requestEvent);
-      this.activate(core);
-      this.scheduleWake(this.clock.nowMs());
-    });
+    const reached = fenced((fence) => this.submit(core, fence), Priority.Background, durability);
+    this.scheduleWake(this.clock.nowMs());
+    return reached;
+  }
+
+  /** Queues an op this worker issued itself into `core`'s actor, to run this turn. */
+  private submit(core: FragmentCore, op: FragmentOp): void {
+    this.requestEvent.op = op;
+    core.step(this.requestEvent);
+    this.activate(core);
   }
 
   private reconcileNow(reqId: number, fragment: number, wait: PeerWait, verify: boolean): void {

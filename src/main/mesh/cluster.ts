@@ -122,6 +122,16 @@ class UnreachableLink implements OpLink {
   end(): void {}
 }
 
+/**
+ * The serving replicas a verifying round of a copy completed against, each with the continuity of
+ * its replication here the round started under (a handover from one of them with that continuity
+ * unchanged completes the copy: failover-catch-up.ts), and the rounds still running, by member.
+ */
+interface CopyVerification {
+  under: Map<number, number>;
+  running: Map<number, Promise<void>>;
+}
+
 /** Resolves once `work` settles or `ms` passes, whichever is first (its timer keeps no process alive). */
 function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
   return new Promise((resolve) => {
@@ -325,14 +335,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private workerMembers = 0;
   /** What waits for this node's table or serving to change (`routingChange`). */
   private readonly routingWaiters = new Set<() => void>();
-  /**
-   * Per fragment, the serving replicas a verifying round of this copy completed against, each with
-   * the continuity of its replication here the round started under (a handover from one of them
-   * with that continuity unchanged completes the copy: failover-catch-up.ts). Gone with the copy.
-   */
-  private readonly verifiedUnder = new Map<number, Map<number, number>>();
-  /** Per fragment, the verifying rounds still running, by member (each ends in `verifiedUnder` or fails). */
-  private readonly verifying = new Map<number, Map<number, Promise<void>>>();
+  /** Per fragment, how this node's copy was verified (`verifyCopy`); gone with the copy. */
+  private readonly verification = new Map<number, CopyVerification>();
 
   constructor(
     readonly config: ClusterConfig,
@@ -537,8 +541,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         verify: (fragment, sources) => this.verifyCopy(fragment, sources),
         drain: (fragment, targets) => this.handOver(fragment, targets),
         drop: (fragment) => {
-          this.verifiedUnder.delete(fragment);
-          this.verifying.delete(fragment);
+          this.verification.delete(fragment);
           return this.dispatcher.dropFragment(fragment);
         },
         ready: (fragment, generation) => this.coordinatorDriver?.ready(fragment, generation),
@@ -801,10 +804,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private async verifyCopy(fragment: number, sources: readonly string[]): Promise<void> {
     const members = this.indicesOf(sources).filter((m) => this.isUp(m));
     if (members.length === 0) throw new Error(`no serving replica of fragment ${fragment} is reachable`);
-    const under = this.verifiedUnder.get(fragment) ?? new Map<number, number>();
-    this.verifiedUnder.set(fragment, under);
-    let running = this.verifying.get(fragment);
-    if (running === undefined) this.verifying.set(fragment, (running = new Map()));
+    let verification = this.verification.get(fragment);
+    if (verification === undefined) {
+      verification = { under: new Map(), running: new Map() };
+      this.verification.set(fragment, verification);
+    }
+    const { under, running } = verification;
     const rounds = members.map(async (m) => {
       const report = await this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, true);
       this.logger.info(
@@ -820,7 +825,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       );
       if (!report.ok) throw new Error(report.reason);
       // Rounds that end after the first are kept too, unless the copy went meanwhile.
-      if (this.verifiedUnder.get(fragment) === under) under.set(m, report.continuity);
+      if (this.verification.get(fragment) === verification) under.set(m, report.continuity);
     });
     members.forEach((m, i) => {
       const round = rounds[i].catch(() => {});
@@ -845,9 +850,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const generation = this.coordinatorDriver?.table.active(fragment)?.generation;
     const nodeId = this.config.members[member];
     if (generation === undefined || nodeId === undefined) return 'failed';
-    const verifying = this.verifying.get(fragment)?.get(member);
-    if (verifying !== undefined) await settledWithin(verifying, Math.min(timeoutMs, HANDOVER_VERIFY_WAIT_MS));
-    const continuity = this.verifiedUnder.get(fragment)?.get(member) ?? 0;
+    const verification = this.verification.get(fragment);
+    const running = verification?.running.get(member);
+    if (running !== undefined) await settledWithin(running, Math.min(timeoutMs, HANDOVER_VERIFY_WAIT_MS));
+    const continuity = verification?.under.get(member) ?? 0;
     const answer = await this.admin.ask(
       nodeId,
       { kind: 'handover', fragment, generation, continuity },
