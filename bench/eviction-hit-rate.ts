@@ -25,8 +25,8 @@ export async function evictionHitRates(capacity: number): Promise<{ sampled: num
     kind: 'memory',
     dataDir: '',
     fragmentCount: FRAGMENTS,
-    levelGroups: [],
-    levelGroupCount: 0,
+    groups: [],
+    groupCount: 0,
     dropTombstones: true,
     eviction: 'allkeys-lru',
   });

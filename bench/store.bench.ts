@@ -45,8 +45,8 @@ export async function storeBench(): Promise<BenchRow[]> {
       kind,
       dataDir: dir,
       fragmentCount: 1,
-      levelGroups: [0],
-      levelGroupCount: 1,
+      groups: [0],
+      groupCount: 1,
     });
     await store.openFragment(0);
     let n = 0;

@@ -63,8 +63,8 @@ export async function openWorkerPath(root: string, batch: number): Promise<Worke
     kind: 'lmdb',
     dataDir: join(dir, 'tessera'),
     fragmentCount: WORKER_PATH_FRAGMENTS,
-    levelGroups: [],
-    levelGroupCount: 0,
+    groups: [0],
+    groupCount: 1,
   };
   const store = await openStore(location);
   const requestRing = createRing(RING_BYTES);

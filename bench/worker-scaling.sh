@@ -4,6 +4,8 @@
 #   BENCH_WORKERS=W bash bench/redis-compare.sh    Tessera (lmdb) and redis-server over RESP, the pairs
 #                                                   in BENCH_PAIRS (here "none everysec" unless set)
 #   node .build/bench/embedded.bench.js W           the embedded API against lmdb in one process
+#   node .build/bench/lmdb-groups.js W              (W > 1) W workers committing to one LMDB env for all,
+#                                                   then to one env each, as the store lays them out
 # each table under a heading; then, for each store in SCALING_STORES and each W, a fresh node at
 # `store` durability under `redis-benchmark -t set,get -P 16 -c 50 -r 100000 -d 100 -n SCALING_N`,
 # with the node's CPU time (user + system), in one table: the memory store has no write lock, so
@@ -54,6 +56,12 @@ for w in $WORKERS_LIST; do
   echo "### $w worker$([ "$w" = 1 ] || echo s): embedded API against lmdb"
   echo
   TESSERA_BENCH_MS=${SCALING_EMBEDDED_MS:-500} node .build/bench/embedded.bench.js "$w"
+  if [ "$w" -gt 1 ]; then
+    echo
+    echo "### $w workers committing: one LMDB environment for all against one each (bench/lmdb-groups.ts)"
+    echo
+    node .build/bench/lmdb-groups.js "$w" 2000 3
+  fi
 done
 
 anatomy() {

@@ -153,9 +153,9 @@ const KNOWN_OPTIONS = new Set([
 /**
  * The most worker threads a node starts with unless told otherwise. Every request crosses the one
  * main thread, which wakes each worker it has work for once per turn: with more workers a turn's
- * requests split into smaller batches and the main thread spends more per request, and with LMDB
- * the workers' commits also queue on the env's one write lock. On 16 cores SET throughput peaked at
- * two workers and fell by 1.8× (memory store) and 2.5× (lmdb) at fifteen (bench/RESULTS.md
+ * requests split into smaller batches and the main thread spends more per request. On 16 cores SET
+ * throughput peaked at two workers and fell by 1.8× (memory store) and 2.5× (lmdb, then one env
+ * for the node, whose write lock the workers' commits queued on) at fifteen (bench/RESULTS.md
  * "Worker scaling on 16 cores").
  */
 export const WORKERS_DEFAULT_MAX = 2;

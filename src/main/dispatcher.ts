@@ -33,8 +33,8 @@ import {
 import { AckLevel } from '../core/replication-sender.js';
 import { type BackupReport, backupDataDir } from '../native-bindings/backup.js';
 import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
-import { levelGroupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
-import { openStore } from '../native-bindings/open-store.js';
+import { groupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
+import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
 import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-board.js';
 import type { ClusterInit, WorkerInit } from '../threads/messages.js';
 import {
@@ -215,7 +215,8 @@ export class Dispatcher {
     private readonly config: NodeConfig,
     nodeId: string,
     private readonly logger: Logger,
-    levelGroupCount: number,
+    /** The store's group count (manifest.ts): which worker owns which fragment, and the envs to open. */
+    readonly groupCount: number,
   ) {
     this.nodeIdBytes = Buffer.from(nodeId);
     this.keyspace = new Keyspace(config.fragments);
@@ -227,15 +228,15 @@ export class Dispatcher {
     this.board = FragmentBoard.create(config.fragments, config.workers);
     const ringBytes = ringBytesFor(config.valueBytesMax);
     const oldGenerationMb = workerOldGenerationMb(config);
-    for (const [worker, fragments] of assignFragments(config, levelGroupCount)) {
+    for (const [worker, fragments] of assignFragments(config, groupCount)) {
       const linkIndex = this.links.length;
       for (const f of fragments) this.linkOfFragment[f] = linkIndex;
       const location: StoreLocation = {
         kind: config.store,
         dataDir: config.dataDir,
         fragmentCount: config.fragments,
-        levelGroups: levelGroupsOfWorker(worker, levelGroupCount, config.workers),
-        levelGroupCount,
+        groups: groupsOfWorker(worker, groupCount, config.workers),
+        groupCount,
         dropTombstones: config.store === 'memory' && config.cluster === undefined,
         eviction: config.maxMemoryPolicy === 'noeviction' ? undefined : config.maxMemoryPolicy,
       };
@@ -837,7 +838,7 @@ export class Dispatcher {
 
   /**
    * Backs the data directory up into `targetDir` while the workers go on writing: lmdb from this
-   * thread's view (one read snapshot of the env), LevelDB by each worker for the groups it owns
+   * thread's view (one read snapshot per group's env), LevelDB by each worker for the groups it owns
    * (one snapshot per group). What is committed when the copy starts is in it.
    */
   backup(targetDir: string): Promise<BackupReport> {
@@ -873,13 +874,9 @@ export class Dispatcher {
 
   private async openSnapshot(): Promise<void> {
     if (this.config.store !== 'lmdb') return;
-    const snapshot = await openStore({
-      kind: 'lmdb',
-      dataDir: this.config.dataDir,
-      fragmentCount: this.config.fragments,
-      levelGroups: [],
-      levelGroupCount: 0,
-    });
+    const snapshot = await openStore(
+      lmdbReaderLocation(this.config.dataDir, this.config.fragments, this.groupCount),
+    );
     for (let f = 0; f < this.config.fragments; f++) await snapshot.openFragment(f);
     this.snapshot = snapshot;
   }
@@ -965,10 +962,10 @@ function evictionShareBytes(config: NodeConfig, workerFragments: number): number
 }
 
 /** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */
-function assignFragments(config: NodeConfig, levelGroupCount: number): Map<number, number[]> {
+function assignFragments(config: NodeConfig, groupCount: number): Map<number, number[]> {
   const owned = new Map<number, number[]>();
   for (let f = 0; f < config.fragments; f++) {
-    const w = workerOfFragment(f, levelGroupCount, config.workers);
+    const w = workerOfFragment(f, groupCount, config.workers);
     const list = owned.get(w);
     if (list === undefined) owned.set(w, [f]);
     else list.push(f);

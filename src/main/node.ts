@@ -254,10 +254,10 @@ export class Tessera {
     private readonly config: NodeConfig,
     nodeId: string,
     private readonly logger: Logger,
-    levelGroupCount: number,
+    groupCount: number,
   ) {
     this.nodeId = nodeId;
-    this.dispatcher = new Dispatcher(config, nodeId, logger, levelGroupCount);
+    this.dispatcher = new Dispatcher(config, nodeId, logger, groupCount);
     this.readHandlers = readHandlers(this.dispatcher.turnClock);
     if (config.cluster !== undefined) {
       this.cluster = new Cluster(config.cluster, this.dispatcher, logger, config.valueBytesMax);
@@ -301,15 +301,31 @@ export class Tessera {
       workerCount: config.workers,
       defaulted: config.defaulted,
     });
-    const replay = await recoverStore({
-      kind: config.store,
-      dataDir: config.dataDir,
-      fragmentCount: config.fragments,
-      levelGroups: [],
-      levelGroupCount: binding.levelGroupCount,
-    });
-    if (replay !== undefined && replay.files > 0) logger.info(replay, 'stable logs replayed');
-    const node = new Tessera(config, binding.nodeId, logger, binding.levelGroupCount);
+    const recovery = await recoverStore(
+      {
+        kind: config.store,
+        dataDir: config.dataDir,
+        fragmentCount: config.fragments,
+        groups: [],
+        groupCount: binding.groupCount,
+      },
+      binding.singleLmdbEnv,
+    );
+    if (recovery !== undefined && recovery.replay.files > 0)
+      logger.info(recovery.replay, 'stable logs replayed');
+    if (recovery?.migrated !== undefined) {
+      logger.info(
+        { dataDir: config.dataDir, ...recovery.migrated },
+        'lmdb store migrated from one environment to one per group',
+      );
+    }
+    if (recovery?.finishedMigration !== undefined) {
+      logger.info(
+        { dataDir: config.dataDir, ...recovery.finishedMigration },
+        'lmdb store migration finished (it was interrupted after it took effect)',
+      );
+    }
+    const node = new Tessera(config, binding.nodeId, logger, binding.groupCount);
     await node.dispatcher.start();
     if (node.cluster !== undefined) {
       let membership: MembershipStart;

@@ -227,6 +227,7 @@ export class Scanner {
         kind: 'span',
         dataDir: this.config.dataDir,
         fragmentCount: this.config.fragments,
+        groupCount: this.dispatcher.groupCount,
       };
       const result = (await this.getPool().run(span)) as PoolSpanResult;
       this.spansServed++;
@@ -237,7 +238,12 @@ export class Scanner {
   }
 
   private async poolPage(request: ScanRequest): Promise<ScanPage> {
-    const task: ScanTask = { dataDir: this.config.dataDir, fragmentCount: this.config.fragments, request };
+    const task: ScanTask = {
+      dataDir: this.config.dataDir,
+      fragmentCount: this.config.fragments,
+      groupCount: this.dispatcher.groupCount,
+      request,
+    };
     const result = await this.runPoolTask(task);
     return {
       done: result.done,

@@ -94,7 +94,8 @@ export interface KvStore {
     limit: number,
   ): Promise<StoredEntry[]>;
   /**
-   * Applies the writes of several fragments as one atomic commit; returns at the committed fence.
+   * Applies the writes of several fragments, each fragment's atomically (one transaction per group
+   * they touch); returns at the committed fence, once all are committed.
    * Keys and records are the caller's until then; a store that reads them later (LevelDB's batch
    * runs after the call returns) keeps its own copy.
    */
@@ -115,7 +116,7 @@ export interface KvStore {
   /**
    * Writes a consistent copy of everything committed so far into the data directory
    * `targetDataDir`, in this store's own layout, and fsyncs it; the store keeps serving meanwhile
-   * (lmdb copies the env from a read snapshot; LevelDB each group this store owns from an
+   * (lmdb copies each group's env from a read snapshot; LevelDB each group this store owns from an
    * iterator's). The store's files only: the caller copies the manifest. The memory store, which
    * has no files, rejects with InvalidInput.
    */
@@ -142,10 +143,10 @@ export interface StoreLocation {
   /** Node data directory (unused for memory). */
   dataDir: string;
   fragmentCount: number;
-  /** LevelDB database groups this worker owns (see `levelGroupOf`); unused by the other kinds. */
-  levelGroups: number[];
-  /** LevelDB group count bound at first start (0 for the other kinds). */
-  levelGroupCount: number;
+  /** The groups (LevelDB databases, LMDB environments) this store opens (manifest.ts `groupsOfWorker`). */
+  groups: number[];
+  /** The group count bound at first start (manifest.ts); 0 for the memory store. */
+  groupCount: number;
   /**
    * memory: a tombstone is stored as the key's absence. Only for a node without peers: no replica can
    * bring back what a delete removed, and nothing the store holds outlives the process, so the

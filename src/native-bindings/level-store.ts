@@ -1,7 +1,7 @@
 // The LevelDB binding (classic-level). LevelDB allows one owner per database, so the node's
-// fragments are spread over `levelGroupCount` databases ("groups", bound at first start) at
-// `<dataDir>/level/group-<g>`; fragment f lives in group f % levelGroupCount, and each worker
-// opens the groups it owns (`location.levelGroups`).
+// fragments are spread over `groupCount` databases ("groups", bound at first start) at
+// `<dataDir>/level/group-<g>`; fragment f lives in group f % groupCount, and each worker
+// opens the groups it owns (`location.groups`).
 //
 // Stored key form, so a group's fragments are disjoint, ordered ranges:
 //
@@ -106,10 +106,10 @@ export const levelGroupDir = (dataDir: string, group: number): string =>
 
 export async function openLevelStore(location: StoreLocation): Promise<KvStore> {
   checkLocation(location);
-  const groupCount = location.levelGroupCount;
+  const groupCount = location.groupCount;
   assert(Number.isInteger(groupCount) && groupCount >= 1, 'level group count must be at least 1');
   assert(groupCount <= location.fragmentCount, 'more level groups than fragments');
-  for (const g of location.levelGroups) {
+  for (const g of location.groups) {
     assert(Number.isInteger(g) && g >= 0 && g < groupCount, 'level group out of range');
   }
   const groups = new Map<number, Group>();
@@ -117,7 +117,7 @@ export async function openLevelStore(location: StoreLocation): Promise<KvStore> 
     await fs.mkdir(path.join(location.dataDir, LEVEL_DIR), { recursive: true });
     // The directory's name must outlive a power loss before a database is created in it.
     await fsyncPath(location.dataDir);
-    for (const g of location.levelGroups) groups.set(g, await openGroup(location.dataDir, g));
+    for (const g of location.groups) groups.set(g, await openGroup(location.dataDir, g));
   } catch (err) {
     await Promise.allSettled([...groups.values()].map((group) => group.db.close()));
     throw asStorageError(err);

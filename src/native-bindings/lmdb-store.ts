@@ -1,9 +1,19 @@
-// The LMDB binding (the default store): one environment per node at `<dataDir>/lmdb`, one named
-// database per fragment, so a fragment is dropped whole and each worker writes only its own.
+// The LMDB binding (the default store): one environment per group at `<dataDir>/lmdb/group-<g>`,
+// one named database per fragment, so a fragment is dropped whole and each worker writes only its
+// own. Fragment f lives in group f mod G, G bound at first start (the manifest's `groupCount`: the
+// workers then), and each worker opens the groups it owns (`location.groups`), so workers commit
+// in parallel, each under its own environment's write lock, instead of taking turns on one.
 //
-// Every worker thread of the process calls `openLmdbStore`; lmdb-js keeps one native MDB_env per
-// path for the whole process and counts the threads holding it, so the workers share one map, one
-// lock table and one write lock, and the env is closed when the last thread closes it (or dies).
+// lmdb-js keeps one native MDB_env per path for the whole process and counts the threads holding
+// it: the main thread's read snapshot and the background pool open every group beside the worker
+// that writes it, and an env is closed when the last thread closes it (or dies).
+//
+// A format 1 directory (manifest.ts) has one environment for the node at `<dataDir>/lmdb`; the
+// start migrates it (`recoverLmdbStore`): each group's env is built under `lmdb/migration/` and
+// flushed, the manifest is rewritten as format 2 (the moment the migration takes effect), then the
+// groups are renamed into place and the old env removed. A crash before the manifest is rewritten
+// leaves the old env in use and the migration is made again; one after it is finished at the next
+// start.
 //
 // Stored key form — LMDB refuses the empty key and ours may be empty:
 //
@@ -42,6 +52,7 @@ import {
   type StoredEntry,
   type StoreLocation,
 } from './kv-store.js';
+import { upgradeManifest } from './manifest.js';
 import {
   checkFragment,
   checkKey,
@@ -52,9 +63,14 @@ import {
   decodeHighWater,
   encodeHighWater,
 } from './open-store.js';
-import { replayStableLogs, type StableLogReplay, stableLogFiles } from './stable-log-file.js';
+import {
+  isStableLogName,
+  replayStableLogs,
+  type StableLogReplay,
+  stableLogFiles,
+} from './stable-log-file.js';
 
-/** One named database per fragment, plus headroom for LMDB's own and any future side tables. */
+/** One named database per fragment of the group, plus headroom for LMDB's own and any future side tables. */
 const LMDB_DBS_MAX = FRAGMENT_COUNT_MAX + 16;
 /**
  * Reader slots of the env's lock table (LMDB's default is 126). Each thread that reads — up to
@@ -99,6 +115,10 @@ const LMDB_PAGE_HEADER_BYTES = 16;
 const LMDB_ENTRY_OVERHEAD_BYTES = 8 + 2 + PREFIX_BYTES;
 const LMDB_LEAF_FILL = Math.LN2;
 const LMDB_DIR = 'lmdb';
+/** Where a format 1 directory's groups are built before the migration takes effect. */
+const LMDB_MIGRATION_DIR = 'migration';
+/** Entries copied per transaction when a format 1 env is migrated: bounds one transaction's pages. */
+const LMDB_MIGRATION_BATCH_ENTRIES = 4096;
 /** Where a new env is made before it is renamed into place (`createEnvDurably`). */
 const LMDB_NEW_ENV_SUFFIX = '-new'; // no dot: lmdb-js takes a path with an extension for a file
 /** The env's data file in LMDB_DIR (a backup's only file: the lock file is made at open). */
@@ -148,16 +168,47 @@ const LMDB_DAMAGE_CODES = [
 
 export const fragmentDbName = (fragment: number): string => `fragment-${String(fragment).padStart(5, '0')}`;
 
+/** The env directory of group `group`. */
+export const lmdbGroupDir = (dataDir: string, group: number): string =>
+  path.join(dataDir, LMDB_DIR, groupDirName(group));
+const groupDirName = (group: number): string => `group-${group}`;
+
+/** Opens the envs of the groups `location.groups` (of `location.groupCount`). */
 export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
   checkLocation(location);
-  const dataFile = path.join(location.dataDir, LMDB_DIR, LMDB_DATA_FILE);
-  await checkMetaPages(dataFile, false);
-  try {
-    const root = open<Uint8Array, Uint8Array>(path.join(location.dataDir, LMDB_DIR), LMDB_ENV_OPTIONS);
-    return new LmdbStore(root, location.fragmentCount, dataFile);
-  } catch (err) {
-    throw lmdbError(err, dataFile);
+  const groupCount = location.groupCount;
+  assert(Number.isInteger(groupCount) && groupCount >= 1, 'lmdb group count must be at least 1');
+  assert(groupCount <= location.fragmentCount, 'more lmdb groups than fragments');
+  const dirs = new Map<number, string>();
+  for (const g of location.groups) {
+    assert(Number.isInteger(g) && g >= 0 && g < groupCount, 'lmdb group out of range');
+    dirs.set(g, lmdbGroupDir(location.dataDir, g));
   }
+  return openEnvs(dirs, groupCount, location.fragmentCount);
+}
+
+/** A store over the envs `dirs` (by group), fragment f in group f mod `groupCount`. */
+async function openEnvs(
+  dirs: Map<number, string>,
+  groupCount: number,
+  fragmentCount: number,
+): Promise<LmdbStore> {
+  const envs = new Map<number, LmdbEnv>();
+  try {
+    for (const [g, dir] of dirs) {
+      const dataFile = path.join(dir, LMDB_DATA_FILE);
+      await checkMetaPages(dataFile, false);
+      try {
+        envs.set(g, newEnv(open<Uint8Array, Uint8Array>(dir, LMDB_ENV_OPTIONS), dataFile));
+      } catch (err) {
+        throw lmdbError(err, dataFile);
+      }
+    }
+  } catch (err) {
+    await Promise.allSettled([...envs.values()].map((env) => env.root.close()));
+    throw err;
+  }
+  return new LmdbStore(envs, groupCount, fragmentCount);
 }
 
 /**
@@ -211,7 +262,8 @@ function lmdbError(err: unknown, dataFile: string): TesseraError {
 }
 
 /**
- * Creates the node's env, if it has none, with a flushed transaction in it before it can be used.
+ * Creates an env (a group's, or a format 1 directory's one), if there is none, with a flushed
+ * transaction in it before it can be used.
  * After a reboot lmdb-js rolls an env back to its newest flushed transaction, and one whose only
  * flushed state is the empty env it was created with cannot be rolled back (lmdb-js 3.5 aborts the
  * process at its next write; the power-loss simulator found it). So a new env is made under a
@@ -243,82 +295,282 @@ async function createEnvDurably(envDir: string): Promise<void> {
   }
 }
 
+/** What a start did to ready the lmdb store: stable logs an older version left, a format 1 migration. */
+export interface LmdbRecovery {
+  replay: StableLogReplay;
+  /** Set when a format 1 env was migrated into groups: how many, the entries copied, how long it took. */
+  migrated?: { groups: number; entries: number; tookMs: number };
+  /** Set when a migration a crash interrupted after it took effect was finished: the groups moved. */
+  finishedMigration?: { groups: number };
+}
+
+const NOTHING_REPLAYED: StableLogReplay = { files: 0, entries: 0, applied: 0, tornBytes: 0 };
+
 /**
- * Brings the node's env back after a crash or a power loss, before any thread opens it: creates it
- * if new (`createEnvDurably`), removes a
- * data file that never held a flushed state (`checkMetaPages`), and replays the stable logs an older
- * version left into the store. Returns what it replayed; a fresh directory has nothing to do.
+ * Brings the node's envs back after a crash or a power loss, before any thread opens them. A format
+ * 1 directory (`singleEnv`) first has its one env recovered as that format was — created if new,
+ * a data file that never held a flushed state removed (`checkMetaPages`), the stable logs an older
+ * version left replayed into it — and is then migrated into `location.groupCount` groups. Then each
+ * group's env is created if new and checked the same way.
  */
-export async function recoverLmdbStore(location: StoreLocation): Promise<StableLogReplay> {
+export async function recoverLmdbStore(location: StoreLocation, singleEnv: boolean): Promise<LmdbRecovery> {
+  checkLocation(location);
+  const lmdbDir = path.join(location.dataDir, LMDB_DIR);
+  const migrationDir = path.join(lmdbDir, LMDB_MIGRATION_DIR);
+  let recovery: LmdbRecovery = { replay: NOTHING_REPLAYED };
+  try {
+    if (singleEnv) {
+      // The manifest still says format 1: a migration a crash interrupted never took effect.
+      await fs.rm(migrationDir, { recursive: true, force: true });
+      recovery = await migrateSingleEnv(location, await recoverSingleEnv(location));
+    } else if (await exists(migrationDir)) {
+      // The manifest says format 2 and the groups are not all in place: finish what was started.
+      recovery = { replay: NOTHING_REPLAYED, finishedMigration: { groups: await finishMigration(lmdbDir) } };
+    }
+  } catch (err) {
+    throw asStorageError(err);
+  }
+  try {
+    // The groups' parent, made durable before them: a power loss must not take it, and them with it.
+    await fs.mkdir(lmdbDir, { recursive: true });
+    await fsyncPath(location.dataDir);
+  } catch (err) {
+    throw asStorageError(err);
+  }
+  for (let g = 0; g < location.groupCount; g++) {
+    const dir = lmdbGroupDir(location.dataDir, g);
+    await createEnvDurably(dir);
+    await checkMetaPages(path.join(dir, LMDB_DATA_FILE), true);
+  }
+  return recovery;
+}
+
+/** The format 1 env at `<dataDir>/lmdb`, readied as that format's start did; returns what it replayed. */
+async function recoverSingleEnv(location: StoreLocation): Promise<StableLogReplay> {
   const envDir = path.join(location.dataDir, LMDB_DIR);
   await createEnvDurably(envDir);
   await checkMetaPages(path.join(envDir, LMDB_DATA_FILE), true);
   const files = await stableLogFiles(envDir);
-  if (files.length === 0) return { files: 0, entries: 0, applied: 0, tornBytes: 0 };
-  const store = await openLmdbStore(location);
+  if (files.length === 0) return NOTHING_REPLAYED;
+  const store = await openEnvs(new Map([[0, envDir]]), 1, location.fragmentCount);
   try {
     for (let f = 0; f < location.fragmentCount; f++) await store.openFragment(f);
     return await replayStableLogs(envDir, files, store, location.fragmentCount);
-  } catch (err) {
-    throw asStorageError(err);
   } finally {
     await store.close();
   }
 }
+
+/**
+ * Copies every fragment's database of the format 1 env into its group's new env under
+ * `lmdb/migration/`, flushes and closes each, rewrites the manifest as format 2 (from here on the
+ * groups are the store), then moves them into place (`finishMigration`).
+ */
+async function migrateSingleEnv(location: StoreLocation, replay: StableLogReplay): Promise<LmdbRecovery> {
+  const startedMs = Date.now();
+  const lmdbDir = path.join(location.dataDir, LMDB_DIR);
+  const migrationDir = path.join(lmdbDir, LMDB_MIGRATION_DIR);
+  const groupCount = location.groupCount;
+  let entries = 0;
+  try {
+    entries = await buildGroups(lmdbDir, migrationDir, groupCount, location.fragmentCount);
+    await upgradeManifest(location.dataDir, groupCount);
+  } catch (err) {
+    throw storageError(
+      `the LMDB store in ${lmdbDir} could not be migrated to one environment per group ` +
+        `(${err instanceof Error ? err.message : String(err)}); the old environment is kept, and the next ` +
+        'start makes the migration again',
+    );
+  }
+  await finishMigration(lmdbDir);
+  return { replay, migrated: { groups: groupCount, entries, tookMs: Date.now() - startedMs } };
+}
+
+/** Builds each group's env under `migrationDir` from the format 1 env in `lmdbDir`, flushed; returns the entries copied. */
+async function buildGroups(
+  lmdbDir: string,
+  migrationDir: string,
+  groupCount: number,
+  fragmentCount: number,
+): Promise<number> {
+  await fs.mkdir(migrationDir);
+  const legacy = open<Uint8Array, Uint8Array>(lmdbDir, LMDB_ENV_OPTIONS);
+  let entries = 0;
+  try {
+    for (let g = 0; g < groupCount; g++) {
+      const dir = path.join(migrationDir, groupDirName(g));
+      const root = open<Uint8Array, Uint8Array>(dir, LMDB_ENV_OPTIONS);
+      try {
+        await root.put(META_CREATED_KEY, encodeHighWater(1));
+        for (let f = g; f < fragmentCount; f += groupCount) {
+          entries += await copyDatabase(legacy, root, fragmentDbName(f));
+        }
+        await root.flushed;
+      } finally {
+        await root.close();
+      }
+      await fsyncPath(dir);
+    }
+  } finally {
+    await legacy.close();
+  }
+  await fsyncPath(migrationDir);
+  await fsyncPath(lmdbDir);
+  return entries;
+}
+
+/** Copies the named database `name` of `from` into `to`, entry by entry, a batch at a time; returns the entries. */
+async function copyDatabase(
+  from: RootDatabase<Uint8Array, Uint8Array>,
+  to: RootDatabase<Uint8Array, Uint8Array>,
+  name: string,
+): Promise<number> {
+  const dbOptions = { encoding: 'binary', keyEncoding: 'binary' } as const;
+  const source = from.openDB<Uint8Array, Uint8Array>(name, dbOptions);
+  const target = to.openDB<Uint8Array, Uint8Array>(name, dbOptions);
+  let copied = 0;
+  let after: Uint8Array | undefined;
+  for (;;) {
+    const page = [
+      ...source.getRange({
+        start: after,
+        exclusiveStart: after !== undefined,
+        limit: LMDB_MIGRATION_BATCH_ENTRIES,
+      }),
+    ];
+    if (page.length === 0) return copied;
+    await to.batch(() => {
+      for (const { key, value } of page) target.put(key, value);
+    });
+    copied += page.length;
+    after = page[page.length - 1].key;
+  }
+}
+
+/**
+ * Moves the migrated groups from `lmdb/migration/` into place, then removes the format 1 env's
+ * files and the migration directory, each step durable; a crash in between is finished by the
+ * next start. Returns how many groups it moved.
+ */
+async function finishMigration(lmdbDir: string): Promise<number> {
+  const migrationDir = path.join(lmdbDir, LMDB_MIGRATION_DIR);
+  const groups = (await fs.readdir(migrationDir)).filter((name) => name.startsWith('group-'));
+  for (const name of groups) {
+    const target = path.join(lmdbDir, name);
+    if (await exists(target)) {
+      throw storageError(
+        `the LMDB migration cannot finish: both ${path.join(migrationDir, name)} and ${target} exist. ` +
+          'Move the data directory aside and restart the node empty, or restore a backup (README "Backups")',
+      );
+    }
+    await fs.rename(path.join(migrationDir, name), target);
+  }
+  await fsyncPath(lmdbDir);
+  for (const name of await fs.readdir(lmdbDir)) {
+    if (name === LMDB_DATA_FILE || name === LMDB_LOCK_FILE || isStableLogName(name))
+      await fs.rm(path.join(lmdbDir, name), { force: true });
+  }
+  await fs.rm(migrationDir, { recursive: true, force: true });
+  await fsyncPath(lmdbDir);
+  return groups.length;
+}
+
+async function exists(p: string): Promise<boolean> {
+  try {
+    await fs.access(p);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * One group's environment, with what its commits share: the writes `applyPending` applies (set just
+ * before the transaction, so no closure per commit) and the commits not yet settled.
+ */
+interface LmdbEnv {
+  readonly root: RootDatabase<Uint8Array, Uint8Array>;
+  /** The env's data file, named in errors that report it damaged. */
+  readonly dataFile: string;
+  pending: FragmentWrites[];
+  applyPending: () => void;
+  /** Commits handed to the write thread and not yet settled: close waits for them. */
+  committing: Promise<unknown>;
+  /** The store's read generation this env's read snapshot was last renewed at (`refreshReads`). */
+  readGeneration: number;
+}
+
+const NO_WRITES: FragmentWrites[] = [];
+
+const newEnv = (root: RootDatabase<Uint8Array, Uint8Array>, dataFile: string): LmdbEnv => ({
+  root,
+  dataFile,
+  pending: NO_WRITES,
+  applyPending: ignore,
+  committing: Promise.resolve(),
+  readGeneration: 0,
+});
 
 class LmdbStore implements KvStore {
   readonly kind = 'lmdb';
   readonly sharesReaders = true;
   readonly durable = true;
 
-  readonly #root: RootDatabase<Uint8Array, Uint8Array>;
+  /** The open groups' envs, by group. */
+  readonly #envs: Map<number, LmdbEnv>;
+  readonly #groupCount: number;
   readonly #fragmentCount: number;
-  /** The env's data file, named in errors that report it damaged. */
-  readonly #dataFile: string;
   /** Open fragment databases by fragment id; a fragment is used only after `openFragment`. */
   readonly #dbs: Array<FragmentDb | undefined>;
+  /** Each open fragment's env. */
+  readonly #envOf: Array<LmdbEnv | undefined>;
   /** The stored high-water mark per fragment; this store is the fragment's only writer, so it is current. */
   readonly #highWaterWallMs: Float64Array;
   /** One reusable buffer for the prefixed key of a get, put or remove: lmdb-js copies keys at once. */
   readonly #keyScratch = Buffer.allocUnsafe(PREFIX_BYTES + KEY_BYTES_MAX);
   /** Views of the scratch by length, made on first use: a put or get creates no Buffer for its key. */
   readonly #keyViews: Array<Buffer | undefined> = new Array(PREFIX_BYTES + KEY_BYTES_MAX + 1).fill(undefined);
-  /** The batch `#applyPending` applies; set just before the transaction, so no closure per commit. */
-  #pending: FragmentWrites[] = [];
-  readonly #applyPending = (): void => this.#apply(this.#pending);
   /** The last transaction promise `#apply` marked handled. */
   #handledTxnPromise: Promise<unknown> | undefined;
-  /** Commits handed to the write thread and not yet settled: close waits for them. */
-  #committing: Promise<unknown> = Promise.resolve();
+  /**
+   * Bumped by `refreshReads`: an env renews its read snapshot at its next read when it is behind,
+   * so a refresh costs nothing for the envs not read after it.
+   */
+  #readGeneration = 0;
   #closed = false;
 
-  constructor(root: RootDatabase<Uint8Array, Uint8Array>, fragmentCount: number, dataFile: string) {
-    this.#root = root;
-    this.#dataFile = dataFile;
+  constructor(envs: Map<number, LmdbEnv>, groupCount: number, fragmentCount: number) {
+    this.#envs = envs;
+    this.#groupCount = groupCount;
     this.#fragmentCount = fragmentCount;
     this.#dbs = new Array<FragmentDb | undefined>(fragmentCount).fill(undefined);
+    this.#envOf = new Array<LmdbEnv | undefined>(fragmentCount).fill(undefined);
     this.#highWaterWallMs = new Float64Array(fragmentCount);
+    for (const env of envs.values()) env.applyPending = () => this.#apply(env.pending);
   }
 
   async openFragment(fragment: number): Promise<void> {
     this.#checkOpen();
     checkFragment(fragment, this.#fragmentCount);
     if (this.#dbs[fragment] !== undefined) return;
+    const env = this.#envs.get(fragment % this.#groupCount);
+    assert(env !== undefined, 'fragment opened by a thread that did not open its lmdb group');
     try {
       // Opening a named database takes the env's write lock briefly (it may create the database).
-      const db = this.#root.openDB<Uint8Array, Uint8Array>(fragmentDbName(fragment), {
+      const db = env.root.openDB<Uint8Array, Uint8Array>(fragmentDbName(fragment), {
         encoding: 'binary',
         keyEncoding: 'binary',
       });
       this.#highWaterWallMs[fragment] = decodeHighWater(db.getBinary(META_HIGH_WATER_KEY), fragment);
       this.#dbs[fragment] = db;
+      this.#envOf[fragment] = env;
     } catch (err) {
-      throw lmdbError(err, this.#dataFile);
+      throw lmdbError(err, env.dataFile);
     }
   }
 
   get(fragment: number, key: Uint8Array): Buffer | undefined {
-    const db = this.#db(fragment);
+    const db = this.#readable(fragment);
     checkKey(key);
     try {
       // lmdb's reused read buffer (or the map itself for large values): no copy per read. Its
@@ -327,13 +579,13 @@ class LmdbStore implements KvStore {
       const view = db.getBinaryFast(this.#dataKey(key));
       return view === undefined ? undefined : view.subarray(0, view.length);
     } catch (err) {
-      throw lmdbError(err, this.#dataFile);
+      throw lmdbError(err, this.#envOf[fragment]!.dataFile);
     }
   }
 
   refreshReads(): void {
     this.#checkOpen();
-    this.#root.resetReadTxn();
+    this.#readGeneration++;
   }
 
   async page(
@@ -342,7 +594,7 @@ class LmdbStore implements KvStore {
     end: Uint8Array | undefined,
     limit: number,
   ): Promise<StoredEntry[]> {
-    const db = this.#db(fragment);
+    const db = this.#readable(fragment);
     checkPageArgs(start, end, limit);
     const out: StoredEntry[] = [];
     if (limit === 0) return out;
@@ -359,28 +611,54 @@ class LmdbStore implements KvStore {
       for (const { key, value } of range)
         out.push({ key: copySlice.call(key, PREFIX_BYTES) as Buffer, record: value as Buffer });
     } catch (err) {
-      throw lmdbError(err, this.#dataFile);
+      throw lmdbError(err, this.#envOf[fragment]!.dataFile);
     }
     return out;
   }
 
   /**
-   * Queues the writes for lmdb-js's write thread as one batch (one transaction, with whatever else
-   * is queued), and resolves once it is committed. lmdb-js copies each key at once but keeps the
-   * record buffers until then: they are the caller's not to change (kv-store.ts).
+   * Queues the writes for lmdb-js's write thread as one batch per env they touch (one transaction
+   * each, with whatever else is queued there), and resolves once every one is committed. lmdb-js
+   * copies each key at once but keeps the record buffers until then: they are the caller's not to
+   * change (kv-store.ts).
    */
   commit(writes: FragmentWrites[]): Promise<void> {
-    let committed: Promise<boolean>;
+    let env: LmdbEnv | undefined;
+    let envs = 1;
     try {
       this.#checkOpen();
       checkWrites(writes, this.#fragmentCount);
-      for (const w of writes) this.#db(w.fragment);
-      this.#pending = writes;
-      committed = this.#root.batch(this.#applyPending);
+      for (const w of writes) {
+        this.#db(w.fragment);
+        const own = this.#envOf[w.fragment];
+        if (env === undefined) env = own;
+        else if (own !== env) envs++;
+      }
+    } catch (err) {
+      return Promise.reject(asStorageError(err));
+    }
+    if (env === undefined) return Promise.resolve();
+    // A worker owns one group unless the node was restarted with fewer workers than at creation.
+    if (envs === 1) return this.#commitTo(env, writes);
+    const byEnv = new Map<LmdbEnv, FragmentWrites[]>();
+    for (const w of writes) {
+      const own = this.#envOf[w.fragment]!;
+      const list = byEnv.get(own);
+      if (list === undefined) byEnv.set(own, [w]);
+      else list.push(w);
+    }
+    return Promise.all([...byEnv].map(([own, list]) => this.#commitTo(own, list))).then(ignore);
+  }
+
+  #commitTo(env: LmdbEnv, writes: FragmentWrites[]): Promise<void> {
+    let committed: Promise<boolean>;
+    try {
+      env.pending = writes;
+      committed = env.root.batch(env.applyPending);
     } catch (err) {
       return Promise.reject(asStorageError(err));
     } finally {
-      this.#pending = [];
+      env.pending = NO_WRITES;
     }
     const done = committed.then(
       () => {
@@ -390,9 +668,9 @@ class LmdbStore implements KvStore {
             this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
         }
       },
-      (err: unknown) => this.#commitFailed(err),
+      (err: unknown) => this.#commitFailed(err, env.dataFile),
     );
-    this.#committing = done.catch(ignore);
+    env.committing = done.catch(ignore);
     return done;
   }
 
@@ -401,7 +679,7 @@ class LmdbStore implements KvStore {
    * LMDB's own; a write that failed for want of space reports EIO as often as ENOSPC (a short
    * write), so the file system's free space decides whether it is called a full disk.
    */
-  async #commitFailed(err: unknown): Promise<never> {
+  async #commitFailed(err: unknown, dataFile: string): Promise<never> {
     const commitError = (err as { commitError?: Promise<unknown> }).commitError;
     const cause =
       commitError === undefined
@@ -413,25 +691,27 @@ class LmdbStore implements KvStore {
     const message = cause instanceof Error ? cause.message : String(cause);
     let free = Number.POSITIVE_INFINITY;
     try {
-      const { bavail, bsize } = await fs.statfs(path.dirname(this.#dataFile));
+      const { bavail, bsize } = await fs.statfs(path.dirname(dataFile));
       free = bavail * bsize;
     } catch {
       // No figure: the error stands as LMDB gave it.
     }
     if (free < LMDB_FULL_FREE_BYTES_MAX)
       throw storageError(
-        `disk full: the LMDB data file ${this.#dataFile} could not be written (${message}); ${free} bytes free`,
+        `disk full: the LMDB data file ${dataFile} could not be written (${message}); ${free} bytes free`,
       );
-    throw lmdbError(cause, this.#dataFile);
+    throw lmdbError(cause, dataFile);
   }
 
-  /** Resolves once every transaction committed so far is flushed to disk (lmdb-js's `flushed`). */
+  /** Resolves once every transaction committed so far is flushed to disk (lmdb-js's `flushed`), in every env. */
   async sync(): Promise<void> {
     this.#checkOpen();
-    try {
-      await this.#root.flushed;
-    } catch (err) {
-      throw lmdbError(err, this.#dataFile);
+    for (const env of this.#envs.values()) {
+      try {
+        await env.root.flushed;
+      } catch (err) {
+        throw lmdbError(err, env.dataFile);
+      }
     }
   }
 
@@ -455,7 +735,7 @@ class LmdbStore implements KvStore {
     try {
       stats = db.getStats() as LmdbStats;
     } catch (err) {
-      throw lmdbError(err, this.#dataFile);
+      throw lmdbError(err, this.#envOf[fragment]!.dataFile);
     }
     const keys = Math.max(0, stats.entryCount - (this.#highWaterWallMs[fragment] > 0 ? 1 : 0));
     // The high-water mark alone takes a leaf.
@@ -469,12 +749,13 @@ class LmdbStore implements KvStore {
 
   async dropFragment(fragment: number): Promise<void> {
     const db = this.#db(fragment);
+    const env = this.#envOf[fragment]!;
     const highWater = this.#highWaterWallMs[fragment];
     try {
       // Empty the database but keep it: deleting it would close its DBI handle for every thread of
       // the process (a background reader may hold it). The high-water mark survives the drop: the
       // timestamps it covers were issued, and may live on in other replicas.
-      this.#root.transactionSync(() => {
+      env.root.transactionSync(() => {
         db.clearSync();
         if (highWater > 0) db.putSync(META_HIGH_WATER_KEY, encodeHighWater(highWater));
       });
@@ -483,15 +764,19 @@ class LmdbStore implements KvStore {
     }
   }
 
+  /** Copies each open group's env into `<targetDataDir>/lmdb/group-<g>` (mdb_env_copy2 from a read snapshot). */
   async backup(targetDataDir: string): Promise<void> {
     this.#checkOpen();
-    const dir = path.join(targetDataDir, LMDB_DIR);
     try {
-      await fs.mkdir(dir, { recursive: true });
-      // mdb_env_copy2 from a read transaction: a committed state, while writers go on.
-      await this.#root.backup(dir, false);
-      await fsyncPath(path.join(dir, LMDB_DATA_FILE));
-      await fsyncPath(dir);
+      for (const [g, env] of this.#envs) {
+        const dir = lmdbGroupDir(targetDataDir, g);
+        await fs.mkdir(dir, { recursive: true });
+        // A committed state of the env, while writers go on.
+        await env.root.backup(dir, false);
+        await fsyncPath(path.join(dir, LMDB_DATA_FILE));
+        await fsyncPath(dir);
+      }
+      await fsyncPath(path.join(targetDataDir, LMDB_DIR));
     } catch (err) {
       throw asStorageError(err);
     }
@@ -510,25 +795,20 @@ class LmdbStore implements KvStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    // Commits in flight settle first (their writers wait for them); lmdb-js flushes the env when
+    const envs = [...this.#envs.values()];
+    // Commits in flight settle first (their writers wait for them); lmdb-js flushes an env when
     // the last thread holding it closes it, or at the process's exit.
-    await this.#committing;
+    await Promise.all(envs.map((env) => env.committing));
     // Named databases are never closed one by one: mdb_dbi_close would invalidate the handle for
-    // every thread sharing the env. Closing the root releases this thread's hold on the env only.
+    // every thread sharing the env. Closing a root releases this thread's hold on its env only.
     this.#dbs.fill(undefined);
-    try {
-      await this.#root.close();
-    } catch (err) {
-      throw asStorageError(err);
-    }
+    this.#envOf.fill(undefined);
+    const closed = await Promise.allSettled(envs.map((env) => env.root.close()));
+    const failed = closed.find((c) => c.status === 'rejected');
+    if (failed !== undefined) throw asStorageError(failed.reason);
   }
 
-  /**
-   * Queues the batch's writes; runs inside `batch`, so they share its transaction. Each put or
-   * removal returns lmdb-js's promise for the transaction it joins — one per transaction, though
-   * lmdb-js may start a new one partway — which rejects when the commit fails. The batch's own
-   * promise reports that, so each of these is only marked handled (unhandled, it ends the worker).
-   */
+  /** Queues the writes of one env's batch; runs inside `batch` (see LmdbEnv). */
   #apply(writes: FragmentWrites[]): void {
     for (const w of writes) {
       const db = this.#dbs[w.fragment]!;
@@ -541,6 +821,12 @@ class LmdbStore implements KvStore {
     }
   }
 
+  /**
+   * Each put or removal returns lmdb-js's promise for the transaction it joins — one per
+   * transaction, though lmdb-js may start a new one partway — which rejects when the commit fails.
+   * The batch's own promise reports that, so each of these is only marked handled (unhandled, it
+   * ends the worker).
+   */
   #handled(txnPromise: unknown): void {
     if (txnPromise === this.#handledTxnPromise || !(txnPromise instanceof Promise)) return;
     this.#handledTxnPromise = txnPromise;
@@ -559,6 +845,17 @@ class LmdbStore implements KvStore {
       this.#keyViews[n] = view;
     }
     return view;
+  }
+
+  /** The fragment's database, its env's read snapshot renewed first if `refreshReads` was called since. */
+  #readable(fragment: number): FragmentDb {
+    const db = this.#db(fragment);
+    const env = this.#envOf[fragment]!;
+    if (env.readGeneration !== this.#readGeneration) {
+      env.root.resetReadTxn();
+      env.readGeneration = this.#readGeneration;
+    }
+    return db;
   }
 
   #db(fragment: number): FragmentDb {

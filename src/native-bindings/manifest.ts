@@ -1,10 +1,15 @@
 // The store identity manifest, `<dataDir>/MANIFEST.json`: what a data directory was created with
-// (format, node id, fragment count, store kind, LevelDB group count). The main thread binds it
-// before any worker opens a store, so a node restarted with other settings is refused with a
-// message saying what differs, instead of reading its data under the wrong layout.
+// (format, node id, fragment count, store kind, group count). The main thread binds it before any
+// worker opens a store, so a node restarted with other settings is refused with a message saying
+// what differs, instead of reading its data under the wrong layout.
 //
-// Also here: which worker owns which fragment and LevelDB group, since that follows from the
-// bound group count.
+// Formats: 1 kept LevelDB's group count as `levelGroupCount` and one LMDB environment for the whole
+// node; 2 keeps `groupCount` for both stores on disk, LMDB with one environment per group. A format
+// 1 LevelDB directory is read as it is (its layout did not change); a format 1 LMDB directory is
+// migrated at start (lmdb-store.ts, `recoverLmdbStore`), which rewrites the manifest.
+//
+// Also here: which worker owns which fragment and group, since that follows from the bound group
+// count.
 
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -17,11 +22,13 @@ import {
   NODE_ID_BYTES_MAX,
   WORKER_COUNT_MAX,
 } from '../core/limits.js';
-import { fsyncPath, tempPathBeside, writeNewFileSynced } from './fsync-path.js';
+import { fsyncPath, replaceFileDurably, tempPathBeside, writeNewFileSynced } from './fsync-path.js';
 import { STORE_KINDS, type StoreKind } from './kv-store.js';
 
 /** Bumped whenever the stored layout (key forms, meta keys, directory layout) changes incompatibly. */
-export const STORE_FORMAT_VERSION = 1;
+export const STORE_FORMAT_VERSION = 2;
+/** The format whose LMDB store is one environment for the node (and whose manifest says `levelGroupCount`). */
+export const STORE_FORMAT_SINGLE_LMDB_ENV = 1;
 export const MANIFEST_FILE = 'MANIFEST.json';
 /** A fresh node id is `n-` and this many random bytes in hex: 48 bits, unique among any real cluster's nodes. */
 const NODE_ID_RANDOM_BYTES = 6;
@@ -33,7 +40,12 @@ export interface Manifest {
   nodeId: string;
   fragmentCount: number;
   store: StoreKind;
-  levelGroupCount: number;
+  /**
+   * Fragment f lives in group f mod groupCount: a LevelDB database, or an LMDB environment, of its
+   * own. Bound at first start (the workers then, at most the fragments); 0 for a format 1 LMDB
+   * directory, whose one environment holds every fragment.
+   */
+  groupCount: number;
 }
 
 export interface BindOptions {
@@ -49,7 +61,12 @@ export interface BindOptions {
 
 export interface Binding {
   nodeId: string;
-  levelGroupCount: number;
+  groupCount: number;
+  /**
+   * The directory holds a format 1 LMDB store (one environment for the node): the start migrates it
+   * into `groupCount` environments before any worker opens it (`recoverLmdbStore`).
+   */
+  singleLmdbEnv: boolean;
 }
 
 export async function bindStore(opts: BindOptions): Promise<Binding> {
@@ -63,21 +80,28 @@ export async function bindStore(opts: BindOptions): Promise<Binding> {
     Number.isInteger(opts.workerCount) && opts.workerCount >= 1 && opts.workerCount <= WORKER_COUNT_MAX,
     'worker count out of range',
   );
-  if (opts.kind === 'memory') return { nodeId: opts.nodeId ?? freshNodeId(), levelGroupCount: 0 };
+  if (opts.kind === 'memory')
+    return { nodeId: opts.nodeId ?? freshNodeId(), groupCount: 0, singleLmdbEnv: false };
   try {
     await fs.mkdir(opts.dataDir, { recursive: true });
     const existing = await readManifest(opts.dataDir);
     const manifest = existing ?? (await createManifest(opts));
     checkManifest(manifest, opts);
-    return { nodeId: manifest.nodeId, levelGroupCount: manifest.levelGroupCount };
+    if (manifest.store === 'lmdb' && manifest.groupCount === 0) {
+      return { nodeId: manifest.nodeId, groupCount: groupCountFor(opts), singleLmdbEnv: true };
+    }
+    return { nodeId: manifest.nodeId, groupCount: manifest.groupCount, singleLmdbEnv: false };
   } catch (err) {
     throw asStorageError(err);
   }
 }
 
+/** The group count a new store is bound to: one group per worker, at most one per fragment. */
+const groupCountFor = (opts: BindOptions): number => Math.min(opts.workerCount, opts.fragmentCount);
+
 export const freshNodeId = (): string => `n-${randomBytes(NODE_ID_RANDOM_BYTES).toString('hex')}`;
 
-/** Which worker owns a fragment: the owner of its LevelDB group, or for the other kinds simply f mod workers. */
+/** Which worker owns a fragment: the owner of its group, or without groups (memory) simply f mod workers. */
 export function workerOfFragment(fragment: number, groupCount: number, workerCount: number): number {
   assert(Number.isInteger(fragment) && fragment >= 0, 'fragment id out of range');
   assert(Number.isInteger(workerCount) && workerCount >= 1, 'worker count out of range');
@@ -85,8 +109,8 @@ export function workerOfFragment(fragment: number, groupCount: number, workerCou
   return unit % workerCount;
 }
 
-/** The LevelDB groups a worker opens: g with g mod workers = worker (none when groupCount is 0). */
-export function levelGroupsOfWorker(worker: number, groupCount: number, workerCount: number): number[] {
+/** The groups a worker opens: g with g mod workers = worker (none when groupCount is 0). */
+export function groupsOfWorker(worker: number, groupCount: number, workerCount: number): number[] {
   assert(Number.isInteger(worker) && worker >= 0 && worker < workerCount, 'worker index out of range');
   const groups: number[] = [];
   for (let g = worker; g < groupCount; g += workerCount) groups.push(g);
@@ -120,6 +144,10 @@ export function parseManifest(dataDir: string, text: string): Manifest {
     throw malformed(dataDir, 'not a JSON object');
   const m = raw as Record<string, unknown>;
   if (!Number.isInteger(m.format) || (m.format as number) < 1) throw malformed(dataDir, 'bad "format"');
+  // A newer format is refused by checkManifest, with what to do, whatever its other fields say.
+  if ((m.format as number) > STORE_FORMAT_VERSION) {
+    return { format: m.format as number, nodeId: '', fragmentCount: 0, store: 'memory', groupCount: 0 };
+  }
   if (typeof m.nodeId !== 'string' || !isValidNodeId(m.nodeId)) throw malformed(dataDir, 'bad "nodeId"');
   const fragments = m.fragmentCount;
   if (
@@ -131,18 +159,21 @@ export function parseManifest(dataDir: string, text: string): Manifest {
   }
   if (typeof m.store !== 'string' || !STORE_KINDS.includes(m.store as StoreKind))
     throw malformed(dataDir, 'bad "store"');
-  const groups = m.levelGroupCount;
+  const single = m.format === STORE_FORMAT_SINGLE_LMDB_ENV;
+  const groupsField = single ? 'levelGroupCount' : 'groupCount';
+  const groups = m[groupsField];
   if (!Number.isInteger(groups) || (groups as number) < 0 || (groups as number) > (fragments as number)) {
-    throw malformed(dataDir, 'bad "levelGroupCount"');
+    throw malformed(dataDir, `bad "${groupsField}"`);
   }
-  if ((m.store === 'level') !== (groups as number) > 0)
-    throw malformed(dataDir, '"levelGroupCount" does not fit "store"');
+  // Format 1: LevelDB alone had groups. Format 2: both stores on disk have them.
+  const grouped = single ? m.store === 'level' : m.store !== 'memory';
+  if (grouped !== (groups as number) > 0) throw malformed(dataDir, `"${groupsField}" does not fit "store"`);
   return {
     format: m.format as number,
     nodeId: m.nodeId,
     fragmentCount: fragments as number,
     store: m.store as StoreKind,
-    levelGroupCount: groups as number,
+    groupCount: groups as number,
   };
 }
 
@@ -154,10 +185,10 @@ function isValidNodeId(id: string): boolean {
 /** Refuses a manifest that disagrees with how the node was started; the message says what to do. */
 function checkManifest(m: Manifest, opts: BindOptions): void {
   const dir = opts.dataDir;
-  if (m.format !== STORE_FORMAT_VERSION) {
+  if (m.format > STORE_FORMAT_VERSION) {
     throw storageError(
       `data directory ${dir} was written in store format ${m.format}; this version of Tessera reads format ` +
-        `${STORE_FORMAT_VERSION}. Start a Tessera release that reads format ${m.format}, or use a new --data-dir`,
+        `${STORE_FORMAT_VERSION} and earlier. Start a Tessera release that reads format ${m.format}, or use a new --data-dir`,
     );
   }
   // The options disagree with the data directory: a start refused for its input.
@@ -192,7 +223,7 @@ async function createManifest(opts: BindOptions): Promise<Manifest> {
     nodeId: opts.nodeId ?? freshNodeId(),
     fragmentCount: opts.fragmentCount,
     store: opts.kind,
-    levelGroupCount: opts.kind === 'level' ? Math.min(opts.workerCount, opts.fragmentCount) : 0,
+    groupCount: groupCountFor(opts),
   };
   const created = await writeOnce(opts.dataDir, manifestText(manifest));
   // Lost a race with another process binding the same directory: its manifest is the one.
@@ -211,7 +242,32 @@ async function refuseUnmanifestedData(dataDir: string): Promise<void> {
   }
 }
 
+/** A manifest's text in the current format (the format 1 field name is only ever read). */
 const manifestText = (manifest: Manifest): string => `${JSON.stringify(manifest, null, 2)}\n`;
+
+/**
+ * Rewrites a format 1 LMDB directory's manifest as format 2 with `groupCount` groups: the moment a
+ * migration of its store takes effect (`recoverLmdbStore`). Atomic and durable: a power loss leaves
+ * the old manifest or the new one.
+ */
+export async function upgradeManifest(dataDir: string, groupCount: number): Promise<void> {
+  const manifest = await readManifest(dataDir);
+  assert(
+    manifest !== undefined && manifest.store === 'lmdb' && manifest.groupCount === 0,
+    'only a format 1 lmdb manifest is upgraded',
+  );
+  assert(
+    Number.isInteger(groupCount) && groupCount >= 1 && groupCount <= manifest.fragmentCount,
+    'group count out of range',
+  );
+  const upgraded: Manifest = { ...manifest, format: STORE_FORMAT_VERSION, groupCount };
+  await replaceFileDurably(path.join(dataDir, MANIFEST_FILE), manifestText(upgraded));
+}
+
+/** The format of the manifest in `dataDir` (undefined without one). */
+export async function manifestFormat(dataDir: string): Promise<number | undefined> {
+  return (await readManifest(dataDir))?.format;
+}
 
 /**
  * Writes the manifest atomically and only if absent: a temp file is written and fsynced, then

@@ -13,7 +13,7 @@ import {
   SCAN_EXAMINED_KEYS_MAX,
 } from '../core/limits.js';
 import type { FragmentWrites, KvStore, PageStart, StoreLocation } from './kv-store.js';
-import type { StableLogReplay } from './stable-log-file.js';
+import type { LmdbRecovery } from './lmdb-store.js';
 
 export async function openStore(location: StoreLocation): Promise<KvStore> {
   switch (location.kind) {
@@ -33,14 +33,37 @@ export async function openStore(location: StoreLocation): Promise<KvStore> {
 }
 
 /**
- * Readies a store after a crash or a power loss, before any worker opens it: for lmdb, removes a data
- * file that never held a flushed state and replays the stable logs an older version left behind
- * (lmdb-store.ts, stable-log-file.ts). Undefined for the other kinds, which need no recovery of ours.
+ * Where a reader of every group finds the lmdb store: the main thread's snapshot and the background
+ * pool read all fragments beside the workers that write them.
  */
-export async function recoverStore(location: StoreLocation): Promise<StableLogReplay | undefined> {
+export function lmdbReaderLocation(
+  dataDir: string,
+  fragmentCount: number,
+  groupCount: number,
+): StoreLocation {
+  return {
+    kind: 'lmdb',
+    dataDir,
+    fragmentCount,
+    groups: Array.from({ length: groupCount }, (_, g) => g),
+    groupCount,
+  };
+}
+
+/**
+ * Readies a store after a crash or a power loss, before any worker opens it: for lmdb, creates each
+ * group's env if new, removes a data file that never held a flushed state, replays the stable logs
+ * an older version left behind and migrates a format 1 directory's one env into groups
+ * (`singleLmdbEnv`; lmdb-store.ts, stable-log-file.ts). Undefined for the other kinds, which need
+ * no recovery of ours.
+ */
+export async function recoverStore(
+  location: StoreLocation,
+  singleLmdbEnv = false,
+): Promise<LmdbRecovery | undefined> {
   if (location.kind !== 'lmdb') return undefined;
   const { recoverLmdbStore } = await import('./lmdb-store.js');
-  return recoverLmdbStore(location);
+  return recoverLmdbStore(location, singleLmdbEnv);
 }
 
 /**

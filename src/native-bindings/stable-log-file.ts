@@ -24,6 +24,9 @@ import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore } from './kv-store.js';
 
 const LOG_FILE_PATTERN = /^stable-(\d+)\.log$/;
+
+/** True for the name of a stable log, holding anything or not. */
+export const isStableLogName = (name: string): boolean => LOG_FILE_PATTERN.test(name);
 /** Replayed entries per store commit: bounds one replay transaction. */
 const REPLAY_COMMIT_ENTRIES_MAX = 4096;
 
@@ -57,7 +60,7 @@ export interface StableLogReplay {
 export async function stableLogFiles(dir: string): Promise<string[]> {
   let names: string[];
   try {
-    names = (await fs.promises.readdir(dir)).filter((name) => LOG_FILE_PATTERN.test(name)).sort();
+    names = (await fs.promises.readdir(dir)).filter(isStableLogName).sort();
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
     throw err;

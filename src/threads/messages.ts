@@ -79,6 +79,8 @@ export interface ScanTask {
   kind?: 'scan';
   dataDir: string;
   fragmentCount: number;
+  /** The lmdb store's group count (manifest.ts). */
+  groupCount: number;
   request: ScanRequest;
 }
 
@@ -87,4 +89,6 @@ export interface SpanTask extends PoolSpanRequest {
   kind: 'span';
   dataDir: string;
   fragmentCount: number;
+  /** The lmdb store's group count (manifest.ts). */
+  groupCount: number;
 }

@@ -8,7 +8,7 @@ import { parentPort, threadId } from 'node:worker_threads';
 import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
 import { stampOf } from '../core/record.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
-import { openStore } from '../native-bindings/open-store.js';
+import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
 import type { PoolThreadLoaded, ScanTask, SpanTask } from '../threads/messages.js';
 import type { PoolSpanResult, ScanPage } from '../threads/op-codec.js';
 import { readExpiredSpan } from './expired-span.js';
@@ -22,17 +22,8 @@ parentPort?.postMessage({ kind: 'pool-thread-loaded', threadId } satisfies PoolT
 let view: Promise<KvStore> | undefined;
 const openedFragments = new Set<number>();
 
-async function storeFor(
-  task: { dataDir: string; fragmentCount: number },
-  fragment: number,
-): Promise<KvStore> {
-  view ??= openStore({
-    kind: 'lmdb',
-    dataDir: task.dataDir,
-    fragmentCount: task.fragmentCount,
-    levelGroups: [],
-    levelGroupCount: 0,
-  });
+async function storeFor(task: ScanTask | SpanTask, fragment: number): Promise<KvStore> {
+  view ??= openStore(lmdbReaderLocation(task.dataDir, task.fragmentCount, task.groupCount));
   const store = await view;
   if (!openedFragments.has(fragment)) {
     await store.openFragment(fragment);

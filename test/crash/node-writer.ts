@@ -12,6 +12,12 @@ import { NODE_FRAGMENTS, workload, writtenValue } from './history.js';
 
 /** Writes in flight at once: enough for commits to group several writes, as a loaded node's do. */
 const WRITER_IN_FLIGHT = 32;
+/**
+ * Two workers: the store has two groups (two LMDB environments, two LevelDB databases), each
+ * committed and flushed on its own, and the node restarted on a crash state opens both with one
+ * worker (state-checker.ts).
+ */
+const WRITER_WORKERS = 2;
 
 const [store, dataDir, durability, seed, keys, writes] = process.argv.slice(2);
 const plan = workload(Number(seed), Number(keys), Number(writes));
@@ -19,7 +25,7 @@ const node = await Tessera.start({
   store: store as StoreKind,
   dataDir,
   durability: durability as 'memory' | 'store' | 'stable',
-  workers: 1,
+  workers: WRITER_WORKERS,
   fragments: NODE_FRAGMENTS,
 });
 process.stdout.write('ready\n');

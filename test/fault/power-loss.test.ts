@@ -147,7 +147,7 @@ function locationOf(kind: 'lmdb' | 'level', dataDir: string): StoreLocation {
     kind,
     dataDir,
     fragmentCount: 4,
-    levelGroups: kind === 'level' ? [0] : [],
-    levelGroupCount: kind === 'level' ? 1 : 0,
+    groups: [0, 1],
+    groupCount: 2,
   };
 }

@@ -2,10 +2,66 @@
 // (DESIGN.md "Worker threads": a crashed worker is restarted and its fragments reopened).
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import { describe, test } from 'node:test';
+import pino from 'pino';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
+import { Keyspace } from '../../src/core/keyspace.js';
+import { encodeRecord } from '../../src/core/record.js';
 import { Tessera } from '../../src/main/node.js';
+import { type Format1Fragment, writeFormat1LmdbDir } from '../unit/fixtures/format1-lmdb.js';
 import { DURABLE_STORES, eventually, tempDir } from './helpers.js';
+
+test('a format 1 lmdb data directory is migrated at its first start, and its groups serve any number of workers', async () => {
+  const dir = await tempDir('restart-format1');
+  try {
+    const fragments = 16;
+    const keyspace = new Keyspace(fragments);
+    const n = 600;
+    const byFragment = new Map<number, Format1Fragment>();
+    for (let i = 0; i < n; i++) {
+      const key = Buffer.from(`key-${i}`);
+      const f = keyspace.fragmentOf(key);
+      let fragment = byFragment.get(f);
+      if (fragment === undefined) byFragment.set(f, (fragment = { entries: [], highWaterWallMs: 0 }));
+      const wallMs = 1_700_000_000_000 + i;
+      fragment.entries.push([
+        key,
+        encodeRecord(false, wallMs, 0, 0, Buffer.from('n-old'), Buffer.from(`value-${i}`)),
+      ]);
+      fragment.highWaterWallMs = wallMs;
+    }
+    await writeFormat1LmdbDir(dir.path, fragments, byFragment, 'n-old');
+    const lines: string[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(line) });
+    const keys = Array.from({ length: n }, (_, i) => `key-${i}`);
+    // Two workers at the migration (two groups), then one worker holding both, then three (one idle).
+    for (const workers of [2, 1, 3]) {
+      const node = await Tessera.start({ store: 'lmdb', dataDir: dir.path, workers, fragments, logger });
+      try {
+        assert.equal(node.nodeId, 'n-old');
+        const values = await node.getMany(keys);
+        values.forEach((r, i) => {
+          assert.ok(r.ok);
+          assert.equal(r.value?.toString(), `value-${i}`, `key-${i} with ${workers} workers`);
+        });
+        await node.put(`after-${workers}`, `w${workers}`, { durability: 'store' });
+        for (const w of [2, 1, 3].slice(0, [2, 1, 3].indexOf(workers)))
+          assert.equal((await node.get(`after-${w}`))?.toString(), `w${w}`);
+      } finally {
+        await node.close();
+      }
+    }
+    const migrated = lines.map((l) => JSON.parse(l)).filter((l) => l.msg.startsWith('lmdb store migrated'));
+    assert.equal(migrated.length, 1, 'one migration, at the first start');
+    assert.equal(migrated[0].groups, 2);
+    assert.equal(migrated[0].entries, n + byFragment.size);
+    assert.deepEqual((await fs.readdir(path.join(dir.path, 'lmdb'))).sort(), ['group-0', 'group-1']);
+  } finally {
+    await dir.cleanup();
+  }
+});
 
 for (const store of DURABLE_STORES) {
   describe(`restart on ${store}`, () => {

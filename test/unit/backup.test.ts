@@ -19,8 +19,8 @@ test('a backup goes into a new or empty directory outside the data directory; a 
     kind: 'memory',
     dataDir: '',
     fragmentCount: 1,
-    levelGroups: [],
-    levelGroupCount: 0,
+    groups: [],
+    groupCount: 0,
   });
   const copy = (target: string) => store.backup(target);
   const dataDir = path.join(root, 'data');

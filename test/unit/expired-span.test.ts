@@ -33,8 +33,8 @@ test('a cleaner page sends back only the expired keys, and its last key to resum
     kind: 'lmdb',
     dataDir: dir,
     fragmentCount: 1,
-    levelGroups: [],
-    levelGroupCount: 0,
+    groups: [0],
+    groupCount: 1,
   });
   try {
     await store.openFragment(0);

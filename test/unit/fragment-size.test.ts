@@ -33,8 +33,8 @@ async function openTwoFragments(
   dataDir: string,
   memory?: Pick<StoreLocation, 'dropTombstones' | 'eviction'>,
 ): Promise<KvStore> {
-  const level = kind === 'level';
-  const groups = { levelGroups: level ? [0] : [], levelGroupCount: level ? 1 : 0 };
+  const onDisk = kind !== 'memory';
+  const groups = { groups: onDisk ? [0] : [], groupCount: onDisk ? 1 : 0 };
   const store = await openStore({ kind, dataDir, fragmentCount: 2, ...groups, ...memory });
   await Promise.all([store.openFragment(0), store.openFragment(1)]);
   return store;

@@ -21,8 +21,8 @@ import {
 import { openStore } from '../../src/native-bindings/open-store.js';
 
 const FRAGMENTS = 8;
-/** LevelDB groups in the contract runs: two, so fragments 0 and 2 share a database and 1 does not. */
-const LEVEL_GROUPS = 2;
+/** Groups (LevelDB databases, LMDB environments) in the contract runs: two, so fragments 0 and 2 share one and 1 does not. */
+const STORE_GROUPS = 2;
 
 const b = (text: string): Buffer => Buffer.from(text, 'latin1');
 const bytes = (...xs: number[]): Buffer => Buffer.from(xs);
@@ -39,13 +39,13 @@ const write = (
 });
 
 function locationFor(kind: StoreKind, dataDir: string): StoreLocation {
-  const level = kind === 'level';
+  const onDisk = kind !== 'memory';
   return {
     kind,
     dataDir,
     fragmentCount: FRAGMENTS,
-    levelGroups: level ? [0, 1] : [],
-    levelGroupCount: level ? LEVEL_GROUPS : 0,
+    groups: onDisk ? [0, 1] : [],
+    groupCount: onDisk ? STORE_GROUPS : 0,
   };
 }
 
@@ -281,7 +281,7 @@ for (const kind of STORE_KINDS) {
       }
     });
 
-    it('keeps fragments apart, also fragments that share a LevelDB group', async () => {
+    it('keeps fragments apart, also fragments that share a group', async () => {
       await store.commit([
         write(0, [[b('k'), b('f0')]]),
         write(2, [[b('k'), b('f2')]]),
@@ -619,7 +619,7 @@ class StoreWorker {
  * asking them; a worker that dies of an uncaught exception is safe (the exception unwinds through
  * `transactionSync`, which aborts the transaction), as is one terminated while idle.
  */
-describe('lmdb: one environment shared by the worker threads of a process', () => {
+describe('lmdb: environments shared by the threads of a process', () => {
   let dir: string;
   let location: StoreLocation;
   beforeEach(async () => {
@@ -630,9 +630,10 @@ describe('lmdb: one environment shared by the worker threads of a process', () =
     await fs.rm(dir, { recursive: true, force: true });
   });
 
-  it('two workers commit to their own named databases at the same time', async () => {
-    const even = new StoreWorker(location, [0, 2, 4, 6]);
-    const odd = new StoreWorker(location, [1, 3, 5, 7]);
+  it('two workers commit to their own groups at the same time, each opening only its own env', async () => {
+    // With two groups, even fragments live in group 0 and odd ones in group 1.
+    const even = new StoreWorker({ ...location, groups: [0] }, [0, 2, 4, 6]);
+    const odd = new StoreWorker({ ...location, groups: [1] }, [1, 3, 5, 7]);
     await Promise.all([even.expect('opened'), odd.expect('opened')]);
     even.worker.postMessage({ op: 'write', count: 300, tag: 'e' });
     odd.worker.postMessage({ op: 'write', count: 300, tag: 'o' });
@@ -698,7 +699,7 @@ describe('level: a dead worker does not keep its groups locked', () => {
   let location: StoreLocation;
   beforeEach(async () => {
     dir = await tempDir('level-threads');
-    location = { ...locationFor('level', dir), levelGroups: [0] };
+    location = { ...locationFor('level', dir), groups: [0] };
   });
   afterEach(async () => {
     await fs.rm(dir, { recursive: true, force: true });

@@ -1,5 +1,5 @@
 // The store identity manifest (DESIGN.md "Data model": F is bound into the store's identity at
-// first start) and the fragment → worker → LevelDB group assignment.
+// first start) and the fragment → worker → group assignment.
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -10,9 +10,10 @@ import type { StoreKind } from '../../src/native-bindings/kv-store.js';
 import {
   type BindOptions,
   bindStore,
-  levelGroupsOfWorker,
+  groupsOfWorker,
   MANIFEST_FILE,
   STORE_FORMAT_VERSION,
+  upgradeManifest,
   workerOfFragment,
 } from '../../src/native-bindings/manifest.js';
 
@@ -56,25 +57,62 @@ describe('bindStore', () => {
   it('writes the manifest at first start, with a fresh node id when none is given', async () => {
     const bound = await bindStore(opts());
     assert.match(bound.nodeId, /^n-[0-9a-f]{12}$/);
-    assert.equal(bound.levelGroupCount, 0);
+    assert.equal(bound.groupCount, 3);
+    assert.equal(bound.singleLmdbEnv, false);
     assert.deepEqual(await readManifest(), {
       format: STORE_FORMAT_VERSION,
       nodeId: bound.nodeId,
       fragmentCount: 16,
       store: 'lmdb',
-      levelGroupCount: 0,
+      groupCount: 3,
     });
     // Only the manifest is left behind: the temp file was linked into place and removed.
     assert.deepEqual(await fs.readdir(dataDir), [MANIFEST_FILE]);
   });
 
-  it('binds the LevelDB group count at first start: min(workers, fragments)', async () => {
-    assert.equal((await bindStore(opts({ kind: 'level', workerCount: 3 }))).levelGroupCount, 3);
-    // A later start with more workers keeps the bound count.
-    assert.equal((await bindStore(opts({ kind: 'level', workerCount: 8 }))).levelGroupCount, 3);
-    const other = path.join(dir, 'few-fragments');
-    const few = await bindStore(opts({ kind: 'level', dataDir: other, fragmentCount: 2, workerCount: 8 }));
-    assert.equal(few.levelGroupCount, 2);
+  for (const kind of ['lmdb', 'level'] as const) {
+    it(`binds the ${kind} group count at first start: min(workers, fragments)`, async () => {
+      assert.equal((await bindStore(opts({ kind, workerCount: 3 }))).groupCount, 3);
+      // A later start with more workers, or fewer, keeps the bound count.
+      assert.equal((await bindStore(opts({ kind, workerCount: 8 }))).groupCount, 3);
+      assert.equal((await bindStore(opts({ kind, workerCount: 1 }))).groupCount, 3);
+      const other = path.join(dir, 'few-fragments');
+      const few = await bindStore(opts({ kind, dataDir: other, fragmentCount: 2, workerCount: 8 }));
+      assert.equal(few.groupCount, 2);
+    });
+  }
+
+  it('reads a format 1 manifest: LevelDB as it is, LMDB as one environment to migrate', async () => {
+    const format1 = (store: StoreKind, levelGroupCount: number) =>
+      `${JSON.stringify({ format: 1, nodeId: 'n-old', fragmentCount: 16, store, levelGroupCount })}\n`;
+    await fs.mkdir(dataDir, { recursive: true });
+    await fs.writeFile(manifestPath(), format1('level', 2));
+    assert.deepEqual(await bindStore(opts({ kind: 'level', workerCount: 4 })), {
+      nodeId: 'n-old',
+      groupCount: 2,
+      singleLmdbEnv: false,
+    });
+    await fs.writeFile(manifestPath(), format1('lmdb', 0));
+    // The groups it will be migrated into: as a new store's, from this start's workers.
+    assert.deepEqual(await bindStore(opts({ kind: 'lmdb', workerCount: 4 })), {
+      nodeId: 'n-old',
+      groupCount: 4,
+      singleLmdbEnv: true,
+    });
+    await upgradeManifest(dataDir, 4);
+    assert.deepEqual(await readManifest(), {
+      format: STORE_FORMAT_VERSION,
+      nodeId: 'n-old',
+      fragmentCount: 16,
+      store: 'lmdb',
+      groupCount: 4,
+    });
+    assert.deepEqual(await bindStore(opts({ kind: 'lmdb', workerCount: 2 })), {
+      nodeId: 'n-old',
+      groupCount: 4,
+      singleLmdbEnv: false,
+    });
+    assert.deepEqual(await fs.readdir(dataDir), [MANIFEST_FILE]);
   });
 
   it('keeps the given node id, and returns the stored one on a rebind without one', async () => {
@@ -136,31 +174,22 @@ describe('bindStore', () => {
     );
   });
 
+  /** A well-formed format 2 manifest's text with the fields of `over` changed. */
+  const manifestWith = (over: Record<string, unknown>): string =>
+    JSON.stringify({ format: 2, nodeId: 'n', fragmentCount: 16, store: 'lmdb', groupCount: 1, ...over });
   const corrupt: Array<[string, string]> = [
-    ['truncated JSON', '{"format": 1, "nodeId"'],
+    ['truncated JSON', '{"format": 2, "nodeId"'],
     ['not an object', '[1, 2]'],
     ['empty file', ''],
-    ['a missing field', JSON.stringify({ format: 1, nodeId: 'n', store: 'lmdb', levelGroupCount: 0 })],
-    [
-      'an unknown store',
-      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 16, store: 'rocks', levelGroupCount: 0 }),
-    ],
-    [
-      'a fractional count',
-      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 1.5, store: 'lmdb', levelGroupCount: 0 }),
-    ],
-    [
-      'an empty node id',
-      JSON.stringify({ format: 1, nodeId: '', fragmentCount: 16, store: 'lmdb', levelGroupCount: 0 }),
-    ],
-    [
-      'level without groups',
-      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 16, store: 'level', levelGroupCount: 0 }),
-    ],
-    [
-      'more groups than fragments',
-      JSON.stringify({ format: 1, nodeId: 'n', fragmentCount: 2, store: 'level', levelGroupCount: 3 }),
-    ],
+    ['a missing field', JSON.stringify({ format: 2, nodeId: 'n', store: 'lmdb', groupCount: 1 })],
+    ['an unknown store', manifestWith({ store: 'rocks' })],
+    ['a fractional count', manifestWith({ fragmentCount: 1.5 })],
+    ['an empty node id', manifestWith({ nodeId: '' })],
+    ['level without groups', manifestWith({ store: 'level', groupCount: 0 })],
+    ['lmdb without groups', manifestWith({ groupCount: 0 })],
+    ['format 1 lmdb with groups', manifestWith({ format: 1, groupCount: undefined, levelGroupCount: 2 })],
+    ['format 1 level without levelGroupCount', manifestWith({ format: 1, store: 'level', groupCount: 2 })],
+    ['more groups than fragments', manifestWith({ fragmentCount: 2, store: 'level', groupCount: 3 })],
   ];
   for (const [what, text] of corrupt) {
     it(`refuses a malformed manifest: ${what}`, async () => {
@@ -177,7 +206,7 @@ describe('bindStore', () => {
 
   it('binds nothing for the memory store', async () => {
     const bound = await bindStore(opts({ kind: 'memory', nodeId: 'mem-1' }));
-    assert.deepEqual(bound, { nodeId: 'mem-1', levelGroupCount: 0 });
+    assert.deepEqual(bound, { nodeId: 'mem-1', groupCount: 0, singleLmdbEnv: false });
     assert.match((await bindStore(opts({ kind: 'memory' }))).nodeId, /^n-[0-9a-f]{12}$/);
     await assert.rejects(fs.stat(dataDir), { code: 'ENOENT' });
   });
@@ -188,7 +217,7 @@ describe('fragment and group assignment', () => {
     for (const fragmentCount of [1, 2, 7, 16, 100]) {
       for (const workerCount of [1, 2, 3, 8]) {
         const kinds: Array<[StoreKind, number]> = [
-          ['lmdb', 0],
+          ['memory', 0],
           ['level', Math.min(workerCount, fragmentCount)],
           ['level', Math.max(1, Math.min(fragmentCount, workerCount - 1))], // restarted with more workers
           ['level', Math.min(fragmentCount, workerCount + 2)], // restarted with fewer workers
@@ -196,12 +225,12 @@ describe('fragment and group assignment', () => {
         for (const [kind, groups] of kinds) {
           const owned = new Array<number>(fragmentCount).fill(0);
           for (let w = 0; w < workerCount; w++) {
-            const myGroups = levelGroupsOfWorker(w, groups, workerCount);
+            const myGroups = groupsOfWorker(w, groups, workerCount);
             for (let f = 0; f < fragmentCount; f++) {
               if (workerOfFragment(f, groups, workerCount) !== w) continue;
               owned[f]++;
-              // A worker owns a level fragment only if it opens the fragment's group.
-              if (kind === 'level')
+              // A worker owns a fragment of a store with groups only if it opens the fragment's group.
+              if (kind !== 'memory')
                 assert.ok(myGroups.includes(f % groups), `${kind} F=${fragmentCount} W=${workerCount}`);
             }
           }
@@ -212,7 +241,7 @@ describe('fragment and group assignment', () => {
           );
           const groupOwners = new Array<number>(groups).fill(0);
           for (let w = 0; w < workerCount; w++)
-            for (const g of levelGroupsOfWorker(w, groups, workerCount)) groupOwners[g]++;
+            for (const g of groupsOfWorker(w, groups, workerCount)) groupOwners[g]++;
           assert.deepEqual(groupOwners, new Array<number>(groups).fill(1));
         }
       }
@@ -224,7 +253,7 @@ describe('fragment and group assignment', () => {
       [0, 1, 2, 3, 4, 5].map((f) => workerOfFragment(f, 0, 4)),
       [0, 1, 2, 3, 0, 1],
     );
-    assert.deepEqual(levelGroupsOfWorker(1, 5, 2), [1, 3]);
-    assert.deepEqual(levelGroupsOfWorker(1, 0, 2), []);
+    assert.deepEqual(groupsOfWorker(1, 5, 2), [1, 3]);
+    assert.deepEqual(groupsOfWorker(1, 0, 2), []);
   });
 });

@@ -25,8 +25,8 @@ async function withMemoryStore(
     kind: 'memory',
     dataDir: '',
     fragmentCount: 2,
-    levelGroups: [],
-    levelGroupCount: 0,
+    groups: [],
+    groupCount: 0,
     dropTombstones,
     eviction,
   });

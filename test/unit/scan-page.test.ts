@@ -46,8 +46,8 @@ test('pages of a store with pending writes laid over it are the merged map, in k
           kind: 'memory',
           dataDir: '',
           fragmentCount: 1,
-          levelGroups: [],
-          levelGroupCount: 0,
+          groups: [],
+          groupCount: 0,
         });
         await store.openFragment(0);
         await store.commit([

@@ -18,6 +18,7 @@ import {
 import type { KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
 import { openStore, recoverStore } from '../../src/native-bindings/open-store.js';
 import { stableLogFiles } from '../../src/native-bindings/stable-log-file.js';
+import { writeFormat1LmdbDir } from './fixtures/format1-lmdb.js';
 
 const FRAGMENTS = 4;
 const NODE = Buffer.from('n1');
@@ -140,17 +141,22 @@ describe('stable log: the logs an older lmdb store left, replayed at the next st
     for (const d of dirs) await fs.rm(d, { recursive: true, force: true });
   });
 
-  /** A data directory whose store holds `entries` in fragment 0, committed and closed. */
+  /**
+   * A data directory of the format that wrote stable logs (format 1: one LMDB environment), whose
+   * store holds `entries` in fragment 0.
+   */
   async function storeHolding(entries: Array<[string, Buffer]>, wallMs: number): Promise<string> {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-stable-log-'));
     dirs.push(dataDir);
-    const store = await openAll(dataDir);
-    await store.commit([
-      { fragment: 0, puts: entries.map(([k, r]) => [b(k), r]), deletes: [], highWaterWallMs: wallMs },
-    ]);
-    await store.close();
+    const fragment0 = {
+      entries: entries.map(([k, r]): [Buffer, Buffer] => [b(k), r]),
+      highWaterWallMs: wallMs,
+    };
+    await writeFormat1LmdbDir(dataDir, FRAGMENTS, new Map([[0, fragment0]]));
     return dataDir;
   }
+  /** A start's recovery of a format 1 directory: the logs are replayed, then the store is migrated. */
+  const replayed = async (dataDir: string) => (await recoverStore(location(dataDir), true))?.replay;
   async function openAll(dataDir: string): Promise<KvStore> {
     const store = await openStore(location(dataDir));
     for (let f = 0; f < FRAGMENTS; f++) await store.openFragment(f);
@@ -169,8 +175,8 @@ describe('stable log: the logs an older lmdb store left, replayed at the next st
     kind: 'lmdb',
     dataDir,
     fragmentCount: FRAGMENTS,
-    levelGroups: [],
-    levelGroupCount: 0,
+    groups: [0, 1],
+    groupCount: 2,
   });
   const logFile = (dataDir: string, worker: number) => path.join(dataDir, 'lmdb', `stable-${worker}.log`);
 
@@ -202,10 +208,9 @@ describe('stable log: the logs an older lmdb store left, replayed at the next st
     await fs.writeFile(logFile(dataDir, 2), Buffer.alloc(4096));
     assert.deepEqual(await stableLogFiles(path.join(dataDir, 'lmdb')), ['stable-0.log', 'stable-1.log']);
 
-    const replay = await recoverStore(location(dataDir));
-    assert.deepEqual(replay, { files: 2, entries: 4, applied: 4, tornBytes: 0 });
-    const left = (await fs.readdir(path.join(dataDir, 'lmdb'))).filter((name) => name.endsWith('.log'));
-    assert.deepEqual(left, ['stable-2.log']);
+    assert.deepEqual(await replayed(dataDir), { files: 2, entries: 4, applied: 4, tornBytes: 0 });
+    // The migration that follows leaves the groups alone: the old env and every log are gone.
+    assert.deepEqual((await fs.readdir(path.join(dataDir, 'lmdb'))).sort(), ['group-0', 'group-1']);
     await withStore(dataDir, (store) => {
       assert.deepEqual(store.get(0, b('a')), rec(200, 'a2'));
       assert.deepEqual(store.get(0, b('b')), rec(300, 'b2'));
@@ -233,8 +238,7 @@ describe('stable log: the logs an older lmdb store left, replayed at the next st
         [0, 'same', rec(100, 's')],
       ]),
     );
-    const replay = await recoverStore(location(dataDir));
-    assert.deepEqual(replay, { files: 1, entries: 2, applied: 0, tornBytes: 0 });
+    assert.deepEqual(await replayed(dataDir), { files: 1, entries: 2, applied: 0, tornBytes: 0 });
     await withStore(dataDir, (store) => {
       const k = store.get(0, b('k'));
       assert.ok(k !== undefined && compareVersions(k, rec(500, 'new')) === 0);
@@ -247,17 +251,20 @@ describe('stable log: the logs an older lmdb store left, replayed at the next st
     const whole = frameOf([[0, 'kept', rec(10, 'v')]]);
     const torn = frameOf([[0, 'torn', rec(11, 'w')]]).subarray(0, 20);
     await fs.writeFile(logFile(dataDir, 0), Buffer.concat([whole, torn]));
-    assert.deepEqual(await recoverStore(location(dataDir)), {
+    assert.deepEqual(await replayed(dataDir), {
       files: 1,
       entries: 1,
       applied: 1,
       tornBytes: 20,
     });
 
+    const corruptDir = await storeHolding([], 0);
     const corrupt = frameOf([[FRAGMENTS + 1, 'x', rec(12, 'v')]]);
-    await fs.writeFile(logFile(dataDir, 0), corrupt);
-    await assert.rejects(recoverStore(location(dataDir)), /stable log .*stable-0\.log/);
-    // Kept for the operator.
-    assert.deepEqual(await fs.readFile(logFile(dataDir, 0)), corrupt);
+    await fs.writeFile(logFile(corruptDir, 0), corrupt);
+    await assert.rejects(replayed(corruptDir), /stable log .*stable-0\.log/);
+    // Kept for the operator, with the old env: nothing was migrated.
+    assert.deepEqual(await fs.readFile(logFile(corruptDir, 0)), corrupt);
+    await fs.access(path.join(corruptDir, 'lmdb', 'data.mdb'));
+    assert.equal(JSON.parse(await fs.readFile(path.join(corruptDir, 'MANIFEST.json'), 'utf8')).format, 1);
   });
 });

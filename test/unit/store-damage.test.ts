@@ -23,15 +23,15 @@ describe('lmdb: a data file whose meta pages are zeros', () => {
   async function dataDirWith(content: Buffer): Promise<{ location: StoreLocation; dataFile: string }> {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-lmdb-damage-'));
     dirs.push(dataDir);
-    const dataFile = path.join(dataDir, 'lmdb', 'data.mdb');
-    await fs.mkdir(path.dirname(dataFile));
+    const dataFile = path.join(dataDir, 'lmdb', 'group-0', 'data.mdb');
+    await fs.mkdir(path.dirname(dataFile), { recursive: true });
     await fs.writeFile(dataFile, content);
     const location = {
       kind: 'lmdb' as const,
       dataDir,
       fragmentCount: FRAGMENTS,
-      levelGroups: [],
-      levelGroupCount: 0,
+      groups: [0],
+      groupCount: 1,
     };
     return { location, dataFile };
   }
@@ -79,8 +79,8 @@ describe('level: a group LevelDB cannot open', () => {
         kind: 'level',
         dataDir,
         fragmentCount: FRAGMENTS,
-        levelGroups: [0],
-        levelGroupCount: 1,
+        groups: [0],
+        groupCount: 1,
       };
       await (await openStore(location)).close();
       const groupDir = path.join(dataDir, 'level', 'group-0');
