@@ -961,7 +961,7 @@ function evictionShareBytes(config: NodeConfig, workerFragments: number): number
   return Math.floor((config.maxMemoryBytes * workerFragments) / config.fragments / unit) * unit;
 }
 
-/** Groups fragments by owning worker, skipping workers that own none (LevelDB groups < workers). */
+/** Groups fragments by owning worker, skipping workers that own none (fewer store groups than workers). */
 function assignFragments(config: NodeConfig, groupCount: number): Map<number, number[]> {
   const owned = new Map<number, number[]>();
   for (let f = 0; f < config.fragments; f++) {

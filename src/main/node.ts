@@ -325,6 +325,12 @@ export class Tessera {
         'lmdb store migration finished (it was interrupted after it took effect)',
       );
     }
+    if (binding.groupCount > 0 && binding.groupCount < config.workers) {
+      logger.warn(
+        { dataDir: config.dataDir, groups: binding.groupCount, workers: config.workers },
+        'the data directory has fewer groups than --workers (one per worker at its creation): the workers without one are not started',
+      );
+    }
     const node = new Tessera(config, binding.nodeId, logger, binding.groupCount);
     await node.dispatcher.start();
     if (node.cluster !== undefined) {

@@ -53,7 +53,16 @@ test('a format 1 lmdb data directory is migrated at its first start, and its gro
         await node.close();
       }
     }
-    const migrated = lines.map((l) => JSON.parse(l)).filter((l) => l.msg.startsWith('lmdb store migrated'));
+    const logged = lines.map((l) => JSON.parse(l));
+    const migrated = logged.filter((l) => l.msg.startsWith('lmdb store migrated'));
+    // The start with three workers was told that one of them has no group.
+    const fewer = logged.filter((l) =>
+      l.msg.startsWith('the data directory has fewer groups than --workers'),
+    );
+    assert.deepEqual(
+      fewer.map((l) => [l.groups, l.workers]),
+      [[2, 3]],
+    );
     assert.equal(migrated.length, 1, 'one migration, at the first start');
     assert.equal(migrated[0].groups, 2);
     assert.equal(migrated[0].entries, n + byFragment.size);
