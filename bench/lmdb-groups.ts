@@ -14,6 +14,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { encodeRecord } from '../src/core/record.js';
 import type { StoreLocation } from '../src/native-bindings/kv-store.js';
 import { openStore, recoverStore } from '../src/native-bindings/open-store.js';
+import { xorshift32 } from '../test/unit/fixtures/xorshift32.js';
 import { isMain } from './common.js';
 
 /** Puts per commit: about what a loaded worker's turn commits. */
@@ -42,7 +43,7 @@ async function workerMain(job: WorkerJob): Promise<void> {
   const keys = Array.from({ length: KEYS_PER_WORKER }, (_, i) =>
     Buffer.from(`key:${String(i).padStart(8, '0')}`),
   );
-  let x = 0x9e3779b9 ^ job.fragments[0];
+  const random = xorshift32(0x9e3779b9 ^ job.fragments[0]);
   let puts = 0;
   parentPort!.postMessage('ready');
   await new Promise((resolve) => parentPort!.once('message', resolve));
@@ -50,12 +51,7 @@ async function workerMain(job: WorkerJob): Promise<void> {
   while (performance.now() < endMs) {
     const fragment = job.fragments[puts % job.fragments.length];
     const batch: Array<[Uint8Array, Uint8Array]> = [];
-    for (let i = 0; i < BATCH; i++) {
-      x ^= x << 13;
-      x ^= x >>> 17;
-      x ^= x << 5;
-      batch.push([keys[(x >>> 0) % KEYS_PER_WORKER], record]);
-    }
+    for (let i = 0; i < BATCH; i++) batch.push([keys[random() % KEYS_PER_WORKER], record]);
     await store.commit([{ fragment, puts: batch, deletes: [], highWaterWallMs: 0 }]);
     if (job.level === 'stable') await store.sync();
     puts += BATCH;

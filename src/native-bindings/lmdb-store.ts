@@ -271,12 +271,7 @@ function lmdbError(err: unknown, dataFile: string): TesseraError {
  * only then renamed into place; a temporary left by a crash held nothing and is made again.
  */
 async function createEnvDurably(envDir: string): Promise<void> {
-  try {
-    await fs.access(path.join(envDir, LMDB_DATA_FILE));
-    return;
-  } catch {
-    // No env yet.
-  }
+  if (await exists(path.join(envDir, LMDB_DATA_FILE))) return;
   const fresh = `${envDir}${LMDB_NEW_ENV_SUFFIX}`;
   try {
     await fs.rm(fresh, { recursive: true, force: true });
@@ -327,10 +322,6 @@ export async function recoverLmdbStore(location: StoreLocation, singleEnv: boole
       // The manifest says format 2 and the groups are not all in place: finish what was started.
       recovery = { replay: NOTHING_REPLAYED, finishedMigration: { groups: await finishMigration(lmdbDir) } };
     }
-  } catch (err) {
-    throw asStorageError(err);
-  }
-  try {
     // The groups' parent, made durable before them: a power loss must not take it, and them with it.
     await fs.mkdir(lmdbDir, { recursive: true });
     await fsyncPath(location.dataDir);

@@ -144,9 +144,12 @@ export function parseManifest(dataDir: string, text: string): Manifest {
     throw malformed(dataDir, 'not a JSON object');
   const m = raw as Record<string, unknown>;
   if (!Number.isInteger(m.format) || (m.format as number) < 1) throw malformed(dataDir, 'bad "format"');
-  // A newer format is refused by checkManifest, with what to do, whatever its other fields say.
+  // A newer format is refused with what to do, whatever its other fields say.
   if ((m.format as number) > STORE_FORMAT_VERSION) {
-    return { format: m.format as number, nodeId: '', fragmentCount: 0, store: 'memory', groupCount: 0 };
+    throw storageError(
+      `data directory ${dataDir} was written in store format ${m.format}; this version of Tessera reads format ` +
+        `${STORE_FORMAT_VERSION} and earlier. Start a Tessera release that reads format ${m.format}, or use a new --data-dir`,
+    );
   }
   if (typeof m.nodeId !== 'string' || !isValidNodeId(m.nodeId)) throw malformed(dataDir, 'bad "nodeId"');
   const fragments = m.fragmentCount;
@@ -185,12 +188,6 @@ function isValidNodeId(id: string): boolean {
 /** Refuses a manifest that disagrees with how the node was started; the message says what to do. */
 function checkManifest(m: Manifest, opts: BindOptions): void {
   const dir = opts.dataDir;
-  if (m.format > STORE_FORMAT_VERSION) {
-    throw storageError(
-      `data directory ${dir} was written in store format ${m.format}; this version of Tessera reads format ` +
-        `${STORE_FORMAT_VERSION} and earlier. Start a Tessera release that reads format ${m.format}, or use a new --data-dir`,
-    );
-  }
   // The options disagree with the data directory: a start refused for its input.
   const startedWith = (flag: 'store' | 'fragments', value: string | number): string =>
     opts.defaulted?.has(flag) === true
