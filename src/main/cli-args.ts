@@ -259,6 +259,16 @@ const FLAGS: Flag[] = [
     help: 'clients must AUTH with this password first (also TESSERA_PASSWORD); prefer the variable: flags show in ps',
   },
   {
+    name: 'worker-ports',
+    kind: 'integer',
+    help: 'each worker also serves the Redis protocol on its own port, BASE + its index, for the keys it owns (others are answered -MOVED); default: off. Not in a cluster yet',
+  },
+  {
+    name: 'worker-ports-host',
+    kind: 'string',
+    help: 'the host -MOVED names for the worker ports (default: --bind, or 127.0.0.1 when that is a wildcard)',
+  },
+  {
     name: 'tls-port',
     kind: 'integer',
     help: 'also serve the Redis protocol over TLS on this port (default: none); needs --tls-cert-file and --tls-key-file',
@@ -354,6 +364,7 @@ export interface CliArgs {
     slowlogLogSlowerThanUs: number | undefined;
     slowlogMaxLen: number | undefined;
     latencyMonitorThresholdMs: number | undefined;
+    workerPorts: { base: number; host: string | undefined } | undefined;
   };
   /** The TLS listener's port and the PEM files to read at start, when --tls-port is given. */
   tls:
@@ -464,11 +475,18 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
     latencyMonitorThresholdMs: values.get('latency-monitor-threshold') as number | undefined,
   };
   checkMonitorOptions(monitors, (option) => MONITOR_FLAGS[option]);
+  const workerPortsBase = values.get('worker-ports') as number | undefined;
+  if (workerPortsBase !== undefined && (workerPortsBase < 1 || workerPortsBase > 65535))
+    throw invalidInput(`--worker-ports must be in 1..65535, got ${workerPortsBase}`);
+  const workerPortsHost = values.get('worker-ports-host') as string | undefined;
+  if (workerPortsHost !== undefined && workerPortsBase === undefined)
+    throw invalidInput('--worker-ports-host needs --worker-ports');
   const resp = {
     port,
     bind: (values.get('bind') as string | undefined) ?? RESP_BIND_DEFAULT,
     password,
     backupDir,
+    workerPorts: workerPortsBase === undefined ? undefined : { base: workerPortsBase, host: workerPortsHost },
     ...monitors,
   };
   const tls = tlsArgs(values);

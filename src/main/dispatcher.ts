@@ -9,17 +9,17 @@ import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { copyBytes, writeU32LE } from '../core/bytes.js';
 import {
+  internalError,
   invalidInput,
   outOfMemory,
   replicaTimeout,
   storageError,
   type TesseraError,
 } from '../core/errors.js';
-import { HybridLogicalClock } from '../core/hlc.js';
+import { HybridLogicalClock, sharedClockCell } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor, WORKER_HEAP_HEADROOM_MB } from '../core/limits.js';
-import { Modifier } from '../core/modify.js';
-import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
+import { Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import {
   expiresAtOf,
   isLive,
@@ -36,7 +36,13 @@ import type { KvStore, StoreLocation } from '../native-bindings/kv-store.js';
 import { groupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js';
 import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
 import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-board.js';
-import type { ClusterInit, WorkerInit } from '../threads/messages.js';
+import type {
+  ClusterInit,
+  RelayRequest,
+  WorkerInit,
+  WorkerPortEvent,
+  WorkerRespInit,
+} from '../threads/messages.js';
 import {
   CONTROL_HEADER_BYTES,
   DRAINED_CONTINUOUS,
@@ -78,69 +84,28 @@ import {
 } from '../threads/op-codec.js';
 import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import type { NodeConfig } from './config.js';
+import { type KeyRouter, NOT_LOCAL, type WriteSpec } from './key-router.js';
 import { PulledCounts, type PulledInto } from './pulled-counts.js';
 import { waitForReplicas } from './replica-waiter.js';
 import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
 import { type ResultHandler, WorkerLink } from './worker-link.js';
 
-/** A write or read-modify-write, as a caller fills it in (RESP connections reuse one). */
-export interface WriteSpec {
-  kind: typeof OpKind.Write | typeof OpKind.Modify;
-  key: Uint8Array;
-  /** Write: the value, or undefined for a tombstone (delete). Modify: SET / APPEND / SETRANGE bytes. */
-  value: Uint8Array | undefined;
-  /** Absolute deadline in wall ms, 0 for none. */
-  expiresAtMs: number;
-  priority: Priority;
-  durability: Durability;
-  /** Write: report whether a live value existed (costs a store read). */
-  wantsPrior: boolean;
-  modifier: Modifier;
-  flags: number;
-  arg: number;
-  operand: Uint8Array | undefined;
-  /** Other replicas that must acknowledge the write before it is answered (0: none, the plain path). */
-  replicaAcks: number;
+/** How the workers' RESP ports listen (`openWorkerPorts`). */
+export interface WorkerPortOptions {
+  /** Worker i listens on base + i; 0: each on any free port. */
+  base: number;
+  bind: string;
+  /** The host `-MOVED` names. */
+  host: string;
+  password: string | undefined;
 }
 
-/** What a reused spec's buffers are between writes. */
-const NO_BYTES = new Uint8Array(0);
-
-/**
- * A blank spec, for a caller that fills one and submits it synchronously, call after call
- * (`submitWrite` copies what it needs into the ring): one object, not one per write. After each
- * submit the caller hands it to `releaseWriteSpec`.
- */
-export function blankWriteSpec(): WriteSpec {
-  return {
-    kind: OpKind.Write,
-    key: NO_BYTES,
-    value: undefined,
-    expiresAtMs: 0,
-    priority: Priority.Default,
-    durability: Durability.Store,
-    wantsPrior: false,
-    modifier: Modifier.Set,
-    flags: 0,
-    arg: 0,
-    operand: undefined,
-    replicaAcks: 0,
-  };
-}
-
-/** Drops a reused spec's buffers once submitted, so the spec keeps no caller's bytes alive. */
-export function releaseWriteSpec(spec: WriteSpec): void {
-  spec.key = NO_BYTES;
-  spec.value = undefined;
-  spec.operand = undefined;
-}
+/** Runs a command a worker port hands over; resolves with its reply's RESP bytes. */
+export type WorkerPortRelay = (request: RelayRequest) => Promise<Uint8Array>;
 
 /** Runs an anti-entropy span read in the background pool. */
 export type PoolSpanRunner = (request: PoolSpanRequest) => Promise<PoolSpanResult>;
-
-/** Returned by `readLocal` when the fragment must be read through its worker. */
-export const NOT_LOCAL = Symbol('not-local');
 
 /** Where operations of a fragment go: its worker here, a peer, or nowhere reachable. */
 export interface OpLink {
@@ -172,7 +137,7 @@ export interface ClusterRouter {
 const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
 const EMPTY = Buffer.alloc(0);
 
-export class Dispatcher {
+export class Dispatcher implements KeyRouter {
   readonly keyspace: Keyspace;
   readonly links: WorkerLink[] = [];
   private readonly nodeIdBytes: Buffer;
@@ -210,6 +175,10 @@ export class Dispatcher {
   private readonly pulled = new PulledCounts();
   /** The fragment of the last write submitted: what a connection tracks for WAIT, without hashing the key again. */
   lastWriteFragment = 0;
+  /** The workers' RESP ports while they are open (`openWorkerPorts`). */
+  private workerPorts: { template: WorkerRespInit; ports: number[]; relay: WorkerPortRelay } | undefined;
+  /** Per worker, who waits for its answer to a port command. */
+  private readonly portWaiters: (((event: WorkerPortEvent) => void) | undefined)[] = [];
 
   constructor(
     private readonly config: NodeConfig,
@@ -254,6 +223,7 @@ export class Dispatcher {
           onServing: (index) => this.cluster?.onWorkerServing(this.links[index]),
           onPoolSpan: (index, buf, at) => this.runPoolSpan(this.links[index], buf, at),
           onRoundReport: (buf, at, length) => this.onRoundReport(buf, at, length),
+          onPortEvent: (index, event) => this.onPortEvent(index, event),
         }),
       );
     }
@@ -914,7 +884,119 @@ export class Dispatcher {
       logLevel: this.logger.level,
       cluster: this.withHeldReplicas(this.cluster?.workerInit()),
       restarted,
+      resp: this.workerPorts === undefined ? undefined : this.portInit(index),
     };
+  }
+
+  // --- the workers' RESP ports -------------------------------------------------------------------
+
+  /**
+   * Has every worker serve RESP on its own port (`base` + its index; base 0: any free port each),
+   * for the keys of the fragments it owns; `relay` runs on this thread the commands a worker port
+   * hands over (CommandSpec.needs). From now on this thread and the workers stamp writes from one
+   * shared clock. Resolves with the ports, by worker index; a worker restarted later reopens its own.
+   */
+  async openWorkerPorts(options: WorkerPortOptions, relay: WorkerPortRelay): Promise<number[]> {
+    assert(this.workerPorts === undefined, 'worker ports are open already');
+    if (this.config.cluster !== undefined)
+      throw invalidInput(
+        'worker ports are not served in a cluster yet: start the node without --worker-ports, or without peers',
+      );
+    const clockCell = sharedClockCell();
+    this.clock.shareWith(clockCell);
+    const c = this.config;
+    const template: WorkerRespInit = {
+      port: 0,
+      bind: options.bind,
+      host: options.host,
+      ports: this.links.map(() => 0),
+      workerOfFragment: Array.from(this.linkOfFragment),
+      password: options.password,
+      nodeId: this.nodeIdBytes.toString(),
+      clockCell,
+      maxClockSkewMs: c.maxClockSkewMs,
+      durability: c.durability,
+      replicaAcks: c.replicaAcks,
+      fragments: c.fragments,
+      valueBytesMax: c.valueBytesMax,
+      maxMemoryBytes: c.maxMemoryBytes,
+    };
+    const ports = this.links.map((_, i) => (options.base === 0 ? 0 : options.base + i));
+    this.workerPorts = { template, ports, relay };
+    const opened = await Promise.allSettled(
+      this.links.map((link) =>
+        this.portRequest(link, { kind: 'resp-listen', resp: this.portInit(link.index) }),
+      ),
+    );
+    const failure = opened.find((r) => r.status === 'rejected');
+    if (failure !== undefined) {
+      await this.closeWorkerPorts();
+      throw failure.reason;
+    }
+    for (const [i, r] of opened.entries())
+      if (r.status === 'fulfilled' && r.value.kind === 'resp-listening') ports[i] = r.value.port;
+    for (const link of this.links) link.post({ kind: 'resp-ports', ports });
+    return [...ports];
+  }
+
+  /** Closes the workers' RESP ports (their clients too); resolves once every worker has. */
+  async closeWorkerPorts(): Promise<void> {
+    if (this.workerPorts === undefined) return;
+    this.workerPorts = undefined;
+    await Promise.allSettled(this.links.map((link) => this.portRequest(link, { kind: 'resp-close' })));
+  }
+
+  /** The workers' RESP ports by worker index, while they are open. */
+  get workerPortList(): readonly number[] | undefined {
+    return this.workerPorts?.ports;
+  }
+
+  private portInit(index: number): WorkerRespInit {
+    const open = this.workerPorts!;
+    return { ...open.template, port: open.ports[index], ports: [...open.ports] };
+  }
+
+  /** Sends a worker a port command and waits for its answer (one at a time per worker). */
+  private portRequest(
+    link: WorkerLink,
+    command: { kind: 'resp-listen'; resp: WorkerRespInit } | { kind: 'resp-close' },
+  ): Promise<WorkerPortEvent> {
+    return new Promise((resolve, reject) => {
+      if (!link.post(command)) {
+        if (command.kind === 'resp-close') resolve({ kind: 'resp-closed' });
+        else reject(internalError(`worker ${link.index} is not running: its RESP port cannot open`));
+        return;
+      }
+      this.portWaiters[link.index] = (event) => {
+        if (event.kind === 'resp-listen-failed') reject(invalidInput(event.message));
+        else resolve(event);
+      };
+    });
+  }
+
+  private onPortEvent(index: number, event: WorkerPortEvent): void {
+    if (event.kind === 'relay') return this.relay(index, event);
+    const waiter = this.portWaiters[index];
+    if (waiter !== undefined) {
+      this.portWaiters[index] = undefined;
+      return waiter(event);
+    }
+    // A restarted worker reopened its port by itself (WorkerInit.resp).
+    if (event.kind === 'resp-listen-failed')
+      this.logger.error(
+        { worker: index, err: event.message },
+        'a restarted worker could not reopen its RESP port',
+      );
+  }
+
+  private relay(index: number, request: RelayRequest): void {
+    const open = this.workerPorts;
+    const link = this.links[index];
+    const answer = (reply: Uint8Array) => link.post({ kind: 'relay-reply', id: request.id, reply });
+    if (open === undefined) return void answer(Buffer.from('-ERR the worker ports are closing\r\n'));
+    open
+      .relay(request)
+      .then(answer, (err: Error) => answer(Buffer.from(`-ERR ${err.message.replace(/[\r\n]+/g, ' ')}\r\n`)));
   }
 
   /** The cluster's startup message with the replica lists `holdFragment` set since. */

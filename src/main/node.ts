@@ -50,7 +50,8 @@ import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-c
 import { ringWakeupsRecovered } from '../threads/ring.js';
 import { servePeerRequests } from './admin/cluster-changes.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
-import { blankWriteSpec, Dispatcher, NOT_LOCAL, releaseWriteSpec } from './dispatcher.js';
+import { Dispatcher } from './dispatcher.js';
+import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec } from './key-router.js';
 import { Cluster, type MembershipReport, type MembershipStart } from './mesh/cluster.js';
 import { ListenerClient, PubSubHub, type PubSubMessage } from './pubsub.js';
 import { waitForReplicas } from './replica-waiter.js';

@@ -15,7 +15,13 @@ import {
   WORKER_START_TIMEOUT_MS,
   WORKER_YOUNG_GENERATION_MB,
 } from '../core/limits.js';
-import { isWorkerEvent, type WorkerInit } from '../threads/messages.js';
+import {
+  isWorkerEvent,
+  isWorkerPortEvent,
+  type WorkerInit,
+  type WorkerPortCommand,
+  type WorkerPortEvent,
+} from '../threads/messages.js';
 import {
   acksCount,
   acksReply,
@@ -73,6 +79,8 @@ export interface LinkDeps {
    * page (ResultKind.RoundProgress); ring memory.
    */
   onRoundReport?(buf: Buffer, at: number, length: number): void;
+  /** A control message about the worker's RESP port (src/workers/resp-port.ts). */
+  onPortEvent?(index: number, event: WorkerPortEvent): void;
   logger: Logger;
 }
 
@@ -192,6 +200,13 @@ export class WorkerLink {
     }
   }
 
+  /** Sends the worker a control message about its RESP port; false when no worker runs. */
+  post(command: WorkerPortCommand): boolean {
+    if (this.worker === undefined || this.state !== 'ready') return false;
+    this.worker.postMessage(command);
+    return true;
+  }
+
   /** Resolves once no request is in flight. */
   whenIdle(): Promise<void> {
     if (this.inFlight === 0) return Promise.resolve();
@@ -293,6 +308,7 @@ export class WorkerLink {
         else reject(error);
       };
       worker.on('message', (message: unknown) => {
+        if (isWorkerPortEvent(message)) return this.deps.onPortEvent?.(this.index, message);
         if (!isWorkerEvent(message)) return;
         if (message.kind === 'ready') {
           const refusal = this.deps.onReady(this.index, message.highWaterWallMs);

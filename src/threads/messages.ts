@@ -2,6 +2,7 @@
 // path, which uses the rings). One startup message goes to each worker, as piscina does.
 
 import type { FragmentConfig } from '../core/fragment.js';
+import type { Durability } from '../core/ops.js';
 import type { StoreLocation } from '../native-bindings/kv-store.js';
 import type { PoolSpanRequest, ScanRequest } from './op-codec.js';
 
@@ -29,6 +30,77 @@ export interface WorkerInit {
   cluster: ClusterInit | undefined;
   /** A replacement for a worker that died: peers' sessions toward it are gone and must be reopened. */
   restarted: boolean;
+  /** Set while the node's worker ports are open: the worker serves RESP on its own port. */
+  resp?: WorkerRespInit;
+}
+
+/** What a worker's RESP port needs (src/workers/resp-port.ts). */
+export interface WorkerRespInit {
+  /** The port to listen on (0: any free one, reported back in `resp-listening`). */
+  port: number;
+  bind: string;
+  /** The host `-MOVED` names. */
+  host: string;
+  /** Every worker's port, by worker index (0: not known yet): where `-MOVED` sends a client. */
+  ports: number[];
+  /** Per fragment, the index of the worker that owns it. */
+  workerOfFragment: number[];
+  password: string | undefined;
+  nodeId: string;
+  /** The node's hybrid logical clock, shared with the main thread (src/core/hlc.ts). */
+  clockCell: SharedArrayBuffer;
+  maxClockSkewMs: number;
+  durability: Durability;
+  replicaAcks: number;
+  fragments: number;
+  valueBytesMax: number;
+  maxMemoryBytes: number;
+}
+
+/** A command a worker port has the main thread run (CommandSpec.needs), and the connection's state. */
+export interface RelayRequest {
+  kind: 'relay';
+  id: number;
+  /** The worker whose port the client is on. */
+  worker: number;
+  args: Uint8Array[];
+  protocol: 2 | 3;
+  authenticated: boolean;
+  name: string;
+  /** The client's address, for MONITOR and the slow log. */
+  remoteIp: string | undefined;
+  remotePort: number | undefined;
+}
+
+/** Control messages about a worker's RESP port, worker → main. */
+export type WorkerPortEvent =
+  | RelayRequest
+  | { kind: 'resp-listening'; port: number }
+  | { kind: 'resp-listen-failed'; message: string }
+  | { kind: 'resp-closed' };
+
+/** Control messages about a worker's RESP port, main → worker. */
+export type WorkerPortCommand =
+  | { kind: 'resp-listen'; resp: WorkerRespInit }
+  | { kind: 'resp-ports'; ports: number[] }
+  | { kind: 'resp-close' }
+  | { kind: 'relay-reply'; id: number; reply: Uint8Array };
+
+const WORKER_PORT_EVENTS = new Set(['relay', 'resp-listening', 'resp-listen-failed', 'resp-closed']);
+const WORKER_PORT_COMMANDS = new Set(['resp-listen', 'resp-ports', 'resp-close', 'relay-reply']);
+
+export function isWorkerPortEvent(value: unknown): value is WorkerPortEvent {
+  return (
+    typeof value === 'object' && value !== null && WORKER_PORT_EVENTS.has((value as { kind?: string }).kind!)
+  );
+}
+
+export function isWorkerPortCommand(value: unknown): value is WorkerPortCommand {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    WORKER_PORT_COMMANDS.has((value as { kind?: string }).kind!)
+  );
 }
 
 /** What a worker knows of the cluster (static placement, src/core/placement.ts). */

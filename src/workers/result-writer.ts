@@ -4,6 +4,7 @@
 
 import { copyBytes, copyRange, writeU32LE } from '../core/bytes.js';
 import { ErrorKind, truncateErrorMessage } from '../core/errors.js';
+import type { FragmentOp } from '../core/fragment.js';
 import { RESULT_ACKS_MAX } from '../core/limits.js';
 import { Reply } from '../core/ops.js';
 import {
@@ -26,7 +27,27 @@ import {
 } from '../threads/op-codec.js';
 import type { RingOutbox } from '../threads/ring-outbox.js';
 
-export class ResultWriter {
+/** Where an op's reply is written: the result ring, or a worker port's handler (src/workers/resp-port.ts). */
+export interface OpReplies {
+  record(reply: Reply, detail: number, reqId: number, record: Uint8Array, headerOnly: boolean): void;
+  text(status: number, detail: number, reqId: number, text: string): void;
+  ack(reply: Reply, detail: number, reqId: number): void;
+}
+
+/** Writes the reply the actor set on `op`: with its record, its text, or its status alone. */
+export function writeOpReply(op: FragmentOp, to: OpReplies): void {
+  const detail = op.prior ? 1 : 0;
+  const record = op.replyRecord;
+  if (record !== undefined) {
+    to.record(op.reply, detail, op.reqId, record, op.headerOnly || op.reply === Reply.Superseded);
+  } else if (op.text !== '') {
+    to.text(op.reply, detail, op.reqId, op.text);
+  } else {
+    to.ack(op.reply, detail, op.reqId);
+  }
+}
+
+export class ResultWriter implements OpReplies {
   /** Header-only replies not yet written: one status and detail, their reqIds (`ack`). */
   private readonly ackIds = new Array<number>(RESULT_ACKS_MAX).fill(0);
   private ackCount = 0;

@@ -72,7 +72,7 @@ import { PoolSpans } from './pool-spans.js';
 import { ReplicaWaits } from './replica-waits.js';
 import { WorkerReplication } from './replication.js';
 import { DrainWaiters } from './replication-drain.js';
-import { ResultWriter } from './result-writer.js';
+import { ResultWriter, writeOpReply } from './result-writer.js';
 import { collectScanPage, withPending } from './scan-page.js';
 import { TtlSweeper } from './ttl-sweeper.js';
 import { type RecordDecoder, TurnReader } from './turn-reader.js';
@@ -446,15 +446,7 @@ export class WorkerRuntime implements RecordDecoder {
         return;
       }
     }
-    const detail = op.prior ? 1 : 0;
-    const record = op.replyRecord;
-    if (record !== undefined) {
-      this.results.record(reply, detail, op.reqId, record, op.headerOnly || reply === Reply.Superseded);
-    } else if (op.text !== '') {
-      this.results.text(reply, detail, op.reqId, op.text);
-    } else {
-      this.results.ack(reply, detail, op.reqId);
-    }
+    writeOpReply(op, this.results);
   }
 
   /**
@@ -611,6 +603,38 @@ export class WorkerRuntime implements RecordDecoder {
     this.requestEvent.op = op;
     core.step(this.requestEvent);
     this.activate(core);
+  }
+
+  /** The actor of `fragment` while this worker serves it (for its RESP port). */
+  actorOf(fragment: number): FragmentCore | undefined {
+    return this.actors.find(fragment);
+  }
+
+  /**
+   * Queues an op from this worker's RESP port (its reply goes to `op.sink`); the actors run once
+   * this turn's I/O is read, with everything else queued by then.
+   */
+  submitLocal(core: FragmentCore, op: FragmentOp): void {
+    this.submit(core, op);
+    if (this.localRunScheduled) return;
+    this.localRunScheduled = true;
+    setImmediate(this.runLocal);
+  }
+
+  private localRunScheduled = false;
+  private readonly runLocal = (): void => {
+    this.localRunScheduled = false;
+    if (!this.closing) this.runActive(this.clock.nowMs());
+  };
+
+  /** The store this worker's fragments live in (a RESP port reads committed keys straight from it). */
+  get kvStore(): KvStore {
+    return this.store;
+  }
+
+  /** The node-wide fragment board (the memory store's size, for a RESP port's memory bound). */
+  get fragmentBoard(): FragmentBoard {
+    return this.board;
   }
 
   private reconcileNow(reqId: number, fragment: number, wait: PeerWait, verify: boolean): void {

@@ -16,7 +16,7 @@
 // show. The seed is printed; TESSERA_SEED=<seed> replays a run (TESSERA_FUZZ_RUNS scales it).
 
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { after, before, test } from 'node:test';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
@@ -612,8 +612,11 @@ test('a half-sent command, then the client goes away', async () => {
     // The server holds the half-sent command before the client goes.
     await eventually(
       () =>
-        server.connections().find((c) => c.socket.remotePort === socket.localPort)?.socket.bytesRead ===
-        half.length,
+        (
+          server.connections().find((c) => c.socket.remotePort === socket.localPort)?.socket as
+            | Socket
+            | undefined
+        )?.bytesRead === half.length,
       REPLY_TIMEOUT_MS,
     );
     const closed = new Promise((resolve) => socket.once('close', resolve));

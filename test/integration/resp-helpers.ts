@@ -33,7 +33,7 @@ export interface RespFixtureOptions {
   /** RESP server options over the defaults. */
   server?: Pick<
     RespServerOptions,
-    'keyCountReuseMs' | 'backupDir' | 'tls' | 'slowlogLogSlowerThanUs' | 'slowlogMaxLen'
+    'keyCountReuseMs' | 'backupDir' | 'tls' | 'slowlogLogSlowerThanUs' | 'slowlogMaxLen' | 'workerPorts'
   >;
 }
 

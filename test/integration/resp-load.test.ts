@@ -5,6 +5,7 @@
 // abusing connection.
 
 import assert from 'node:assert/strict';
+import type { Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import type { Redis } from 'ioredis';
 import {
@@ -251,11 +252,12 @@ describe('limits', () => {
     const id = Number((await raw.call('CLIENT', 'ID')).slice(1, -2));
     const conn = fx.server.connections().find((c) => c.id === id);
     assert.ok(conn);
-    const readBefore = conn.socket.bytesRead;
+    const socket = conn.socket as Socket;
+    const readBefore = socket.bytesRead;
     raw.send(request.subarray(0, request.length >> 1));
     // The server has read the first half (and parsed it: its handler runs on every read); a round trip
     // on another connection gives a reply it sent time to arrive.
-    await eventually(() => conn.socket.bytesRead - readBefore === request.length >> 1);
+    await eventually(() => socket.bytesRead - readBefore === request.length >> 1);
     assert.equal(await r.ping(), 'PONG');
     assert.ok(
       fx.server.connections().some((c) => c.id === id),

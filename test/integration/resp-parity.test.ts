@@ -17,13 +17,14 @@ import { after, before, test } from 'node:test';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
 import { dumpPayload, restoreValue } from '../../src/core/dump-payload.js';
+import { slotOf } from '../../src/core/keyspace.js';
 import { lcsTableBytes } from '../../src/core/lcs.js';
 import { VALUE_BYTES_MAX_DEFAULT } from '../../src/core/limits.js';
 import { UNSUPPORTED_COMMANDS } from '../../src/main/resp/unsupported-commands.js';
 import {
   newClient,
   onPath,
-  type RawClient,
+  RawClient,
   REDIS_INSTALL_HINT,
   REQUIRE_REDIS_TOOLS,
   type RedisServer,
@@ -384,7 +385,7 @@ const LCS_TABLE_REFUSAL = '-ERR Insufficient memory, transient memory for LCS ex
  * (Redis by 512 MiB), so LCS of two long values (INCRBYFLOAT 1e4932 makes one) is refused. It counts
  * only when the two values' lengths really put the table past that limit.
  */
-async function refusedByTableLimit(cmd: Command, ours: string): Promise<boolean> {
+async function refusedByTableLimit(cmd: Command, ours: string, tessera: RawClient): Promise<boolean> {
   if (cmd[0].toUpperCase() !== 'LCS' || ours !== LCS_TABLE_REFUSAL) return false;
   const length = async (key: string) => Number((await tessera.call('STRLEN', key)).slice(1, -2));
   return lcsTableBytes(await length(cmd[1]), await length(cmd[2])) > VALUE_BYTES_MAX_DEFAULT;
@@ -443,6 +444,36 @@ if (REQUIRE_REDIS_TOOLS) {
 }
 
 test('random command sequences get the same replies from Tessera and redis-server', { skip }, async () => {
+  await compareSequences(tessera);
+});
+
+test('random command sequences through a worker port get the same replies as from redis-server', {
+  skip,
+}, async () => {
+  const workerFixture = await startResp({
+    label: 'resp-parity-worker',
+    server: { workerPorts: { base: 0 } },
+  });
+  try {
+    // The sequences' keys share one slot: the worker that owns it serves them all on its port.
+    const dispatcher = workerFixture.node.dispatcher;
+    const owner = dispatcher.workerLinkOf(
+      dispatcher.keyspace.fragmentOfSlot(slotOf(Buffer.from(KEYS[0]))),
+    ).index;
+    const ports = workerFixture.server.workerPorts!;
+    const client = await RawClient.connect(ports[owner]);
+    try {
+      await compareSequences(client);
+    } finally {
+      client.destroy();
+    }
+  } finally {
+    await workerFixture.stop();
+  }
+});
+
+/** Draws command sequences and requires `ours` (a Tessera port) to answer each as redis-server does. */
+async function compareSequences(tessera: RawClient): Promise<void> {
   let commands = 0;
   await fc.assert(
     fc.asyncProperty(
@@ -465,7 +496,7 @@ test('random command sequences get the same replies from Tessera and redis-serve
           const ours = await tessera.call(...args);
           const theirs = await redis.call(...args);
           commands++;
-          if (!sameReply(cmd, ours, theirs) && !(await refusedByTableLimit(cmd, ours))) {
+          if (!sameReply(cmd, ours, theirs) && !(await refusedByTableLimit(cmd, ours, tessera))) {
             assert.fail(
               `${show(cmd)}\n  tessera: ${JSON.stringify(ours)}\n  redis:   ${JSON.stringify(theirs)}\n` +
                 `  after: ${sequence.map(show).join(' ; ')}\n  in RESP${protocol}`,
@@ -484,7 +515,7 @@ test('random command sequences get the same replies from Tessera and redis-serve
   console.log(`resp-parity: ${commands} commands compared`);
   // A run cut short by the time limit still has to have compared something real.
   assert.ok(commands >= 1000, `only ${commands} commands compared`);
-});
+}
 
 /**
  * The text of a raw bulk reply: after its length line, and in RESP3 (the random sequences leave a

@@ -1,7 +1,7 @@
 // Hybrid logical clock (spec §2.3).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { HybridLogicalClock } from '../../src/core/hlc.js';
+import { HybridLogicalClock, sharedClockCell } from '../../src/core/hlc.js';
 
 const stamp = (c: HybridLogicalClock) => [c.wallMs, c.logical];
 
@@ -116,4 +116,22 @@ test("a tick after observing a peer frame's newest millisecond orders after ever
   clock.observeWallMs(7000, 6990);
   clock.tick(6990);
   assert.deepEqual([clock.wallMs, clock.logical], [7001, 0]);
+});
+
+test('clocks sharing one cell issue one strictly increasing sequence between them', () => {
+  const cell = sharedClockCell();
+  const a = new HybridLogicalClock(1000, cell);
+  const b = new HybridLogicalClock(1000, cell);
+  a.tick(1000);
+  assert.deepEqual(stamp(a), [1000, 0]);
+  b.tick(1000);
+  assert.deepEqual(stamp(b), [1000, 1]);
+  // b observed a stamp ahead of both wall clocks: a's next tick orders after it.
+  assert.equal(b.observe(1200, 7, 1000), true);
+  a.tick(1001);
+  assert.deepEqual(stamp(a), [1200, 8]);
+  // A refused observation changes nothing, for either clock.
+  assert.equal(b.observe(9000, 0, 1000), false);
+  b.tick(1001);
+  assert.deepEqual(stamp(b), [1200, 9]);
 });

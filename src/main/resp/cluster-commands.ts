@@ -6,7 +6,7 @@
 
 import { createHash } from 'node:crypto';
 import { assert } from '../../core/assert.js';
-import { slotOf, slotOfRange, slotRange } from '../../core/keyspace.js';
+import { slotOf, slotRange } from '../../core/keyspace.js';
 import {
   COUNT_KEYS_IN_SLOT_EXAMINED_MAX,
   COUNT_KEYS_IN_SLOT_PAGE_KEYS,
@@ -16,16 +16,9 @@ import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import type { Cluster, MemberHealth } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
-import {
-  answerLater,
-  type CommandSpec,
-  integerArg,
-  lastKeyIndex,
-  optionName,
-  unknownSubcommand,
-  writeHelp,
-} from './commands.js';
+import { answerLater, type CommandSpec, integerArg, unknownSubcommand, writeHelp } from './commands.js';
 import type { RespConnection } from './connection.js';
+import { nodeServer } from './host.js';
 
 /** One node as clients see it. */
 interface ClusterNodeView {
@@ -51,56 +44,44 @@ interface ShardView {
   replicas: ClusterNodeView[];
 }
 
-/**
- * `--cluster-redirects moved`: a command whose keys all hash to one slot that another node serves
- * is answered `-MOVED slot host:port` (the primary CLUSTER SLOTS names), as Redis Cluster answers
- * it, so a cluster-mode client goes to that node and follows a fragment that moved. Keys in several
- * slots still run here (Tessera serves them across fragments where Redis answers CROSSSLOT), and a
- * slot no reachable node serves now is forwarded as in `forward` mode. True when it answered.
- */
-export function redirectedElsewhere(
-  conn: RespConnection,
-  spec: CommandSpec,
-  cmd: RespCommand,
-  w: RespWriter,
-): boolean {
-  const node = conn.server.node;
-  const cluster = node.cluster;
-  if (cluster === undefined || !cluster.config.redirectsMoved) return false;
-  const range = (cmd.argc > 1 ? spec.subcommandKeys?.[optionName(cmd, 1)] : undefined) ?? spec.keys;
-  const [first, , step] = range;
-  if (first === 0) return false;
-  const end = lastKeyIndex(range, cmd.argc);
-  if (first > end) return false;
-  const slot = slotOfRange(cmd.bufs[first], cmd.starts[first], cmd.ends[first]);
-  for (let i = first + step; i <= end; i += step) {
-    if (slotOfRange(cmd.bufs[i], cmd.starts[i], cmd.ends[i]) !== slot) return false;
-  }
-  const fragment = node.dispatcher.keyspace.fragmentOfSlot(slot);
-  const member = cluster.servingMember(fragment);
-  if (member === -1 || member === cluster.config.selfIndex) return false;
-  // READONLY: a read of a fragment this node holds a copy of is served here, as a Redis replica does.
-  if (conn.readReplica && spec.flags.includes('readonly') && node.dispatcher.holds(fragment)) return false;
-  const host = cluster.config.addresses[member]?.host;
-  const port = cluster.mesh.clientPortOf(member);
-  if (host === undefined || port <= 0) return false;
-  w.errorCode('MOVED', `${slot} ${host}:${port}`);
-  return true;
-}
-
 export function redisNodeId(nodeId: string): string {
   return createHash('sha1').update(nodeId).digest('hex');
 }
 
 /** The node's cluster (CLUSTER commands answer an error before reaching here without one). */
 function clusterOf(conn: RespConnection): Cluster {
-  const cluster = conn.server.node.cluster;
+  const cluster = nodeServer(conn).node.cluster;
   assert(cluster !== undefined, 'cluster command on a node without a cluster');
   return cluster;
 }
 
+/**
+ * A node without peers whose workers serve their own ports: each worker is a node of its own, the
+ * primary of the fragments it owns, reached at its port.
+ */
+function workerNodes(conn: RespConnection, ports: readonly number[]): ClusterNodeView[] | undefined {
+  const server = nodeServer(conn);
+  if (server.node.cluster !== undefined) return undefined;
+  return ports.map((port, i) => {
+    const nodeId = `${server.node.nodeId}/worker-${i}`;
+    return {
+      id: redisNodeId(nodeId),
+      nodeId,
+      host: server.workerPortsHost,
+      port,
+      self: conn.relayedFromWorker === i,
+      up: port !== 0,
+      health: 'ok',
+      member: true,
+    };
+  });
+}
+
 function nodesOf(conn: RespConnection): ClusterNodeView[] {
-  const { port } = conn.server.address;
+  const server = nodeServer(conn);
+  const ports = server.workerPorts;
+  if (ports !== undefined) return workerNodes(conn, ports)!;
+  const { port } = server.address;
   const cluster = clusterOf(conn);
   const c = cluster.config;
   return c.members.map((nodeId, m) => {
@@ -119,9 +100,19 @@ function nodesOf(conn: RespConnection): ClusterNodeView[] {
 }
 
 function shardsOf(conn: RespConnection, nodes: ClusterNodeView[]): ShardView[] {
-  const fragments = conn.server.node.settings.fragments;
-  const cluster = clusterOf(conn);
+  const fragments = conn.server.settings.fragments;
   const out: ShardView[] = [];
+  const node = nodeServer(conn).node;
+  if (node.cluster === undefined) {
+    // Worker ports: each fragment's primary is the worker that owns it.
+    for (let f = 0; f < fragments; f++) {
+      const [first, end] = slotRange(f, fragments);
+      const primary = nodes[node.dispatcher.workerLinkOf(f).index];
+      out.push({ first, last: end - 1, primary: primary.up ? primary : undefined, replicas: [] });
+    }
+    return out;
+  }
+  const cluster = clusterOf(conn);
   for (let f = 0; f < fragments; f++) {
     const [first, end] = slotRange(f, fragments);
     const serving = cluster.servingMember(f);
@@ -209,13 +200,14 @@ function clusterNodes(conn: RespConnection): string {
 function clusterInfo(conn: RespConnection): string {
   const nodes = nodesOf(conn);
   const shards = shardsOf(conn, nodes);
+  const cluster = nodeServer(conn).node.cluster;
   let slotsOk = 0;
   for (const s of shards) if (s.primary !== undefined) slotsOk += s.last - s.first + 1;
   // Redis's cluster_size: the masters serving at least one slot (here, first serving replicas).
   const primaries = new Set(shards.map((s) => s.primary?.id).filter((id) => id !== undefined));
   const rows: Array<[string, string | number]> = [
     ['cluster_enabled', 1],
-    ['cluster_state', clusterOf(conn).state()],
+    ['cluster_state', cluster === undefined ? (slotsOk === SLOT_COUNT ? 'ok' : 'fail') : cluster.state()],
     ['cluster_slots_assigned', SLOT_COUNT],
     ['cluster_slots_ok', slotsOk],
     ['cluster_slots_pfail', 0],
@@ -223,17 +215,17 @@ function clusterInfo(conn: RespConnection): string {
     ['cluster_known_nodes', nodes.filter((n) => n.member).length],
     ['cluster_size', primaries.size],
     // Redis's config epochs: here the assignment table's epoch, which each coordinator takeover raises.
-    ['cluster_current_epoch', Math.max(1, clusterOf(conn).coordinator?.table.epoch ?? 0)],
-    ['cluster_my_epoch', Math.max(1, clusterOf(conn).coordinator?.table.epoch ?? 0)],
+    ['cluster_current_epoch', Math.max(1, cluster?.coordinator?.table.epoch ?? 0)],
+    ['cluster_my_epoch', Math.max(1, cluster?.coordinator?.table.epoch ?? 0)],
     ['tessera_fragments', shards.length],
-    ['tessera_replicas', clusterOf(conn).config.replicas],
+    ['tessera_replicas', cluster?.config.replicas ?? 1],
   ];
   return rows.map(([k, v]) => `${k}:${v}\r\n`).join('');
 }
 
 /** Counts the keys of one slot by walking its fragment (keys only), answering into a reply slot. */
 function countKeysInSlot(conn: RespConnection, slot: number): false {
-  const node = conn.server.node;
+  const node = nodeServer(conn).node;
   const fragment = node.dispatcher.keyspace.fragmentOfSlot(slot);
   const count = async (): Promise<number> => {
     let n = 0;
@@ -277,7 +269,8 @@ const HELP = [
 
 /** A node started without peers answers cluster commands as Redis without cluster support. */
 function clusterDisabled(conn: RespConnection, w: RespWriter): boolean {
-  if (conn.server.node.cluster !== undefined) return false;
+  const server = nodeServer(conn);
+  if (server.node.cluster !== undefined || server.workerPorts !== undefined) return false;
   w.error('This instance has cluster support disabled');
   return true;
 }
@@ -305,7 +298,7 @@ function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
       return true;
     case 'MYID':
       if (cmd.argc !== 2) wrongArity();
-      else w.bulk(redisNodeId(conn.server.node.nodeId));
+      else w.bulk(nodesOf(conn).find((n) => n.self)?.id ?? redisNodeId(nodeServer(conn).node.nodeId));
       return true;
     case 'KEYSLOT':
       if (cmd.argc !== 3) wrongArity();
@@ -347,7 +340,7 @@ function readWrite(conn: RespConnection, _cmd: RespCommand, w: RespWriter): bool
 const NONE = [0, 0, 0] as const;
 
 export const CLUSTER_COMMANDS: readonly CommandSpec[] = [
-  { name: 'CLUSTER', arity: -2, flags: [], keys: NONE, run: cluster },
-  { name: 'READONLY', arity: 1, flags: ['fast'], keys: NONE, run: readOnly },
+  { name: 'CLUSTER', arity: -2, flags: [], keys: NONE, needs: 'node', run: cluster },
+  { name: 'READONLY', arity: 1, flags: ['fast'], keys: NONE, needs: 'node', run: readOnly },
   { name: 'READWRITE', arity: 1, flags: ['fast'], keys: NONE, run: readWrite },
 ];

@@ -7,7 +7,7 @@ import { ErrorKind, TesseraError } from '../../core/errors.js';
 import { CommandTable, commandNameKey, type RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { BIT_COMMANDS } from './bit-commands.js';
-import { CLUSTER_COMMANDS, redirectedElsewhere } from './cluster-commands.js';
+import { CLUSTER_COMMANDS } from './cluster-commands.js';
 import { CommandStats } from './command-stats.js';
 import type { RespConnection } from './connection.js';
 import { HLL_COMMANDS } from './hll-commands.js';
@@ -26,6 +26,18 @@ export function lastKeyIndex(range: KeyRange, argc: number): number {
   return last < 0 ? argc + last : Math.min(last, argc - 1);
 }
 
+/**
+ * The key arguments `cmd` has, as `[first, last, step]` by its spec (a container's per subcommand);
+ * undefined when it has none.
+ */
+export function keyArguments(spec: CommandSpec, cmd: RespCommand): KeyRange | undefined {
+  const range = (cmd.argc > 1 ? spec.subcommandKeys?.[optionName(cmd, 1)] : undefined) ?? spec.keys;
+  const first = range[0];
+  if (first === 0) return undefined;
+  const last = lastKeyIndex(range, cmd.argc);
+  return first > last ? undefined : [first, last, range[2]];
+}
+
 export interface CommandSpec {
   /** Upper-case name. */
   name: string;
@@ -37,6 +49,13 @@ export interface CommandSpec {
   keys: KeyRange;
   /** A container command's key positions per subcommand (COMMAND GETKEYS MEMORY USAGE k). */
   subcommandKeys?: Readonly<Record<string, KeyRange>>;
+  /**
+   * What the command needs besides its keys, that only the main thread has: `node`, the whole node
+   * (INFO, CONFIG, CLUSTER, a scan of every fragment) — a worker port has it run there; or
+   * `main-connection`, connection state the main port keeps (subscriptions, MONITOR, WAIT's count
+   * of written fragments) — a worker port refuses it, naming the main port.
+   */
+  needs?: 'node' | 'main-connection';
   /** Runs the command: true when it answered into `w` now, false when it deferred a reply slot. */
   run(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean;
 }
@@ -97,7 +116,10 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
   conn.commandRan = spec;
   conn.runningStat = stat;
   const errorsBefore = w.errorReplies;
-  const answeredNow = spec.run(conn, cmd, w);
+  const answeredNow =
+    spec.needs === undefined || conn.server.main !== undefined
+      ? spec.run(conn, cmd, w)
+      : conn.server.runElsewhere(conn, spec, cmd, w);
   // One clock read per command: its end is the next command's start (RespConnection.commandClockMs).
   const endMs = performance.now();
   const tookMs = endMs - conn.commandClockMs;
@@ -138,8 +160,8 @@ function refusedBeforeRunning(
     w.error("Replica can't interact with the keyspace");
     return true;
   }
-  if (redirectedElsewhere(conn, spec, cmd, w)) return true;
-  if (DENY_OOM[id] && conn.server.node.memoryFull()) {
+  if (conn.server.redirected(conn, spec, cmd, w)) return true;
+  if (DENY_OOM[id] && conn.server.memoryFull()) {
     writeOutOfMemory(w);
     return true;
   }

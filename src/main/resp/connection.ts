@@ -6,7 +6,6 @@
 // pass the output limit; a connection with too many commands in flight stops being read until
 // they complete.
 
-import type { Socket } from 'node:net';
 import { assert } from '../../core/assert.js';
 import { FragmentSet } from '../../core/fragment-set.js';
 import { CONNECTION_FLUSH_BYTES } from '../../core/limits.js';
@@ -21,8 +20,8 @@ import {
 import { type RespProtocol, RespWriter } from '../../core/resp-writer.js';
 import type { Delivery, PubSubClient } from '../pubsub.js';
 import { type CommandSpec, executeCommand } from './commands.js';
+import type { RespHost } from './host.js';
 import type { ReplyMode } from './key-access.js';
-import type { RespServer } from './server.js';
 
 /** Commands in flight per connection before its socket is paused (a pipeline depth no client needs). */
 export const CONNECTION_COMMANDS_IN_FLIGHT_MAX = 4096;
@@ -67,6 +66,22 @@ export class ReplySlot {
   constructor(readonly conn: RespConnection) {}
 }
 
+/** What a connection uses of its socket: a TCP or TLS socket, or the main thread's end of a relayed command. */
+export interface RespSocket {
+  on(event: 'data' | 'error' | 'close', listener: (chunk: Buffer) => void): unknown;
+  write(chunk: Buffer): unknown;
+  readonly writableLength: number;
+  setNoDelay(noDelay: boolean): unknown;
+  pause(): unknown;
+  resume(): unknown;
+  destroy(): unknown;
+  destroySoon(): unknown;
+  readonly remoteAddress?: string;
+  readonly remotePort?: number;
+  readonly localAddress?: string;
+  readonly localPort?: number;
+}
+
 function formatAddress(ip: string | undefined, port: number | undefined): string {
   const host = ip ?? '?';
   return `${host.includes(':') ? `[${host}]` : host}:${port ?? 0}`;
@@ -108,6 +123,8 @@ export class RespConnection implements PubSubClient {
   replySkipped = false;
   /** While a command whose reply is dropped runs: the reply slots it takes are silent from the start. */
   private silencing = false;
+  /** The worker whose RESP port handed this connection's command to the main thread (-1: none). */
+  relayedFromWorker = -1;
   /** MONITOR: every command the server runs is shown to this connection. */
   monitoring = false;
   /** Pub/Sub: the channels, patterns and shard channels this connection is subscribed to. */
@@ -147,15 +164,15 @@ export class RespConnection implements PubSubClient {
   closed = false;
 
   constructor(
-    readonly server: RespServer,
-    readonly socket: Socket,
+    readonly server: RespHost,
+    readonly socket: RespSocket,
     id: number,
   ) {
     this.id = id;
     this.authenticated = !server.requiresAuth;
-    this.durability = server.node.settings.durability;
-    this.replicaAcks = server.node.settings.replicaAcks;
-    this.writtenFragments = new FragmentSet(server.node.settings.fragments);
+    this.durability = server.settings.durability;
+    this.replicaAcks = server.settings.replicaAcks;
+    this.writtenFragments = new FragmentSet(server.settings.fragments);
     this.out = new RespWriter(2);
     this.scratch = new RespWriter(2);
     this.out.errorCodes = server.errorCodes;
@@ -172,7 +189,7 @@ export class RespConnection implements PubSubClient {
 
   /** The wall clock as this turn's commands read it (the node's turn clock): stamps, deadlines, TTLs. */
   nowMs(): number {
-    return this.server.node.dispatcher.turnClock.nowMs();
+    return this.server.keys.turnClock.nowMs();
   }
 
   set protocol(p: RespProtocol) {
@@ -492,4 +509,28 @@ export class RespConnection implements PubSubClient {
     this.socket.destroy();
     this.server.forget(this);
   }
+}
+
+/**
+ * Sends connections' replies once this event-loop turn has handled all its I/O, together (as Redis
+ * writes replies before it sleeps): a client reading many sockets is woken once for the burst
+ * instead of once per socket.
+ */
+export class ReplyFlusher {
+  /** Connections with replies to send at the end of this turn, and the spare list. */
+  private queue: RespConnection[] = [];
+  private spare: RespConnection[] = [];
+
+  soon(conn: RespConnection): void {
+    this.queue.push(conn);
+    if (this.queue.length === 1) setImmediate(this.flushAll);
+  }
+
+  private readonly flushAll = (): void => {
+    const queue = this.queue;
+    this.queue = this.spare;
+    this.spare = queue;
+    for (const conn of queue) conn.flush();
+    queue.length = 0;
+  };
 }

@@ -18,7 +18,7 @@ import { expiresAtOf, valueBytesOf } from '../../core/record.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/op-codec.js';
-import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec, type WriteSpec } from '../dispatcher.js';
+import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec, type WriteSpec } from '../key-router.js';
 import { resultError } from '../result-error.js';
 import type { ResultHandler } from '../worker-link.js';
 import { crossSlot, writeErrorText, writeFailure } from './commands.js';
@@ -105,7 +105,7 @@ export function readKey(
   a = 0,
   b = 0,
 ): boolean {
-  const dispatcher = conn.server.node.dispatcher;
+  const dispatcher = conn.server.keys;
   const fragment = dispatcher.fragmentOf(key);
   if (conn.writesInFlight === 0) {
     const local = dispatcher.readLocal(fragment, key, conn.readReplica);
@@ -143,7 +143,7 @@ export function readPart(
   mode: ReadMode,
   index: number,
 ): void {
-  const dispatcher = conn.server.node.dispatcher;
+  const dispatcher = conn.server.keys;
   const fragment = dispatcher.fragmentOf(key);
   if (conn.writesInFlight === 0) {
     const local = dispatcher.readLocal(fragment, key, conn.readReplica);
@@ -304,7 +304,7 @@ function submit(
   handler: ResultHandler<ReplySlot> | ResultHandler<WritePart>,
 ): void {
   const token = handler === partWriteHandler ? new WritePart(slot) : slot;
-  const dispatcher = conn.server.node.dispatcher;
+  const dispatcher = conn.server.keys;
   const error = dispatcher.submitWrite(spec, handler as ResultHandler<unknown>, token);
   releaseWriteSpec(spec);
   if (conn.writtenFragments.size === 0) conn.writtenSinceStamp = dispatcher.servingStamp;
@@ -489,7 +489,7 @@ export function finishParts(slot: ReplySlot): void {
   slot.conn.endReply(slot);
 }
 
-const clockOf = (slot: ReplySlot): WallClock => slot.conn.server.node.dispatcher.turnClock;
+const clockOf = (slot: ReplySlot): WallClock => slot.conn.server.keys.turnClock;
 
 // The handlers below are given only slots of their own kind: a read slot's mode is a ReadMode, a
 // modification's a ModifyMode (set by readKey, modifyKey).

@@ -26,6 +26,7 @@ import {
   writeErrorText,
 } from './commands.js';
 import type { RespConnection } from './connection.js';
+import { nodeServer } from './host.js';
 import {
   finishParts,
   keyFits,
@@ -151,7 +152,7 @@ function scan(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
         .toLowerCase();
     else return syntaxError(w);
   }
-  const server = conn.server;
+  const server = nodeServer(conn);
   let cursor: string | undefined;
   if (cursorText !== '0') {
     cursor = server.cursors.find(Number(cursorText));
@@ -199,7 +200,12 @@ async function collectKeys(conn: RespConnection, match: Buffer): Promise<Buffer[
   const found: Buffer[] = [];
   let cursor: string | undefined;
   do {
-    const page = await conn.server.node.scan({ cursor, match, limit: KEY_COUNT_PAGE_KEYS, keysOnly: true });
+    const page = await nodeServer(conn).node.scan({
+      cursor,
+      match,
+      limit: KEY_COUNT_PAGE_KEYS,
+      keysOnly: true,
+    });
     for (const e of page.entries) found.push(e.key);
     if (found.length > KEYS_RESULTS_MAX) return undefined;
     cursor = page.cursor;
@@ -209,7 +215,7 @@ async function collectKeys(conn: RespConnection, match: Buffer): Promise<Buffer[
 
 /** DBSIZE counts live keys by reading every fragment: O(keys), paged, never blocking the node. */
 function dbsize(conn: RespConnection): boolean {
-  return answerLater(conn, conn.server.countKeys(), (w, n) => w.integer(n));
+  return answerLater(conn, nodeServer(conn).countKeys(), (w, n) => w.integer(n));
 }
 
 /**
@@ -224,7 +230,7 @@ function flushAll(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
     const mode = optionName(cmd, 1);
     if (mode !== 'ASYNC' && mode !== 'SYNC') return syntaxError(w);
   }
-  const done = conn.server.node.deleteAll({ durability: DURABILITY_NAMES[conn.durability] });
+  const done = nodeServer(conn).node.deleteAll({ durability: DURABILITY_NAMES[conn.durability] });
   return answerLater(conn, done, (reply) => reply.simple('OK'));
 }
 
@@ -338,7 +344,7 @@ function restore(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
   if (ttl === undefined) error = `ERR ${NOT_INTEGER}`;
   else if (ttl < 0) error = 'ERR Invalid TTL value, must be >= 0';
   else {
-    const restored = restoreValue(cmd.arg(3), conn.server.node.settings.valueBytesMax);
+    const restored = restoreValue(cmd.arg(3), conn.server.settings.valueBytesMax);
     if (typeof restored === 'string') error = restored;
     else value = restored;
     if (ttl > 0) expiresAtMs = absolute ? ttl : conn.nowMs() + ttl;
@@ -394,10 +400,10 @@ export const KEY_COMMANDS: CommandSpec[] = [
     keys: FIRST,
     run: keyOnlyModify(Modifier.Persist, ModifyMode.Integer),
   },
-  { name: 'SCAN', arity: -2, flags: ['readonly'], keys: NONE, run: scan },
-  { name: 'KEYS', arity: 2, flags: ['readonly'], keys: NONE, run: keys },
-  { name: 'DBSIZE', arity: 1, flags: ['readonly', 'fast'], keys: NONE, run: dbsize },
-  { name: 'FLUSHALL', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
+  { name: 'SCAN', arity: -2, flags: ['readonly'], keys: NONE, needs: 'node', run: scan },
+  { name: 'KEYS', arity: 2, flags: ['readonly'], keys: NONE, needs: 'node', run: keys },
+  { name: 'DBSIZE', arity: 1, flags: ['readonly', 'fast'], keys: NONE, needs: 'node', run: dbsize },
+  { name: 'FLUSHALL', arity: -1, flags: ['write'], keys: NONE, needs: 'node', run: flushAll },
   { name: 'RENAME', arity: 3, flags: ['write'], keys: [1, 2, 1], run: rename(false) },
   { name: 'RENAMENX', arity: 3, flags: ['write', 'fast'], keys: [1, 2, 1], run: rename(true) },
   { name: 'COPY', arity: -3, flags: ['write', 'denyoom'], keys: [1, 2, 1], run: copy },
@@ -410,5 +416,5 @@ export const KEY_COMMANDS: CommandSpec[] = [
     run: keyOnlyModify(Modifier.Dump, ModifyMode.Value),
   },
   { name: 'RESTORE', arity: -4, flags: ['write', 'denyoom'], keys: FIRST, run: restore },
-  { name: 'FLUSHDB', arity: -1, flags: ['write'], keys: NONE, run: flushAll },
+  { name: 'FLUSHDB', arity: -1, flags: ['write'], keys: NONE, needs: 'node', run: flushAll },
 ];

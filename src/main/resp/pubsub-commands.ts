@@ -11,6 +11,7 @@ import type { RespWriter } from '../../core/resp-writer.js';
 import type { CommandSpec } from './commands.js';
 import { optionName, replyError, unknownSubcommand, writeHelp } from './commands.js';
 import type { RespConnection } from './connection.js';
+import { nodeServer } from './host.js';
 
 /** Commands a subscribed RESP2 connection may run (Redis's processCommand). */
 export const ALLOWED_WHILE_SUBSCRIBED = new Set([
@@ -57,7 +58,7 @@ function confirm(
 
 function subscribe(kind: SubscriptionKind) {
   return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
-    const registry = conn.server.node.pubsub.registry;
+    const registry = nodeServer(conn).node.pubsub.registry;
     for (let i = 1; i < cmd.argc; i++) {
       const name = cmd.arg(i);
       registry.subscribe(conn, kind, latin1(name));
@@ -72,7 +73,7 @@ function subscribe(kind: SubscriptionKind) {
 /** Unsubscribes the names given, or every one of the kind; a confirmation per name (one with nil for none). */
 function unsubscribe(kind: SubscriptionKind) {
   return (conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean => {
-    const registry = conn.server.node.pubsub.registry;
+    const registry = nodeServer(conn).node.pubsub.registry;
     const what = UNSUBSCRIBED[kind];
     if (cmd.argc > 1) {
       for (let i = 1; i < cmd.argc; i++) {
@@ -100,7 +101,7 @@ function publish(shard: boolean) {
     if (channel.length + message.length > PUBSUB_PAYLOAD_BYTES_MAX) {
       return replyError(w, `channel and message exceed ${PUBSUB_PAYLOAD_BYTES_MAX} bytes`);
     }
-    w.integer(conn.server.node.pubsub.publish(shard, channel, message));
+    w.integer(nodeServer(conn).node.pubsub.publish(shard, channel, message));
     return true;
   };
 }
@@ -124,7 +125,7 @@ const PUBSUB_HELP = [
 
 /** PUBSUB CHANNELS | SHARDCHANNELS [pattern], NUMSUB | SHARDNUMSUB [channel …], NUMPAT, HELP. */
 function pubsub(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
-  const registry = conn.server.node.pubsub.registry;
+  const registry = nodeServer(conn).node.pubsub.registry;
   const sub = optionName(cmd, 1);
   switch (sub) {
     case 'CHANNELS':
@@ -169,13 +170,35 @@ const SUBSCRIBING = ['pubsub', 'noscript', 'loading', 'stale'];
 const PUBLISHING = ['pubsub', 'loading', 'stale', 'fast'];
 
 export const PUBSUB_COMMANDS: readonly CommandSpec[] = [
-  { name: 'SUBSCRIBE', arity: -2, flags: SUBSCRIBING, keys: NONE, run: subscribe(SubscriptionKind.Channel) },
-  { name: 'PSUBSCRIBE', arity: -2, flags: SUBSCRIBING, keys: NONE, run: subscribe(SubscriptionKind.Pattern) },
-  { name: 'SSUBSCRIBE', arity: -2, flags: SUBSCRIBING, keys: ALL, run: subscribe(SubscriptionKind.Shard) },
+  {
+    name: 'SUBSCRIBE',
+    arity: -2,
+    flags: SUBSCRIBING,
+    needs: 'main-connection',
+    keys: NONE,
+    run: subscribe(SubscriptionKind.Channel),
+  },
+  {
+    name: 'PSUBSCRIBE',
+    arity: -2,
+    flags: SUBSCRIBING,
+    needs: 'main-connection',
+    keys: NONE,
+    run: subscribe(SubscriptionKind.Pattern),
+  },
+  {
+    name: 'SSUBSCRIBE',
+    arity: -2,
+    flags: SUBSCRIBING,
+    needs: 'main-connection',
+    keys: ALL,
+    run: subscribe(SubscriptionKind.Shard),
+  },
   {
     name: 'UNSUBSCRIBE',
     arity: -1,
     flags: SUBSCRIBING,
+    needs: 'main-connection',
     keys: NONE,
     run: unsubscribe(SubscriptionKind.Channel),
   },
@@ -183,6 +206,7 @@ export const PUBSUB_COMMANDS: readonly CommandSpec[] = [
     name: 'PUNSUBSCRIBE',
     arity: -1,
     flags: SUBSCRIBING,
+    needs: 'main-connection',
     keys: NONE,
     run: unsubscribe(SubscriptionKind.Pattern),
   },
@@ -190,10 +214,11 @@ export const PUBSUB_COMMANDS: readonly CommandSpec[] = [
     name: 'SUNSUBSCRIBE',
     arity: -1,
     flags: SUBSCRIBING,
+    needs: 'main-connection',
     keys: ALL,
     run: unsubscribe(SubscriptionKind.Shard),
   },
-  { name: 'PUBLISH', arity: 3, flags: PUBLISHING, keys: NONE, run: publish(false) },
-  { name: 'SPUBLISH', arity: 3, flags: PUBLISHING, keys: [1, 1, 1], run: publish(true) },
-  { name: 'PUBSUB', arity: -2, flags: [], keys: NONE, run: pubsub },
+  { name: 'PUBLISH', arity: 3, flags: PUBLISHING, keys: NONE, needs: 'node', run: publish(false) },
+  { name: 'SPUBLISH', arity: 3, flags: PUBLISHING, keys: [1, 1, 1], needs: 'node', run: publish(true) },
+  { name: 'PUBSUB', arity: -2, flags: [], keys: NONE, needs: 'node', run: pubsub },
 ];

@@ -25,6 +25,7 @@ import {
   writeHelp,
 } from './commands.js';
 import type { RespConnection } from './connection.js';
+import { nodeServer } from './host.js';
 import { keyFits, ReadMode, readKey } from './key-access.js';
 import { REDIS_VERSION } from './server.js';
 
@@ -158,12 +159,12 @@ function reset(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean 
   // Redis clears OFF and a pending SKIP, not a SKIP already in force for this very command.
   conn.replyOff = false;
   conn.skipNextReply = false;
-  conn.durability = conn.server.node.settings.durability;
+  conn.durability = conn.server.settings.durability;
   conn.authenticated = !conn.server.requiresAuth;
   conn.monitoring = false;
   conn.server.monitors.delete(conn);
   // Unsubscribed from everything, without a confirmation per name.
-  conn.server.node.pubsub.registry.unsubscribeAll(conn);
+  conn.server.unsubscribeAll(conn);
   conn.pubsubMode = false;
   w.simple('RESET');
   return true;
@@ -503,7 +504,7 @@ const CONFIG_HELP = [
 /** CONFIG GET pattern …: the settings whose names match, as Redis names them. */
 function configGet(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   if (cmd.argc < 3) return wrongArity(w, 'config|get');
-  const settings = conn.server.configView();
+  const settings = nodeServer(conn).configView();
   const matched = new Map<string, string>();
   for (let i = 2; i < cmd.argc; i++) {
     const pattern = Buffer.from(cmd.arg(i).toString('latin1').toLowerCase(), 'latin1');
@@ -522,7 +523,7 @@ function info(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   const sections: string[] = [];
   for (let i = 1; i < cmd.argc; i++) sections.push(cmd.arg(i).toString('latin1').toLowerCase());
   void w;
-  return answerLater(conn, conn.server.info(sections), (out, text) => out.verbatim(text));
+  return answerLater(conn, nodeServer(conn).info(sections), (out, text) => out.verbatim(text));
 }
 
 function time(_conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
@@ -656,13 +657,14 @@ function monitor(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolea
  * from the client, so the command cannot write anywhere the operator did not choose.
  */
 function backup(conn: RespConnection, _cmd: RespCommand, w: RespWriter): boolean {
-  const root = conn.server.backupDir;
+  const server = nodeServer(conn);
+  const root = server.backupDir;
   if (root === undefined) {
     return replyError(w, 'TESSERA.BACKUP needs a backup directory: start the node with --backup-dir');
   }
-  const node = conn.server.node;
+  const node = server.node;
   const stamp = new Date().toISOString().replace(/[-:]/g, '').replace('.', '');
-  const target = path.join(root, `${node.nodeId}-${stamp}-${conn.server.nextBackupNumber()}`);
+  const target = path.join(root, `${node.nodeId}-${stamp}-${server.nextBackupNumber()}`);
   return answerLater(conn, node.backup(target), (out, report) => out.bulk(report.path));
 }
 
@@ -688,7 +690,7 @@ function wait(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean {
   if (replicas === undefined) return replyError(w, NOT_INTEGER);
   const timeout = timeoutArg(cmd, 2, w);
   if (timeout === undefined) return true;
-  if (conn.server.node.cluster === undefined) {
+  if (nodeServer(conn).node.cluster === undefined) {
     if (replicas <= 0) {
       w.integer(0);
       return true;
@@ -721,7 +723,7 @@ function waitaof(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
     );
   const answered = waitForWrites(conn, replicas, true, timeout).then(async (a) => {
     // Without peers no replica will ever count: the wait lasts its timeout, as Redis's.
-    if (conn.server.node.cluster === undefined && replicas > 0) await afterTimeout(timeout, 0);
+    if (nodeServer(conn).node.cluster === undefined && replicas > 0) await afterTimeout(timeout, 0);
     return a;
   });
   return blockWith(conn, answered, (out, a) => {
@@ -755,7 +757,7 @@ function waitForWrites(
   stable: boolean,
   timeoutMs: number,
 ): Promise<ReplicaWaitAnswer> {
-  const dispatcher = conn.server.node.dispatcher;
+  const dispatcher = nodeServer(conn).node.dispatcher;
   const written = conn.writtenFragments;
   const fragments: number[] = [];
   const unconfirmable: number[] = [];
@@ -824,7 +826,7 @@ function shutdown(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   if ((given.has('ABORT') && given.size > 1) || (given.has('SAVE') && given.has('NOSAVE')))
     return replyError(w, SYNTAX_ERROR);
   if (given.has('ABORT')) return replyError(w, 'No shutdown in progress.');
-  if (!conn.server.shutdown({ now: given.has('NOW') })) {
+  if (!nodeServer(conn).shutdown({ now: given.has('NOW') })) {
     return replyError(w, 'SHUTDOWN is not supported here: an embedded node is closed by its application');
   }
   return true;
@@ -850,10 +852,10 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'RESET', arity: 1, flags: CONN, keys: NONE, run: reset },
   { name: 'CLIENT', arity: -2, flags: [], keys: NONE, run: client },
   { name: 'COMMAND', arity: -1, flags: [], keys: NONE, run: command },
-  { name: 'CONFIG', arity: -2, flags: [], keys: NONE, run: config },
+  { name: 'CONFIG', arity: -2, flags: [], keys: NONE, needs: 'node', run: config },
   { name: 'SLOWLOG', arity: -2, flags: ['admin', 'loading', 'stale'], keys: NONE, run: slowlog },
   { name: 'LATENCY', arity: -2, flags: ['admin', 'loading', 'stale'], keys: NONE, run: latency },
-  { name: 'INFO', arity: -1, flags: [], keys: NONE, run: info },
+  { name: 'INFO', arity: -1, flags: [], keys: NONE, needs: 'node', run: info },
   { name: 'TIME', arity: 1, flags: ['fast'], keys: NONE, run: time },
   { name: 'MEMORY', arity: -2, flags: [], keys: NONE, subcommandKeys: { USAGE: [2, 2, 1] }, run: memory },
   {
@@ -865,10 +867,10 @@ export const SERVER_COMMANDS: CommandSpec[] = [
     run: object,
   },
   { name: 'ROLE', arity: 1, flags: ['fast'], keys: NONE, run: role },
-  { name: 'WAIT', arity: 3, flags: [], keys: NONE, run: wait },
-  { name: 'WAITAOF', arity: 4, flags: [], keys: NONE, run: waitaof },
-  { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, run: shutdown },
-  { name: 'MONITOR', arity: 1, flags: [], keys: NONE, run: monitor },
-  { name: 'TESSERA.BACKUP', arity: 1, flags: [], keys: NONE, run: backup },
+  { name: 'WAIT', arity: 3, flags: [], keys: NONE, needs: 'main-connection', run: wait },
+  { name: 'WAITAOF', arity: 4, flags: [], keys: NONE, needs: 'main-connection', run: waitaof },
+  { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, needs: 'node', run: shutdown },
+  { name: 'MONITOR', arity: 1, flags: [], keys: NONE, needs: 'main-connection', run: monitor },
+  { name: 'TESSERA.BACKUP', arity: 1, flags: [], keys: NONE, needs: 'node', run: backup },
   { name: 'TESSERA.DURABILITY', arity: -1, flags: ['fast'], keys: NONE, run: durability },
 ];

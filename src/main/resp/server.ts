@@ -2,13 +2,13 @@
 // authenticates them when a password is set (compared in constant time), and answers the
 // server-wide questions commands ask: INFO, CONFIG GET, DBSIZE.
 
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { arch, hostname, platform, release } from 'node:os';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
 import type { Logger } from 'pino';
 import { invalidInput } from '../../core/errors.js';
+import { slotOfRange } from '../../core/keyspace.js';
 import {
   EVICTION_SAMPLE_KEYS,
   KEY_COUNT_PAGE_KEYS,
@@ -23,11 +23,15 @@ import {
 import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
+import type { RespWriter } from '../../core/resp-writer.js';
+import type { RelayRequest } from '../../threads/messages.js';
 import { peerSummaries, refusesWrites } from '../health-summary.js';
+import type { KeyRouter } from '../key-router.js';
 import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
-import { type CommandSpec, commandStatsOfTable } from './commands.js';
-import { RespConnection } from './connection.js';
+import { type CommandSpec, commandStatsOfTable, keyArguments } from './commands.js';
+import { ReplyFlusher, RespConnection, type RespSocket } from './connection.js';
+import { type RespHost, RespPassword, type RespSettings } from './host.js';
 import { LatencyMonitor } from './latency-monitor.js';
 import { monitorLine } from './monitor.js';
 import { ScanCursors } from './scan-cursors.js';
@@ -114,6 +118,12 @@ export interface RespServerOptions {
   latencyMonitorThresholdMs?: number;
   /** A second listener speaking TLS (Redis's tls-port), beside the plain one. */
   tls?: RespTlsOptions;
+  /**
+   * Each worker thread also serves RESP on its own port, for the keys of its fragments: worker i on
+   * `base` + i (0: any free port each). `host` is what `-MOVED` names (default: the bind address,
+   * or 127.0.0.1 when that is a wildcard).
+   */
+  workerPorts?: { base: number; host?: string };
 }
 
 /** Client certificates: required and verified (yes), verified when given (optional), not asked (no). */
@@ -135,7 +145,7 @@ export interface RespTlsOptions {
 /** How long a TLS client may take to finish its handshake. */
 export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
 
-export class RespServer {
+export class RespServer implements RespHost {
   readonly cursors = new ScanCursors();
   readonly stats = new RespStats();
   /** Per-command calls, time and latency (INFO commandstats, latencystats). */
@@ -153,10 +163,8 @@ export class RespServer {
   private readonly rateTimer: NodeJS.Timeout;
   private readonly server: Server;
   private readonly clients = new Set<RespConnection>();
-  /** Connections with replies to send at the end of this turn (`flushSoon`), and the spare list. */
-  private flushQueue: RespConnection[] = [];
-  private spareFlushQueue: RespConnection[] = [];
-  private readonly passwordDigest: Buffer | undefined;
+  private readonly flusher = new ReplyFlusher();
+  private readonly password: RespPassword | undefined;
   private readonly startedAtMs = Date.now();
   private nextClientId = 1;
   private connectionsReceived = 0;
@@ -188,8 +196,7 @@ export class RespServer {
       options.slowlogMaxLen ?? SLOWLOG_MAX_LEN_DEFAULT,
     );
     this.latencyMonitor = new LatencyMonitor(options.latencyMonitorThresholdMs ?? 0);
-    this.passwordDigest =
-      options.password === undefined ? undefined : digest(Buffer.from(options.password, 'utf8'));
+    this.password = options.password === undefined ? undefined : new RespPassword(options.password);
     this.server = createServer((socket) => this.accept(socket));
     const tls = options.tls;
     if (tls !== undefined) {
@@ -237,22 +244,89 @@ export class RespServer {
     }
     const server = new RespServer(node, options);
     const bind = options.bind ?? RESP_BIND_DEFAULT;
+    server.workerPortsHost = options.workerPorts?.host ?? (WILDCARD_HOSTS.has(bind) ? '127.0.0.1' : bind);
     if (options.tls?.only !== true) {
       const { host, port } = await listenOn(server.server, options.port ?? RESP_PORT_DEFAULT, bind);
       server.host = host;
       server.port = port;
     }
-    if (server.tlsServer !== undefined) {
-      try {
+    try {
+      if (server.tlsServer !== undefined) {
         const tlsAddress = await listenOn(server.tlsServer, options.tls!.port, bind);
         server.tlsHost = tlsAddress.host;
         server.tlsPort = tlsAddress.port;
-      } catch (err) {
-        await server.close();
-        throw err;
       }
+      const workerPorts = options.workerPorts;
+      if (workerPorts !== undefined) {
+        await node.dispatcher.openWorkerPorts(
+          {
+            base: workerPorts.base,
+            bind,
+            host: server.workerPortsHost,
+            password: options.password,
+          },
+          (request) => server.runRelayed(request),
+        );
+      }
+    } catch (err) {
+      await server.close();
+      throw err;
     }
     return server;
+  }
+
+  get settings(): RespSettings {
+    return this.node.settings;
+  }
+
+  get keys(): KeyRouter {
+    return this.node.dispatcher;
+  }
+
+  get main(): RespServer {
+    return this;
+  }
+
+  memoryFull(): boolean {
+    return this.node.memoryFull();
+  }
+
+  unsubscribeAll(conn: RespConnection): void {
+    this.node.pubsub.registry.unsubscribeAll(conn);
+  }
+
+  /**
+   * `--cluster-redirects moved`: a command whose keys all hash to one slot that another node serves
+   * is answered `-MOVED slot host:port` (the primary CLUSTER SLOTS names), as Redis Cluster answers
+   * it, so a cluster-mode client goes to that node and follows a fragment that moved. Keys in several
+   * slots still run here (Tessera serves them across fragments where Redis answers CROSSSLOT), and a
+   * slot no reachable node serves now is forwarded as in `forward` mode. True when it answered.
+   */
+  redirected(conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
+    const node = this.node;
+    const cluster = node.cluster;
+    if (cluster === undefined || !cluster.config.redirectsMoved) return false;
+    const keys = keyArguments(spec, cmd);
+    if (keys === undefined) return false;
+    const [first, end, step] = keys;
+    const slot = slotOfRange(cmd.bufs[first], cmd.starts[first], cmd.ends[first]);
+    for (let i = first + step; i <= end; i += step) {
+      if (slotOfRange(cmd.bufs[i], cmd.starts[i], cmd.ends[i]) !== slot) return false;
+    }
+    const fragment = node.dispatcher.keyspace.fragmentOfSlot(slot);
+    const member = cluster.servingMember(fragment);
+    if (member === -1 || member === cluster.config.selfIndex) return false;
+    // READONLY: a read of a fragment this node holds a copy of is served here, as a Redis replica does.
+    if (conn.readReplica && spec.flags.includes('readonly') && node.dispatcher.holds(fragment)) return false;
+    const host = cluster.config.addresses[member]?.host;
+    const port = cluster.mesh.clientPortOf(member);
+    if (host === undefined || port <= 0) return false;
+    w.errorCode('MOVED', `${slot} ${host}:${port}`);
+    return true;
+  }
+
+  runElsewhere(_conn: RespConnection, spec: CommandSpec): boolean {
+    throw new Error(`${spec.name} was sent elsewhere from the main port`);
   }
 
   get address(): { host: string; port: number } {
@@ -282,13 +356,11 @@ export class RespServer {
   }
 
   get requiresAuth(): boolean {
-    return this.passwordDigest !== undefined;
+    return this.password !== undefined;
   }
 
-  /** Compares in constant time: both sides are hashed to equal length first. */
   passwordMatches(password: Uint8Array): boolean {
-    if (this.passwordDigest === undefined) return false;
-    return timingSafeEqual(digest(password), this.passwordDigest);
+    return this.password?.matches(password) ?? false;
   }
 
   connections(): RespConnection[] {
@@ -311,26 +383,36 @@ export class RespServer {
     for (const monitor of this.monitors) monitor.sendLine(line);
   }
 
-  /**
-   * Sends `conn`'s replies once this event-loop turn has handled all its I/O, together with every
-   * other connection's (as Redis writes replies before it sleeps): a client reading many sockets is
-   * woken once for the burst instead of once per socket.
-   */
   flushSoon(conn: RespConnection): void {
-    this.flushQueue.push(conn);
-    if (this.flushQueue.length === 1) setImmediate(this.flushAll);
+    this.flusher.soon(conn);
   }
 
-  private readonly flushAll = (): void => {
-    const queue = this.flushQueue;
-    this.flushQueue = this.spareFlushQueue;
-    this.spareFlushQueue = queue;
-    for (const conn of queue) conn.flush();
-    queue.length = 0;
-  };
+  /** The host `-MOVED` and the slot map name for the workers' RESP ports. */
+  workerPortsHost = '';
+
+  /** The workers' RESP ports by worker index, when they are open. */
+  get workerPorts(): readonly number[] | undefined {
+    return this.node.dispatcher.workerPortList;
+  }
+
+  /**
+   * Runs a command a worker port handed over (CommandSpec.needs) as that client's: on a connection
+   * of its own, with the client's protocol, authentication and name; resolves with the reply.
+   */
+  runRelayed(request: RelayRequest): Promise<Uint8Array> {
+    const socket = new RelaySocket(request.remoteIp, request.remotePort);
+    const conn = new RespConnection(this, socket, this.nextClientId++);
+    conn.protocol = request.protocol;
+    conn.authenticated = request.authenticated;
+    conn.name = request.name;
+    conn.relayedFromWorker = request.worker;
+    socket.deliver(encodeRelayed(request.args));
+    return socket.reply(conn);
+  }
 
   /** Stops accepting, closes every client, and resolves once the listener is closed. */
   async close(): Promise<void> {
+    await this.node.dispatcher.closeWorkerPorts();
     const closing = [this.server, this.tlsServer].map(
       (listener) =>
         new Promise<void>((resolve) => {
@@ -473,7 +555,8 @@ export class RespServer {
     }
     if (wants('cluster')) {
       const cluster = this.node.cluster;
-      const rows: Array<[string, string | number]> = [['cluster_enabled', cluster === undefined ? 0 : 1]];
+      const enabled = cluster !== undefined || this.workerPorts !== undefined;
+      const rows: Array<[string, string | number]> = [['cluster_enabled', enabled ? 1 : 0]];
       if (cluster !== undefined) {
         // Tessera's own: fragments short of replicas (re-replication brings it to 0), moves in flight.
         rows.push(['cluster_fragments_under_replicated', cluster.underReplicated()]);
@@ -758,11 +841,80 @@ function section(title: string, rows: Array<[string, string | number]>): string 
   return `# ${title}\r\n${rows.map(([k, v]) => `${k}:${v}\r\n`).join('')}`;
 }
 
-function digest(bytes: Uint8Array): Buffer {
-  return createHash('sha256').update(bytes).digest();
-}
-
 /** INFO's `*_human` figures: mebibytes with two decimals. */
 function humanBytes(bytes: number): string {
   return `${(bytes / 1048576).toFixed(2)}M`;
+}
+
+/** Bind addresses that are not an address a client can be sent to. */
+const WILDCARD_HOSTS = new Set(['0.0.0.0', '::', '']);
+
+/** A command's arguments as a RESP array, as its client sent it. */
+function encodeRelayed(args: readonly Uint8Array[]): Buffer {
+  const parts: Uint8Array[] = [Buffer.from(`*${args.length}\r\n`, 'latin1')];
+  for (const arg of args) parts.push(Buffer.from(`$${arg.length}\r\n`, 'latin1'), arg, CRLF);
+  return Buffer.concat(parts);
+}
+
+const CRLF = Buffer.from('\r\n', 'latin1');
+
+/**
+ * The main thread's end of one relayed command: the connection reads the command from it and writes
+ * its reply to it; the reply is whole once the connection has no command left in flight.
+ */
+class RelaySocket implements RespSocket {
+  readonly writableLength = 0;
+  readonly localAddress = undefined;
+  readonly localPort = undefined;
+  private onData: ((chunk: Buffer) => void) | undefined;
+  private readonly written: Buffer[] = [];
+  private conn: RespConnection | undefined;
+  private done: ((reply: Uint8Array) => void) | undefined;
+
+  constructor(
+    readonly remoteAddress: string | undefined,
+    readonly remotePort: number | undefined,
+  ) {}
+
+  on(event: string, listener: (chunk: Buffer) => void): this {
+    if (event === 'data') this.onData = listener;
+    return this;
+  }
+
+  deliver(bytes: Buffer): void {
+    this.onData!(bytes);
+  }
+
+  /** Resolves with everything the connection wrote, once its command is answered. */
+  reply(conn: RespConnection): Promise<Uint8Array> {
+    this.conn = conn;
+    return new Promise((resolve) => {
+      this.done = resolve;
+    });
+  }
+
+  write(chunk: Buffer): boolean {
+    this.written.push(chunk);
+    const conn = this.conn!;
+    if (conn.commandsInFlight === 0) {
+      this.done?.(Buffer.concat(this.written));
+      this.done = undefined;
+      conn.close();
+    }
+    return true;
+  }
+
+  setNoDelay(): this {
+    return this;
+  }
+  pause(): this {
+    return this;
+  }
+  resume(): this {
+    return this;
+  }
+  destroy(): this {
+    return this;
+  }
+  destroySoon(): void {}
 }

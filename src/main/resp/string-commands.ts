@@ -79,7 +79,7 @@ export function deadlineFrom(
 
 /** Checks a value against the node's limit; writes Redis's error when it is too large. */
 function valueFits(conn: RespConnection, value: Uint8Array, w: RespWriter): boolean {
-  if (value.length <= conn.server.node.settings.valueBytesMax) return true;
+  if (value.length <= conn.server.settings.valueBytesMax) return true;
   writeErrorText(w, ERR_TOO_LARGE);
   return false;
 }
@@ -279,7 +279,7 @@ function setrange(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolea
   if (offset < 0) return replyError(w, 'offset is out of range');
   const patchBytes = cmd.argLength(3);
   // An empty patch writes nothing and answers the length whatever the offset, as in Redis.
-  if (patchBytes > 0 && offset + patchBytes > conn.server.node.settings.valueBytesMax) {
+  if (patchBytes > 0 && offset + patchBytes > conn.server.settings.valueBytesMax) {
     writeErrorText(w, ERR_TOO_LARGE);
     return true;
   }

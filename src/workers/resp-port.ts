@@ -1,0 +1,353 @@
+// A worker's own RESP port (`--worker-ports`): clients of the keys in this worker's fragments talk to
+// the thread that owns them, with no ring crossing — the command is parsed, run in the fragment
+// actors and answered here. The commands are the main port's (src/main/resp/commands.ts), run over
+// this host: a key of another worker is answered `-MOVED slot host:port` (that worker's port), keys
+// of several workers `-CROSSSLOT`; what needs the whole node (INFO, CONFIG, CLUSTER, SCAN, DBSIZE …)
+// is run on the main thread and its reply passed back; what needs the main port's connection state
+// (subscriptions, MONITOR, WAIT) is refused, naming the main port.
+
+import { createServer, type Server, type Socket } from 'node:net';
+import type { Logger } from 'pino';
+import { copyBytes, copyRange } from '../core/bytes.js';
+import { internalError, type TesseraError } from '../core/errors.js';
+import { FragmentOp, type ReplySink } from '../core/fragment.js';
+import { HybridLogicalClock } from '../core/hlc.js';
+import { Keyspace, slotOfRange } from '../core/keyspace.js';
+import {
+  RESP_CLIENTS_MAX,
+  SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
+  SLOWLOG_MAX_LEN_DEFAULT,
+} from '../core/limits.js';
+import { Durability, OpKind, type Priority, type Reply } from '../core/ops.js';
+import { isLive, recordBytes, writeRecordHeader } from '../core/record.js';
+import type { RespCommand } from '../core/resp-parser.js';
+import type { RespWriter } from '../core/resp-writer.js';
+import { type KeyRouter, NOT_LOCAL, type WriteSpec } from '../main/key-router.js';
+import { listenOn } from '../main/listen.js';
+import { type CommandSpec, commandStatsOfTable, crossSlot, keyArguments } from '../main/resp/commands.js';
+import { ReplyFlusher, type ReplySlot, RespConnection } from '../main/resp/connection.js';
+import { type RespHost, RespPassword, type RespSettings } from '../main/resp/host.js';
+import { LatencyMonitor } from '../main/resp/latency-monitor.js';
+import { RespStats } from '../main/resp/server.js';
+import { SlowLog } from '../main/resp/slowlog.js';
+import { TurnClock } from '../main/turn-clock.js';
+import type { ResultHandler } from '../main/worker-link.js';
+import type { RelayRequest, WorkerRespInit } from '../threads/messages.js';
+import { RESULT_HEADER_BYTES, resultRecordBytes, writeResultHeader } from '../threads/op-codec.js';
+import { type OpReplies, writeOpReply } from './result-writer.js';
+import type { WorkerRuntime } from './worker-runtime.js';
+
+const EMPTY = Buffer.alloc(0);
+
+export class WorkerRespPort implements RespHost {
+  readonly stats = new RespStats();
+  readonly commandStats = commandStatsOfTable();
+  readonly errorCodes = new Map<string, number>();
+  readonly slowlog = new SlowLog(SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT, SLOWLOG_MAX_LEN_DEFAULT);
+  readonly latencyMonitor = new LatencyMonitor(0);
+  /** MONITOR runs on the main port only: none here. */
+  readonly monitors = new Set<RespConnection>();
+  readonly main = undefined;
+  readonly settings: RespSettings;
+  readonly keys: WorkerKeys;
+  private readonly server: Server;
+  private readonly clients = new Set<RespConnection>();
+  private readonly flusher = new ReplyFlusher();
+  private readonly password: RespPassword | undefined;
+  private readonly keyspace: Keyspace;
+  /** Every worker's port, by worker index (0: not known yet). */
+  private ports: number[];
+  /** Commands run on the main thread, waiting for their replies (by relay id). */
+  private readonly relays = new Map<number, ReplySlot>();
+  private nextRelayId = 1;
+  private nextClientId = 1;
+  private listeningPort = 0;
+
+  constructor(
+    private readonly index: number,
+    private readonly runtime: WorkerRuntime,
+    private readonly init: WorkerRespInit,
+    /** Posts a command to the main thread to run (`runElsewhere`). */
+    private readonly relay: (request: RelayRequest) => void,
+    readonly logger: Logger,
+  ) {
+    this.settings = {
+      durability: init.durability,
+      replicaAcks: init.replicaAcks,
+      fragments: init.fragments,
+      valueBytesMax: init.valueBytesMax,
+    };
+    this.keyspace = new Keyspace(init.fragments);
+    this.keys = new WorkerKeys(runtime, this.keyspace, init);
+    this.password = init.password === undefined ? undefined : new RespPassword(init.password);
+    this.ports = [...init.ports];
+    this.server = createServer((socket) => this.accept(socket));
+  }
+
+  /** Starts listening; resolves with the port once bound. */
+  async listen(): Promise<number> {
+    const { port } = await listenOn(this.server, this.init.port, this.init.bind);
+    this.listeningPort = port;
+    this.ports[this.index] = port;
+    return port;
+  }
+
+  /** Every worker's port, once all of them listen. */
+  setPorts(ports: number[]): void {
+    this.ports = [...ports];
+    this.ports[this.index] = this.listeningPort;
+  }
+
+  get requiresAuth(): boolean {
+    return this.password !== undefined;
+  }
+
+  passwordMatches(password: Uint8Array): boolean {
+    return this.password?.matches(password) ?? false;
+  }
+
+  memoryFull(): boolean {
+    const max = this.init.maxMemoryBytes;
+    return max !== 0 && this.runtime.fragmentBoard.memoryBytes() > max;
+  }
+
+  connections(): RespConnection[] {
+    return [...this.clients];
+  }
+
+  flushSoon(conn: RespConnection): void {
+    this.flusher.soon(conn);
+  }
+
+  forget(conn: RespConnection): void {
+    if (this.clients.delete(conn)) this.stats.closedErrorReplies += conn.errorReplies;
+  }
+
+  showToMonitors(): void {}
+
+  /** No subscriptions are made on a worker port (SUBSCRIBE is the main port's). */
+  unsubscribeAll(): void {}
+
+  /**
+   * Keys of another worker's fragments: `-MOVED` to its port (the slot of the first key); keys of
+   * several workers: `-CROSSSLOT`. Commands run on the main thread are not routed by key here.
+   */
+  redirected(_conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
+    if (spec.needs !== undefined) return false;
+    const keys = keyArguments(spec, cmd);
+    if (keys === undefined) return false;
+    const [first, last, step] = keys;
+    const slot = slotOfRange(cmd.bufs[first], cmd.starts[first], cmd.ends[first]);
+    const owner = this.ownerOfSlot(slot);
+    for (let i = first + step; i <= last; i += step) {
+      if (this.ownerOfSlot(slotOfRange(cmd.bufs[i], cmd.starts[i], cmd.ends[i])) !== owner)
+        return crossSlot(w);
+    }
+    if (owner === this.index) return false;
+    const port = this.ports[owner];
+    if (port === 0) {
+      w.errorCode('TRYAGAIN', `worker ${owner}, which serves slot ${slot}, has no port open yet`);
+      return true;
+    }
+    w.errorCode('MOVED', `${slot} ${this.init.host}:${port}`);
+    return true;
+  }
+
+  private ownerOfSlot(slot: number): number {
+    return this.init.workerOfFragment[this.keyspace.fragmentOfSlot(slot)];
+  }
+
+  /** Has the main thread run a command that needs the node; refuses one that needs the main port. */
+  runElsewhere(conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
+    if (spec.needs === 'main-connection') {
+      w.error(`${spec.name} is served on the node's main RESP port, not on a worker port`);
+      return true;
+    }
+    const slot = conn.defer();
+    const id = this.nextRelayId++;
+    this.relays.set(id, slot);
+    const args: Uint8Array[] = [];
+    for (let i = 0; i < cmd.argc; i++) args.push(Buffer.from(cmd.arg(i)));
+    this.relay({
+      kind: 'relay',
+      id,
+      worker: this.index,
+      args,
+      protocol: conn.protocol,
+      authenticated: conn.authenticated,
+      name: conn.name,
+      remoteIp: conn.socket.remoteAddress,
+      remotePort: conn.socket.remotePort,
+    });
+    return false;
+  }
+
+  /** The main thread's reply to a relayed command, in its place in the connection's replies. */
+  onRelayReply(id: number, reply: Uint8Array): void {
+    const slot = this.relays.get(id);
+    if (slot === undefined) return;
+    this.relays.delete(id);
+    const w = slot.conn.beginReply(slot);
+    w.raw(reply);
+    slot.conn.endReply(slot);
+  }
+
+  /** Stops accepting and closes every client; resolves once the listener is closed. */
+  close(): Promise<void> {
+    for (const conn of this.clients) conn.close();
+    return new Promise((resolve) => {
+      if (!this.server.listening) resolve();
+      else this.server.close(() => resolve());
+    });
+  }
+
+  private accept(socket: Socket): void {
+    if (this.clients.size >= RESP_CLIENTS_MAX) {
+      socket.end('-ERR max number of clients reached\r\n');
+      return;
+    }
+    this.clients.add(new RespConnection(this, socket, this.nextClientId++));
+  }
+}
+
+/**
+ * Reads and writes of a worker port, straight into this worker's fragment actors. Writes are stamped
+ * from the node's clock, shared with the main thread, so a key written through both ports keeps its
+ * writes in the order they were made.
+ */
+class WorkerKeys implements KeyRouter {
+  readonly turnClock = new TurnClock();
+  /** Worker ports are not served in a cluster: no fragment changes its serving replica. */
+  readonly servingStamp = 0;
+  lastWriteFragment = 0;
+  private readonly clock: HybridLogicalClock;
+  private readonly nodeIdBytes: Buffer;
+
+  constructor(
+    private readonly runtime: WorkerRuntime,
+    private readonly keyspace: Keyspace,
+    init: WorkerRespInit,
+  ) {
+    this.clock = new HybridLogicalClock(init.maxClockSkewMs, init.clockCell);
+    this.nodeIdBytes = Buffer.from(init.nodeId);
+  }
+
+  fragmentOf(key: Uint8Array): number {
+    return this.keyspace.fragmentOf(key);
+  }
+
+  /** Straight from the store when the fragment holds nothing uncommitted (as the main thread's snapshot reads). */
+  readLocal(fragment: number, key: Uint8Array): Uint8Array | undefined | typeof NOT_LOCAL {
+    const core = this.runtime.actorOf(fragment);
+    if (core === undefined || core.hasUncommitted()) return NOT_LOCAL;
+    const record = this.runtime.kvStore.get(fragment, key);
+    return record !== undefined && isLive(record, this.turnClock.nowMs()) ? record : undefined;
+  }
+
+  submitRead<T>(
+    fragment: number,
+    key: Uint8Array,
+    priority: Priority,
+    headerOnly: boolean,
+    handler: ResultHandler<T>,
+    token: T,
+  ): TesseraError | undefined {
+    const core = this.runtime.actorOf(fragment);
+    if (core === undefined) return notServed(fragment);
+    // The key is a view of the connection's input, which the next read may overwrite.
+    const op = new FragmentOp(OpKind.Read, 0, priority, Durability.Memory, Buffer.from(key), EMPTY);
+    op.headerOnly = headerOnly;
+    op.sink = new LocalRequest(handler, token);
+    this.runtime.submitLocal(core, op);
+    return undefined;
+  }
+
+  submitWrite<T>(spec: WriteSpec, handler: ResultHandler<T>, token: T): TesseraError | undefined {
+    const fragment = this.keyspace.fragmentOf(spec.key);
+    this.lastWriteFragment = fragment;
+    const core = this.runtime.actorOf(fragment);
+    if (core === undefined) return notServed(fragment);
+    this.clock.tick(this.turnClock.nowMs());
+    const keyBytes = spec.key.length;
+    const valueBytes = spec.value?.length ?? 0;
+    // Key and record in one allocation: the actor keeps both until the write is committed.
+    const buf = Buffer.allocUnsafe(keyBytes + recordBytes(this.nodeIdBytes.length, valueBytes));
+    copyBytes(buf, 0, spec.key);
+    const modify = spec.kind === OpKind.Modify;
+    const p = writeRecordHeader(
+      buf,
+      keyBytes,
+      !modify && spec.value === undefined,
+      this.clock.wallMs,
+      this.clock.logical,
+      spec.expiresAtMs,
+      this.nodeIdBytes,
+    );
+    if (valueBytes > 0) copyBytes(buf, p, spec.value!);
+    const op = new FragmentOp(
+      spec.kind,
+      0,
+      spec.priority,
+      spec.durability,
+      buf.subarray(0, keyBytes),
+      buf.subarray(keyBytes),
+    );
+    op.wantsPrior = spec.wantsPrior;
+    if (modify) {
+      op.modifier = spec.modifier;
+      op.flags = spec.flags;
+      op.arg = spec.arg;
+      op.operand = spec.operand === undefined ? undefined : Buffer.from(spec.operand);
+    }
+    op.sink = new LocalRequest(handler, token);
+    this.runtime.submitLocal(core, op);
+    return undefined;
+  }
+}
+
+function notServed(fragment: number): TesseraError {
+  return internalError(`fragment ${fragment} is not served by this worker`);
+}
+
+/** Where result records for a worker port's handlers are built (grown as a record needs). */
+let scratch = Buffer.alloc(4096);
+
+function scratchOf(bytes: number): Buffer {
+  if (scratch.length < bytes) scratch = Buffer.alloc(Math.max(bytes, scratch.length * 2));
+  return scratch;
+}
+
+/**
+ * A worker port's op: its reply is built as the result ring carries it, and handed to the command's
+ * handler (src/main/resp/key-access.ts) as a ring reply would be.
+ */
+class LocalRequest<T> implements ReplySink, OpReplies {
+  constructor(
+    private readonly handler: ResultHandler<T>,
+    private readonly token: T,
+  ) {}
+
+  onReply(op: FragmentOp): void {
+    writeOpReply(op, this);
+  }
+
+  record(reply: Reply, detail: number, reqId: number, record: Uint8Array, headerOnly: boolean): void {
+    const n = RESULT_HEADER_BYTES + resultRecordBytes(record, headerOnly);
+    const buf = scratchOf(n);
+    copyRange(record, 0, n - RESULT_HEADER_BYTES, buf, writeResultHeader(buf, 0, reply, detail, reqId));
+    this.handler.onResult(this.token, buf, 0, n);
+  }
+
+  text(status: number, detail: number, reqId: number, text: string): void {
+    const n = RESULT_HEADER_BYTES + Buffer.byteLength(text);
+    const buf = scratchOf(n);
+    buf.write(text, writeResultHeader(buf, 0, status, detail, reqId), n - RESULT_HEADER_BYTES, 'utf8');
+    this.handler.onResult(this.token, buf, 0, n);
+  }
+
+  ack(reply: Reply, detail: number, reqId: number): void {
+    const buf = scratchOf(RESULT_HEADER_BYTES);
+    writeResultHeader(buf, 0, reply, detail, reqId);
+    this.handler.onResult(this.token, buf, 0, RESULT_HEADER_BYTES);
+  }
+}

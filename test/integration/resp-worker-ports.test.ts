@@ -1,0 +1,203 @@
+// The workers' own RESP ports (`workerPorts`): each worker serves the keys of its fragments itself,
+// answers a key of another worker `-MOVED` to that worker's port and keys of two workers
+// `-CROSSSLOT`, answers keyless commands as the main port does, and is reached by cluster-mode
+// clients through the slot map. (The command families' replies are compared with redis-server's
+// through a worker port in resp-parity.test.ts.)
+
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, test } from 'node:test';
+import { Cluster as RedisCluster } from 'ioredis';
+import { slotOf } from '../../src/core/keyspace.js';
+import { eventually } from './helpers.js';
+import { onPath, RawClient, type RespFixture, startResp } from './resp-helpers.js';
+
+const PASSWORD = 'worker-ports-secret';
+let fixture: RespFixture;
+let ports: readonly number[];
+
+before(async () => {
+  fixture = await startResp({
+    label: 'resp-worker-ports',
+    password: PASSWORD,
+    server: { workerPorts: { base: 0 } },
+  });
+  ports = fixture.server.workerPorts!;
+  assert.equal(ports.length, 2);
+});
+
+after(async () => {
+  await fixture?.stop();
+});
+
+/** The worker that owns `key`'s fragment. */
+function ownerOf(key: string): number {
+  const dispatcher = fixture.node.dispatcher;
+  return dispatcher.workerLinkOf(dispatcher.keyspace.fragmentOfSlot(slotOf(Buffer.from(key)))).index;
+}
+
+/** A key owned by `worker`, from `prefix`-numbered candidates, in a slot not in `avoidSlots`. */
+function keyOf(worker: number, prefix: string, avoidSlots: number[] = []): string {
+  for (let i = 0; ; i++) {
+    const key = `${prefix}${i}`;
+    if (ownerOf(key) === worker && !avoidSlots.includes(slotOf(Buffer.from(key)))) return key;
+  }
+}
+
+async function connect(port: number): Promise<RawClient> {
+  const client = await RawClient.connect(port);
+  assert.equal(await client.call('AUTH', PASSWORD), '+OK\r\n');
+  return client;
+}
+
+test('a key of another worker is answered -MOVED to its port, keys of two workers -CROSSSLOT', async () => {
+  const w0 = await connect(ports[0]);
+  try {
+    const other = keyOf(1, 'moved:');
+    assert.equal(
+      await w0.call('SET', other, 'v'),
+      `-MOVED ${slotOf(Buffer.from(other))} 127.0.0.1:${ports[1]}\r\n`,
+    );
+    assert.equal(
+      await w0.call('GET', other),
+      `-MOVED ${slotOf(Buffer.from(other))} 127.0.0.1:${ports[1]}\r\n`,
+    );
+    const mine = keyOf(0, 'mine:');
+    assert.equal(
+      await w0.call('MSET', mine, '1', other, '2'),
+      "-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+    );
+    assert.equal(
+      await w0.call('DEL', other, mine),
+      "-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+    );
+    // Keys of one worker run there, in any slots of its fragments.
+    const mineToo = keyOf(0, 'mine:', [slotOf(Buffer.from(mine))]);
+    assert.equal(await w0.call('MSET', mine, 'a', mineToo, 'b'), '+OK\r\n');
+    assert.equal(await w0.call('MGET', mine, mineToo), '*2\r\n$1\r\na\r\n$1\r\nb\r\n');
+    // What a worker port wrote, the main port reads.
+    const main = await connect(fixture.port);
+    try {
+      assert.equal(await main.call('GET', mineToo), '$1\r\nb\r\n');
+    } finally {
+      main.destroy();
+    }
+  } finally {
+    w0.destroy();
+  }
+});
+
+test('keyless commands answer on a worker port as on the main port; connection state stays on its own port', async () => {
+  const w1 = await RawClient.connect(ports[1]);
+  const main = await connect(fixture.port);
+  try {
+    assert.equal(await w1.call('GET', keyOf(1, 'auth:')), '-NOAUTH Authentication required.\r\n');
+    assert.equal(await w1.call('PING'), '-NOAUTH Authentication required.\r\n');
+    assert.equal(await w1.call('AUTH', PASSWORD), '+OK\r\n');
+    assert.equal(await w1.call('PING'), '+PONG\r\n');
+    assert.equal(await w1.call('ECHO', 'hi'), '$2\r\nhi\r\n');
+    for (const args of [
+      ['COMMAND', 'COUNT'],
+      ['CONFIG', 'GET', 'maxmemory*'],
+      ['CLUSTER', 'SLOTS'],
+      ['CLUSTER', 'INFO'],
+    ]) {
+      assert.equal(await w1.call(...args), await main.call(...args), args.join(' '));
+    }
+    const key = keyOf(1, 'keyless:');
+    assert.equal(await w1.call('SET', key, 'v'), '+OK\r\n');
+    assert.equal(await w1.call('DBSIZE'), await main.call('DBSIZE'));
+    assert.match(await w1.call('INFO', 'keyspace'), /db0:keys=[1-9]/);
+    // CLUSTER SLOTS names each worker's port for its slots.
+    const slots = await w1.call('CLUSTER', 'SLOTS');
+    for (const port of ports) assert.ok(slots.includes(`:${port}\r\n`), `${port} in ${slots}`);
+    assert.equal(await w1.call('CLIENT', 'SETNAME', 'on-worker'), '+OK\r\n');
+    assert.equal(await w1.call('CLIENT', 'GETNAME'), '$9\r\non-worker\r\n');
+    assert.equal(await main.call('CLIENT', 'GETNAME'), '$-1\r\n');
+    // HELLO switches this connection, on this port, to RESP3.
+    assert.match(await w1.call('HELLO', '3'), /^%/);
+    assert.equal(await w1.call('GET', keyOf(1, 'absent:')), '_\r\n');
+    assert.equal(
+      await w1.call('SUBSCRIBE', 'news'),
+      "-ERR SUBSCRIBE is served on the node's main RESP port, not on a worker port\r\n",
+    );
+    assert.equal(
+      await w1.call('WAIT', '0', '0'),
+      "-ERR WAIT is served on the node's main RESP port, not on a worker port\r\n",
+    );
+  } finally {
+    w1.destroy();
+    main.destroy();
+  }
+});
+
+test('writes through a worker port and the main port keep the order they were made in', async () => {
+  const key = keyOf(0, 'order:');
+  const worker = await connect(ports[0]);
+  const main = await connect(fixture.port);
+  try {
+    for (let i = 0; i < 200; i++) {
+      const [first, second] = i % 2 === 0 ? [worker, main] : [main, worker];
+      assert.equal(await first.call('SET', key, `first-${i}`), '+OK\r\n');
+      assert.equal(await second.call('SET', key, `second-${i}`), '+OK\r\n');
+      const expected = `$${`second-${i}`.length}\r\nsecond-${i}\r\n`;
+      assert.equal(await worker.call('GET', key), expected, `round ${i}, read on the worker port`);
+      assert.equal(await main.call('GET', key), expected, `round ${i}, read on the main port`);
+    }
+    const counter = keyOf(0, 'counter:');
+    for (let i = 0; i < 100; i++) await (i % 2 === 0 ? worker : main).call('INCR', counter);
+    assert.equal(await main.call('GET', counter), '$3\r\n100\r\n');
+  } finally {
+    worker.destroy();
+    main.destroy();
+  }
+});
+
+test('ioredis Cluster and redis-cli -c reach every key through the worker ports', async (t) => {
+  const rc = new RedisCluster([{ host: '127.0.0.1', port: ports[0] }], {
+    clusterRetryStrategy: () => null,
+    redisOptions: { password: PASSWORD },
+  });
+  const main = await fixture.client({ password: PASSWORD });
+  try {
+    for (let i = 0; i < 200; i++) assert.equal(await rc.set(`rc:${i}`, `v${i}`), 'OK');
+    for (let i = 0; i < 200; i++) assert.equal(await rc.get(`rc:${i}`), `v${i}`);
+    for (let i = 0; i < 200; i++) assert.equal(await main.get(`rc:${i}`), `v${i}`);
+    // Every worker's port took some of them.
+    const nodes = rc.nodes('master').map((n) => n.options.port);
+    assert.deepEqual([...nodes].sort(), [...ports].sort());
+  } finally {
+    rc.disconnect();
+  }
+  if (!onPath('redis-cli')) return t.skip('redis-cli is not on PATH');
+  const key = keyOf(1, 'cli:');
+  const cli = (...args: string[]) =>
+    spawnSync('redis-cli', ['-c', '-p', String(ports[0]), '-a', PASSWORD, '--no-auth-warning', ...args], {
+      encoding: 'utf8',
+    });
+  assert.equal(cli('SET', key, 'through-redirect').stdout.trim(), 'OK');
+  assert.equal(cli('GET', key).stdout.trim(), 'through-redirect');
+});
+
+test('a worker restarted by its supervisor reopens its port', async () => {
+  const link = fixture.node.dispatcher.links[1];
+  const restartsBefore = link.restarts;
+  link.crash();
+  await eventually(() => link.restarts > restartsBefore && link.state === 'ready', 20_000);
+  let client: RawClient | undefined;
+  await eventually(async () => {
+    try {
+      client = await connect(ports[1]);
+      return true;
+    } catch {
+      return false;
+    }
+  }, 20_000);
+  try {
+    const key = keyOf(1, 'restart:');
+    assert.equal(await client!.call('SET', key, 'after'), '+OK\r\n');
+    assert.equal(await client!.call('GET', key), '$5\r\nafter\r\n');
+  } finally {
+    client!.destroy();
+  }
+});
