@@ -7,9 +7,12 @@
 #   node .build/bench/lmdb-groups.js W              (W > 1) W workers committing to one LMDB env for all,
 #                                                   then to one env each, as the store lays them out
 # each table under a heading; then, for each store in SCALING_STORES and each W, a fresh node at
-# `store` durability under `redis-benchmark -t set,get -P 16 -c 50 -r 100000 -d 100 -n SCALING_N`,
-# with the node's CPU time (user + system), in one table: the memory store has no write lock, so
-# it tells the main thread's share of the scaling from LMDB's; last, bench/hop-anatomy.sh (one
+# `store` durability under `redis-benchmark -t set,get -c 50 -r 100000 -d 100 -n SCALING_N`, once
+# through the main port and once through the workers' own ports (`--worker-ports`, with
+# `redis-benchmark --cluster`), pipelined (-P 16) and not (-P 1), beside redis-server (AOF
+# everysec) under the same load, with each server's CPU time (user + system, every thread) per
+# operation, in one table: the memory store has no write lock, so it tells the main thread's share
+# of the scaling from LMDB's, and CPU per operation bounds throughput on any machine; last, bench/hop-anatomy.sh (one
 # worker: an unpipelined request's CPU and sleeps per server thread, against redis-server), which
 # tells what a thread hop costs on the machine. Compare ratios and Tessera's own rows across W, not
 # absolute figures across machines.
@@ -77,25 +80,61 @@ if [ -z "$STORES" ]; then
 fi
 TICKS_PER_S=$(getconf CLK_TCK)
 echo
-echo "### Fresh nodes by worker count (\`store\` durability, SET / GET -P 16, -n $N)"
+# CPU ticks of the server SERVER_PID: utime and stime of every thread, fields 14 and 15 of its stat.
+cpu_ticks() {
+  awk '{print $14 + $15}' "/proc/$SERVER_PID/stat" 2>/dev/null || echo 0
+}
+
+# One load against the server SERVER_PID on PORT: a row of the table. $1: the row's first cells,
+# $2: -P depth, the rest: redis-benchmark's extra options (--cluster).
+measure() {
+  local cells=$1 depth=$2
+  shift 2
+  local out set_rps get_rps cpu before
+  before=$(cpu_ticks)
+  out=$(redis-benchmark -h 127.0.0.1 -p "$PORT" "$@" -t set,get -P "$depth" -c 50 -r 100000 -d 100 -n "$N" \
+    "${CLIENT_THREADS[@]}" --csv 2>&1 | tr -d '\r') || true
+  set_rps=$(sed -n 's/^"SET","\([0-9.]*\)".*/\1/p' <<<"$out")
+  get_rps=$(sed -n 's/^"GET","\([0-9.]*\)".*/\1/p' <<<"$out")
+  cpu=$(awk -v t="$TICKS_PER_S" -v ops="$((2 * N))" -v d="$(($(cpu_ticks) - before))" \
+    'BEGIN {printf "%.1f", d / t / ops * 1e6}')
+  printf '| %s | %s | %.0f | %.0f | %s |\n' "$cells" "$depth" "${set_rps:-0}" "${get_rps:-0}" "$cpu"
+}
+
+echo "### Fresh servers by worker count (\`store\` durability / AOF everysec, SET / GET, -n $N)"
 echo
-echo "| store | workers | SET/s | GET/s | node CPU s |"
-echo "|---|--:|--:|--:|--:|"
-for store in $STORES; do
-  for w in $WORKERS_LIST; do
-    log "worker-scaling: fresh node, --store $store --workers $w"
-    dir="$TMP/$store-$w"
-    mkdir -p "$dir"
-    start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" || exit 1
-    out=$(redis-benchmark -h 127.0.0.1 -p "$PORT" -t set,get -P 16 -c 50 -r 100000 -d 100 -n "$N" \
-      "${CLIENT_THREADS[@]}" --csv 2>&1 | tr -d '\r') || true
-    set_rps=$(sed -n 's/^"SET","\([0-9.]*\)".*/\1/p' <<<"$out")
-    get_rps=$(sed -n 's/^"GET","\([0-9.]*\)".*/\1/p' <<<"$out")
-    # utime and stime of the whole process (every thread), fields 14 and 15 of /proc/PID/stat.
-    cpu=$(awk -v t="$TICKS_PER_S" '{printf "%.1f", ($14 + $15) / t}' "/proc/$SERVER_PID/stat" 2>/dev/null || echo n/a)
-    stop_server
-    rm -rf "$dir"
-    printf '| %s | %s | %.0f | %.0f | %s |\n' "$store" "$w" "${set_rps:-0}" "${get_rps:-0}" "$cpu"
+echo "| server | store | workers | port | -P | SET/s | GET/s | CPU µs/op |"
+echo "|---|---|--:|---|--:|--:|--:|--:|"
+for depth in 16 1; do
+  for store in $STORES; do
+    for w in $WORKERS_LIST; do
+      for port in main workers; do
+        log "worker-scaling: fresh node, --store $store --workers $w, $port port(s), -P $depth"
+        dir="$TMP/$store-$w"
+        mkdir -p "$dir"
+        if [ "$port" = main ]; then
+          start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" || exit 1
+          measure "tessera | $store | $w | main" "$depth"
+        else
+          start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" \
+            --worker-ports 0 || exit 1
+          if [ "$w" = 1 ]; then
+            # redis-benchmark --cluster wants two primaries or more: the one worker's port, plainly.
+            main_port=$PORT
+            PORT=$(redis-cli -p "$PORT" cluster nodes | awk '{split($2, a, "[:@]"); print a[2]; exit}')
+            measure "tessera | $store | $w | workers" "$depth"
+            PORT=$main_port
+          else
+            measure "tessera | $store | $w | workers" "$depth" --cluster
+          fi
+        fi
+        stop_server
+        rm -rf "$dir"
+      done
+    done
   done
+  start_redis_server "$TMP/redis-$depth" --appendonly yes --appendfsync everysec || exit 1
+  measure "redis-server | aof | 1 | main" "$depth"
+  stop_server
 done
 anatomy

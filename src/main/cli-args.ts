@@ -261,7 +261,7 @@ const FLAGS: Flag[] = [
   {
     name: 'worker-ports',
     kind: 'integer',
-    help: 'each worker also serves the Redis protocol on its own port, BASE + its index, for the keys it owns (others are answered -MOVED); default: off. Not in a cluster yet',
+    help: 'each worker also serves the Redis protocol on its own port, BASE + its index (0: any free ports; CLUSTER SLOTS names them), for the keys it owns (others are answered -MOVED); default: off. Not in a cluster yet',
   },
   {
     name: 'worker-ports-host',
@@ -476,8 +476,8 @@ export function parseCliArgs(argv: readonly string[], env: NodeJS.ProcessEnv): C
   };
   checkMonitorOptions(monitors, (option) => MONITOR_FLAGS[option]);
   const workerPortsBase = values.get('worker-ports') as number | undefined;
-  if (workerPortsBase !== undefined && (workerPortsBase < 1 || workerPortsBase > 65535))
-    throw invalidInput(`--worker-ports must be in 1..65535, got ${workerPortsBase}`);
+  if (workerPortsBase !== undefined && (workerPortsBase < 0 || workerPortsBase > 65535))
+    throw invalidInput(`--worker-ports must be in 0..65535, got ${workerPortsBase}`);
   const workerPortsHost = values.get('worker-ports-host') as string | undefined;
   if (workerPortsHost !== undefined && workerPortsBase === undefined)
     throw invalidInput('--worker-ports-host needs --worker-ports');
