@@ -261,7 +261,7 @@ const FLAGS: Flag[] = [
   {
     name: 'worker-ports',
     kind: 'integer',
-    help: 'each worker also serves the Redis protocol on its own port, BASE + its index (0: any free ports; CLUSTER SLOTS names them), for the keys it owns (others are answered -MOVED); default: off. Not in a cluster yet',
+    help: 'each worker also serves the Redis protocol on its own port, BASE + its index (0: any free ports; CLUSTER SLOTS names them), for the keys it owns (others are answered -MOVED); default: off',
   },
   {
     name: 'worker-ports-host',

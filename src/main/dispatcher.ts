@@ -132,6 +132,17 @@ export interface ClusterRouter {
   readonly servingStamp: number;
   /** The `servingStamp` the fragment's serving replica last changed at (0: never). */
   servingChangedAt(fragment: number): number;
+  /** Per fragment, the member serving it as the workers' RESP ports route by (FailoverCatchUp.published). */
+  readonly servingTable: SharedArrayBuffer;
+  /** Where each member serves clients (its main RESP port): where a worker port sends another member's keys. */
+  clientEndpoints(): ClientEndpoint[];
+  readonly selfIndex: number;
+}
+
+/** A member's RESP address, as `-MOVED` names it (port 0: not known yet). */
+export interface ClientEndpoint {
+  host: string;
+  port: number;
 }
 
 const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
@@ -898,10 +909,6 @@ export class Dispatcher implements KeyRouter {
    */
   async openWorkerPorts(options: WorkerPortOptions, relay: WorkerPortRelay): Promise<number[]> {
     assert(this.workerPorts === undefined, 'worker ports are open already');
-    if (this.config.cluster !== undefined)
-      throw invalidInput(
-        'worker ports are not served in a cluster yet: start the node without --worker-ports, or without peers',
-      );
     const clockCell = sharedClockCell();
     this.clock.shareWith(clockCell);
     const c = this.config;
@@ -920,6 +927,14 @@ export class Dispatcher implements KeyRouter {
       fragments: c.fragments,
       valueBytesMax: c.valueBytesMax,
       maxMemoryBytes: c.maxMemoryBytes,
+      cluster:
+        this.cluster === undefined
+          ? undefined
+          : {
+              selfIndex: this.cluster.selfIndex,
+              serving: this.cluster.servingTable,
+              endpoints: this.cluster.clientEndpoints(),
+            },
     };
     const ports = this.links.map((_, i) => (options.base === 0 ? 0 : options.base + i));
     this.workerPorts = { template, ports, relay };
@@ -944,6 +959,15 @@ export class Dispatcher implements KeyRouter {
     if (this.workerPorts === undefined) return;
     this.workerPorts = undefined;
     await Promise.allSettled(this.links.map((link) => this.portRequest(link, { kind: 'resp-close' })));
+  }
+
+  /** A member's client endpoint changed (it connected, or joined): the worker ports learn it. */
+  clientEndpointsChanged(): void {
+    const open = this.workerPorts;
+    if (open === undefined || this.cluster === undefined || open.template.cluster === undefined) return;
+    const endpoints = this.cluster.clientEndpoints();
+    open.template = { ...open.template, cluster: { ...open.template.cluster, endpoints } };
+    for (const link of this.links) link.post({ kind: 'resp-endpoints', endpoints });
   }
 
   /** The workers' RESP ports by worker index, while they are open. */

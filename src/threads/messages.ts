@@ -55,6 +55,17 @@ export interface WorkerRespInit {
   fragments: number;
   valueBytesMax: number;
   maxMemoryBytes: number;
+  /** In a cluster: what a worker port routes by. */
+  cluster: WorkerPortCluster | undefined;
+}
+
+/** What a worker port needs of the cluster: who serves each fragment, and where members serve clients. */
+export interface WorkerPortCluster {
+  selfIndex: number;
+  /** Int32 per fragment: the serving member, -1 none, -2 caught up here first (FailoverCatchUp.published). */
+  serving: SharedArrayBuffer;
+  /** Each member's main RESP port, by member index (port 0: not known yet). */
+  endpoints: Array<{ host: string; port: number }>;
 }
 
 /** A command a worker port has the main thread run (CommandSpec.needs), and the connection's state. */
@@ -67,6 +78,9 @@ export interface RelayRequest {
   protocol: 2 | 3;
   authenticated: boolean;
   name: string;
+  /** The connection's write acknowledgement (TESSERA.DURABILITY): a relayed FLUSHALL writes with it. */
+  durability: Durability;
+  replicaAcks: number;
   /** The client's address, for MONITOR and the slow log. */
   remoteIp: string | undefined;
   remotePort: number | undefined;
@@ -83,11 +97,18 @@ export type WorkerPortEvent =
 export type WorkerPortCommand =
   | { kind: 'resp-listen'; resp: WorkerRespInit }
   | { kind: 'resp-ports'; ports: number[] }
+  | { kind: 'resp-endpoints'; endpoints: Array<{ host: string; port: number }> }
   | { kind: 'resp-close' }
   | { kind: 'relay-reply'; id: number; reply: Uint8Array };
 
 const WORKER_PORT_EVENTS = new Set(['relay', 'resp-listening', 'resp-listen-failed', 'resp-closed']);
-const WORKER_PORT_COMMANDS = new Set(['resp-listen', 'resp-ports', 'resp-close', 'relay-reply']);
+const WORKER_PORT_COMMANDS = new Set([
+  'resp-listen',
+  'resp-ports',
+  'resp-endpoints',
+  'resp-close',
+  'relay-reply',
+]);
 
 export function isWorkerPortEvent(value: unknown): value is WorkerPortEvent {
   return (

@@ -1,10 +1,13 @@
 // A worker's own RESP port (`--worker-ports`): clients of the keys in this worker's fragments talk to
 // the thread that owns them, with no ring crossing — the command is parsed, run in the fragment
 // actors and answered here. The commands are the main port's (src/main/resp/commands.ts), run over
-// this host: a key of another worker is answered `-MOVED slot host:port` (that worker's port), keys
-// of several workers `-CROSSSLOT`; what needs the whole node (INFO, CONFIG, CLUSTER, SCAN, DBSIZE …)
-// is run on the main thread and its reply passed back; what needs the main port's connection state
-// (subscriptions, MONITOR, WAIT) is refused, naming the main port.
+// this host: a key of another worker is answered `-MOVED slot host:port` (that worker's port), in a
+// cluster a key another member serves `-MOVED` to that member's main port (by the serving table
+// the main thread publishes, src/main/mesh/failover-catch-up.ts), keys served in two places
+// `-CROSSSLOT`; what needs the whole node (INFO, CONFIG, CLUSTER, SCAN, DBSIZE …, and a write that
+// waits for replica acknowledgements) is run on the main thread and its reply passed back; what
+// needs the main port's connection state (subscriptions, MONITOR, WAIT) is refused, naming the
+// main port.
 
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
@@ -24,6 +27,7 @@ import type { RespCommand } from '../core/resp-parser.js';
 import type { RespWriter } from '../core/resp-writer.js';
 import { type KeyRouter, NOT_LOCAL, type WriteSpec } from '../main/key-router.js';
 import { listenOn } from '../main/listen.js';
+import { SERVING_HELD } from '../main/mesh/failover-catch-up.js';
 import { type CommandSpec, commandStatsOfTable, crossSlot, keyArguments } from '../main/resp/commands.js';
 import { ReplyFlusher, type ReplySlot, RespConnection } from '../main/resp/connection.js';
 import { type RespHost, RespPassword, type RespSettings } from '../main/resp/host.js';
@@ -38,6 +42,12 @@ import { type OpReplies, writeOpReply } from './result-writer.js';
 import type { WorkerRuntime } from './worker-runtime.js';
 
 const EMPTY = Buffer.alloc(0);
+/** `WorkerRespPort.targetOfSlot`: no member serves the slot now, or this node catches it up first. */
+const NOT_SERVED = -1;
+const CATCHING_UP = -2;
+/** Another member as a target: below CATCHING_UP, apart from the workers' indices. */
+const memberTarget = (member: number): number => -3 - member;
+const memberOfTarget = (target: number): number => -3 - target;
 
 export class WorkerRespPort implements RespHost {
   readonly stats = new RespStats();
@@ -57,6 +67,9 @@ export class WorkerRespPort implements RespHost {
   private readonly keyspace: Keyspace;
   /** Every worker's port, by worker index (0: not known yet). */
   private ports: number[];
+  /** In a cluster: the serving member per fragment (shared with the main thread), and members' client ports. */
+  private readonly serving: Int32Array | undefined;
+  private endpoints: Array<{ host: string; port: number }>;
   /** Commands run on the main thread, waiting for their replies (by relay id). */
   private readonly relays = new Map<number, ReplySlot>();
   private nextRelayId = 1;
@@ -81,6 +94,8 @@ export class WorkerRespPort implements RespHost {
     this.keys = new WorkerKeys(runtime, this.keyspace, init);
     this.password = init.password === undefined ? undefined : new RespPassword(init.password);
     this.ports = [...init.ports];
+    this.serving = init.cluster === undefined ? undefined : new Int32Array(init.cluster.serving);
+    this.endpoints = init.cluster?.endpoints ?? [];
     this.server = createServer((socket) => this.accept(socket));
   }
 
@@ -96,6 +111,11 @@ export class WorkerRespPort implements RespHost {
   setPorts(ports: number[]): void {
     this.ports = [...ports];
     this.ports[this.index] = this.listeningPort;
+  }
+
+  /** Where the other members serve clients, as they connect and join. */
+  setEndpoints(endpoints: Array<{ host: string; port: number }>): void {
+    this.endpoints = endpoints;
   }
 
   get requiresAuth(): boolean {
@@ -129,8 +149,9 @@ export class WorkerRespPort implements RespHost {
   unsubscribeAll(): void {}
 
   /**
-   * Keys of another worker's fragments: `-MOVED` to its port (the slot of the first key); keys of
-   * several workers: `-CROSSSLOT`. Commands run on the main thread are not routed by key here.
+   * Keys another thread or node serves: `-MOVED` to its port (the slot of the first key) — another
+   * worker's here, or in a cluster the main port of the member serving them; keys served in two
+   * places: `-CROSSSLOT`. Commands run on the main thread are not routed by key here.
    */
   redirected(_conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
     if (spec.needs !== undefined) return false;
@@ -138,23 +159,58 @@ export class WorkerRespPort implements RespHost {
     if (keys === undefined) return false;
     const [first, last, step] = keys;
     const slot = slotOfRange(cmd.bufs[first], cmd.starts[first], cmd.ends[first]);
-    const owner = this.ownerOfSlot(slot);
+    const target = this.targetOfSlot(slot);
     for (let i = first + step; i <= last; i += step) {
-      if (this.ownerOfSlot(slotOfRange(cmd.bufs[i], cmd.starts[i], cmd.ends[i])) !== owner)
+      if (this.targetOfSlot(slotOfRange(cmd.bufs[i], cmd.starts[i], cmd.ends[i])) !== target)
         return crossSlot(w);
     }
-    if (owner === this.index) return false;
-    const port = this.ports[owner];
-    if (port === 0) {
-      w.errorCode('TRYAGAIN', `worker ${owner}, which serves slot ${slot}, has no port open yet`);
+    if (target === this.index) return false;
+    if (target === NOT_SERVED) {
+      w.errorCode('CLUSTERDOWN', 'Hash slot not served');
       return true;
     }
-    w.errorCode('MOVED', `${slot} ${this.init.host}:${port}`);
+    if (target === CATCHING_UP) {
+      w.errorCode('TRYAGAIN', `slot ${slot} is being caught up on this node; it is served again shortly`);
+      return true;
+    }
+    const [host, port] =
+      target >= 0 ? [this.init.host, this.ports[target]] : this.memberEndpoint(memberOfTarget(target));
+    if (port === 0) {
+      w.errorCode('TRYAGAIN', `the port that serves slot ${slot} is not known yet`);
+      return true;
+    }
+    w.errorCode('MOVED', `${slot} ${host}:${port}`);
     return true;
   }
 
-  private ownerOfSlot(slot: number): number {
-    return this.init.workerOfFragment[this.keyspace.fragmentOfSlot(slot)];
+  /**
+   * Who serves `slot`: a worker of this node (its index, ≥ 0), another member (`memberTarget`),
+   * NOT_SERVED, or CATCHING_UP.
+   */
+  private targetOfSlot(slot: number): number {
+    const fragment = this.keyspace.fragmentOfSlot(slot);
+    const serving = this.serving;
+    if (serving !== undefined) {
+      const member = Atomics.load(serving, fragment);
+      if (member === -1) return NOT_SERVED;
+      if (member === SERVING_HELD) return CATCHING_UP;
+      if (member !== this.init.cluster!.selfIndex) return memberTarget(member);
+    }
+    return this.init.workerOfFragment[fragment];
+  }
+
+  private memberEndpoint(member: number): [string, number] {
+    const endpoint = this.endpoints[member];
+    return endpoint === undefined ? ['', 0] : [endpoint.host, endpoint.port];
+  }
+
+  /**
+   * Whether `spec` runs on this thread for `conn`. In a cluster, a write that waits for replica
+   * acknowledgements runs on the main thread, which counts them.
+   */
+  runsHere(conn: RespConnection, spec: CommandSpec): boolean {
+    if (spec.needs !== undefined) return false;
+    return this.serving === undefined || conn.replicaAcks === 0 || !spec.flags.includes('write');
   }
 
   /** Has the main thread run a command that needs the node; refuses one that needs the main port. */
@@ -176,6 +232,8 @@ export class WorkerRespPort implements RespHost {
       protocol: conn.protocol,
       authenticated: conn.authenticated,
       name: conn.name,
+      durability: conn.durability,
+      replicaAcks: conn.replicaAcks,
       remoteIp: conn.socket.remoteAddress,
       remotePort: conn.socket.remotePort,
     });
@@ -217,7 +275,7 @@ export class WorkerRespPort implements RespHost {
  */
 class WorkerKeys implements KeyRouter {
   readonly turnClock = new TurnClock();
-  /** Worker ports are not served in a cluster: no fragment changes its serving replica. */
+  /** Only WAIT reads it, and WAIT is the main port's. */
   readonly servingStamp = 0;
   lastWriteFragment = 0;
   private readonly clock: HybridLogicalClock;

@@ -60,6 +60,9 @@ async function main(init: WorkerInit): Promise<void> {
       case 'resp-ports':
         resp?.setPorts(message.ports);
         return;
+      case 'resp-endpoints':
+        resp?.setEndpoints(message.endpoints);
+        return;
       case 'relay-reply':
         resp?.onRelayReply(message.id, message.reply);
         return;

@@ -71,7 +71,7 @@ import {
   setResultId,
 } from '../../threads/op-codec.js';
 import { type ClusterConfig, formatPeerAddress, parsePeerAddress } from '../cluster-config.js';
-import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
+import type { ClientEndpoint, ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import { bindDatagrams } from '../listen.js';
 import { leftToPull } from '../pulled-counts.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
@@ -351,7 +351,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.failover = new FailoverCatchUp({
       fragmentCount: config.placement.replicas.length,
       selfIndex: config.selfIndex,
-      firstServing: (f) => this.servingMember(f),
+      // A node the cluster refused serves nothing (routeOf): its worker ports must not either.
+      firstServing: (f) => (this.refusedLink === undefined ? this.servingMember(f) : -1),
       isUp: (m) => this.isUp(m),
       memberName: (m) => this.config.members[m] ?? `#${m}`,
       peersOf: (f) => this.routing[f],
@@ -486,6 +487,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
               `this node was refused by the cluster (${reason}): wipe its data directory and join with a new node id`,
             ),
           );
+          this.failover.check();
         },
         onLeft: () => {
           this.logger.info({}, 'left the cluster');
@@ -1106,6 +1108,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.results.push(new ListFrameBuilder(EnvelopeField.ForwardedResults, RESULTS_FIELD));
     this.mesh.memberAdded(m);
     void this.dispatcher.memberAdded(m, nodeId);
+    this.dispatcher.clientEndpointsChanged();
     this.logger.info({ member: nodeId, index: m }, 'member admitted');
     return m;
   }
@@ -1260,6 +1263,21 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return this.failover.servingStamp;
   }
 
+  get servingTable(): SharedArrayBuffer {
+    return this.failover.published.buffer as SharedArrayBuffer;
+  }
+
+  get selfIndex(): number {
+    return this.config.selfIndex;
+  }
+
+  clientEndpoints(): ClientEndpoint[] {
+    return this.config.members.map((_, m) => ({
+      host: this.config.addresses[m]?.host ?? '',
+      port: m === this.config.selfIndex ? this.config.clientPort : this.mesh.clientPortOf(m),
+    }));
+  }
+
   servingChangedAt(fragment: number): number {
     return this.failover.servingChangedAt(fragment);
   }
@@ -1330,6 +1348,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private onPeerState(member: number, up: boolean): void {
     // Workers learn every member slot (Dispatcher.memberAdded), so a replica list may name a joined one.
     for (const link of this.dispatcher.links) link.sendPeerState(member, up);
+    if (up) this.dispatcher.clientEndpointsChanged();
     if (!up) {
       // Fragments this node takes over start their catch-up before the requests in flight to the
       // lost peer come back to be sent again: those wait for it rather than read a stale copy.

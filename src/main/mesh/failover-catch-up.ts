@@ -104,6 +104,9 @@ class HoldingLink implements OpLink {
   }
 }
 
+/** `FailoverCatchUp.published` for a fragment this node serves once it has caught it up. */
+export const SERVING_HELD = -2;
+
 export class FailoverCatchUp {
   /** Per fragment, the member routing picked last (-1 before the first look). */
   private readonly servedBy: Int32Array;
@@ -111,6 +114,11 @@ export class FailoverCatchUp {
   private readonly changedAt: Float64Array;
   /** Grows by one at each change of some fragment's `servedBy`. */
   servingStamp = 0;
+  /**
+   * Per fragment, what the workers' RESP ports read (shared memory): the member serving it, or
+   * SERVING_HELD while this node serves it but still catches it up (its requests wait).
+   */
+  readonly published: Int32Array;
   /** Per fragment, 1 once this node caught up since it started serving it (after its start, or a failover). */
   private readonly caughtUp: Uint8Array;
   private readonly holding = new Map<number, HoldingLink>();
@@ -125,6 +133,9 @@ export class FailoverCatchUp {
 
   constructor(private readonly host: CatchUpHost) {
     this.servedBy = new Int32Array(host.fragmentCount).fill(-1);
+    this.published = new Int32Array(
+      new SharedArrayBuffer(host.fragmentCount * Int32Array.BYTES_PER_ELEMENT),
+    ).fill(-1);
     this.changedAt = new Float64Array(host.fragmentCount);
     this.caughtUp = new Uint8Array(host.fragmentCount);
   }
@@ -168,10 +179,9 @@ export class FailoverCatchUp {
       const now = this.host.firstServing(f);
       this.servedBy[f] = now;
       if (now !== before) this.changedAt[f] = ++this.servingStamp;
-      if (now !== self) continue;
-      if (before !== -1 && before !== self) this.caughtUp[f] = 0;
-      if (this.caughtUp[f] === 1 || this.holding.has(f)) continue;
-      this.catchUp(f, before);
+      if (now === self && before !== -1 && before !== self) this.caughtUp[f] = 0;
+      if (now === self && this.caughtUp[f] === 0 && !this.holding.has(f)) this.catchUp(f, before);
+      Atomics.store(this.published, f, this.holding.has(f) ? SERVING_HELD : now);
     }
   }
 
@@ -221,6 +231,7 @@ export class FailoverCatchUp {
       this.holding.delete(fragment);
       // Not again until the next failover (an incomplete one is logged: anti-entropy repairs the rest).
       this.caughtUp[fragment] = 1;
+      Atomics.store(this.published, fragment, this.servedBy[fragment]);
       this.host.log(
         complete ? 'info' : 'warn',
         {

@@ -5,7 +5,6 @@
 // Redis without cluster support does.
 
 import { createHash } from 'node:crypto';
-import { assert } from '../../core/assert.js';
 import { slotOf, slotRange } from '../../core/keyspace.js';
 import {
   COUNT_KEYS_IN_SLOT_EXAMINED_MAX,
@@ -48,22 +47,26 @@ export function redisNodeId(nodeId: string): string {
   return createHash('sha1').update(nodeId).digest('hex');
 }
 
-/** The node's cluster (CLUSTER commands answer an error before reaching here without one). */
-function clusterOf(conn: RespConnection): Cluster {
-  const cluster = nodeServer(conn).node.cluster;
-  assert(cluster !== undefined, 'cluster command on a node without a cluster');
-  return cluster;
+/**
+ * The nodes clients see. `listed`: those CLUSTER NODES lists. `at(member, fragment)`: the node that
+ * stands for `member` in the fragment's shard — with worker ports, this node's worker that owns
+ * the fragment, a node of its own reached at its port (its id is the SHA-1 of `<node id>/worker-<i>`).
+ */
+interface NodesView {
+  listed: ClusterNodeView[];
+  /** The members (empty without peers), by member index. */
+  members: ClusterNodeView[];
+  at(member: number, fragment: number): ClusterNodeView;
 }
 
-/**
- * A node without peers whose workers serve their own ports: each worker is a node of its own, the
- * primary of the fragments it owns, reached at its port.
- */
-function workerNodes(conn: RespConnection, ports: readonly number[]): ClusterNodeView[] | undefined {
+function nodesOf(conn: RespConnection): NodesView {
   const server = nodeServer(conn);
-  if (server.node.cluster !== undefined) return undefined;
-  return ports.map((port, i) => {
-    const nodeId = `${server.node.nodeId}/worker-${i}`;
+  const node = server.node;
+  const members = node.cluster === undefined ? [] : memberNodes(conn, node.cluster);
+  const ports = server.workerPorts;
+  if (ports === undefined) return { listed: members, members, at: (m) => members[m] };
+  const workers = ports.map((port, i): ClusterNodeView => {
+    const nodeId = `${node.nodeId}/worker-${i}`;
     return {
       id: redisNodeId(nodeId),
       nodeId,
@@ -75,14 +78,17 @@ function workerNodes(conn: RespConnection, ports: readonly number[]): ClusterNod
       member: true,
     };
   });
+  const selfIndex = node.cluster?.config.selfIndex ?? -1;
+  return {
+    listed: [...members.filter((n) => !n.self), ...workers],
+    members,
+    at: (m, f) =>
+      m === selfIndex || selfIndex === -1 ? workers[node.dispatcher.workerLinkOf(f).index] : members[m],
+  };
 }
 
-function nodesOf(conn: RespConnection): ClusterNodeView[] {
-  const server = nodeServer(conn);
-  const ports = server.workerPorts;
-  if (ports !== undefined) return workerNodes(conn, ports)!;
-  const { port } = server.address;
-  const cluster = clusterOf(conn);
+function memberNodes(conn: RespConnection, cluster: Cluster): ClusterNodeView[] {
+  const { port } = nodeServer(conn).address;
   const c = cluster.config;
   return c.members.map((nodeId, m) => {
     const self = m === c.selfIndex;
@@ -99,28 +105,24 @@ function nodesOf(conn: RespConnection): ClusterNodeView[] {
   });
 }
 
-function shardsOf(conn: RespConnection, nodes: ClusterNodeView[]): ShardView[] {
+function shardsOf(conn: RespConnection, nodes: NodesView): ShardView[] {
   const fragments = conn.server.settings.fragments;
   const out: ShardView[] = [];
-  const node = nodeServer(conn).node;
-  if (node.cluster === undefined) {
-    // Worker ports: each fragment's primary is the worker that owns it.
-    for (let f = 0; f < fragments; f++) {
-      const [first, end] = slotRange(f, fragments);
-      const primary = nodes[node.dispatcher.workerLinkOf(f).index];
-      out.push({ first, last: end - 1, primary: primary.up ? primary : undefined, replicas: [] });
-    }
-    return out;
-  }
-  const cluster = clusterOf(conn);
+  const cluster = nodeServer(conn).node.cluster;
   for (let f = 0; f < fragments; f++) {
     const [first, end] = slotRange(f, fragments);
+    if (cluster === undefined) {
+      // Worker ports without peers: each fragment's primary is the worker that owns it.
+      const primary = nodes.at(0, f);
+      out.push({ first, last: end - 1, primary: primary.up ? primary : undefined, replicas: [] });
+      continue;
+    }
     const serving = cluster.servingMember(f);
     const replicas = cluster
       .replicasOf(f)
-      .filter((m) => m !== serving && nodes[m].up && nodes[m].port > 0)
-      .map((m) => nodes[m]);
-    out.push({ first, last: end - 1, primary: serving === -1 ? undefined : nodes[serving], replicas });
+      .filter((m) => m !== serving && nodes.members[m].up && nodes.members[m].port > 0)
+      .map((m) => nodes.at(m, f));
+    out.push({ first, last: end - 1, primary: serving === -1 ? undefined : nodes.at(serving, f), replicas });
   }
   return out;
 }
@@ -183,7 +185,7 @@ function clusterNodes(conn: RespConnection): string {
   const nodes = nodesOf(conn);
   const shards = shardsOf(conn, nodes);
   const lines: string[] = [];
-  for (const n of nodes) {
+  for (const n of nodes.listed) {
     if (!n.member) continue;
     const ranges = shards
       .filter((s) => s.primary === n)
@@ -212,7 +214,7 @@ function clusterInfo(conn: RespConnection): string {
     ['cluster_slots_ok', slotsOk],
     ['cluster_slots_pfail', 0],
     ['cluster_slots_fail', SLOT_COUNT - slotsOk],
-    ['cluster_known_nodes', nodes.filter((n) => n.member).length],
+    ['cluster_known_nodes', nodes.listed.filter((n) => n.member).length],
     ['cluster_size', primaries.size],
     // Redis's config epochs: here the assignment table's epoch, which each coordinator takeover raises.
     ['cluster_current_epoch', Math.max(1, cluster?.coordinator?.table.epoch ?? 0)],
@@ -298,7 +300,7 @@ function cluster(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean
       return true;
     case 'MYID':
       if (cmd.argc !== 2) wrongArity();
-      else w.bulk(nodesOf(conn).find((n) => n.self)?.id ?? redisNodeId(nodeServer(conn).node.nodeId));
+      else w.bulk(nodesOf(conn).listed.find((n) => n.self)?.id ?? redisNodeId(nodeServer(conn).node.nodeId));
       return true;
     case 'KEYSLOT':
       if (cmd.argc !== 3) wrongArity();

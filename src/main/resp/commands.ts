@@ -116,10 +116,9 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
   conn.commandRan = spec;
   conn.runningStat = stat;
   const errorsBefore = w.errorReplies;
-  const answeredNow =
-    spec.needs === undefined || conn.server.main !== undefined
-      ? spec.run(conn, cmd, w)
-      : conn.server.runElsewhere(conn, spec, cmd, w);
+  const answeredNow = conn.server.runsHere(conn, spec)
+    ? spec.run(conn, cmd, w)
+    : conn.server.runElsewhere(conn, spec, cmd, w);
   // One clock read per command: its end is the next command's start (RespConnection.commandClockMs).
   const endMs = performance.now();
   const tookMs = endMs - conn.commandClockMs;

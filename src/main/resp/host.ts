@@ -59,6 +59,8 @@ export interface RespHost {
    * false when it runs here.
    */
   redirected(conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean;
+  /** Whether `spec` runs on this face for `conn` (else `runElsewhere`). */
+  runsHere(conn: RespConnection, spec: CommandSpec): boolean;
   /**
    * Runs a command that needs what only the main thread has (`spec.needs`) on a face that is not
    * the main port: relayed there, or refused. True when it answered into `w` now.

@@ -325,6 +325,10 @@ export class RespServer implements RespHost {
     return true;
   }
 
+  runsHere(): boolean {
+    return true;
+  }
+
   runElsewhere(_conn: RespConnection, spec: CommandSpec): boolean {
     throw new Error(`${spec.name} was sent elsewhere from the main port`);
   }
@@ -405,6 +409,8 @@ export class RespServer implements RespHost {
     conn.protocol = request.protocol;
     conn.authenticated = request.authenticated;
     conn.name = request.name;
+    conn.durability = request.durability;
+    conn.replicaAcks = request.replicaAcks;
     conn.relayedFromWorker = request.worker;
     socket.deliver(encodeRelayed(request.args));
     return socket.reply(conn);

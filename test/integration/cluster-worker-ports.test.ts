@@ -1,0 +1,111 @@
+// Worker ports in a cluster, on real processes on 127.0.0.1: each node's slot map names its own
+// workers' ports for the fragments it serves and the other members' ports for theirs; a worker
+// port serves the keys its node serves, answers another member's `-MOVED` to that member, and its
+// writes replicate as the main port's do; a write that waits for replica acknowledgements is run
+// by the main thread; ioredis Cluster reaches every key.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Cluster as RedisCluster } from 'ioredis';
+import { slotOf } from '../../src/core/keyspace.js';
+import { type ClusterFixture, type NodeProcess, startCluster } from './cluster-helpers.js';
+import { eventually } from './helpers.js';
+import { RawClient } from './resp-helpers.js';
+
+type SlotRange = [number, number, [string, number, string], ...Array<[string, number, string]>];
+/** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */
+const CONDITION_MS_MAX = 60_000;
+
+let fixture: ClusterFixture;
+
+before(async () => {
+  fixture = await startCluster('cluster-worker-ports', ['a', 'b', 'c'], ['--worker-ports', '0']);
+});
+
+after(async () => {
+  await fixture?.stop();
+});
+
+/** `node`'s workers' ports, from its CLUSTER NODES. */
+async function workerPortsOf(node: NodeProcess): Promise<number[]> {
+  const lines = ((await (await node.client()).call('CLUSTER', 'NODES')) as string).trim().split('\n');
+  return lines
+    .filter((line) => line.includes(`,${node.id}/worker-`))
+    .map((line) => Number(line.split(' ')[1].split(/[:@]/)[1]));
+}
+
+/** A key whose slot CLUSTER SLOTS (asked at `at`) gives to a primary at one of `ports`, and that port. */
+async function keyServedAt(
+  at: NodeProcess,
+  ports: number[],
+  prefix: string,
+): Promise<{ key: string; port: number }> {
+  const slots = (await (await at.client()).call('CLUSTER', 'SLOTS')) as SlotRange[];
+  for (let i = 0; i < 100_000; i++) {
+    const key = `${prefix}${i}`;
+    const slot = slotOf(Buffer.from(key));
+    const range = slots.find(([first, last]) => slot >= first && slot <= last);
+    if (range !== undefined && ports.includes(range[2][1])) return { key, port: range[2][1] };
+  }
+  throw new Error(`no slot served at ${ports.join(', ')}`);
+}
+
+test('the slot map names this node’s worker ports and the other members’ ports; keys go where it says', async () => {
+  const [a, b, c] = fixture.nodes as [NodeProcess, NodeProcess, NodeProcess];
+  const ports = await workerPortsOf(a);
+  assert.equal(ports.length, 2);
+  // Every primary in a's map is one of a's workers, or b or c.
+  await eventually(async () => {
+    const slots = (await (await a.client()).call('CLUSTER', 'SLOTS')) as SlotRange[];
+    const primaries = new Set(slots.map((s) => s[2][1]));
+    return [...primaries].every((p) => [...ports, b.respPort, c.respPort].includes(p)) && primaries.size >= 3;
+  }, CONDITION_MS_MAX);
+  const mine = await keyServedAt(a, ports, 'mine:');
+  const theirs = await keyServedAt(a, [b.respPort], 'theirs:');
+  const worker = await RawClient.connect(mine.port);
+  try {
+    // Until a has caught the fragment up from its peers (after its start), its worker port says so.
+    await eventually(async () => {
+      const reply = await worker.call('SET', mine.key, 'from-a-worker');
+      if (reply.startsWith('-TRYAGAIN slot ')) return false;
+      assert.equal(reply, '+OK\r\n');
+      return true;
+    }, CONDITION_MS_MAX);
+    assert.equal(await worker.call('GET', mine.key), '$13\r\nfrom-a-worker\r\n');
+    assert.equal(
+      await worker.call('SET', theirs.key, 'v'),
+      `-MOVED ${slotOf(Buffer.from(theirs.key))} 127.0.0.1:${b.respPort}\r\n`,
+    );
+    // b and c read a's write: forwarded to a, or from the copy replication gave them.
+    for (const other of [b, c]) {
+      const reader = await other.client(true);
+      await eventually(async () => (await reader.get(mine.key)) === 'from-a-worker', CONDITION_MS_MAX);
+    }
+    // A write that waits for a replica's acknowledgement: the main thread runs it and counts them.
+    assert.equal(await worker.call('TESSERA.DURABILITY', 'store', 'REPLICAS', '1'), '+OK\r\n');
+    assert.equal(await worker.call('SET', mine.key, 'acknowledged'), '+OK\r\n');
+    for (const other of [b, c]) {
+      const reader = await other.client(true);
+      await eventually(async () => (await reader.get(mine.key)) === 'acknowledged', CONDITION_MS_MAX);
+    }
+  } finally {
+    worker.destroy();
+  }
+});
+
+test('ioredis Cluster reaches every key through the worker ports and the members', async () => {
+  const [a, b] = fixture.nodes as [NodeProcess, NodeProcess];
+  const rc = new RedisCluster([{ host: '127.0.0.1', port: a.respPort }], {
+    clusterRetryStrategy: () => null,
+  });
+  try {
+    for (let i = 0; i < 200; i++) assert.equal(await rc.set(`wp:${i}`, `v${i}`), 'OK');
+    for (let i = 0; i < 200; i++) assert.equal(await rc.get(`wp:${i}`), `v${i}`);
+    const ports = new Set(rc.nodes('master').map((n) => n.options.port));
+    for (const port of await workerPortsOf(a)) assert.ok(ports.has(port), `a's worker port ${port} is used`);
+  } finally {
+    rc.disconnect();
+  }
+  const reader = await b.client();
+  for (let i = 0; i < 200; i++) assert.equal(await reader.get(`wp:${i}`), `v${i}`);
+});
