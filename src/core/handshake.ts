@@ -26,11 +26,14 @@ export const CAPABILITY_SCAN = 1 << 7;
 export const CAPABILITY_QUERY_PAGES = 1 << 8;
 /** Tessera's: the peer takes Pub/Sub messages (PublishBatch) for its subscribers. */
 export const CAPABILITY_PUBSUB = 1 << 9;
+/** Tessera's: the peer takes the ports its peers' workers serve clients on (ClientPorts). */
+export const CAPABILITY_CLIENT_PORTS = 1 << 10;
 
 /** Bits 0–6: a peer without any of them cannot take part in replication at wire version 3. */
 export const REQUIRED_WIRE_CAPABILITIES = 0x7f;
 /** What we advertise. Query pages (bit 8) are not implemented, so they are not claimed. */
-export const LOCAL_CAPABILITIES = REQUIRED_WIRE_CAPABILITIES | CAPABILITY_SCAN | CAPABILITY_PUBSUB;
+export const LOCAL_CAPABILITIES =
+  REQUIRED_WIRE_CAPABILITIES | CAPABILITY_SCAN | CAPABILITY_PUBSUB | CAPABILITY_CLIENT_PORTS;
 
 /** Fresh random bytes per connection per side; 256 bits make a repeat (and so a replay) hopeless. */
 export const HANDSHAKE_CHALLENGE_BYTES = 32;

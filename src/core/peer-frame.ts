@@ -36,6 +36,7 @@ export const EnvelopeField = {
   MemberRefuse: 24,
   Placement: 25,
   Admin: 26,
+  ClientPorts: 27,
 } as const;
 export type EnvelopeField = (typeof EnvelopeField)[keyof typeof EnvelopeField];
 

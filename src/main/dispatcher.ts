@@ -37,7 +37,9 @@ import { groupsOfWorker, workerOfFragment } from '../native-bindings/manifest.js
 import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
 import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-board.js';
 import type {
+  ClientEndpoint,
   ClusterInit,
+  RelayReply,
   RelayRequest,
   WorkerInit,
   WorkerPortEvent,
@@ -101,8 +103,8 @@ export interface WorkerPortOptions {
   password: string | undefined;
 }
 
-/** Runs a command a worker port hands over; resolves with its reply's RESP bytes. */
-export type WorkerPortRelay = (request: RelayRequest) => Promise<Uint8Array>;
+/** Runs a command a worker port hands over; resolves with its reply. */
+export type WorkerPortRelay = (request: RelayRequest) => Promise<RelayReply>;
 
 /** Runs an anti-entropy span read in the background pool. */
 export type PoolSpanRunner = (request: PoolSpanRequest) => Promise<PoolSpanResult>;
@@ -137,12 +139,6 @@ export interface ClusterRouter {
   /** Where each member serves clients (its main RESP port): where a worker port sends another member's keys. */
   clientEndpoints(): ClientEndpoint[];
   readonly selfIndex: number;
-}
-
-/** A member's RESP address, as `-MOVED` names it (port 0: not known yet). */
-export interface ClientEndpoint {
-  host: string;
-  port: number;
 }
 
 const WORKER_ENTRY = new URL('../workers/worker-main.js', import.meta.url);
@@ -1016,11 +1012,15 @@ export class Dispatcher implements KeyRouter {
   private relay(index: number, request: RelayRequest): void {
     const open = this.workerPorts;
     const link = this.links[index];
-    const answer = (reply: Uint8Array) => link.post({ kind: 'relay-reply', id: request.id, reply });
-    if (open === undefined) return void answer(Buffer.from('-ERR the worker ports are closing\r\n'));
-    open
-      .relay(request)
-      .then(answer, (err: Error) => answer(Buffer.from(`-ERR ${err.message.replace(/[\r\n]+/g, ' ')}\r\n`)));
+    const answer = (reply: RelayReply) => link.post({ kind: 'relay-reply', id: request.id, reply });
+    const fail = (message: string) =>
+      answer({
+        bytes: Buffer.from(`-ERR ${message.replace(/[\r\n]+/g, ' ')}\r\n`),
+        written: request.written,
+        writtenSinceStamp: request.writtenSinceStamp,
+      });
+    if (open === undefined) fail('the worker ports are closing');
+    else open.relay(request).then(answer, (err: Error) => fail(err.message));
   }
 
   /** The cluster's startup message with the replica lists `holdFragment` set since. */

@@ -62,10 +62,24 @@ export interface WorkerRespInit {
 /** What a worker port needs of the cluster: who serves each fragment, and where members serve clients. */
 export interface WorkerPortCluster {
   selfIndex: number;
-  /** Int32 per fragment: the serving member, -1 none, -2 caught up here first (FailoverCatchUp.published). */
+  /**
+   * Int32 per fragment: the serving member, -1 none, -2 caught up here first; then the serving
+   * stamp (FailoverCatchUp.published).
+   */
   serving: SharedArrayBuffer;
-  /** Each member's main RESP port, by member index (port 0: not known yet). */
-  endpoints: Array<{ host: string; port: number }>;
+  /** Where each member serves clients, by member index. */
+  endpoints: ClientEndpoint[];
+}
+
+/** Where a member serves clients, as `-MOVED` and the slot map name it. */
+export interface ClientEndpoint {
+  host: string;
+  /** Its main RESP port (0: not known yet). */
+  port: number;
+  /** Its workers' ports, by worker index (empty: none open, or not told). */
+  workerPorts: number[];
+  /** Its store's group count: its worker for fragment f is (f mod groups) mod workerPorts.length. */
+  workerGroups: number;
 }
 
 /** A command a worker port has the main thread run (CommandSpec.needs), and the connection's state. */
@@ -81,9 +95,19 @@ export interface RelayRequest {
   /** The connection's write acknowledgement (TESSERA.DURABILITY): a relayed FLUSHALL writes with it. */
   durability: Durability;
   replicaAcks: number;
+  /** The fragments the connection wrote since its last WAIT saw them all acknowledged, and since when. */
+  written: number[];
+  writtenSinceStamp: number;
   /** The client's address, for MONITOR and the slow log. */
   remoteIp: string | undefined;
   remotePort: number | undefined;
+}
+
+/** A relayed command's reply, and what it left of the connection's written fragments (WAIT forgets them). */
+export interface RelayReply {
+  bytes: Uint8Array;
+  written: number[];
+  writtenSinceStamp: number;
 }
 
 /** Control messages about a worker's RESP port, worker → main. */
@@ -97,9 +121,9 @@ export type WorkerPortEvent =
 export type WorkerPortCommand =
   | { kind: 'resp-listen'; resp: WorkerRespInit }
   | { kind: 'resp-ports'; ports: number[] }
-  | { kind: 'resp-endpoints'; endpoints: Array<{ host: string; port: number }> }
+  | { kind: 'resp-endpoints'; endpoints: ClientEndpoint[] }
   | { kind: 'resp-close' }
-  | { kind: 'relay-reply'; id: number; reply: Uint8Array };
+  | { kind: 'relay-reply'; id: number; reply: RelayReply };
 
 const WORKER_PORT_EVENTS = new Set(['relay', 'resp-listening', 'resp-listen-failed', 'resp-closed']);
 const WORKER_PORT_COMMANDS = new Set([

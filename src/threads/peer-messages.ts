@@ -119,6 +119,13 @@ export interface Envelope {
   memberRefuse?: MemberRefuseWire;
   placement?: PlacementMessageWire;
   admin?: AdminMessageWire;
+  clientPorts?: ClientPortsMessage;
+}
+
+/** The ports a node's workers serve clients on (proto/peer.proto ClientPorts). */
+export interface ClientPortsMessage {
+  workerPorts: number[];
+  workerGroups: number;
 }
 
 /** Encodes an envelope (without the frame's length prefix). */

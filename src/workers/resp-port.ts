@@ -2,8 +2,9 @@
 // the thread that owns them, with no ring crossing — the command is parsed, run in the fragment
 // actors and answered here. The commands are the main port's (src/main/resp/commands.ts), run over
 // this host: a key of another worker is answered `-MOVED slot host:port` (that worker's port), in a
-// cluster a key another member serves `-MOVED` to that member's main port (by the serving table
-// the main thread publishes, src/main/mesh/failover-catch-up.ts), keys served in two places
+// cluster a key another member serves `-MOVED` to its worker's port, or its main port when it told
+// none (by the serving table the main thread publishes, src/main/mesh/failover-catch-up.ts, and the
+// ports the members tell each other, ClientPorts in proto/peer.proto), keys served in two places
 // `-CROSSSLOT`; what needs the whole node (INFO, CONFIG, CLUSTER, SCAN, DBSIZE …, and a write that
 // waits for replica acknowledgements) is run on the main thread and its reply passed back; what
 // needs the main port's connection state (subscriptions, MONITOR, WAIT) is refused, naming the
@@ -36,7 +37,8 @@ import { RespStats } from '../main/resp/server.js';
 import { SlowLog } from '../main/resp/slowlog.js';
 import { TurnClock } from '../main/turn-clock.js';
 import type { ResultHandler } from '../main/worker-link.js';
-import type { RelayRequest, WorkerRespInit } from '../threads/messages.js';
+import { workerOfFragment } from '../native-bindings/manifest.js';
+import type { ClientEndpoint, RelayReply, RelayRequest, WorkerRespInit } from '../threads/messages.js';
 import { RESULT_HEADER_BYTES, resultRecordBytes, writeResultHeader } from '../threads/op-codec.js';
 import { type OpReplies, writeOpReply } from './result-writer.js';
 import type { WorkerRuntime } from './worker-runtime.js';
@@ -69,9 +71,9 @@ export class WorkerRespPort implements RespHost {
   private ports: number[];
   /** In a cluster: the serving member per fragment (shared with the main thread), and members' client ports. */
   private readonly serving: Int32Array | undefined;
-  private endpoints: Array<{ host: string; port: number }>;
-  /** Commands run on the main thread, waiting for their replies (by relay id). */
-  private readonly relays = new Map<number, ReplySlot>();
+  private endpoints: ClientEndpoint[];
+  /** Commands run on the main thread, waiting for their replies (by relay id), and who waits on each. */
+  private readonly relays = new Map<number, { slot: ReplySlot; answered: () => void }>();
   private nextRelayId = 1;
   private nextClientId = 1;
   private listeningPort = 0;
@@ -114,7 +116,7 @@ export class WorkerRespPort implements RespHost {
   }
 
   /** Where the other members serve clients, as they connect and join. */
-  setEndpoints(endpoints: Array<{ host: string; port: number }>): void {
+  setEndpoints(endpoints: ClientEndpoint[]): void {
     this.endpoints = endpoints;
   }
 
@@ -150,8 +152,8 @@ export class WorkerRespPort implements RespHost {
 
   /**
    * Keys another thread or node serves: `-MOVED` to its port (the slot of the first key) — another
-   * worker's here, or in a cluster the main port of the member serving them; keys served in two
-   * places: `-CROSSSLOT`. Commands run on the main thread are not routed by key here.
+   * worker's here, or in a cluster the port of the serving member's worker (its main port when it
+   * told none); keys served in two places: `-CROSSSLOT`. Commands run on the main thread are not routed by key here.
    */
   redirected(_conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
     if (spec.needs !== undefined) return false;
@@ -174,7 +176,9 @@ export class WorkerRespPort implements RespHost {
       return true;
     }
     const [host, port] =
-      target >= 0 ? [this.init.host, this.ports[target]] : this.memberEndpoint(memberOfTarget(target));
+      target >= 0
+        ? [this.init.host, this.ports[target]]
+        : this.memberEndpoint(memberOfTarget(target), this.keyspace.fragmentOfSlot(slot));
     if (port === 0) {
       w.errorCode('TRYAGAIN', `the port that serves slot ${slot} is not known yet`);
       return true;
@@ -199,9 +203,13 @@ export class WorkerRespPort implements RespHost {
     return this.init.workerOfFragment[fragment];
   }
 
-  private memberEndpoint(member: number): [string, number] {
+  /** Where `member` serves `fragment`'s clients: the port of its worker that owns it, else its main port. */
+  private memberEndpoint(member: number, fragment: number): [string, number] {
     const endpoint = this.endpoints[member];
-    return endpoint === undefined ? ['', 0] : [endpoint.host, endpoint.port];
+    if (endpoint === undefined) return ['', 0];
+    const workers = endpoint.workerPorts;
+    if (workers.length === 0) return [endpoint.host, endpoint.port];
+    return [endpoint.host, workers[workerOfFragment(fragment, endpoint.workerGroups, workers.length)]];
   }
 
   /**
@@ -213,7 +221,11 @@ export class WorkerRespPort implements RespHost {
     return this.serving === undefined || conn.replicaAcks === 0 || !spec.flags.includes('write');
   }
 
-  /** Has the main thread run a command that needs the node; refuses one that needs the main port. */
+  /**
+   * Has the main thread run a command that needs the node; refuses one that needs the main port.
+   * The connection's later commands wait for its answer, as they would on the main port: a SET
+   * pipelined after a FLUSHALL must not run before it.
+   */
   runElsewhere(conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
     if (spec.needs === 'main-connection') {
       w.error(`${spec.name} is served on the node's main RESP port, not on a worker port`);
@@ -221,9 +233,13 @@ export class WorkerRespPort implements RespHost {
     }
     const slot = conn.defer();
     const id = this.nextRelayId++;
-    this.relays.set(id, slot);
     const args: Uint8Array[] = [];
     for (let i = 0; i < cmd.argc; i++) args.push(Buffer.from(cmd.arg(i)));
+    conn.blockUntil(
+      new Promise<void>((answered) => {
+        this.relays.set(id, { slot, answered });
+      }),
+    );
     this.relay({
       kind: 'relay',
       id,
@@ -234,20 +250,31 @@ export class WorkerRespPort implements RespHost {
       name: conn.name,
       durability: conn.durability,
       replicaAcks: conn.replicaAcks,
+      written: conn.writtenFragments.toArray(),
+      writtenSinceStamp: conn.writtenSinceStamp,
       remoteIp: conn.socket.remoteAddress,
       remotePort: conn.socket.remotePort,
     });
     return false;
   }
 
-  /** The main thread's reply to a relayed command, in its place in the connection's replies. */
-  onRelayReply(id: number, reply: Uint8Array): void {
-    const slot = this.relays.get(id);
-    if (slot === undefined) return;
+  /**
+   * The main thread's reply to a relayed command, in its place in the connection's replies; the
+   * fragments the connection wrote are what the command left of them (a WAIT forgets them).
+   */
+  onRelayReply(id: number, reply: RelayReply): void {
+    const relayed = this.relays.get(id);
+    if (relayed === undefined) return;
     this.relays.delete(id);
-    const w = slot.conn.beginReply(slot);
-    w.raw(reply);
-    slot.conn.endReply(slot);
+    const { slot, answered } = relayed;
+    const conn = slot.conn;
+    conn.writtenFragments.clear();
+    for (const fragment of reply.written) conn.writtenFragments.add(fragment);
+    conn.writtenSinceStamp = reply.writtenSinceStamp;
+    const w = conn.beginReply(slot);
+    w.raw(reply.bytes);
+    conn.endReply(slot);
+    answered();
   }
 
   /** Stops accepting and closes every client; resolves once the listener is closed. */
@@ -275,17 +302,24 @@ export class WorkerRespPort implements RespHost {
  */
 class WorkerKeys implements KeyRouter {
   readonly turnClock = new TurnClock();
-  /** Only WAIT reads it, and WAIT is the main port's. */
-  readonly servingStamp = 0;
+  /** What WAIT compares a fragment's serving changes with (the main thread publishes it in a cluster). */
+  get servingStamp(): number {
+    const serving = this.serving;
+    return serving === undefined ? 0 : Atomics.load(serving, serving.length - 1);
+  }
   lastWriteFragment = 0;
   private readonly clock: HybridLogicalClock;
   private readonly nodeIdBytes: Buffer;
+
+  /** In a cluster: the serving table, its last entry the serving stamp (FailoverCatchUp.published). */
+  private readonly serving: Int32Array | undefined;
 
   constructor(
     private readonly runtime: WorkerRuntime,
     private readonly keyspace: Keyspace,
     init: WorkerRespInit,
   ) {
+    this.serving = init.cluster === undefined ? undefined : new Int32Array(init.cluster.serving);
     this.clock = new HybridLogicalClock(init.maxClockSkewMs, init.clockCell);
     this.nodeIdBytes = Buffer.from(init.nodeId);
   }

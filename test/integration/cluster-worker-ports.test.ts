@@ -1,8 +1,9 @@
-// Worker ports in a cluster, on real processes on 127.0.0.1: each node's slot map names its own
-// workers' ports for the fragments it serves and the other members' ports for theirs; a worker
-// port serves the keys its node serves, answers another member's `-MOVED` to that member, and its
-// writes replicate as the main port's do; a write that waits for replica acknowledgements is run
-// by the main thread; ioredis Cluster reaches every key.
+// Worker ports in a cluster, on real processes on 127.0.0.1: the members tell each other their
+// workers' ports, so every node's slot map names, for each slot, the port of the worker that owns
+// it on the member serving it; a worker port serves the keys its node serves, answers another
+// member's `-MOVED` to that member's worker, and its writes replicate as the main port's do; a
+// write that waits for replica acknowledgements is run by the main thread; ioredis Cluster reaches
+// every key.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -50,18 +51,23 @@ async function keyServedAt(
   throw new Error(`no slot served at ${ports.join(', ')}`);
 }
 
-test('the slot map names this node’s worker ports and the other members’ ports; keys go where it says', async () => {
+test('every node’s slot map names the workers’ ports of the member serving each slot; keys go where it says', async () => {
   const [a, b, c] = fixture.nodes as [NodeProcess, NodeProcess, NodeProcess];
-  const ports = await workerPortsOf(a);
-  assert.equal(ports.length, 2);
-  // Every primary in a's map is one of a's workers, or b or c.
+  const [aPorts, bPorts, cPorts] = await Promise.all([a, b, c].map((n) => workerPortsOf(n)));
+  assert.equal(aPorts.length, 2);
+  // Once the members have told each other their worker ports, every primary is a worker port.
+  const all = [...aPorts, ...bPorts, ...cPorts];
   await eventually(async () => {
-    const slots = (await (await a.client()).call('CLUSTER', 'SLOTS')) as SlotRange[];
-    const primaries = new Set(slots.map((s) => s[2][1]));
-    return [...primaries].every((p) => [...ports, b.respPort, c.respPort].includes(p)) && primaries.size >= 3;
+    for (const node of [a, b, c]) {
+      const slots = (await (await node.client()).call('CLUSTER', 'SLOTS')) as SlotRange[];
+      if (!slots.every((s) => all.includes(s[2][1]))) return false;
+    }
+    return true;
   }, CONDITION_MS_MAX);
-  const mine = await keyServedAt(a, ports, 'mine:');
-  const theirs = await keyServedAt(a, [b.respPort], 'theirs:');
+  const mine = await keyServedAt(a, aPorts, 'mine:');
+  const theirs = await keyServedAt(a, bPorts, 'theirs:');
+  // b's own map gives that slot to the same port.
+  assert.deepEqual(await keyServedAt(b, [theirs.port], 'theirs:'), theirs);
   const worker = await RawClient.connect(mine.port);
   try {
     // Until a has caught the fragment up from its peers (after its start), its worker port says so.
@@ -74,7 +80,7 @@ test('the slot map names this node’s worker ports and the other members’ por
     assert.equal(await worker.call('GET', mine.key), '$13\r\nfrom-a-worker\r\n');
     assert.equal(
       await worker.call('SET', theirs.key, 'v'),
-      `-MOVED ${slotOf(Buffer.from(theirs.key))} 127.0.0.1:${b.respPort}\r\n`,
+      `-MOVED ${slotOf(Buffer.from(theirs.key))} 127.0.0.1:${theirs.port}\r\n`,
     );
     // b and c read a's write: forwarded to a, or from the copy replication gave them.
     for (const other of [b, c]) {
@@ -88,10 +94,35 @@ test('the slot map names this node’s worker ports and the other members’ por
       const reader = await other.client(true);
       await eventually(async () => (await reader.get(mine.key)) === 'acknowledged', CONDITION_MS_MAX);
     }
+    // WAIT runs on the main thread, for the fragments this worker-port connection wrote: with one
+    // of the key's replicas paused, it reaches one fewer (with nothing written it would answer at
+    // once with every replica).
+    assert.equal(await worker.call('TESSERA.DURABILITY', 'store', 'REPLICAS', '0'), '+OK\r\n');
+    assert.equal(await worker.call('WAIT', '0', '0'), `:${await otherReplicas(a)}\r\n`);
+    const slot = slotOf(Buffer.from(mine.key));
+    const range = ((await (await a.client()).call('CLUSTER', 'SLOTS')) as SlotRange[]).find(
+      ([first, last]) => slot >= first && slot <= last,
+    )!;
+    const replicaPorts = range.slice(3).map((e) => (e as [string, number, string])[1]);
+    const paused = [b, c].find((n) => (n === b ? bPorts : cPorts).includes(replicaPorts[0]))!;
+    const others = replicaPorts.length;
+    paused.child!.kill('SIGSTOP');
+    try {
+      assert.equal(await worker.call('SET', mine.key, 'while-paused'), '+OK\r\n');
+      assert.equal(await worker.call('WAIT', String(others), '1500'), `:${others - 1}\r\n`);
+    } finally {
+      paused.child!.kill('SIGCONT');
+    }
   } finally {
     worker.destroy();
   }
 });
+
+/** The replicas each fragment has besides its serving one, from CLUSTER INFO. */
+async function otherReplicas(node: NodeProcess): Promise<number> {
+  const info = (await (await node.client()).call('CLUSTER', 'INFO')) as string;
+  return Number(/tessera_replicas:(\d+)/.exec(info)![1]) - 1;
+}
 
 test('ioredis Cluster reaches every key through the worker ports and the members', async () => {
   const [a, b] = fixture.nodes as [NodeProcess, NodeProcess];
@@ -101,7 +132,10 @@ test('ioredis Cluster reaches every key through the worker ports and the members
   try {
     for (let i = 0; i < 200; i++) assert.equal(await rc.set(`wp:${i}`, `v${i}`), 'OK');
     for (let i = 0; i < 200; i++) assert.equal(await rc.get(`wp:${i}`), `v${i}`);
+    // The client talks to the workers' ports only: the members' main ports serve no slot in the map.
     const ports = new Set(rc.nodes('master').map((n) => n.options.port));
+    for (const node of fixture.nodes)
+      assert.ok(!ports.has(node.respPort), `${node.id}'s main port in the map`);
     for (const port of await workerPortsOf(a)) assert.ok(ports.has(port), `a's worker port ${port} is used`);
   } finally {
     rc.disconnect();

@@ -122,12 +122,34 @@ test('keyless commands answer on a worker port as on the main port; connection s
       "-ERR SUBSCRIBE is served on the node's main RESP port, not on a worker port\r\n",
     );
     assert.equal(
-      await w1.call('WAIT', '0', '0'),
-      "-ERR WAIT is served on the node's main RESP port, not on a worker port\r\n",
+      await w1.call('MONITOR'),
+      "-ERR MONITOR is served on the node's main RESP port, not on a worker port\r\n",
     );
+    // WAIT runs on the main thread for this connection: without peers no replica exists.
+    assert.equal(await w1.call('WAIT', '0', '0'), ':0\r\n');
+    assert.deepEqual(await w1.call('WAITAOF', '1', '0', '0'), '*2\r\n:1\r\n:0\r\n');
   } finally {
     w1.destroy();
     main.destroy();
+  }
+});
+
+test('a pipeline through a worker port runs in order across commands the main thread runs', async () => {
+  const worker = await connect(ports[0]);
+  try {
+    const [before, after] = [keyOf(0, 'pipeline:'), keyOf(0, 'pipeline-after:')];
+    assert.equal(await worker.call('SET', before, 'v'), '+OK\r\n');
+    // FLUSHALL runs on the main thread; the SET after it must not run first (and be flushed).
+    worker.sendCommand('FLUSHALL');
+    worker.sendCommand('SET', after, 'kept');
+    worker.sendCommand('GET', after);
+    worker.sendCommand('DBSIZE');
+    worker.sendCommand('GET', before);
+    const replies = [];
+    for (let i = 0; i < 5; i++) replies.push((await worker.readReply()).toString('latin1'));
+    assert.deepEqual(replies, ['+OK\r\n', '+OK\r\n', '$4\r\nkept\r\n', ':1\r\n', '$-1\r\n']);
+  } finally {
+    worker.destroy();
   }
 });
 

@@ -20,6 +20,7 @@ import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import { type ForwardView, forwardStep } from '../../core/forwarding.js';
+import { CAPABILITY_CLIENT_PORTS } from '../../core/handshake.js';
 import { leaveHandedOver } from '../../core/leave.js';
 import {
   CLUSTER_EVENTS_KEPT,
@@ -27,6 +28,7 @@ import {
   COORDINATOR_REPORT_RETRY_MS,
   FAILOVER_CATCH_UP_MS_MAX,
   FORWARD_DISAGREEMENT_WAIT_MS,
+  FRAGMENT_COUNT_MAX,
   HANDOVER_VERIFY_WAIT_MS,
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
@@ -36,6 +38,7 @@ import {
   PLACEMENT_RETRY_MS,
   PLACEMENT_STEP_TIMEOUT_MS,
   ringRecordBytesMax,
+  WORKER_COUNT_MAX,
 } from '../../core/limits.js';
 import type { MembershipCounters } from '../../core/membership.js';
 import {
@@ -62,7 +65,7 @@ import { AckLevel } from '../../core/replication-sender.js';
 import type { AdminAnswer } from '../../threads/admin-wire.js';
 import { SystemClock } from '../../threads/driver-clock.js';
 import { datagramKey } from '../../threads/membership-datagram.js';
-import type { ClusterInit } from '../../threads/messages.js';
+import type { ClientEndpoint, ClusterInit } from '../../threads/messages.js';
 import {
   checkRequest,
   encodeErrorResult,
@@ -70,8 +73,9 @@ import {
   requestId,
   setResultId,
 } from '../../threads/op-codec.js';
+import { type ClientPortsMessage, decodeEnvelope, encodeEnvelope } from '../../threads/peer-messages.js';
 import { type ClusterConfig, formatPeerAddress, parsePeerAddress } from '../cluster-config.js';
-import type { ClientEndpoint, ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
+import type { ClusterRouter, Dispatcher, OpLink } from '../dispatcher.js';
 import { bindDatagrams } from '../listen.js';
 import { leftToPull } from '../pulled-counts.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
@@ -331,6 +335,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Set when the cluster refused this node (it was removed): it then serves nothing. */
   refusedReason: string | undefined;
   private refusedLink: UnreachableLink | undefined;
+  /** Where each peer's workers serve clients, as it last told (ClientPorts); by member index. */
+  private readonly peerWorkerPorts: (ClientPortsMessage | undefined)[] = [];
+  /** Where this node's workers serve clients, once their ports are open. */
+  private ownWorkerPorts: ClientPortsMessage | undefined;
   /** Members the node was started with (members admitted later are members once membership knows them). */
   private workerMembers = 0;
   /** What waits for this node's table or serving to change (`routingChange`). */
@@ -1272,10 +1280,52 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   clientEndpoints(): ClientEndpoint[] {
-    return this.config.members.map((_, m) => ({
-      host: this.config.addresses[m]?.host ?? '',
-      port: m === this.config.selfIndex ? this.config.clientPort : this.mesh.clientPortOf(m),
-    }));
+    return this.config.members.map((_, m) => {
+      const workers = this.peerWorkerPorts[m];
+      return {
+        host: this.config.addresses[m]?.host ?? '',
+        port: m === this.config.selfIndex ? this.config.clientPort : this.mesh.clientPortOf(m),
+        workerPorts: workers?.workerPorts ?? [],
+        workerGroups: workers?.workerGroups ?? 0,
+      };
+    });
+  }
+
+  /**
+   * This node's workers serve clients on `ports` (empty: no longer): told to every peer that takes
+   * it now, and to each that connects later.
+   */
+  announceWorkerPorts(ports: readonly number[], groups: number): void {
+    this.ownWorkerPorts = { workerPorts: [...ports], workerGroups: groups };
+    for (let m = 0; m < this.config.members.length; m++) this.sendWorkerPorts(m);
+  }
+
+  private sendWorkerPorts(member: number): void {
+    const own = this.ownWorkerPorts;
+    if (own === undefined || member === this.config.selfIndex) return;
+    if ((this.mesh.capabilitiesOf(member) & CAPABILITY_CLIENT_PORTS) === 0) return;
+    this.mesh.send(member, encodeEnvelope({ clientPorts: own }));
+  }
+
+  /** A peer's ClientPorts: where its workers serve clients from now on. */
+  private onClientPorts(member: number, bytes: Buffer): string | undefined {
+    let message: ClientPortsMessage | undefined;
+    try {
+      message = decodeEnvelope(bytes).clientPorts;
+    } catch (err) {
+      return `malformed ClientPorts: ${(err as Error).message}`;
+    }
+    if (message === undefined) return 'malformed ClientPorts';
+    const { workerPorts, workerGroups } = message;
+    if (
+      workerPorts.length > WORKER_COUNT_MAX ||
+      workerPorts.some((p) => p > 65535) ||
+      (workerPorts.length > 0 && (workerGroups < 1 || workerGroups > FRAGMENT_COUNT_MAX))
+    )
+      return `ClientPorts out of range: ${workerPorts.length} ports, ${workerGroups} groups`;
+    this.peerWorkerPorts[member] = workerPorts.length === 0 ? undefined : { workerPorts, workerGroups };
+    this.dispatcher.clientEndpointsChanged();
+    return undefined;
   }
 
   servingChangedAt(fragment: number): number {
@@ -1348,7 +1398,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private onPeerState(member: number, up: boolean): void {
     // Workers learn every member slot (Dispatcher.memberAdded), so a replica list may name a joined one.
     for (const link of this.dispatcher.links) link.sendPeerState(member, up);
-    if (up) this.dispatcher.clientEndpointsChanged();
+    // A peer's worker ports are told again on each connection (they may differ after its restart).
+    if (up) this.sendWorkerPorts(member);
+    else this.peerWorkerPorts[member] = undefined;
+    this.dispatcher.clientEndpointsChanged();
     if (!up) {
       // Fragments this node takes over start their catch-up before the requests in flight to the
       // lost peer come back to be sent again: those wait for it rather than read a stale copy.
@@ -1370,6 +1423,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
     if (peek.field === EnvelopeField.Placement) {
       const reason = this.coordinatorDriver?.onEnvelope(bytes, this.dispatcher.keyspace.fragmentCount);
+      if (reason !== undefined) this.mesh.drop(member, reason);
+      return;
+    }
+    if (peek.field === EnvelopeField.ClientPorts) {
+      const reason = this.onClientPorts(member, bytes);
       if (reason !== undefined) this.mesh.drop(member, reason);
       return;
     }

@@ -116,7 +116,8 @@ export class FailoverCatchUp {
   servingStamp = 0;
   /**
    * Per fragment, what the workers' RESP ports read (shared memory): the member serving it, or
-   * SERVING_HELD while this node serves it but still catches it up (its requests wait).
+   * SERVING_HELD while this node serves it but still catches it up (its requests wait); then, at
+   * index fragmentCount, `servingStamp` (what a worker port's writes are tracked under for WAIT).
    */
   readonly published: Int32Array;
   /** Per fragment, 1 once this node caught up since it started serving it (after its start, or a failover). */
@@ -134,8 +135,9 @@ export class FailoverCatchUp {
   constructor(private readonly host: CatchUpHost) {
     this.servedBy = new Int32Array(host.fragmentCount).fill(-1);
     this.published = new Int32Array(
-      new SharedArrayBuffer(host.fragmentCount * Int32Array.BYTES_PER_ELEMENT),
+      new SharedArrayBuffer((host.fragmentCount + 1) * Int32Array.BYTES_PER_ELEMENT),
     ).fill(-1);
+    this.published[host.fragmentCount] = 0;
     this.changedAt = new Float64Array(host.fragmentCount);
     this.caughtUp = new Uint8Array(host.fragmentCount);
   }
@@ -183,6 +185,7 @@ export class FailoverCatchUp {
       if (now === self && this.caughtUp[f] === 0 && !this.holding.has(f)) this.catchUp(f, before);
       Atomics.store(this.published, f, this.holding.has(f) ? SERVING_HELD : now);
     }
+    Atomics.store(this.published, this.servedBy.length, this.servingStamp);
   }
 
   private catchUp(fragment: number, from: number): void {

@@ -13,6 +13,7 @@ import {
 } from '../../core/limits.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
+import { workerOfFragment } from '../../native-bindings/manifest.js';
 import type { Cluster, MemberHealth } from '../mesh/cluster.js';
 import { decodeCursor, encodeCursor } from '../scanner.js';
 import { answerLater, type CommandSpec, integerArg, unknownSubcommand, writeHelp } from './commands.js';
@@ -62,28 +63,46 @@ interface NodesView {
 function nodesOf(conn: RespConnection): NodesView {
   const server = nodeServer(conn);
   const node = server.node;
-  const members = node.cluster === undefined ? [] : memberNodes(conn, node.cluster);
-  const ports = server.workerPorts;
-  if (ports === undefined) return { listed: members, members, at: (m) => members[m] };
-  const workers = ports.map((port, i): ClusterNodeView => {
-    const nodeId = `${node.nodeId}/worker-${i}`;
-    return {
-      id: redisNodeId(nodeId),
-      nodeId,
-      host: server.workerPortsHost,
-      port,
-      self: conn.relayedFromWorker === i,
-      up: port !== 0,
-      health: 'ok',
-      member: true,
-    };
-  });
-  const selfIndex = node.cluster?.config.selfIndex ?? -1;
+  const cluster = node.cluster;
+  const members = cluster === undefined ? [] : memberNodes(conn, cluster);
+  const ownPorts = server.workerPorts;
+  const endpoints = cluster?.clientEndpoints() ?? [];
+  // Per member, the nodes its workers stand as (undefined: it serves on its main port only).
+  const workersOf = (member: number): ClusterNodeView[] | undefined => {
+    const self = cluster === undefined || member === cluster.config.selfIndex;
+    const ports = self ? ownPorts : endpoints[member]?.workerPorts;
+    if (ports === undefined || ports.length === 0) return undefined;
+    const nodeId = self ? node.nodeId : cluster!.config.members[member];
+    const view = self ? undefined : members[member];
+    return ports.map((port, i) => {
+      const id = `${nodeId}/worker-${i}`;
+      return {
+        id: redisNodeId(id),
+        nodeId: id,
+        host: self ? server.workerPortsHost : endpoints[member].host,
+        port,
+        self: self && conn.relayedFromWorker === i,
+        up: view === undefined ? port !== 0 : view.up && port !== 0,
+        health: view?.health ?? 'ok',
+        member: view?.member ?? true,
+      };
+    });
+  };
+  if (cluster === undefined) {
+    const workers = workersOf(0)!;
+    return { listed: workers, members, at: (_, f) => workers[node.dispatcher.workerLinkOf(f).index] };
+  }
+  const workers = members.map((_, m) => workersOf(m));
+  const groups = endpoints.map((e, m) =>
+    m === cluster.config.selfIndex ? node.dispatcher.groupCount : e.workerGroups,
+  );
   return {
-    listed: [...members.filter((n) => !n.self), ...workers],
+    listed: members.flatMap((n, m) => workers[m] ?? [n]),
     members,
-    at: (m, f) =>
-      m === selfIndex || selfIndex === -1 ? workers[node.dispatcher.workerLinkOf(f).index] : members[m],
+    at: (m, f) => {
+      const own = workers[m];
+      return own === undefined ? members[m] : own[workerOfFragment(f, groups[m], own.length)];
+    },
   };
 }
 

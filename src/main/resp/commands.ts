@@ -51,9 +51,9 @@ export interface CommandSpec {
   subcommandKeys?: Readonly<Record<string, KeyRange>>;
   /**
    * What the command needs besides its keys, that only the main thread has: `node`, the whole node
-   * (INFO, CONFIG, CLUSTER, a scan of every fragment) — a worker port has it run there; or
-   * `main-connection`, connection state the main port keeps (subscriptions, MONITOR, WAIT's count
-   * of written fragments) — a worker port refuses it, naming the main port.
+   * (INFO, CONFIG, CLUSTER, a scan of every fragment, WAIT) — a worker port has it run there; or
+   * `main-connection`, connection state the main port keeps (subscriptions, MONITOR) — a worker
+   * port refuses it, naming the main port.
    */
   needs?: 'node' | 'main-connection';
   /** Runs the command: true when it answered into `w` now, false when it deferred a reply slot. */

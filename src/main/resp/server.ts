@@ -24,7 +24,7 @@ import { DURABILITY_NAMES, Durability } from '../../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
-import type { RelayRequest } from '../../threads/messages.js';
+import type { RelayReply, RelayRequest } from '../../threads/messages.js';
 import { peerSummaries, refusesWrites } from '../health-summary.js';
 import type { KeyRouter } from '../key-router.js';
 import { listenOn } from '../listen.js';
@@ -258,7 +258,7 @@ export class RespServer implements RespHost {
       }
       const workerPorts = options.workerPorts;
       if (workerPorts !== undefined) {
-        await node.dispatcher.openWorkerPorts(
+        const ports = await node.dispatcher.openWorkerPorts(
           {
             base: workerPorts.base,
             bind,
@@ -267,6 +267,7 @@ export class RespServer implements RespHost {
           },
           (request) => server.runRelayed(request),
         );
+        node.cluster?.announceWorkerPorts(ports, node.dispatcher.groupCount);
       }
     } catch (err) {
       await server.close();
@@ -403,7 +404,7 @@ export class RespServer implements RespHost {
    * Runs a command a worker port handed over (CommandSpec.needs) as that client's: on a connection
    * of its own, with the client's protocol, authentication and name; resolves with the reply.
    */
-  runRelayed(request: RelayRequest): Promise<Uint8Array> {
+  runRelayed(request: RelayRequest): Promise<RelayReply> {
     const socket = new RelaySocket(request.remoteIp, request.remotePort);
     const conn = new RespConnection(this, socket, this.nextClientId++);
     conn.protocol = request.protocol;
@@ -411,6 +412,8 @@ export class RespServer implements RespHost {
     conn.name = request.name;
     conn.durability = request.durability;
     conn.replicaAcks = request.replicaAcks;
+    for (const fragment of request.written) conn.writtenFragments.add(fragment);
+    conn.writtenSinceStamp = request.writtenSinceStamp;
     conn.relayedFromWorker = request.worker;
     socket.deliver(encodeRelayed(request.args));
     return socket.reply(conn);
@@ -418,6 +421,7 @@ export class RespServer implements RespHost {
 
   /** Stops accepting, closes every client, and resolves once the listener is closed. */
   async close(): Promise<void> {
+    if (this.workerPorts !== undefined) this.node.cluster?.announceWorkerPorts([], 0);
     await this.node.dispatcher.closeWorkerPorts();
     const closing = [this.server, this.tlsServer].map(
       (listener) =>
@@ -875,7 +879,7 @@ class RelaySocket implements RespSocket {
   private onData: ((chunk: Buffer) => void) | undefined;
   private readonly written: Buffer[] = [];
   private conn: RespConnection | undefined;
-  private done: ((reply: Uint8Array) => void) | undefined;
+  private done: ((reply: RelayReply) => void) | undefined;
 
   constructor(
     readonly remoteAddress: string | undefined,
@@ -892,7 +896,7 @@ class RelaySocket implements RespSocket {
   }
 
   /** Resolves with everything the connection wrote, once its command is answered. */
-  reply(conn: RespConnection): Promise<Uint8Array> {
+  reply(conn: RespConnection): Promise<RelayReply> {
     this.conn = conn;
     return new Promise((resolve) => {
       this.done = resolve;
@@ -903,7 +907,11 @@ class RelaySocket implements RespSocket {
     this.written.push(chunk);
     const conn = this.conn!;
     if (conn.commandsInFlight === 0) {
-      this.done?.(Buffer.concat(this.written));
+      this.done?.({
+        bytes: Buffer.concat(this.written),
+        written: conn.writtenFragments.toArray(),
+        writtenSinceStamp: conn.writtenSinceStamp,
+      });
       this.done = undefined;
       conn.close();
     }
