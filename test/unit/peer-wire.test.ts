@@ -82,6 +82,15 @@ describe('frames', () => {
     assert.equal(decodeEnvelope(start).sessionStart?.sessionId, 5);
   });
 
+  test("a node's worker ports travel as ClientPorts, a message of its own; none is an empty list", () => {
+    const told = encodeEnvelope({ clientPorts: { workerPorts: [7410, 7411, 7412], workerGroups: 3 } });
+    assert.equal(peekEnvelope(told)!.field, EnvelopeField.ClientPorts);
+    assert.deepEqual(decodeEnvelope(told).clientPorts, { workerPorts: [7410, 7411, 7412], workerGroups: 3 });
+    const closed = encodeEnvelope({ clientPorts: { workerPorts: [], workerGroups: 0 } });
+    assert.equal(peekEnvelope(closed)!.field, EnvelopeField.ClientPorts);
+    assert.deepEqual(decodeEnvelope(closed).clientPorts, { workerPorts: [], workerGroups: 0 });
+  });
+
   test('list frames built by hand decode as protobuf, and read back without it', () => {
     const builder = new ListFrameBuilder(EnvelopeField.ForwardedOps, 2);
     const items = [Buffer.from('first'), Buffer.alloc(200, 9), Buffer.alloc(0)];
