@@ -361,6 +361,12 @@ export const FORWARD_TIMEOUT_CHECK_MS = 500;
 export const FORWARD_BATCH_FLUSH_BYTES = 1024 * 1024;
 /** Pending reply bytes that are handed to the socket at once instead of at the end of the turn. */
 export const CONNECTION_FLUSH_BYTES = 1024 * 1024;
+/**
+ * How long a RESP connection closed after its last reply (QUIT, a protocol error) keeps reading
+ * what the client still sends before it lets go: closing with unread input resets the connection,
+ * and a reset can discard the reply before the client reads it.
+ */
+export const CONNECTION_LINGER_MS = 1000;
 /** Keys `deleteAll` deletes per page: one scan page, its deletes in flight together. */
 export const DELETE_ALL_PAGE_KEYS = 1000;
 /** Keys read per page while counting them (DBSIZE, INFO keyspace). */

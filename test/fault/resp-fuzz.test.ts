@@ -123,7 +123,12 @@ before(async () => {
   process.on('unhandledRejection', onUncaught);
   dir = await tempDir('resp-fuzz');
   node = await Tessera.start({ store: 'lmdb', dataDir: dir.path, workers: 2, fragments: 16 });
-  server = await RespServer.listen(node, { port: 0, bind: '127.0.0.1', logger: pino({ level: 'silent' }) });
+  server = await RespServer.listen(node, {
+    port: 0,
+    bind: '127.0.0.1',
+    logger: pino({ level: 'silent' }),
+    workerPorts: { base: 0 },
+  });
   port = server.address.port;
   pinger = await client();
   bystander = new Bystander(await client());
@@ -365,6 +370,8 @@ const commandArb: fc.Arbitrary<Buffer[]> = fc.oneof(
   keyArb.map((k) => [b('STRLEN'), k]),
   keysArb.map((ks) => [b('EXISTS'), ...ks]),
   fc.constant<Buffer[]>([b('PING')]),
+  // On a worker port the main thread runs it, and the connection's later commands wait for it.
+  fc.constant<Buffer[]>([b('DBSIZE')]),
   valueArb.map((v) => [b('ECHO'), v]),
   fc.constant<Buffer[]>([b('GET')]),
   fc.array(valueArb, { maxLength: 3 }).map((vs) => [b('NOSUCHCMD'), ...vs]),
@@ -587,6 +594,30 @@ test('mutated command streams: replies in order, then the protocol error and the
   console.log(
     `resp-fuzz bystander: ${bystander.roundTrips} round trips, slowest ${bystander.slowestMs.toFixed(1)} ms`,
   );
+});
+
+test('mutated command streams through a worker port: the same, whether a command runs there, moves or is relayed', async () => {
+  const mainPort = port;
+  port = server.workerPorts![0];
+  try {
+    await fc.assert(
+      fc.asyncProperty(
+        streamArb,
+        fc.array(mutationArb, { maxLength: 4 }),
+        offsetsArb,
+        async (stream, mutations, offsets) => {
+          const input = mutations.reduce(mutate, stream);
+          await checkInput(input, offsets);
+        },
+      ),
+      fuzzParameters(MUTATED_STREAM_RUNS, MUTATED_STREAM_TIME_MS_MAX),
+    );
+  } finally {
+    port = mainPort;
+  }
+  reportOutcomes('mutated streams, worker port');
+  await assertServerWhole('after the streams through a worker port');
+  assertBystanderUnaffected();
 });
 
 test('inline commands: PING, SET then GET, quoted arguments', async () => {

@@ -8,7 +8,7 @@
 
 import { assert } from '../../core/assert.js';
 import { FragmentSet } from '../../core/fragment-set.js';
-import { CONNECTION_FLUSH_BYTES } from '../../core/limits.js';
+import { CONNECTION_FLUSH_BYTES, CONNECTION_LINGER_MS } from '../../core/limits.js';
 import type { Durability } from '../../core/ops.js';
 import { Subscriptions } from '../../core/pubsub.js';
 import {
@@ -75,7 +75,7 @@ export interface RespSocket {
   pause(): unknown;
   resume(): unknown;
   destroy(): unknown;
-  destroySoon(): unknown;
+  end(): unknown;
   readonly remoteAddress?: string;
   readonly remotePort?: number;
   readonly localAddress?: string;
@@ -438,7 +438,10 @@ export class RespConnection implements PubSubClient {
       return;
     }
     if (this.closeAfterFlush && this.head === null) {
-      this.socket.destroySoon();
+      // Half-closed: what the client still sends is read and dropped until it closes too, or the
+      // linger runs out (CONNECTION_LINGER_MS says why).
+      this.socket.end();
+      setTimeout(() => this.socket.destroy(), CONNECTION_LINGER_MS).unref();
       this.closed = true;
       this.server.forget(this);
     }

@@ -930,5 +930,7 @@ class RelaySocket implements RespSocket {
   destroy(): this {
     return this;
   }
-  destroySoon(): void {}
+  end(): this {
+    return this;
+  }
 }
