@@ -12,7 +12,9 @@
 # `redis-benchmark --cluster`), pipelined (-P 16) and not (-P 1), beside redis-server (AOF
 # everysec) under the same load, with each server's CPU time (user + system, every thread) per
 # operation, in one table: the memory store has no write lock, so it tells the main thread's share
-# of the scaling from LMDB's, and CPU per operation bounds throughput on any machine; last, bench/hop-anatomy.sh (one
+# of the scaling from LMDB's, and CPU per operation bounds throughput on any machine; then the same
+# fresh servers under the load harness (YCSB A, `--cluster` through the worker ports), its rate,
+# p99 and the CPU per operation; last, bench/hop-anatomy.sh (one
 # worker: an unpipelined request's CPU and sleeps per server thread, against redis-server), which
 # tells what a thread hop costs on the machine. Compare ratios and Tessera's own rows across W, not
 # absolute figures across machines.
@@ -22,7 +24,8 @@
 #
 # Environment: SCALING_WORKERS (default "1 2 4 8"), SCALING_EMBEDDED_MS (each embedded task's time
 # per round, default 500), SCALING_STORES (default "memory lmdb"; empty skips the part),
-# SCALING_N (requests per test of that part, default 600000), and redis-compare.sh's own
+# SCALING_N (requests per test of that part, default 600000), SCALING_HARNESS_KEYS (default
+# 100000) and SCALING_HARNESS_DURATION (default 10s) for the harness's part, and redis-compare.sh's own
 # (BENCH_N, BENCH_N_P1, BENCH_CLIENTS, BENCH_CLIENT_THREADS, BENCH_PAIRS, BENCH_TIMEOUT_S).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -137,4 +140,55 @@ for depth in 16 1; do
   measure "redis-server | aof | 1 | main" "$depth"
   stop_server
 done
+
+# The load harness (YCSB A: 50 % GET, 50 % SET, zipfian) against a fresh server: its rate, p99 and
+# the server's CPU per operation. $1: the row's first cells, the rest: the harness's extra options.
+harness() {
+  local cells=$1
+  shift
+  local json="$TMP/harness.json" before
+  node .build/bench/load/main.js --port "$PORT" --workload a --keys "$HARNESS_KEYS" --load --quiet \
+    --duration "$HARNESS_DURATION" --connections 50 --json "$json" "$@" >/dev/null || true
+  before=$(cpu_ticks)
+  node .build/bench/load/main.js --port "$PORT" --workload a --keys "$HARNESS_KEYS" --quiet \
+    --duration "$HARNESS_DURATION" --connections 50 --json "$json" "$@" >/dev/null || true
+  local after
+  after=$(cpu_ticks)
+  node -e '
+    const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const [cells, ticks, hz] = process.argv.slice(2);
+    const cpu = (Number(ticks) / Number(hz) / r.totals.ops) * 1e6;
+    console.log(`| ${cells} | ${Math.round(r.totals.opsPerSec)} | ${(r.all.latencyUs.p99 / 1000).toFixed(2)} | ${cpu.toFixed(1)} | ${r.totals.errors} |`);
+  ' "$json" "$cells" "$((after - before))" "$TICKS_PER_S"
+}
+
+HARNESS_KEYS=${SCALING_HARNESS_KEYS:-100000}
+HARNESS_DURATION=${SCALING_HARNESS_DURATION:-10s}
+echo
+echo "### The load harness, workload a, 50 connections, -P 1 (\`store\` durability / AOF everysec, $HARNESS_DURATION)"
+echo
+echo "| server | store | workers | port | ops/s | p99 ms | CPU µs/op | errors |"
+echo "|---|---|--:|---|--:|--:|--:|--:|"
+for store in $STORES; do
+  for w in $WORKERS_LIST; do
+    for port in main workers; do
+      log "worker-scaling: load harness, --store $store --workers $w, $port port(s)"
+      dir="$TMP/$store-$w"
+      mkdir -p "$dir"
+      if [ "$port" = main ]; then
+        start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" || exit 1
+        harness "tessera | $store | $w | main"
+      else
+        start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" \
+          --worker-ports 0 || exit 1
+        harness "tessera | $store | $w | workers" --cluster
+      fi
+      stop_server
+      rm -rf "$dir"
+    done
+  done
+done
+start_redis_server "$TMP/redis-harness" --appendonly yes --appendfsync everysec || exit 1
+harness "redis-server | aof | 1 | main"
+stop_server
 anatomy

@@ -70,7 +70,12 @@ export interface PhaseResult {
   intendedOps: number;
 }
 
-export class Driver implements ConnectionSink {
+/** What a progress line reads of a running phase. */
+export interface PhaseProgress {
+  progress(): { elapsedMs: number; completed: number; errors: number; inFlight: number };
+}
+
+export class Driver implements ConnectionSink, PhaseProgress {
   private readonly conns: Connection[] = [];
   private readonly pipeline: number;
   // Per slot (slot = connection index × pipeline + j).

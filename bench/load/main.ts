@@ -4,7 +4,7 @@
 // one did, 2 for bad options or an unreachable server.
 
 import { writeFile } from 'node:fs/promises';
-import type { Driver } from './driver.js';
+import type { PhaseProgress } from './driver.js';
 import { HELP, type LoadOptions, parseOptions, UsageError } from './options.js';
 import { buildReport, finalLine, fmtInt, formatReport } from './report.js';
 import { renderSvg } from './report-svg.js';
@@ -51,7 +51,7 @@ export async function main(argv: readonly string[]): Promise<number> {
 class Progress {
   private timer: NodeJS.Timeout | undefined;
   private label: PhaseLabel = 'run';
-  private driver: Driver | undefined;
+  private driver: PhaseProgress | undefined;
   private plannedOps: number | undefined;
   private lastCompleted = 0;
   private lastMs = 0;
@@ -62,7 +62,7 @@ class Progress {
     private readonly options: LoadOptions,
   ) {}
 
-  phase(label: PhaseLabel, driver: Driver, plannedOps: number | undefined): void {
+  phase(label: PhaseLabel, driver: PhaseProgress, plannedOps: number | undefined): void {
     if (!this.enabled) return;
     this.clear();
     this.label = label;

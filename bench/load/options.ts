@@ -6,6 +6,8 @@ import {
   DISTRIBUTIONS,
   type Distribution,
   MIXED_READ_RATIO_DEFAULT,
+  OP_INSERT,
+  OP_SCAN,
   SCAN_LENGTH_MAX_DEFAULT,
   WORKLOAD_NAMES,
   type WorkloadName,
@@ -23,6 +25,8 @@ export const VALUE_BYTES_MAX = 64 * 1024 * 1024;
 export const LOAD_PIPELINE = 64;
 /** Connections of the --load phase, at most. */
 export const LOAD_CONNECTIONS_MAX = 16;
+/** Keys a --cluster run may have: each key's primary is looked up once, before the run. */
+export const CLUSTER_KEYS_MAX = 10_000_000;
 
 export interface LoadOptions {
   host: string;
@@ -49,6 +53,8 @@ export interface LoadOptions {
   json: string | undefined;
   svg: string | undefined;
   quiet: boolean;
+  /** Each key to the primary CLUSTER SLOTS names for its slot (bench/load/cluster.ts). */
+  cluster: boolean;
 }
 
 export const HELP = `Usage: npm run load -- [options]
@@ -61,6 +67,10 @@ Target
   --host HOST            server address (default 127.0.0.1)
   --port PORT            server port (default 6380, Tessera's; redis-server's is 6379)
   --password PASS        AUTH with this password on every connection (or set REDISCLI_AUTH)
+  --cluster              send each key to the primary CLUSTER SLOTS (asked at --host/--port) names
+                         for its slot: Tessera's worker ports, or a Redis Cluster. Connections,
+                         --ops and --rate are shared out by the keys each primary serves. Not with
+                         workloads that insert or scan (d, e); at most ${CLUSTER_KEYS_MAX} keys
 
 Workload
   --workload W           a b c d e f (YCSB core workloads), set, get, mixed (default a)
@@ -131,6 +141,12 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = {
   const theta = Number(v.theta ?? ZIPFIAN_THETA_DEFAULT);
   if (!(theta > 0 && theta < 100))
     throw new UsageError(`--theta must be a positive number, not '${v.theta}'`);
+  const cluster = v.cluster === true;
+  if (cluster) {
+    const kinds = workloadSpec(workload, readRatio).mix.map(([kind]) => kind);
+    if (kinds.includes(OP_INSERT) || kinds.includes(OP_SCAN))
+      throw new UsageError(`--cluster does not take workload ${workload}: it inserts or scans`);
+  }
   return {
     host: v.host ?? '127.0.0.1',
     port: count('--port', v.port ?? '6380', 1, 65535),
@@ -139,7 +155,7 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = {
     distribution,
     theta,
     readRatio,
-    keys: count('--keys', v.keys ?? '100000', 1, KEY_INDEX_MAX / 2),
+    keys: count('--keys', v.keys ?? '100000', 1, cluster ? CLUSTER_KEYS_MAX : KEY_INDEX_MAX / 2),
     valueBytes: size('--value-bytes', v['value-bytes'] ?? '100'),
     keyPrefix: v['key-prefix'] ?? 'load:',
     scanLengthMax: count(
@@ -159,6 +175,7 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = {
     json: v.json,
     svg: v.svg,
     quiet: v.quiet === true,
+    cluster: v.cluster === true,
   };
 }
 
@@ -191,6 +208,7 @@ function parse(argv: readonly string[]) {
       svg: text,
       load: { type: 'boolean' },
       quiet: { type: 'boolean' },
+      cluster: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });

@@ -296,6 +296,56 @@ describe('against a slow or silent server', () => {
   });
 });
 
+describe('--cluster, against a node with worker ports', () => {
+  let fx: RespFixture;
+
+  before(async () => {
+    fx = await startResp({ label: 'load-harness-cluster', server: { workerPorts: { base: 0 } } });
+  });
+
+  after(async () => {
+    await fx.stop();
+  });
+
+  test('every key goes to the worker port CLUSTER SLOTS names: no -MOVED, no miss, every count adds up', async () => {
+    for (const workload of ['a', 'f']) {
+      const options = quiet(
+        fx.port,
+        `--cluster --workload ${workload} --ops 3000 --keys 2000 --connections 8 --pipeline 4`,
+        '--load',
+        '--key-prefix',
+        `lhc-${workload}:`,
+      );
+      const report = buildReport(await runLoad(options));
+      checkShape(report);
+      assert.equal(report.totals.errors, 0, JSON.stringify(report.errors));
+      assert.equal(report.totals.ops, 3000);
+      assert.equal(report.preload?.totals.ops, 2000);
+      assert.equal(report.totals.misses, 0, 'every key read was loaded through its own port');
+    }
+    // The worker ports served them: the main thread ran only the harness's CLUSTER SLOTS.
+    assert.ok(
+      fx.server.stats.commandsProcessed < 10,
+      `${fx.server.stats.commandsProcessed} on the main port`,
+    );
+    const health = await fx.node.health();
+    const writesOf = [0, 0];
+    for (const f of health.fragments) writesOf[fx.node.dispatcher.workerLinkOf(f.fragment).index] += f.writes;
+    assert.ok(
+      writesOf.every((n) => n > 0),
+      `writes per worker: ${writesOf}`,
+    );
+  });
+
+  test('workloads that insert or scan are refused with --cluster', () => {
+    for (const workload of ['d', 'e'])
+      assert.throws(
+        () => parseOptions(['--cluster', '--workload', workload]),
+        new RegExp(`--cluster does not take workload ${workload}`),
+      );
+  });
+});
+
 /** Options for a quiet run against `port`: `flags` split at spaces, then `more` as they are. */
 function quiet(port: number, flags: string, ...more: string[]): LoadOptions {
   const options = parseOptions(['--port', String(port), '--quiet', ...flags.split(' '), ...more]);
