@@ -104,6 +104,23 @@ measure() {
   printf '| %s | %s | %.0f | %.0f | %s |\n' "$cells" "$depth" "${set_rps:-0}" "${get_rps:-0}" "$cpu"
 }
 
+# Starts a fresh node at `store` durability on $TMP/<store>-<workers>: $1 store, $2 workers, $3 main
+# or workers (then with --worker-ports 0).
+start_fresh_node() {
+  local store=$1 w=$2 port=$3
+  FRESH_DIR="$TMP/$store-$w"
+  mkdir -p "$FRESH_DIR"
+  local ports=()
+  [ "$port" = workers ] && ports=(--worker-ports 0)
+  start_tessera_node "$FRESH_DIR.log" --store "$store" --durability store --data-dir "$FRESH_DIR" --workers "$w" \
+    "${ports[@]}"
+}
+
+stop_fresh_node() {
+  stop_server
+  rm -rf "$FRESH_DIR"
+}
+
 echo "### Fresh servers by worker count (\`store\` durability / AOF everysec, SET / GET, -n $N)"
 echo
 echo "| server | store | workers | port | -P | SET/s | GET/s | CPU µs/op |"
@@ -113,14 +130,10 @@ for depth in 16 1; do
     for w in $WORKERS_LIST; do
       for port in main workers; do
         log "worker-scaling: fresh node, --store $store --workers $w, $port port(s), -P $depth"
-        dir="$TMP/$store-$w"
-        mkdir -p "$dir"
+        start_fresh_node "$store" "$w" "$port" || exit 1
         if [ "$port" = main ]; then
-          start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" || exit 1
           measure "tessera | $store | $w | main" "$depth"
         else
-          start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" \
-            --worker-ports 0 || exit 1
           if [ "$w" = 1 ]; then
             # redis-benchmark --cluster wants two primaries or more: the one worker's port, plainly.
             main_port=$PORT
@@ -131,8 +144,7 @@ for depth in 16 1; do
             measure "tessera | $store | $w | workers" "$depth" --cluster
           fi
         fi
-        stop_server
-        rm -rf "$dir"
+        stop_fresh_node
       done
     done
   done
@@ -173,18 +185,13 @@ for store in $STORES; do
   for w in $WORKERS_LIST; do
     for port in main workers; do
       log "worker-scaling: load harness, --store $store --workers $w, $port port(s)"
-      dir="$TMP/$store-$w"
-      mkdir -p "$dir"
+      start_fresh_node "$store" "$w" "$port" || exit 1
       if [ "$port" = main ]; then
-        start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" || exit 1
         harness "tessera | $store | $w | main"
       else
-        start_tessera_node "$dir.log" --store "$store" --durability store --data-dir "$dir" --workers "$w" \
-          --worker-ports 0 || exit 1
         harness "tessera | $store | $w | workers" --cluster
       fi
-      stop_server
-      rm -rf "$dir"
+      stop_fresh_node
     done
   done
 done

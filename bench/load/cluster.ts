@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { slotOf } from '../../src/core/keyspace.js';
 import { SLOT_COUNT } from '../../src/core/limits.js';
 import type { Target } from './client.js';
-import type { Driver, PhaseProgress, PhaseResult } from './driver.js';
+import { type Driver, emptyPhaseResult, type PhaseProgress, type PhaseResult } from './driver.js';
 import { LatencyHistogram } from './histogram.js';
 import { KEY_DIGITS, type RequestTemplates } from './request-writer.js';
 import { OP_INSERT, OP_KINDS, type OpChoice, type OpSource } from './workloads.js';
@@ -136,20 +136,9 @@ export class DriverGroup implements PhaseProgress {
 export function mergePhases(results: readonly PhaseResult[]): PhaseResult {
   const startedAtMs = Math.min(...results.map((r) => r.startedAtMs));
   const endedAtMs = Math.max(...results.map((r) => r.startedAtMs + r.elapsedMs));
-  const merged: PhaseResult = {
-    startedAtMs,
-    elapsedMs: endedAtMs - startedAtMs,
-    histograms: Array.from({ length: OP_KINDS }, () => new LatencyHistogram()),
-    failed: new Float64Array(OP_KINDS),
-    misses: new Float64Array(OP_KINDS),
-    service: results[0].service === undefined ? undefined : new LatencyHistogram(),
-    seriesOps: [],
-    seriesErrors: [],
-    seriesLatency: [],
-    errors: new Map(),
-    sentOps: 0,
-    intendedOps: 0,
-  };
+  const merged = emptyPhaseResult(results[0].service !== undefined);
+  merged.startedAtMs = startedAtMs;
+  merged.elapsedMs = endedAtMs - startedAtMs;
   for (const r of results) {
     for (let k = 0; k < OP_KINDS; k++) {
       merged.histograms[k].add(r.histograms[k]);

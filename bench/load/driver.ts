@@ -70,6 +70,24 @@ export interface PhaseResult {
   intendedOps: number;
 }
 
+/** A phase's result before anything ran; `openLoop`: with a service-time histogram. */
+export function emptyPhaseResult(openLoop: boolean): PhaseResult {
+  return {
+    startedAtMs: 0,
+    elapsedMs: 0,
+    histograms: Array.from({ length: OP_KINDS }, () => new LatencyHistogram()),
+    failed: new Float64Array(OP_KINDS),
+    misses: new Float64Array(OP_KINDS),
+    service: openLoop ? new LatencyHistogram() : undefined,
+    seriesOps: [],
+    seriesErrors: [],
+    seriesLatency: [],
+    errors: new Map(),
+    sentOps: 0,
+    intendedOps: 0,
+  };
+}
+
 /** What a progress line reads of a running phase. */
 export interface PhaseProgress {
   progress(): { elapsedMs: number; completed: number; errors: number; inFlight: number };
@@ -139,20 +157,7 @@ export class Driver implements ConnectionSink, PhaseProgress {
         ? Infinity
         : Math.floor((spec.durationMs * rate) / 1000);
     this.opsTotal = spec.ops ?? fromDuration;
-    this.result = {
-      startedAtMs: 0,
-      elapsedMs: 0,
-      histograms: Array.from({ length: OP_KINDS }, () => new LatencyHistogram()),
-      failed: new Float64Array(OP_KINDS),
-      misses: new Float64Array(OP_KINDS),
-      service: rate === undefined ? undefined : new LatencyHistogram(),
-      seriesOps: [],
-      seriesErrors: [],
-      seriesLatency: [],
-      errors: new Map(),
-      sentOps: 0,
-      intendedOps: 0,
-    };
+    this.result = emptyPhaseResult(rate !== undefined);
   }
 
   /** Counters for a progress line. */

@@ -84,6 +84,7 @@ import {
   writeResultHeader,
   writeScanRequest,
 } from '../threads/op-codec.js';
+import { PortCounters } from '../threads/port-counters.js';
 import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-health.js';
 import type { NodeConfig } from './config.js';
 import { type KeyRouter, NOT_LOCAL, type WriteSpec } from './key-router.js';
@@ -182,6 +183,8 @@ export class Dispatcher implements KeyRouter {
   private readonly pulled = new PulledCounts();
   /** The fragment of the last write submitted: what a connection tracks for WAIT, without hashing the key again. */
   lastWriteFragment = 0;
+  /** What the workers' RESP ports count, for INFO (kept after they close: the counts run from the start). */
+  portCounters: PortCounters | undefined;
   /** The workers' RESP ports while they are open (`openWorkerPorts`). */
   private workerPorts: { template: WorkerRespInit; ports: number[]; relay: WorkerPortRelay } | undefined;
   /** Per worker, who waits for its answer to a port command. */
@@ -906,6 +909,8 @@ export class Dispatcher implements KeyRouter {
   async openWorkerPorts(options: WorkerPortOptions, relay: WorkerPortRelay): Promise<number[]> {
     assert(this.workerPorts === undefined, 'worker ports are open already');
     const clockCell = sharedClockCell();
+    const portCounters = this.portCounters ?? PortCounters.create(this.links.length);
+    this.portCounters = portCounters;
     this.clock.shareWith(clockCell);
     const c = this.config;
     const template: WorkerRespInit = {
@@ -923,6 +928,7 @@ export class Dispatcher implements KeyRouter {
       fragments: c.fragments,
       valueBytesMax: c.valueBytesMax,
       maxMemoryBytes: c.maxMemoryBytes,
+      counters: portCounters.buffer,
       cluster:
         this.cluster === undefined
           ? undefined

@@ -57,6 +57,8 @@ export interface WorkerRespInit {
   maxMemoryBytes: number;
   /** In a cluster: what a worker port routes by. */
   cluster: WorkerPortCluster | undefined;
+  /** Where the ports publish their INFO counters (src/threads/port-counters.ts). */
+  counters: SharedArrayBuffer;
 }
 
 /** What a worker port needs of the cluster: who serves each fragment, and where members serve clients. */

@@ -23,6 +23,7 @@ import {
   SLOWLOG_MAX_LEN_DEFAULT,
 } from '../core/limits.js';
 import { Durability, OpKind, type Priority, type Reply } from '../core/ops.js';
+import { RATE_SAMPLE_INTERVAL_MS } from '../core/rate-window.js';
 import { isLive, recordBytes, writeRecordHeader } from '../core/record.js';
 import type { RespCommand } from '../core/resp-parser.js';
 import type { RespWriter } from '../core/resp-writer.js';
@@ -40,6 +41,7 @@ import type { ResultHandler } from '../main/worker-link.js';
 import { workerOfFragment } from '../native-bindings/manifest.js';
 import type { ClientEndpoint, RelayReply, RelayRequest, WorkerRespInit } from '../threads/messages.js';
 import { RESULT_HEADER_BYTES, resultRecordBytes, writeResultHeader } from '../threads/op-codec.js';
+import { PortCounter, PortCounters } from '../threads/port-counters.js';
 import { type OpReplies, writeOpReply } from './result-writer.js';
 import type { WorkerRuntime } from './worker-runtime.js';
 
@@ -77,6 +79,11 @@ export class WorkerRespPort implements RespHost {
   private nextRelayId = 1;
   private nextClientId = 1;
   private listeningPort = 0;
+  private connectionsReceived: number;
+  private connectionsRejected: number;
+  /** This port's row of the node's INFO counters, and its timer. */
+  private readonly counters: PortCounters;
+  private readonly publishTimer: NodeJS.Timeout;
 
   constructor(
     private readonly index: number,
@@ -99,6 +106,38 @@ export class WorkerRespPort implements RespHost {
     this.serving = init.cluster === undefined ? undefined : new Int32Array(init.cluster.serving);
     this.endpoints = init.cluster?.endpoints ?? [];
     this.server = createServer((socket) => this.accept(socket));
+    // A worker restarted after a crash counts on from what it published before.
+    const counters = new PortCounters(init.counters);
+    this.counters = counters;
+    const stats = this.stats;
+    stats.commandsProcessed = counters.read(index, PortCounter.CommandsProcessed);
+    stats.closedErrorReplies = counters.read(index, PortCounter.ErrorReplies);
+    stats.keyspaceHits = counters.read(index, PortCounter.KeyspaceHits);
+    stats.keyspaceMisses = counters.read(index, PortCounter.KeyspaceMisses);
+    stats.netInputBytes = counters.read(index, PortCounter.NetInputBytes);
+    stats.netOutputBytes = counters.read(index, PortCounter.NetOutputBytes);
+    this.connectionsReceived = counters.read(index, PortCounter.ConnectionsReceived);
+    this.connectionsRejected = counters.read(index, PortCounter.RejectedConnections);
+    this.publishTimer = setInterval(() => this.publishCounters(), RATE_SAMPLE_INTERVAL_MS);
+    this.publishTimer.unref();
+  }
+
+  /** Writes this port's counters where the main thread's INFO reads them. */
+  private publishCounters(): void {
+    const c = this.counters;
+    const i = this.index;
+    const stats = this.stats;
+    let errorReplies = stats.closedErrorReplies;
+    for (const conn of this.clients) errorReplies += conn.errorReplies;
+    c.write(i, PortCounter.ConnectedClients, this.clients.size);
+    c.write(i, PortCounter.ConnectionsReceived, this.connectionsReceived);
+    c.write(i, PortCounter.RejectedConnections, this.connectionsRejected);
+    c.write(i, PortCounter.CommandsProcessed, stats.commandsProcessed);
+    c.write(i, PortCounter.ErrorReplies, errorReplies);
+    c.write(i, PortCounter.KeyspaceHits, stats.keyspaceHits);
+    c.write(i, PortCounter.KeyspaceMisses, stats.keyspaceMisses);
+    c.write(i, PortCounter.NetInputBytes, stats.netInputBytes);
+    c.write(i, PortCounter.NetOutputBytes, stats.netOutputBytes);
   }
 
   /** Starts listening; resolves with the port once bound. */
@@ -280,6 +319,8 @@ export class WorkerRespPort implements RespHost {
   /** Stops accepting and closes every client; resolves once the listener is closed. */
   close(): Promise<void> {
     for (const conn of this.clients) conn.close();
+    clearInterval(this.publishTimer);
+    this.publishCounters();
     return new Promise((resolve) => {
       if (!this.server.listening) resolve();
       else this.server.close(() => resolve());
@@ -287,7 +328,9 @@ export class WorkerRespPort implements RespHost {
   }
 
   private accept(socket: Socket): void {
+    this.connectionsReceived++;
     if (this.clients.size >= RESP_CLIENTS_MAX) {
+      this.connectionsRejected++;
       socket.end('-ERR max number of clients reached\r\n');
       return;
     }

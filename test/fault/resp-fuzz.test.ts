@@ -574,7 +574,8 @@ test('random bytes on fresh connections: no crash, no hang, errors close only th
   assertBystanderUnaffected();
 });
 
-test('mutated command streams: replies in order, then the protocol error and the close', async () => {
+/** Sends mutated command streams to `port` and checks each exchange. */
+async function fuzzMutatedStreams(): Promise<void> {
   await fc.assert(
     fc.asyncProperty(
       streamArb,
@@ -587,6 +588,10 @@ test('mutated command streams: replies in order, then the protocol error and the
     ),
     fuzzParameters(MUTATED_STREAM_RUNS, MUTATED_STREAM_TIME_MS_MAX),
   );
+}
+
+test('mutated command streams: replies in order, then the protocol error and the close', async () => {
+  await fuzzMutatedStreams();
   reportOutcomes('mutated streams');
   assertBystanderUnaffected();
   await eventually(() => server.connections().length === baselineClients, REPLY_TIMEOUT_MS);
@@ -600,18 +605,7 @@ test('mutated command streams through a worker port: the same, whether a command
   const mainPort = port;
   port = server.workerPorts![0];
   try {
-    await fc.assert(
-      fc.asyncProperty(
-        streamArb,
-        fc.array(mutationArb, { maxLength: 4 }),
-        offsetsArb,
-        async (stream, mutations, offsets) => {
-          const input = mutations.reduce(mutate, stream);
-          await checkInput(input, offsets);
-        },
-      ),
-      fuzzParameters(MUTATED_STREAM_RUNS, MUTATED_STREAM_TIME_MS_MAX),
-    );
+    await fuzzMutatedStreams();
   } finally {
     port = mainPort;
   }

@@ -134,6 +134,23 @@ test('keyless commands answer on a worker port as on the main port; connection s
   }
 });
 
+test("INFO counts the worker ports' clients and commands with the main port's", async () => {
+  const main = await connect(fixture.port);
+  const worker = await connect(ports[1]);
+  try {
+    const field = async (section: string, name: string) =>
+      Number(new RegExp(`${name}:(\\d+)`).exec(await main.call('INFO', section))![1]);
+    const before = await field('stats', 'total_commands_processed');
+    for (let i = 0; i < 50; i++) assert.equal(await worker.call('PING'), '+PONG\r\n');
+    // The worker publishes its counters every RATE_SAMPLE_INTERVAL_MS.
+    await eventually(async () => (await field('stats', 'total_commands_processed')) >= before + 50);
+    await eventually(async () => (await field('clients', 'connected_clients')) >= 2);
+  } finally {
+    main.destroy();
+    worker.destroy();
+  }
+});
+
 test('a pipeline through a worker port runs in order across commands the main thread runs', async () => {
   const worker = await connect(ports[0]);
   try {

@@ -25,6 +25,7 @@ import { RATE_SAMPLE_INTERVAL_MS, RateWindow } from '../../core/rate-window.js';
 import { RESP_BULK_BYTES_MAX, type RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
 import type { RelayReply, RelayRequest } from '../../threads/messages.js';
+import { PortCounter } from '../../threads/port-counters.js';
 import { peerSummaries, refusesWrites } from '../health-summary.js';
 import type { KeyRouter } from '../key-router.js';
 import { listenOn } from '../listen.js';
@@ -232,9 +233,11 @@ export class RespServer implements RespHost {
 
   private sampleRates(): void {
     const now = Date.now();
-    this.commandRate.sample(now, this.stats.commandsProcessed);
-    this.inputRate.sample(now, this.stats.netInputBytes);
-    this.outputRate.sample(now, this.stats.netOutputBytes);
+    const ports = this.node.dispatcher.portCounters;
+    const of = (field: PortCounter) => ports?.total(field) ?? 0;
+    this.commandRate.sample(now, this.stats.commandsProcessed + of(PortCounter.CommandsProcessed));
+    this.inputRate.sample(now, this.stats.netInputBytes + of(PortCounter.NetInputBytes));
+    this.outputRate.sample(now, this.stats.netOutputBytes + of(PortCounter.NetOutputBytes));
   }
 
   /** Starts listening; resolves once the port is bound. */
@@ -626,8 +629,13 @@ export class RespServer implements RespHost {
     ]);
   }
 
-  /** The counters INFO's Stats and Clients sections and the admin server's metrics report. */
+  /**
+   * The counters INFO's Stats and Clients sections and the admin server's metrics report: the main
+   * port's and the worker ports' together.
+   */
   statsSnapshot(): RespStatsSnapshot {
+    const ports = this.node.dispatcher.portCounters;
+    const of = (field: PortCounter) => ports?.total(field) ?? 0;
     const stats = this.stats;
     let errorReplies = stats.closedErrorReplies;
     let blockedClients = 0;
@@ -638,16 +646,16 @@ export class RespServer implements RespHost {
     const keys = this.keyCount;
     const pubsub = this.node.pubsub.registry;
     return {
-      connectedClients: this.clients.size,
+      connectedClients: this.clients.size + of(PortCounter.ConnectedClients),
       blockedClients,
-      connectionsReceived: this.connectionsReceived,
-      rejectedConnections: this.connectionsRejected,
-      commandsProcessed: stats.commandsProcessed,
-      errorReplies,
-      keyspaceHits: stats.keyspaceHits,
-      keyspaceMisses: stats.keyspaceMisses,
-      netInputBytes: stats.netInputBytes,
-      netOutputBytes: stats.netOutputBytes,
+      connectionsReceived: this.connectionsReceived + of(PortCounter.ConnectionsReceived),
+      rejectedConnections: this.connectionsRejected + of(PortCounter.RejectedConnections),
+      commandsProcessed: stats.commandsProcessed + of(PortCounter.CommandsProcessed),
+      errorReplies: errorReplies + of(PortCounter.ErrorReplies),
+      keyspaceHits: stats.keyspaceHits + of(PortCounter.KeyspaceHits),
+      keyspaceMisses: stats.keyspaceMisses + of(PortCounter.KeyspaceMisses),
+      netInputBytes: stats.netInputBytes + of(PortCounter.NetInputBytes),
+      netOutputBytes: stats.netOutputBytes + of(PortCounter.NetOutputBytes),
       keys: keys === undefined ? undefined : { keys: keys.keys, expires: keys.expires },
       pubsubChannels: pubsub.channelCount,
       pubsubPatterns: pubsub.patternCount,
