@@ -104,8 +104,13 @@ export interface WorkerPortOptions {
   password: string | undefined;
 }
 
-/** Runs a command a worker port hands over; resolves with its reply. */
-export type WorkerPortRelay = (request: RelayRequest) => Promise<RelayReply>;
+/** What the main thread does for the workers' RESP ports (RespServer's relayed commands and sessions). */
+export interface WorkerPortRelay {
+  /** Runs a command a worker port hands over; resolves with its reply; a session's pushes go to `push`. */
+  run(request: RelayRequest, push: (bytes: Uint8Array) => void): Promise<RelayReply>;
+  endSession(worker: number, session: number): void;
+  endSessionsOf(worker: number): void;
+}
 
 /** Runs an anti-entropy span read in the background pool. */
 export type PoolSpanRunner = (request: PoolSpanRequest) => Promise<PoolSpanResult>;
@@ -230,7 +235,11 @@ export class Dispatcher implements KeyRouter {
           onReady: (index, highWaterWallMs) => this.observeStored(index, highWaterWallMs),
           onPeerFrame: (member, buf, start, end) => this.cluster?.onPeerFrame(member, buf, start, end),
           onPeerClose: (member, reason) => this.cluster?.onPeerClose(member, reason),
-          onServing: (index) => this.cluster?.onWorkerServing(this.links[index]),
+          onServing: (index) => {
+            // A worker that (re)started has no clients yet: the sessions of those it had end.
+            this.workerPorts?.relay.endSessionsOf(index);
+            this.cluster?.onWorkerServing(this.links[index]);
+          },
           onPoolSpan: (index, buf, at) => this.runPoolSpan(this.links[index], buf, at),
           onRoundReport: (buf, at, length) => this.onRoundReport(buf, at, length),
           onPortEvent: (index, event) => this.onPortEvent(index, event),
@@ -1002,6 +1011,7 @@ export class Dispatcher implements KeyRouter {
 
   private onPortEvent(index: number, event: WorkerPortEvent): void {
     if (event.kind === 'relay') return this.relay(index, event);
+    if (event.kind === 'relay-end') return this.workerPorts?.relay.endSession(index, event.session);
     const waiter = this.portWaiters[index];
     if (waiter !== undefined) {
       this.portWaiters[index] = undefined;
@@ -1024,9 +1034,13 @@ export class Dispatcher implements KeyRouter {
         bytes: Buffer.from(`-ERR ${message.replace(/[\r\n]+/g, ' ')}\r\n`),
         written: request.written,
         writtenSinceStamp: request.writtenSinceStamp,
+        pubsubMode: false,
       });
     if (open === undefined) fail('the worker ports are closing');
-    else open.relay(request).then(answer, (err: Error) => fail(err.message));
+    else {
+      const push = (bytes: Uint8Array) => link.post({ kind: 'relay-push', session: request.session, bytes });
+      open.relay.run(request, push).then(answer, (err: Error) => fail(err.message));
+    }
   }
 
   /** The cluster's startup message with the replica lists `holdFragment` set since. */

@@ -90,6 +90,8 @@ export interface RelayRequest {
   id: number;
   /** The worker whose port the client is on. */
   worker: number;
+  /** The client's session on the main thread (CommandSpec.needs `session`), 0: none. */
+  session: number;
   args: Uint8Array[];
   protocol: 2 | 3;
   authenticated: boolean;
@@ -110,6 +112,8 @@ export interface RelayReply {
   bytes: Uint8Array;
   written: number[];
   writtenSinceStamp: number;
+  /** Whether the connection is subscribed (RESP2 then takes only the subscription commands). */
+  pubsubMode: boolean;
 }
 
 /** Control messages about a worker's RESP port, worker → main. */
@@ -117,7 +121,9 @@ export type WorkerPortEvent =
   | RelayRequest
   | { kind: 'resp-listening'; port: number }
   | { kind: 'resp-listen-failed'; message: string }
-  | { kind: 'resp-closed' };
+  | { kind: 'resp-closed' }
+  /** The client of a session went away: its connection on the main thread closes. */
+  | { kind: 'relay-end'; session: number };
 
 /** Control messages about a worker's RESP port, main → worker. */
 export type WorkerPortCommand =
@@ -125,15 +131,24 @@ export type WorkerPortCommand =
   | { kind: 'resp-ports'; ports: number[] }
   | { kind: 'resp-endpoints'; endpoints: ClientEndpoint[] }
   | { kind: 'resp-close' }
-  | { kind: 'relay-reply'; id: number; reply: RelayReply };
+  | { kind: 'relay-reply'; id: number; reply: RelayReply }
+  /** A push (a Pub/Sub message) for a session's client. */
+  | { kind: 'relay-push'; session: number; bytes: Uint8Array };
 
-const WORKER_PORT_EVENTS = new Set(['relay', 'resp-listening', 'resp-listen-failed', 'resp-closed']);
+const WORKER_PORT_EVENTS = new Set([
+  'relay',
+  'relay-end',
+  'resp-listening',
+  'resp-listen-failed',
+  'resp-closed',
+]);
 const WORKER_PORT_COMMANDS = new Set([
   'resp-listen',
   'resp-ports',
   'resp-endpoints',
   'resp-close',
   'relay-reply',
+  'relay-push',
 ]);
 
 export function isWorkerPortEvent(value: unknown): value is WorkerPortEvent {

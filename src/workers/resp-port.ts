@@ -5,10 +5,10 @@
 // cluster a key another member serves `-MOVED` to its worker's port, or its main port when it told
 // none (by the serving table the main thread publishes, src/main/mesh/failover-catch-up.ts, and the
 // ports the members tell each other, ClientPorts in proto/peer.proto), keys served in two places
-// `-CROSSSLOT`; what needs the whole node (INFO, CONFIG, CLUSTER, SCAN, DBSIZE …, and a write that
-// waits for replica acknowledgements) is run on the main thread and its reply passed back; what
-// needs the main port's connection state (subscriptions, MONITOR, WAIT) is refused, naming the
-// main port.
+// `-CROSSSLOT`; what needs the whole node (INFO, CONFIG, CLUSTER, SCAN, DBSIZE, WAIT …, and a write
+// that waits for replica acknowledgements) is run on the main thread and its reply passed back;
+// subscriptions run there on a connection kept for the client (a session), whose Pub/Sub messages
+// are pushed back to it; MONITOR is refused, naming the main port.
 
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
@@ -75,7 +75,11 @@ export class WorkerRespPort implements RespHost {
   private readonly serving: Int32Array | undefined;
   private endpoints: ClientEndpoint[];
   /** Commands run on the main thread, waiting for their replies (by relay id), and who waits on each. */
-  private readonly relays = new Map<number, { slot: ReplySlot; answered: () => void }>();
+  private readonly relays = new Map<number, { slot: ReplySlot; session: number; answered: () => void }>();
+  /** Clients with a session on the main thread (their subscriptions), both ways. */
+  private readonly sessions = new Map<RespConnection, number>();
+  private readonly sessionClients = new Map<number, RespConnection>();
+  private nextSessionId = 1;
   private nextRelayId = 1;
   private nextClientId = 1;
   private listeningPort = 0;
@@ -89,8 +93,8 @@ export class WorkerRespPort implements RespHost {
     private readonly index: number,
     private readonly runtime: WorkerRuntime,
     private readonly init: WorkerRespInit,
-    /** Posts a command to the main thread to run (`runElsewhere`). */
-    private readonly relay: (request: RelayRequest) => void,
+    /** Posts to the main thread: a command to run (`runElsewhere`), a session's end. */
+    private readonly post: (event: RelayRequest | { kind: 'relay-end'; session: number }) => void,
     readonly logger: Logger,
   ) {
     this.settings = {
@@ -181,13 +185,41 @@ export class WorkerRespPort implements RespHost {
   }
 
   forget(conn: RespConnection): void {
+    this.endSession(conn);
     if (this.clients.delete(conn)) this.stats.closedErrorReplies += conn.errorReplies;
+  }
+
+  /** `conn`'s session on the main thread, made on its first subscription command. */
+  private sessionOf(conn: RespConnection): number {
+    let session = this.sessions.get(conn);
+    if (session === undefined) {
+      session = this.nextSessionId++;
+      this.sessions.set(conn, session);
+      this.sessionClients.set(session, conn);
+    }
+    return session;
+  }
+
+  /** Ends `conn`'s session, if it has one: its subscriptions end with it. */
+  private endSession(conn: RespConnection): void {
+    const session = this.sessions.get(conn);
+    if (session === undefined) return;
+    this.sessions.delete(conn);
+    this.sessionClients.delete(session);
+    this.post({ kind: 'relay-end', session });
+  }
+
+  /** A push (a Pub/Sub message) the main thread sends a session's client. */
+  onRelayPush(session: number, bytes: Uint8Array): void {
+    this.sessionClients.get(session)?.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length));
   }
 
   showToMonitors(): void {}
 
-  /** No subscriptions are made on a worker port (SUBSCRIBE is the main port's). */
-  unsubscribeAll(): void {}
+  /** RESET: the client's subscriptions, kept in its session on the main thread, end with it. */
+  unsubscribeAll(conn: RespConnection): void {
+    this.endSession(conn);
+  }
 
   /**
    * Keys another thread or node serves: `-MOVED` to its port (the slot of the first key) — another
@@ -261,9 +293,9 @@ export class WorkerRespPort implements RespHost {
   }
 
   /**
-   * Has the main thread run a command that needs the node; refuses one that needs the main port.
-   * The connection's later commands wait for its answer, as they would on the main port: a SET
-   * pipelined after a FLUSHALL must not run before it.
+   * Has the main thread run a command that needs the node (a subscription: on the client's session);
+   * refuses one that needs the main port. The connection's later commands wait for its answer, as
+   * they would on the main port: a SET pipelined after a FLUSHALL must not run before it.
    */
   runElsewhere(conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
     if (spec.needs === 'main-connection') {
@@ -272,17 +304,19 @@ export class WorkerRespPort implements RespHost {
     }
     const slot = conn.defer();
     const id = this.nextRelayId++;
+    const session = spec.needs === 'session' ? this.sessionOf(conn) : 0;
     const args: Uint8Array[] = [];
     for (let i = 0; i < cmd.argc; i++) args.push(Buffer.from(cmd.arg(i)));
     conn.blockUntil(
       new Promise<void>((answered) => {
-        this.relays.set(id, { slot, answered });
+        this.relays.set(id, { slot, session, answered });
       }),
     );
-    this.relay({
+    this.post({
       kind: 'relay',
       id,
       worker: this.index,
+      session,
       args,
       protocol: conn.protocol,
       authenticated: conn.authenticated,
@@ -305,8 +339,10 @@ export class WorkerRespPort implements RespHost {
     const relayed = this.relays.get(id);
     if (relayed === undefined) return;
     this.relays.delete(id);
-    const { slot, answered } = relayed;
+    const { slot, session, answered } = relayed;
     const conn = slot.conn;
+    // Subscribed or not is the session's (RESP2 then limits the client to the subscription commands).
+    if (session !== 0) conn.pubsubMode = reply.pubsubMode;
     conn.writtenFragments.clear();
     for (const fragment of reply.written) conn.writtenFragments.add(fragment);
     conn.writtenSinceStamp = reply.writtenSinceStamp;

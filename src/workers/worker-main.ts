@@ -66,6 +66,9 @@ async function main(init: WorkerInit): Promise<void> {
       case 'relay-reply':
         resp?.onRelayReply(message.id, message.reply);
         return;
+      case 'relay-push':
+        resp?.onRelayPush(message.session, message.bytes);
+        return;
       case 'resp-close': {
         const closing = resp;
         resp = undefined;

@@ -118,10 +118,6 @@ test('keyless commands answer on a worker port as on the main port; connection s
     assert.match(await w1.call('HELLO', '3'), /^%/);
     assert.equal(await w1.call('GET', keyOf(1, 'absent:')), '_\r\n');
     assert.equal(
-      await w1.call('SUBSCRIBE', 'news'),
-      "-ERR SUBSCRIBE is served on the node's main RESP port, not on a worker port\r\n",
-    );
-    assert.equal(
       await w1.call('MONITOR'),
       "-ERR MONITOR is served on the node's main RESP port, not on a worker port\r\n",
     );
@@ -148,6 +144,56 @@ test("INFO counts the worker ports' clients and commands with the main port's", 
   } finally {
     main.destroy();
     worker.destroy();
+  }
+});
+
+test('subscriptions through a worker port answer as on the main port, and get what is published', async () => {
+  const onMain = await connect(fixture.port);
+  const onWorker = await connect(ports[1]);
+  const publisher = await connect(ports[0]);
+  try {
+    const key = keyOf(1, 'subscribed:');
+    for (const protocol of ['2', '3']) {
+      // HELLO's reply names each connection's own id: not compared.
+      for (const client of [onMain, onWorker]) assert.match(await client.call('HELLO', protocol), /^[*%]/);
+      const sequence = [
+        // One channel each: a subscription command answers once per channel, RawClient.call reads one.
+        ['SUBSCRIBE', 'news'],
+        ['SUBSCRIBE', 'sport'],
+        ['PSUBSCRIBE', 'n*'],
+        ['GET', key],
+        ['PING'],
+        ['UNSUBSCRIBE', 'sport'],
+      ];
+      for (const args of sequence) {
+        const expected = await onMain.call(...args);
+        assert.equal(await onWorker.call(...args), expected, `${args.join(' ')} in RESP${protocol}`);
+      }
+      // Published on another worker's port: it reaches both clients, each twice (channel, pattern).
+      assert.equal(await publisher.call('PUBLISH', 'news', `hello-${protocol}`), ':4\r\n');
+      for (let i = 0; i < 2; i++) {
+        assert.equal(
+          (await onWorker.readReply()).toString('latin1'),
+          (await onMain.readReply()).toString('latin1'),
+        );
+      }
+      for (const args of [['UNSUBSCRIBE'], ['PUNSUBSCRIBE'], ['GET', key]]) {
+        const expected = await onMain.call(...args);
+        assert.equal(await onWorker.call(...args), expected, `${args.join(' ')} in RESP${protocol}`);
+      }
+    }
+    // A client that goes away takes its subscriptions with it.
+    assert.equal(await onWorker.call('HELLO', '2').then((r) => r.startsWith('*')), true);
+    await onWorker.call('SUBSCRIBE', 'gone');
+    assert.equal(await onMain.call('PUBSUB', 'NUMSUB', 'gone'), '*2\r\n$4\r\ngone\r\n:1\r\n');
+    onWorker.destroy();
+    await eventually(
+      async () => (await onMain.call('PUBSUB', 'NUMSUB', 'gone')) === '*2\r\n$4\r\ngone\r\n:0\r\n',
+    );
+  } finally {
+    onMain.destroy();
+    onWorker.destroy();
+    publisher.destroy();
   }
 });
 

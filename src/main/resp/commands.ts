@@ -51,11 +51,13 @@ export interface CommandSpec {
   subcommandKeys?: Readonly<Record<string, KeyRange>>;
   /**
    * What the command needs besides its keys, that only the main thread has: `node`, the whole node
-   * (INFO, CONFIG, CLUSTER, a scan of every fragment, WAIT) — a worker port has it run there; or
-   * `main-connection`, connection state the main port keeps (subscriptions, MONITOR) — a worker
-   * port refuses it, naming the main port.
+   * (INFO, CONFIG, CLUSTER, a scan of every fragment, WAIT) — a worker port has it run there;
+   * `session`, subscriptions, which the node delivers on the main thread — a worker port runs it
+   * there on a connection kept for its client, whose pushes come back to the client; or
+   * `main-connection`, what only the main port can serve (MONITOR shows the commands the main
+   * thread runs) — a worker port refuses it, naming the main port.
    */
-  needs?: 'node' | 'main-connection';
+  needs?: 'node' | 'session' | 'main-connection';
   /** Runs the command: true when it answered into `w` now, false when it deferred a reply slot. */
   run(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean;
 }

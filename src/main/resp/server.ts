@@ -268,7 +268,11 @@ export class RespServer implements RespHost {
             host: server.workerPortsHost,
             password: options.password,
           },
-          (request) => server.runRelayed(request),
+          {
+            run: (request, push) => server.runRelayed(request, push),
+            endSession: (worker, session) => server.endSession(worker, session),
+            endSessionsOf: (worker) => server.endSessionsOf(worker),
+          },
         );
         node.cluster?.announceWorkerPorts(ports, node.dispatcher.groupCount);
       }
@@ -395,6 +399,8 @@ export class RespServer implements RespHost {
     this.flusher.soon(conn);
   }
 
+  /** Worker-port clients' sessions (CommandSpec.needs `session`), by `sessionKey`. */
+  private readonly sessions = new Map<string, { conn: RespConnection; socket: RelaySocket }>();
   /** The host `-MOVED` and the slot map name for the workers' RESP ports. */
   workerPortsHost = '';
 
@@ -404,27 +410,58 @@ export class RespServer implements RespHost {
   }
 
   /**
-   * Runs a command a worker port handed over (CommandSpec.needs) as that client's: on a connection
-   * of its own, with the client's protocol, authentication and name; resolves with the reply.
+   * Runs a command a worker port handed over (CommandSpec.needs) as that client's, with its
+   * protocol, authentication and name: on a connection of its own, or for a session (subscriptions)
+   * on the one kept for that client, whose pushes go to `push`; resolves with the reply.
    */
-  runRelayed(request: RelayRequest): Promise<RelayReply> {
-    const socket = new RelaySocket(request.remoteIp, request.remotePort);
-    const conn = new RespConnection(this, socket, this.nextClientId++);
+  runRelayed(request: RelayRequest, push: (bytes: Uint8Array) => void): Promise<RelayReply> {
+    const key = sessionKey(request.worker, request.session);
+    let relayed = request.session === 0 ? undefined : this.sessions.get(key);
+    if (relayed === undefined) {
+      const socket = new RelaySocket(
+        request.remoteIp,
+        request.remotePort,
+        request.session === 0 ? undefined : push,
+      );
+      relayed = { socket, conn: new RespConnection(this, socket, this.nextClientId++) };
+      if (request.session !== 0) this.sessions.set(key, relayed);
+    }
+    const { conn, socket } = relayed;
     conn.protocol = request.protocol;
     conn.authenticated = request.authenticated;
     conn.name = request.name;
     conn.durability = request.durability;
     conn.replicaAcks = request.replicaAcks;
+    conn.writtenFragments.clear();
     for (const fragment of request.written) conn.writtenFragments.add(fragment);
     conn.writtenSinceStamp = request.writtenSinceStamp;
     conn.relayedFromWorker = request.worker;
+    const reply = socket.reply(conn);
     socket.deliver(encodeRelayed(request.args));
-    return socket.reply(conn);
+    return reply;
+  }
+
+  /** A worker-port client's session ends (the client went away): its subscriptions go with it. */
+  endSession(worker: number, session: number): void {
+    const key = sessionKey(worker, session);
+    const relayed = this.sessions.get(key);
+    if (relayed === undefined) return;
+    this.sessions.delete(key);
+    relayed.conn.close();
+  }
+
+  /** Every session of `worker`'s clients ends (the worker restarted: its clients are gone). */
+  endSessionsOf(worker: number): void {
+    for (const key of [...this.sessions.keys()]) {
+      if (key.startsWith(`${worker}:`)) this.endSession(worker, Number(key.slice(key.indexOf(':') + 1)));
+    }
   }
 
   /** Stops accepting, closes every client, and resolves once the listener is closed. */
   async close(): Promise<void> {
     if (this.workerPorts !== undefined) this.node.cluster?.announceWorkerPorts([], 0);
+    for (const relayed of this.sessions.values()) relayed.conn.close();
+    this.sessions.clear();
     await this.node.dispatcher.closeWorkerPorts();
     const closing = [this.server, this.tlsServer].map(
       (listener) =>
@@ -876,22 +913,28 @@ function encodeRelayed(args: readonly Uint8Array[]): Buffer {
 
 const CRLF = Buffer.from('\r\n', 'latin1');
 
+/** A worker-port client's session, named by its worker and the worker's session number. */
+const sessionKey = (worker: number, session: number): string => `${worker}:${session}`;
+
 /**
- * The main thread's end of one relayed command: the connection reads the command from it and writes
- * its reply to it; the reply is whole once the connection has no command left in flight.
+ * The main thread's end of a relayed command's connection: the connection reads the command from it
+ * and writes its reply to it; the reply is whole once the connection has no command left in flight.
+ * A session's (`push` given) lives on: what it writes between commands (Pub/Sub messages) is pushed
+ * to its client.
  */
 class RelaySocket implements RespSocket {
   readonly writableLength = 0;
   readonly localAddress = undefined;
   readonly localPort = undefined;
   private onData: ((chunk: Buffer) => void) | undefined;
-  private readonly written: Buffer[] = [];
+  private written: Buffer[] = [];
   private conn: RespConnection | undefined;
   private done: ((reply: RelayReply) => void) | undefined;
 
   constructor(
     readonly remoteAddress: string | undefined,
     readonly remotePort: number | undefined,
+    private readonly push: ((bytes: Uint8Array) => void) | undefined,
   ) {}
 
   on(event: string, listener: (chunk: Buffer) => void): this {
@@ -903,7 +946,7 @@ class RelaySocket implements RespSocket {
     this.onData!(bytes);
   }
 
-  /** Resolves with everything the connection wrote, once its command is answered. */
+  /** Resolves with everything the connection writes until the command delivered next is answered. */
   reply(conn: RespConnection): Promise<RelayReply> {
     this.conn = conn;
     return new Promise((resolve) => {
@@ -912,16 +955,24 @@ class RelaySocket implements RespSocket {
   }
 
   write(chunk: Buffer): boolean {
+    const done = this.done;
+    if (done === undefined) {
+      this.push?.(chunk);
+      return true;
+    }
     this.written.push(chunk);
     const conn = this.conn!;
     if (conn.commandsInFlight === 0) {
-      this.done?.({
-        bytes: Buffer.concat(this.written),
+      this.done = undefined;
+      const bytes = Buffer.concat(this.written);
+      this.written = [];
+      done({
+        bytes,
         written: conn.writtenFragments.toArray(),
         writtenSinceStamp: conn.writtenSinceStamp,
+        pubsubMode: conn.pubsubMode,
       });
-      this.done = undefined;
-      conn.close();
+      if (this.push === undefined) conn.close();
     }
     return true;
   }
