@@ -17,11 +17,7 @@ import { internalError, type TesseraError } from '../core/errors.js';
 import { FragmentOp, type ReplySink } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace, slotOfRange } from '../core/keyspace.js';
-import {
-  RESP_CLIENTS_MAX,
-  SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
-  SLOWLOG_MAX_LEN_DEFAULT,
-} from '../core/limits.js';
+import { SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT, SLOWLOG_MAX_LEN_DEFAULT } from '../core/limits.js';
 import { Durability, OpKind, type Priority, type Reply } from '../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS } from '../core/rate-window.js';
 import { isLive, recordBytes, writeRecordHeader } from '../core/record.js';
@@ -31,7 +27,7 @@ import { type KeyRouter, NOT_LOCAL, type WriteSpec } from '../main/key-router.js
 import { listenOn } from '../main/listen.js';
 import { SERVING_HELD } from '../main/mesh/failover-catch-up.js';
 import { type CommandSpec, commandStatsOfTable, crossSlot, keyArguments } from '../main/resp/commands.js';
-import { ReplyFlusher, type ReplySlot, RespConnection } from '../main/resp/connection.js';
+import { ReplyFlusher, type ReplySlot, RespClients, type RespConnection } from '../main/resp/connection.js';
 import { type RespHost, RespPassword, type RespSettings } from '../main/resp/host.js';
 import { LatencyMonitor } from '../main/resp/latency-monitor.js';
 import { RespStats } from '../main/resp/server.js';
@@ -65,7 +61,7 @@ export class WorkerRespPort implements RespHost {
   readonly settings: RespSettings;
   readonly keys: WorkerKeys;
   private readonly server: Server;
-  private readonly clients = new Set<RespConnection>();
+  private readonly clients = new RespClients();
   private readonly flusher = new ReplyFlusher();
   private readonly password: RespPassword | undefined;
   private readonly keyspace: Keyspace;
@@ -81,10 +77,7 @@ export class WorkerRespPort implements RespHost {
   private readonly sessionClients = new Map<number, RespConnection>();
   private nextSessionId = 1;
   private nextRelayId = 1;
-  private nextClientId = 1;
   private listeningPort = 0;
-  private connectionsReceived: number;
-  private connectionsRejected: number;
   /** This port's row of the node's INFO counters, and its timer. */
   private readonly counters: PortCounters;
   private readonly publishTimer: NodeJS.Timeout;
@@ -120,8 +113,8 @@ export class WorkerRespPort implements RespHost {
     stats.keyspaceMisses = counters.read(index, PortCounter.KeyspaceMisses);
     stats.netInputBytes = counters.read(index, PortCounter.NetInputBytes);
     stats.netOutputBytes = counters.read(index, PortCounter.NetOutputBytes);
-    this.connectionsReceived = counters.read(index, PortCounter.ConnectionsReceived);
-    this.connectionsRejected = counters.read(index, PortCounter.RejectedConnections);
+    this.clients.received = counters.read(index, PortCounter.ConnectionsReceived);
+    this.clients.rejected = counters.read(index, PortCounter.RejectedConnections);
     this.publishTimer = setInterval(() => this.publishCounters(), RATE_SAMPLE_INTERVAL_MS);
     this.publishTimer.unref();
   }
@@ -132,10 +125,10 @@ export class WorkerRespPort implements RespHost {
     const i = this.index;
     const stats = this.stats;
     let errorReplies = stats.closedErrorReplies;
-    for (const conn of this.clients) errorReplies += conn.errorReplies;
+    for (const conn of this.clients.values()) errorReplies += conn.errorReplies;
     c.write(i, PortCounter.ConnectedClients, this.clients.size);
-    c.write(i, PortCounter.ConnectionsReceived, this.connectionsReceived);
-    c.write(i, PortCounter.RejectedConnections, this.connectionsRejected);
+    c.write(i, PortCounter.ConnectionsReceived, this.clients.received);
+    c.write(i, PortCounter.RejectedConnections, this.clients.rejected);
     c.write(i, PortCounter.CommandsProcessed, stats.commandsProcessed);
     c.write(i, PortCounter.ErrorReplies, errorReplies);
     c.write(i, PortCounter.KeyspaceHits, stats.keyspaceHits);
@@ -177,7 +170,7 @@ export class WorkerRespPort implements RespHost {
   }
 
   connections(): RespConnection[] {
-    return [...this.clients];
+    return [...this.clients.values()];
   }
 
   flushSoon(conn: RespConnection): void {
@@ -354,7 +347,7 @@ export class WorkerRespPort implements RespHost {
 
   /** Stops accepting and closes every client; resolves once the listener is closed. */
   close(): Promise<void> {
-    for (const conn of this.clients) conn.close();
+    for (const conn of this.clients.values()) conn.close();
     clearInterval(this.publishTimer);
     this.publishCounters();
     return new Promise((resolve) => {
@@ -364,13 +357,7 @@ export class WorkerRespPort implements RespHost {
   }
 
   private accept(socket: Socket): void {
-    this.connectionsReceived++;
-    if (this.clients.size >= RESP_CLIENTS_MAX) {
-      this.connectionsRejected++;
-      socket.end('-ERR max number of clients reached\r\n');
-      return;
-    }
-    this.clients.add(new RespConnection(this, socket, this.nextClientId++));
+    this.clients.accept(this, socket);
   }
 }
 

@@ -6,9 +6,10 @@
 // pass the output limit; a connection with too many commands in flight stops being read until
 // they complete.
 
+import type { Socket } from 'node:net';
 import { assert } from '../../core/assert.js';
 import { FragmentSet } from '../../core/fragment-set.js';
-import { CONNECTION_FLUSH_BYTES, CONNECTION_LINGER_MS } from '../../core/limits.js';
+import { CONNECTION_FLUSH_BYTES, CONNECTION_LINGER_MS, RESP_CLIENTS_MAX } from '../../core/limits.js';
 import type { Durability } from '../../core/ops.js';
 import { Subscriptions } from '../../core/pubsub.js';
 import {
@@ -536,4 +537,42 @@ export class ReplyFlusher {
     for (const conn of queue) conn.flush();
     queue.length = 0;
   };
+}
+
+/** A face's clients: admitted up to RESP_CLIENTS_MAX (Redis's maxclients), counted for INFO. */
+export class RespClients {
+  private readonly open = new Set<RespConnection>();
+  private nextId = 1;
+  /** Connections accepted, and turned away at the limit, since the face started. */
+  received = 0;
+  rejected = 0;
+
+  get size(): number {
+    return this.open.size;
+  }
+
+  values(): IterableIterator<RespConnection> {
+    return this.open.values();
+  }
+
+  /** The next client id (a relayed command's connection takes one too). */
+  nextClientId(): number {
+    return this.nextId++;
+  }
+
+  /** Admits a client on `socket` to `host`, or turns it away with Redis's error past the limit. */
+  accept(host: RespHost, socket: Socket): void {
+    this.received++;
+    if (this.open.size >= RESP_CLIENTS_MAX) {
+      this.rejected++;
+      socket.end('-ERR max number of clients reached\r\n');
+      return;
+    }
+    this.open.add(new RespConnection(host, socket, this.nextClientId()));
+  }
+
+  /** Forgets a closed client; true when it was one of these. */
+  delete(conn: RespConnection): boolean {
+    return this.open.delete(conn);
+  }
 }

@@ -31,7 +31,7 @@ import type { KeyRouter } from '../key-router.js';
 import { listenOn } from '../listen.js';
 import type { Health, Tessera } from '../node.js';
 import { type CommandSpec, commandStatsOfTable, keyArguments } from './commands.js';
-import { ReplyFlusher, RespConnection, type RespSocket } from './connection.js';
+import { ReplyFlusher, RespClients, RespConnection, type RespSocket } from './connection.js';
 import { type RespHost, RespPassword, type RespSettings } from './host.js';
 import { LatencyMonitor } from './latency-monitor.js';
 import { monitorLine } from './monitor.js';
@@ -163,13 +163,10 @@ export class RespServer implements RespHost {
   private readonly outputRate: RateWindow;
   private readonly rateTimer: NodeJS.Timeout;
   private readonly server: Server;
-  private readonly clients = new Set<RespConnection>();
+  private readonly clients = new RespClients();
   private readonly flusher = new ReplyFlusher();
   private readonly password: RespPassword | undefined;
   private readonly startedAtMs = Date.now();
-  private nextClientId = 1;
-  private connectionsReceived = 0;
-  private connectionsRejected = 0;
   /** The last count: live keys, those with a deadline and their mean time left, when and how long it took. */
   private keyCount: KeyCount | undefined;
 
@@ -376,7 +373,7 @@ export class RespServer implements RespHost {
   }
 
   connections(): RespConnection[] {
-    return [...this.clients];
+    return [...this.clients.values()];
   }
 
   forget(conn: RespConnection): void {
@@ -423,7 +420,7 @@ export class RespServer implements RespHost {
         request.remotePort,
         request.session === 0 ? undefined : push,
       );
-      relayed = { socket, conn: new RespConnection(this, socket, this.nextClientId++) };
+      relayed = { socket, conn: new RespConnection(this, socket, this.clients.nextClientId()) };
       if (request.session !== 0) this.sessions.set(key, relayed);
     }
     const { conn, socket } = relayed;
@@ -471,19 +468,12 @@ export class RespServer implements RespHost {
         }),
     );
     clearInterval(this.rateTimer);
-    for (const conn of this.clients) conn.close();
+    for (const conn of this.clients.values()) conn.close();
     await Promise.all(closing);
   }
 
   private accept(socket: Socket): void {
-    this.connectionsReceived++;
-    if (this.clients.size >= RESP_CLIENTS_MAX) {
-      this.connectionsRejected++;
-      socket.end('-ERR max number of clients reached\r\n');
-      return;
-    }
-    const conn = new RespConnection(this, socket, this.nextClientId++);
-    this.clients.add(conn);
+    this.clients.accept(this, socket);
   }
 
   /**
@@ -676,7 +666,7 @@ export class RespServer implements RespHost {
     const stats = this.stats;
     let errorReplies = stats.closedErrorReplies;
     let blockedClients = 0;
-    for (const c of this.clients) {
+    for (const c of this.clients.values()) {
       errorReplies += c.errorReplies;
       if (c.isBlocked) blockedClients++;
     }
@@ -685,8 +675,8 @@ export class RespServer implements RespHost {
     return {
       connectedClients: this.clients.size + of(PortCounter.ConnectedClients),
       blockedClients,
-      connectionsReceived: this.connectionsReceived + of(PortCounter.ConnectionsReceived),
-      rejectedConnections: this.connectionsRejected + of(PortCounter.RejectedConnections),
+      connectionsReceived: this.clients.received + of(PortCounter.ConnectionsReceived),
+      rejectedConnections: this.clients.rejected + of(PortCounter.RejectedConnections),
       commandsProcessed: stats.commandsProcessed + of(PortCounter.CommandsProcessed),
       errorReplies: errorReplies + of(PortCounter.ErrorReplies),
       keyspaceHits: stats.keyspaceHits + of(PortCounter.KeyspaceHits),
