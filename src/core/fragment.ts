@@ -8,6 +8,11 @@
 // and lands in `unflushed`. Commits move `unflushed` to `flushing` as generation g; a reply that needs
 // `store` waits for committed ≥ g, one that needs `stable` for synced ≥ g. One commit is in flight at
 // a time; at most one sync request is outstanding, so fsyncs group every stable write waiting.
+// Over a store with a write-ahead log (`logsWrites`, lmdb) a due generation is first sealed into
+// `logged` and handed to the log (a `log` action): a `store` reply waits for the log's append and a
+// `stable` one for its fsync, not for the store's transaction, which takes every logged generation
+// not yet committed at once while the next ones are logged. Fences still wait for the commit: what
+// a fence orders (a scan, a backup, a verified round) reads the store's pages.
 // Most client writes carry a version newer than everything the fragment holds and need no read: when
 // nothing is queued ahead of one, the driver hands it over without an op (`tryDirectWrite`, a
 // `direct` event), and it is answered by request id. Ops and direct writes wait for their durability
@@ -20,6 +25,7 @@ import {
   COMMIT_RETRY_DELAY_MS_MAX,
   COMMIT_RETRY_DELAY_MS_MIN,
   HLC_LOGICAL_MAX,
+  LOGGED_PENDING_BYTES_MAX,
 } from './limits.js';
 import {
   decodeKeys,
@@ -74,6 +80,12 @@ export class FragmentOp implements ModifyRequest {
    * again from here.
    */
   replicated = false;
+  /**
+   * Fence: reached once everything before it is at its durability level, as a write is (over a
+   * write-ahead log, logged is `store` enough), not once the store's pages hold it all — a
+   * replication batch's acknowledgement, a client's wait for its writes, but not a scan or a backup.
+   */
+  durabilityOnly = false;
   /** Where the reply goes when the worker itself issued the op (replication), instead of the ring. */
   sink: ReplySink | undefined = undefined;
   /**
@@ -133,6 +145,8 @@ export interface FragmentConfig {
   flushIntervalMs: number;
   flushWritesMax: number;
   flushBytesMax: number;
+  /** The store keeps a write-ahead log (KvStore.logsWrites): `store` and `stable` wait for it. */
+  logsWrites?: boolean;
 }
 
 export type FragmentEvent =
@@ -151,13 +165,15 @@ export type FragmentEvent =
   | { kind: 'tick'; nowMs: number }
   | { kind: 'committed'; generation: number }
   | { kind: 'commit-failed'; generation: number; message: string }
+  | { kind: 'logged'; generation: number }
+  | { kind: 'log-failed'; generation: number }
   | { kind: 'synced'; generation: number }
   | { kind: 'sync-failed'; generation: number; message: string }
   | { kind: 'sweep'; nowMs: number; entries: ReadonlyArray<{ key: Buffer; record: Buffer }> };
 
 /**
  * What the actor asks its driver to do: answer an op (the op itself, its reply set), answer direct
- * writes (`tryDirectWrite`) by request id, commit or sync.
+ * writes (`tryDirectWrite`) by request id, log (then report `logged` or `log-failed`), commit or sync.
  */
 export type FragmentAction =
   | FragmentOp
@@ -169,8 +185,10 @@ export type FragmentAction =
       puts: Array<[key: Uint8Array, record: Uint8Array]>;
       highWaterWallMs: number;
     }
+  | { kind: 'log'; fragment: number; generation: number; puts: Array<[key: Uint8Array, record: Uint8Array]> }
   | { kind: 'sync'; fragment: number; generation: number };
 
+export type LogAction = Extract<FragmentAction, { kind: 'log' }>;
 export type CommitAction = Extract<FragmentAction, { kind: 'commit' }>;
 type DirectWriteEvent = Extract<FragmentEvent, { kind: 'direct' }>;
 type AcksAction = Extract<FragmentAction, { kind: 'acks' }>;
@@ -202,6 +220,20 @@ export class FragmentCore {
   /** Waiters attached to the unflushed generation: a reason to commit now. */
   private unflushedWaiters = 0;
   private flushing = new PendingWrites();
+  /**
+   * Log mode: generations sealed and handed to the log, not yet to the store; they go to the store
+   * together once no commit is in flight. `loggedPendingGeneration` is the newest of them.
+   */
+  private logged = new PendingWrites();
+  private loggedPendingGeneration = 0;
+  /** The generation whose `log` action is not yet reported (0: none); the next waits for it. */
+  private logInFlightGeneration = 0;
+  /** Every generation up to this one is logged or committed (log mode). */
+  private loggedGeneration = 0;
+  /** The newest generation reported logged. */
+  private loggedMaxGeneration = 0;
+  /** The newest generation whose log append failed until a commit covers it (0: none). */
+  private logFailedGeneration = 0;
   /** Newest version (wall, logical) stored or pending in this fragment; node ids are not tracked. */
   private highWaterWallMs: number;
   private highWaterLogical: number;
@@ -220,6 +252,8 @@ export class FragmentCore {
   /** Answers (ops' and direct writes') waiting for their generation to be committed / synced. */
   private readonly commitWaiters = new DurabilityWaiters();
   private readonly stableWaiters = new DurabilityWaiters();
+  /** Log mode: fences waiting for their generation to be in the store's pages. */
+  private readonly visibleWaiters = new DurabilityWaiters();
   /** The event `tryDirectWrite` steps, filled anew for each write: a direct write allocates nothing. */
   private readonly directEvent: DirectWriteEvent = {
     kind: 'direct',
@@ -280,6 +314,10 @@ export class FragmentCore {
         return this.onSynced(event.generation);
       case 'sync-failed':
         return this.onSyncFailed(event.generation, event.message);
+      case 'logged':
+        return this.onLogged(event.generation);
+      case 'log-failed':
+        return this.onLogFailed(event.generation);
       case 'sweep':
         this.nowMs = Math.max(this.nowMs, event.nowMs);
         for (const entry of event.entries) this.sweepOne(entry.key, entry.record);
@@ -302,7 +340,16 @@ export class FragmentCore {
   /** Milliseconds until this fragment needs a `tick` or `run` (Infinity when idle). */
   nextWakeMs(nowMs: number): number {
     let wait = Number.POSITIVE_INFINITY;
-    if (this.unflushed.size > 0 && this.flushingGeneration === 0) {
+    if (this.config.logsWrites === true) {
+      if (
+        this.unflushed.size > 0 &&
+        this.logInFlightGeneration === 0 &&
+        this.logged.bytes < LOGGED_PENDING_BYTES_MAX
+      )
+        wait = Math.max(0, this.unflushedSinceMs + this.config.flushIntervalMs - nowMs);
+      if (this.logged.size > 0 && this.flushingGeneration === 0 && this.commitFailures > 0)
+        wait = Math.min(wait, Math.max(0, this.commitRetryAtMs - nowMs));
+    } else if (this.unflushed.size > 0 && this.flushingGeneration === 0) {
       const dueAtMs =
         this.commitFailures > 0 ? this.commitRetryAtMs : this.unflushedSinceMs + this.config.flushIntervalMs;
       wait = Math.max(0, dueAtMs - nowMs);
@@ -319,7 +366,7 @@ export class FragmentCore {
 
   /** True while the fragment holds writes not yet committed to the store. */
   hasUncommitted(): boolean {
-    return this.unflushed.size > 0 || this.flushing.size > 0;
+    return this.unflushed.size > 0 || this.logged.size > 0 || this.flushing.size > 0;
   }
 
   /** True when nothing is queued, unflushed, in flight or waiting. */
@@ -327,9 +374,12 @@ export class FragmentCore {
     return (
       this.queues.every((q) => q.length === 0) &&
       this.unflushed.size === 0 &&
+      this.logged.size === 0 &&
+      this.logInFlightGeneration === 0 &&
       this.flushingGeneration === 0 &&
       this.commitWaiters.length === 0 &&
-      this.stableWaiters.length === 0
+      this.stableWaiters.length === 0 &&
+      this.visibleWaiters.length === 0
     );
   }
 
@@ -350,7 +400,7 @@ export class FragmentCore {
 
   /** The freshest record of a key: unflushed, then flushing, then the store. */
   lookup(op: FragmentOp): Uint8Array | undefined {
-    if (this.unflushed.size > 0 || this.flushing.size > 0) {
+    if (this.unflushed.size > 0 || this.logged.size > 0 || this.flushing.size > 0) {
       const pending = this.pendingOf(op.key, op.keyHash);
       if (pending !== undefined) return pending[1];
     }
@@ -362,9 +412,9 @@ export class FragmentCore {
     return pending !== undefined ? pending[1] : this.reader.get(this.fragment, key);
   }
 
-  /** The key's newest write not yet committed: unflushed, then flushing. */
+  /** The key's newest write not yet committed: unflushed, then logged, then flushing. */
   private pendingOf(key: Uint8Array, hash: number): PendingEntry | undefined {
-    return this.unflushed.get(key, hash) ?? this.flushing.get(key, hash);
+    return this.unflushed.get(key, hash) ?? this.logged.get(key, hash) ?? this.flushing.get(key, hash);
   }
 
   /**
@@ -646,7 +696,7 @@ export class FragmentCore {
   pendingRecords(): PendingEntry[] {
     const out: PendingEntry[] = [];
     const seen = new Set<string>();
-    for (const set of [this.unflushed, this.flushing]) {
+    for (const set of [this.unflushed, this.logged, this.flushing]) {
       for (const [key] of set.entries()) {
         const id = latin1(key);
         if (seen.has(id)) continue;
@@ -700,9 +750,19 @@ export class FragmentCore {
     if (durability === Durability.Memory) return this.send(op, reqId);
     let generation = this.committedGeneration;
     if (this.unflushed.size > 0) generation = this.unflushedGeneration;
+    else if (this.logged.size > 0 || this.logInFlightGeneration !== 0)
+      generation = this.loggedPendingGeneration;
     else if (this.flushingGeneration !== 0) generation = this.flushingGeneration;
-    if (durability === Durability.Store) {
+    if (
+      durability === Durability.Store &&
+      this.config.logsWrites === true &&
+      op?.kind === OpKind.Fence &&
+      !op.durabilityOnly
+    ) {
       if (generation <= this.committedGeneration) return this.send(op, reqId);
+      this.visibleWaiters.push(op, reqId, generation);
+    } else if (durability === Durability.Store) {
+      if (generation <= this.storeFence()) return this.send(op, reqId);
       this.commitWaiters.push(op, reqId, generation);
     } else {
       if (generation <= this.syncedGeneration) return this.send(op, reqId);
@@ -712,17 +772,32 @@ export class FragmentCore {
     if (generation === this.unflushedGeneration) this.unflushedWaiters++;
   }
 
-  private maybeCommit(): void {
-    if (this.flushingGeneration !== 0 || this.unflushed.size === 0) return;
-    // After a failure the pending writes (the failed ones among them) go at the retry time, and not before.
-    if (this.commitFailures > 0 && this.nowMs < this.commitRetryAtMs) return;
-    const due =
-      this.commitFailures > 0 ||
+  /** The newest generation at `store`: committed, or in log mode logged with every one before it. */
+  private storeFence(): number {
+    return Math.max(this.committedGeneration, this.loggedGeneration);
+  }
+
+  /** True when the unflushed generation should be sealed now (waited for, full, or old enough). */
+  private unflushedDue(): boolean {
+    return (
       this.unflushedWaiters > 0 ||
       this.unflushed.size >= this.config.flushWritesMax ||
       this.unflushed.bytes >= this.config.flushBytesMax ||
-      this.nowMs - this.unflushedSinceMs >= this.config.flushIntervalMs;
-    if (!due) return;
+      this.nowMs - this.unflushedSinceMs >= this.config.flushIntervalMs
+    );
+  }
+
+  private maybeCommit(): void {
+    if (this.config.logsWrites === true) {
+      // A commit started first makes room under LOGGED_PENDING_BYTES_MAX for the generation logged next.
+      this.maybeCommitLogged();
+      this.maybeLog();
+      return this.maybeCommitLogged();
+    }
+    if (this.flushingGeneration !== 0 || this.unflushed.size === 0) return;
+    // After a failure the pending writes (the failed ones among them) go at the retry time, and not before.
+    if (this.commitFailures > 0 && this.nowMs < this.commitRetryAtMs) return;
+    if (this.commitFailures === 0 && !this.unflushedDue()) return;
     const puts = this.unflushed.entries();
     this.flushing = this.unflushed;
     this.unflushed = new PendingWrites();
@@ -737,11 +812,66 @@ export class FragmentCore {
     });
   }
 
+  /**
+   * Log mode: seals the unflushed generation into `logged` and asks for it to be logged. One append
+   * is reported at a time: until then `logged` is not changed under the action's entries.
+   */
+  private maybeLog(): void {
+    if (this.unflushed.size === 0 || this.logInFlightGeneration !== 0 || !this.unflushedDue()) return;
+    // The store is behind: the next commit's completion logs this generation.
+    if (this.logged.bytes >= LOGGED_PENDING_BYTES_MAX) return;
+    const generation = this.unflushedGeneration++;
+    const puts = this.unflushed.entries();
+    if (this.logged.size === 0) this.logged = this.unflushed;
+    else for (const [key, record] of puts) this.logged.set(key, HASH_UNKNOWN, record);
+    this.unflushed = new PendingWrites();
+    this.unflushedWaiters = 0;
+    this.loggedPendingGeneration = generation;
+    this.logInFlightGeneration = generation;
+    this.outbox.push({ kind: 'log', fragment: this.fragment, generation, puts });
+  }
+
+  /** Log mode: hands every logged generation to the store in one commit, when none is in flight. */
+  private maybeCommitLogged(): void {
+    if (this.flushingGeneration !== 0 || this.logged.size === 0) return;
+    if (this.commitFailures > 0 && this.nowMs < this.commitRetryAtMs) return;
+    const puts = this.logged.entries();
+    this.flushing = this.logged;
+    this.logged = new PendingWrites();
+    this.flushingGeneration = this.loggedPendingGeneration;
+    this.outbox.push({
+      kind: 'commit',
+      fragment: this.fragment,
+      generation: this.flushingGeneration,
+      puts,
+      highWaterWallMs: this.highWaterWallMs,
+    });
+  }
+
+  private onLogged(generation: number): void {
+    assert(generation === this.logInFlightGeneration, `logged generation ${generation} is not in flight`);
+    this.logInFlightGeneration = 0;
+    this.loggedMaxGeneration = generation;
+    if (this.logFailedGeneration === 0) this.loggedGeneration = generation;
+    this.settle(this.commitWaiters, this.storeFence(), undefined);
+    this.maybeSync();
+    this.maybeCommit();
+  }
+
+  /** The append failed: the generation's `store` replies wait for its commit instead (its `stable` ones, the store's flush). */
+  private onLogFailed(generation: number): void {
+    assert(generation === this.logInFlightGeneration, `failed log ${generation} is not in flight`);
+    this.logInFlightGeneration = 0;
+    this.logFailedGeneration = generation;
+    this.maybeCommit();
+  }
+
   private maybeSync(): void {
     if (this.syncInFlightGeneration !== 0) return;
-    if (this.stableWaiters.oldest > this.committedGeneration) return;
-    this.syncInFlightGeneration = this.committedGeneration;
-    this.outbox.push({ kind: 'sync', fragment: this.fragment, generation: this.committedGeneration });
+    const fence = this.storeFence();
+    if (this.stableWaiters.oldest > fence) return;
+    this.syncInFlightGeneration = fence;
+    this.outbox.push({ kind: 'sync', fragment: this.fragment, generation: fence });
   }
 
   private onCommitted(generation: number): void {
@@ -750,7 +880,13 @@ export class FragmentCore {
     this.flushingGeneration = 0;
     this.committedGeneration = generation;
     this.commitFailures = 0;
-    this.settle(this.commitWaiters, generation, undefined);
+    if (this.logFailedGeneration !== 0 && generation >= this.logFailedGeneration) {
+      // Every generation whose append failed is in the store now.
+      this.logFailedGeneration = 0;
+      this.loggedGeneration = this.loggedMaxGeneration;
+    }
+    this.settle(this.commitWaiters, this.storeFence(), undefined);
+    this.settle(this.visibleWaiters, generation, undefined);
     this.maybeSync();
     this.maybeCommit();
   }
@@ -759,10 +895,21 @@ export class FragmentCore {
     assert(generation === this.flushingGeneration, `failed generation ${generation} is not in flight`);
     // Keep the writes for the next commit: entries already superseded in `unflushed` stay newer.
     // (Decided before any is put back: a key may appear twice in the list, the later entry newer.)
-    const kept = this.flushing
-      .entries()
-      .filter(([key]) => this.unflushed.get(key, HASH_UNKNOWN) === undefined);
-    for (const [key, record] of kept) this.putPending(key, HASH_UNKNOWN, record);
+    if (this.config.logsWrites === true) {
+      // Logged already: back to `logged`, for the next commit, unless `logged` holds a newer write.
+      // One only `unflushed` holds newer goes back too: the next commit, of `logged`, answers this
+      // generation's waiters, so it must hold their writes.
+      const kept = this.flushing
+        .entries()
+        .filter(([key]) => this.logged.get(key, HASH_UNKNOWN) === undefined);
+      for (const [key, record] of kept) this.logged.set(key, HASH_UNKNOWN, record);
+      this.loggedPendingGeneration = Math.max(this.loggedPendingGeneration, generation);
+    } else {
+      const kept = this.flushing
+        .entries()
+        .filter(([key]) => this.unflushed.get(key, HASH_UNKNOWN) === undefined);
+      for (const [key, record] of kept) this.putPending(key, HASH_UNKNOWN, record);
+    }
     this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
     this.commitFailures++;
@@ -775,6 +922,7 @@ export class FragmentCore {
     if (!this.storeFailing()) return;
     this.settle(this.commitWaiters, generation, message);
     this.settle(this.stableWaiters, generation, message);
+    this.settle(this.visibleWaiters, generation, message);
   }
 
   private onSynced(generation: number): void {
@@ -854,9 +1002,16 @@ export class FragmentCore {
       `queued high=${this.queues[0].length} default=${this.queues[1].length} background=${this.queues[2].length}` +
         ` shed=${this.shed.join('/')}`,
       `unflushed gen=${this.unflushedGeneration} [${pending(this.unflushed)}]`,
+      ...(this.config.logsWrites === true
+        ? [
+            `logged gen=${this.loggedPendingGeneration} [${pending(this.logged)}] in-flight=${this.logInFlightGeneration}` +
+              ` logged=${this.loggedGeneration}${this.logFailedGeneration !== 0 ? ` log-failed=${this.logFailedGeneration}` : ''}`,
+          ]
+        : []),
       `flushing gen=${this.flushingGeneration} [${pending(this.flushing)}]`,
       `committed=${this.committedGeneration} synced=${this.syncedGeneration} sync-in-flight=${this.syncInFlightGeneration}` +
         ` waiting store=${this.commitWaiters.length} stable=${this.stableWaiters.length}` +
+        (this.visibleWaiters.length > 0 ? ` visible=${this.visibleWaiters.length}` : '') +
         (this.commitFailures > 0
           ? ` commit-failures=${this.commitFailures} retry-at=${this.commitRetryAtMs}`
           : ''),
@@ -962,6 +1117,10 @@ export function describeAction(action: FragmentAction): string {
     case 'commit': {
       const keys = action.puts.map(([k, r]) => `${JSON.stringify(latin1(k))}=${describeRecord(r)}`);
       return `commit gen=${action.generation} high-water=${action.highWaterWallMs} [${keys.join(' ')}]`;
+    }
+    case 'log': {
+      const keys = action.puts.map(([k, r]) => `${JSON.stringify(latin1(k))}=${describeRecord(r)}`);
+      return `log gen=${action.generation} [${keys.join(' ')}]`;
     }
     case 'sync':
       return `sync gen=${action.generation}`;

@@ -142,6 +142,12 @@ export const FLUSH_PENDING_WRITES_MAX = 4096;
 /** Unflushed bytes per fragment that force a commit. */
 export const FLUSH_PENDING_BYTES_MAX = 16 * 1024 * 1024;
 /**
+ * Over a store with a write-ahead log: logged bytes per fragment not yet handed to the store beyond
+ * which no further generation is logged until a commit takes them. Writes then wait for the store,
+ * so a disk that commits slower than the log appends bounds the writers, not the worker's memory.
+ */
+export const LOGGED_PENDING_BYTES_MAX = 16 * 1024 * 1024;
+/**
  * Consecutive failed commits of a fragment before the requests waiting on them are answered with
  * the error. A failed commit's writes stay pending and are retried, and a retry that succeeds
  * answers the earlier waiters too: a transient failure (lmdb-js's free-list code has failed one
@@ -160,6 +166,13 @@ export const COMMIT_RETRY_DELAY_MS_MAX = 1000;
  * version of the lmdb store left is read as torn, not allocated (src/native-bindings/stable-log-file.ts).
  */
 export const STABLE_LOG_FRAME_BYTES_MAX = 16 * 1024 * 1024;
+
+/**
+ * Bytes of one write-ahead log segment of the lmdb store (src/native-bindings/write-ahead-log.ts)
+ * before the next is started; a segment is removed once its writes are in LMDB's flushed state, so
+ * a start replays at most about this much per group beyond what the last transactions took.
+ */
+export const WAL_SEGMENT_BYTES = 64 * 1024 * 1024;
 
 /** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
 export const QUEUE_OPS_MAX_DEFAULT = 8192;

@@ -1,5 +1,6 @@
-// The stable log's byte format: what a worker appends (and fdatasyncs) to make `stable` writes
-// survive power loss without syncing the whole LMDB map, and what a starting node replays.
+// The byte format of the lmdb store's write-ahead log (src/native-bindings/write-ahead-log.ts):
+// what a worker appends before its writes are committed, fdatasyncs for `stable` writes, and
+// replays when it opens the store. The stable logs an older version left are in the same format.
 //
 // A log file is a sequence of frames, one per group sync:
 //
@@ -14,6 +15,9 @@
 //   2       2     keyBytes      u16 LE
 //   4       4     recordBytes   u32 LE
 //   8       …     key, then record (src/core/record.ts)
+//
+// except that an entry whose keyBytes is LOG_DROP_KEY_BYTES (no key can be that long) and whose
+// recordBytes is 0 marks the fragment dropped: the entries before it for that fragment are void.
 //
 // A frame header whose payloadBytes is 0 ends the log: the file is zero-filled ahead of its frames
 // (src/native-bindings/stable-log-file.ts), and a frame always holds at least one entry.
@@ -30,6 +34,8 @@ import { KEY_BYTES_MAX, STABLE_LOG_FRAME_BYTES_MAX } from './limits.js';
 
 export const STABLE_LOG_FRAME_HEADER_BYTES = 8;
 export const STABLE_LOG_ENTRY_HEADER_BYTES = 8;
+/** keyBytes of a drop marker: above KEY_BYTES_MAX, so never a key's. */
+export const LOG_DROP_KEY_BYTES = 0xffff;
 
 /**
  * CRC-32 (IEEE 802.3, as zlib and gzip compute it) of `bytes[start, end)`, by zlib: a byte-at-a-time
@@ -78,19 +84,42 @@ export class StableLogTail {
     return true;
   }
 
+  /** Appends a marker that voids the entries of `fragment` before it; false when the frame is full. */
+  appendDrop(fragment: number): boolean {
+    if (this.#used + STABLE_LOG_ENTRY_HEADER_BYTES > STABLE_LOG_FRAME_BYTES_MAX) return false;
+    if (this.#used + STABLE_LOG_ENTRY_HEADER_BYTES > this.#buf.length)
+      this.#grow(this.#used + STABLE_LOG_ENTRY_HEADER_BYTES);
+    writeU16LE(this.#buf, this.#used, fragment);
+    writeU16LE(this.#buf, this.#used + 2, LOG_DROP_KEY_BYTES);
+    writeU32LE(this.#buf, this.#used + 4, 0);
+    this.#used += STABLE_LOG_ENTRY_HEADER_BYTES;
+    this.#entries++;
+    return true;
+  }
+
   /**
    * The frame of every entry appended since the last seal (undefined when there are none), and a
    * fresh tail for what follows. The frame is a copy: the tail keeps appending while it is written.
    */
   seal(): Buffer | undefined {
-    if (this.#entries === 0) return undefined;
-    const frame = Buffer.allocUnsafe(this.#used);
-    this.#buf.copy(frame, 0, 0, this.#used);
-    const payloadBytes = this.#used - STABLE_LOG_FRAME_HEADER_BYTES;
-    writeU32LE(frame, 0, payloadBytes);
-    writeU32LE(frame, 4, crc32(frame, STABLE_LOG_FRAME_HEADER_BYTES, this.#used));
+    const frame = this.frame();
+    if (frame === undefined) return undefined;
+    const copy = Buffer.from(frame);
     this.clear();
-    return frame;
+    return copy;
+  }
+
+  /**
+   * The frame of every entry appended since the last seal (undefined when there are none), in the
+   * tail's own buffer: valid until the next append or `clear`, which the caller makes once it is
+   * written. No copy: the synchronous writer's form.
+   */
+  frame(): Buffer | undefined {
+    if (this.#entries === 0) return undefined;
+    const b = this.#buf;
+    writeU32LE(b, 0, this.#used - STABLE_LOG_FRAME_HEADER_BYTES);
+    writeU32LE(b, 4, crc32(b, STABLE_LOG_FRAME_HEADER_BYTES, this.#used));
+    return b.subarray(0, this.#used);
   }
 
   /** Drops every entry appended since the last seal (a checkpoint covers them). */
@@ -110,6 +139,8 @@ export class StableLogTail {
 
 export interface StableLogEntry {
   fragment: number;
+  /** A drop marker: the fragment's entries before it are void (key and record are empty). */
+  drop: boolean;
   key: Buffer;
   record: Buffer;
 }
@@ -158,16 +189,24 @@ function readEntries(bytes: Buffer, start: number, end: number, into: StableLogE
     const keyBytes = readU16LE(bytes, at + 2);
     const recordBytes = readU32LE(bytes, at + 4);
     const keyAt = at + STABLE_LOG_ENTRY_HEADER_BYTES;
+    if (keyBytes === LOG_DROP_KEY_BYTES && recordBytes === 0) {
+      into.push({ fragment, drop: true, key: NO_BYTES, record: NO_BYTES });
+      at = keyAt;
+      continue;
+    }
     if (keyBytes > KEY_BYTES_MAX) throw new StableLogCorrupt(at, `a ${keyBytes}-byte key`);
     if (recordBytes > end - keyAt - keyBytes) throw new StableLogCorrupt(at, 'an entry past its frame');
     into.push({
       fragment,
+      drop: false,
       key: bytes.subarray(keyAt, keyAt + keyBytes),
       record: bytes.subarray(keyAt + keyBytes, keyAt + keyBytes + recordBytes),
     });
     at = keyAt + keyBytes + recordBytes;
   }
 }
+
+const NO_BYTES = Buffer.alloc(0);
 
 /** A checksummed frame whose contents are malformed: not a torn write, so not silently skipped. */
 export class StableLogCorrupt extends Error {

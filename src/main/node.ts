@@ -493,7 +493,7 @@ export class Tessera {
 
   // ---- node ---------------------------------------------------------------------------------------
 
-  /** Commits and fsyncs every fragment: everything acknowledged so far is on disk when it resolves. */
+  /** Fsyncs every fragment's writes (its log or its store): everything acknowledged so far is on disk when it resolves. */
   flush(): Promise<void> {
     return this.task(() => this.fenceAll(Durability.Stable));
   }

@@ -7,6 +7,9 @@
 // Two fences (DESIGN.md "native-bindings"):
 //   committed — `commit()` has returned (or resolved): the batch survives the process dying.
 //   stable    — `sync()` has resolved: everything committed before the call survives power loss.
+// A store with a write-ahead log (`logsWrites`: lmdb, opened by its writer) reaches both earlier:
+//   logged    — `log()` returned true: the writes survive the process dying (they are in the log's
+//               file), before they are committed; `sync()` then makes them survive power loss.
 
 export type StoreKind = 'lmdb' | 'level' | 'memory';
 
@@ -70,6 +73,11 @@ export interface KvStore {
   readonly sharesReaders: boolean;
   /** True when committed data outlives the process (false for memory). */
   readonly durable: boolean;
+  /**
+   * True when the store keeps a write-ahead log (lmdb opened by its writer): `log` makes writes
+   * survive the process dying before their commit, and `sync` covers what was logged.
+   */
+  readonly logsWrites: boolean;
 
   /** Makes a fragment usable, creating its namespace if it is new. */
   openFragment(fragment: number): Promise<void>;
@@ -100,7 +108,17 @@ export interface KvStore {
    * runs after the call returns) keeps its own copy.
    */
   commit(writes: FragmentWrites[]): void | Promise<void>;
-  /** The stable fence: resolves once everything committed before the call is on disk. */
+  /**
+   * Appends the writes to the write-ahead log, synchronously: on undefined they survive the process
+   * dying, and are replayed into the store when it is next opened by its writer if their commit
+   * never happened. Otherwise the append failed, and the answer says why (the log stays whole; the
+   * writes are safe only once committed, and `sync` then waits for the store's own flush). A store
+   * that keeps no log (`logsWrites` false) always fails.
+   */
+  log(writes: readonly FragmentWrites[]): string | undefined;
+  /**
+   * The stable fence: resolves once everything committed — or logged — before the call is on disk.
+   */
   sync(): Promise<void>;
   /** The fragment's stored high-water timestamp wall-ms (0 if none). */
   highWaterWallMs(fragment: number): number;
@@ -147,6 +165,11 @@ export interface StoreLocation {
   groups: number[];
   /** The group count bound at first start (manifest.ts); 0 for the memory store. */
   groupCount: number;
+  /**
+   * lmdb: this store is the groups' writer (a worker), so it replays their write-ahead logs when it
+   * opens and keeps them (`KvStore.logsWrites`). Readers (the main thread, the pool) leave it unset.
+   */
+  writer?: boolean;
   /**
    * memory: a tombstone is stored as the key's absence. Only for a node without peers: no replica can
    * bring back what a delete removed, and nothing the store holds outlives the process, so the

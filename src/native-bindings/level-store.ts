@@ -189,6 +189,8 @@ class LevelStore implements KvStore {
   readonly kind = 'level';
   readonly sharesReaders = false;
   readonly durable = true;
+  /** LevelDB's own log makes each commit survive the process dying: no log of ours. */
+  readonly logsWrites = false;
 
   readonly #groups: Map<number, Group>;
   readonly #groupCount: number;
@@ -296,6 +298,11 @@ class LevelStore implements KvStore {
         throw this.#recoverHighWater(writes, err);
       },
     );
+  }
+
+  /** This store keeps no write-ahead log (`logsWrites`). */
+  log(): string {
+    return 'this store keeps no write-ahead log';
   }
 
   async sync(): Promise<void> {

@@ -33,8 +33,11 @@
 // Fences (kv-store.ts): commits go to lmdb-js's write thread (`batch`), which commits them in one
 // transaction with the other batches queued meanwhile; the batch's promise resolves once the
 // transaction is committed and visible (the committed fence: it survives the process dying), and
-// `flushed` once the file holds it on disk (the stable fence). Every transaction is flushed, so a
-// `stable` write waits for no more than the flush already under way.
+// `flushed` once the file holds it on disk (the stable fence). Every transaction is flushed, and the
+// next waits for that flush: a commit costs the disk's flush of every page it changed. So the store
+// a worker writes (`StoreLocation.writer`) keeps a write-ahead log per env in front of it
+// (write-ahead-log.ts): writes are logged before they are committed, the logged fence stands for
+// `store`, and `sync` fdatasyncs the log instead of waiting for the env's flush.
 
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -69,6 +72,7 @@ import {
   type StableLogReplay,
   stableLogFiles,
 } from './stable-log-file.js';
+import { replayWal, WriteAheadLog } from './write-ahead-log.js';
 
 /** One named database per fragment of the group, plus headroom for LMDB's own and any future side tables. */
 const LMDB_DBS_MAX = FRAGMENT_COUNT_MAX + 16;
@@ -184,7 +188,16 @@ export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
     assert(Number.isInteger(g) && g >= 0 && g < groupCount, 'lmdb group out of range');
     dirs.set(g, lmdbGroupDir(location.dataDir, g));
   }
-  return openEnvs(dirs, groupCount, location.fragmentCount);
+  const store = await openEnvs(dirs, groupCount, location.fragmentCount);
+  if (location.writer === true) {
+    try {
+      await store.startLogs();
+    } catch (err) {
+      await store.close().catch(ignore);
+      throw asStorageError(err);
+    }
+  }
+  return store;
 }
 
 /** A store over the envs `dirs` (by group), fragment f in group f mod `groupCount`. */
@@ -199,7 +212,7 @@ async function openEnvs(
       const dataFile = path.join(dir, LMDB_DATA_FILE);
       await checkMetaPages(dataFile, false);
       try {
-        envs.set(g, newEnv(open<Uint8Array, Uint8Array>(dir, LMDB_ENV_OPTIONS), dataFile));
+        envs.set(g, newEnv(open<Uint8Array, Uint8Array>(dir, LMDB_ENV_OPTIONS), dir, g));
       } catch (err) {
         throw lmdbError(err, dataFile);
       }
@@ -489,23 +502,34 @@ interface LmdbEnv {
   committing: Promise<unknown>;
   /** The store's read generation this env's read snapshot was last renewed at (`refreshReads`). */
   readGeneration: number;
+  /** The group's write-ahead log, when this store is its writer (`StoreLocation.writer`). */
+  log: WriteAheadLog | undefined;
+  /** The group's fragment ids modulo the group count. */
+  readonly group: number;
+  /** The env's directory. */
+  readonly dir: string;
 }
 
 const NO_WRITES: FragmentWrites[] = [];
 
-const newEnv = (root: RootDatabase<Uint8Array, Uint8Array>, dataFile: string): LmdbEnv => ({
+const newEnv = (root: RootDatabase<Uint8Array, Uint8Array>, dir: string, group: number): LmdbEnv => ({
   root,
-  dataFile,
+  dataFile: path.join(dir, LMDB_DATA_FILE),
   pending: NO_WRITES,
   applyPending: ignore,
   committing: Promise.resolve(),
   readGeneration: 0,
+  log: undefined,
+  group,
+  dir,
 });
 
 class LmdbStore implements KvStore {
   readonly kind = 'lmdb';
   readonly sharesReaders = true;
   readonly durable = true;
+  /** Set by `startLogs`: the writer's store logs. */
+  logsWrites = false;
 
   /** The open groups' envs, by group. */
   readonly #envs: Map<number, LmdbEnv>;
@@ -538,6 +562,38 @@ class LmdbStore implements KvStore {
     this.#envOf = new Array<LmdbEnv | undefined>(fragmentCount).fill(undefined);
     this.#highWaterWallMs = new Float64Array(fragmentCount);
     for (const env of envs.values()) env.applyPending = () => this.#apply(env.pending);
+  }
+
+  /**
+   * Replays each group's write-ahead log into its env (what a worker that stopped had logged and not
+   * committed), flushes the env and removes the log, then starts a fresh one: from here on `log`
+   * appends to it.
+   */
+  async startLogs(): Promise<void> {
+    for (const env of this.#envs.values()) {
+      const flushed = () => env.root.flushed.then(ignore);
+      const accepts = (fragment: number) => fragment % this.#groupCount === env.group;
+      await replayWal(env.dir, this, accepts, flushed);
+      env.log = await WriteAheadLog.create(env.dir, flushed);
+    }
+    this.logsWrites = true;
+  }
+
+  log(writes: readonly FragmentWrites[]): string | undefined {
+    if (this.#closed) return 'the lmdb store is closed';
+    if (!this.logsWrites) return "this store was not opened as its groups' writer: it keeps no log";
+    if (this.#envs.size === 1) return this.#envs.values().next().value!.log!.append(writes);
+    // A worker owns one group unless the node was restarted with fewer workers than at creation.
+    const byEnv = new Map<LmdbEnv, FragmentWrites[]>();
+    for (const w of writes) {
+      const own = this.#envs.get(w.fragment % this.#groupCount)!;
+      const list = byEnv.get(own);
+      if (list === undefined) byEnv.set(own, [w]);
+      else list.push(w);
+    }
+    let failure: string | undefined;
+    for (const [env, list] of byEnv) failure = env.log!.append(list) ?? failure;
+    return failure;
   }
 
   async openFragment(fragment: number): Promise<void> {
@@ -642,6 +698,8 @@ class LmdbStore implements KvStore {
   }
 
   #commitTo(env: LmdbEnv, writes: FragmentWrites[]): Promise<void> {
+    // Every append made so far for these fragments is in this commit (the actor logs before it commits).
+    const loggedAt = env.log?.appends ?? 0;
     let committed: Promise<boolean>;
     try {
       env.pending = writes;
@@ -658,6 +716,10 @@ class LmdbStore implements KvStore {
           if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment])
             this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
         }
+        env.log?.committed(
+          writes.map((w) => w.fragment),
+          loggedAt,
+        );
       },
       (err: unknown) => this.#commitFailed(err, env.dataFile),
     );
@@ -694,12 +756,17 @@ class LmdbStore implements KvStore {
     throw lmdbError(cause, dataFile);
   }
 
-  /** Resolves once every transaction committed so far is flushed to disk (lmdb-js's `flushed`), in every env. */
+  /**
+   * Resolves once everything committed so far is on disk, in every env: what the write-ahead log
+   * holds once it is fdatasynced (a writer's store), else once the env has flushed its transactions
+   * (lmdb-js's `flushed`).
+   */
   async sync(): Promise<void> {
     this.#checkOpen();
     for (const env of this.#envs.values()) {
       try {
-        await env.root.flushed;
+        if (env.log !== undefined) await env.log.sync();
+        else await env.root.flushed;
       } catch (err) {
         throw lmdbError(err, env.dataFile);
       }
@@ -742,6 +809,8 @@ class LmdbStore implements KvStore {
     const db = this.#db(fragment);
     const env = this.#envOf[fragment]!;
     const highWater = this.#highWaterWallMs[fragment];
+    // First void the fragment's logged writes: a replay must not bring them back.
+    env.log?.appendDrop(fragment);
     try {
       // Empty the database but keep it: deleting it would close its DBI handle for every thread of
       // the process (a background reader may hold it). The high-water mark survives the drop: the
@@ -790,6 +859,7 @@ class LmdbStore implements KvStore {
     // Commits in flight settle first (their writers wait for them); lmdb-js flushes an env when
     // the last thread holding it closes it, or at the process's exit.
     await Promise.all(envs.map((env) => env.committing));
+    await Promise.all(envs.map((env) => env.log?.close()));
     // Named databases are never closed one by one: mdb_dbi_close would invalidate the handle for
     // every thread sharing the env. Closing a root releases this thread's hold on its env only.
     this.#dbs.fill(undefined);

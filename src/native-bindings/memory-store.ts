@@ -79,6 +79,8 @@ class MemoryStore implements KvStore {
   readonly kind = 'memory';
   readonly sharesReaders = false;
   readonly durable = false;
+  /** Nothing outlives the process: no log. */
+  readonly logsWrites = false;
 
   readonly #fragmentCount: number;
   /** StoreLocation.dropTombstones. */
@@ -281,6 +283,11 @@ class MemoryStore implements KvStore {
     noteRemoved(f, k);
     const recencyBytes = f.recency?.delete(k) === true ? MEMORY_RECENCY_ENTRY_BYTES : 0;
     return entryBytes(k.length, held.length) + recencyBytes;
+  }
+
+  /** This store keeps no write-ahead log (`logsWrites`). */
+  log(): string {
+    return 'this store keeps no write-ahead log';
   }
 
   async sync(): Promise<void> {

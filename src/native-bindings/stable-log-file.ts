@@ -95,10 +95,12 @@ export async function replayStableLogs(
     report.files++;
     report.entries += contents.entries.length;
     report.tornBytes += contents.tornBytes;
-    for (let at = 0; at < contents.entries.length; at += REPLAY_COMMIT_ENTRIES_MAX) {
-      const chunk = contents.entries.slice(at, at + REPLAY_COMMIT_ENTRIES_MAX);
-      report.applied += await mergeChunk(store, chunk, fragmentCount, file);
-    }
+    report.applied += await mergeLogEntries(
+      store,
+      contents.entries,
+      `stable log ${file}`,
+      (f) => f < fragmentCount,
+    );
   }
   if (files.length === 0) return report;
   await store.sync();
@@ -107,23 +109,52 @@ export async function replayStableLogs(
   return report;
 }
 
-/** Commits the entries of `chunk` that are newer than the store's records; returns how many. */
-async function mergeChunk(
+/**
+ * Merges the entries of a log, in its order, into `store`: each entry newer than what the store
+ * holds is committed (REPLAY_COMMIT_ENTRIES_MAX a transaction), and a drop marker empties its
+ * fragment (the entries before it for that fragment are void). Opens each fragment it meets;
+ * `accepts` says which the store holds — an entry for another is corruption. Returns the entries
+ * applied.
+ */
+export async function mergeLogEntries(
   store: KvStore,
-  chunk: readonly StableLogEntry[],
-  fragmentCount: number,
-  file: string,
+  entries: readonly StableLogEntry[],
+  /** The log as errors name it: its kind and file. */
+  log: string,
+  accepts: (fragment: number) => boolean,
 ): Promise<number> {
+  let applied = 0;
+  let chunk: StableLogEntry[] = [];
+  for (const entry of entries) {
+    if (!accepts(entry.fragment))
+      throw storageError(
+        `${log} holds an entry for fragment ${entry.fragment}, which this store does not hold`,
+      );
+    await store.openFragment(entry.fragment);
+    if (entry.drop) {
+      applied += await mergeChunk(store, chunk, log);
+      chunk = [];
+      await store.dropFragment(entry.fragment);
+      continue;
+    }
+    chunk.push(entry);
+    if (chunk.length === REPLAY_COMMIT_ENTRIES_MAX) {
+      applied += await mergeChunk(store, chunk, log);
+      chunk = [];
+    }
+  }
+  return applied + (await mergeChunk(store, chunk, log));
+}
+
+/** Commits the entries of `chunk` that are newer than the store's records; returns how many. */
+async function mergeChunk(store: KvStore, chunk: readonly StableLogEntry[], log: string): Promise<number> {
   // Within a chunk a later entry for a key is compared with the earlier one staged, not the store.
   const staged = new Map<string, Uint8Array>();
   const writes = new Map<number, FragmentWrites>();
   let applied = 0;
   for (const { fragment, key, record } of chunk) {
-    if (fragment >= fragmentCount || !isWellFormedRecord(record)) {
-      throw storageError(
-        `stable log ${file} holds an entry for fragment ${fragment} that this store cannot take`,
-      );
-    }
+    if (!isWellFormedRecord(record))
+      throw storageError(`${log} holds a malformed record for fragment ${fragment}`);
     const id = `${fragment}:${key.toString('latin1')}`;
     const current = staged.get(id) ?? store.get(fragment, key);
     if (current !== undefined && compareVersions(record, current) <= 0) continue;

@@ -1,12 +1,13 @@
 // The worker's group commit and sync. A turn's commit actions, from every fragment that ran, become
-// one store transaction; every stable write waiting when a sync starts shares its one fsync, and
-// those arriving meanwhile wait for the next. The outcome goes back to each fragment's actor as an
+// one store transaction (and over a store that logs, its log actions one append before it); every
+// stable write waiting when a sync starts shares its one fsync, and those arriving meanwhile wait
+// for the next. The outcome goes back to each fragment's actor as an
 // event; a failing store is logged at a bounded rate.
 
 import type { Logger } from 'pino';
 import type { WallClock } from '../core/clock.js';
 import { asStorageError } from '../core/errors.js';
-import type { CommitAction, FragmentCore } from '../core/fragment.js';
+import type { CommitAction, FragmentCore, LogAction } from '../core/fragment.js';
 import { STORAGE_FAILURE_LOG_INTERVAL_MS } from '../core/limits.js';
 import type { FragmentWrites, KvStore } from '../native-bindings/kv-store.js';
 import type { FragmentBoard } from '../threads/fragment-board.js';
@@ -79,6 +80,36 @@ export class CommitLoop {
       () => this.host.afterAsync(() => this.committed(commits, undefined)),
       (err: unknown) => this.host.afterAsync(() => this.committed(commits, err)),
     );
+  }
+
+  /**
+   * Appends the writes of `logs` to the store's write-ahead log, synchronously, and tells each actor
+   * whether its generation is logged.
+   */
+  log(logs: LogAction[]): void {
+    const writes: FragmentWrites[] = logs.map((l) => ({
+      fragment: l.fragment,
+      puts: l.puts,
+      deletes: [],
+      highWaterWallMs: 0,
+    }));
+    const failure = this.store.log(writes);
+    const logged = failure === undefined;
+    if (!logged)
+      this.failureLog.log(
+        'write-ahead log append failed; these writes are acknowledged once committed',
+        logs.map((l) => l.fragment),
+        failure,
+      );
+    for (const l of logs) {
+      const core = this.host.core(l.fragment);
+      core.step(
+        logged
+          ? { kind: 'logged', generation: l.generation }
+          : { kind: 'log-failed', generation: l.generation },
+      );
+      this.host.collect(core);
+    }
   }
 
   /** A fragment's stable writes up to `generation` wait for a sync. */

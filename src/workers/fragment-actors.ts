@@ -10,7 +10,10 @@ import { type FragmentConfig, FragmentCore, FragmentOp } from '../core/fragment.
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 
-export type ActorConfig = Omit<FragmentConfig, 'fragment' | 'storedHighWaterWallMs' | 'replicates'>;
+export type ActorConfig = Omit<
+  FragmentConfig,
+  'fragment' | 'storedHighWaterWallMs' | 'replicates' | 'logsWrites'
+>;
 
 const NO_KEY = Buffer.alloc(0);
 
@@ -60,7 +63,7 @@ export class FragmentActors {
     await this.store.openFragment(fragment);
     const storedHighWaterWallMs = this.store.highWaterWallMs(fragment);
     const core = new FragmentCore(
-      { ...this.config, fragment, storedHighWaterWallMs, replicates },
+      { ...this.config, fragment, storedHighWaterWallMs, replicates, logsWrites: this.store.logsWrites },
       this.store,
       this.clock.nowMs(),
     );

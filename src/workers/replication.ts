@@ -681,6 +681,7 @@ export class WorkerReplication {
     const batch = new BatchApply(this, member, receiver, b.fragment, b.sessionId, b.batchSeq);
     for (const op of b.ops) this.submitReplicated(core, op, batch);
     const fence = new FragmentOp(OpKind.Fence, 0, Priority.Default, ACK_DURABILITY[level], EMPTY, EMPTY);
+    fence.durabilityOnly = true;
     fence.sink = batch;
     this.host.submit(core, fence);
   }

@@ -26,7 +26,8 @@ function post(event: WorkerEvent | WorkerPortEvent): void {
 async function main(init: WorkerInit): Promise<void> {
   let runtime: WorkerRuntime;
   try {
-    runtime = await WorkerRuntime.open(init, await openStore(init.store));
+    // The worker writes its groups: it replays their write-ahead logs and keeps them.
+    runtime = await WorkerRuntime.open(init, await openStore({ ...init.store, writer: true }));
   } catch (err) {
     post({ kind: 'fatal', message: asStorageError(err).message });
     return;

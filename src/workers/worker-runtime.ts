@@ -24,7 +24,13 @@ import {
   storageError,
   TesseraError,
 } from '../core/errors.js';
-import { type CommitAction, type FragmentAction, type FragmentCore, FragmentOp } from '../core/fragment.js';
+import {
+  type CommitAction,
+  type FragmentAction,
+  type FragmentCore,
+  FragmentOp,
+  type LogAction,
+} from '../core/fragment.js';
 import { FRAGMENT_TURN_OPS_MIN, WORKER_TURN_OPS_MAX } from '../core/limits.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import type { PendingEntry } from '../core/pending-writes.js';
@@ -122,6 +128,9 @@ export class WorkerRuntime implements RecordDecoder {
     const runtime = new WorkerRuntime(init, store, clock);
     // In a cluster every actor keeps its writes for the senders: its replica list may change.
     for (const fragment of init.fragments) await runtime.actors.open(fragment, init.cluster !== undefined);
+    // The store may hold what the last worker only logged (replayed at its opening): the main
+    // thread renews its read snapshot.
+    if (store.logsWrites) runtime.board.markCommitted();
     return runtime;
   }
 
@@ -319,8 +328,10 @@ export class WorkerRuntime implements RecordDecoder {
     const op = new FragmentOp(kind, reqId, priority, durability, key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = wantsPrior;
-    if (kind === OpKind.Fence && requestReplicaWait(buf, at))
+    if (kind === OpKind.Fence && requestReplicaWait(buf, at)) {
+      op.durabilityOnly = true;
       this.replicaWaits.admit(op, fragment, readReplicaWaitParams(buf, at));
+    }
     if (params !== undefined) {
       op.modifier = params.modifier;
       op.flags = params.flags;
@@ -392,13 +403,17 @@ export class WorkerRuntime implements RecordDecoder {
   private carryOut(): void {
     while (this.actions.length > 0) {
       const commits: CommitAction[] = [];
+      const logs: LogAction[] = [];
       for (const action of this.actions) {
         if (action instanceof FragmentOp) this.sendReply(action);
         else if (action.kind === 'acks') this.answerDirect(action.reply, action.text, action.reqIds);
         else if (action.kind === 'commit') commits.push(action);
+        else if (action.kind === 'log') logs.push(action);
         else this.commits.requestSync(action.fragment, action.generation);
       }
       this.actions.length = 0;
+      // Logged before committed: a commit's writes are all in the log before it starts.
+      if (logs.length > 0) this.commits.log(logs);
       if (commits.length > 0) {
         this.publish();
         this.commits.commit(commits);
@@ -576,6 +591,8 @@ export class WorkerRuntime implements RecordDecoder {
       for (let fences = 0; !core.idle(); fences++) {
         if (fences === DROP_FENCES_MAX)
           throw storageError(`fragment ${fragment} still holds writes after ${fences} fences; drop it again`);
+        // Over a write-ahead log a `stable` fence is reached before the commit: idle needs both.
+        if (this.store.logsWrites) await this.fence(core, Durability.Store);
         await this.fence(core);
       }
       this.actors.close(fragment);

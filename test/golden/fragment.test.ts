@@ -1,7 +1,8 @@
 // Golden scripts for the fragment actor's state machine (src/core/fragment.ts): apply, read, expiry,
 // flush fences and queue bounds, driven by scripted events with no worker, store or clock.
 // Scripts: test/data/fragment/*.txt. Commands:
-//   new [queue=N] [background-rate=N] [flush-interval=MS] [flush-writes=N] [now=MS]
+//   new [queue=N] [background-rate=N] [flush-interval=MS] [flush-writes=N] [now=MS] [log]
+//         (`log`: over a store with a write-ahead log)
 //   store key=K ts=W.L node=N [value=V | tombstone] [exp=MS]       seeds the committed store
 //   write req=R key=K ts=W.L node=N [value=V | tombstone] [exp=MS] [dur=memory|store|stable] [pri=high|default|background]
 //         [prior]   (asks whether a live value existed: reads the store even for the newest version)
@@ -13,8 +14,9 @@
 //          ts=W.L node=N [value=V] [exp=MS] [flags=nx,xx,gt,lt,get,keep] [arg=N] [operand=S] [dur=…]
 //          [bit=0|1] (SETBIT's bit)  [args=A,B,…] (BITCOUNT's and BITPOS's arguments after the key)
 //          [op=and|or|xor|not keys=K1,K2,…] (BITOP's operation and source keys)
-//   fence req=R dur=store|stable  run now=MS [budget=N]  tick now=MS
+//   fence req=R dur=store|stable [durability-only]  run now=MS [budget=N]  tick now=MS
 //   committed gen=G   commit-failed gen=G msg=M   synced gen=G   sync-failed gen=G msg=M
+//   logged gen=G   log-failed gen=G
 //   sweep now=MS      (offers every stored record to the cleaner)   state    store-dump
 
 import { basename } from 'node:path';
@@ -91,6 +93,7 @@ class Harness {
         flushIntervalMs: intArg(c, 'flush-interval', 100),
         flushWritesMax: intArg(c, 'flush-writes', 1000),
         flushBytesMax: intArg(c, 'flush-bytes', 1 << 20),
+        logsWrites: c.args.has('log'),
       },
       reader,
       intArg(c, 'now', 1000),
@@ -113,8 +116,11 @@ class Harness {
         return { kind: 'request', op: opOf(c, OpKind.Read, undefined) };
       case 'modify':
         return { kind: 'request', op: modifyOf(c) };
-      case 'fence':
-        return { kind: 'request', op: opOf(c, OpKind.Fence, undefined) };
+      case 'fence': {
+        const op = opOf(c, OpKind.Fence, undefined);
+        op.durabilityOnly = c.args.has('durability-only');
+        return { kind: 'request', op };
+      }
       case 'run':
         return { kind: 'run', nowMs: intArg(c, 'now'), budget: intArg(c, 'budget', 1000) };
       case 'tick':
@@ -136,6 +142,10 @@ class Harness {
         };
       case 'synced':
         return { kind: 'synced', generation: intArg(c, 'gen') };
+      case 'logged':
+        return { kind: 'logged', generation: intArg(c, 'gen') };
+      case 'log-failed':
+        return { kind: 'log-failed', generation: intArg(c, 'gen') };
       case 'sync-failed':
         return { kind: 'sync-failed', generation: intArg(c, 'gen'), message: c.args.get('msg') ?? 'failed' };
       case 'sweep': {

@@ -4,7 +4,9 @@
 // time and failing commits and syncs through the actor and a map-backed store, and holds
 // every answer against a map merged by the LWW rule written out here (spec §2.4–2.6): each write's
 // exact outcome, each read's record, the freshest record anti-entropy would see, and in the end
-// the store itself.
+// the store itself. Over a store with a write-ahead log the commits also take time (each finishes
+// when time next passes) and appends may fail: a `store` write must then be answered only once it
+// (or a newer version of its key) is logged or committed.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -14,6 +16,7 @@ import {
   BACKGROUND_OPS_PER_SEC_DEFAULT,
   FLUSH_PENDING_BYTES_MAX,
   FLUSH_PENDING_WRITES_MAX,
+  LOGGED_PENDING_BYTES_MAX,
   QUEUE_OPS_MAX_DEFAULT,
   VALUE_BYTES_MAX_DEFAULT,
 } from '../../src/core/limits.js';
@@ -48,7 +51,8 @@ type Command =
   | { kind: 'advance'; ms: number }
   | { kind: 'sweep' }
   | { kind: 'fail-next-commit' }
-  | { kind: 'fail-next-sync' };
+  | { kind: 'fail-next-sync' }
+  | { kind: 'fail-next-log' };
 
 const commandArb: fc.Arbitrary<Command> = fc.oneof(
   {
@@ -74,6 +78,7 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('sweep' as const) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-commit' as const) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-sync' as const) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant('fail-next-log' as const) }) },
 );
 
 const live = (r: Buffer | undefined, nowMs: number): boolean =>
@@ -93,7 +98,16 @@ class Harness {
    */
   private readonly expected = new Map<
     number,
-    { reply: Reply; record?: Buffer; stable?: boolean; syncFailed?: boolean; syncsBefore?: number }
+    {
+      reply: Reply;
+      record?: Buffer;
+      stable?: boolean;
+      syncFailed?: boolean;
+      syncsBefore?: number;
+      /** A `store` write applied: its key, and the record that must be logged or committed first. */
+      storeKey?: number;
+      storeRecord?: Buffer;
+    }
   >();
   /** Syncs done: a `stable` write is answered only after one that began after it was admitted. */
   private syncsDone = 0;
@@ -102,8 +116,16 @@ class Harness {
   private failNext = false;
   private failuresInARow = 0;
   private failNextSync = false;
+  private failNextLog = false;
+  /** Log mode: the commit in flight, finished when time next passes. */
+  private inFlight: Extract<FragmentAction, { kind: 'commit' }> | undefined;
+  /** Per key, the newest record logged or committed: what a crash would keep. */
+  private readonly durable = new Map<number, Buffer>();
 
-  constructor(flushIntervalMs: number) {
+  constructor(
+    flushIntervalMs: number,
+    private readonly logsWrites = false,
+  ) {
     const reader = { get: (_f: number, key: Uint8Array) => this.store.get(key[0]) };
     this.core = new FragmentCore(
       {
@@ -115,6 +137,7 @@ class Harness {
         flushIntervalMs,
         flushWritesMax: FLUSH_PENDING_WRITES_MAX,
         flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+        logsWrites,
       },
       reader,
       this.nowMs,
@@ -144,6 +167,7 @@ class Harness {
       }
       case 'advance':
         this.nowMs += c.ms;
+        this.finishCommit();
         this.core.step({ kind: 'tick', nowMs: this.nowMs });
         return this.run();
       case 'sweep':
@@ -155,6 +179,9 @@ class Harness {
         return;
       case 'fail-next-sync':
         this.failNextSync = true;
+        return;
+      case 'fail-next-log':
+        this.failNextLog = this.logsWrites;
         return;
     }
   }
@@ -183,6 +210,10 @@ class Harness {
     // A write the key already holds is stable once the record it repeats is: after a sync that
     // followed that record's write, which may have been before this one.
     want.syncsBefore = want.reply === Reply.AlreadyPresent ? this.heldSince.get(c.key)! : this.syncsDone;
+    if (durability === Durability.Store && want.reply === Reply.Applied) {
+      want.storeKey = c.key;
+      want.storeRecord = record;
+    }
     const k = key(c.key);
     if (!(c.direct && this.core.tryDirectWrite(reqId, Priority.Default, durability, k, record, this.nowMs))) {
       this.core.step({
@@ -221,7 +252,12 @@ class Harness {
         if (action instanceof FragmentOp) this.answered(action.reqId, action.reply, action.replyRecord);
         else if (action.kind === 'acks')
           for (const reqId of action.reqIds) this.answered(reqId, action.reply, undefined);
-        else if (action.kind === 'commit') this.commit(action);
+        else if (action.kind === 'commit') {
+          if (this.logsWrites) {
+            assert.equal(this.inFlight, undefined, 'one commit in flight');
+            this.inFlight = action;
+          } else this.commit(action);
+        } else if (action.kind === 'log') this.log(action);
         else this.sync(action.generation);
       }
     }
@@ -238,6 +274,29 @@ class Harness {
     this.core.step({ kind: 'sync-failed', generation, message: 'refused' });
   }
 
+  /** Log mode: the commit in flight finishes (time passed), and the turn's actions are carried out. */
+  private finishCommit(): void {
+    const action = this.inFlight;
+    if (action === undefined) return;
+    this.inFlight = undefined;
+    this.commit(action);
+    this.run();
+  }
+
+  private log(action: Extract<FragmentAction, { kind: 'log' }>): void {
+    if (this.failNextLog) {
+      this.failNextLog = false;
+      return this.core.step({ kind: 'log-failed', generation: action.generation });
+    }
+    for (const [k, record] of action.puts) this.keepDurable(k[0], Buffer.from(record));
+    this.core.step({ kind: 'logged', generation: action.generation });
+  }
+
+  private keepDurable(k: number, record: Buffer): void {
+    const held = this.durable.get(k);
+    if (held === undefined || referenceOrder(record, held) > 0) this.durable.set(k, record);
+  }
+
   private commit(action: Extract<FragmentAction, { kind: 'commit' }>): void {
     if (this.failNext) {
       this.failNext = false;
@@ -245,7 +304,10 @@ class Harness {
       return this.core.step({ kind: 'commit-failed', generation: action.generation, message: 'refused' });
     }
     this.failuresInARow = 0;
-    for (const [k, record] of action.puts) this.store.set(k[0], Buffer.from(record));
+    for (const [k, record] of action.puts) {
+      this.store.set(k[0], Buffer.from(record));
+      this.keepDurable(k[0], Buffer.from(record));
+    }
     this.core.step({ kind: 'committed', generation: action.generation });
   }
 
@@ -257,6 +319,13 @@ class Harness {
     assert.equal(REPLY_NAMES[reply], REPLY_NAMES[want.reply], `request ${reqId}`);
     if (want.stable === true)
       assert.ok(this.syncsDone > want.syncsBefore!, `stable request ${reqId} answered before a sync`);
+    if (want.storeRecord !== undefined && reply === Reply.Applied) {
+      const kept = this.durable.get(want.storeKey!);
+      assert.ok(
+        kept !== undefined && referenceOrder(want.storeRecord, kept) <= 0,
+        `store request ${reqId} answered before it was logged or committed`,
+      );
+    }
     if (want.record !== undefined) {
       assert.equal(describeRecord(record), describeRecord(want.record), `request ${reqId}'s record`);
     }
@@ -273,13 +342,14 @@ class Harness {
 const EMPTY = Buffer.alloc(0);
 const key = (k: number): Buffer => Buffer.from([k]);
 
-test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, through queues, expiry, sweeps, failed commits and syncs', () => {
+test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, through queues, expiry, sweeps, failed commits and syncs, with and without a write-ahead log', () => {
   fc.assert(
     fc.property(
       fc.array(commandArb, { minLength: 1, maxLength: 120, size: 'max' }),
       fc.constantFrom(0, 5),
-      (commands, flushIntervalMs) => {
-        const h = new Harness(flushIntervalMs);
+      fc.boolean(),
+      (commands, flushIntervalMs, logsWrites) => {
+        const h = new Harness(flushIntervalMs, logsWrites);
         for (const c of commands) {
           h.apply(c);
           h.checkCurrent();
@@ -293,6 +363,61 @@ test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, t
         }
       },
     ),
-    { numRuns: 300 },
+    { numRuns: 400 },
   );
+});
+
+test('over a write-ahead log, no generation is logged while LOGGED_PENDING_BYTES_MAX wait for the store, until a commit takes them', () => {
+  const store = new Map<string, Buffer>();
+  const core = new FragmentCore(
+    {
+      fragment: 0,
+      valueBytesMax: LOGGED_PENDING_BYTES_MAX,
+      storedHighWaterWallMs: 0,
+      queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
+      backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
+      flushIntervalMs: 0,
+      flushWritesMax: FLUSH_PENDING_WRITES_MAX,
+      flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+      logsWrites: true,
+    },
+    { get: (_f, k) => store.get(Buffer.from(k).toString('latin1')) },
+    START_MS,
+  );
+  const half = Buffer.alloc(LOGGED_PENDING_BYTES_MAX / 2 + 1, 1);
+  let reqId = 0;
+  const actions: FragmentAction[] = [];
+  /** A store write of `value` to a key of its own, then a turn; the kinds of what it asked for. */
+  const write = (value: Buffer): string[] => {
+    reqId++;
+    const record = encodeRecord(false, START_MS + reqId, 0, 0, WRITERS[0], value);
+    core.step({
+      kind: 'request',
+      op: new FragmentOp(OpKind.Write, reqId, Priority.Default, Durability.Store, key(reqId), record),
+    });
+    core.step({ kind: 'run', nowMs: START_MS, budget: QUEUE_OPS_MAX_DEFAULT });
+    return kinds();
+  };
+  const kinds = (): string[] => {
+    core.takeActions(actions);
+    return actions.splice(0).map((a) => (a instanceof FragmentOp ? `reply ${a.reqId}` : a.kind));
+  };
+  assert.deepEqual(write(half), ['log', 'commit']);
+  core.step({ kind: 'logged', generation: 1 });
+  assert.deepEqual(kinds(), ['reply 1']);
+  // Commit 1 runs; the next two generations are logged and wait for it, over the bound together.
+  assert.deepEqual(write(half), ['log']);
+  core.step({ kind: 'logged', generation: 2 });
+  assert.deepEqual(kinds(), ['reply 2']);
+  assert.deepEqual(write(half), ['log']);
+  core.step({ kind: 'logged', generation: 3 });
+  assert.deepEqual(kinds(), ['reply 3']);
+  // Not logged: its store reply waits.
+  assert.deepEqual(write(Buffer.from('small')), []);
+  assert.equal(core.nextWakeMs(START_MS), Number.POSITIVE_INFINITY, 'no wake-up while the store is behind');
+  // The commit takes generations 2 and 3, and the waiting one is logged.
+  core.step({ kind: 'committed', generation: 1 });
+  assert.deepEqual(kinds(), ['commit', 'log']);
+  core.step({ kind: 'logged', generation: 4 });
+  assert.deepEqual(kinds(), ['reply 4']);
 });

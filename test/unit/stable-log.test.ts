@@ -126,6 +126,32 @@ describe('stable log format', () => {
     assert.throws(() => readStableLog(frame), StableLogCorrupt);
   });
 
+  it('reads a drop marker back as one, between the entries around it', () => {
+    const tail = new StableLogTail(16);
+    assert.ok(tail.append(2, b('k'), rec(1, 'before')));
+    assert.ok(tail.appendDrop(2));
+    assert.ok(tail.append(2, b('k'), rec(2, 'after')));
+    const frame = tail.frame();
+    assert.ok(frame !== undefined);
+    const log = readStableLog(Buffer.from(frame));
+    assert.deepEqual(
+      log.entries.map((e) => [e.fragment, e.drop, e.key.toString('latin1'), e.record.length]),
+      [
+        [2, false, 'k', rec(1, 'before').length],
+        [2, true, '', 0],
+        [2, false, 'k', rec(2, 'after').length],
+      ],
+    );
+  });
+
+  it('frames in place what seal copies', () => {
+    const tail = new StableLogTail(16);
+    assert.ok(tail.append(0, b('a'), rec(1, 'x')));
+    const inPlace = Buffer.from(tail.frame()!);
+    assert.deepEqual(tail.seal(), inPlace);
+    assert.equal(tail.frame(), undefined, 'seal starts the next frame empty');
+  });
+
   it('refuses an entry that would take a frame past its limit', () => {
     const tail = new StableLogTail(16);
     const big = Buffer.alloc(STABLE_LOG_FRAME_BYTES_MAX / 2);

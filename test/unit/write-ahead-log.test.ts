@@ -1,0 +1,173 @@
+// The lmdb store's write-ahead log (src/native-bindings/write-ahead-log.ts): what its writer logs
+// and never commits is in the store when the writer next opens it, a replay never replaces a newer
+// record, a dropped fragment's logged writes stay dropped, a torn tail is ignored, segments are
+// removed once their writes are committed and flushed, and readers keep no log.
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, describe, it } from 'node:test';
+import { WAL_SEGMENT_BYTES } from '../../src/core/limits.js';
+import { encodeRecord } from '../../src/core/record.js';
+import type { FragmentWrites, KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
+import { lmdbGroupDir } from '../../src/native-bindings/lmdb-store.js';
+import { openStore, recoverStore } from '../../src/native-bindings/open-store.js';
+
+const FRAGMENTS = 4;
+const GROUPS = 2;
+const NODE = Buffer.from('n1');
+const b = (text: string): Buffer => Buffer.from(text, 'latin1');
+const rec = (wallMs: number, value: string | Buffer): Buffer =>
+  encodeRecord(false, wallMs, 0, 0, NODE, typeof value === 'string' ? b(value) : value);
+const writes = (fragment: number, puts: Array<[string, Buffer]>): FragmentWrites => ({
+  fragment,
+  puts: puts.map(([k, r]) => [b(k), r]),
+  deletes: [],
+  highWaterWallMs: 0,
+});
+
+const dirs: string[] = [];
+after(async () => {
+  for (const dir of dirs) await fs.rm(dir, { recursive: true, force: true });
+});
+
+async function freshLocation(): Promise<StoreLocation> {
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-wal-'));
+  dirs.push(dataDir);
+  const location: StoreLocation = {
+    kind: 'lmdb',
+    dataDir,
+    fragmentCount: FRAGMENTS,
+    groups: [0, 1],
+    groupCount: GROUPS,
+  };
+  await recoverStore(location);
+  return location;
+}
+
+async function openWriter(location: StoreLocation): Promise<KvStore> {
+  const store = await openStore({ ...location, writer: true });
+  for (let f = 0; f < FRAGMENTS; f++) await store.openFragment(f);
+  return store;
+}
+
+const segments = async (location: StoreLocation, group: number): Promise<string[]> =>
+  (await fs.readdir(lmdbGroupDir(location.dataDir, group))).filter((n) => n.startsWith('wal-')).sort();
+
+describe('write-ahead log', () => {
+  it('brings back at the next opening what was logged and never committed', async () => {
+    const location = await freshLocation();
+    const store = await openWriter(location);
+    assert.equal(store.logsWrites, true);
+    const committed = [writes(0, [['a', rec(10, 'committed')]])];
+    assert.equal(store.log(committed), undefined);
+    await store.commit(committed);
+    // Logged only: the worker died before the commit.
+    assert.equal(
+      store.log([writes(1, [['b', rec(11, 'logged')]]), writes(2, [['c', rec(12, 'x')]])]),
+      undefined,
+    );
+    assert.equal(store.log([writes(1, [['b', rec(13, 'logged later')]])]), undefined);
+    assert.equal(store.get(1, b('b')), undefined, 'logging alone does not write the store');
+    await store.close();
+
+    const reopened = await openWriter(location);
+    assert.deepEqual(reopened.get(0, b('a')), rec(10, 'committed'));
+    assert.deepEqual(reopened.get(1, b('b')), rec(13, 'logged later'));
+    assert.deepEqual(reopened.get(2, b('c')), rec(12, 'x'));
+    // Replayed, flushed and removed; a fresh segment is started in each group.
+    assert.deepEqual(await segments(location, 0), ['wal-00000001.log']);
+    assert.deepEqual(await segments(location, 1), ['wal-00000001.log']);
+    assert.equal((await fs.stat(path.join(lmdbGroupDir(location.dataDir, 1), 'wal-00000001.log'))).size, 0);
+    await reopened.close();
+  });
+
+  it('never replaces a newer record with an older logged one', async () => {
+    const location = await freshLocation();
+    const store = await openWriter(location);
+    assert.equal(store.log([writes(0, [['k', rec(20, 'older')]])]), undefined);
+    // A newer version reached the store without this log (anti-entropy's would pass through it too;
+    // the order of the two is what matters).
+    const newer = [writes(0, [['k', rec(30, 'newer')]])];
+    assert.equal(store.log(newer), undefined);
+    await store.commit(newer);
+    await store.close();
+    const reopened = await openWriter(location);
+    assert.deepEqual(reopened.get(0, b('k')), rec(30, 'newer'));
+    await reopened.close();
+  });
+
+  it("keeps a dropped fragment's logged writes dropped, and takes those after the drop", async () => {
+    const location = await freshLocation();
+    const store = await openWriter(location);
+    assert.equal(store.log([writes(3, [['gone', rec(40, 'before the drop')]])]), undefined);
+    await store.dropFragment(3);
+    assert.equal(store.log([writes(3, [['back', rec(41, 'after the drop')]])]), undefined);
+    await store.close();
+    const reopened = await openWriter(location);
+    assert.equal(reopened.get(3, b('gone')), undefined);
+    assert.deepEqual(reopened.get(3, b('back')), rec(41, 'after the drop'));
+    await reopened.close();
+  });
+
+  it('ignores a torn frame at the end of the log', async () => {
+    const location = await freshLocation();
+    const store = await openWriter(location);
+    assert.equal(store.log([writes(0, [['whole', rec(50, 'kept')]])]), undefined);
+    await store.close();
+    const file = path.join(lmdbGroupDir(location.dataDir, 0), 'wal-00000001.log');
+    // A frame header promising more than was written: a power loss mid-append.
+    await fs.appendFile(file, Buffer.from([0x40, 0, 0, 0, 1, 2, 3, 4, 9, 9, 9]));
+    const reopened = await openWriter(location);
+    assert.deepEqual(reopened.get(0, b('whole')), rec(50, 'kept'));
+    await reopened.close();
+  });
+
+  it('refuses to open on a checksummed frame whose entries do not add up, naming the file', async () => {
+    const location = await freshLocation();
+    const store = await openWriter(location);
+    await store.close();
+    const file = path.join(lmdbGroupDir(location.dataDir, 0), 'wal-00000001.log');
+    const { crc32 } = await import('../../src/core/stable-log.js');
+    const payload = Buffer.from([0, 0, 5, 0]); // a cut entry header
+    const header = Buffer.alloc(8);
+    header.writeUInt32LE(payload.length, 0);
+    header.writeUInt32LE(crc32(payload), 4);
+    await fs.writeFile(file, Buffer.concat([header, payload]));
+    await assert.rejects(openWriter(location), /write-ahead log .*wal-00000001\.log is corrupt/);
+  });
+
+  it('removes a segment once its writes are committed and flushed', async () => {
+    const location = await freshLocation();
+    const store = await openWriter(location);
+    const value = Buffer.alloc(256 * 1024, 7);
+    const perSegment = Math.ceil(WAL_SEGMENT_BYTES / value.length) + 1;
+    let logged: FragmentWrites[] = [];
+    for (let i = 0; i < perSegment; i++) {
+      const w = [writes(0, [[`big-${i}`, rec(100 + i, value)]])];
+      assert.equal(store.log(w), undefined);
+      logged = logged.concat(w);
+    }
+    // Past the segment's size: the next one was started; the first waits for its commits.
+    assert.deepEqual(await segments(location, 0), ['wal-00000001.log', 'wal-00000002.log']);
+    for (let at = 0; at < logged.length; at += 64) await store.commit(logged.slice(at, at + 64));
+    await store.sync();
+    const deadline = Date.now() + 30_000;
+    while ((await segments(location, 0)).length > 1 && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.deepEqual(await segments(location, 0), ['wal-00000002.log']);
+    await store.close();
+    const reopened = await openWriter(location);
+    assert.equal(reopened.get(0, b(`big-${perSegment - 1}`))?.length, rec(0, value).length);
+    await reopened.close();
+  });
+
+  it('keeps no log for a reader of the store', async () => {
+    const location = await freshLocation();
+    const reader = await openStore(location);
+    assert.equal(reader.logsWrites, false);
+    assert.match(reader.log([writes(0, [['x', rec(1, 'y')]])]) ?? '', /not opened as its groups' writer/);
+    await reader.close();
+    assert.deepEqual(await segments(location, 0), []);
+  });
+});
