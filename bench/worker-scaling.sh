@@ -27,6 +27,9 @@
 # SCALING_N (requests per test of that part, default 600000), SCALING_HARNESS_KEYS (default
 # 100000) and SCALING_HARNESS_DURATION (default 10s) for the harness's part, and redis-compare.sh's own
 # (BENCH_N, BENCH_N_P1, BENCH_CLIENTS, BENCH_CLIENT_THREADS, BENCH_PAIRS, BENCH_TIMEOUT_S).
+# SCALING_PARTS picks the parts, in their order (default all: "compare table harness anatomy";
+# compare: the redis-compare, embedded and lmdb-groups runs per W; table: the fresh servers' table;
+# harness: the load harness's table; anatomy: hop-anatomy.sh), e.g. SCALING_PARTS=table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/servers.sh
@@ -35,6 +38,11 @@ source bench/servers.sh
 WORKERS_LIST=${SCALING_WORKERS:-1 2 4 8}
 STORES=${SCALING_STORES-memory lmdb}
 N=${SCALING_N:-600000}
+PARTS=${SCALING_PARTS:-compare table harness anatomy}
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+for part in $PARTS; do
+  case $part in compare | table | harness | anatomy) ;; *) log "worker-scaling: SCALING_PARTS: unknown part '$part'"; exit 2 ;; esac
+done
 export BENCH_PAIRS=${BENCH_PAIRS:-none everysec}
 CLIENT_THREADS=()
 [ -n "${BENCH_CLIENT_THREADS:-}" ] && CLIENT_THREADS=(--threads "$BENCH_CLIENT_THREADS")
@@ -52,8 +60,9 @@ fi
 
 bench_workdir worker-scaling
 
-log "worker-scaling: $(nproc) cores, node $(node --version), workers: $WORKERS_LIST"
+log "worker-scaling: $(nproc) cores, node $(node --version), workers: $WORKERS_LIST, parts: $PARTS"
 for w in $WORKERS_LIST; do
+  has_part compare || break
   echo
   echo "### $w worker$([ "$w" = 1 ] || echo s): redis-benchmark, Tessera/redis-server"
   echo
@@ -71,6 +80,7 @@ for w in $WORKERS_LIST; do
 done
 
 anatomy() {
+  has_part anatomy || return 0
   echo
   echo "### Where an unpipelined request's time goes (bench/hop-anatomy.sh, one worker)"
   echo
@@ -121,6 +131,7 @@ stop_fresh_node() {
   rm -rf "$FRESH_DIR"
 }
 
+if has_part table; then
 echo "### Fresh servers by worker count (\`store\` durability / AOF everysec, SET / GET, -n $N)"
 echo
 echo "| server | store | workers | port | -P | SET/s | GET/s | CPU µs/op |"
@@ -152,6 +163,7 @@ for depth in 16 1; do
   measure "redis-server | aof | 1 | main" "$depth"
   stop_server
 done
+fi
 
 # The load harness (YCSB A: 50 % GET, 50 % SET, zipfian) against a fresh server: its rate, p99 and
 # the server's CPU per operation. $1: the row's first cells, the rest: the harness's extra options.
@@ -176,6 +188,10 @@ harness() {
 
 HARNESS_KEYS=${SCALING_HARNESS_KEYS:-100000}
 HARNESS_DURATION=${SCALING_HARNESS_DURATION:-10s}
+if ! has_part harness; then
+  anatomy
+  exit 0
+fi
 echo
 echo "### The load harness, workload a, 50 connections, -P 1 (\`store\` durability / AOF everysec, $HARNESS_DURATION)"
 echo

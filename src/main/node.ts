@@ -493,9 +493,14 @@ export class Tessera {
 
   // ---- node ---------------------------------------------------------------------------------------
 
-  /** Fsyncs every fragment's writes (its log or its store): everything acknowledged so far is on disk when it resolves. */
+  /** Commits and fsyncs every fragment: everything acknowledged so far is on disk when it resolves. */
   flush(): Promise<void> {
-    return this.task(() => this.fenceAll(Durability.Stable));
+    return this.task(async () => {
+      // Over lmdb's write-ahead log a stable fence is reached once the log is fsynced, before the
+      // commit: the store fence first makes the writes the store's (readable from its pages).
+      await this.fenceAll(Durability.Store);
+      await this.fenceAll(Durability.Stable);
+    });
   }
 
   /**
