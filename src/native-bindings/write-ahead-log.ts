@@ -8,16 +8,17 @@
 // own pace, each taking every logged write not yet committed, so a hot page is written once per
 // transaction rather than once per turn.
 //
-// Files: `<group dir>/wal-<n>.log`, appended to until WAL_SEGMENT_BYTES, then fdatasynced and
-// followed by `wal-<n+1>.log` (its directory entry fsynced before anything is written to it). A
-// segment is removed once every fragment that wrote to it had a commit made after its last append
+// Files: `<group dir>/wal-<n>.log`, appended to until WAL_SEGMENT_BYTES, then followed by
+// `wal-<n+1>.log`; the ended segment's fdatasync and the new name's directory fsync run in the
+// background, and the next `sync` waits for them (a failed one fails every later `sync`: what it
+// covered may not be on disk, and no retry can tell). A segment is removed once every fragment that wrote to it had a commit made after its last append
 // there succeed and the env has flushed it (`committed`): its writes are then in LMDB's flushed
 // state. A dropped fragment's entries are voided by a drop marker, so they never hold a segment.
 //
 // Opening a store replays every segment into the env (records are versioned: a replay is a merge),
-// flushes it and removes them, then starts a fresh segment. A power loss can tear only the last
-// segment (a segment is fdatasynced before the next is created); reading stops at its first torn
-// frame, whose writes were never acknowledged at `stable`.
+// flushes it and removes them, then starts a fresh segment. A power loss can tear a segment's
+// unsynced tail; reading a segment stops at its first torn frame, whose writes were never
+// acknowledged at `stable`, and goes on with the next.
 
 import fs from 'node:fs';
 import path from 'node:path';
@@ -114,6 +115,8 @@ export class WriteAheadLog {
   #retiring: Promise<void> | undefined;
   /** The last fdatasync started: a rotated segment's descriptor outlives it. */
   #lastSync: Promise<void> = Promise.resolve();
+  /** Every rotation's fdatasync of the segment it ended and fsync of the new one's name. */
+  #rotations: Promise<void> = Promise.resolve();
   /** Failed appends since the env's last flush: `sync` then waits for that flush too. */
   #failures = 0;
   #open = true;
@@ -196,12 +199,11 @@ export class WriteAheadLog {
    */
   async sync(): Promise<void> {
     const failures = this.#failures;
-    const fd = this.#fd;
-    const synced = new Promise<void>((resolve, reject) =>
-      fs.fdatasync(fd, (err) => (err === null ? resolve() : reject(err))),
-    );
+    // The segments ended since the last sync are made durable by their rotation (`#rotate`).
+    const rotations = this.#rotations;
+    const synced = fdatasync(this.#fd);
     this.#lastSync = synced.catch(ignore);
-    await synced;
+    await Promise.all([synced, rotations]);
     if (failures > 0) {
       await this.#flushed();
       this.#failures -= failures;
@@ -244,25 +246,28 @@ export class WriteAheadLog {
     return `write-ahead log append to ${path.join(this.#dir, segmentName(this.#segment))} failed: ${err instanceof Error ? err.message : String(err)}`;
   }
 
-  /** Ends the current segment, synced, and starts the next, its name synced into the directory. */
+  /**
+   * Ends the current segment and starts the next. The ended one's fdatasync and the directory's
+   * fsync (the new name) run in the background — a segment's worth of unsynced pages would stall the
+   * worker — and the next `sync` waits for them. A power loss before they finish may tear the ended
+   * segment while the next holds frames: replay reads every segment, and each entry merges by its
+   * version, so nothing a `sync` covered is lost.
+   */
   #rotate(): void {
-    fs.fdatasyncSync(this.#fd);
     const next = this.#segment + 1;
     const file = path.join(this.#dir, segmentName(next));
     const fd = fs.openSync(file, 'wx');
-    const dirFd = fs.openSync(this.#dir, 'r');
-    try {
-      fs.fsyncSync(dirFd);
-    } finally {
-      fs.closeSync(dirFd);
-    }
+    const ended = Promise.all([fdatasync(this.#fd), fsyncPath(this.#dir)]).then(ignore);
+    // A failure is the next `sync`'s to report; until then it is not unhandled.
+    ended.catch(ignore);
+    this.#rotations = Promise.all([this.#rotations, ended]).then(ignore);
     const waiting = new Map<number, number>();
     for (const [f, last] of this.#lastAppend)
       if ((this.#committedAt.get(f) ?? 0) < last) waiting.set(f, last);
     this.#closed.push({
       file: path.join(this.#dir, segmentName(this.#segment)),
       fd: this.#fd,
-      syncsBefore: this.#lastSync,
+      syncsBefore: Promise.all([this.#lastSync, ended]).then(ignore, ignore),
       waiting,
     });
     this.#segment = next;
@@ -319,3 +324,9 @@ export class WriteAheadLog {
 }
 
 function ignore(): void {}
+
+function fdatasync(fd: number): Promise<void> {
+  return new Promise<void>((resolve, reject) =>
+    fs.fdatasync(fd, (err) => (err === null ? resolve() : reject(err))),
+  );
+}
