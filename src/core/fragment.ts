@@ -798,16 +798,21 @@ export class FragmentCore {
     // After a failure the pending writes (the failed ones among them) go at the retry time, and not before.
     if (this.commitFailures > 0 && this.nowMs < this.commitRetryAtMs) return;
     if (this.commitFailures === 0 && !this.unflushedDue()) return;
-    const puts = this.unflushed.entries();
-    this.flushing = this.unflushed;
+    const layer = this.unflushed;
     this.unflushed = new PendingWrites();
     this.unflushedWaiters = 0;
-    this.flushingGeneration = this.unflushedGeneration++;
+    this.startCommit(layer, this.unflushedGeneration++);
+  }
+
+  /** Hands `layer` to the store as generation `generation`'s commit: it is `flushing` until then. */
+  private startCommit(layer: PendingWrites, generation: number): void {
+    this.flushing = layer;
+    this.flushingGeneration = generation;
     this.outbox.push({
       kind: 'commit',
       fragment: this.fragment,
-      generation: this.flushingGeneration,
-      puts,
+      generation,
+      puts: layer.entries(),
       highWaterWallMs: this.highWaterWallMs,
     });
   }
@@ -835,17 +840,9 @@ export class FragmentCore {
   private maybeCommitLogged(): void {
     if (this.flushingGeneration !== 0 || this.logged.size === 0) return;
     if (this.commitFailures > 0 && this.nowMs < this.commitRetryAtMs) return;
-    const puts = this.logged.entries();
-    this.flushing = this.logged;
+    const layer = this.logged;
     this.logged = new PendingWrites();
-    this.flushingGeneration = this.loggedPendingGeneration;
-    this.outbox.push({
-      kind: 'commit',
-      fragment: this.fragment,
-      generation: this.flushingGeneration,
-      puts,
-      highWaterWallMs: this.highWaterWallMs,
-    });
+    this.startCommit(layer, this.loggedPendingGeneration);
   }
 
   private onLogged(generation: number): void {

@@ -668,6 +668,10 @@ export class Tessera {
     let fenceError: unknown;
     try {
       await this.fenceAll(Durability.Stable, true);
+      // Over lmdb's write-ahead log the stable fence is reached before the commits: the store
+      // fence leaves LMDB holding everything (a commit that keeps failing leaves it to the log,
+      // replayed at the next start, and is reported).
+      await this.fenceAll(Durability.Store, true);
     } catch (err) {
       fenceError = err;
     }

@@ -78,6 +78,8 @@ export interface KvStore {
    * survive the process dying before their commit, and `sync` covers what was logged.
    */
   readonly logsWrites: boolean;
+  /** What opening the store replayed from its write-ahead logs, when they held anything. */
+  readonly replayed?: LogReplay;
 
   /** Makes a fragment usable, creating its namespace if it is new. */
   openFragment(fragment: number): Promise<void>;
@@ -153,6 +155,16 @@ export interface KvStore {
   evict(bytes: number): number;
   /** Releases the store; later calls fail. */
   close(): Promise<void>;
+}
+
+/** What a store's opening replayed from its write-ahead logs (lmdb's writer). */
+export interface LogReplay {
+  segments: number;
+  /** Entries read from whole frames, and how many were newer than the store and written to it. */
+  entries: number;
+  applied: number;
+  /** Bytes after the last whole frame of each segment: appends a crash cut short, never acknowledged. */
+  tornBytes: number;
 }
 
 /** What a worker needs to open its store. */

@@ -51,6 +51,7 @@ import {
   type FragmentSize,
   type FragmentWrites,
   type KvStore,
+  type LogReplay,
   type PageStart,
   type StoredEntry,
   type StoreLocation,
@@ -530,6 +531,7 @@ class LmdbStore implements KvStore {
   readonly durable = true;
   /** Set by `startLogs`: the writer's store logs. */
   logsWrites = false;
+  replayed: LogReplay | undefined;
 
   /** The open groups' envs, by group. */
   readonly #envs: Map<number, LmdbEnv>;
@@ -570,12 +572,18 @@ class LmdbStore implements KvStore {
    * appends to it.
    */
   async startLogs(): Promise<void> {
+    const total: LogReplay = { segments: 0, entries: 0, applied: 0, tornBytes: 0 };
     for (const env of this.#envs.values()) {
       const flushed = () => env.root.flushed.then(ignore);
       const accepts = (fragment: number) => fragment % this.#groupCount === env.group;
-      await replayWal(env.dir, this, accepts, flushed);
+      const replay = await replayWal(env.dir, this, accepts, flushed);
+      total.segments += replay.segments;
+      total.entries += replay.entries;
+      total.applied += replay.applied;
+      total.tornBytes += replay.tornBytes;
       env.log = await WriteAheadLog.create(env.dir, flushed);
     }
+    if (total.entries > 0 || total.tornBytes > 0) this.replayed = total;
     this.logsWrites = true;
   }
 

@@ -27,7 +27,7 @@ import { storageError } from '../core/errors.js';
 import { WAL_SEGMENT_BYTES } from '../core/limits.js';
 import { readStableLog, StableLogCorrupt, StableLogTail } from '../core/stable-log.js';
 import { fsyncPath } from './fsync-path.js';
-import type { FragmentWrites, KvStore } from './kv-store.js';
+import type { FragmentWrites, KvStore, LogReplay } from './kv-store.js';
 import { mergeLogEntries } from './stable-log-file.js';
 
 /** The log's own failures (an append, a rotation, a removal): rare, and each one is worth a line. */
@@ -44,13 +44,6 @@ interface ClosedSegment {
   syncsBefore: Promise<void>;
   /** Fragment → the append (`appends`) a successful commit must have been made after. */
   waiting: Map<number, number>;
-}
-
-export interface WalReplay {
-  segments: number;
-  entries: number;
-  applied: number;
-  tornBytes: number;
 }
 
 /** The segments in `dir`, oldest first. */
@@ -71,8 +64,8 @@ export async function replayWal(
   store: KvStore,
   accepts: (fragment: number) => boolean,
   flushed: () => Promise<void>,
-): Promise<WalReplay> {
-  const report: WalReplay = { segments: 0, entries: 0, applied: 0, tornBytes: 0 };
+): Promise<LogReplay> {
+  const report: LogReplay = { segments: 0, entries: 0, applied: 0, tornBytes: 0 };
   const names = segmentsIn(dir);
   if (names.length === 0) return report;
   for (const name of names) {

@@ -131,6 +131,7 @@ export class WorkerRuntime implements RecordDecoder {
     // The store may hold what the last worker only logged (replayed at its opening): the main
     // thread renews its read snapshot.
     if (store.logsWrites) runtime.board.markCommitted();
+    if (store.replayed !== undefined) runtime.logger.info(store.replayed, 'write-ahead log replayed');
     return runtime;
   }
 

@@ -520,9 +520,9 @@ describe('failed commits', () => {
         await node.put('retried', 'one');
         node.debug.failCommits(0, 1_000_000);
         await node.put('logged', 'two');
-        // The store never took it: it is only in the log when the node closes.
       } finally {
-        await node.close();
+        // The store never took it: it is only in the log, and the close reports the failing commits.
+        await assert.rejects(node.close(), isKind(ErrorKind.Storage));
       }
       node = await Tessera.start(options);
       try {

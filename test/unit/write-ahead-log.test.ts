@@ -72,6 +72,8 @@ describe('write-ahead log', () => {
     await store.close();
 
     const reopened = await openWriter(location);
+    // Both groups' segments; the committed entry is not newer than the store's, so not applied.
+    assert.deepEqual(reopened.replayed, { segments: 2, entries: 4, applied: 3, tornBytes: 0 });
     assert.deepEqual(reopened.get(0, b('a')), rec(10, 'committed'));
     assert.deepEqual(reopened.get(1, b('b')), rec(13, 'logged later'));
     assert.deepEqual(reopened.get(2, b('c')), rec(12, 'x'));
@@ -119,6 +121,7 @@ describe('write-ahead log', () => {
     // A frame header promising more than was written: a power loss mid-append.
     await fs.appendFile(file, Buffer.from([0x40, 0, 0, 0, 1, 2, 3, 4, 9, 9, 9]));
     const reopened = await openWriter(location);
+    assert.equal(reopened.replayed?.tornBytes, 11);
     assert.deepEqual(reopened.get(0, b('whole')), rec(50, 'kept'));
     await reopened.close();
   });
