@@ -40,6 +40,12 @@ export interface FragmentWrites {
    * a restarted node's clock starts after everything it stored. 0 leaves it unchanged.
    */
   highWaterWallMs: number;
+  /**
+   * The fragment actor's generation of these writes, when an actor wrote them: a store that logs
+   * (`log`) knows by it which logged writes a commit holds (those of this fragment logged at
+   * generations up to this one).
+   */
+  generation?: number;
 }
 
 /** Where a page of an ordered iteration starts. */

@@ -706,8 +706,6 @@ class LmdbStore implements KvStore {
   }
 
   #commitTo(env: LmdbEnv, writes: FragmentWrites[]): Promise<void> {
-    // Every append made so far for these fragments is in this commit (the actor logs before it commits).
-    const loggedAt = env.log?.appends ?? 0;
     let committed: Promise<boolean>;
     try {
       env.pending = writes;
@@ -724,10 +722,7 @@ class LmdbStore implements KvStore {
           if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment])
             this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
         }
-        env.log?.committed(
-          writes.map((w) => w.fragment),
-          loggedAt,
-        );
+        env.log?.committed(writes);
       },
       (err: unknown) => this.#commitFailed(err, env.dataFile),
     );

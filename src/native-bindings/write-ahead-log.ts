@@ -13,7 +13,8 @@
 // background, and the next `sync` waits for them (a failed one fails every later `sync`: what it
 // covered may not be on disk, and no retry can tell). A segment is removed once every fragment that wrote to it had a commit made after its last append
 // there succeed and the env has flushed it (`committed`): its writes are then in LMDB's flushed
-// state. A dropped fragment's entries are voided by a drop marker, so they never hold a segment.
+// state. What a commit covers is told by the actor's generations (FragmentWrites.generation): a
+// commit of generation G holds every write of that fragment logged at a generation up to G. A dropped fragment's entries are voided by a drop marker, so they never hold a segment.
 //
 // Opening a store replays every segment into the env (records are versioned: a replay is a merge),
 // flushes it and removes them, then starts a fresh segment. A power loss can tear a segment's
@@ -42,7 +43,7 @@ interface ClosedSegment {
   /** Its descriptor, closed once the syncs started before the rotation settle. */
   fd: number;
   syncsBefore: Promise<void>;
-  /** Fragment → the append (`appends`) a successful commit must have been made after. */
+  /** Fragment → the generation a successful commit of it must reach. */
   waiting: Map<number, number>;
 }
 
@@ -91,17 +92,15 @@ export async function replayWal(
 }
 
 export class WriteAheadLog {
-  /** Appends made since the log was opened; an append's number is the count after it. */
-  appends = 0;
   readonly #dir: string;
   readonly #flushed: () => Promise<void>;
   readonly #tail = new StableLogTail();
   #segment: number;
   #fd: number;
   #bytes = 0;
-  /** Fragment → its last append to the current segment. */
+  /** Fragment → the generation of its last append to the current segment. */
   #lastAppend = new Map<number, number>();
-  /** Fragment → the newest `appends` a successful commit of it was made at. */
+  /** Fragment → the generation of its newest successful commit. */
   readonly #committedAt = new Map<number, number>();
   readonly #closed: ClosedSegment[] = [];
   /** The removal of ready segments under way, if any. */
@@ -149,15 +148,15 @@ export class WriteAheadLog {
     } catch (err) {
       return this.#failed(start, err);
     }
-    const n = ++this.appends;
-    for (const w of writes) this.#lastAppend.set(w.fragment, n);
+    for (const w of writes) this.#lastAppend.set(w.fragment, w.generation ?? 0);
     if (this.#bytes >= WAL_SEGMENT_BYTES) this.#rotateQuietly();
     return undefined;
   }
 
   /**
    * Appends a marker voiding the fragment's entries before it (the fragment is being dropped), and
-   * stops waiting for its commits: it will have none.
+   * stops waiting for its commits: it will have none. An actor made for it later counts its
+   * generations from 1 again, so what its commits reached is forgotten too.
    */
   appendDrop(fragment: number): void {
     const start = this.#bytes;
@@ -168,19 +167,21 @@ export class WriteAheadLog {
       this.#failed(start, err);
       throw storageError(`the write-ahead log of ${this.#dir} could not mark fragment ${fragment} dropped`);
     }
-    this.appends++;
     this.#lastAppend.delete(fragment);
+    this.#committedAt.delete(fragment);
     for (const segment of this.#closed) segment.waiting.delete(fragment);
     this.#retireReady();
   }
 
-  /** A commit of `fragments` made when `appends` was `at` succeeded: segments it completes may go. */
-  committed(fragments: Iterable<number>, at: number): void {
-    for (const f of fragments) {
-      if ((this.#committedAt.get(f) ?? 0) < at) this.#committedAt.set(f, at);
+  /** The commit of `writes` succeeded: segments whose writes it completes may go. */
+  committed(writes: readonly FragmentWrites[]): void {
+    for (const w of writes) {
+      const f = w.fragment;
+      const reached = Math.max(this.#committedAt.get(f) ?? 0, w.generation ?? 0);
+      this.#committedAt.set(f, reached);
       for (const segment of this.#closed) {
         const need = segment.waiting.get(f);
-        if (need !== undefined && at >= need) segment.waiting.delete(f);
+        if (need !== undefined && reached >= need) segment.waiting.delete(f);
       }
     }
     this.#retireReady();

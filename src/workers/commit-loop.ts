@@ -68,6 +68,7 @@ export class CommitLoop {
       puts: c.puts,
       deletes: [],
       highWaterWallMs: c.highWaterWallMs,
+      generation: c.generation,
     }));
     let result: void | Promise<void>;
     try {
@@ -92,6 +93,7 @@ export class CommitLoop {
       puts: l.puts,
       deletes: [],
       highWaterWallMs: 0,
+      generation: l.generation,
     }));
     const failure = this.store.log(writes);
     const logged = failure === undefined;

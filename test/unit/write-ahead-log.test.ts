@@ -12,6 +12,7 @@ import { encodeRecord } from '../../src/core/record.js';
 import type { FragmentWrites, KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
 import { lmdbGroupDir } from '../../src/native-bindings/lmdb-store.js';
 import { openStore, recoverStore } from '../../src/native-bindings/open-store.js';
+import { WriteAheadLog } from '../../src/native-bindings/write-ahead-log.js';
 
 const FRAGMENTS = 4;
 const GROUPS = 2;
@@ -19,11 +20,12 @@ const NODE = Buffer.from('n1');
 const b = (text: string): Buffer => Buffer.from(text, 'latin1');
 const rec = (wallMs: number, value: string | Buffer): Buffer =>
   encodeRecord(false, wallMs, 0, 0, NODE, typeof value === 'string' ? b(value) : value);
-const writes = (fragment: number, puts: Array<[string, Buffer]>): FragmentWrites => ({
+const writes = (fragment: number, puts: Array<[string, Buffer]>, generation?: number): FragmentWrites => ({
   fragment,
   puts: puts.map(([k, r]) => [b(k), r]),
   deletes: [],
   highWaterWallMs: 0,
+  generation,
 });
 
 const dirs: string[] = [];
@@ -147,13 +149,14 @@ describe('write-ahead log', () => {
     const perSegment = Math.ceil(WAL_SEGMENT_BYTES / value.length) + 1;
     let logged: FragmentWrites[] = [];
     for (let i = 0; i < perSegment; i++) {
-      const w = [writes(0, [[`big-${i}`, rec(100 + i, value)]])];
+      const w = [writes(0, [[`big-${i}`, rec(100 + i, value)]], i + 1)];
       assert.equal(store.log(w), undefined);
       logged = logged.concat(w);
     }
     // Past the segment's size: the next one was started; the first waits for its commits.
     assert.deepEqual(await segments(location, 0), ['wal-00000001.log', 'wal-00000002.log']);
-    for (let at = 0; at < logged.length; at += 64) await store.commit(logged.slice(at, at + 64));
+    // One commit per generation, as the actor makes them.
+    for (const w of logged) await store.commit([w]);
     await store.sync();
     const deadline = Date.now() + 30_000;
     while ((await segments(location, 0)).length > 1 && Date.now() < deadline)
@@ -163,6 +166,60 @@ describe('write-ahead log', () => {
     const reopened = await openWriter(location);
     assert.equal(reopened.get(0, b(`big-${perSegment - 1}`))?.length, rec(0, value).length);
     await reopened.close();
+  });
+
+  it('keeps a segment until a commit reaches the generation of its last append there', async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-wal-'));
+    dirs.push(dir);
+    // A flush the test sees asked for: removing a segment starts with one.
+    let flushes = 0;
+    const log = await WriteAheadLog.create(dir, async () => {
+      flushes++;
+    });
+    const value = Buffer.alloc(256 * 1024, 3);
+    let generation = 0;
+    const inDir = async () => (await fs.readdir(dir)).sort();
+    while ((await inDir()).length < 2) {
+      generation++;
+      assert.equal(
+        log.append([writes(0, [[`k${generation}`, rec(generation, value)]], generation)]),
+        undefined,
+      );
+    }
+    // Generation `generation` was the first segment's last. A commit one short of it (its write
+    // logged while that commit was already on its way) must not let the segment go.
+    log.committed([writes(0, [], generation - 1)]);
+    assert.equal(flushes, 0, 'the segment is kept');
+    log.committed([writes(0, [], generation)]);
+    assert.equal(flushes, 1, 'the segment is being removed');
+    const deadline = Date.now() + 30_000;
+    while ((await inDir()).length > 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(await inDir(), ['wal-00000002.log']);
+    await log.close();
+  });
+
+  it("forgets what a dropped fragment's commits reached: its next actor counts from 1", async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-wal-'));
+    dirs.push(dir);
+    let flushes = 0;
+    const log = await WriteAheadLog.create(dir, async () => {
+      flushes++;
+    });
+    log.committed([writes(1, [], 500)]);
+    log.appendDrop(1);
+    const value = Buffer.alloc(256 * 1024, 4);
+    let generation = 0;
+    while ((await fs.readdir(dir)).length < 2) {
+      generation++;
+      assert.equal(
+        log.append([writes(1, [[`k${generation}`, rec(generation, value)]], generation)]),
+        undefined,
+      );
+    }
+    assert.equal(flushes, 0, "the old actor's generation 500 covers nothing of the new one's");
+    log.committed([writes(1, [], generation)]);
+    assert.equal(flushes, 1);
+    await log.close();
   });
 
   it('keeps no log for a reader of the store', async () => {
