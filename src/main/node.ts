@@ -44,7 +44,7 @@ import type { BackupReport } from '../native-bindings/backup.js';
 import { ClusterStateWriter, startIncarnation } from '../native-bindings/cluster-state-file.js';
 import { DataDirLock } from '../native-bindings/data-dir-lock.js';
 import type { EvictionPolicy } from '../native-bindings/kv-store.js';
-import { bindStore } from '../native-bindings/manifest.js';
+import { bindStore, STORE_FORMAT_VERSION } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
 import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
 import { ringWakeupsRecovered } from '../threads/ring.js';
@@ -312,6 +312,11 @@ export class Tessera {
       },
       binding.singleLmdbEnv,
     );
+    if (binding.upgradedFrom !== undefined)
+      logger.info(
+        { dataDir: config.dataDir, from: binding.upgradedFrom, to: STORE_FORMAT_VERSION },
+        'data directory format upgraded: the lmdb store keeps write-ahead logs, so older versions refuse it',
+      );
     if (recovery !== undefined && recovery.replay.files > 0)
       logger.info(recovery.replay, 'stable logs replayed');
     if (recovery?.migrated !== undefined) {

@@ -4,8 +4,11 @@
 // what differs, instead of reading its data under the wrong layout.
 //
 // Formats: 1 kept LevelDB's group count as `levelGroupCount` and one LMDB environment for the whole
-// node; 2 keeps `groupCount` for both stores on disk, LMDB with one environment per group. A format
-// 1 LevelDB directory is read as it is (its layout did not change); a format 1 LMDB directory is
+// node; 2 keeps `groupCount` for both stores on disk, LMDB with one environment per group; 3 adds
+// LMDB's write-ahead logs beside each environment, which a version that does not know them would
+// leave unreplayed (losing acknowledged writes after a crash), so it must refuse the directory. A
+// format 1 or 2 LevelDB directory is read as it is (its layout did not change); a format 2 LMDB
+// directory is rewritten as format 3 at bind (it holds no log yet); a format 1 LMDB directory is
 // migrated at start (lmdb-store.ts, `recoverLmdbStore`), which rewrites the manifest.
 //
 // Also here: which worker owns which fragment and group, since that follows from the bound group
@@ -26,7 +29,9 @@ import { fsyncPath, replaceFileDurably, tempPathBeside, writeNewFileSynced } fro
 import { STORE_KINDS, type StoreKind } from './kv-store.js';
 
 /** Bumped whenever the stored layout (key forms, meta keys, directory layout) changes incompatibly. */
-export const STORE_FORMAT_VERSION = 2;
+export const STORE_FORMAT_VERSION = 3;
+/** The format before LMDB's write-ahead logs: one LMDB environment per group, nothing beside it. */
+export const STORE_FORMAT_UNLOGGED_LMDB = 2;
 /** The format whose LMDB store is one environment for the node (and whose manifest says `levelGroupCount`). */
 export const STORE_FORMAT_SINGLE_LMDB_ENV = 1;
 export const MANIFEST_FILE = 'MANIFEST.json';
@@ -67,6 +72,8 @@ export interface Binding {
    * into `groupCount` environments before any worker opens it (`recoverLmdbStore`).
    */
   singleLmdbEnv: boolean;
+  /** The manifest of a format 2 LMDB directory was rewritten as the current format by this bind. */
+  upgradedFrom?: number;
 }
 
 export async function bindStore(opts: BindOptions): Promise<Binding> {
@@ -90,7 +97,18 @@ export async function bindStore(opts: BindOptions): Promise<Binding> {
     if (manifest.store === 'lmdb' && manifest.groupCount === 0) {
       return { nodeId: manifest.nodeId, groupCount: groupCountFor(opts), singleLmdbEnv: true };
     }
-    return { nodeId: manifest.nodeId, groupCount: manifest.groupCount, singleLmdbEnv: false };
+    const binding: Binding = {
+      nodeId: manifest.nodeId,
+      groupCount: manifest.groupCount,
+      singleLmdbEnv: false,
+    };
+    if (manifest.store === 'lmdb' && manifest.format === STORE_FORMAT_UNLOGGED_LMDB) {
+      // Before any worker writes a log beside its environment: from here on an older version refuses it.
+      const upgraded: Manifest = { ...manifest, format: STORE_FORMAT_VERSION };
+      await replaceFileDurably(path.join(opts.dataDir, MANIFEST_FILE), manifestText(upgraded));
+      binding.upgradedFrom = manifest.format;
+    }
+    return binding;
   } catch (err) {
     throw asStorageError(err);
   }

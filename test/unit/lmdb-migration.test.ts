@@ -9,6 +9,7 @@ import path from 'node:path';
 import { after, describe, it } from 'node:test';
 import { encodeRecord } from '../../src/core/record.js';
 import type { KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
+import { STORE_FORMAT_VERSION } from '../../src/native-bindings/manifest.js';
 import { openStore, recoverStore } from '../../src/native-bindings/open-store.js';
 import { type Format1Fragment, writeFormat1LmdbDir } from './fixtures/format1-lmdb.js';
 
@@ -64,7 +65,7 @@ async function checkMigrated(dataDir: string, expected: Map<number, Format1Fragm
   const lmdbDir = path.join(dataDir, 'lmdb');
   assert.deepEqual((await fs.readdir(lmdbDir)).sort(), ['group-0', 'group-1', 'group-2']);
   const manifest = JSON.parse(await fs.readFile(path.join(dataDir, 'MANIFEST.json'), 'utf8'));
-  assert.equal(manifest.format, 2);
+  assert.equal(manifest.format, STORE_FORMAT_VERSION);
   assert.equal(manifest.groupCount, GROUPS);
   assert.equal(manifest.nodeId, 'n-format1', 'the node keeps its identity');
   const store = await openStore(location(dataDir));

@@ -82,6 +82,40 @@ describe('bindStore', () => {
     });
   }
 
+  it('rewrites a format 2 lmdb manifest as the current format, so that an older version refuses the logs; leaves a LevelDB one', async () => {
+    const format2 = (store: StoreKind) =>
+      `${JSON.stringify({ format: 2, nodeId: 'n-2', fragmentCount: 16, store, groupCount: 2 })}\n`;
+    await fs.mkdir(dataDir, { recursive: true });
+    await fs.writeFile(manifestPath(), format2('level'));
+    assert.deepEqual(await bindStore(opts({ kind: 'level', workerCount: 2 })), {
+      nodeId: 'n-2',
+      groupCount: 2,
+      singleLmdbEnv: false,
+    });
+    assert.equal((await readManifest()).format, 2, 'LevelDB did not change: read as it is');
+    await fs.writeFile(manifestPath(), format2('lmdb'));
+    assert.deepEqual(await bindStore(opts({ kind: 'lmdb', workerCount: 2 })), {
+      nodeId: 'n-2',
+      groupCount: 2,
+      singleLmdbEnv: false,
+      upgradedFrom: 2,
+    });
+    assert.deepEqual(await readManifest(), {
+      format: STORE_FORMAT_VERSION,
+      nodeId: 'n-2',
+      fragmentCount: 16,
+      store: 'lmdb',
+      groupCount: 2,
+    });
+    assert.ok(STORE_FORMAT_VERSION > 2);
+    // Once: the next bind reads the current format.
+    assert.deepEqual(await bindStore(opts({ kind: 'lmdb', workerCount: 2 })), {
+      nodeId: 'n-2',
+      groupCount: 2,
+      singleLmdbEnv: false,
+    });
+  });
+
   it('reads a format 1 manifest: LevelDB as it is, LMDB as one environment to migrate', async () => {
     const format1 = (store: StoreKind, levelGroupCount: number) =>
       `${JSON.stringify({ format: 1, nodeId: 'n-old', fragmentCount: 16, store, levelGroupCount })}\n`;
