@@ -500,12 +500,7 @@ export class Tessera {
 
   /** Commits and fsyncs every fragment: everything acknowledged so far is on disk when it resolves. */
   flush(): Promise<void> {
-    return this.task(async () => {
-      // Over lmdb's write-ahead log a stable fence is reached once the log is fsynced, before the
-      // commit: the store fence first makes the writes the store's (readable from its pages).
-      await this.fenceAll(Durability.Store);
-      await this.fenceAll(Durability.Stable);
-    });
+    return this.task(() => this.fenceSyncedAndCommitted());
   }
 
   /**
@@ -672,11 +667,8 @@ export class Tessera {
     }
     let fenceError: unknown;
     try {
-      await this.fenceAll(Durability.Stable, true);
-      // Over lmdb's write-ahead log the stable fence is reached before the commits: the store
-      // fence leaves LMDB holding everything (a commit that keeps failing leaves it to the log,
-      // replayed at the next start, and is reported).
-      await this.fenceAll(Durability.Store, true);
+      // A commit that keeps failing leaves its writes to the log, replayed at the next start, and is reported.
+      await this.fenceSyncedAndCommitted(true);
     } catch (err) {
       fenceError = err;
     }
@@ -892,6 +884,16 @@ export class Tessera {
   }
 
   /** Fences every fragment at its serving replica, or (`here`) every fragment in this node's workers. */
+  /**
+   * Every fragment's acknowledged writes on disk, then in the store's pages: over lmdb's
+   * write-ahead log a stable fence is reached once the log is fsynced, before the commit, which
+   * the store fence then waits for.
+   */
+  private async fenceSyncedAndCommitted(here = false): Promise<void> {
+    await this.fenceAll(Durability.Stable, here);
+    await this.fenceAll(Durability.Store, here);
+  }
+
   private async fenceAll(durability: Durability, here = false): Promise<void> {
     const fences: Promise<void>[] = [];
     for (let f = 0; f < this.config.fragments; f++) {

@@ -591,7 +591,16 @@ class LmdbStore implements KvStore {
     if (this.#closed) return 'the lmdb store is closed';
     if (!this.logsWrites) return "this store was not opened as its groups' writer: it keeps no log";
     if (this.#envs.size === 1) return this.#envs.values().next().value!.log!.append(writes);
-    // A worker owns one group unless the node was restarted with fewer workers than at creation.
+    let failure: string | undefined;
+    for (const [env, list] of this.#byEnv(writes)) failure = env.log!.append(list) ?? failure;
+    return failure;
+  }
+
+  /**
+   * `writes` split by the env of each fragment's group: a worker owns one group unless the node was
+   * restarted with fewer workers than at creation.
+   */
+  #byEnv(writes: readonly FragmentWrites[]): Map<LmdbEnv, FragmentWrites[]> {
     const byEnv = new Map<LmdbEnv, FragmentWrites[]>();
     for (const w of writes) {
       const own = this.#envs.get(w.fragment % this.#groupCount)!;
@@ -599,9 +608,7 @@ class LmdbStore implements KvStore {
       if (list === undefined) byEnv.set(own, [w]);
       else list.push(w);
     }
-    let failure: string | undefined;
-    for (const [env, list] of byEnv) failure = env.log!.append(list) ?? failure;
-    return failure;
+    return byEnv;
   }
 
   async openFragment(fragment: number): Promise<void> {
@@ -693,16 +700,8 @@ class LmdbStore implements KvStore {
       return Promise.reject(asStorageError(err));
     }
     if (env === undefined) return Promise.resolve();
-    // A worker owns one group unless the node was restarted with fewer workers than at creation.
     if (envs === 1) return this.#commitTo(env, writes);
-    const byEnv = new Map<LmdbEnv, FragmentWrites[]>();
-    for (const w of writes) {
-      const own = this.#envOf[w.fragment]!;
-      const list = byEnv.get(own);
-      if (list === undefined) byEnv.set(own, [w]);
-      else list.push(w);
-    }
-    return Promise.all([...byEnv].map(([own, list]) => this.#commitTo(own, list))).then(ignore);
+    return Promise.all([...this.#byEnv(writes)].map(([own, list]) => this.#commitTo(own, list))).then(ignore);
   }
 
   #commitTo(env: LmdbEnv, writes: FragmentWrites[]): Promise<void> {

@@ -592,8 +592,9 @@ export class WorkerRuntime implements RecordDecoder {
       for (let fences = 0; !core.idle(); fences++) {
         if (fences === DROP_FENCES_MAX)
           throw storageError(`fragment ${fragment} still holds writes after ${fences} fences; drop it again`);
-        // Over a write-ahead log a `stable` fence is reached before the commit: idle needs both.
-        if (this.store.logsWrites) await this.fence(core, Durability.Store);
+        // Idle needs the commit (a `store` fence) and the sync (a `stable` one): over a write-ahead
+        // log the second is reached before the first.
+        await this.fence(core, Durability.Store);
         await this.fence(core);
       }
       this.actors.close(fragment);

@@ -13,6 +13,7 @@ import type { FragmentWrites, KvStore, StoreLocation } from '../../src/native-bi
 import { lmdbGroupDir } from '../../src/native-bindings/lmdb-store.js';
 import { openStore, recoverStore } from '../../src/native-bindings/open-store.js';
 import { WriteAheadLog } from '../../src/native-bindings/write-ahead-log.js';
+import { eventually } from '../integration/helpers.js';
 
 const FRAGMENTS = 4;
 const GROUPS = 2;
@@ -51,6 +52,31 @@ async function openWriter(location: StoreLocation): Promise<KvStore> {
   const store = await openStore({ ...location, writer: true });
   for (let f = 0; f < FRAGMENTS; f++) await store.openFragment(f);
   return store;
+}
+
+/** A log in a fresh directory whose env flushes are counted: removing a segment starts with one. */
+async function countedLog(): Promise<{ dir: string; log: WriteAheadLog; flushes: () => number }> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-wal-'));
+  dirs.push(dir);
+  let flushes = 0;
+  const log = await WriteAheadLog.create(dir, async () => {
+    flushes++;
+  });
+  return { dir, log, flushes: () => flushes };
+}
+
+/** Appends `fragment`'s writes at generations 1, 2, … until a second segment starts; returns the first's last. */
+async function fillFirstSegment(log: WriteAheadLog, dir: string, fragment: number): Promise<number> {
+  const value = Buffer.alloc(256 * 1024, 3);
+  let generation = 0;
+  while ((await fs.readdir(dir)).length < 2) {
+    generation++;
+    assert.equal(
+      log.append([writes(fragment, [[`k${generation}`, rec(generation, value)]], generation)]),
+      undefined,
+    );
+  }
+  return generation;
 }
 
 const segments = async (location: StoreLocation, group: number): Promise<string[]> =>
@@ -158,9 +184,7 @@ describe('write-ahead log', () => {
     // One commit per generation, as the actor makes them.
     for (const w of logged) await store.commit([w]);
     await store.sync();
-    const deadline = Date.now() + 30_000;
-    while ((await segments(location, 0)).length > 1 && Date.now() < deadline)
-      await new Promise((resolve) => setTimeout(resolve, 20));
+    await eventually(async () => (await segments(location, 0)).length === 1, 30_000);
     assert.deepEqual(await segments(location, 0), ['wal-00000002.log']);
     await store.close();
     const reopened = await openWriter(location);
@@ -169,56 +193,27 @@ describe('write-ahead log', () => {
   });
 
   it('keeps a segment until a commit reaches the generation of its last append there', async () => {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-wal-'));
-    dirs.push(dir);
-    // A flush the test sees asked for: removing a segment starts with one.
-    let flushes = 0;
-    const log = await WriteAheadLog.create(dir, async () => {
-      flushes++;
-    });
-    const value = Buffer.alloc(256 * 1024, 3);
-    let generation = 0;
-    const inDir = async () => (await fs.readdir(dir)).sort();
-    while ((await inDir()).length < 2) {
-      generation++;
-      assert.equal(
-        log.append([writes(0, [[`k${generation}`, rec(generation, value)]], generation)]),
-        undefined,
-      );
-    }
+    const { dir, log, flushes } = await countedLog();
+    const generation = await fillFirstSegment(log, dir, 0);
     // Generation `generation` was the first segment's last. A commit one short of it (its write
     // logged while that commit was already on its way) must not let the segment go.
     log.committed([writes(0, [], generation - 1)]);
-    assert.equal(flushes, 0, 'the segment is kept');
+    assert.equal(flushes(), 0, 'the segment is kept');
     log.committed([writes(0, [], generation)]);
-    assert.equal(flushes, 1, 'the segment is being removed');
-    const deadline = Date.now() + 30_000;
-    while ((await inDir()).length > 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    assert.deepEqual(await inDir(), ['wal-00000002.log']);
+    assert.equal(flushes(), 1, 'the segment is being removed');
+    await eventually(async () => (await fs.readdir(dir)).length === 1, 30_000);
+    assert.deepEqual(await fs.readdir(dir), ['wal-00000002.log']);
     await log.close();
   });
 
   it("forgets what a dropped fragment's commits reached: its next actor counts from 1", async () => {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-wal-'));
-    dirs.push(dir);
-    let flushes = 0;
-    const log = await WriteAheadLog.create(dir, async () => {
-      flushes++;
-    });
+    const { dir, log, flushes } = await countedLog();
     log.committed([writes(1, [], 500)]);
     log.appendDrop(1);
-    const value = Buffer.alloc(256 * 1024, 4);
-    let generation = 0;
-    while ((await fs.readdir(dir)).length < 2) {
-      generation++;
-      assert.equal(
-        log.append([writes(1, [[`k${generation}`, rec(generation, value)]], generation)]),
-        undefined,
-      );
-    }
-    assert.equal(flushes, 0, "the old actor's generation 500 covers nothing of the new one's");
+    const generation = await fillFirstSegment(log, dir, 1);
+    assert.equal(flushes(), 0, "the old actor's generation 500 covers nothing of the new one's");
     log.committed([writes(1, [], generation)]);
-    assert.equal(flushes, 1);
+    assert.equal(flushes(), 1);
     await log.close();
   });
 
