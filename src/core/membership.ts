@@ -10,7 +10,8 @@
 // - Members carry datum's states: Joining, Up, Leaving, Exiting (each asserted by the member itself;
 //   at one incarnation a later one wins), Down and Removed (decided by others), and `unreachable` as
 //   a separate flag. Every start bumps this node's incarnation; so does refuting a claim about it.
-// - Failure detection: one probe per interval, round-robin over a shuffled list; no ack within the
+// - Failure detection: one probe per interval, round-robin over a random order kept across rounds
+//   (each member probed once per round, N − 1 intervals apart); no ack within the
 //   probe timeout → `indirectProbes` members probe for us and answer ack or nack (Lifeguard); still
 //   nothing by the end of the interval → suspect. Members that hear a suspicion probe its target
 //   next, so it is confirmed or refuted within a probe interval. A suspicion lasts between a floor
@@ -892,7 +893,7 @@ export class Membership {
     this.sendPing(target, seq);
   }
 
-  /** Members others suspect first; then round-robin over a shuffled list, reshuffled each time round (memberlist). */
+  /** Members others suspect first; then round-robin over this node's random order (`nextProbeRound`). */
   private nextProbeTarget(): Member | undefined {
     for (const nodeId of this.probeNext) {
       this.probeNext.delete(nodeId);
@@ -906,17 +907,34 @@ export class Membership {
     }
     for (let attempts = 0; attempts <= this.probeOrder.length; attempts++) {
       if (this.probeIndex >= this.probeOrder.length) {
-        this.probeOrder = [...this.members.values()]
-          .filter((m) => m.state !== 'Removed')
-          .map((m) => m.nodeId);
-        this.shuffle(this.probeOrder);
-        this.probeIndex = 0;
+        this.nextProbeRound();
         if (this.probeOrder.length === 0) return undefined;
       }
       const m = this.members.get(this.probeOrder[this.probeIndex++]!);
       if (m !== undefined && m.state !== 'Removed') return m;
     }
     return undefined;
+  }
+
+  /**
+   * The next round keeps the last one's order and puts members new to it at random places, so a
+   * member is probed once every N − 1 intervals. memberlist reshuffles every round, which lets two
+   * probes of one member fall up to two rounds apart: with six survivors that left a killed member
+   * unprobed by all of them for 5 s and more. Each node's order is its own random one, so the
+   * survivors' next probes of a member that just died are spread over a round.
+   */
+  private nextProbeRound(): void {
+    const order = this.probeOrder.filter((id) => {
+      const m = this.members.get(id);
+      return m !== undefined && m.state !== 'Removed';
+    });
+    const placed = new Set(order);
+    for (const m of this.members.values()) {
+      if (m.state === 'Removed' || placed.has(m.nodeId)) continue;
+      order.splice(Math.floor(this.random() * (order.length + 1)), 0, m.nodeId);
+    }
+    this.probeOrder = order;
+    this.probeIndex = 0;
   }
 
   /** A ping; to a member held non-alive it carries the claim, so a live one hears it and refutes. */

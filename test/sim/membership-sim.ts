@@ -152,8 +152,8 @@ export class MembershipSim {
   protected nowMs = 0;
   /** Since when each node has been reached by a majority (alive, running, links up); undefined when not. */
   protected readonly majorityReachSinceMs = new Map<string, number | undefined>();
-  /** When each node last stopped reaching a majority. */
-  private readonly lostMajorityAtMs = new Map<string, number>();
+  /** When each node last reached each member (`x>y` → ms), itself included while it runs. */
+  private readonly lastReachedMs = new Map<string, number>();
   /** Table epoch → the coordinator (id@incarnation) that opened it, across every node's table. */
   private readonly epochOwners = new Map<number, string>();
   /** `epoch/fragment/generation` → the replicas written there, across every node's table. */
@@ -588,15 +588,20 @@ export class MembershipSim {
       this.writtenEntries.set(key, content);
     }
     if (node.coordinator?.role === 'coordinator') {
-      const lost = this.lostMajorityAtMs.get(node.id) ?? Number.NEGATIVE_INFINITY;
+      // The gate reads the node's view, which learns that a member is out of reach within the
+      // detection bound — twice the calm one under chaos, where local-health multipliers stretch
+      // probes — and a node resumed from a pause acts on its view from before it first. So a
+      // majority of the table's members must each have been reached that recently. Promised epochs
+      // keep the table safe meanwhile (checked above); this bounds how stale the gate may be.
+      const staleMs = 2 * this.options.unreachableBoundMs + node.lastPauseMs;
+      const voters = this.voters(node);
+      const recent = voters.filter(
+        (id) =>
+          this.nowMs - (this.lastReachedMs.get(linkKey(node.id, id)) ?? Number.NEGATIVE_INFINITY) <= staleMs,
+      );
       assert(
-        // The gate reads the node's view, which learns of a lost majority within the detection
-        // bound — twice the calm one under chaos, where local-health multipliers stretch probes —
-        // and a node resumed from a pause acts on its view from before it first. Promised epochs
-        // keep the table safe meanwhile (checked above); this bounds how stale the gate may be.
-        this.majorityReachSinceMs.get(node.id) !== undefined ||
-          this.nowMs - lost <= 2 * this.options.unreachableBoundMs + node.lastPauseMs,
-        `${node.id} changed the table as coordinator at ${this.nowMs} ms without reaching a majority (since ${lost} ms)`,
+        recent.length * 2 > voters.length,
+        `${node.id} changed the table as coordinator at ${this.nowMs} ms reaching only ${recent.join(',')} of ${voters.join(',')} within ${staleMs} ms`,
       );
     }
   }
@@ -798,23 +803,30 @@ export class MembershipSim {
   protected updateReach(): void {
     const byId = new Map(this.nodes.map((n) => [n.id, n]));
     for (const x of this.nodes) {
-      const tableMembers = x.coordinator?.table.members() ?? [];
-      const voters = tableMembers.length > 0 ? tableMembers : this.initialMembers;
+      const voters = this.voters(x);
       const majority = Math.floor(voters.length / 2) + 1;
       let reached = 0;
       if (this.running(x)) {
         for (const id of voters) {
           const y = byId.get(id);
           if (y === undefined || !this.running(y)) continue;
-          if (y === x || !this.cut.has(linkKey(x.id, y.id))) reached++;
+          if (y === x || !this.cut.has(linkKey(x.id, y.id))) {
+            reached++;
+            this.lastReachedMs.set(linkKey(x.id, y.id), this.nowMs);
+          }
         }
       }
       const now = reached >= majority;
       const since = this.majorityReachSinceMs.get(x.id);
-      if (!now && since !== undefined) this.lostMajorityAtMs.set(x.id, this.nowMs);
       if (!now) this.majorityReachSinceMs.set(x.id, undefined);
       else if (since === undefined) this.majorityReachSinceMs.set(x.id, this.nowMs);
     }
+  }
+
+  /** The members a node's coordinator gate counts: its table's (the initial ones before it holds a table). */
+  private voters(node: SimNode): string[] {
+    const tableMembers = node.coordinator?.table.members() ?? [];
+    return tableMembers.length > 0 ? tableMembers : this.initialMembers;
   }
 
   /** TESSERA_SIM_TRACE=1 prints the run's member events and faults, to read a failing seed. */
