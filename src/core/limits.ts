@@ -169,10 +169,15 @@ export const STABLE_LOG_FRAME_BYTES_MAX = 16 * 1024 * 1024;
 
 /**
  * Bytes of one write-ahead log segment of the lmdb store (src/native-bindings/write-ahead-log.ts)
- * before the next is started; a segment is removed once its writes are in LMDB's flushed state, so
- * a start replays at most about this much per group beyond what the last transactions took.
+ * before the next is started (`--wal-segment-size`); a segment is removed once its writes are in
+ * LMDB's flushed state, so a start replays at most about this much per group beyond what the last
+ * transactions took. 64 MiB as etcd's WAL segments: a rotation (an fdatasync, a file created) is rare.
  */
-export const WAL_SEGMENT_BYTES = 64 * 1024 * 1024;
+export const WAL_SEGMENT_BYTES_DEFAULT = 64 * 1024 * 1024;
+/** Smallest segment: below this a rotation's fdatasync and file creation come every few turns. */
+export const WAL_SEGMENT_BYTES_MIN = 64 * 1024;
+/** Largest segment: more only lengthens the replay after a crash. */
+export const WAL_SEGMENT_BYTES_MAX = 1024 * 1024 * 1024;
 
 /** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
 export const QUEUE_OPS_MAX_DEFAULT = 8192;

@@ -117,6 +117,12 @@ const FLAGS: Flag[] = [
     help: 'longest time memory-durability writes stay uncommitted (default 0: committed with the worker turn that applied them)',
   },
   {
+    name: 'wal-segment-size',
+    kind: 'size',
+    option: 'walSegmentBytes',
+    help: 'lmdb store: size of a write-ahead log segment before the next starts (default 64mb)',
+  },
+  {
     name: 'queue-ops-max',
     kind: 'integer',
     option: 'queueOpsMax',

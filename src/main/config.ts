@@ -24,6 +24,9 @@ import {
   REPLICA_ACKS_MAX,
   VALUE_BYTES_MAX_CEILING,
   VALUE_BYTES_MAX_DEFAULT,
+  WAL_SEGMENT_BYTES_DEFAULT,
+  WAL_SEGMENT_BYTES_MAX,
+  WAL_SEGMENT_BYTES_MIN,
   WORKER_COUNT_MAX,
 } from '../core/limits.js';
 import { DURABILITY_NAMES, type Durability, type DurabilityName, parseDurability } from '../core/ops.js';
@@ -69,8 +72,10 @@ export interface TesseraOptions extends ClusterOptions {
   cleanIntervalMs?: number;
   /** Keys the TTL cleaner examines per second in each worker (default 100 000). */
   cleanKeysPerSec?: number;
-  /** Longest time `memory`-durability writes stay uncommitted (default 2 ms). */
+  /** Longest time `memory`-durability writes stay uncommitted (default 0: committed with the worker turn that applied them). */
   flushIntervalMs?: number;
+  /** lmdb: bytes of a write-ahead log segment before the next starts (default 64 MiB). */
+  walSegmentBytes?: number;
   /** Queued operations per fragment per priority before Backpressure (default 8192). */
   queueOpsMax?: number;
   /** Background-priority operations per fragment per second (default 1000). */
@@ -113,6 +118,7 @@ export interface NodeConfig {
   cleanIntervalMs: number;
   cleanKeysPerSec: number;
   flushIntervalMs: number;
+  walSegmentBytes: number;
   queueOpsMax: number;
   backgroundOpsPerSec: number;
   poolThreads: number;
@@ -140,6 +146,7 @@ const KNOWN_OPTIONS = new Set([
   'cleanIntervalMs',
   'cleanKeysPerSec',
   'flushIntervalMs',
+  'walSegmentBytes',
   'queueOpsMax',
   'backgroundOpsPerSec',
   'poolThreads',
@@ -201,6 +208,18 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     INTERVAL_MS_MAX,
     FLUSH_INTERVAL_MS_DEFAULT,
   );
+  const walSegmentBytes = integerIn(
+    'walSegmentBytes',
+    options.walSegmentBytes,
+    WAL_SEGMENT_BYTES_MIN,
+    WAL_SEGMENT_BYTES_MAX,
+    WAL_SEGMENT_BYTES_DEFAULT,
+  );
+  if (options.walSegmentBytes !== undefined && store !== 'lmdb') {
+    throw invalidInput(
+      `walSegmentBytes sizes the lmdb store's write-ahead log; the ${store} store keeps none`,
+    );
+  }
   const fragments = integerIn('fragments', options.fragments, 1, FRAGMENT_COUNT_MAX, FRAGMENT_COUNT_DEFAULT);
   const maxMemoryBytes = integerIn('maxMemoryBytes', options.maxMemoryBytes, 0, MAX_MEMORY_BYTES_CEILING, 0);
   if (maxMemoryBytes > 0 && store !== 'memory') {
@@ -279,6 +298,7 @@ export function resolveConfig(options: TesseraOptions = {}): NodeConfig {
     flushBytesMax: FLUSH_PENDING_BYTES_MAX,
     maxMemoryBytes,
     maxMemoryPolicy,
+    walSegmentBytes,
   };
 }
 

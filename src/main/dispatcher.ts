@@ -223,6 +223,7 @@ export class Dispatcher implements KeyRouter {
         groupCount,
         dropTombstones: config.store === 'memory' && config.cluster === undefined,
         eviction: config.maxMemoryPolicy === 'noeviction' ? undefined : config.maxMemoryPolicy,
+        walSegmentBytes: config.walSegmentBytes,
       };
       this.links.push(
         new WorkerLink(linkIndex, {

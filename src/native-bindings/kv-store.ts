@@ -188,6 +188,8 @@ export interface StoreLocation {
    * opens and keeps them (`KvStore.logsWrites`). Readers (the main thread, the pool) leave it unset.
    */
   writer?: boolean;
+  /** lmdb writer: bytes of a write-ahead log segment before the next (default WAL_SEGMENT_BYTES_DEFAULT). */
+  walSegmentBytes?: number;
   /**
    * memory: a tombstone is stored as the key's absence. Only for a node without peers: no replica can
    * bring back what a delete removed, and nothing the store holds outlives the process, so the

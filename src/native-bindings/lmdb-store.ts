@@ -192,7 +192,7 @@ export async function openLmdbStore(location: StoreLocation): Promise<KvStore> {
   const store = await openEnvs(dirs, groupCount, location.fragmentCount);
   if (location.writer === true) {
     try {
-      await store.startLogs();
+      await store.startLogs(location.walSegmentBytes);
     } catch (err) {
       await store.close().catch(ignore);
       throw asStorageError(err);
@@ -571,7 +571,7 @@ class LmdbStore implements KvStore {
    * committed), flushes the env and removes the log, then starts a fresh one: from here on `log`
    * appends to it.
    */
-  async startLogs(): Promise<void> {
+  async startLogs(segmentBytes?: number): Promise<void> {
     const total: LogReplay = { segments: 0, entries: 0, applied: 0, tornBytes: 0 };
     for (const env of this.#envs.values()) {
       const flushed = () => env.root.flushed.then(ignore);
@@ -581,7 +581,7 @@ class LmdbStore implements KvStore {
       total.entries += replay.entries;
       total.applied += replay.applied;
       total.tornBytes += replay.tornBytes;
-      env.log = await WriteAheadLog.create(env.dir, flushed);
+      env.log = await WriteAheadLog.create(env.dir, flushed, segmentBytes);
     }
     if (total.entries > 0 || total.tornBytes > 0) this.replayed = total;
     this.logsWrites = true;

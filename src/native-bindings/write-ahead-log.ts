@@ -8,7 +8,7 @@
 // own pace, each taking every logged write not yet committed, so a hot page is written once per
 // transaction rather than once per turn.
 //
-// Files: `<group dir>/wal-<n>.log`, appended to until WAL_SEGMENT_BYTES, then followed by
+// Files: `<group dir>/wal-<n>.log`, appended to until its segment size, then followed by
 // `wal-<n+1>.log`; the ended segment's fdatasync and the new name's directory fsync run in the
 // background, and the next `sync` waits for them (a failed one fails every later `sync`: what it
 // covered may not be on disk, and no retry can tell). A segment is removed once every fragment that wrote to it had a commit made after its last append
@@ -25,7 +25,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { pino } from 'pino';
 import { storageError } from '../core/errors.js';
-import { WAL_SEGMENT_BYTES } from '../core/limits.js';
+import { WAL_SEGMENT_BYTES_DEFAULT } from '../core/limits.js';
 import { readStableLog, StableLogCorrupt, StableLogTail } from '../core/stable-log.js';
 import { fsyncPath } from './fsync-path.js';
 import type { FragmentWrites, KvStore, LogReplay } from './kv-store.js';
@@ -98,6 +98,8 @@ export class WriteAheadLog {
   #segment: number;
   #fd: number;
   #bytes = 0;
+  /** Bytes after which the segment ends (`--wal-segment-size`). */
+  readonly #segmentBytes: number;
   /** Fragment → the generation of its last append to the current segment. */
   #lastAppend = new Map<number, number>();
   /** Fragment → the generation of its newest successful commit. */
@@ -113,18 +115,29 @@ export class WriteAheadLog {
   #failures = 0;
   #open = true;
 
-  private constructor(dir: string, segment: number, fd: number, flushed: () => Promise<void>) {
+  private constructor(
+    dir: string,
+    segment: number,
+    fd: number,
+    flushed: () => Promise<void>,
+    segmentBytes: number,
+  ) {
     this.#dir = dir;
     this.#segment = segment;
     this.#fd = fd;
     this.#flushed = flushed;
+    this.#segmentBytes = segmentBytes;
   }
 
   /** Starts a fresh log in `dir` (replayed and emptied first: `replayWal`). */
-  static async create(dir: string, flushed: () => Promise<void>): Promise<WriteAheadLog> {
+  static async create(
+    dir: string,
+    flushed: () => Promise<void>,
+    segmentBytes = WAL_SEGMENT_BYTES_DEFAULT,
+  ): Promise<WriteAheadLog> {
     const fd = fs.openSync(path.join(dir, segmentName(1)), 'wx');
     await fsyncPath(dir);
-    return new WriteAheadLog(dir, 1, fd, flushed);
+    return new WriteAheadLog(dir, 1, fd, flushed, segmentBytes);
   }
 
   /**
@@ -149,7 +162,7 @@ export class WriteAheadLog {
       return this.#failed(start, err);
     }
     for (const w of writes) this.#lastAppend.set(w.fragment, w.generation ?? 0);
-    if (this.#bytes >= WAL_SEGMENT_BYTES) this.#rotateQuietly();
+    if (this.#bytes >= this.#segmentBytes) this.#rotateQuietly();
     return undefined;
   }
 
@@ -234,7 +247,7 @@ export class WriteAheadLog {
       this.#bytes = start;
     } catch {
       // The torn frame stays; replay stops at it. Later frames must not follow it: a new segment.
-      this.#bytes = WAL_SEGMENT_BYTES;
+      this.#bytes = this.#segmentBytes;
       this.#rotateQuietly();
     }
     return `write-ahead log append to ${path.join(this.#dir, segmentName(this.#segment))} failed: ${err instanceof Error ? err.message : String(err)}`;

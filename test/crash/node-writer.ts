@@ -6,6 +6,7 @@
 //
 //   node node-writer.js <store> <dataDir> <durability> <seed> <keys> <writes>
 
+import { WAL_SEGMENT_BYTES_MIN } from '../../src/core/limits.js';
 import { Tessera } from '../../src/main/node.js';
 import type { StoreKind } from '../../src/native-bindings/kv-store.js';
 import { NODE_FRAGMENTS, workload, writtenValue } from './history.js';
@@ -19,6 +20,14 @@ const WRITER_IN_FLIGHT = 32;
  */
 const WRITER_WORKERS = 2;
 
+/**
+ * lmdb, odd seeds: the smallest write-ahead log segments, so a recording (a few hundred KiB per
+ * group) crosses several rotations and removals of segments; even seeds keep the default, which a
+ * recording never fills.
+ */
+const walSegmentBytes = (store: string, seed: number) =>
+  store === 'lmdb' && seed % 2 === 1 ? WAL_SEGMENT_BYTES_MIN : undefined;
+
 const [store, dataDir, durability, seed, keys, writes] = process.argv.slice(2);
 const plan = workload(Number(seed), Number(keys), Number(writes));
 const node = await Tessera.start({
@@ -27,6 +36,7 @@ const node = await Tessera.start({
   durability: durability as 'memory' | 'store' | 'stable',
   workers: WRITER_WORKERS,
   fragments: NODE_FRAGMENTS,
+  walSegmentBytes: walSegmentBytes(store, Number(seed)),
 });
 process.stdout.write('ready\n');
 let next = 0;

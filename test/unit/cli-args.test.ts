@@ -63,6 +63,8 @@ test('flags map onto node options', () => {
       'warn',
       '--move-rate',
       '64kb',
+      '--wal-segment-size',
+      '1mb',
     ],
     {},
   );
@@ -72,6 +74,7 @@ test('flags map onto node options', () => {
     maxMemoryBytes: 2 * 1024 ** 3,
     maxMemoryPolicy: 'allkeys-lru',
     moveRateBytesPerSec: 64 * 1024,
+    walSegmentBytes: 1024 * 1024,
   });
   assert.equal(more.logLevel, 'warn');
 });

@@ -7,8 +7,14 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, it } from 'node:test';
-import { WAL_SEGMENT_BYTES } from '../../src/core/limits.js';
+import { ErrorKind, TesseraError } from '../../src/core/errors.js';
+import {
+  WAL_SEGMENT_BYTES_DEFAULT,
+  WAL_SEGMENT_BYTES_MAX,
+  WAL_SEGMENT_BYTES_MIN,
+} from '../../src/core/limits.js';
 import { encodeRecord } from '../../src/core/record.js';
+import { resolveConfig, type TesseraOptions } from '../../src/main/config.js';
 import type { FragmentWrites, KvStore, StoreLocation } from '../../src/native-bindings/kv-store.js';
 import { lmdbGroupDir } from '../../src/native-bindings/lmdb-store.js';
 import { openStore, recoverStore } from '../../src/native-bindings/open-store.js';
@@ -54,20 +60,27 @@ async function openWriter(location: StoreLocation): Promise<KvStore> {
   return store;
 }
 
+/** Segments of 1 MiB (`walSegmentBytes`): a few appends fill one. */
+const SEGMENT_BYTES = 1024 * 1024;
+
 /** A log in a fresh directory whose env flushes are counted: removing a segment starts with one. */
 async function countedLog(): Promise<{ dir: string; log: WriteAheadLog; flushes: () => number }> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'tessera-wal-'));
   dirs.push(dir);
   let flushes = 0;
-  const log = await WriteAheadLog.create(dir, async () => {
-    flushes++;
-  });
+  const log = await WriteAheadLog.create(
+    dir,
+    async () => {
+      flushes++;
+    },
+    SEGMENT_BYTES,
+  );
   return { dir, log, flushes: () => flushes };
 }
 
 /** Appends `fragment`'s writes at generations 1, 2, … until a second segment starts; returns the first's last. */
 async function fillFirstSegment(log: WriteAheadLog, dir: string, fragment: number): Promise<number> {
-  const value = Buffer.alloc(256 * 1024, 3);
+  const value = Buffer.alloc(64 * 1024, 3);
   let generation = 0;
   while ((await fs.readdir(dir)).length < 2) {
     generation++;
@@ -83,6 +96,30 @@ const segments = async (location: StoreLocation, group: number): Promise<string[
   (await fs.readdir(lmdbGroupDir(location.dataDir, group))).filter((n) => n.startsWith('wal-')).sort();
 
 describe('write-ahead log', () => {
+  it('takes its segment size from walSegmentBytes, checked where the option enters', () => {
+    assert.equal(resolveConfig({ store: 'lmdb' }).walSegmentBytes, WAL_SEGMENT_BYTES_DEFAULT);
+    assert.equal(
+      resolveConfig({ store: 'lmdb', walSegmentBytes: SEGMENT_BYTES }).walSegmentBytes,
+      SEGMENT_BYTES,
+    );
+    const refused = (options: TesseraOptions, pattern: RegExp) =>
+      assert.throws(
+        () => resolveConfig(options),
+        (err: unknown) =>
+          err instanceof TesseraError && err.kind === ErrorKind.InvalidInput && pattern.test(err.message),
+      );
+    refused(
+      { store: 'lmdb', walSegmentBytes: WAL_SEGMENT_BYTES_MIN - 1 },
+      /walSegmentBytes must be an integer in/,
+    );
+    refused(
+      { store: 'lmdb', walSegmentBytes: WAL_SEGMENT_BYTES_MAX + 1 },
+      /walSegmentBytes must be an integer in/,
+    );
+    refused({ store: 'level', walSegmentBytes: SEGMENT_BYTES }, /the level store keeps none/);
+    refused({ store: 'memory', walSegmentBytes: SEGMENT_BYTES }, /the memory store keeps none/);
+  });
+
   it('brings back at the next opening what was logged and never committed', async () => {
     const location = await freshLocation();
     const store = await openWriter(location);
@@ -169,10 +206,10 @@ describe('write-ahead log', () => {
   });
 
   it('removes a segment once its writes are committed and flushed', async () => {
-    const location = await freshLocation();
+    const location = { ...(await freshLocation()), walSegmentBytes: SEGMENT_BYTES };
     const store = await openWriter(location);
-    const value = Buffer.alloc(256 * 1024, 7);
-    const perSegment = Math.ceil(WAL_SEGMENT_BYTES / value.length) + 1;
+    const value = Buffer.alloc(64 * 1024, 7);
+    const perSegment = Math.ceil(SEGMENT_BYTES / value.length) + 1;
     let logged: FragmentWrites[] = [];
     for (let i = 0; i < perSegment; i++) {
       const w = [writes(0, [[`big-${i}`, rec(100 + i, value)]], i + 1)];
