@@ -148,6 +148,15 @@ export const FLUSH_PENDING_BYTES_MAX = 16 * 1024 * 1024;
  */
 export const LOGGED_PENDING_BYTES_MAX = 16 * 1024 * 1024;
 /**
+ * Over a store with a write-ahead log: a worker starts a store transaction no sooner than this
+ * after its last one ended. The writes are durable once logged, so a transaction may wait to take
+ * more of them: one per turn of a lightly loaded worker flushed a few writes' pages each time
+ * (unpipelined SET through the worker ports, lmdb: +15–25 % SET/s for −20 % CPU per write;
+ * bench/RESULTS.md "Write-ahead log"). Fragments stay dirty that much longer, so the main
+ * thread's snapshot reads of a fragment just written go to its worker meanwhile.
+ */
+export const LOGGED_COMMIT_GAP_MS = 20;
+/**
  * Consecutive failed commits of a fragment before the requests waiting on them are answered with
  * the error. A failed commit's writes stay pending and are retried, and a retry that succeeds
  * answers the earlier waiters too: a transient failure (lmdb-js's free-list code has failed one

@@ -1,5 +1,7 @@
 // The worker's group commit and sync. A turn's commit actions, from every fragment that ran, become
-// one store transaction (and over a store that logs, its log actions one append before it); every
+// one store transaction (and over a store that logs, its log actions one append before it, and the
+// transaction waits until LOGGED_COMMIT_GAP_MS after the last one ended, taking the commits of every
+// turn meanwhile); every
 // stable write waiting when a sync starts shares its one fsync, and those arriving meanwhile wait
 // for the next. The outcome goes back to each fragment's actor as an
 // event; a failing store is logged at a bounded rate.
@@ -8,7 +10,7 @@ import type { Logger } from 'pino';
 import type { WallClock } from '../core/clock.js';
 import { asStorageError } from '../core/errors.js';
 import type { CommitAction, FragmentCore, LogAction } from '../core/fragment.js';
-import { STORAGE_FAILURE_LOG_INTERVAL_MS } from '../core/limits.js';
+import { LOGGED_COMMIT_GAP_MS, STORAGE_FAILURE_LOG_INTERVAL_MS } from '../core/limits.js';
 import type { FragmentWrites, KvStore } from '../native-bindings/kv-store.js';
 import type { FragmentBoard } from '../threads/fragment-board.js';
 
@@ -35,6 +37,10 @@ export class CommitLoop {
   /** Test hook (RequestKind.FailCommits): this many next commits fail without reaching the store. */
   private commitFailuresToInject = 0;
   private readonly failureLog: StorageFailureLog;
+  /** Over a logging store: when the last transaction ended, and the commits held for the next. */
+  private lastEndMs = Number.NEGATIVE_INFINITY;
+  private held: CommitAction[] = [];
+  private heldTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly config: CommitLoopConfig,
@@ -42,7 +48,7 @@ export class CommitLoop {
     private readonly board: FragmentBoard,
     private readonly host: CommitLoopHost,
     logger: Logger,
-    clock: WallClock,
+    private readonly clock: WallClock,
   ) {
     this.failureLog = new StorageFailureLog(logger, clock);
   }
@@ -57,8 +63,40 @@ export class CommitLoop {
     this.commitFailuresToInject = count;
   }
 
-  /** Commits the writes of `commits` in one store transaction. */
+  /**
+   * Commits the writes of `commits` in one store transaction; over a logging store, in the next one
+   * due (LOGGED_COMMIT_GAP_MS), with the commits held until then.
+   */
   commit(commits: CommitAction[]): void {
+    if (this.store.logsWrites) {
+      // Bounded by the gap: a wall clock set back must not hold the writes for longer.
+      const waitMs = Math.min(
+        LOGGED_COMMIT_GAP_MS,
+        this.lastEndMs + LOGGED_COMMIT_GAP_MS - this.clock.nowMs(),
+      );
+      if (waitMs > 0 || this.heldTimer !== undefined) {
+        for (const c of commits) this.held.push(c);
+        this.heldTimer ??= setTimeout(this.startHeld, Math.max(0, waitMs));
+        return;
+      }
+    }
+    this.start(commits);
+  }
+
+  /** Stops the timer of held commits (their writes are in the log: a start replays them). */
+  close(): void {
+    if (this.heldTimer !== undefined) clearTimeout(this.heldTimer);
+    this.heldTimer = undefined;
+  }
+
+  private readonly startHeld = (): void => {
+    this.heldTimer = undefined;
+    const commits = this.held;
+    this.held = [];
+    this.host.afterAsync(() => this.start(commits));
+  };
+
+  private start(commits: CommitAction[]): void {
     if (this.commitFailuresToInject > 0) {
       this.commitFailuresToInject--;
       return this.committed(commits, new Error('commit failed on request (test hook)'));
@@ -145,6 +183,7 @@ export class CommitLoop {
   }
 
   private committed(commits: CommitAction[], err: unknown): void {
+    this.lastEndMs = this.clock.nowMs();
     const message = err === undefined ? '' : asStorageError(err).message;
     if (err === undefined) {
       this.evictOverShare();

@@ -736,6 +736,7 @@ export class WorkerRuntime implements RecordDecoder {
     this.drainWaiters.close();
     this.replicaWaits.close();
     this.sweeper.close();
+    this.commits.close();
     if (this.wakeTimer !== undefined) clearTimeout(this.wakeTimer);
     for (const f of this.actors.fragments()) {
       if (!this.actors.of(f).idle()) this.logger.warn({ fragment: f }, 'fragment not idle at close');
