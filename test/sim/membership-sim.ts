@@ -803,6 +803,13 @@ export class MembershipSim {
   protected updateReach(): void {
     const byId = new Map(this.nodes.map((n) => [n.id, n]));
     for (const x of this.nodes) {
+      if (this.running(x)) {
+        // Every member, voter or not: a table change may make one a voter.
+        for (const y of this.nodes) {
+          if (this.running(y) && (y === x || !this.cut.has(linkKey(x.id, y.id))))
+            this.lastReachedMs.set(linkKey(x.id, y.id), this.nowMs);
+        }
+      }
       const voters = this.voters(x);
       const majority = Math.floor(voters.length / 2) + 1;
       let reached = 0;
@@ -810,10 +817,7 @@ export class MembershipSim {
         for (const id of voters) {
           const y = byId.get(id);
           if (y === undefined || !this.running(y)) continue;
-          if (y === x || !this.cut.has(linkKey(x.id, y.id))) {
-            reached++;
-            this.lastReachedMs.set(linkKey(x.id, y.id), this.nowMs);
-          }
+          if (y === x || !this.cut.has(linkKey(x.id, y.id))) reached++;
         }
       }
       const now = reached >= majority;
