@@ -188,6 +188,13 @@ export const WAL_SEGMENT_BYTES_MIN = 64 * 1024;
 /** Largest segment: more only lengthens the replay after a crash. */
 export const WAL_SEGMENT_BYTES_MAX = 1024 * 1024 * 1024;
 
+/**
+ * How often a worker port sends the main thread its INFO commandstats, latencystats and errorstats
+ * figures when they moved: a snapshot of every command's counts and latency buckets, so not at the
+ * 100 ms of its plain counters.
+ */
+export const PORT_STATS_PUBLISH_INTERVAL_MS = 1_000;
+
 /** Queued operations per fragment per priority; a full queue answers Backpressure (spec §8.1). */
 export const QUEUE_OPS_MAX_DEFAULT = 8192;
 /** Background-priority operations each fragment admits per second (the seed's default, spec §1.3). */

@@ -39,6 +39,7 @@ import { BOARD_MEMORY_UNIT_BYTES, FragmentBoard } from '../threads/fragment-boar
 import type {
   ClientEndpoint,
   ClusterInit,
+  PortCommandStats,
   RelayReply,
   RelayRequest,
   WorkerInit,
@@ -194,6 +195,8 @@ export class Dispatcher implements KeyRouter {
   private workerPorts: { template: WorkerRespInit; ports: number[]; relay: WorkerPortRelay } | undefined;
   /** Per worker, who waits for its answer to a port command. */
   private readonly portWaiters: (((event: WorkerPortEvent) => void) | undefined)[] = [];
+  /** Each worker port's command figures as it last published them (INFO adds them up). */
+  private readonly portStats: (PortCommandStats | undefined)[] = [];
 
   constructor(
     private readonly config: NodeConfig,
@@ -939,6 +942,7 @@ export class Dispatcher implements KeyRouter {
       valueBytesMax: c.valueBytesMax,
       maxMemoryBytes: c.maxMemoryBytes,
       counters: portCounters.buffer,
+      stats: undefined,
       cluster:
         this.cluster === undefined
           ? undefined
@@ -982,6 +986,11 @@ export class Dispatcher implements KeyRouter {
     for (const link of this.links) link.post({ kind: 'resp-endpoints', endpoints });
   }
 
+  /** What each worker port last published of its commands (INFO commandstats, latencystats, errorstats). */
+  get workerPortStats(): readonly PortCommandStats[] {
+    return this.portStats.filter((s) => s !== undefined);
+  }
+
   /** The workers' RESP ports by worker index, while they are open. */
   get workerPortList(): readonly number[] | undefined {
     return this.workerPorts?.ports;
@@ -989,7 +998,12 @@ export class Dispatcher implements KeyRouter {
 
   private portInit(index: number): WorkerRespInit {
     const open = this.workerPorts!;
-    return { ...open.template, port: open.ports[index], ports: [...open.ports] };
+    return {
+      ...open.template,
+      port: open.ports[index],
+      ports: [...open.ports],
+      stats: this.portStats[index],
+    };
   }
 
   /** Sends a worker a port command and waits for its answer (one at a time per worker). */
@@ -1013,6 +1027,10 @@ export class Dispatcher implements KeyRouter {
   private onPortEvent(index: number, event: WorkerPortEvent): void {
     if (event.kind === 'relay') return this.relay(index, event);
     if (event.kind === 'relay-end') return this.workerPorts?.relay.endSession(index, event.session);
+    if (event.kind === 'resp-stats') {
+      this.portStats[index] = event.stats;
+      return;
+    }
     const waiter = this.portWaiters[index];
     if (waiter !== undefined) {
       this.portWaiters[index] = undefined;

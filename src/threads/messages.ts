@@ -3,6 +3,7 @@
 
 import type { FragmentConfig } from '../core/fragment.js';
 import type { Durability } from '../core/ops.js';
+import type { CommandStatsRow } from '../main/resp/command-stats.js';
 import type { StoreLocation } from '../native-bindings/kv-store.js';
 import type { PoolSpanRequest, ScanRequest } from './op-codec.js';
 
@@ -59,6 +60,15 @@ export interface WorkerRespInit {
   cluster: WorkerPortCluster | undefined;
   /** Where the ports publish their INFO counters (src/threads/port-counters.ts). */
   counters: SharedArrayBuffer;
+  /** What this port last published of its commands (`resp-stats`): a restarted worker counts on from it. */
+  stats: PortCommandStats | undefined;
+}
+
+/** A worker port's INFO commandstats, latencystats and errorstats figures, since the node started. */
+export interface PortCommandStats {
+  commands: CommandStatsRow[];
+  /** Error replies by code. */
+  errors: Array<[code: string, count: number]>;
 }
 
 /** What a worker port needs of the cluster: who serves each fragment, and where members serve clients. */
@@ -122,6 +132,8 @@ export type WorkerPortEvent =
   | { kind: 'resp-listening'; port: number }
   | { kind: 'resp-listen-failed'; message: string }
   | { kind: 'resp-closed' }
+  /** The port's command figures moved (sent at most every PORT_STATS_PUBLISH_INTERVAL_MS, and at close). */
+  | { kind: 'resp-stats'; stats: PortCommandStats }
   /** The client of a session went away: its connection on the main thread closes. */
   | { kind: 'relay-end'; session: number };
 
@@ -141,6 +153,7 @@ const WORKER_PORT_EVENTS = new Set([
   'resp-listening',
   'resp-listen-failed',
   'resp-closed',
+  'resp-stats',
 ]);
 const WORKER_PORT_COMMANDS = new Set([
   'resp-listen',

@@ -17,7 +17,11 @@ import { internalError, type TesseraError } from '../core/errors.js';
 import { FragmentOp, type ReplySink } from '../core/fragment.js';
 import { HybridLogicalClock } from '../core/hlc.js';
 import { Keyspace, slotOfRange } from '../core/keyspace.js';
-import { SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT, SLOWLOG_MAX_LEN_DEFAULT } from '../core/limits.js';
+import {
+  PORT_STATS_PUBLISH_INTERVAL_MS,
+  SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
+  SLOWLOG_MAX_LEN_DEFAULT,
+} from '../core/limits.js';
 import { Durability, OpKind, type Priority, type Reply } from '../core/ops.js';
 import { RATE_SAMPLE_INTERVAL_MS } from '../core/rate-window.js';
 import { isLive, recordBytes, writeRecordHeader } from '../core/record.js';
@@ -35,7 +39,7 @@ import { SlowLog } from '../main/resp/slowlog.js';
 import { TurnClock } from '../main/turn-clock.js';
 import type { ResultHandler } from '../main/worker-link.js';
 import { workerOfFragment } from '../native-bindings/manifest.js';
-import type { ClientEndpoint, RelayReply, RelayRequest, WorkerRespInit } from '../threads/messages.js';
+import type { ClientEndpoint, RelayReply, WorkerPortEvent, WorkerRespInit } from '../threads/messages.js';
 import { RESULT_HEADER_BYTES, resultRecordBytes, writeResultHeader } from '../threads/op-codec.js';
 import { PortCounter, PortCounters } from '../threads/port-counters.js';
 import { type OpReplies, writeOpReply } from './result-writer.js';
@@ -78,6 +82,9 @@ export class WorkerRespPort implements RespHost {
   private nextSessionId = 1;
   private nextRelayId = 1;
   private listeningPort = 0;
+  /** `commandStats.changes` plus the error replies counted, at the last `resp-stats` sent. */
+  private publishedChanges = 0;
+  private statsPublishedAtMs = 0;
   /** This port's row of the node's INFO counters, and its timer. */
   private readonly counters: PortCounters;
   private readonly publishTimer: NodeJS.Timeout;
@@ -86,8 +93,8 @@ export class WorkerRespPort implements RespHost {
     private readonly index: number,
     private readonly runtime: WorkerRuntime,
     private readonly init: WorkerRespInit,
-    /** Posts to the main thread: a command to run (`runElsewhere`), a session's end. */
-    private readonly post: (event: RelayRequest | { kind: 'relay-end'; session: number }) => void,
+    /** Posts to the main thread: a command to run (`runElsewhere`), a session's end, the port's figures. */
+    private readonly post: (event: WorkerPortEvent) => void,
     readonly logger: Logger,
   ) {
     this.settings = {
@@ -115,12 +122,19 @@ export class WorkerRespPort implements RespHost {
     stats.netOutputBytes = counters.read(index, PortCounter.NetOutputBytes);
     this.clients.received = counters.read(index, PortCounter.ConnectionsReceived);
     this.clients.rejected = counters.read(index, PortCounter.RejectedConnections);
+    if (init.stats !== undefined) {
+      this.commandStats.add(init.stats.commands);
+      for (const [code, count] of init.stats.errors) this.errorCodes.set(code, count);
+    }
     this.publishTimer = setInterval(() => this.publishCounters(), RATE_SAMPLE_INTERVAL_MS);
     this.publishTimer.unref();
   }
 
-  /** Writes this port's counters where the main thread's INFO reads them. */
-  private publishCounters(): void {
+  /**
+   * Writes this port's counters where the main thread's INFO reads them, and sends its command
+   * figures when they moved, at most every PORT_STATS_PUBLISH_INTERVAL_MS unless `final`.
+   */
+  private publishCounters(final = false): void {
     const c = this.counters;
     const i = this.index;
     const stats = this.stats;
@@ -135,6 +149,18 @@ export class WorkerRespPort implements RespHost {
     c.write(i, PortCounter.KeyspaceMisses, stats.keyspaceMisses);
     c.write(i, PortCounter.NetInputBytes, stats.netInputBytes);
     c.write(i, PortCounter.NetOutputBytes, stats.netOutputBytes);
+    const nowMs = Date.now();
+    if (!final && nowMs - this.statsPublishedAtMs < PORT_STATS_PUBLISH_INTERVAL_MS) return;
+    // A change in either: an error reply may come without a command (a protocol error).
+    let changes = this.commandStats.changes;
+    for (const count of this.errorCodes.values()) changes += count;
+    if (changes === this.publishedChanges) return;
+    this.publishedChanges = changes;
+    this.statsPublishedAtMs = nowMs;
+    this.post({
+      kind: 'resp-stats',
+      stats: { commands: this.commandStats.snapshot(), errors: [...this.errorCodes] },
+    });
   }
 
   /** Starts listening; resolves with the port once bound. */
@@ -349,7 +375,7 @@ export class WorkerRespPort implements RespHost {
   close(): Promise<void> {
     for (const conn of this.clients.values()) conn.close();
     clearInterval(this.publishTimer);
-    this.publishCounters();
+    this.publishCounters(true);
     return new Promise((resolve) => {
       if (!this.server.listening) resolve();
       else this.server.close(() => resolve());

@@ -147,6 +147,65 @@ test("INFO counts the worker ports' clients and commands with the main port's", 
   }
 });
 
+/** A command's INFO commandstats figures, read through `client` (zeros when it has none yet). */
+async function commandStat(
+  client: RawClient,
+  name: string,
+): Promise<{ calls: number; rejected: number; failed: number }> {
+  const m = new RegExp(
+    `cmdstat_${name}:calls=(\\d+),usec=\\d+,usec_per_call=[\\d.]+,rejected_calls=(\\d+),failed_calls=(\\d+)`,
+  ).exec(await client.call('INFO', 'commandstats'));
+  return m === null
+    ? { calls: 0, rejected: 0, failed: 0 }
+    : { calls: Number(m[1]), rejected: Number(m[2]), failed: Number(m[3]) };
+}
+
+test("INFO commandstats, latencystats and errorstats add up every port's commands, a handed-over one once", async () => {
+  // A node of its own: its figures start at 0, so each is checked exactly.
+  const own = await startResp({ label: 'resp-worker-ports-stats', server: { workerPorts: { base: 0 } } });
+  const [p0, p1] = own.server.workerPorts!;
+  const main = await RawClient.connect(own.port);
+  const w0 = await RawClient.connect(p0);
+  const w1 = await RawClient.connect(p1);
+  try {
+    const fragmentWorker = (key: string) =>
+      own.node.dispatcher.workerLinkOf(own.node.dispatcher.keyspace.fragmentOfSlot(slotOf(Buffer.from(key))))
+        .index;
+    const keyFor = (worker: number) => {
+      for (let i = 0; ; i++) if (fragmentWorker(`stats:${i}`) === worker) return `stats:${i}`;
+    };
+    const k0 = keyFor(0);
+    const k1 = keyFor(1);
+    // KEYS needs the node: the worker port hands it to the main thread, which counts it.
+    assert.equal(await w0.call('KEYS', 'nothing:*'), '*0\r\n');
+    for (let i = 0; i < 20; i++) {
+      assert.equal(await w0.call('APPEND', k0, 'v'), `:${i + 1}\r\n`);
+      assert.equal(await w1.call('APPEND', k1, 'v'), `:${i + 1}\r\n`);
+    }
+    for (let i = 0; i < 5; i++) assert.match(await main.call('APPEND', k0, 'v'), /^:\d+\r\n$/);
+    assert.match(await w1.call('INCR', k1), /^-ERR value is not an integer/);
+    assert.match(await w0.call('MSET', k0, 'a', k1, 'b'), /^-CROSSSLOT /);
+    // Each port sends its figures every PORT_STATS_PUBLISH_INTERVAL_MS, the last command's included.
+    // As Redis Cluster's: CROSSSLOT refuses the command before it runs.
+    await eventually(async () => (await commandStat(main, 'mset')).rejected === 1);
+    await eventually(async () => (await commandStat(main, 'incr')).failed === 1);
+    assert.deepEqual(await commandStat(main, 'append'), { calls: 45, rejected: 0, failed: 0 });
+    assert.deepEqual(await commandStat(main, 'incr'), { calls: 1, rejected: 0, failed: 1 });
+    assert.deepEqual(await commandStat(main, 'keys'), { calls: 1, rejected: 0, failed: 0 }, 'counted once');
+    const errorstats = await main.call('INFO', 'errorstats');
+    assert.match(errorstats, /errorstat_ERR:count=1\r\n/);
+    assert.match(errorstats, /errorstat_CROSSSLOT:count=1\r\n/);
+    assert.match(await main.call('INFO', 'latencystats'), /latency_percentiles_usec_append:p50=[\d.]+,p99=/);
+    // Through a worker port, INFO (run by the main thread) answers the same sums.
+    assert.deepEqual(await commandStat(w1, 'append'), { calls: 45, rejected: 0, failed: 0 });
+  } finally {
+    main.destroy();
+    w0.destroy();
+    w1.destroy();
+    await own.stop();
+  }
+});
+
 test('subscriptions through a worker port answer as on the main port, and get what is published', async () => {
   const onMain = await connect(fixture.port);
   const onWorker = await connect(ports[1]);
@@ -264,9 +323,18 @@ test('ioredis Cluster and redis-cli -c reach every key through the worker ports'
   assert.equal(cli('GET', key).stdout.trim(), 'through-redirect');
 });
 
-test('a worker restarted by its supervisor reopens its port', async () => {
+test('a worker restarted by its supervisor reopens its port and counts on from its published figures', async () => {
   const link = fixture.node.dispatcher.links[1];
   const restartsBefore = link.restarts;
+  const main = await connect(fixture.port);
+  const before = await connect(ports[1]);
+  // STRLEN: a command no other test here sends, so its count is this test's alone.
+  try {
+    assert.equal(await before.call('STRLEN', keyOf(1, 'restart:')), ':0\r\n');
+    await eventually(async () => (await commandStat(main, 'strlen')).calls === 1);
+  } finally {
+    before.destroy();
+  }
   link.crash();
   await eventually(() => link.restarts > restartsBefore && link.state === 'ready', 20_000);
   let client: RawClient | undefined;
@@ -282,7 +350,11 @@ test('a worker restarted by its supervisor reopens its port', async () => {
     const key = keyOf(1, 'restart:');
     assert.equal(await client!.call('SET', key, 'after'), '+OK\r\n');
     assert.equal(await client!.call('GET', key), '$5\r\nafter\r\n');
+    // The restarted port started from what it had published: INFO's sum goes on, not back.
+    assert.equal(await client!.call('STRLEN', key), ':5\r\n');
+    await eventually(async () => (await commandStat(main, 'strlen')).calls === 2);
   } finally {
     client!.destroy();
+    main.destroy();
   }
 });

@@ -4,7 +4,8 @@
 // `rejected` before they ran (arity, NOAUTH, OOM, a command not allowed while subscribed), and calls
 // that ran and answered with an error (`failed`). A container command is counted per subcommand
 // (`client|list`), as Redis 7 lists it. Counting is per command id in typed arrays: nothing is
-// allocated per command but a container command's name.
+// allocated per command but a container command's name. A worker port counts its own; INFO adds
+// their snapshots (by name) to the main port's.
 
 import { COMMAND_STATS_SUBCOMMANDS_MAX } from '../../core/limits.js';
 import type { RespCommand } from '../../core/resp-parser.js';
@@ -19,7 +20,25 @@ const LATENCY_BUCKETS = LINEAR_NS + EXPONENTS * SUB_BUCKETS;
 /** Redis 7's `latency-tracking-info-percentiles` default. */
 const LATENCY_PERCENTILES = [50, 99, 99.9] as const;
 
+/** One command's figures, as a worker port publishes them to the main thread (structured-cloned). */
+export interface CommandStatsRow {
+  /** Lower case; `container|sub` for a subcommand. */
+  name: string;
+  calls: number;
+  usec: number;
+  rejected: number;
+  failed: number;
+  /** The latency histogram's non-empty buckets as [bucket, count, bucket, count, …]. */
+  latency: number[];
+}
+
 export class CommandStats {
+  /** Bumped by every call counted: a publisher sends a snapshot only when it moved. */
+  changes = 0;
+  private readonly tableNames: readonly string[];
+  private readonly containers: ReadonlySet<number>;
+  /** Stat index of each of the table's commands, by lower-case name. */
+  private readonly byName = new Map<string, number>();
   private readonly names: string[];
   private readonly calls: Float64Array;
   private readonly usec: Float64Array;
@@ -36,7 +55,10 @@ export class CommandStats {
    * commands counted per subcommand.
    */
   constructor(names: readonly string[], containers: ReadonlySet<number>) {
+    this.tableNames = names;
+    this.containers = containers;
     this.names = names.map((n) => n.toLowerCase());
+    for (const [id, name] of this.names.entries()) this.byName.set(name, id);
     this.container = new Uint8Array(names.length);
     for (const id of containers) this.container[id] = 1;
     const capacity = names.length + COMMAND_STATS_SUBCOMMANDS_MAX;
@@ -65,6 +87,7 @@ export class CommandStats {
 
   /** A call of `stat` ran for `ms` of the main thread's time. */
   ran(stat: number, ms: number): void {
+    this.changes++;
     this.calls[stat]++;
     this.usec[stat] += ms * 1000;
     let histogram = this.latency[stat];
@@ -76,11 +99,72 @@ export class CommandStats {
   }
 
   reject(stat: number): void {
+    this.changes++;
     this.rejected[stat]++;
   }
 
   fail(stat: number): void {
+    this.changes++;
     this.failed[stat]++;
+  }
+
+  /** Every command called or refused, with its figures. */
+  snapshot(): CommandStatsRow[] {
+    const rows: CommandStatsRow[] = [];
+    for (let s = 0; s < this.names.length; s++) {
+      if (this.calls[s] === 0 && this.rejected[s] === 0 && this.failed[s] === 0) continue;
+      rows.push({
+        name: this.names[s],
+        calls: this.calls[s],
+        usec: this.usec[s],
+        rejected: this.rejected[s],
+        failed: this.failed[s],
+        latency: this.latency[s]?.buckets() ?? [],
+      });
+    }
+    return rows;
+  }
+
+  /** Adds another counter's rows (a worker port's) to these; a name not in the table is skipped. */
+  add(rows: readonly CommandStatsRow[]): void {
+    for (const row of rows) {
+      const stat = this.statByName(row.name);
+      if (stat === undefined) continue;
+      this.calls[stat] += row.calls;
+      this.usec[stat] += row.usec;
+      this.rejected[stat] += row.rejected;
+      this.failed[stat] += row.failed;
+      if (row.latency.length === 0) continue;
+      let histogram = this.latency[stat];
+      if (histogram === undefined) {
+        histogram = new LatencyHistogram();
+        this.latency[stat] = histogram;
+      }
+      histogram.addBuckets(row.latency);
+    }
+  }
+
+  /** A new counter holding these figures and `others`' added (INFO over every port). */
+  plus(others: readonly (readonly CommandStatsRow[])[]): CommandStats {
+    const total = new CommandStats(this.tableNames, this.containers);
+    total.add(this.snapshot());
+    for (const rows of others) total.add(rows);
+    return total;
+  }
+
+  /** The stat index of a row's name: a command's, a known or new subcommand's, else its container's. */
+  private statByName(name: string): number | undefined {
+    const own = this.byName.get(name) ?? this.subcommands.get(name);
+    if (own !== undefined) return own;
+    const bar = name.indexOf('|');
+    if (bar === -1) return undefined;
+    const container = this.byName.get(name.slice(0, bar));
+    if (container === undefined || this.container[container] === 0) return undefined;
+    if (this.subcommands.size >= COMMAND_STATS_SUBCOMMANDS_MAX) return container;
+    const stat = this.names.length;
+    this.names.push(name);
+    this.subcommands.set(name, stat);
+    return stat;
   }
 
   /** INFO commandstats rows, one per command called or refused since the start. */
@@ -123,6 +207,23 @@ export class LatencyHistogram {
   record(ns: number): void {
     this.counts[bucketOf(ns)]++;
     this.total++;
+  }
+
+  /** The non-empty buckets as [bucket, count, …]. */
+  buckets(): number[] {
+    const pairs: number[] = [];
+    for (let b = 0; b < LATENCY_BUCKETS; b++) if (this.counts[b] !== 0) pairs.push(b, this.counts[b]);
+    return pairs;
+  }
+
+  /** Adds another histogram's `buckets()`; pairs out of range are skipped. */
+  addBuckets(pairs: readonly number[]): void {
+    for (let i = 0; i + 1 < pairs.length; i += 2) {
+      const b = pairs[i];
+      if (!Number.isInteger(b) || b < 0 || b >= LATENCY_BUCKETS) continue;
+      this.counts[b] += pairs[i + 1];
+      this.total += pairs[i + 1];
+    }
   }
 
   /** The value at or below which `percentile` % of the values recorded fall (0 when none were). */

@@ -113,18 +113,24 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     stats.reject(stat);
     return true;
   }
-  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM).
-  conn.server.stats.commandsProcessed++;
+  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM). A
+  // command a worker port hands to the main thread is counted there, where it runs, not twice.
+  const here = conn.server.runsHere(conn, spec);
+  if (here) conn.server.stats.commandsProcessed++;
   conn.commandRan = spec;
-  conn.runningStat = stat;
+  conn.runningStat = here ? stat : -1;
   const errorsBefore = w.errorReplies;
-  const answeredNow = conn.server.runsHere(conn, spec)
-    ? spec.run(conn, cmd, w)
-    : conn.server.runElsewhere(conn, spec, cmd, w);
+  const answeredNow = here ? spec.run(conn, cmd, w) : conn.server.runElsewhere(conn, spec, cmd, w);
   // One clock read per command: its end is the next command's start (RespConnection.commandClockMs).
   const endMs = performance.now();
   const tookMs = endMs - conn.commandClockMs;
   conn.commandClockMs = endMs;
+  if (!here) {
+    conn.runningStat = -1;
+    // Handed over; else refused on this face (MONITOR on a worker port), which counts it.
+    if (!answeredNow) return false;
+    conn.server.stats.commandsProcessed++;
+  }
   stats.ran(stat, tookMs);
   const slowlog = conn.server.slowlog;
   if (tookMs * 1000 >= slowlog.slowerThanUs) slowlog.consider(spec, cmd, tookMs * 1000, conn);

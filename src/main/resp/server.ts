@@ -584,13 +584,17 @@ export class RespServer implements RespHost {
     if (wants('replication')) parts.push(await this.replicationSection(healthOnce));
     if (wants('cpu')) parts.push(await cpuSection());
     // As Redis's: commandstats and latencystats only when named or with `all`; errorstats by default.
+    // With worker ports, each port's figures as it last published them are added to this port's.
+    const portStats = this.node.dispatcher.workerPortStats;
+    const commandStats =
+      portStats.length === 0 ? this.commandStats : this.commandStats.plus(portStats.map((p) => p.commands));
     if (all || sections.includes('commandstats'))
-      parts.push(section('Commandstats', this.commandStats.commandRows()));
+      parts.push(section('Commandstats', commandStats.commandRows()));
     if (wants('errorstats')) {
-      const rows = [...this.errorCodes].map(([code, n]): [string, string] => [
-        `errorstat_${code}`,
-        `count=${n}`,
-      ]);
+      const errors = new Map(this.errorCodes);
+      for (const port of portStats)
+        for (const [code, n] of port.errors) errors.set(code, (errors.get(code) ?? 0) + n);
+      const rows = [...errors].map(([code, n]): [string, string] => [`errorstat_${code}`, `count=${n}`]);
       parts.push(section('Errorstats', rows));
     }
     if (wants('cluster')) {
@@ -606,7 +610,7 @@ export class RespServer implements RespHost {
     }
     if (wants('keyspace')) parts.push(await this.keyspaceSection());
     if (all || sections.includes('latencystats'))
-      parts.push(section('Latencystats', this.commandStats.latencyRows()));
+      parts.push(section('Latencystats', commandStats.latencyRows()));
     if (wants('tessera')) parts.push(await this.tesseraSection(healthOnce));
     return parts.join('\r\n');
   }
