@@ -111,6 +111,8 @@ export interface WorkerPortRelay {
   run(request: RelayRequest, push: (bytes: Uint8Array) => void): Promise<RelayReply>;
   endSession(worker: number, session: number): void;
   endSessionsOf(worker: number): void;
+  /** Shows the node's MONITOR clients what a worker port ran. */
+  monitor(lines: readonly string[]): void;
 }
 
 /** Runs an anti-entropy span read in the background pool. */
@@ -195,6 +197,8 @@ export class Dispatcher implements KeyRouter {
   private workerPorts: { template: WorkerRespInit; ports: number[]; relay: WorkerPortRelay } | undefined;
   /** Per worker, who waits for its answer to a port command. */
   private readonly portWaiters: (((event: WorkerPortEvent) => void) | undefined)[] = [];
+  /** Int32: the node's MONITOR clients, which the worker ports read (WorkerRespInit.monitors). */
+  private readonly monitorCount = new Int32Array(new SharedArrayBuffer(Int32Array.BYTES_PER_ELEMENT));
   /** Each worker port's command figures as it last published them (INFO adds them up). */
   private readonly portStats: (PortCommandStats | undefined)[] = [];
 
@@ -943,6 +947,7 @@ export class Dispatcher implements KeyRouter {
       maxMemoryBytes: c.maxMemoryBytes,
       counters: portCounters.buffer,
       stats: undefined,
+      monitors: this.monitorCount.buffer as SharedArrayBuffer,
       cluster:
         this.cluster === undefined
           ? undefined
@@ -986,6 +991,11 @@ export class Dispatcher implements KeyRouter {
     for (const link of this.links) link.post({ kind: 'resp-endpoints', endpoints });
   }
 
+  /** The node's MONITOR clients changed: while there are any, the worker ports send what they run. */
+  monitorsChanged(count: number): void {
+    Atomics.store(this.monitorCount, 0, count);
+  }
+
   /** What each worker port last published of its commands (INFO commandstats, latencystats, errorstats). */
   get workerPortStats(): readonly PortCommandStats[] {
     return this.portStats.filter((s) => s !== undefined);
@@ -1027,6 +1037,7 @@ export class Dispatcher implements KeyRouter {
   private onPortEvent(index: number, event: WorkerPortEvent): void {
     if (event.kind === 'relay') return this.relay(index, event);
     if (event.kind === 'relay-end') return this.workerPorts?.relay.endSession(index, event.session);
+    if (event.kind === 'monitor-lines') return this.workerPorts?.relay.monitor(event.lines);
     if (event.kind === 'resp-stats') {
       this.portStats[index] = event.stats;
       return;
@@ -1054,6 +1065,7 @@ export class Dispatcher implements KeyRouter {
         written: request.written,
         writtenSinceStamp: request.writtenSinceStamp,
         pubsubMode: false,
+        monitoring: false,
       });
     if (open === undefined) fail('the worker ports are closing');
     else {

@@ -60,6 +60,8 @@ export interface WorkerRespInit {
   cluster: WorkerPortCluster | undefined;
   /** Where the ports publish their INFO counters (src/threads/port-counters.ts). */
   counters: SharedArrayBuffer;
+  /** Int32: MONITOR clients on the node now (the main thread keeps it); while > 0 a port sends what it runs. */
+  monitors: SharedArrayBuffer;
   /** What this port last published of its commands (`resp-stats`): a restarted worker counts on from it. */
   stats: PortCommandStats | undefined;
 }
@@ -124,6 +126,8 @@ export interface RelayReply {
   writtenSinceStamp: number;
   /** Whether the connection is subscribed (RESP2 then takes only the subscription commands). */
   pubsubMode: boolean;
+  /** Whether the connection is a MONITOR (it then runs no keyspace command). */
+  monitoring: boolean;
 }
 
 /** Control messages about a worker's RESP port, worker → main. */
@@ -132,6 +136,8 @@ export type WorkerPortEvent =
   | { kind: 'resp-listening'; port: number }
   | { kind: 'resp-listen-failed'; message: string }
   | { kind: 'resp-closed' }
+  /** What this port ran while a MONITOR client is connected: the lines the monitors are shown. */
+  | { kind: 'monitor-lines'; lines: string[] }
   /** The port's command figures moved (sent at most every PORT_STATS_PUBLISH_INTERVAL_MS, and at close). */
   | { kind: 'resp-stats'; stats: PortCommandStats }
   /** The client of a session went away: its connection on the main thread closes. */
@@ -154,6 +160,7 @@ const WORKER_PORT_EVENTS = new Set([
   'resp-listen-failed',
   'resp-closed',
   'resp-stats',
+  'monitor-lines',
 ]);
 const WORKER_PORT_COMMANDS = new Set([
   'resp-listen',

@@ -34,6 +34,7 @@ import { type CommandSpec, commandStatsOfTable, crossSlot, keyArguments } from '
 import { ReplyFlusher, type ReplySlot, RespClients, type RespConnection } from '../main/resp/connection.js';
 import { type RespHost, RespPassword, type RespSettings } from '../main/resp/host.js';
 import { LatencyMonitor } from '../main/resp/latency-monitor.js';
+import { monitorLine } from '../main/resp/monitor.js';
 import { RespStats } from '../main/resp/server.js';
 import { SlowLog } from '../main/resp/slowlog.js';
 import { TurnClock } from '../main/turn-clock.js';
@@ -84,6 +85,10 @@ export class WorkerRespPort implements RespHost {
   private listeningPort = 0;
   /** `commandStats.changes` plus the error replies counted, at the last `resp-stats` sent. */
   private publishedChanges = 0;
+  /** Int32: MONITOR clients on the node (WorkerRespInit.monitors). */
+  private readonly monitorCount: Int32Array;
+  /** MONITOR lines of this turn, sent after it. */
+  private monitorLines: string[] = [];
   private statsPublishedAtMs = 0;
   /** This port's row of the node's INFO counters, and its timer. */
   private readonly counters: PortCounters;
@@ -113,6 +118,7 @@ export class WorkerRespPort implements RespHost {
     // A worker restarted after a crash counts on from what it published before.
     const counters = new PortCounters(init.counters);
     this.counters = counters;
+    this.monitorCount = new Int32Array(init.monitors);
     const stats = this.stats;
     stats.commandsProcessed = counters.read(index, PortCounter.CommandsProcessed);
     stats.closedErrorReplies = counters.read(index, PortCounter.ErrorReplies);
@@ -233,7 +239,24 @@ export class WorkerRespPort implements RespHost {
     this.sessionClients.get(session)?.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length));
   }
 
-  showToMonitors(): void {}
+  /** While a client of the node is a MONITOR (the main thread's count, shared). */
+  get monitored(): boolean {
+    return Atomics.load(this.monitorCount, 0) !== 0;
+  }
+
+  /** Gathers the lines of this turn's commands and sends them to the main thread once, after it. */
+  showToMonitors(from: RespConnection, cmd: RespCommand, spec: CommandSpec): void {
+    const line = monitorLine(from.remoteAddress, cmd, spec);
+    if (line === undefined) return;
+    this.monitorLines.push(line);
+    if (this.monitorLines.length === 1) setImmediate(this.sendMonitorLines);
+  }
+
+  private readonly sendMonitorLines = (): void => {
+    const lines = this.monitorLines;
+    this.monitorLines = [];
+    if (lines.length > 0) this.post({ kind: 'monitor-lines', lines });
+  };
 
   /** RESET: the client's subscriptions, kept in its session on the main thread, end with it. */
   unsubscribeAll(conn: RespConnection): void {
@@ -312,15 +335,11 @@ export class WorkerRespPort implements RespHost {
   }
 
   /**
-   * Has the main thread run a command that needs the node (a subscription: on the client's session);
-   * refuses one that needs the main port. The connection's later commands wait for its answer, as
-   * they would on the main port: a SET pipelined after a FLUSHALL must not run before it.
+   * Has the main thread run a command that needs the node (a subscription or MONITOR: on the
+   * client's session). The connection's later commands wait for its answer, as they would on the
+   * main port: a SET pipelined after a FLUSHALL must not run before it.
    */
-  runElsewhere(conn: RespConnection, spec: CommandSpec, cmd: RespCommand, w: RespWriter): boolean {
-    if (spec.needs === 'main-connection') {
-      w.error(`${spec.name} is served on the node's main RESP port, not on a worker port`);
-      return true;
-    }
+  runElsewhere(conn: RespConnection, spec: CommandSpec, cmd: RespCommand): boolean {
     const slot = conn.defer();
     const id = this.nextRelayId++;
     const session = spec.needs === 'session' ? this.sessionOf(conn) : 0;
@@ -361,7 +380,10 @@ export class WorkerRespPort implements RespHost {
     const { slot, session, answered } = relayed;
     const conn = slot.conn;
     // Subscribed or not is the session's (RESP2 then limits the client to the subscription commands).
-    if (session !== 0) conn.pubsubMode = reply.pubsubMode;
+    if (session !== 0) {
+      conn.pubsubMode = reply.pubsubMode;
+      conn.monitoring = reply.monitoring;
+    }
     conn.writtenFragments.clear();
     for (const fragment of reply.written) conn.writtenFragments.add(fragment);
     conn.writtenSinceStamp = reply.writtenSinceStamp;

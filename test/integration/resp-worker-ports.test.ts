@@ -117,10 +117,6 @@ test('keyless commands answer on a worker port as on the main port; connection s
     // HELLO switches this connection, on this port, to RESP3.
     assert.match(await w1.call('HELLO', '3'), /^%/);
     assert.equal(await w1.call('GET', keyOf(1, 'absent:')), '_\r\n');
-    assert.equal(
-      await w1.call('MONITOR'),
-      "-ERR MONITOR is served on the node's main RESP port, not on a worker port\r\n",
-    );
     // WAIT runs on the main thread for this connection: without peers no replica exists.
     assert.equal(await w1.call('WAIT', '0', '0'), ':0\r\n');
     assert.deepEqual(await w1.call('WAITAOF', '1', '0', '0'), '*2\r\n:1\r\n:0\r\n');
@@ -203,6 +199,42 @@ test("INFO commandstats, latencystats and errorstats add up every port's command
     w0.destroy();
     w1.destroy();
     await own.stop();
+  }
+});
+
+test('MONITOR through the main port or a worker port shows what every port runs, a handed-over command once', async () => {
+  const onMain = await connect(fixture.port);
+  const onWorker = await connect(ports[0]);
+  const client = await connect(ports[1]);
+  const other = await connect(fixture.port);
+  try {
+    assert.equal(await onMain.call('MONITOR'), '+OK\r\n');
+    assert.equal(await onWorker.call('MONITOR'), '+OK\r\n');
+    // A monitor runs no keyspace command, on a worker port as on the main port.
+    assert.match(await onWorker.call('GET', keyOf(0, 'mon:')), /^-ERR /);
+    const key = keyOf(1, 'mon:');
+    assert.equal(await client.call('SET', key, 'seen'), '+OK\r\n');
+    // DBSIZE is handed to the main thread, which runs it, and shows it, once.
+    assert.match(await client.call('DBSIZE'), /^:\d+\r\n$/);
+    assert.equal(await other.call('GET', key), '$4\r\nseen\r\n');
+    assert.equal(await client.call('ECHO', 'mon-end'), '$7\r\nmon-end\r\n');
+    const expected = [`"SET" "${key}" "seen"`, '"DBSIZE"', `"GET" "${key}"`, '"ECHO" "mon-end"'];
+    for (const monitor of [onMain, onWorker]) {
+      const shown: string[] = [];
+      while (shown.at(-1) !== '"ECHO" "mon-end"') {
+        const line = (await monitor.readReply()).toString('latin1');
+        const match = /^\+\d+\.\d{6} \[0 [^\]]+\] (.*)\r\n$/.exec(line);
+        assert.ok(match !== null, `a MONITOR line: ${line}`);
+        shown.push(match[1]);
+      }
+      assert.deepEqual(
+        shown.filter((line) => expected.includes(line)),
+        expected,
+        `each once, in order: ${shown.join(' | ')}`,
+      );
+    }
+  } finally {
+    for (const c of [onMain, onWorker, client, other]) c.destroy();
   }
 });
 

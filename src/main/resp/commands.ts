@@ -53,11 +53,10 @@ export interface CommandSpec {
    * What the command needs besides its keys, that only the main thread has: `node`, the whole node
    * (INFO, CONFIG, CLUSTER, a scan of every fragment, WAIT) — a worker port has it run there;
    * `session`, subscriptions, which the node delivers on the main thread — a worker port runs it
-   * there on a connection kept for its client, whose pushes come back to the client; or
-   * `main-connection`, what only the main port can serve (MONITOR shows the commands the main
-   * thread runs) — a worker port refuses it, naming the main port.
+   * there on a connection kept for its client, whose pushes come back to the client (MONITOR's
+   * feed too).
    */
-  needs?: 'node' | 'session' | 'main-connection';
+  needs?: 'node' | 'session';
   /** Runs the command: true when it answered into `w` now, false when it deferred a reply slot. */
   run(conn: RespConnection, cmd: RespCommand, w: RespWriter): boolean;
 }
@@ -113,24 +112,23 @@ export function executeCommand(conn: RespConnection, cmd: RespCommand, w: RespWr
     stats.reject(stat);
     return true;
   }
-  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM). A
-  // command a worker port hands to the main thread is counted there, where it runs, not twice.
-  const here = conn.server.runsHere(conn, spec);
-  if (here) conn.server.stats.commandsProcessed++;
+  // A command a worker port hands to the main thread is counted (and shown to MONITOR) there, where
+  // it runs: not twice.
+  if (!conn.server.runsHere(conn, spec)) {
+    const answeredNow = conn.server.runElsewhere(conn, spec, cmd, w);
+    conn.commandClockMs = performance.now();
+    return answeredNow;
+  }
+  // As Redis counts: commands that ran, not those refused before (unknown, arity, NOAUTH, OOM).
+  conn.server.stats.commandsProcessed++;
   conn.commandRan = spec;
-  conn.runningStat = here ? stat : -1;
+  conn.runningStat = stat;
   const errorsBefore = w.errorReplies;
-  const answeredNow = here ? spec.run(conn, cmd, w) : conn.server.runElsewhere(conn, spec, cmd, w);
+  const answeredNow = spec.run(conn, cmd, w);
   // One clock read per command: its end is the next command's start (RespConnection.commandClockMs).
   const endMs = performance.now();
   const tookMs = endMs - conn.commandClockMs;
   conn.commandClockMs = endMs;
-  if (!here) {
-    conn.runningStat = -1;
-    // Handed over; else refused on this face (MONITOR on a worker port), which counts it.
-    if (!answeredNow) return false;
-    conn.server.stats.commandsProcessed++;
-  }
   stats.ran(stat, tookMs);
   const slowlog = conn.server.slowlog;
   if (tookMs * 1000 >= slowlog.slowerThanUs) slowlog.consider(spec, cmd, tookMs * 1000, conn);

@@ -351,7 +351,7 @@ export class RespConnection implements PubSubClient {
       if (w === this.scratch && w.length > 0) this.park(this.defer());
     }
     // After its own reply is placed: a monitoring client sees its PING answered, then shown.
-    if (this.server.monitors.size !== 0 && this.commandRan !== undefined)
+    if (this.server.monitored && this.commandRan !== undefined)
       this.server.showToMonitors(this, command, this.commandRan);
   }
 

@@ -34,8 +34,10 @@ export interface RespHost {
   readonly errorCodes: Map<string, number>;
   readonly slowlog: SlowLog;
   readonly latencyMonitor: LatencyMonitor;
-  /** Connections in MONITOR mode (only the main port has them). */
+  /** Connections in MONITOR mode (only the main thread has them: a worker port's run in a session there). */
   readonly monitors: Set<RespConnection>;
+  /** Whether some client of the node is a MONITOR: each command run is then shown (`showToMonitors`). */
+  readonly monitored: boolean;
   readonly logger: Logger;
   readonly requiresAuth: boolean;
   readonly settings: RespSettings;

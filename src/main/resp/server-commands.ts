@@ -870,7 +870,7 @@ export const SERVER_COMMANDS: CommandSpec[] = [
   { name: 'WAIT', arity: 3, flags: [], keys: NONE, needs: 'node', run: wait },
   { name: 'WAITAOF', arity: 4, flags: [], keys: NONE, needs: 'node', run: waitaof },
   { name: 'SHUTDOWN', arity: -1, flags: [], keys: NONE, needs: 'node', run: shutdown },
-  { name: 'MONITOR', arity: 1, flags: [], keys: NONE, needs: 'main-connection', run: monitor },
+  { name: 'MONITOR', arity: 1, flags: [], keys: NONE, needs: 'session', run: monitor },
   { name: 'TESSERA.BACKUP', arity: 1, flags: [], keys: NONE, needs: 'node', run: backup },
   { name: 'TESSERA.DURABILITY', arity: -1, flags: ['fast'], keys: NONE, run: durability },
 ];

@@ -156,7 +156,7 @@ export class RespServer implements RespHost {
   readonly slowlog: SlowLog;
   readonly latencyMonitor: LatencyMonitor;
   /** Connections in MONITOR mode. */
-  readonly monitors = new Set<RespConnection>();
+  readonly monitors = new MonitorSet((count) => this.node.dispatcher.monitorsChanged(count));
   readonly logger: Logger;
   private readonly commandRate: RateWindow;
   private readonly inputRate: RateWindow;
@@ -269,6 +269,7 @@ export class RespServer implements RespHost {
             run: (request, push) => server.runRelayed(request, push),
             endSession: (worker, session) => server.endSession(worker, session),
             endSessionsOf: (worker) => server.endSessionsOf(worker),
+            monitor: (lines) => server.showLines(lines),
           },
         );
         node.cluster?.announceWorkerPorts(ports, node.dispatcher.groupCount);
@@ -390,6 +391,15 @@ export class RespServer implements RespHost {
     const line = monitorLine(from.remoteAddress, cmd, spec);
     if (line === undefined) return;
     for (const monitor of this.monitors) monitor.sendLine(line);
+  }
+
+  get monitored(): boolean {
+    return this.monitors.size !== 0;
+  }
+
+  /** MONITOR's feed of what a worker port ran (its lines made there). */
+  showLines(lines: readonly string[]): void {
+    for (const monitor of this.monitors) for (const line of lines) monitor.sendLine(line);
   }
 
   flushSoon(conn: RespConnection): void {
@@ -916,6 +926,25 @@ const sessionKey = (worker: number, session: number): string => `${worker}:${ses
  * A session's (`push` given) lives on: what it writes between commands (Pub/Sub messages) is pushed
  * to its client.
  */
+/** The MONITOR clients, telling the worker ports how many there are as it changes. */
+class MonitorSet extends Set<RespConnection> {
+  constructor(private readonly changed: (count: number) => void) {
+    super();
+  }
+
+  override add(conn: RespConnection): this {
+    super.add(conn);
+    this.changed(this.size);
+    return this;
+  }
+
+  override delete(conn: RespConnection): boolean {
+    const had = super.delete(conn);
+    if (had) this.changed(this.size);
+    return had;
+  }
+}
+
 class RelaySocket implements RespSocket {
   readonly writableLength = 0;
   readonly localAddress = undefined;
@@ -965,6 +994,7 @@ class RelaySocket implements RespSocket {
         written: conn.writtenFragments.toArray(),
         writtenSinceStamp: conn.writtenSinceStamp,
         pubsubMode: conn.pubsubMode,
+        monitoring: conn.monitoring,
       });
       if (this.push === undefined) conn.close();
     }
