@@ -39,6 +39,13 @@ export class CommitLoop {
   private readonly failureLog: StorageFailureLog;
   /** Over a logging store: when the last transaction ended, and the commits held for the next. */
   private lastEndMs = Number.NEGATIVE_INFINITY;
+  /**
+   * The last transaction or log append failed (a full disk): commits start as they come, each
+   * turn's alone, as without a log. Held, the writes would pile up into transactions that no
+   * longer fit while the log keeps the space; and writes that the log could not take are
+   * acknowledged only once committed.
+   */
+  private failing = false;
   private held: CommitAction[] = [];
   private heldTimer: NodeJS.Timeout | undefined;
 
@@ -68,7 +75,7 @@ export class CommitLoop {
    * due (LOGGED_COMMIT_GAP_MS), with the commits held until then.
    */
   commit(commits: CommitAction[]): void {
-    if (this.store.logsWrites) {
+    if (this.store.logsWrites && !this.failing) {
       // Bounded by the gap: a wall clock set back must not hold the writes for longer.
       const waitMs = Math.min(
         LOGGED_COMMIT_GAP_MS,
@@ -135,6 +142,8 @@ export class CommitLoop {
     }));
     const failure = this.store.log(writes);
     const logged = failure === undefined;
+    // A log that cannot append (a full disk) holds nothing: its writes wait for their commits.
+    if (!logged) this.failing = true;
     if (!logged)
       this.failureLog.log(
         'write-ahead log append failed; these writes are acknowledged once committed',
@@ -184,6 +193,7 @@ export class CommitLoop {
 
   private committed(commits: CommitAction[], err: unknown): void {
     this.lastEndMs = this.clock.nowMs();
+    this.failing = err !== undefined;
     const message = err === undefined ? '' : asStorageError(err).message;
     if (err === undefined) {
       this.evictOverShare();

@@ -23,19 +23,23 @@ function recordingStore(logsWrites: boolean): {
   store: KvStore;
   transactions: number[][];
   ended: () => Promise<void>;
+  /** The next transactions fail, as on a full disk, until set back to false. */
+  failing: { now: boolean };
 } {
   const transactions: number[][] = [];
+  const failing = { now: false };
   let last = Promise.resolve();
   const store = {
     logsWrites,
     commit(writes: FragmentWrites[]): Promise<void> {
       transactions.push(writes.map((w) => w.fragment));
-      last = Promise.resolve();
+      last = failing.now ? Promise.reject(new Error('disk full')) : Promise.resolve();
       return last;
     },
+    log: () => (failing.now ? 'disk full' : undefined),
     memoryBytes: () => 0,
   } as unknown as KvStore;
-  return { store, transactions, ended: () => last };
+  return { store, transactions, ended: () => last.catch(() => {}), failing };
 }
 
 function commitLoop(store: KvStore): { loop: CommitLoop; events: Array<[number, FragmentEvent]> } {
@@ -100,6 +104,29 @@ describe('commit loop', () => {
     // Its timer would have fired within the gap; three gaps later the store has seen nothing more.
     await new Promise((resolve) => setTimeout(resolve, LOGGED_COMMIT_GAP_MS * 3));
     assert.deepEqual(transactions, [[0]]);
+  });
+
+  it('after a failed transaction or log append, commits every turn at once until one succeeds', async () => {
+    const { store, transactions, ended, failing } = recordingStore(true);
+    const { loop, events } = commitLoop(store);
+    failing.now = true;
+    loop.commit([commit(0, 1)]);
+    await ended();
+    loop.commit([commit(1, 1)]);
+    assert.deepEqual(transactions, [[0], [1]], 'the store is failing: nothing is held');
+    await ended();
+    failing.now = false;
+    loop.commit([commit(2, 1)]);
+    await ended();
+    loop.commit([commit(3, 1)]);
+    assert.deepEqual(transactions, [[0], [1], [2]], 'a success: the gap holds again');
+    loop.log([{ kind: 'log', fragment: 3, generation: 2, puts: [] }]);
+    failing.now = true;
+    loop.log([{ kind: 'log', fragment: 1, generation: 2, puts: [] }]);
+    loop.commit([commit(1, 2)]);
+    assert.deepEqual(transactions.at(-1), [1], 'a log that cannot append: commits start at once');
+    assert.ok(events.some(([f, e]) => f === 1 && e.kind === 'log-failed'));
+    loop.close();
   });
 
   it('over a store that keeps no log, commits every turn at once', async () => {
