@@ -1,7 +1,7 @@
 // The worker's group commit and sync. A turn's commit actions, from every fragment that ran, become
 // one store transaction (and over a store that logs, its log actions one append before it, and the
 // transaction waits until LOGGED_COMMIT_GAP_MS after the last one ended, taking the commits of every
-// turn meanwhile); every
+// turn meanwhile, unless the store is failing); every
 // stable write waiting when a sync starts shares its one fsync, and those arriving meanwhile wait
 // for the next. The outcome goes back to each fragment's actor as an
 // event; a failing store is logged at a bounded rate.

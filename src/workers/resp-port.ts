@@ -89,6 +89,7 @@ export class WorkerRespPort implements RespHost {
   private readonly monitorCount: Int32Array;
   /** MONITOR lines of this turn, sent after it. */
   private monitorLines: string[] = [];
+  /** When the last `resp-stats` was sent. */
   private statsPublishedAtMs = 0;
   /** This port's row of the node's INFO counters, and its timer. */
   private readonly counters: PortCounters;

@@ -920,12 +920,6 @@ const CRLF = Buffer.from('\r\n', 'latin1');
 /** A worker-port client's session, named by its worker and the worker's session number. */
 const sessionKey = (worker: number, session: number): string => `${worker}:${session}`;
 
-/**
- * The main thread's end of a relayed command's connection: the connection reads the command from it
- * and writes its reply to it; the reply is whole once the connection has no command left in flight.
- * A session's (`push` given) lives on: what it writes between commands (Pub/Sub messages) is pushed
- * to its client.
- */
 /** The MONITOR clients, telling the worker ports how many there are as it changes. */
 class MonitorSet extends Set<RespConnection> {
   constructor(private readonly changed: (count: number) => void) {
@@ -945,6 +939,12 @@ class MonitorSet extends Set<RespConnection> {
   }
 }
 
+/**
+ * The main thread's end of a relayed command's connection: the connection reads the command from it
+ * and writes its reply to it; the reply is whole once the connection has no command left in flight.
+ * A session's (`push` given) lives on: what it writes between commands (Pub/Sub messages) is pushed
+ * to its client.
+ */
 class RelaySocket implements RespSocket {
   readonly writableLength = 0;
   readonly localAddress = undefined;
