@@ -107,9 +107,17 @@ describe('a cluster that grows by joins', () => {
     // Every acknowledged write is served through every node (the joined ones forward to the holder).
     for (const n of [b, c]) {
       const redis = await n.client();
-      // Until the coordinator's table reaches a joined node, it knows no replica and says so.
-      await eventually(async () => (await redis.get(acked[0]!).catch(() => null)) === 'v0', CONDITION_MS_MAX);
-      const values = await redis.mget(...acked);
+      // Until the coordinator's table reaches a joined node, it knows no replica of a fragment and
+      // says so: wait until it knows every fragment the keys are in.
+      let values: (string | null)[] = [];
+      await eventually(async () => {
+        try {
+          values = await redis.mget(...acked);
+          return true;
+        } catch {
+          return false;
+        }
+      }, CONDITION_MS_MAX);
       assert.deepEqual(
         values,
         acked.map((k) => `v${k.slice('join-key-'.length)}`),
