@@ -86,6 +86,11 @@ export class FragmentOp implements ModifyRequest {
    * replication batch's acknowledgement, a client's wait for its writes, but not a scan or a backup.
    */
   durabilityOnly = false;
+  /**
+   * Fence: a scan's, which reads the pending writes over the store when it fails — so while the
+   * store keeps failing it is answered StorageFailed at once, not at the next commit retry.
+   */
+  answersWhileFailing = false;
   /** Where the reply goes when the worker itself issued the op (replication), instead of the ring. */
   sink: ReplySink | undefined = undefined;
   /**
@@ -364,6 +369,11 @@ export class FragmentCore {
     return this.commitFailures >= COMMIT_ATTEMPTS_MAX;
   }
 
+  /** What an op refused while the store keeps failing is told. */
+  private failingMessage(): string {
+    return `store is failing: ${this.commitError}`;
+  }
+
   /** True while the fragment holds writes not yet committed to the store. */
   hasUncommitted(): boolean {
     return this.unflushed.size > 0 || this.logged.size > 0 || this.flushing.size > 0;
@@ -467,7 +477,7 @@ export class FragmentCore {
     // While commits keep failing, writes are refused rather than held in memory without end; reads
     // and fences go on (a fence is answered by the next commit, or its failure).
     if (this.storeFailing() && (op.kind === OpKind.Write || op.kind === OpKind.Modify)) {
-      return this.reply(op, Reply.StorageFailed, undefined, false, `store is failing: ${this.commitError}`);
+      return this.reply(op, Reply.StorageFailed, undefined, false, this.failingMessage());
     }
     if (this.queues[op.priority].push(op)) return;
     this.shed[op.priority]++;
@@ -499,6 +509,8 @@ export class FragmentCore {
       case OpKind.Modify:
         return this.executeModify(op);
       case OpKind.Fence:
+        if (op.answersWhileFailing && this.storeFailing())
+          return this.reply(op, Reply.StorageFailed, undefined, false, this.failingMessage());
         return this.await(op, Reply.FenceReached, false);
     }
   }

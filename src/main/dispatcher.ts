@@ -479,7 +479,8 @@ export class Dispatcher implements KeyRouter {
 
   /**
    * Asks the fragment's serving replica (`here`: this node's worker) to answer once everything
-   * admitted before has reached `durability`.
+   * admitted before has reached `durability`; `forScan`: a scan's fence, answered at once while the
+   * store keeps failing (the scan then reads the writes it could not take laid over it).
    */
   submitFence<T>(
     fragment: number,
@@ -487,7 +488,7 @@ export class Dispatcher implements KeyRouter {
     priority: Priority,
     handler: ResultHandler<T>,
     token: T,
-    here = false,
+    { here = false, forScan = false }: { here?: boolean; forScan?: boolean } = {},
   ): TesseraError | undefined {
     // A fragment dropped here has nothing to fence in this node's workers (close fences them all).
     if (here && this.kept[fragment] === 0) {
@@ -502,7 +503,7 @@ export class Dispatcher implements KeyRouter {
       link.buffer,
       at,
       OpKind.Fence,
-      requestFlags(priority, durability),
+      requestFlags(priority, durability) | (forScan ? RequestFlag.ForScan : 0),
       fragment,
       link.reqId,
       EMPTY,

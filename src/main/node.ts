@@ -898,7 +898,9 @@ export class Tessera {
     const fences: Promise<void>[] = [];
     for (let f = 0; f < this.config.fragments; f++) {
       const deferred = new Deferred<void>();
-      const error = this.dispatcher.submitFence(f, durability, Priority.High, fenceHandler, deferred, here);
+      const error = this.dispatcher.submitFence(f, durability, Priority.High, fenceHandler, deferred, {
+        here,
+      });
       if (error !== undefined) deferred.reject(error);
       fences.push(deferred.promise);
     }

@@ -167,13 +167,20 @@ export class Scanner {
     });
   }
 
-  /** Resolves once every write acknowledged to `fragment` is committed (visible to other readers). */
+  /**
+   * Resolves once every write acknowledged to `fragment` is committed (visible to other readers);
+   * rejects at once while its store keeps failing.
+   */
   private fence(fragment: number): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      const error = this.dispatcher.submitFence(fragment, Durability.Store, Priority.Default, fenceHandler, {
-        resolve,
-        reject,
-      });
+      const error = this.dispatcher.submitFence(
+        fragment,
+        Durability.Store,
+        Priority.Default,
+        fenceHandler,
+        { resolve, reject },
+        { forScan: true },
+      );
       if (error !== undefined) reject(error);
     });
   }

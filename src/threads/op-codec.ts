@@ -192,6 +192,8 @@ export const RequestFlag = {
   WantsPrior: 1 << 5,
   /** A fence also waits for replica acknowledgements (the replica-wait parameters follow its key). */
   ReplicaWait: 1 << 6,
+  /** A scan's fence: answered StorageFailed at once while the store keeps failing (`answersWhileFailing`). */
+  ForScan: 1 << 7,
 } as const;
 
 export const REPLICA_WAIT_PARAMS_BYTES = 6;
@@ -288,6 +290,8 @@ export const requestHeaderOnly = (buf: Buffer, at: number): boolean =>
   (buf[at + FLAGS_AT] & RequestFlag.HeaderOnly) !== 0;
 export const requestWantsPrior = (buf: Buffer, at: number): boolean =>
   (buf[at + FLAGS_AT] & RequestFlag.WantsPrior) !== 0;
+export const requestForScan = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & RequestFlag.ForScan) !== 0;
 export const requestFragment = (buf: Buffer, at: number): number => readU16LE(buf, at + FRAGMENT_AT);
 export const requestId = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);
 export const requestKeyBytes = (buf: Buffer, at: number): number => readU16LE(buf, at + KEY_BYTES_AT);

@@ -60,6 +60,7 @@ import {
   readScanRequest,
   reconcileVerifies,
   requestDurability,
+  requestForScan,
   requestFragment,
   requestHeaderOnly,
   requestId,
@@ -329,6 +330,7 @@ export class WorkerRuntime implements RecordDecoder {
     const op = new FragmentOp(kind, reqId, priority, durability, key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = wantsPrior;
+    op.answersWhileFailing = kind === OpKind.Fence && requestForScan(buf, at);
     if (kind === OpKind.Fence && requestReplicaWait(buf, at)) {
       op.durabilityOnly = true;
       this.replicaWaits.admit(op, fragment, readReplicaWaitParams(buf, at));
@@ -357,6 +359,7 @@ export class WorkerRuntime implements RecordDecoder {
     }
     this.scans.set(reqId, scan);
     const fence = new FragmentOp(OpKind.Fence, reqId, priority, Durability.Store, EMPTY_KEY, EMPTY_KEY);
+    fence.answersWhileFailing = true;
     this.requestEvent.op = fence;
     core.step(this.requestEvent);
     this.activate(core);

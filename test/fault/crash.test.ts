@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Tessera } from '../../src/main/node.js';
 import type { StoreKind } from '../../src/native-bindings/kv-store.js';
+import { killedAtExit } from '../integration/children.js';
 import { tempDir } from '../integration/helpers.js';
 
 const WRITER = fileURLToPath(new URL('./crash-writer.js', import.meta.url));
@@ -20,9 +21,11 @@ async function crashWhileWriting(
   dataDir: string,
   durability: string,
 ): Promise<Set<number>> {
-  const child = spawn(process.execPath, [WRITER, store, dataDir, durability], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = killedAtExit(
+    spawn(process.execPath, [WRITER, store, dataDir, durability], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  );
   const acked = new Set<number>();
   const exited = new Promise<NodeJS.Signals | null>((resolve) =>
     child.on('exit', (_code, signal) => resolve(signal)),

@@ -9,6 +9,7 @@ import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Tessera } from '../../src/main/node.js';
+import { killedAtExit } from './children.js';
 import { tempDir } from './helpers.js';
 import { RawClient } from './resp-helpers.js';
 
@@ -18,12 +19,14 @@ for (const trigger of ['SIGTERM', 'SIGINT', 'SHUTDOWN'] as const) {
   test(`starts, logs readiness as JSON, and shuts down gracefully on ${trigger}`, async () => {
     const dir = await tempDir('cli');
     try {
-      const child = spawn(
-        process.execPath,
-        [MAIN, '--data-dir', dir.path, '--workers', '2', '--fragments', '8', '--port', '0'],
-        {
-          stdio: ['ignore', 'pipe', 'inherit'],
-        },
+      const child = killedAtExit(
+        spawn(
+          process.execPath,
+          [MAIN, '--data-dir', dir.path, '--workers', '2', '--fragments', '8', '--port', '0'],
+          {
+            stdio: ['ignore', 'pipe', 'inherit'],
+          },
+        ),
       );
       const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
       const lines: Array<Record<string, unknown>> = [];
@@ -66,10 +69,24 @@ for (const trigger of ['SIGTERM', 'SIGINT', 'SHUTDOWN'] as const) {
 
 test('tessera status and tessera placement ask a running node through its admin port', async () => {
   const dir = await tempDir('cli-admin');
-  const child = spawn(
-    process.execPath,
-    [MAIN, '--data-dir', dir.path, '--workers', '1', '--fragments', '4', '--port', '0', '--admin-port', '0'],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
+  const child = killedAtExit(
+    spawn(
+      process.execPath,
+      [
+        MAIN,
+        '--data-dir',
+        dir.path,
+        '--workers',
+        '1',
+        '--fragments',
+        '4',
+        '--port',
+        '0',
+        '--admin-port',
+        '0',
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    ),
   );
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   try {

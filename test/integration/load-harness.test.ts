@@ -18,6 +18,7 @@ import { renderSvg } from '../../bench/load/report-svg.js';
 import { runLoad } from '../../bench/load/run.js';
 import { WORKLOAD_NAMES } from '../../bench/load/workloads.js';
 import { ZipfianGenerator, zeta } from '../../bench/load/zipfian.js';
+import { killedAtExit } from './children.js';
 import { tempDir } from './helpers.js';
 import { type RespFixture, startResp } from './resp-helpers.js';
 
@@ -412,7 +413,9 @@ function assertWellFormed(xml: string): void {
 
 function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [LOAD_MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = killedAtExit(
+      spawn(process.execPath, [LOAD_MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }),
+    );
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));

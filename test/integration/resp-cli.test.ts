@@ -8,6 +8,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { killedAtExit } from './children.js';
 import { tempDir } from './helpers.js';
 import { onPath, REQUIRE_REDIS_TOOLS } from './resp-helpers.js';
 
@@ -44,10 +45,12 @@ interface CliNode {
 }
 
 async function startCliNode(dataDir: string, extra: string[] = []): Promise<CliNode> {
-  const child = spawn(
-    process.execPath,
-    [MAIN, '--data-dir', dataDir, '--port', '0', '--workers', '2', '--fragments', '8', ...extra],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
+  const child = killedAtExit(
+    spawn(
+      process.execPath,
+      [MAIN, '--data-dir', dataDir, '--port', '0', '--workers', '2', '--fragments', '8', ...extra],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    ),
   );
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const lines: Array<Record<string, unknown>> = [];

@@ -11,6 +11,7 @@ import { freePorts } from '../../bench/ports.js';
 import type { TesseraOptions } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
 import { RespServer, type RespServerOptions } from '../../src/main/resp/server.js';
+import { killedAtExit } from './children.js';
 import { eventually, tempDir } from './helpers.js';
 
 export interface RespFixture {
@@ -170,10 +171,12 @@ export function comparedServers(
 export async function startRedisServer(label: string): Promise<RedisServer> {
   const dir = await tempDir(label);
   const [port] = await freePorts(1);
-  const child = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir.path],
-    { stdio: 'ignore' },
+  const child = killedAtExit(
+    spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir.path],
+      { stdio: 'ignore' },
+    ),
   );
   const raws: RawClient[] = [];
   await eventually(async () => {

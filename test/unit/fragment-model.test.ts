@@ -14,6 +14,8 @@ import fc from 'fast-check';
 import { type FragmentAction, FragmentCore, FragmentOp } from '../../src/core/fragment.js';
 import {
   BACKGROUND_OPS_PER_SEC_DEFAULT,
+  COMMIT_ATTEMPTS_MAX,
+  COMMIT_RETRY_DELAY_MS_MAX,
   FLUSH_PENDING_BYTES_MAX,
   FLUSH_PENDING_WRITES_MAX,
   LOGGED_PENDING_BYTES_MAX,
@@ -420,4 +422,56 @@ test('over a write-ahead log, no generation is logged while LOGGED_PENDING_BYTES
   assert.deepEqual(kinds(), ['commit', 'log']);
   core.step({ kind: 'logged', generation: 4 });
   assert.deepEqual(kinds(), ['reply 4']);
+});
+
+test("while the store keeps failing, a scan's fence is answered StorageFailed at once; a plain fence waits for the next commit", () => {
+  const core = new FragmentCore(
+    {
+      fragment: 0,
+      valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
+      storedHighWaterWallMs: 0,
+      queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
+      backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
+      flushIntervalMs: 0,
+      flushWritesMax: FLUSH_PENDING_WRITES_MAX,
+      flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+    },
+    { get: () => undefined },
+    START_MS,
+  );
+  const actions: FragmentAction[] = [];
+  let nowMs = START_MS;
+  const run = (): FragmentAction[] => {
+    core.step({ kind: 'run', nowMs, budget: QUEUE_OPS_MAX_DEFAULT });
+    core.takeActions(actions);
+    return actions.splice(0);
+  };
+  const record = encodeRecord(false, START_MS, 0, 0, WRITERS[0], Buffer.from('v'));
+  core.step({
+    kind: 'request',
+    op: new FragmentOp(OpKind.Write, 1, Priority.Default, Durability.Store, key(1), record),
+  });
+  let pending = run();
+  // Every commit fails until the store counts as failing.
+  for (let failures = 0; failures < COMMIT_ATTEMPTS_MAX; failures++) {
+    const commit = pending.find((a) => !(a instanceof FragmentOp) && a.kind === 'commit');
+    assert.ok(commit !== undefined && !(commit instanceof FragmentOp) && commit.kind === 'commit');
+    core.step({ kind: 'commit-failed', generation: commit.generation, message: 'disk full' });
+    core.takeActions(actions);
+    actions.splice(0);
+    nowMs += COMMIT_RETRY_DELAY_MS_MAX;
+    pending = failures + 1 < COMMIT_ATTEMPTS_MAX ? run() : [];
+  }
+  const scanFence = new FragmentOp(OpKind.Fence, 2, Priority.Default, Durability.Store, EMPTY, EMPTY);
+  scanFence.answersWhileFailing = true;
+  const plainFence = new FragmentOp(OpKind.Fence, 3, Priority.Default, Durability.Store, EMPTY, EMPTY);
+  core.step({ kind: 'request', op: scanFence });
+  core.step({ kind: 'request', op: plainFence });
+  const replies = run().filter((a): a is FragmentOp => a instanceof FragmentOp);
+  assert.deepEqual(
+    replies.map((op) => [op.reqId, REPLY_NAMES[op.reply]]),
+    [[2, REPLY_NAMES[Reply.StorageFailed]]],
+  );
+  assert.match(replies[0].text, /store is failing: disk full/);
+  assert.ok(core.hasUncommitted(), 'the write it could not commit is still pending, for the scan to read');
 });
