@@ -20,6 +20,11 @@ export const ErrorKind = {
    * serving replica and will replicate, but is not known to be on the replicas asked for.
    */
   ReplicaTimeout: 10,
+  /**
+   * No replica of the key's fragment is reachable from this node, or it does not know one yet (it
+   * just joined): nothing was applied; retry once the cluster has settled.
+   */
+  Unavailable: 11,
 } as const;
 export type ErrorKind = (typeof ErrorKind)[keyof typeof ErrorKind];
 
@@ -34,6 +39,7 @@ export const ERROR_CODES: Record<ErrorKind, string> = {
   [ErrorKind.Internal]: 'TESSERA_INTERNAL',
   [ErrorKind.OutOfMemory]: 'TESSERA_OUT_OF_MEMORY',
   [ErrorKind.ReplicaTimeout]: 'TESSERA_REPLICA_TIMEOUT',
+  [ErrorKind.Unavailable]: 'TESSERA_UNAVAILABLE',
 };
 
 /** The version that beat a write reported as Superseded. */
@@ -60,7 +66,7 @@ export class TesseraError extends Error {
 }
 
 export function isErrorKind(n: number): n is ErrorKind {
-  return n >= ErrorKind.ShuttingDown && n <= ErrorKind.ReplicaTimeout && Number.isInteger(n);
+  return n >= ErrorKind.ShuttingDown && n <= ErrorKind.Unavailable && Number.isInteger(n);
 }
 
 export const shuttingDown = (): TesseraError =>
@@ -96,6 +102,9 @@ export const outOfMemory = (usedBytes: number, maxBytes: number): TesseraError =
 
 export const invalidInput = (what: string): TesseraError =>
   new TesseraError(ErrorKind.InvalidInput, `invalid input: ${what}`);
+
+export const unavailable = (fragment: number): TesseraError =>
+  new TesseraError(ErrorKind.Unavailable, `no replica of fragment ${fragment} is reachable`);
 
 export const networkError = (what: string): TesseraError =>
   new TesseraError(ErrorKind.Network, `network error: ${what}`);

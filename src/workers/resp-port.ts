@@ -30,7 +30,14 @@ import type { RespWriter } from '../core/resp-writer.js';
 import { type KeyRouter, NOT_LOCAL, type WriteSpec } from '../main/key-router.js';
 import { listenOn } from '../main/listen.js';
 import { SERVING_HELD } from '../main/mesh/failover-catch-up.js';
-import { type CommandSpec, commandStatsOfTable, crossSlot, keyArguments } from '../main/resp/commands.js';
+import {
+  type CommandSpec,
+  commandStatsOfTable,
+  crossSlot,
+  keyArguments,
+  SLOT_NOT_SERVED,
+  writeErrorText,
+} from '../main/resp/commands.js';
 import { ReplyFlusher, type ReplySlot, RespClients, type RespConnection } from '../main/resp/connection.js';
 import { type RespHost, RespPassword, type RespSettings } from '../main/resp/host.js';
 import { LatencyMonitor } from '../main/resp/latency-monitor.js';
@@ -282,7 +289,7 @@ export class WorkerRespPort implements RespHost {
     }
     if (target === this.index) return false;
     if (target === NOT_SERVED) {
-      w.errorCode('CLUSTERDOWN', 'Hash slot not served');
+      writeErrorText(w, SLOT_NOT_SERVED);
       return true;
     }
     if (target === CATCHING_UP) {

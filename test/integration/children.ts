@@ -1,24 +1,45 @@
-// Child processes a test starts: none outlives the test process.
+// What a test starts and may not stop: a test that times out never reaches its own cleanup, and a
+// child process or a server it left running would keep the file's process — and so the whole test
+// run — from ending. Under the test runner, what is left is released once every test of the file
+// has run; children still running when the process exits are killed.
 
 import type { ChildProcess } from 'node:child_process';
+import { after } from 'node:test';
 
-/** Children still running, killed when this test process exits (`killedAtExit`). */
+/** Releases still to run (a child's kill, a fixture's stop). */
+const leftovers = new Set<() => Promise<void> | void>();
+/** Children still running. */
 const runningChildren = new Set<ChildProcess>();
-let killsAtExit = false;
 
-/**
- * Kills `child` with SIGKILL if it still runs when this process exits: a test that timed out never
- * reaches its own cleanup, and the runner (`--test-force-exit`) then ends the file without it.
- */
+// NODE_TEST_CONTEXT is set in the processes `node --test` runs files in; the crash tools that use
+// this module also run as plain programs, which must not start a test harness.
+if (process.env.NODE_TEST_CONTEXT !== undefined) after(releaseLeftovers);
+process.once('exit', () => {
+  for (const child of runningChildren) child.kill('SIGKILL');
+});
+
+/** Kills `child` with SIGKILL if it still runs once the file's tests have run, or when this process exits. */
 export function killedAtExit<T extends ChildProcess>(child: T): T {
-  if (!killsAtExit) process.once('exit', killRunningChildren);
-  killsAtExit = true;
+  const kill = () => {
+    child.kill('SIGKILL');
+  };
   runningChildren.add(child);
-  child.once('exit', () => runningChildren.delete(child));
+  leftovers.add(kill);
+  child.once('exit', () => {
+    runningChildren.delete(child);
+    leftovers.delete(kill);
+  });
   return child;
 }
 
-function killRunningChildren(): void {
-  for (const child of runningChildren) child.kill('SIGKILL');
-  runningChildren.clear();
+/** Runs `release` once the file's tests have run, unless the returned function is called first. */
+export function releasedAfterTests(release: () => Promise<void> | void): () => void {
+  leftovers.add(release);
+  return () => leftovers.delete(release);
+}
+
+async function releaseLeftovers(): Promise<void> {
+  const releases = [...leftovers];
+  leftovers.clear();
+  await Promise.allSettled(releases.map(async (release) => release()));
 }

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import type { TesseraOptions } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
 import type { StoreKind } from '../../src/native-bindings/kv-store.js';
+import { releasedAfterTests } from './children.js';
 
 export const STORES: StoreKind[] = ['lmdb', 'level', 'memory'];
 export const DURABLE_STORES: StoreKind[] = ['lmdb', 'level'];
@@ -24,9 +25,11 @@ export async function withNode(
 ): Promise<void> {
   const dir = await tempDir(label);
   const node = await Tessera.start({ ...options, dataDir: dir.path });
+  const forget = releasedAfterTests(() => node.close());
   try {
     await body(node);
   } finally {
+    forget();
     await node.close();
     await dir.cleanup();
   }

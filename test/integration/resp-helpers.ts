@@ -11,7 +11,7 @@ import { freePorts } from '../../bench/ports.js';
 import type { TesseraOptions } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
 import { RespServer, type RespServerOptions } from '../../src/main/resp/server.js';
-import { killedAtExit } from './children.js';
+import { killedAtExit, releasedAfterTests } from './children.js';
 import { eventually, tempDir } from './helpers.js';
 
 export interface RespFixture {
@@ -66,6 +66,16 @@ export async function startResp(options: RespFixtureOptions): Promise<RespFixtur
   const { port } = server.address;
   const clients: Redis[] = [];
   const raws: RawClient[] = [];
+  let stopped: Promise<void> | undefined;
+  const stop = (): Promise<void> =>
+    (stopped ??= (async () => {
+      for (const c of clients) c.disconnect();
+      for (const r of raws) r.destroy();
+      await server.close();
+      await node.close();
+      await dir.cleanup();
+    })());
+  releasedAfterTests(stop);
   return {
     node,
     server,
@@ -81,13 +91,7 @@ export async function startResp(options: RespFixtureOptions): Promise<RespFixtur
       raws.push(client);
       return client;
     },
-    async stop(): Promise<void> {
-      for (const c of clients) c.disconnect();
-      for (const r of raws) r.destroy();
-      await server.close();
-      await node.close();
-      await dir.cleanup();
-    },
+    stop,
   };
 }
 

@@ -11,7 +11,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { type FragmentAction, FragmentCore, FragmentOp } from '../../src/core/fragment.js';
+import {
+  type FragmentAction,
+  type FragmentConfig,
+  FragmentCore,
+  FragmentOp,
+} from '../../src/core/fragment.js';
 import {
   BACKGROUND_OPS_PER_SEC_DEFAULT,
   COMMIT_ATTEMPTS_MAX,
@@ -129,21 +134,7 @@ class Harness {
     private readonly logsWrites = false,
   ) {
     const reader = { get: (_f: number, key: Uint8Array) => this.store.get(key[0]) };
-    this.core = new FragmentCore(
-      {
-        fragment: 0,
-        valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
-        storedHighWaterWallMs: 0,
-        queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
-        backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
-        flushIntervalMs,
-        flushWritesMax: FLUSH_PENDING_WRITES_MAX,
-        flushBytesMax: FLUSH_PENDING_BYTES_MAX,
-        logsWrites,
-      },
-      reader,
-      this.nowMs,
-    );
+    this.core = new FragmentCore(coreConfig({ flushIntervalMs, logsWrites }), reader, this.nowMs);
   }
 
   get waiting(): number {
@@ -344,6 +335,21 @@ class Harness {
 const EMPTY = Buffer.alloc(0);
 const key = (k: number): Buffer => Buffer.from([k]);
 
+/** Fragment 0's configuration with the default limits, flushed at once unless `overrides` say otherwise. */
+function coreConfig(overrides: Partial<FragmentConfig>): FragmentConfig {
+  return {
+    fragment: 0,
+    valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
+    storedHighWaterWallMs: 0,
+    queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
+    backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
+    flushIntervalMs: 0,
+    flushWritesMax: FLUSH_PENDING_WRITES_MAX,
+    flushBytesMax: FLUSH_PENDING_BYTES_MAX,
+    ...overrides,
+  };
+}
+
 test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, through queues, expiry, sweeps, failed commits and syncs, with and without a write-ahead log', () => {
   fc.assert(
     fc.property(
@@ -372,17 +378,7 @@ test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, t
 test('over a write-ahead log, no generation is logged while LOGGED_PENDING_BYTES_MAX wait for the store, until a commit takes them', () => {
   const store = new Map<string, Buffer>();
   const core = new FragmentCore(
-    {
-      fragment: 0,
-      valueBytesMax: LOGGED_PENDING_BYTES_MAX,
-      storedHighWaterWallMs: 0,
-      queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
-      backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
-      flushIntervalMs: 0,
-      flushWritesMax: FLUSH_PENDING_WRITES_MAX,
-      flushBytesMax: FLUSH_PENDING_BYTES_MAX,
-      logsWrites: true,
-    },
+    coreConfig({ valueBytesMax: LOGGED_PENDING_BYTES_MAX, logsWrites: true }),
     { get: (_f, k) => store.get(Buffer.from(k).toString('latin1')) },
     START_MS,
   );
@@ -425,20 +421,7 @@ test('over a write-ahead log, no generation is logged while LOGGED_PENDING_BYTES
 });
 
 test("while the store keeps failing, a scan's fence is answered StorageFailed at once; a plain fence waits for the next commit", () => {
-  const core = new FragmentCore(
-    {
-      fragment: 0,
-      valueBytesMax: VALUE_BYTES_MAX_DEFAULT,
-      storedHighWaterWallMs: 0,
-      queueOpsMax: QUEUE_OPS_MAX_DEFAULT,
-      backgroundOpsPerSec: BACKGROUND_OPS_PER_SEC_DEFAULT,
-      flushIntervalMs: 0,
-      flushWritesMax: FLUSH_PENDING_WRITES_MAX,
-      flushBytesMax: FLUSH_PENDING_BYTES_MAX,
-    },
-    { get: () => undefined },
-    START_MS,
-  );
+  const core = new FragmentCore(coreConfig({}), { get: () => undefined }, START_MS);
   const actions: FragmentAction[] = [];
   let nowMs = START_MS;
   const run = (): FragmentAction[] => {

@@ -17,7 +17,7 @@ import type { AssignmentTable, CoordinatorIdentity, ReplicaMove } from '../../co
 import { copyRange } from '../../core/bytes.js';
 import type { MemberView as CoordinatorMemberView } from '../../core/coordinator.js';
 import type { EpochPromise } from '../../core/coordinator-machine.js';
-import { networkError, type TesseraError } from '../../core/errors.js';
+import { networkError, type TesseraError, unavailable } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import { type ForwardView, forwardStep } from '../../core/forwarding.js';
 import { CAPABILITY_CLIENT_PORTS } from '../../core/handshake.js';
@@ -1259,9 +1259,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const member = this.servingMember(fragment);
     if (member === this.config.selfIndex) return this.failover.link(fragment);
     if (member === -1) {
-      this.unreachable[fragment] ??= new UnreachableLink(
-        networkError(`no replica of fragment ${fragment} is reachable`),
-      );
+      this.unreachable[fragment] ??= new UnreachableLink(unavailable(fragment));
       return this.unreachable[fragment];
     }
     return this.peerLinks[member];

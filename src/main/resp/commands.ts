@@ -240,29 +240,38 @@ export function answerLater<T>(
 
 /** The reply for an error a Tessera operation failed with. */
 export function writeFailure(w: RespWriter, error: TesseraError): void {
+  writeErrorText(w, failureText(error));
+}
+
+/** The RESP error text, code first, for an error a Tessera operation failed with. */
+export function failureText(error: TesseraError): string {
   switch (error.kind) {
     case ErrorKind.Backpressure:
       // Clients (ioredis in cluster mode among them) retry TRYAGAIN after a pause.
-      w.errorCode('TRYAGAIN', error.message);
-      return;
+      return `TRYAGAIN ${error.message}`;
     case ErrorKind.InvalidInput:
-      w.error(error.message.replace(/^invalid input: /, ''));
-      return;
+      return `ERR ${error.message.replace(/^invalid input: /, '')}`;
     case ErrorKind.OutOfMemory:
-      writeOutOfMemory(w);
-      return;
+      return OUT_OF_MEMORY;
     case ErrorKind.ReplicaTimeout:
       // As Redis words a write refused for want of replicas (min-replicas-to-write).
-      w.errorCode('NOREPLICAS', error.message);
-      return;
+      return `NOREPLICAS ${error.message}`;
+    case ErrorKind.Unavailable:
+      // As Redis Cluster words a slot no node serves; cluster clients refresh their map and retry.
+      return `${SLOT_NOT_SERVED} (${error.message})`;
     default:
-      w.error(error.message);
+      return `ERR ${error.message}`;
   }
 }
 
+/** Redis Cluster's answer for a hash slot no reachable node serves. */
+export const SLOT_NOT_SERVED = 'CLUSTERDOWN Hash slot not served';
+
 /** Redis's answer to a command that adds data while used memory is over `maxmemory`. */
+const OUT_OF_MEMORY = "OOM command not allowed when used memory > 'maxmemory'.";
+
 function writeOutOfMemory(w: RespWriter): void {
-  w.errorCode('OOM', "command not allowed when used memory > 'maxmemory'.");
+  writeErrorText(w, OUT_OF_MEMORY);
 }
 
 /** Redis Cluster's answer to a command whose keys span hash slots. */

@@ -7,7 +7,7 @@
 import { assert } from '../../core/assert.js';
 import { parseBitfieldAnswers } from '../../core/bitfield.js';
 import type { WallClock } from '../../core/clock.js';
-import { ErrorKind, type TesseraError } from '../../core/errors.js';
+import type { TesseraError } from '../../core/errors.js';
 import { parseInt64 } from '../../core/int64.js';
 import { slotOf } from '../../core/keyspace.js';
 import { parseLcsRanges } from '../../core/lcs.js';
@@ -21,7 +21,7 @@ import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/o
 import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec, type WriteSpec } from '../key-router.js';
 import { resultError } from '../result-error.js';
 import type { ResultHandler } from '../worker-link.js';
-import { crossSlot, writeErrorText, writeFailure } from './commands.js';
+import { crossSlot, failureText, writeErrorText, writeFailure } from './commands.js';
 import type { ReplySlot, RespConnection } from './connection.js';
 
 // Reply modes: what a deferred reply answers, kept in its slot (ReplySlot.mode). The three kinds
@@ -164,7 +164,7 @@ export function readPart(
     conn.readReplica,
   );
   if (error !== undefined) {
-    slot.error ??= error.message;
+    slot.error ??= failureText(error);
     slot.parts--;
   }
 }
@@ -311,7 +311,7 @@ function submit(
   conn.writtenFragments.add(dispatcher.lastWriteFragment);
   if (error !== undefined) {
     if (token instanceof WritePart) {
-      slot.error ??= error.message;
+      slot.error ??= failureText(error);
       slot.parts--;
     } else failSlot(slot, error);
     return;
@@ -471,13 +471,7 @@ function failSlot(slot: ReplySlot, error: TesseraError | string): void {
 export function finishParts(slot: ReplySlot): void {
   if (slot.parts > 0) return;
   const w = slot.conn.beginReply(slot);
-  if (slot.error !== null)
-    writeErrorText(
-      w,
-      slot.error.startsWith('ERR ') || slot.error.startsWith(`${NO_REPLICAS} `)
-        ? slot.error
-        : `ERR ${slot.error}`,
-    );
+  if (slot.error !== null) writeErrorText(w, slot.error);
   else if (slot.values !== null) {
     w.arrayHeader(slot.values.length);
     for (const v of slot.values) {
@@ -519,8 +513,8 @@ const readHandler: ResultHandler<ReplySlot> = {
 };
 
 /** One part of a multi-key command is in (with its error, if it failed); the last one answers. */
-function partDone(slot: ReplySlot, error: string | undefined): void {
-  if (error !== undefined) slot.error ??= error;
+function partDone(slot: ReplySlot, error: TesseraError | undefined): void {
+  if (error !== undefined) slot.error ??= failureText(error);
   slot.parts--;
   finishParts(slot);
 }
@@ -533,14 +527,11 @@ const partReadHandler: ResultHandler<ReadPart> = {
     } else if (status === Reply.NotFound) part.slot.conn.server.stats.lookup(false);
     partDone(
       part.slot,
-      status === Reply.Found || status === Reply.NotFound ? undefined : resultError(buf, at, length).message,
+      status === Reply.Found || status === Reply.NotFound ? undefined : resultError(buf, at, length),
     );
   },
-  onFailure: (part, error) => partDone(part.slot, error.message),
+  onFailure: (part, error) => partDone(part.slot, error),
 };
-
-/** The code of a write applied but short of the replica acknowledgements it asked for, as Redis's. */
-const NO_REPLICAS = 'NOREPLICAS';
 
 /** Whether a write result means the write holds (applied, already there, or expired on arrival). */
 function writeHeld(status: number): boolean {
@@ -565,13 +556,9 @@ const partWriteHandler: ResultHandler<WritePart> = {
   onResult(part, buf, at, length) {
     const status = resultStatus(buf, at);
     if (writeHeld(status) && status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
-    partDone(part.slot, writeHeld(status) ? undefined : resultError(buf, at, length).message);
+    partDone(part.slot, writeHeld(status) ? undefined : resultError(buf, at, length));
   },
-  onFailure: (part, error) =>
-    partDone(
-      part.slot,
-      error.kind === ErrorKind.ReplicaTimeout ? `${NO_REPLICAS} ${error.message}` : error.message,
-    ),
+  onFailure: (part, error) => partDone(part.slot, error),
 };
 
 const modifyHandler: ResultHandler<ReplySlot> = {
