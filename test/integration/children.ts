@@ -12,8 +12,9 @@ const leftovers = new Set<() => Promise<void> | void>();
 const runningChildren = new Set<ChildProcess>();
 
 // NODE_TEST_CONTEXT is set in the processes `node --test` runs files in; the crash tools that use
-// this module also run as plain programs, which must not start a test harness.
-if (process.env.NODE_TEST_CONTEXT !== undefined) after(releaseLeftovers);
+// this module also run as plain programs, which must not start a test harness. The hook is added
+// once the file's own code has run, so that the file's `after` hooks (a stop it checks) run first.
+if (process.env.NODE_TEST_CONTEXT !== undefined) setImmediate(() => after(releaseLeftovers));
 process.once('exit', () => {
   for (const child of runningChildren) child.kill('SIGKILL');
 });

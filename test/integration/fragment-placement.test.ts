@@ -181,10 +181,12 @@ test('two nodes: a fragment held again pulls its peer’s keys; replica lists op
     unwatch();
     const first = rounds.find((r) => r.ok)!;
     assert.equal(first.member, A);
+    // A round cut short (the sender reconnecting) keeps what it pulled; the next one pulls the rest.
+    const upToFirst = rounds.slice(0, rounds.indexOf(first) + 1);
     assert.equal(
-      first.keysPulled,
+      upToFirst.reduce((n, r) => n + r.keysPulled, 0),
       keys.length + behind.length,
-      'the copy was removed: every key is pulled back',
+      `the copy was removed: every key is pulled back (rounds ${JSON.stringify(upToFirst)})`,
     );
     for (const key of keys) assert.equal(await readOnWorker(b, key), `v-${key}`);
     for (const key of behind) assert.equal(await readOnWorker(b, key), `w-${key}`);
