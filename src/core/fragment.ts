@@ -475,7 +475,7 @@ export class FragmentCore {
 
   private admit(op: FragmentOp): void {
     // While commits keep failing, writes are refused rather than held in memory without end; reads
-    // and fences go on (a fence is answered by the next commit, or its failure).
+    // and fences go on (a fence is answered by the next commit, or its failure; a scan's at once).
     if (this.storeFailing() && (op.kind === OpKind.Write || op.kind === OpKind.Modify)) {
       return this.reply(op, Reply.StorageFailed, undefined, false, this.failingMessage());
     }

@@ -330,10 +330,12 @@ export class WorkerRuntime implements RecordDecoder {
     const op = new FragmentOp(kind, reqId, priority, durability, key, record);
     op.headerOnly = requestHeaderOnly(buf, at);
     op.wantsPrior = wantsPrior;
-    op.answersWhileFailing = kind === OpKind.Fence && requestForScan(buf, at);
-    if (kind === OpKind.Fence && requestReplicaWait(buf, at)) {
-      op.durabilityOnly = true;
-      this.replicaWaits.admit(op, fragment, readReplicaWaitParams(buf, at));
+    if (kind === OpKind.Fence) {
+      op.answersWhileFailing = requestForScan(buf, at);
+      if (requestReplicaWait(buf, at)) {
+        op.durabilityOnly = true;
+        this.replicaWaits.admit(op, fragment, readReplicaWaitParams(buf, at));
+      }
     }
     if (params !== undefined) {
       op.modifier = params.modifier;

@@ -30,7 +30,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { killedAtExit } from '../integration/children.js';
+import { killedAfterTests } from '../integration/children.js';
 import { FusePassthrough } from './fuse-passthrough.js';
 import { encodeReply, IN_HEADER_BYTES, Opcode, opcodeName, readInHeader } from './fuse-wire.js';
 import { encodeOp, OP_LOG_MAGIC, type Op } from './op-log.js';
@@ -286,7 +286,7 @@ export async function startRecorder(options: RecorderOptions): Promise<Recorder>
     options.log,
     '--watch-parent',
   ];
-  const child = killedAtExit(
+  const child = killedAfterTests(
     spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }),
   );
   let stderr = '';

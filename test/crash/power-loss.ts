@@ -21,7 +21,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { StoreKind } from '../../src/native-bindings/kv-store.js';
-import { killedAtExit } from '../integration/children.js';
+import { killedAfterTests } from '../integration/children.js';
 import { seededFractions } from '../unit/fixtures/xorshift32.js';
 import { type CrashChoice, CrashStateBuilder, writeCrashState } from './crash-states.js';
 import { startRecorder } from './fuse-recorder.js';
@@ -108,7 +108,7 @@ async function runWriter(scenario: Scenario, dataDir: string): Promise<WriteReco
   const random = seededFractions(scenario.seed ^ 0x5eed);
   const killAfterAcks = Math.floor(scenario.writes * (0.3 + 0.6 * random()));
   const history = workload(scenario.seed, scenario.keys, scenario.writes);
-  const child = killedAtExit(
+  const child = killedAfterTests(
     spawn(process.execPath, writerCommand(scenario, dataDir), {
       stdio: ['ignore', 'pipe', 'inherit'],
     }),
@@ -186,7 +186,7 @@ class Checker {
   #start(): ChildProcess {
     if (this.#child !== undefined) return this.#child;
     // LMDB_RESTORE=safe: open each env as after a reboot, at its newest flushed state (state-checker.ts).
-    const child = killedAtExit(
+    const child = killedAfterTests(
       spawn(process.execPath, [script('state-checker.js')], {
         stdio: ['pipe', 'pipe', 'inherit'],
         env: { ...process.env, LMDB_RESTORE: 'safe' },

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Tessera } from '../../src/main/node.js';
 import type { StoreKind } from '../../src/native-bindings/kv-store.js';
-import { killedAtExit } from '../integration/children.js';
+import { killedAfterTests } from '../integration/children.js';
 import { tempDir } from '../integration/helpers.js';
 
 const WRITER = fileURLToPath(new URL('./crash-writer.js', import.meta.url));
@@ -21,7 +21,7 @@ async function crashWhileWriting(
   dataDir: string,
   durability: string,
 ): Promise<Set<number>> {
-  const child = killedAtExit(
+  const child = killedAfterTests(
     spawn(process.execPath, [WRITER, store, dataDir, durability], {
       stdio: ['ignore', 'pipe', 'inherit'],
     }),

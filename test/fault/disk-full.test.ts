@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
-import { killedAtExit } from '../integration/children.js';
+import { killedAfterTests } from '../integration/children.js';
 import { infoOf, localBuffers, NodeProcess } from '../integration/cluster-helpers.js';
 import { eventually, tempDir } from '../integration/helpers.js';
 
@@ -63,7 +63,7 @@ if (!available && process.env.TESSERA_REQUIRE_SMALL_FS === '1') throw new Error(
 
 /** A process holding a mount namespace with a small tmpfs at `dir`; nodes enter it with `launcher`. */
 async function smallFileSystem(dir: string): Promise<{ launcher: string[]; grow(): void; close(): void }> {
-  const holder: ChildProcess = killedAtExit(
+  const holder: ChildProcess = killedAfterTests(
     spawn('unshare', ['--mount', '--propagation', 'private', 'sleep', '3600'], { stdio: 'ignore' }),
   );
   const pid = holder.pid;

@@ -20,7 +20,7 @@ process.once('exit', () => {
 });
 
 /** Kills `child` with SIGKILL if it still runs once the file's tests have run, or when this process exits. */
-export function killedAtExit<T extends ChildProcess>(child: T): T {
+export function killedAfterTests<T extends ChildProcess>(child: T): T {
   const kill = () => {
     child.kill('SIGKILL');
   };

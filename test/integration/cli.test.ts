@@ -9,7 +9,7 @@ import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Tessera } from '../../src/main/node.js';
-import { killedAtExit } from './children.js';
+import { killedAfterTests } from './children.js';
 import { tempDir } from './helpers.js';
 import { RawClient } from './resp-helpers.js';
 
@@ -19,7 +19,7 @@ for (const trigger of ['SIGTERM', 'SIGINT', 'SHUTDOWN'] as const) {
   test(`starts, logs readiness as JSON, and shuts down gracefully on ${trigger}`, async () => {
     const dir = await tempDir('cli');
     try {
-      const child = killedAtExit(
+      const child = killedAfterTests(
         spawn(
           process.execPath,
           [MAIN, '--data-dir', dir.path, '--workers', '2', '--fragments', '8', '--port', '0'],
@@ -69,7 +69,7 @@ for (const trigger of ['SIGTERM', 'SIGINT', 'SHUTDOWN'] as const) {
 
 test('tessera status and tessera placement ask a running node through its admin port', async () => {
   const dir = await tempDir('cli-admin');
-  const child = killedAtExit(
+  const child = killedAfterTests(
     spawn(
       process.execPath,
       [

@@ -21,7 +21,7 @@ import type { MemberView } from '../../src/core/membership-types.js';
 import { AdminServer } from '../../src/main/admin/server.js';
 import type { MemberReport } from '../../src/main/mesh/cluster.js';
 import { Tessera } from '../../src/main/node.js';
-import { killedAtExit } from './children.js';
+import { killedAfterTests } from './children.js';
 import { CLUSTER_SECRET, type ClusterFixture, type NodeProcess, startCluster } from './cluster-helpers.js';
 import { eventually, tempDir } from './helpers.js';
 
@@ -485,7 +485,7 @@ function follow(
   node: NodeProcess,
   ...args: string[]
 ): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
-  const child = killedAtExit(
+  const child = killedAfterTests(
     spawn(process.execPath, [MAIN, 'cluster', 'events', ...args, '--admin-port', String(node.adminPort)], {
       stdio: ['ignore', 'pipe', 'pipe'],
     }),

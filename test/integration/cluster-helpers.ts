@@ -10,7 +10,7 @@ import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
 import type { MovesReport } from '../../src/main/mesh/cluster.js';
 import type { FragmentPlacement } from '../../src/main/node.js';
-import { killedAtExit } from './children.js';
+import { killedAfterTests } from './children.js';
 import { eventually, tempDir } from './helpers.js';
 import { newClient } from './resp-helpers.js';
 
@@ -49,7 +49,7 @@ export class NodeProcess {
       this.dataDir,
       ...this.args,
     ];
-    const child = killedAtExit(
+    const child = killedAfterTests(
       spawn(command[0]!, command.slice(1), {
         stdio: ['ignore', 'pipe', 'pipe'],
         env: { ...process.env, TESSERA_CLUSTER_SECRET: CLUSTER_SECRET, ...env },

@@ -18,7 +18,7 @@ import { renderSvg } from '../../bench/load/report-svg.js';
 import { runLoad } from '../../bench/load/run.js';
 import { WORKLOAD_NAMES } from '../../bench/load/workloads.js';
 import { ZipfianGenerator, zeta } from '../../bench/load/zipfian.js';
-import { killedAtExit } from './children.js';
+import { killedAfterTests } from './children.js';
 import { tempDir } from './helpers.js';
 import { type RespFixture, startResp } from './resp-helpers.js';
 
@@ -413,7 +413,7 @@ function assertWellFormed(xml: string): void {
 
 function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = killedAtExit(
+    const child = killedAfterTests(
       spawn(process.execPath, [LOAD_MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }),
     );
     let stdout = '';

@@ -7,7 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { killedAtExit } from './children.js';
+import { killedAfterTests } from './children.js';
 import { encodeCommand, RawClient } from './resp-helpers.js';
 
 const FLOOR_SERVER = fileURLToPath(new URL('../../bench/node-floor-server.js', import.meta.url));
@@ -17,7 +17,9 @@ describe('node floor server', () => {
   let port = 0;
 
   before(async () => {
-    server = killedAtExit(spawn(process.execPath, [FLOOR_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] }));
+    server = killedAfterTests(
+      spawn(process.execPath, [FLOOR_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] }),
+    );
     const lines = createInterface({ input: server.stdout! });
     for await (const line of lines) {
       port = (JSON.parse(line) as { port: number }).port;

@@ -8,7 +8,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { killedAtExit } from './children.js';
+import { killedAfterTests } from './children.js';
 import { tempDir } from './helpers.js';
 import { onPath, REQUIRE_REDIS_TOOLS } from './resp-helpers.js';
 
@@ -45,7 +45,7 @@ interface CliNode {
 }
 
 async function startCliNode(dataDir: string, extra: string[] = []): Promise<CliNode> {
-  const child = killedAtExit(
+  const child = killedAfterTests(
     spawn(
       process.execPath,
       [MAIN, '--data-dir', dataDir, '--port', '0', '--workers', '2', '--fragments', '8', ...extra],

@@ -11,7 +11,7 @@ import { freePorts } from '../../bench/ports.js';
 import type { TesseraOptions } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
 import { RespServer, type RespServerOptions } from '../../src/main/resp/server.js';
-import { killedAtExit, releasedAfterTests } from './children.js';
+import { killedAfterTests, releasedAfterTests } from './children.js';
 import { eventually, tempDir } from './helpers.js';
 
 export interface RespFixture {
@@ -175,7 +175,7 @@ export function comparedServers(
 export async function startRedisServer(label: string): Promise<RedisServer> {
   const dir = await tempDir(label);
   const [port] = await freePorts(1);
-  const child = killedAtExit(
+  const child = killedAfterTests(
     spawn(
       'redis-server',
       ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir.path],

@@ -167,7 +167,7 @@ function refusedBeforeRunning(
   }
   if (conn.server.redirected(conn, spec, cmd, w)) return true;
   if (DENY_OOM[id] && conn.server.memoryFull()) {
-    writeOutOfMemory(w);
+    writeErrorText(w, OUT_OF_MEMORY);
     return true;
   }
   return false;
@@ -269,10 +269,6 @@ export const SLOT_NOT_SERVED = 'CLUSTERDOWN Hash slot not served';
 
 /** Redis's answer to a command that adds data while used memory is over `maxmemory`. */
 const OUT_OF_MEMORY = "OOM command not allowed when used memory > 'maxmemory'.";
-
-function writeOutOfMemory(w: RespWriter): void {
-  writeErrorText(w, OUT_OF_MEMORY);
-}
 
 /** Redis Cluster's answer to a command whose keys span hash slots. */
 export function crossSlot(w: RespWriter): true {
