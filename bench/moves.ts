@@ -13,7 +13,8 @@
 //   2. down: 4 nodes (R=3) hold --mib-per-node each; one is SIGKILLed. Printed: the time from the
 //      kill to Down and from Down to no fragment under-replicated (GET /cluster/moves), the bytes
 //      each node held, the copy rate (the victim's bytes over the time from Down to none short) and
-//      from it the time 1 GiB per node would take: a projection, not a measurement.
+//      from it the time 1 GiB per node would take: a projection, not a measurement; the survivors'
+//      CPU over that time, per MiB copied.
 //
 // Flags: --parts join,down (both), --mib-per-node M (64; the issue's goal is stated for 1024, which
 // this 2-core machine cannot load in a run of minutes), --value-bytes B (1024), --fragments F (16),
@@ -477,6 +478,8 @@ interface DownRun {
   restoredMs: number;
   settledMs: number;
   antiEntropyBytes: number;
+  /** The survivors' CPU (every thread of each) from the first poll that saw Down to the one that saw none short. */
+  restoreCpuMs: number;
   counters: { before: Record<string, number>; after: Record<string, number> };
 }
 
@@ -530,14 +533,20 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     progress(`  ${victim.id} killed`);
     let underFirstMs: number | undefined;
     let restoredMs: number | undefined;
+    const survivorsCpuMs = () => survivors.reduce((ms, n) => ms + processCpuMs(n.child!.pid!), 0);
+    let cpuAtDownMs: number | undefined;
+    let cpuAtRestoredMs = 0;
     const giveUpMs = killMs + o.downAfterMs + CONDITION_MS_MAX;
     while (restoredMs === undefined) {
       if (Date.now() > giveUpMs) throw new Error('fragments still under-replicated at the deadline');
       const down = memberEventTime(a, logFrom, 'MemberDown', victim.id) !== undefined;
+      if (down) cpuAtDownMs ??= survivorsCpuMs();
       const under = (await getJson<MovesReport>(a, '/cluster/moves')).underReplicated;
       if (under > 0) underFirstMs ??= Date.now();
-      if (down && under === 0 && underFirstMs !== undefined) restoredMs = Date.now();
-      else await sleep(POLL_INTERVAL_MS);
+      if (down && under === 0 && underFirstMs !== undefined) {
+        restoredMs = Date.now();
+        cpuAtRestoredMs = survivorsCpuMs();
+      } else await sleep(POLL_INTERVAL_MS);
     }
     progress(`  no fragment under-replicated ${((restoredMs - killMs) / 1000).toFixed(1)} s after the kill`);
     const settledMs = await settledAt(survivors, ids.slice(0, -1), a, CONDITION_MS_MAX);
@@ -555,6 +564,7 @@ async function downToReplicas(o: Options): Promise<DownRun> {
       restoredMs,
       settledMs,
       antiEntropyBytes: (await antiEntropyBytesSent(survivors)) - aeBefore,
+      restoreCpuMs: cpuAtRestoredMs - (cpuAtDownMs ?? cpuAtRestoredMs),
       counters: { before, after: await coordinatorCounters(a) },
     };
   } catch (err) {
@@ -650,6 +660,8 @@ function downReport(o: Options, run: DownRun): string[] {
       `${s(run.restoredMs)} s, settled ${s(run.settledMs)} s.`,
     `Down to none under-replicated: ${restoreS === undefined ? '–' : fixed(restoreS)} s for ${fixed(victimBytes / MIB)} MiB: ` +
       `${rate === undefined ? '–' : fixed(rate / MIB, 2)} MiB/s; anti-entropy sent ${fixed(run.antiEntropyBytes / MIB)} MiB.`,
+    `The survivors' CPU from Down to none under-replicated (every thread, polled): ${fixed(run.restoreCpuMs / 1000, 2)} s, ` +
+      `${fixed(run.restoreCpuMs / (victimBytes / MIB), 0)} ms per MiB copied.`,
     `Projection to 1 GiB per node at that rate (not measured): ${rate === undefined ? '–' : fixed(GIB / rate, 0)} s from Down.`,
     `Catch-up before serving (failover and start; no client load): ${run.catchUps} fragment catch-ups at the survivors, ` +
       `the longest held its requests ${run.catchUpMsMax} ms (goal ≤ 1 s).`,

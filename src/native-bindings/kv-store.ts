@@ -101,13 +101,15 @@ export interface KvStore {
   refreshReads(): void;
   /**
    * Up to `limit` entries in ascending key order from `start` (or the first key) to `end`
-   * (exclusive; undefined = the fragment's last key).
+   * (exclusive; undefined = the fragment's last key). With `stampsOnly` a record may be cut to its
+   * stamp (`stampOf`), which spares lmdb copying every value out of the map.
    */
   page(
     fragment: number,
     start: PageStart | undefined,
     end: Uint8Array | undefined,
     limit: number,
+    stampsOnly?: boolean,
   ): Promise<StoredEntry[]>;
   /**
    * Applies the writes of several fragments, each fragment's atomically (one transaction per group

@@ -45,6 +45,7 @@ import { type Database, open, type RootDatabase, type RootDatabaseOptions } from
 import { assert } from '../core/assert.js';
 import { asStorageError, storageError, type TesseraError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
+import { RECORD_HEADER_BYTES, valueOffsetOf } from '../core/record.js';
 import { fsyncPath, renameIntoPlaceDurably } from './fsync-path.js';
 import {
   DAMAGED_STORE_REMEDY,
@@ -539,6 +540,8 @@ class LmdbStore implements KvStore {
   readonly #fragmentCount: number;
   /** Open fragment databases by fragment id; a fragment is used only after `openFragment`. */
   readonly #dbs: Array<FragmentDb | undefined>;
+  /** Each fragment's stamp reader (`#stampReader`), opened on its first stamp page. */
+  readonly #stampDbs: Array<FragmentDb | undefined>;
   /** Each open fragment's env. */
   readonly #envOf: Array<LmdbEnv | undefined>;
   /** The stored high-water mark per fragment; this store is the fragment's only writer, so it is current. */
@@ -561,6 +564,7 @@ class LmdbStore implements KvStore {
     this.#groupCount = groupCount;
     this.#fragmentCount = fragmentCount;
     this.#dbs = new Array<FragmentDb | undefined>(fragmentCount).fill(undefined);
+    this.#stampDbs = new Array<FragmentDb | undefined>(fragmentCount).fill(undefined);
     this.#envOf = new Array<LmdbEnv | undefined>(fragmentCount).fill(undefined);
     this.#highWaterWallMs = new Float64Array(fragmentCount);
     for (const env of envs.values()) env.applyPending = () => this.#apply(env.pending);
@@ -655,8 +659,9 @@ class LmdbStore implements KvStore {
     start: PageStart | undefined,
     end: Uint8Array | undefined,
     limit: number,
+    stampsOnly = false,
   ): Promise<StoredEntry[]> {
-    const db = this.#readable(fragment);
+    const db = stampsOnly ? this.#stampReader(fragment) : this.#readable(fragment);
     checkPageArgs(start, end, limit);
     const out: StoredEntry[] = [];
     if (limit === 0) return out;
@@ -921,6 +926,25 @@ class LmdbStore implements KvStore {
     return db;
   }
 
+  /**
+   * A second handle on the fragment's database whose reads copy only each record's stamp out of
+   * lmdb's read buffer (`STAMP_READER_OPTIONS`): an anti-entropy span compares versions, not values.
+   */
+  #stampReader(fragment: number): FragmentDb {
+    this.#readable(fragment);
+    let db = this.#stampDbs[fragment];
+    if (db === undefined) {
+      const env = this.#envOf[fragment]!;
+      try {
+        db = env.root.openDB<Uint8Array, Uint8Array>(fragmentDbName(fragment), STAMP_READER_OPTIONS);
+      } catch (err) {
+        throw lmdbError(err, env.dataFile);
+      }
+      this.#stampDbs[fragment] = db;
+    }
+    return db;
+  }
+
   #db(fragment: number): FragmentDb {
     this.#checkOpen();
     checkFragment(fragment, this.#fragmentCount);
@@ -938,6 +962,26 @@ function ignore(): void {}
 
 /** Uint8Array's own slice, a copy (Buffer's is a view); called on a Buffer it makes a Buffer. */
 const copySlice = Uint8Array.prototype.slice;
+
+/**
+ * A stamp reader's handle: lmdb-js hands a decoder that copies (`decoderCopies`, set for an encoder
+ * of its own) the shared read buffer itself, `length` patched to the value's size; this one copies
+ * the stamp alone. Records are written through the fragment's binary handle only.
+ */
+const STAMP_READER_OPTIONS = {
+  // lmdb-js takes `encoder` (documented, not in its types): the options object is not a literal here.
+  encoder: {
+    encode(): never {
+      throw new Error('a stamp reader does not write');
+    },
+    decode(bytes: Uint8Array): Buffer {
+      const end =
+        bytes.length < RECORD_HEADER_BYTES ? bytes.length : Math.min(bytes.length, valueOffsetOf(bytes));
+      return copySlice.call(bytes, 0, end) as Buffer;
+    },
+  },
+  keyEncoding: 'binary' as const,
+};
 
 /** A fresh prefixed key: range bounds are held by the iterator, so they cannot share the scratch. */
 function dataKeyOf(key: Uint8Array): Buffer {

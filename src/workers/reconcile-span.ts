@@ -4,7 +4,7 @@
 // read-only lmdb view.
 
 import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
-import { RECONCILE_SPAN_KEYS_MAX } from '../core/reconciler.js';
+import { DIGEST_RANGE_KEYS, RECONCILE_SPAN_KEYS_MAX } from '../core/reconciler.js';
 import type { StoredEntry } from '../native-bindings/kv-store.js';
 
 /** Reads a page of a fragment in key order (KvStore.page, bound to its fragment and without an end). */
@@ -20,7 +20,7 @@ export interface SpanQuery {
 }
 
 export interface Span {
-  /** Keys with their records (or just stamps, from the pool), in key order. */
+  /** Keys with their records, or the records' stamps alone (lmdb), in key order. */
   entries: Array<{ key: Buffer; record: Buffer }>;
   /** More keys follow that the span did not take. */
   truncated: boolean;
@@ -29,7 +29,7 @@ export interface Span {
 /** A span with no ranges, open-ended: the next page of keys (RECONCILE_PAGE_ITEMS_MAX of them). */
 export const NEXT_PAGE: SpanQuery = { ranges: [], openEnd: true };
 
-/** Keys read at a time while a responder reads a span. */
+/** Keys read at a time while a responder reads a span, at most. */
 const SPAN_READ_KEYS = 512;
 
 /**
@@ -47,8 +47,12 @@ export async function readSpan(
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
   let start = afterKey === undefined ? undefined : { key: afterKey, inclusive: false };
   let beyond = 0;
+  // The first read asks for about the keys the requester described (DIGEST_RANGE_KEYS a range, when
+  // the replicas agree) and those an open page lists past them, plus one that shows whether more
+  // follow: a page of a copy into an empty replica reads RECONCILE_PAGE_ITEMS_MAX + 1 keys, not 512.
+  let limit = Math.min(SPAN_READ_KEYS, q.ranges.length * DIGEST_RANGE_KEYS + extra + 1);
   for (;;) {
-    const page = await read(start, SPAN_READ_KEYS);
+    const page = await read(start, limit);
     for (const e of page) {
       // Past the last range: a closed page is complete; an open one stops after a page of keys,
       // with more to come.
@@ -58,7 +62,9 @@ export async function readSpan(
       if (entries.length === RECONCILE_SPAN_KEYS_MAX) return { entries, truncated: true };
       entries.push(e);
     }
-    if (page.length < SPAN_READ_KEYS) return { entries, truncated: false };
+    if (page.length < limit) return { entries, truncated: false };
     start = { key: page[page.length - 1].key, inclusive: false };
+    // Past the last range, an open page needs only what it still lists, and one more.
+    limit = beyond > 0 || last === undefined ? extra - beyond + 1 : SPAN_READ_KEYS;
   }
 }

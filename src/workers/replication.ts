@@ -892,7 +892,7 @@ export class WorkerReplication {
   private async readSpan(fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery): Promise<Span> {
     const store = this.host.store;
     const inline = () =>
-      readSpan((start, limit) => store.page(fragment, start, undefined, limit), afterKey, q);
+      readSpan((start, limit) => store.page(fragment, start, undefined, limit, true), afterKey, q);
     if (this.host.poolSpan === undefined) return inline();
     return this.host.poolSpan(fragment, afterKey, q).catch((err: Error) => {
       this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');

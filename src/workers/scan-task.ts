@@ -38,7 +38,8 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
   const store = await storeFor(task, task.fragment);
   // A snapshot per task: the fragment's writer commits between tasks.
   store.refreshReads();
-  const read: PageReader = (start, limit) => store.page(task.fragment, start, undefined, limit);
+  // Both spans look at records' stamps alone (versions, expiry), and only stamps go back.
+  const read: PageReader = (start, limit) => store.page(task.fragment, start, undefined, limit, true);
   const ranges = task.lastKey === undefined ? [] : [{ lastKey: task.lastKey }];
   const span =
     task.expiredAtMs === undefined

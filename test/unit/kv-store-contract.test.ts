@@ -11,6 +11,7 @@ import { Worker } from 'node:worker_threads';
 import fc from 'fast-check';
 import { ErrorKind, TesseraError } from '../../src/core/errors.js';
 import { KEY_BYTES_MAX, MEMORY_ENTRY_OVERHEAD_BYTES } from '../../src/core/limits.js';
+import { encodeRecord, stampOf } from '../../src/core/record.js';
 import {
   type FragmentWrites,
   type KvStore,
@@ -395,6 +396,35 @@ for (const kind of STORE_KINDS) {
       await putAll(store, 0, [[b('big'), big]]);
       assert.deepEqual(store.get(0, b('big')), big);
       assert.deepEqual((await store.page(0, undefined, undefined, 1))[0].record, big);
+    });
+
+    it('pages stamps: each record cut to at most its value, a copy, from the same keys in order', async () => {
+      const small = encodeRecord(false, 1_700_000_000_000, 3, 0, b('node-a'), b('value'));
+      const tomb = encodeRecord(true, 1_700_000_000_001, 0, 0, b('node-b'), undefined);
+      const big = encodeRecord(false, 1_700_000_000_002, 7, 0, b('n'), Buffer.alloc(1024 * 1024 + 3, 0x5a));
+      await putAll(store, 0, [
+        [b('a'), small],
+        [b('b'), tomb],
+        [b('c'), big],
+      ]);
+      const page = await store.page(0, { key: b('a'), inclusive: true }, undefined, 10, true);
+      assert.deepEqual(
+        page.map((e) => e.key),
+        [b('a'), b('b'), b('c')],
+      );
+      for (const [i, record] of [small, tomb, big].entries()) {
+        const got = page[i].record;
+        assert.ok(Buffer.isBuffer(got), 'a stamp page holds Buffers');
+        assert.deepEqual(stampOf(got), stampOf(record));
+        // lmdb copies the stamp alone; the other stores may hand the whole record.
+        if (kind === 'lmdb') assert.equal(got.length, stampOf(record).length);
+        got.fill(0);
+      }
+      assert.deepEqual(store.get(0, b('a')), small);
+      assert.deepEqual(
+        (await store.page(0, undefined, undefined, 10)).map((e) => e.record),
+        [small, tomb, big],
+      );
     });
 
     it('fails every call after close with a Storage error', async () => {

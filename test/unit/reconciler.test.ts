@@ -195,6 +195,36 @@ describe('anti-entropy rounds', () => {
     assert.deepEqual(a.values(), b.values());
   });
 
+  test("a responder reads about the keys a page needs: a copy's page and one more, an agreeing page's keys and one more", async () => {
+    const copy = new Replica();
+    const full = new Replica();
+    const source = new Replica();
+    for (let i = 0; i < 1000; i++) {
+      full.put(`k${String(i).padStart(4, '0')}`, 1, NODE_B, 'v');
+      source.put(`k${String(i).padStart(4, '0')}`, 1, NODE_B, 'v');
+    }
+    const reads: number[] = [];
+    let keysRead = 0;
+    const counting = source.read;
+    (source as { read: PageReader }).read = async (start, limit) => {
+      const page = await counting(start, limit);
+      reads.push(limit);
+      keysRead += page.length;
+      return page;
+    };
+    assert.equal((await pull(copy, source)).repaired, 1000);
+    // Four pages of 256 keys: each reads its 256 and the one after (the last page finds none).
+    assert.deepEqual(reads, [257, 257, 257, 257]);
+    assert.equal(keysRead, 1000 + 3);
+    reads.length = 0;
+    keysRead = 0;
+    assert.equal((await pull(full, source)).repaired, 0);
+    // Pages of 16 ranges of 16 keys, the last (232 keys, 15 ranges) open-ended: each reads its keys
+    // and the one after, the last as many as it might list past its ranges too.
+    assert.deepEqual(reads, [257, 257, 257, 15 * 16 + 256 + 1]);
+    assert.equal(keysRead, 1000 + 3);
+  });
+
   test('the empty key is a key like any other', async () => {
     const a = new Replica();
     const b = new Replica();

@@ -807,9 +807,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /**
    * A gained copy is verified by a complete anti-entropy round against a serving replica this node
    * reaches, started once that replica replicates the fragment here (each pulls what that replica
-   * holds); one is enough. Each round that completes is kept with the continuity it started under,
-   * those that end after the first too (a handover from that replica waits for its round:
-   * `askHandover`).
+   * holds); one is enough. The round against the first in the table's order starts at once, those
+   * against the others once it ended: started together, each would list and send every key of an
+   * empty copy, and the copy would pull it from each, its move rate spent on the same bytes twice.
+   * After the first they find the copy holding what they hold, and compare digests. Each round
+   * that completes is kept with the continuity it started under, those that end after the first
+   * too (a handover from that replica waits for its round: `askHandover`).
    */
   private async verifyCopy(fragment: number, sources: readonly string[]): Promise<void> {
     const members = this.indicesOf(sources).filter((m) => this.isUp(m));
@@ -820,7 +823,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       this.verification.set(fragment, verification);
     }
     const { under, running } = verification;
-    const rounds = members.map(async (m) => {
+    const roundAgainst = async (m: number) => {
       const report = await this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, true);
       this.logger.info(
         {
@@ -836,7 +839,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       if (!report.ok) throw new Error(report.reason);
       // Rounds that end after the first are kept too, unless the copy went meanwhile.
       if (this.verification.get(fragment) === verification) under.set(m, report.continuity);
-    });
+    };
+    const first = roundAgainst(members[0]);
+    const firstEnded = first.catch(() => {});
+    const rounds = [first, ...members.slice(1).map((m) => firstEnded.then(() => roundAgainst(m)))];
     members.forEach((m, i) => {
       const round = rounds[i].catch(() => {});
       running.set(m, round);
