@@ -75,7 +75,7 @@ import {
 import { decodeKeys, decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import type { SourceSize } from '../core/reconciler.js';
-import { isWellFormedRecord, valueOffsetOf } from '../core/record.js';
+import { isWellFormedRecord, stampOf, valueOffsetOf } from '../core/record.js';
 import { AckLevel } from '../core/replication-sender.js';
 
 export const REQUEST_HEADER_BYTES = 10;
@@ -564,10 +564,13 @@ export interface PoolSpanRequest {
   expiredAtMs?: number;
 }
 
-/** The span's keys with their versions (stamps: records without values), in key order. */
+/**
+ * The span's keys with their versions (stamps: records without values), in key order, as the pool
+ * thread encoded them (`encodePoolSpanEntries`): the main thread copies them into the ring whole,
+ * with no work per key, and only the worker decodes them.
+ */
 export interface PoolSpanResult {
-  keys: Uint8Array[];
-  stamps: Uint8Array[];
+  entries: Uint8Array;
   truncated: boolean;
 }
 
@@ -617,11 +620,20 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
   return { taskId: readU32LE(buf, at + ID_AT), request };
 }
 
+/** A span's entries as a PoolSpanResult record carries them: u16 length and key, u16 length and stamp, each. */
+export function encodePoolSpanEntries(
+  entries: ReadonlyArray<{ key: Uint8Array; record: Uint8Array }>,
+): Buffer {
+  let n = 0;
+  for (const e of entries) n += 4 + e.key.length + valueOffsetOf(e.record);
+  const out = Buffer.allocUnsafe(n);
+  let p = 0;
+  for (const e of entries) p = writeBytes16(out, writeBytes16(out, p, e.key), stampOf(e.record));
+  return out;
+}
+
 export function poolSpanResultBytes(span: PoolSpanResult | undefined): number {
-  let n = 8;
-  for (let i = 0; span !== undefined && i < span.keys.length; i++)
-    n += 4 + span.keys[i].length + span.stamps[i].length;
-  return n;
+  return COMMON_HEADER_BYTES + (span?.entries.length ?? 0);
 }
 
 /** RequestKind.PoolSpanResult (main → worker): the span, or `undefined` when the pool failed. */
@@ -635,25 +647,26 @@ export function writePoolSpanResult(
   buf[at + FLAGS_AT] = span === undefined ? SPAN_FAILED : span.truncated ? SPAN_TRUNCATED : 0;
   writeU16LE(buf, at + FRAGMENT_AT, 0);
   writeU32LE(buf, at + ID_AT, taskId);
-  let p = at + COMMON_HEADER_BYTES;
-  for (let i = 0; span !== undefined && i < span.keys.length; i++) {
-    p = writeBytes16(buf, writeBytes16(buf, p, span.keys[i]), span.stamps[i]);
-  }
+  if (span !== undefined && span.entries.length > 0) copyBytes(buf, at + COMMON_HEADER_BYTES, span.entries);
 }
 
-/** Decodes a PoolSpanResult, copying out of ring memory; undefined when the pool failed. */
+/**
+ * Decodes a PoolSpanResult, copied out of ring memory in one piece that its keys and stamps view;
+ * undefined when the pool failed.
+ */
 export function readPoolSpanResult(
   buf: Buffer,
   at: number,
   end: number,
 ): { entries: Array<{ key: Buffer; record: Buffer }>; truncated: boolean } | undefined {
   if ((buf[at + FLAGS_AT] & SPAN_FAILED) !== 0) return undefined;
+  const body = Buffer.from(buf.subarray(at + COMMON_HEADER_BYTES, end));
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
-  for (let p = at + COMMON_HEADER_BYTES; p < end; ) {
-    const key = readBytes16(buf, p);
-    const record = readBytes16(buf, p + 2 + key.length);
-    entries.push({ key, record });
-    p += 4 + key.length + record.length;
+  for (let p = 0; p < body.length; ) {
+    const keyEnd = p + 2 + body.readUInt16LE(p);
+    const stampEnd = keyEnd + 2 + body.readUInt16LE(keyEnd);
+    entries.push({ key: body.subarray(p + 2, keyEnd), record: body.subarray(keyEnd + 2, stampEnd) });
+    p = stampEnd;
   }
   return { entries, truncated: (buf[at + FLAGS_AT] & SPAN_TRUNCATED) !== 0 };
 }

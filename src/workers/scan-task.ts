@@ -6,11 +6,10 @@
 
 import { parentPort, threadId } from 'node:worker_threads';
 import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
-import { stampOf } from '../core/record.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
 import type { PoolThreadLoaded, ScanTask, SpanTask } from '../threads/messages.js';
-import type { PoolSpanResult, ScanPage } from '../threads/op-codec.js';
+import { encodePoolSpanEntries, type PoolSpanResult, type ScanPage } from '../threads/op-codec.js';
 import { readExpiredSpan } from './expired-span.js';
 import { type PageReader, readSpan } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
@@ -45,9 +44,5 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
     task.expiredAtMs === undefined
       ? await readSpan(read, task.afterKey, { ranges, openEnd: task.openEnd })
       : await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
-  return {
-    keys: span.entries.map((e) => e.key),
-    stamps: span.entries.map((e) => stampOf(e.record)),
-    truncated: span.truncated,
-  };
+  return { entries: encodePoolSpanEntries(span.entries), truncated: span.truncated };
 }

@@ -1,17 +1,22 @@
 // The TTL cleaner's page read in the background pool (src/workers/expired-span.ts), over a real
-// lmdb store, and the PoolSpan request that carries the cleaner's time across the rings.
+// lmdb store, the PoolSpan request that carries the cleaner's time across the rings, and the
+// result that carries a span's keys and stamps back.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { encodeRecord, expiryTombstoneOf, isExpiredValue } from '../../src/core/record.js';
+import { encodeRecord, expiryTombstoneOf, isExpiredValue, stampOf } from '../../src/core/record.js';
 import { openStore } from '../../src/native-bindings/open-store.js';
 import {
+  encodePoolSpanEntries,
   type PoolSpanRequest,
   poolSpanRequestBytes,
+  poolSpanResultBytes,
   readPoolSpanRequest,
+  readPoolSpanResult,
   writePoolSpanRequest,
+  writePoolSpanResult,
 } from '../../src/threads/op-codec.js';
 import { readExpiredSpan } from '../../src/workers/expired-span.js';
 
@@ -104,4 +109,35 @@ test('a PoolSpan request carries the cleaner’s time, and an anti-entropy one n
     );
     assert.equal(buf[buf.length - 2], 0xee, 'nothing written past the request');
   }
+});
+
+test('a PoolSpan result carries each key with its stamp alone, as the pool encoded them, or says the pool failed', () => {
+  const records = [
+    {
+      key: Buffer.from('a'),
+      record: encodeRecord(false, 1_700_000_000_000, 1, 0, Buffer.from('n1'), Buffer.from('v')),
+    },
+    {
+      key: Buffer.alloc(0),
+      record: encodeRecord(true, 1_700_000_000_001, 0, 0, Buffer.from('node-2'), undefined),
+    },
+    {
+      key: Buffer.from('z'.repeat(300)),
+      record: encodeRecord(false, 5, 0, 9, Buffer.from('n'), Buffer.alloc(2000, 1)),
+    },
+  ];
+  for (const truncated of [false, true]) {
+    const span = { entries: encodePoolSpanEntries(records), truncated };
+    const buf = Buffer.alloc(poolSpanResultBytes(span) + 4, 0xee);
+    writePoolSpanResult(buf, 2, 41, span);
+    const read = readPoolSpanResult(buf, 2, 2 + poolSpanResultBytes(span));
+    assert.deepEqual(read, {
+      entries: records.map((e) => ({ key: e.key, record: stampOf(e.record) })),
+      truncated,
+    });
+    assert.equal(buf[buf.length - 2], 0xee, 'nothing written past the result');
+  }
+  const failed = Buffer.alloc(poolSpanResultBytes(undefined));
+  writePoolSpanResult(failed, 0, 41, undefined);
+  assert.equal(readPoolSpanResult(failed, 0, failed.length), undefined);
 });
