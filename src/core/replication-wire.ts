@@ -1,7 +1,8 @@
-// ReplicateBatch (proto/peer.proto) encoded and read by hand: it is the one peer message whose size
-// grows with the write rate, and protobufjs's object mapping costs more per replicated write than
-// storing it (~1.2 µs against ~0.7 µs, measured). The bytes are the same protobuf encoding: other
-// decoders read them unchanged. Records and keys are read as views into the frame.
+// ReplicateBatch and ReconcileData (proto/peer.proto) encoded and read by hand: they are the peer
+// messages whose size grows with the write rate and with a copy's bytes, and protobufjs's object
+// mapping costs more per replicated write than storing it (~1.2 µs against ~0.7 µs, measured). The
+// bytes are the same protobuf encoding: other decoders read them unchanged. Records and keys are
+// read as views into the frame.
 
 import {
   ANY_FIELD,
@@ -26,8 +27,42 @@ export interface ReplicateBatchView {
   ops: readonly ReplicatedOpView[];
 }
 
-/** ReplicateBatch field numbers. */
-const F = { fragment: 1, sessionId: 2, batchSeq: 3, requiredAckLevel: 4, maxWallMs: 5, ops: 6 } as const;
+/** A page of an anti-entropy fetch's records (ReconcileData): a copy's bytes travel in these. */
+export interface ReconcileDataView {
+  fragment: number;
+  sessionId: number;
+  roundId: number;
+  chunkSeq: number;
+  pageSeq: number;
+  entries: readonly ReplicatedOpView[];
+  done: boolean;
+  maxWallMs: number;
+}
+
+/** Where a message of varint fields, one double and repeated ReplicatedOp keeps each (proto/peer.proto). */
+interface OpsMessageLayout {
+  /** Below 16: its tag is one byte. */
+  envelopeField: EnvelopeField;
+  /** Its varint fields (uint32, bool), in the order their values are given. */
+  varints: readonly number[];
+  maxWallMs: number;
+  ops: number;
+}
+
+const BATCH: OpsMessageLayout = {
+  envelopeField: EnvelopeField.ReplicateBatch,
+  // fragment, session_id, batch_seq, required_ack_level
+  varints: [1, 2, 3, 4],
+  maxWallMs: 5,
+  ops: 6,
+};
+const DATA: OpsMessageLayout = {
+  envelopeField: EnvelopeField.ReconcileData,
+  // fragment, session_id, round_id, chunk_seq, page_seq, done
+  varints: [1, 2, 3, 4, 5, 7],
+  maxWallMs: 8,
+  ops: 6,
+};
 
 /** Bytes of a length-delimited field holding `n` bytes. */
 function lengthDelimitedBytes(n: number): number {
@@ -40,27 +75,40 @@ function varintFieldBytes(value: number): number {
 
 /** The encoded Envelope { replicate_batch } (without the frame's length prefix). */
 export function encodeReplicateBatch(b: ReplicateBatchView): Uint8Array {
-  let body =
-    varintFieldBytes(b.fragment) +
-    varintFieldBytes(b.sessionId) +
-    varintFieldBytes(b.batchSeq) +
-    varintFieldBytes(b.requiredAckLevel) +
-    (b.maxWallMs === 0 ? 0 : 9);
-  for (const op of b.ops) body += lengthDelimitedBytes(opBytes(op));
+  return encodeOpsMessage(
+    BATCH,
+    [b.fragment, b.sessionId, b.batchSeq, b.requiredAckLevel],
+    b.maxWallMs,
+    b.ops,
+  );
+}
+
+/** The encoded Envelope { reconcile_data } (without the frame's length prefix). */
+export function encodeReconcileData(d: ReconcileDataView): Uint8Array {
+  const values = [d.fragment, d.sessionId, d.roundId, d.chunkSeq, d.pageSeq, d.done ? 1 : 0];
+  return encodeOpsMessage(DATA, values, d.maxWallMs, d.entries);
+}
+
+function encodeOpsMessage(
+  layout: OpsMessageLayout,
+  values: readonly number[],
+  maxWallMs: number,
+  ops: readonly ReplicatedOpView[],
+): Uint8Array {
+  let body = maxWallMs === 0 ? 0 : 9;
+  for (const v of values) body += varintFieldBytes(v);
+  for (const op of ops) body += lengthDelimitedBytes(opBytes(op));
   const out = Buffer.allocUnsafe(lengthDelimitedBytes(body));
-  out[0] = (EnvelopeField.ReplicateBatch << 3) | 2;
+  out[0] = (layout.envelopeField << 3) | 2;
   let p = writeVarint(out, 1, body);
-  p = writeVarintField(out, p, F.fragment, b.fragment);
-  p = writeVarintField(out, p, F.sessionId, b.sessionId);
-  p = writeVarintField(out, p, F.batchSeq, b.batchSeq);
-  p = writeVarintField(out, p, F.requiredAckLevel, b.requiredAckLevel);
-  if (b.maxWallMs !== 0) {
-    out[p++] = (F.maxWallMs << 3) | 1;
-    out.writeDoubleLE(b.maxWallMs, p);
+  for (let i = 0; i < values.length; i++) p = writeVarintField(out, p, layout.varints[i], values[i]);
+  if (maxWallMs !== 0) {
+    out[p++] = (layout.maxWallMs << 3) | 1;
+    out.writeDoubleLE(maxWallMs, p);
     p += 8;
   }
-  for (const op of b.ops) {
-    out[p++] = (F.ops << 3) | 2;
+  for (const op of ops) {
+    out[p++] = (layout.ops << 3) | 2;
     p = writeVarint(out, p, opBytes(op));
     p = writeBytesField(out, p, 1, op.key);
     p = writeBytesField(out, p, 2, op.record);
@@ -89,24 +137,46 @@ function writeBytesField(out: Buffer, p: number, field: number, bytes: Uint8Arra
 
 /** Reads an encoded Envelope { replicate_batch }; undefined when it is not one or is malformed. */
 export function readReplicateBatch(bytes: Uint8Array): ReplicateBatchView | undefined {
-  const peek = peekEnvelope(bytes);
-  if (peek === undefined || peek.field !== EnvelopeField.ReplicateBatch) return undefined;
-  const ops: ReplicatedOpView[] = [];
-  const b: ReplicateBatchView = {
-    fragment: 0,
-    sessionId: 0,
-    batchSeq: 0,
-    requiredAckLevel: 0,
-    maxWallMs: 0,
-    ops,
+  const m = readOpsMessage(bytes, BATCH);
+  if (m === undefined) return undefined;
+  const [fragment, sessionId, batchSeq, requiredAckLevel] = m.values;
+  return { fragment, sessionId, batchSeq, requiredAckLevel, maxWallMs: m.maxWallMs, ops: m.ops };
+}
+
+/** Reads an encoded Envelope { reconcile_data }; undefined when it is not one or is malformed. */
+export function readReconcileData(bytes: Uint8Array): ReconcileDataView | undefined {
+  const m = readOpsMessage(bytes, DATA);
+  if (m === undefined) return undefined;
+  const [fragment, sessionId, roundId, chunkSeq, pageSeq, done] = m.values;
+  return {
+    fragment,
+    sessionId,
+    roundId,
+    chunkSeq,
+    pageSeq,
+    entries: m.ops,
+    done: done !== 0,
+    maxWallMs: m.maxWallMs,
   };
+}
+
+/** The message's varint values (in the layout's order; absent ones 0), its double and its ops, as views. */
+function readOpsMessage(
+  bytes: Uint8Array,
+  layout: OpsMessageLayout,
+): { values: number[]; maxWallMs: number; ops: ReplicatedOpView[] } | undefined {
+  const peek = peekEnvelope(bytes);
+  if (peek === undefined || peek.field !== layout.envelopeField) return undefined;
+  const values = layout.varints.map(() => 0);
+  const ops: ReplicatedOpView[] = [];
+  let maxWallMs = 0;
   let opsWellFormed = true;
   const empty = new Uint8Array(0);
   const wellFormed = forEachField(
     bytes,
     peek.start,
     peek.end,
-    F.ops,
+    layout.ops,
     (start, end) => {
       const op: ReplicatedOpView = { key: empty, record: empty };
       const ok = forEachField(bytes, start, end, ANY_FIELD, (s, e, field) => {
@@ -117,15 +187,13 @@ export function readReplicateBatch(bytes: Uint8Array): ReplicateBatchView | unde
       ops.push(op);
     },
     (field, value) => {
-      if (field === F.fragment) b.fragment = value;
-      else if (field === F.sessionId) b.sessionId = value;
-      else if (field === F.batchSeq) b.batchSeq = value;
-      else if (field === F.requiredAckLevel) b.requiredAckLevel = value;
+      const i = layout.varints.indexOf(field);
+      if (i !== -1) values[i] = value;
     },
     (field, at) => {
-      if (field === F.maxWallMs)
-        b.maxWallMs = Buffer.from(bytes.buffer, bytes.byteOffset + at, 8).readDoubleLE(0);
+      if (field === layout.maxWallMs)
+        maxWallMs = Buffer.from(bytes.buffer, bytes.byteOffset + at, 8).readDoubleLE(0);
     },
   );
-  return wellFormed && opsWellFormed ? b : undefined;
+  return wellFormed && opsWellFormed ? { values, maxWallMs, ops } : undefined;
 }

@@ -66,9 +66,12 @@ import {
   type SenderReport,
 } from '../core/replication-sender.js';
 import {
+  encodeReconcileData,
   encodeReplicateBatch,
+  type ReconcileDataView,
   type ReplicateBatchView,
   type ReplicatedOpView,
+  readReconcileData,
   readReplicateBatch,
 } from '../core/replication-wire.js';
 import type { FragmentSize, KvStore } from '../native-bindings/kv-store.js';
@@ -463,12 +466,21 @@ export class WorkerReplication {
 
   /** A frame from peer `member` about one of this worker's fragments. */
   onFrame(member: number, bytes: Uint8Array): void {
-    // The one message whose size grows with the write rate is read by hand (src/core/replication-wire.ts).
-    if (peekEnvelope(bytes)?.field === EnvelopeField.ReplicateBatch) {
+    // The messages whose size grows with the write rate and with a copy's bytes are read by hand
+    // (src/core/replication-wire.ts).
+    const field = peekEnvelope(bytes)?.field;
+    if (field === EnvelopeField.ReplicateBatch) {
       const batch = readReplicateBatch(bytes);
       if (batch === undefined) return this.host.closePeer(member, 'malformed replication batch');
       const nowMs = this.host.clock.nowMs();
       this.applyBatch(member, batch, nowMs);
+      return this.schedule(nowMs);
+    }
+    if (field === EnvelopeField.ReconcileData) {
+      const page = readReconcileData(bytes);
+      if (page === undefined) return this.host.closePeer(member, 'malformed anti-entropy data page');
+      const nowMs = this.host.clock.nowMs();
+      this.onData(member, page, nowMs);
       return this.schedule(nowMs);
     }
     let envelope: Envelope;
@@ -524,8 +536,6 @@ export class WorkerReplication {
       this.serveFetch(member, envelope.reconcileFetch);
     } else if (envelope.reconcileResponse !== undefined) {
       this.onSummaries(member, envelope.reconcileResponse);
-    } else if (envelope.reconcileData !== undefined) {
-      this.onData(member, envelope.reconcileData, nowMs);
     }
     this.schedule(nowMs);
   }
@@ -852,7 +862,7 @@ export class WorkerReplication {
     this.step(member, page.fragment, round, step);
   }
 
-  private onData(member: number, page: Envelope['reconcileData'] & object, nowMs: number): void {
+  private onData(member: number, page: ReconcileDataView, nowMs: number): void {
     const round = this.rounds.get(roundKey(member, page.fragment));
     if (round === undefined) return;
     this.step(member, page.fragment, round, round.onData(page, this.recordCheck(page.fragment, nowMs)));
@@ -956,10 +966,11 @@ export class WorkerReplication {
       if (pages.kind === 'violation') this.host.closePeer(member, pages.reason);
       return;
     }
+    if (!this.up[member]) return;
     for (const [pageSeq, page] of pages.entries()) {
       let maxWallMs = 0;
       for (const e of page.entries) maxWallMs = Math.max(maxWallMs, wallMsOf(e.record));
-      this.send(member, { reconcileData: { fragment: f.fragment, pageSeq, ...page, maxWallMs } });
+      this.host.sendFrame(member, encodeReconcileData({ fragment: f.fragment, pageSeq, ...page, maxWallMs }));
     }
   }
 }
