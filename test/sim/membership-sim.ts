@@ -379,8 +379,10 @@ export class MembershipSim {
   private awaitConvergence(when: string): void {
     const deadlineMs = this.nowMs + this.options.convergeBoundMs;
     while (this.nowMs < deadlineMs) {
-      if (this.converged() === undefined) return;
+      // Steps first: a node whose pause the heal just ended has not run since, and still shows the
+      // view and health it had before the pause (its loop finds the stall when its timer fires).
       for (let i = 0; i < 10; i++) this.advance();
+      if (this.converged() === undefined) return;
     }
     assert(
       false,

@@ -423,7 +423,10 @@ export class PlacementSim extends MembershipSim {
   /** Placement settles within the bound (writes go on), then the writes stop and the data must converge. */
   private async awaitSettled(when: string): Promise<void> {
     const deadlineMs = this.nowMs + this.sim.settleBoundMs;
-    while (this.nowMs < deadlineMs && this.unsettled() !== undefined) await this.tick();
+    // A step first: a node whose pause the heal just ended has not run since, and still shows the
+    // view and health it had before the pause (its loop finds the stall when its timer fires).
+    do await this.tick();
+    while (this.nowMs < deadlineMs && this.unsettled() !== undefined);
     assert(
       this.unsettled() === undefined,
       `placement did not settle within ${this.sim.settleBoundMs} ms ${when}: ${this.unsettled()}`,
