@@ -14,7 +14,8 @@
 //      kill to Down and from Down to no fragment under-replicated (GET /cluster/moves), the bytes
 //      each node held, the copy rate (the victim's bytes over the time from Down to none short) and
 //      from it the time 1 GiB per node would take: a projection, not a measurement; the survivors'
-//      CPU over that time, per MiB copied.
+//      CPU over that time, per MiB copied; their catch-ups of the fragments the victim served first
+//      (from their logs), apart from those at the nodes' start.
 //
 // Flags: --parts join,down (both), --mib-per-node M (64; the issue's goal is stated for 1024, which
 // this 2-core machine cannot load in a run of minutes), --value-bytes B (1024), --fragments F (16),
@@ -375,6 +376,30 @@ async function catchUpTotals(
   };
 }
 
+/**
+ * The catch-ups `nodes` logged from `logsFrom` (each node's log offset) on of the fragments member
+ * `from` served first: how many, the requests they held, and the longest.
+ */
+function catchUpsFrom(
+  nodes: NodeProcess[],
+  logsFrom: number[],
+  from: string,
+): { count: number; held: number; maxMs: number } {
+  const totals = { count: 0, held: 0, maxMs: 0 };
+  nodes.forEach((n, i) => {
+    for (const line of n.log.slice(logsFrom[i]).split('\n')) {
+      if (!line.includes('"tookMs"')) continue;
+      const entry = JSON.parse(line) as { msg: string; from?: string; tookMs: number; held: number };
+      // Logged as complete ('caught up: …') or not in time ('catch-up from the other replicas …').
+      if (!/^(caught up|catch-up)/.test(entry.msg) || entry.from !== from) continue;
+      totals.count++;
+      totals.held += entry.held;
+      totals.maxMs = Math.max(totals.maxMs, entry.tookMs);
+    }
+  });
+  return totals;
+}
+
 function cpuSample(nodes: NodeProcess[], load: ClusterLoad): CpuSample {
   return {
     atMs: Date.now(),
@@ -469,6 +494,8 @@ interface DownRun {
   /** Catch-ups before serving at the survivors (failover-catch-up.ts), and the longest hold. */
   catchUps: number;
   catchUpMsMax: number;
+  /** The survivors' catch-ups of the fragments the victim served first (their logs, from the kill). */
+  failoverCatchUps: { count: number; held: number; maxMs: number };
   /** Per node, in order, before the kill: fragments it held a replica of, and their bytes. */
   held: { fragments: number[]; bytes: number[] };
   victim: string;
@@ -528,6 +555,7 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     const before = await coordinatorCounters(a);
     const aeBefore = await antiEntropyBytesSent(survivors);
     const logFrom = a.log.length;
+    const logsFrom = survivors.map((n) => n.log.length);
     const killMs = Date.now();
     await victim.stop('SIGKILL');
     progress(`  ${victim.id} killed`);
@@ -555,6 +583,7 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     return {
       catchUps: catchUps.count,
       catchUpMsMax: catchUps.maxMs,
+      failoverCatchUps: catchUpsFrom(survivors, logsFrom, victim.id),
       keys,
       held: heldBefore,
       victim: victim.id,
@@ -663,8 +692,10 @@ function downReport(o: Options, run: DownRun): string[] {
     `The survivors' CPU from Down to none under-replicated (every thread, polled): ${fixed(run.restoreCpuMs / 1000, 2)} s, ` +
       `${fixed(run.restoreCpuMs / (victimBytes / MIB), 0)} ms per MiB copied.`,
     `Projection to 1 GiB per node at that rate (not measured): ${rate === undefined ? '–' : fixed(GIB / rate, 0)} s from Down.`,
-    `Catch-up before serving (failover and start; no client load): ${run.catchUps} fragment catch-ups at the survivors, ` +
-      `the longest held its requests ${run.catchUpMsMax} ms (goal ≤ 1 s).`,
+    `Catch-up before serving after the kill (the fragments ${run.victim} served first; no client load): ` +
+      `${run.failoverCatchUps.count} at the survivors, holding ${run.failoverCatchUps.held} requests, the longest ` +
+      `${run.failoverCatchUps.maxMs} ms (goal ≤ 1 s). With those at the nodes' start: ${run.catchUps}, the longest ` +
+      `${run.catchUpMsMax} ms.`,
     `Replica moves: ${delta(run.counters, 'movesStarted')} started, ${delta(run.counters, 'movesFinished')} finished ` +
       `(the victim held ${fragments[fragments.length - 1]} replicas: the optimum is one move each).`,
   ];
