@@ -931,6 +931,7 @@ class LmdbStore implements KvStore {
    * lmdb's read buffer (`STAMP_READER_OPTIONS`): an anti-entropy span compares versions, not values.
    */
   #stampReader(fragment: number): FragmentDb {
+    // The binary handle's checks, and the env's read snapshot renewed: both handles read through it.
     this.#readable(fragment);
     let db = this.#stampDbs[fragment];
     if (db === undefined) {

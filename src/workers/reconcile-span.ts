@@ -49,7 +49,7 @@ export async function readSpan(
   let beyond = 0;
   // The first read asks for about the keys the requester described (DIGEST_RANGE_KEYS a range, when
   // the replicas agree) and those an open page lists past them, plus one that shows whether more
-  // follow: a page of a copy into an empty replica reads RECONCILE_PAGE_ITEMS_MAX + 1 keys, not 512.
+  // follow: a page of a copy into an empty replica reads RECONCILE_PAGE_ITEMS_MAX + 1 keys.
   let limit = Math.min(SPAN_READ_KEYS, q.ranges.length * DIGEST_RANGE_KEYS + extra + 1);
   for (;;) {
     const page = await read(start, limit);
