@@ -348,7 +348,8 @@ interface JoinRun {
   settledMs: number;
   counters: { before: Record<string, number>; after: Record<string, number> };
   results: PhaseResult[];
-  cpu: { loadStart: CpuSample; join: CpuSample; settled: CpuSample };
+  /** `settledAll` and `after`: the four nodes, d included, at the settle and at the load's end. */
+  cpu: { loadStart: CpuSample; join: CpuSample; settled: CpuSample; settledAll: CpuSample; after: CpuSample };
   /** CPU ms of the joining node from its start to the table settling. */
   joinedCpuMs: number;
   /** What d holds once settled: fragments, and their keys' bytes. */
@@ -434,12 +435,14 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
     const running = [...cluster.nodes, joined];
     const settledMs = await settledAt(running, [...ids, 'd'], a, o.settleMsMax);
     const settled = cpuSample(cluster.nodes, load);
+    const settledAll = cpuSample(running, load);
     const joinedCpuMs = processCpuMs(joined.child!.pid!);
     const placement = await getJson<FragmentPlacement[]>(a, '/cluster/placement');
     const dHolds = held(o, keys, placement, ['d']);
     const catchUpsAfter = await catchUpTotals(running);
     progress(`  settled ${((settledMs - join.atMs) / 1000).toFixed(1)} s after the join`);
     await sleep(o.afterMs);
+    const after = cpuSample(running, load);
     const results = await load.stop();
     if (o.keepLogs) progress(`  node logs kept in ${await keepLogs('bench-moves-join', running)}`);
     return {
@@ -450,7 +453,7 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
       settledMs,
       counters: { before, after: await coordinatorCounters(a) },
       results,
-      cpu: { loadStart, join, settled },
+      cpu: { loadStart, join, settled, settledAll, after },
       joinedCpuMs,
       joined: { fragments: dHolds.fragments[0], bytes: dHolds.bytes[0] },
       catchUps: {
@@ -621,6 +624,7 @@ function joinReport(o: Options, run: JoinRun): string[] {
   const phaseOf = (i: number) => (i + 1 <= joinAt ? 'before' : i < settleAt ? 'join' : 'after');
   const before = whole.filter((_, i) => i >= WARMUP_WINDOWS && phaseOf(i) === 'before');
   const during = whole.filter((_, i) => phaseOf(i) === 'join');
+  const afterwards = whole.filter((_, i) => phaseOf(i) === 'after');
   const beforeLatency = new LatencyHistogram();
   for (const w of before) beforeLatency.add(w.latency);
   const meanBefore = mean(before.map((w) => w.ops));
@@ -635,9 +639,11 @@ function joinReport(o: Options, run: JoinRun): string[] {
       samples.set(kind, e.sample);
     }
   const optimum = (REPLICAS * o.fragments) / (REPLICAS + 1);
-  const { loadStart, join, settled } = run.cpu;
+  const { loadStart, join, settled, settledAll, after } = run.cpu;
   const cpuBefore = (join.cpuMs - loadStart.cpuMs) / (join.completed - loadStart.completed);
   const cpuJoin = (settled.cpuMs - join.cpuMs + run.joinedCpuMs) / (settled.completed - join.completed);
+  const cpuAfter = (after.cpuMs - settledAll.cpuMs) / (after.completed - settledAll.completed);
+  const meanAfter = afterwards.length === 0 ? undefined : mean(afterwards.map((w) => w.ops));
   const load =
     o.rate === undefined
       ? `closed loop, ${o.connections} connections per node`
@@ -657,6 +663,10 @@ function joinReport(o: Options, run: JoinRun): string[] {
     `Join to settled (${during.length} windows): worst ${worst} ops/s, dip ${fixed(100 * (1 - worst / meanBefore))} % ` +
       `(mean ${fixed(mean(during.map((w) => w.ops)), 0)} ops/s, ${fixed(mean(during.map((w) => w.ops)) / meanBefore, 2)}×); ` +
       `worst p99 ${ms(p99Worst)} ms, ${fixed(p99Worst / p99Before, 2)}× before.`,
+    // Four nodes serve the load after the join: on shared cores its level, not the one before, is
+    // what the join's windows can come back to.
+    `After settling (${afterwards.length} windows): ${meanAfter === undefined ? '–' : `${fixed(meanAfter, 0)} ops/s (${fixed(meanAfter / meanBefore, 2)}× before)`}, ` +
+      `CPU per operation ${fixed(cpuAfter * 1000, 0)} µs (${fixed(cpuAfter / cpuBefore, 2)}× before; four nodes, d serving first and forwarded to).`,
     `Time: d ready ${fixed((run.readyMs - run.joinMs) / 1000)} s after its start, table settled ${fixed((run.settledMs - run.joinMs) / 1000)} s after it.`,
     `d holds ${run.joined.fragments} replicas (${fixed(run.joined.bytes / MIB)} MiB), copied at ` +
       `${fixed(run.joined.bytes / MIB / ((run.settledMs - run.readyMs) / 1000), 2)} MiB/s from ready to settled.`,

@@ -559,6 +559,8 @@ export interface PoolSpanRequest {
   afterKey: Uint8Array | undefined;
   /** The requester's last range key; undefined when it has none. */
   lastKey: Uint8Array | undefined;
+  /** The ranges the requester described (reconcile-span.ts `SpanQuery`). */
+  rangeCount: number;
   openEnd: boolean;
   /** The cleaner's time: only records expired by then come back (and the page's last key). */
   expiredAtMs?: number;
@@ -583,13 +585,19 @@ const SPAN_FAILED = 2;
 
 export function poolSpanRequestBytes(r: PoolSpanRequest): number {
   return (
-    8 + 2 + (r.afterKey?.length ?? 0) + 2 + (r.lastKey?.length ?? 0) + (r.expiredAtMs === undefined ? 0 : 6)
+    8 +
+    2 +
+    (r.afterKey?.length ?? 0) +
+    2 +
+    (r.lastKey?.length ?? 0) +
+    2 +
+    (r.expiredAtMs === undefined ? 0 : 6)
   );
 }
 
 /**
- * ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys, then the
- * cleaner's time (u48) when it is one of its pages.
+ * ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys, the u16
+ * range count, then the cleaner's time (u48) when it is one of its pages.
  */
 export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r: PoolSpanRequest): void {
   buf[at + KIND_AT] = ResultKind.PoolSpan;
@@ -601,22 +609,27 @@ export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r:
   writeU16LE(buf, at + FRAGMENT_AT, r.fragment);
   writeU32LE(buf, at + ID_AT, taskId);
   const end = writeBytes16(buf, writeBytes16(buf, at + COMMON_HEADER_BYTES, r.afterKey), r.lastKey);
-  if (r.expiredAtMs !== undefined) writeU48BE(buf, end, r.expiredAtMs);
+  writeU16LE(buf, end, r.rangeCount);
+  if (r.expiredAtMs !== undefined) writeU48BE(buf, end + 2, r.expiredAtMs);
 }
 
-/** Decodes a PoolSpan request, copying its keys out of ring memory. */
+/**
+ * Decodes a PoolSpan request, copying its keys out of ring memory into arrays of their own: the
+ * request goes on to a pool thread, and a view of a shared slab would be cloned whole.
+ */
 export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; request: PoolSpanRequest } {
   const flags = buf[at + FLAGS_AT];
-  const afterKey = readBytes16(buf, at + COMMON_HEADER_BYTES);
-  const lastKey = readBytes16(buf, at + COMMON_HEADER_BYTES + 2 + afterKey.length);
+  const afterAt = at + COMMON_HEADER_BYTES;
+  const lastAt = afterAt + 2 + readU16LE(buf, afterAt);
+  const countAt = lastAt + 2 + readU16LE(buf, lastAt);
   const request: PoolSpanRequest = {
     fragment: readU16LE(buf, at + FRAGMENT_AT),
-    afterKey: flags & SPAN_AFTER_KEY ? afterKey : undefined,
-    lastKey: flags & SPAN_LAST_KEY ? lastKey : undefined,
+    afterKey: flags & SPAN_AFTER_KEY ? ownBytes16(buf, afterAt) : undefined,
+    lastKey: flags & SPAN_LAST_KEY ? ownBytes16(buf, lastAt) : undefined,
+    rangeCount: readU16LE(buf, countAt),
     openEnd: (flags & SPAN_OPEN_END) !== 0,
   };
-  if (flags & SPAN_EXPIRED_AT)
-    request.expiredAtMs = readU48BE(buf, at + COMMON_HEADER_BYTES + 4 + afterKey.length + lastKey.length);
+  if (flags & SPAN_EXPIRED_AT) request.expiredAtMs = readU48BE(buf, countAt + 2);
   return { taskId: readU32LE(buf, at + ID_AT), request };
 }
 
@@ -676,6 +689,11 @@ function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): n
   buf.writeUInt16LE(n, at);
   if (n > 0) copyBytes(buf, at + 2, bytes!);
   return at + 2 + n;
+}
+
+/** A u16-length-prefixed byte string, copied into an ArrayBuffer of its own size. */
+function ownBytes16(buf: Buffer, at: number): Uint8Array {
+  return new Uint8Array(buf.subarray(at + 2, at + 2 + readU16LE(buf, at)));
 }
 
 function readBytes16(buf: Buffer, at: number): Buffer {

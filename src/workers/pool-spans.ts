@@ -24,8 +24,7 @@ export class PoolSpans {
     expiredAtMs?: number,
   ): Promise<Span> {
     const taskId = this.nextTask++;
-    const lastKey = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
-    this.results.poolSpanRequest(taskId, { fragment, afterKey, lastKey, openEnd: q.openEnd, expiredAtMs });
+    this.results.poolSpanRequest(taskId, { fragment, afterKey, ...q, expiredAtMs });
     return new Promise<Span>((resolve, reject) => this.tasks.set(taskId, { resolve, reject }));
   }
 

@@ -13,10 +13,22 @@ export type PageReader = (
   limit: number,
 ) => Promise<StoredEntry[]>;
 
-/** What bounds a span: the requester's ranges (only the last key matters) and whether it is open. */
+/** What bounds a span: the requester's ranges (their number and last key) and whether it is open. */
 export interface SpanQuery {
+  /** The last key of the requester's last range; undefined when it described none. */
+  lastKey: Uint8Array | undefined;
+  /** The ranges it described, each of DIGEST_RANGE_KEYS of its keys at most. */
+  rangeCount: number;
+  openEnd: boolean;
+}
+
+/** The span a page request asks for. */
+export function spanQueryOf(q: {
   ranges: ReadonlyArray<{ lastKey: Uint8Array }>;
   openEnd: boolean;
+}): SpanQuery {
+  const n = q.ranges.length;
+  return { lastKey: n > 0 ? q.ranges[n - 1].lastKey : undefined, rangeCount: n, openEnd: q.openEnd };
 }
 
 export interface Span {
@@ -27,7 +39,7 @@ export interface Span {
 }
 
 /** A span with no ranges, open-ended: the next page of keys (RECONCILE_PAGE_ITEMS_MAX of them). */
-export const NEXT_PAGE: SpanQuery = { ranges: [], openEnd: true };
+export const NEXT_PAGE: SpanQuery = { lastKey: undefined, rangeCount: 0, openEnd: true };
 
 /** Keys read at a time while a responder reads a span, at most. */
 const SPAN_READ_KEYS = 512;
@@ -35,36 +47,51 @@ const SPAN_READ_KEYS = 512;
 /**
  * The responder's keys for a page: after `afterKey` (undefined: from the first) through the last
  * range's key — or, for an open-ended page, beyond it — at most RECONCILE_SPAN_KEYS_MAX of them.
+ *
+ * It stops early, truncated, once the ranges hold a page's worth of keys more than the requester
+ * described: a range whose digest agrees holds the requester's keys (DIGEST_RANGE_KEYS at most),
+ * so by then the ranges that differ list a whole page and the answer is cut there anyway. A
+ * requester far behind — a copy under writes, holding a prefix and the keys replication brought
+ * everywhere after it — describes ranges that span most of the fragment: reading them all for
+ * every page read the fragment again per page.
  */
 export async function readSpan(
   read: PageReader,
   afterKey: Uint8Array | undefined,
   q: SpanQuery,
 ): Promise<Span> {
-  const last = q.ranges.length > 0 ? q.ranges[q.ranges.length - 1].lastKey : undefined;
+  const last = q.lastKey;
   // Past the requester's last range, an open page lists up to a page of keys; a closed one needs none.
   const extra = q.openEnd ? RECONCILE_PAGE_ITEMS_MAX : 0;
+  const described = q.rangeCount * DIGEST_RANGE_KEYS;
+  const withinMax = described + RECONCILE_PAGE_ITEMS_MAX;
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
   let start = afterKey === undefined ? undefined : { key: afterKey, inclusive: false };
   let beyond = 0;
   // The first read asks for about the keys the requester described (DIGEST_RANGE_KEYS a range, when
   // the replicas agree) and those an open page lists past them, plus one that shows whether more
   // follow: a page of a copy into an empty replica reads RECONCILE_PAGE_ITEMS_MAX + 1 keys.
-  let limit = Math.min(SPAN_READ_KEYS, q.ranges.length * DIGEST_RANGE_KEYS + extra + 1);
+  let limit = Math.min(SPAN_READ_KEYS, described + extra + 1);
   for (;;) {
     const page = await read(start, limit);
     for (const e of page) {
       // Past the last range: a closed page is complete; an open one stops after a page of keys,
       // with more to come.
-      if ((last === undefined || Buffer.compare(e.key, last) > 0) && ++beyond > extra) {
-        return { entries, truncated: q.openEnd };
+      if (last === undefined || Buffer.compare(e.key, last) > 0) {
+        if (++beyond > extra) return { entries, truncated: q.openEnd };
+      } else if (entries.length === withinMax) {
+        return { entries, truncated: true };
       }
       if (entries.length === RECONCILE_SPAN_KEYS_MAX) return { entries, truncated: true };
       entries.push(e);
     }
     if (page.length < limit) return { entries, truncated: false };
     start = { key: page[page.length - 1].key, inclusive: false };
-    // Past the last range, an open page needs only what it still lists, and one more.
-    limit = beyond > 0 || last === undefined ? extra - beyond + 1 : SPAN_READ_KEYS;
+    // Past the last range, an open page needs only what it still lists, and one more; inside the
+    // ranges, what is left to the early stop and past it.
+    limit =
+      beyond > 0 || last === undefined
+        ? extra - beyond + 1
+        : Math.min(SPAN_READ_KEYS, withinMax - entries.length + extra + 1);
   }
 }

@@ -79,7 +79,7 @@ import type { ClusterInit } from '../threads/messages.js';
 import type { RoundReport } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
 import { fenced } from './fragment-actors.js';
-import { NEXT_PAGE, readSpan, type Span, type SpanQuery } from './reconcile-span.js';
+import { NEXT_PAGE, readSpan, type Span, type SpanQuery, spanQueryOf } from './reconcile-span.js';
 import { RoundLedger } from './round-ledger.js';
 
 /** What the driver needs from the worker runtime. */
@@ -930,7 +930,7 @@ export class WorkerReplication {
       }
       // The size as of the round's start, on its first page: what the round compares is as of then.
       [span, sourceSize] = await Promise.all([
-        this.readSpan(q.fragment, step.afterKey, q),
+        this.readSpan(q.fragment, step.afterKey, spanQueryOf(q)),
         q.pageSeq === 0 ? this.fragmentSize(q.fragment) : undefined,
       ]);
     } catch (err) {

@@ -39,10 +39,9 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
   store.refreshReads();
   // Both spans look at records' stamps alone (versions, expiry), and only stamps go back.
   const read: PageReader = (start, limit) => store.page(task.fragment, start, undefined, limit, true);
-  const ranges = task.lastKey === undefined ? [] : [{ lastKey: task.lastKey }];
   const span =
     task.expiredAtMs === undefined
-      ? await readSpan(read, task.afterKey, { ranges, openEnd: task.openEnd })
+      ? await readSpan(read, task.afterKey, task)
       : await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
   return { entries: encodePoolSpanEntries(span.entries), truncated: span.truncated };
 }

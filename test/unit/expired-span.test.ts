@@ -86,28 +86,35 @@ test('a cleaner page sends back only the expired keys, and its last key to resum
   }
 });
 
-test('a PoolSpan request carries the cleaner’s time, and an anti-entropy one none', () => {
+test('a PoolSpan request carries the range count, the cleaner’s time (an anti-entropy one none), and keys of their own', () => {
   const requests: PoolSpanRequest[] = [
     {
       fragment: 7,
       afterKey: Buffer.from('after'),
       lastKey: undefined,
+      rangeCount: 0,
       openEnd: true,
       expiredAtMs: 2 ** 47 + 3,
     },
-    { fragment: 0, afterKey: undefined, lastKey: undefined, openEnd: true, expiredAtMs: 0 },
-    { fragment: 3, afterKey: Buffer.from('a'), lastKey: Buffer.from('zz'), openEnd: false },
+    { fragment: 0, afterKey: undefined, lastKey: undefined, rangeCount: 0, openEnd: true, expiredAtMs: 0 },
+    { fragment: 3, afterKey: Buffer.from('a'), lastKey: Buffer.from('zz'), rangeCount: 16, openEnd: false },
   ];
+  const asBuffers = (r: PoolSpanRequest) => ({
+    ...r,
+    afterKey: r.afterKey && Buffer.from(r.afterKey),
+    lastKey: r.lastKey && Buffer.from(r.lastKey),
+  });
   for (const request of requests) {
     const buf = Buffer.alloc(poolSpanRequestBytes(request) + 4, 0xee);
     writePoolSpanRequest(buf, 2, 99, request);
     const read = readPoolSpanRequest(buf, 2);
     assert.equal(read.taskId, 99);
-    assert.deepEqual(
-      { ...read.request, afterKey: read.request.afterKey && Buffer.from(read.request.afterKey) },
-      { ...request, afterKey: request.afterKey && Buffer.from(request.afterKey) },
-    );
+    assert.deepEqual(asBuffers(read.request), asBuffers(request));
     assert.equal(buf[buf.length - 2], 0xee, 'nothing written past the request');
+    // The request is cloned to a pool thread: a key viewing a larger buffer would copy all of it.
+    for (const key of [read.request.afterKey, read.request.lastKey]) {
+      if (key !== undefined) assert.equal(key.buffer.byteLength, key.length);
+    }
   }
 });
 

@@ -22,7 +22,7 @@ import {
   type VersionReader,
 } from '../../src/core/reconciler.js';
 import { ApplyOutcome, encodeRecord, mergeOutcome } from '../../src/core/record.js';
-import { type PageReader, readSpan } from '../../src/workers/reconcile-span.js';
+import { type PageReader, readSpan, spanQueryOf } from '../../src/workers/reconcile-span.js';
 
 const NODE_A = Buffer.from('a');
 const NODE_B = Buffer.from('b');
@@ -87,6 +87,7 @@ async function pull(
   remote: Replica,
   horizonMs = 0,
   fetched?: Set<string>,
+  onSpanRead?: () => void,
 ): Promise<{ messages: number; repaired: number; summaries: number }> {
   const responder = new ReconcileResponder();
   responder.onSessionStart(7);
@@ -108,7 +109,12 @@ async function pull(
       };
       const serve = responder.onRequest(q);
       assert.equal(serve.kind, 'read-page');
-      const span = await readSpan(remote.read, serve.kind === 'read-page' ? serve.afterKey : undefined, q);
+      const span = await readSpan(
+        remote.read,
+        serve.kind === 'read-page' ? serve.afterKey : undefined,
+        spanQueryOf(q),
+      );
+      onSpanRead?.();
       const page = responder.pageRead(q, span.entries, span.truncated)!;
       summaries += page.summaries.length;
       step = round.onSummaries(page, local);
@@ -223,6 +229,41 @@ describe('anti-entropy rounds', () => {
     // and the one after, the last as many as it might list past its ranges too.
     assert.deepEqual(reads, [257, 257, 257, 15 * 16 + 256 + 1]);
     assert.equal(keysRead, 1000 + 3);
+  });
+
+  test('a responder stops reading a page once it holds a page of keys more than the requester described', async () => {
+    // A copy under writes: it holds a prefix, and keys replication brought all over the fragment.
+    const copy = new Replica();
+    const source = new Replica();
+    const keyOf = (i: number) => `k${String(i).padStart(4, '0')}`;
+    for (let i = 0; i < 4000; i++) source.put(keyOf(i), 1, NODE_B, 'v');
+    let held = 0;
+    for (let i = 0; i < 4000; i++) {
+      if (i >= 500 && i % 40 !== 0) continue;
+      copy.put(keyOf(i), 1, NODE_B, 'v');
+      held++;
+    }
+    const perPage: number[] = [];
+    const counting = source.read;
+    let pageKeys = 0;
+    (source as { read: PageReader }).read = async (start, limit) => {
+      const page = await counting(start, limit);
+      pageKeys += page.length;
+      return page;
+    };
+    const { repaired } = await pull(copy, source, 0, undefined, () => {
+      perPage.push(pageKeys);
+      pageKeys = 0;
+    });
+    assert.equal(repaired, 4000 - held);
+    assert.deepEqual(copy.values(), source.values());
+    // Each page reads its ranges' keys up to a page more than the copy described (16 ranges of 16
+    // keys: 512), and what an open page may list past them; reading to the copy's last range's key
+    // read the rest of the fragment for every page.
+    const most = Math.max(...perPage);
+    assert.ok(most <= 16 * 16 + 256 + 1, `a page read ${most} keys`);
+    const total = perPage.reduce((a, b) => a + b, 0);
+    assert.ok(total < 2 * 4000, `the round read ${total} keys for 4000 (pages: ${perPage.join(', ')})`);
   });
 
   test('the empty key is a key like any other', async () => {
