@@ -9,7 +9,7 @@
 //      it; goal ≤ 2×), the time from the join until the table settles (no move in flight, nothing
 //      copying or handing over, the planner wants nothing), and the replica moves counted against
 //      the optimum R·F/(N+1); the nodes' CPU per operation (process CPU time / operations) during
-//      the join against before it.
+//      the join against before it; the four nodes' throughput and CPU per operation after it.
 //   2. down: 4 nodes (R=3) hold --mib-per-node each; one is SIGKILLed. Printed: the time from the
 //      kill to Down and from Down to no fragment under-replicated (GET /cluster/moves), the bytes
 //      each node held, the copy rate (the victim's bytes over the time from Down to none short) and
