@@ -50,6 +50,7 @@ import {
   expiresAtOf,
   expiryTombstoneOf,
   isExpiredValue,
+  isExpiringValue,
   isLive,
   logicalOf,
   mergeOutcome,
@@ -278,6 +279,8 @@ export class FragmentCore {
   private writes = 0;
   private reads = 0;
   private expiredSwept = 0;
+  /** Values with a deadline staged (written, replicated or merged) since the actor opened. */
+  private expiringWrites = 0;
 
   constructor(
     private readonly config: FragmentConfig,
@@ -719,6 +722,11 @@ export class FragmentCore {
     return out;
   }
 
+  /** Values with a deadline this actor has staged since it opened (the TTL sweep skips a fragment without). */
+  get expiringWritten(): number {
+    return this.expiringWrites;
+  }
+
   /** The freshest record of `key` — pending, then stored — a view valid until the next read. */
   current(key: Buffer): Uint8Array | undefined {
     return this.lookupKey(key, keyHash(key));
@@ -732,6 +740,7 @@ export class FragmentCore {
     newer = this.newerThanHighWater(record),
   ): void {
     if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
+    if (isExpiringValue(record)) this.expiringWrites++;
     this.unflushed.set(key, hash, record);
     if (newer) {
       this.highWaterWallMs = wallMsOf(record);
@@ -917,7 +926,11 @@ export class FragmentCore {
       const kept = this.flushing
         .entries()
         .filter(([key]) => this.unflushed.get(key, HASH_UNKNOWN) === undefined);
-      for (const [key, record] of kept) this.putPending(key, HASH_UNKNOWN, record);
+      for (const [key, record] of kept) {
+        // Back for the retry: staged before, so not counted again.
+        if (isExpiringValue(record)) this.expiringWrites--;
+        this.putPending(key, HASH_UNKNOWN, record);
+      }
     }
     this.flushing = new PendingWrites();
     this.flushingGeneration = 0;

@@ -97,6 +97,11 @@ export function isLive(r: Uint8Array, nowMs: number): boolean {
   return expiresAt === 0 || expiresAt > nowMs;
 }
 
+/** A value (not a tombstone) with a deadline: one the cleaner will retire some day. */
+export function isExpiringValue(r: Uint8Array): boolean {
+  return (r[FLAGS] & FLAG_TOMBSTONE) === 0 && readU48BE(r, EXPIRES) !== 0;
+}
+
 /** A value (not a tombstone) whose deadline has passed at `nowMs`: the cleaner's to retire. */
 export function isExpiredValue(r: Uint8Array, nowMs: number): boolean {
   return (r[FLAGS] & FLAG_TOMBSTONE) === 0 && !isLive(r, nowMs);

@@ -574,6 +574,8 @@ export interface PoolSpanRequest {
 export interface PoolSpanResult {
   entries: Uint8Array;
   truncated: boolean;
+  /** A TTL cleaner's page: a value with a deadline was among the keys examined. */
+  expiring?: boolean;
 }
 
 const SPAN_AFTER_KEY = 1;
@@ -582,6 +584,7 @@ const SPAN_OPEN_END = 4;
 const SPAN_EXPIRED_AT = 8;
 const SPAN_TRUNCATED = 1;
 const SPAN_FAILED = 2;
+const SPAN_EXPIRING = 4;
 
 export function poolSpanRequestBytes(r: PoolSpanRequest): number {
   return (
@@ -657,7 +660,10 @@ export function writePoolSpanResult(
   span: PoolSpanResult | undefined,
 ): void {
   buf[at + KIND_AT] = RequestKind.PoolSpanResult;
-  buf[at + FLAGS_AT] = span === undefined ? SPAN_FAILED : span.truncated ? SPAN_TRUNCATED : 0;
+  buf[at + FLAGS_AT] =
+    span === undefined
+      ? SPAN_FAILED
+      : (span.truncated ? SPAN_TRUNCATED : 0) | (span.expiring === true ? SPAN_EXPIRING : 0);
   writeU16LE(buf, at + FRAGMENT_AT, 0);
   writeU32LE(buf, at + ID_AT, taskId);
   if (span !== undefined && span.entries.length > 0) copyBytes(buf, at + COMMON_HEADER_BYTES, span.entries);
@@ -671,8 +677,9 @@ export function readPoolSpanResult(
   buf: Buffer,
   at: number,
   end: number,
-): { entries: Array<{ key: Buffer; record: Buffer }>; truncated: boolean } | undefined {
-  if ((buf[at + FLAGS_AT] & SPAN_FAILED) !== 0) return undefined;
+): { entries: Array<{ key: Buffer; record: Buffer }>; truncated: boolean; expiring: boolean } | undefined {
+  const flags = buf[at + FLAGS_AT];
+  if ((flags & SPAN_FAILED) !== 0) return undefined;
   const body = Buffer.from(buf.subarray(at + COMMON_HEADER_BYTES, end));
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
   for (let p = 0; p < body.length; ) {
@@ -681,7 +688,7 @@ export function readPoolSpanResult(
     entries.push({ key: body.subarray(p + 2, keyEnd), record: body.subarray(keyEnd + 2, stampEnd) });
     p = stampEnd;
   }
-  return { entries, truncated: (buf[at + FLAGS_AT] & SPAN_TRUNCATED) !== 0 };
+  return { entries, truncated: (flags & SPAN_TRUNCATED) !== 0, expiring: (flags & SPAN_EXPIRING) !== 0 };
 }
 
 function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): number {

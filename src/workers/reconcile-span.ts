@@ -36,6 +36,8 @@ export interface Span {
   entries: Array<{ key: Buffer; record: Buffer }>;
   /** More keys follow that the span did not take. */
   truncated: boolean;
+  /** A TTL cleaner's page (expired-span.ts): whether a value with a deadline was among its keys. */
+  expiring?: boolean;
 }
 
 /** A span with no ranges, open-ended: the next page of keys (RECONCILE_PAGE_ITEMS_MAX of them). */

@@ -43,5 +43,5 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
     task.expiredAtMs === undefined
       ? await readSpan(read, task.afterKey, task)
       : await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
-  return { entries: encodePoolSpanEntries(span.entries), truncated: span.truncated };
+  return { entries: encodePoolSpanEntries(span.entries), truncated: span.truncated, expiring: span.expiring };
 }

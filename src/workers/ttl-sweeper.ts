@@ -2,14 +2,19 @@
 // fragment's cleaner (FragmentCore's `sweep` event), a page per event-loop turn at most and
 // `cleanKeysPerSec` keys a second: a pass over many keys takes longer instead of costing more. A
 // pass still running when the next interval comes is not started again.
+//
+// A fragment whose last pass found no value with a deadline, and whose actor has staged none since,
+// is skipped: data without TTLs costs no reads. Every CLEAN_FULL_PASS_INTERVALS-th pass still
+// examines every fragment, for a deadline staged before a pass and committed after it read past
+// the key (expired values are hidden from reads meanwhile; the sweep only reclaims them).
 
 import type { Logger } from 'pino';
 import type { WallClock } from '../core/clock.js';
 import { asStorageError } from '../core/errors.js';
 import type { FragmentCore } from '../core/fragment.js';
-import { CLEAN_PAGE_KEYS_MAX, CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
+import { CLEAN_FULL_PASS_INTERVALS, CLEAN_PAGE_KEYS_MAX, CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
-import { isExpiredValue } from '../core/record.js';
+import { isExpiredValue, isExpiringValue } from '../core/record.js';
 import type { KvStore, PageStart } from '../native-bindings/kv-store.js';
 import type { PoolSpans } from './pool-spans.js';
 import { NEXT_PAGE, type Span } from './reconcile-span.js';
@@ -23,7 +28,14 @@ export interface SweepHost {
   sweepPage(core: FragmentCore, nowMs: number, entries: Array<{ key: Buffer; record: Buffer }>): void;
 }
 
+/** How a fragment's pass ended: over every key, with or without a value with a deadline, or not. */
+type FragmentPass = 'expiring' | 'none-expiring' | 'cut-short';
+
 export class TtlSweeper {
+  /** Passes started, and fragments they skipped as holding no value with a deadline. */
+  readonly stats = { passes: 0, fragmentsSkipped: 0 };
+  /** Fragments whose last pass found no value with a deadline: their actor then, and its count. */
+  private readonly quiet = new Map<number, { core: FragmentCore; expiringWritten: number }>();
   private timer: NodeJS.Timeout | undefined;
   private sweeping = false;
   private closed = false;
@@ -58,21 +70,28 @@ export class TtlSweeper {
   private async sweepAll(): Promise<void> {
     if (this.sweeping || this.closed) return;
     this.sweeping = true;
+    const full = this.stats.passes++ % CLEAN_FULL_PASS_INTERVALS === 0;
+    // A dropped fragment's actor is not kept for its sake.
+    for (const [fragment, quiet] of this.quiet) {
+      if (this.host.core(fragment) !== quiet.core) this.quiet.delete(fragment);
+    }
     try {
       // A copy: fragments may come and go while the pass awaits its pages.
       for (const fragment of [...this.host.fragments()]) {
-        if (this.pool !== undefined && (await this.sweepFromPool(this.pool, fragment))) continue;
-        let start: PageStart | undefined;
-        for (;;) {
-          await this.pace();
-          if (this.closed) return;
-          const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
-          this.keys.spend(entries.length, this.clock.nowMs());
-          const core = this.host.core(fragment);
-          if (entries.length === 0 || core === undefined) break;
-          this.host.sweepPage(core, this.clock.nowMs(), entries);
-          start = { key: entries[entries.length - 1].key, inclusive: false };
+        const core = this.host.core(fragment);
+        if (core === undefined) continue;
+        const quiet = this.quiet.get(fragment);
+        if (!full && quiet?.core === core && quiet.expiringWritten === core.expiringWritten) {
+          this.stats.fragmentsSkipped++;
+          continue;
         }
+        const expiringWritten = core.expiringWritten;
+        const pass =
+          (this.pool === undefined ? undefined : await this.sweepFromPool(this.pool, fragment)) ??
+          (await this.sweepHere(fragment));
+        if (pass === 'none-expiring') this.quiet.set(fragment, { core, expiringWritten });
+        else this.quiet.delete(fragment);
+        if (this.closed) return;
       }
     } catch (err) {
       this.logger.error({ err: asStorageError(err).message }, 'TTL sweep failed; retrying next interval');
@@ -81,25 +100,45 @@ export class TtlSweeper {
     }
   }
 
+  /** A fragment's sweep with the reading done in this thread. */
+  private async sweepHere(fragment: number): Promise<FragmentPass> {
+    let start: PageStart | undefined;
+    let expiring = false;
+    for (;;) {
+      await this.pace();
+      if (this.closed) return 'cut-short';
+      const entries = await this.store.page(fragment, start, undefined, CLEAN_PAGE_KEYS_MAX);
+      this.keys.spend(entries.length, this.clock.nowMs());
+      const core = this.host.core(fragment);
+      if (core === undefined) return 'cut-short';
+      if (entries.length === 0) return expiring ? 'expiring' : 'none-expiring';
+      expiring ||= entries.some((e) => isExpiringValue(e.record));
+      this.host.sweepPage(core, this.clock.nowMs(), entries);
+      start = { key: entries[entries.length - 1].key, inclusive: false };
+    }
+  }
+
   /**
    * A fragment's sweep with the reading done in the background pool: the pool examines a page of
    * keys from a read-only view and sends back only those expired at the time asked; this thread
-   * checks each against its current record (it may have changed since the pool read it). False when
-   * the pool would not take a page: the caller then sweeps in this thread.
+   * checks each against its current record (it may have changed since the pool read it). Undefined
+   * when the pool would not take a page: the caller then sweeps in this thread.
    */
-  private async sweepFromPool(pool: PoolSpans, fragment: number): Promise<boolean> {
+  private async sweepFromPool(pool: PoolSpans, fragment: number): Promise<FragmentPass | undefined> {
     let afterKey: Uint8Array | undefined;
+    let expiring = false;
     for (;;) {
       await this.pace();
       const core = this.host.core(fragment);
-      if (this.closed || core === undefined) return true;
+      if (this.closed || core === undefined) return 'cut-short';
       let span: Span;
       try {
         span = await pool.read(fragment, afterKey, NEXT_PAGE, this.clock.nowMs());
       } catch {
-        return false;
+        return undefined;
       }
-      if (this.closed || this.host.core(fragment) !== core) return true;
+      if (this.closed || this.host.core(fragment) !== core) return 'cut-short';
+      expiring ||= span.expiring === true;
       // A short last page is counted in full: the pool does not say how many keys it examined.
       this.keys.spend(CLEAN_POOL_PAGE_KEYS, this.clock.nowMs());
       const nowMs = this.clock.nowMs();
@@ -111,7 +150,7 @@ export class TtlSweeper {
         }
       }
       if (entries.length > 0) this.host.sweepPage(core, nowMs, entries);
-      if (!span.truncated || span.entries.length === 0) return true;
+      if (!span.truncated || span.entries.length === 0) return expiring ? 'expiring' : 'none-expiring';
       afterKey = span.entries[span.entries.length - 1].key;
     }
   }

@@ -6,7 +6,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { encodeRecord, expiryTombstoneOf, isExpiredValue, stampOf } from '../../src/core/record.js';
+import {
+  encodeRecord,
+  expiryTombstoneOf,
+  isExpiredValue,
+  isExpiringValue,
+  stampOf,
+} from '../../src/core/record.js';
 import { openStore } from '../../src/native-bindings/open-store.js';
 import {
   encodePoolSpanEntries,
@@ -30,6 +36,26 @@ test('expired values are the cleaner’s; live values, values without a deadline
   assert.equal(isExpiredValue(value(NOW + 1), NOW), false, 'a deadline ahead');
   assert.equal(isExpiredValue(value(0), NOW), false, 'no deadline');
   assert.equal(isExpiredValue(expiryTombstoneOf(value(NOW - 1)), NOW), false, 'already retired');
+  assert.equal(isExpiringValue(value(NOW + 1)), true, 'a deadline ahead is one the cleaner will retire');
+  assert.equal(isExpiringValue(value(NOW - 1)), true);
+  assert.equal(isExpiringValue(value(0)), false, 'no deadline');
+  assert.equal(isExpiringValue(expiryTombstoneOf(value(NOW - 1))), false, 'a tombstone');
+});
+
+test('a cleaner page says whether any key it examined holds a deadline', async () => {
+  const pageOf =
+    (...records: Buffer[]) =>
+    async () =>
+      records.map((record, i) => ({ key: Buffer.from(`k${i}`), record }));
+  const none = await readExpiredSpan(pageOf(value(0), expiryTombstoneOf(value(NOW - 1))), undefined, NOW, 10);
+  assert.equal(none.expiring, false);
+  const ahead = await readExpiredSpan(pageOf(value(0), value(NOW + 60_000)), undefined, NOW, 10);
+  assert.equal(ahead.expiring, true, 'a deadline not reached yet counts');
+  assert.deepEqual(
+    ahead.entries.map((e) => e.key.toString()),
+    ['k1'],
+    'only the last key examined comes back',
+  );
 });
 
 test('a cleaner page sends back only the expired keys, and its last key to resume after', async () => {
@@ -118,7 +144,7 @@ test('a PoolSpan request carries the range count, the cleaner’s time (an anti-
   }
 });
 
-test('a PoolSpan result carries each key with its stamp alone, as the pool encoded them, or says the pool failed', () => {
+test('a PoolSpan result carries each key with its stamp alone, as the pool encoded them, whether the cleaner saw a deadline, or says the pool failed', () => {
   const records = [
     {
       key: Buffer.from('a'),
@@ -133,14 +159,19 @@ test('a PoolSpan result carries each key with its stamp alone, as the pool encod
       record: encodeRecord(false, 5, 0, 9, Buffer.from('n'), Buffer.alloc(2000, 1)),
     },
   ];
-  for (const truncated of [false, true]) {
-    const span = { entries: encodePoolSpanEntries(records), truncated };
+  for (const [truncated, expiring] of [
+    [false, false],
+    [true, false],
+    [false, true],
+  ]) {
+    const span = { entries: encodePoolSpanEntries(records), truncated, expiring };
     const buf = Buffer.alloc(poolSpanResultBytes(span) + 4, 0xee);
     writePoolSpanResult(buf, 2, 41, span);
     const read = readPoolSpanResult(buf, 2, 2 + poolSpanResultBytes(span));
     assert.deepEqual(read, {
       entries: records.map((e) => ({ key: e.key, record: stampOf(e.record) })),
       truncated,
+      expiring,
     });
     assert.equal(buf[buf.length - 2], 0xee, 'nothing written past the result');
   }

@@ -128,6 +128,8 @@ class Harness {
   private inFlight: Extract<FragmentAction, { kind: 'commit' }> | undefined;
   /** Per key, the newest record logged or committed: what a crash would keep. */
   private readonly durable = new Map<number, Buffer>();
+  /** Values with a deadline applied: what the actor counts for the TTL sweep. */
+  expiringApplied = 0;
 
   constructor(
     flushIntervalMs: number,
@@ -194,6 +196,7 @@ class Harness {
     } else {
       this.expected.set(reqId, { reply: Reply.Applied });
       this.hold(c.key, record);
+      if (expiresAtMs !== 0) this.expiringApplied++;
     }
     const { durability } = c;
     const want = this.expected.get(reqId)!;
@@ -366,6 +369,7 @@ test('§2.4–2.6 fast-check: the actor answers and stores as an LWW map does, t
         for (let i = 0; i < 50 && (h.waiting > 0 || h.core.hasUncommitted()); i++)
           h.apply({ kind: 'advance', ms: 10 });
         assert.equal(h.waiting, 0, 'every request answered');
+        assert.equal(h.core.expiringWritten, h.expiringApplied, 'values with a deadline counted as written');
         for (let k = 0; k < KEYS; k++) {
           assert.equal(describeRecord(h.store.get(k)), describeRecord(h.model.get(k)), `stored key ${k}`);
         }
