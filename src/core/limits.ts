@@ -127,12 +127,6 @@ export const CLEAN_POOL_PAGE_KEYS = 4096;
  * reads meanwhile; the cleaner only reclaims their space).
  */
 export const CLEAN_KEYS_PER_SEC_DEFAULT = 100_000;
-/**
- * A fragment whose last pass found no value with a deadline, and that has taken none since, is
- * skipped — but passed over in full at least every this many intervals: a deadline written just
- * before a pass and committed after the pass read its key is retired that much later at most.
- */
-export const CLEAN_FULL_PASS_INTERVALS = 10;
 
 /**
  * How long `memory`-durability writes may stay unflushed before the actor commits them anyway;

@@ -5,7 +5,6 @@
 import { invalidInput } from '../core/errors.js';
 import {
   ADMIN_TOKEN_BYTES_MIN,
-  CLEAN_FULL_PASS_INTERVALS,
   DRAIN_TIMEOUT_MS_DEFAULT,
   LATENCY_MONITOR_THRESHOLD_MS_MAX,
   SLOWLOG_LOG_SLOWER_THAN_US_DEFAULT,
@@ -103,7 +102,7 @@ const FLAGS: Flag[] = [
     name: 'clean-interval',
     kind: 'duration',
     option: 'cleanIntervalMs',
-    help: `period of the TTL cleaner (default 30s; a fragment with no key with a TTL is skipped, but read through every ${CLEAN_FULL_PASS_INTERVALS} periods)`,
+    help: 'period of the TTL cleaner (default 30s; fragments holding no key with a TTL are skipped)',
   },
   {
     name: 'clean-keys-per-sec',

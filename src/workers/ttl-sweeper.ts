@@ -4,15 +4,16 @@
 // pass still running when the next interval comes is not started again.
 //
 // A fragment whose last pass found no value with a deadline, and whose actor has staged none since,
-// is skipped: data without TTLs costs no reads. Every CLEAN_FULL_PASS_INTERVALS-th pass still
-// examines every fragment, for a deadline staged before a pass and committed after it read past
-// the key (expired values are hidden from reads meanwhile; the sweep only reclaims them).
+// is skipped: data without TTLs costs no reads. Every write reaches the store through the actor,
+// which counts the values with a deadline it stages; a pass first waits until what the actor
+// staged before it is committed, so the pages it reads hold every value that count covers. A new
+// actor (the fragment opened or gained) starts unknown: its first pass reads everything.
 
 import type { Logger } from 'pino';
 import type { WallClock } from '../core/clock.js';
 import { asStorageError } from '../core/errors.js';
 import type { FragmentCore } from '../core/fragment.js';
-import { CLEAN_FULL_PASS_INTERVALS, CLEAN_PAGE_KEYS_MAX, CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
+import { CLEAN_PAGE_KEYS_MAX, CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { isExpiredValue, isExpiringValue } from '../core/record.js';
 import type { KvStore, PageStart } from '../native-bindings/kv-store.js';
@@ -24,6 +25,8 @@ export interface SweepHost {
   fragments(): readonly number[];
   /** The fragment's actor; undefined once it stopped serving (dropped while a pass ran). */
   core(fragment: number): FragmentCore | undefined;
+  /** Resolves once everything the actor staged so far is committed, visible to store pages. */
+  committed(core: FragmentCore): Promise<void>;
   /** Offers a page of stored records to the fragment's cleaner and carries out what it decides. */
   sweepPage(core: FragmentCore, nowMs: number, entries: Array<{ key: Buffer; record: Buffer }>): void;
 }
@@ -70,7 +73,7 @@ export class TtlSweeper {
   private async sweepAll(): Promise<void> {
     if (this.sweeping || this.closed) return;
     this.sweeping = true;
-    const full = this.stats.passes++ % CLEAN_FULL_PASS_INTERVALS === 0;
+    this.stats.passes++;
     // A dropped fragment's actor is not kept for its sake.
     for (const [fragment, quiet] of this.quiet) {
       if (this.host.core(fragment) !== quiet.core) this.quiet.delete(fragment);
@@ -81,15 +84,20 @@ export class TtlSweeper {
         const core = this.host.core(fragment);
         if (core === undefined) continue;
         const quiet = this.quiet.get(fragment);
-        if (!full && quiet?.core === core && quiet.expiringWritten === core.expiringWritten) {
+        if (quiet?.core === core && quiet.expiringWritten === core.expiringWritten) {
           this.stats.fragmentsSkipped++;
           continue;
         }
         const expiringWritten = core.expiringWritten;
+        // Until what the count covers is in the store, a pass that finds nothing proves nothing.
+        const covered = await this.host.committed(core).then(
+          () => true,
+          () => false,
+        );
         const pass =
           (this.pool === undefined ? undefined : await this.sweepFromPool(this.pool, fragment)) ??
           (await this.sweepHere(fragment));
-        if (pass === 'none-expiring') this.quiet.set(fragment, { core, expiringWritten });
+        if (pass === 'none-expiring' && covered) this.quiet.set(fragment, { core, expiringWritten });
         else this.quiet.delete(fragment);
         if (this.closed) return;
       }

@@ -170,6 +170,7 @@ export class WorkerRuntime implements RecordDecoder {
       {
         fragments: () => this.actors.fragments(),
         core: (fragment) => this.actors.find(fragment),
+        committed: (core) => this.fence(core, Durability.Store),
         sweepPage: (core, nowMs, entries) => {
           core.step({ kind: 'sweep', nowMs, entries });
           this.collect(core);
