@@ -748,6 +748,15 @@ export class FragmentCore {
     }
   }
 
+  /**
+   * A write back from a failed commit, for the retry: staged before, so the high-water mark and the
+   * count of values with a deadline hold it already.
+   */
+  private restage(key: Uint8Array, record: Uint8Array): void {
+    if (this.unflushed.size === 0) this.unflushedSinceMs = this.nowMs;
+    this.unflushed.set(key, HASH_UNKNOWN, record);
+  }
+
   /** True when `record`'s timestamp is strictly newer than every version this fragment holds. */
   private newerThanHighWater(record: Uint8Array): boolean {
     const wallMs = wallMsOf(record);
@@ -926,11 +935,7 @@ export class FragmentCore {
       const kept = this.flushing
         .entries()
         .filter(([key]) => this.unflushed.get(key, HASH_UNKNOWN) === undefined);
-      for (const [key, record] of kept) {
-        // Back for the retry: staged before, so not counted again.
-        if (isExpiringValue(record)) this.expiringWrites--;
-        this.putPending(key, HASH_UNKNOWN, record);
-      }
+      for (const [key, record] of kept) this.restage(key, record);
     }
     this.flushing = new PendingWrites();
     this.flushingGeneration = 0;
