@@ -5,7 +5,8 @@
 //
 // - Every node names the coordinator from its own view (lowest id among Up, reachable members).
 //   The coordinator acts only while it reaches a majority of the table's members (before any
-//   table: of the members it started with), so a minority side never changes placement.
+//   table: of the members it started with), so a minority side never changes placement; and it
+//   makes no change after which it would not (one taking a reached member out of the table waits).
 // - A node that becomes coordinator takes over: it proposes an epoch above every one it knows and
 //   asks every live member for its last accepted table and a promise (Paxos's prepare): a member
 //   promises an epoch only above any it holds or promised, to one coordinator, persists the promise
@@ -46,6 +47,7 @@ import {
   pinFragment,
   planMoves,
   reachesMajority,
+  reachesMajorityAfter,
   rebuildFromReports,
   reissueAbove,
   startMove,
@@ -156,6 +158,8 @@ export class CoordinatorMachine {
   private lastRefusal = '';
   /** The last reason a takeover with every report in hand waited, logged once until it changes. */
   private lastTakeoverWait = '';
+  /** The last change held back because it would cost this coordinator its majority, logged once. */
+  private lastChangeWait = '';
   /**
    * The coordinator whose changes this node refused last because its view named another (at start,
    * the coordinator's earlier incarnation): once the view names it, this node pulls its table rather
@@ -549,13 +553,31 @@ export class CoordinatorMachine {
     if (limits === undefined || !this.acting()) return;
     const plan = planMoves(this.table, this.view, this.config.replicas, limits);
     const fence = this.fence();
+    const cancels = plan.cancellations.map((fragment) =>
+      cancelMove(fragment, this.table.active(fragment) as ActiveAssignment, fence, this.nowMs),
+    );
+    const starts = plan.moves.map((move) =>
+      startMove(this.table.active(move.fragment) as ActiveAssignment, move, fence, this.nowMs),
+    );
+    // The whole round at once when it keeps the majority (a start only adds a reachable target);
+    // else change by change, holding back those that would not.
+    const all = reachesMajorityAfter(this.table, [...cancels, ...starts], this.view);
     const changes: TableChange[] = [];
-    for (const fragment of plan.cancellations) {
-      changes.push(cancelMove(fragment, this.table.active(fragment) as ActiveAssignment, fence, this.nowMs));
+    let held = false;
+    const keeps = (change: TableChange): boolean => {
+      if (all || this.keepsMajority([...changes, change])) return true;
+      held = true;
+      return false;
+    };
+    for (const change of cancels) {
+      if (!keeps(change)) continue;
+      changes.push(change);
       this.counters.movesCancelled++;
     }
-    for (const move of plan.moves) {
-      changes.push(startMove(this.table.active(move.fragment) as ActiveAssignment, move, fence, this.nowMs));
+    for (const [i, change] of starts.entries()) {
+      if (!keeps(change)) continue;
+      const move = plan.moves[i]!;
+      changes.push(change);
       this.counters.movesStarted++;
       this.log(
         'info',
@@ -563,8 +585,8 @@ export class CoordinatorMachine {
       );
     }
     this.commit(changes);
-    // Moves held back (a limit, an unreachable member) are planned again; a settled table sleeps.
-    const waiting = plan.blocked.length > 0 || this.movesInFlight() > 0;
+    // Moves held back (a limit, an unreachable member, the majority) are planned again; a settled table sleeps.
+    const waiting = plan.blocked.length > 0 || held || this.movesInFlight() > 0;
     this.nextPlanAtMs = waiting ? this.nowMs + this.config.planIntervalMs : Number.POSITIVE_INFINITY;
   }
 
@@ -580,9 +602,11 @@ export class CoordinatorMachine {
     const entry = this.table.active(fragment);
     // A ready for an earlier generation (or another move) is stale: the target reports again.
     if (entry === undefined || entry.generation !== generation || entry.moving?.target !== from) return;
+    const change = finishMove(fragment, entry, this.fence(), this.nowMs);
+    if (!this.keepsMajority([change])) return; // the target sends its ready again
     this.counters.movesFinished++;
     this.log('info', `move of fragment ${fragment} finished: ${entry.moving.source ?? '-'} -> ${from}`);
-    this.commit([finishMove(fragment, entry, this.fence(), this.nowMs)]);
+    this.commit([change]);
     this.plan();
   }
 
@@ -622,9 +646,23 @@ export class CoordinatorMachine {
     };
   }
 
+  /**
+   * Whether this coordinator still reaches a majority of the table's members once `changes` apply,
+   * else it would write a table it acts for no majority of (and step down at once). Such a change
+   * waits until members it does not reach leave the table (a Down one's repairs) or are reached again.
+   */
+  private keepsMajority(changes: readonly TableChange[]): boolean {
+    if (reachesMajorityAfter(this.table, changes, this.view)) return true;
+    const line = `a change to fragment ${changes[changes.length - 1].fragment} would leave the table's members without a majority reached here: waiting`;
+    if (line !== this.lastChangeWait) this.log('info', line);
+    this.lastChangeWait = line;
+    return false;
+  }
+
   /** Applies the coordinator's own changes, saves them, and sends them to every reachable member. */
   private commit(changes: readonly TableChange[]): void {
     if (changes.length === 0) return;
+    this.lastChangeWait = '';
     const self = fenceCoordinator(changes[0].fence);
     const sent = AssignmentTable.from(this.config.fragmentCount, this.table.epoch, self, []);
     const applied: number[] = [];

@@ -63,6 +63,28 @@ export function reachesMajority(members: readonly string[], view: readonly Membe
   return count * 2 > voters.size;
 }
 
+/**
+ * Whether this view still reaches a majority of the table's members once `changes` apply. The gate
+ * counts the members before them; a change that takes the last replica of a reached member out of
+ * the table (a finished move's source, a cancelled target) can leave only half of those left reached.
+ */
+export function reachesMajorityAfter(
+  table: AssignmentTable,
+  changes: readonly TableChange[],
+  view: readonly MemberView[],
+): boolean {
+  // The members the table lists once the changes apply: those of the entries left as they are,
+  // and those of the changed entries as they will be (one pass, no table built).
+  const changed = new Set(changes.map((c) => c.fragment));
+  const members = new Set<string>();
+  for (const [fragment, entry] of table.entries()) {
+    if (entry.kind === 'active' && !changed.has(fragment)) for (const id of entry.replicas) members.add(id);
+  }
+  for (const { entry } of changes)
+    if (entry.kind === 'active') for (const id of entry.replicas) members.add(id);
+  return reachesMajority([...members], view);
+}
+
 export type ActGate =
   | { readonly ok: true; readonly coordinator: CoordinatorIdentity }
   | { readonly ok: false; readonly reason: 'not-coordinator' | 'no-majority'; readonly message: string };

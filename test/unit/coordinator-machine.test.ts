@@ -1084,6 +1084,50 @@ describe('moves', () => {
     assert.equal(cluster.machine('a').counters.movesCancelled, moving.length);
   });
 
+  test("a move that would take a reached member's last replica out of a bare majority waits until the coordinator reaches more", () => {
+    const ids = ['a', 'b', 'c', 'd', 'e'];
+    const cluster = bootstrapped(ids, PLACEMENT_5, MOVE_LIMITS_DEFAULT);
+    settle(cluster, 'a');
+    const held = cluster
+      .machine('a')
+      .current.entries()
+      .filter(([, e]) => e.kind === 'active' && e.replicas.includes('d'))
+      .map(([f]) => f);
+    assert.equal(held.length, 1, 'd holds one replica once settled');
+    const [fragment] = held;
+    // d leaves while c and e are cut off: a reaches a, b and d, three of the table's five members.
+    const leaving = (seen: Parameters<typeof viewOf>[1]): MemberView[] =>
+      viewOf(ids, seen).map((m) => (m.id === 'd' ? { ...m, state: 'Leaving' } : m));
+    cluster.views(['a', 'b', 'd'], leaving({ c: 'unreachable', e: 'unreachable' }));
+    cluster.deliverAll();
+    assert.deepEqual(inFlight(cluster, 'a'), [`${fragment}:d->b`]);
+    const ready = () => {
+      const entry = cluster.machine('a').current.active(fragment);
+      return cluster.receive('a', {
+        kind: 'ready',
+        from: 'b',
+        fragment,
+        generation: entry?.generation ?? 0,
+      });
+    };
+    // Without d the table's four members would have only a and b reached: the move waits.
+    const waited = ready();
+    assert.ok(
+      waited.some((line) =>
+        /would leave the table's members without a majority reached here: waiting/.test(line),
+      ),
+      waited.join('\n'),
+    );
+    assert.deepEqual(inFlight(cluster, 'a'), [`${fragment}:d->b`]);
+    assert.equal(cluster.machine('a').role, 'coordinator', 'still acting: it kept its majority');
+    // c is back: a reaches three of the four members left, and the ready (resent) finishes the move.
+    cluster.views(['a', 'b', 'c', 'd'], leaving({ e: 'unreachable' }));
+    ready();
+    assert.deepEqual(inFlight(cluster, 'a'), []);
+    assert.deepEqual(cluster.machine('a').current.members(), ['a', 'b', 'c', 'e']);
+    assert.equal(cluster.machine('a').role, 'coordinator');
+  });
+
   test('a pin moves a replica to the pinned node and is refused where it cannot apply', () => {
     const ids = ['a', 'b', 'c', 'd'];
     const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);
