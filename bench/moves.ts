@@ -22,7 +22,7 @@
 // --connections C per node (8), --read-ratio X (0.5), --rate R (open loop at R operations a second
 // in all; default closed loop), --before D (10s of load before the join), --after D (5s after it
 // settles), --settle-max D (5m), --down-after D (5s), --store S (lmdb), --workers W (1 per node),
-// --seed S (1), --keep-logs (the nodes' logs are kept, and where is printed, after a run that
+// --move-rate R (every node's --move-rate; the node's default), --seed S (1), --keep-logs (the nodes' logs are kept, and where is printed, after a run that
 // succeeded too; always after one that failed). Durations as the node takes them: 250ms, 2s, 5m. Progress goes to stderr, the
 // figures to stdout.
 
@@ -89,6 +89,8 @@ interface Options {
   downAfterMs: number;
   store: string;
   workers: number;
+  /** `--move-rate` for every node, as the node parses it; its default when absent. */
+  moveRate: string | undefined;
   seed: number;
   keepLogs: boolean;
 }
@@ -110,6 +112,7 @@ function parseOptions(argv: string[]): Options {
       'down-after': { type: 'string', default: '5s' },
       store: { type: 'string', default: 'lmdb' },
       workers: { type: 'string', default: '1' },
+      'move-rate': { type: 'string' },
       seed: { type: 'string', default: '1' },
       'keep-logs': { type: 'boolean', default: false },
     },
@@ -128,6 +131,7 @@ function parseOptions(argv: string[]): Options {
     downAfterMs: parseDuration(values['down-after']),
     store: values.store,
     workers: Number(values.workers),
+    moveRate: values['move-rate'],
     seed: Number(values.seed),
     keepLogs: values['keep-logs'],
   };
@@ -162,6 +166,7 @@ const nodeArgs = (o: Options) => [
   '0',
   '--admin-token',
   TOKEN,
+  ...(o.moveRate === undefined ? [] : ['--move-rate', o.moveRate]),
 ];
 
 // ── The admin port ────────────────────────────────────────────────────────────────────────────

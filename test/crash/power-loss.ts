@@ -119,6 +119,8 @@ async function runWriter(scenario: Scenario, dataDir: string): Promise<WriteReco
   const stableEveryAck = scenario.subject === 'node' && scenario.durability === 'stable';
   for await (const line of createInterface({ input: child.stdout! })) {
     const [word, seqText, nsText] = line.split(' ');
+    // The writer is killed mid-run: its last line may be torn, and what it reported is not known.
+    if (nsText === undefined || !/^\d+$/.test(nsText)) continue;
     if (word === 'ack') {
       const w = history[Number(seqText) - 1];
       w.ackNs = BigInt(nsText);
