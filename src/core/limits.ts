@@ -620,6 +620,21 @@ export const PLACEMENT_RETRY_MS = 1_000;
  * a step that runs out is retried, never given up.
  */
 export const PLACEMENT_STEP_TIMEOUT_MS = 30_000;
+
+/**
+ * How long a node handing over a copy waits for each replica to pull it whole (its table to catch
+ * up, a complete round, a fence at stable: a placement step each at most); a drain that runs out is
+ * retried, never given up.
+ */
+export const ABSORB_TIMEOUT_MS = 3 * PLACEMENT_STEP_TIMEOUT_MS;
+
+/**
+ * How long a node restarting in a cluster waits for its reachable peers' connections before it
+ * serves, so it forwards what they serve from its first request on. Redis Cluster
+ * answers CLUSTERDOWN until a restarted node reaches the others; a peer that is down costs a start
+ * this long.
+ */
+export const PEERS_AT_START_WAIT_MS = 2_000;
 /**
  * How long a node that became a fragment's serving replica by a failover holds the fragment's
  * requests while it catches up from the other replicas (the issue's goal for the window is 1 s);

@@ -152,8 +152,11 @@ export interface MembershipConfig {
   restoredIncarnation: number | undefined;
   /** Members known at start (--peers as Up at incarnation 0, or the persisted list); self is skipped. */
   members: readonly MemberRecord[];
-  /** 'Joining' for a node that will join through a seed; 'Up' for a static or one-member start. */
-  selfState: 'Joining' | 'Up';
+  /**
+   * 'Joining' for a node that will join through a seed; 'Up' for a static or one-member start;
+   * 'Leaving' for a node whose last run began to leave and did not finish.
+   */
+  selfState: 'Joining' | 'Up' | 'Leaving';
   /** A self record persisted as Removed: the node starts refused. */
   selfRemoved: boolean;
   probeIntervalMs: number;

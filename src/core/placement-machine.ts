@@ -20,8 +20,10 @@
 // - A fragment the table lists this node as a serving replica of (not a move's target) is served
 //   once open: at bootstrap every copy is empty, and after a restart the copy is the node's own.
 // - Loss: a served fragment the table no longer lists this node for is Draining: it stops serving
-//   at once, hands its writes to every replica the table lists (drained at stable), and only then
-//   is dropped. No replica to hand to, or one that does not drain, keeps it Draining — warned about
+//   at once, hands its copy to every replica the table lists (each pulls it whole, and acknowledges
+//   every write at stable), and only then is dropped. The whole copy, not only what its senders
+//   queued: it may hold writes no one else has — acknowledged here just before a crash and never
+//   sent, or taken on the side of a partition the others marked it Down from. No replica to hand to, or one that does not drain, keeps it Draining — warned about
 //   every drain-warn interval, never dropped on a timer. A copy that never served (a cancelled
 //   gain) holds nothing only it has, and is dropped at once.
 // - A fragment listed again while Draining goes back through the gain (its copy is verified anew).
@@ -72,8 +74,8 @@ export type PlacementAction =
   /** Serve the fragment's requests here (or stop: forward them to a serving replica). */
   | { kind: 'serve'; fragment: number; serving: boolean }
   /**
-   * Replicate to `targets` only, and hand every write over to them (acknowledged at stable) before
-   * the copy may go.
+   * Replicate to `targets` only, and hand the copy over to them — each pulls it whole, then every
+   * write is acknowledged at stable — before the copy may go.
    */
   | { kind: 'drain'; fragment: number; generation: number; targets: readonly string[] }
   /** Remove the copy. */

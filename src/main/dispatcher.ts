@@ -19,7 +19,7 @@ import {
 import { HybridLogicalClock, sharedClockCell } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor, WORKER_HEAP_HEADROOM_MB } from '../core/limits.js';
-import { Durability, OpKind, type Priority, Reply } from '../core/ops.js';
+import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import {
   expiresAtOf,
   isLive,
@@ -183,6 +183,11 @@ export class Dispatcher implements KeyRouter {
   private readonly heldHere: Uint8Array;
   /** Per fragment, the replica list `holdFragment` set last; undefined: the placement the node started with. */
   private readonly heldReplicas: (number[] | undefined)[];
+  /**
+   * Per fragment, members its worker replicates with for now beside `heldReplicas` (`beginPull`),
+   * each with the number of pulls that asked for it.
+   */
+  private readonly pullSources: (Map<number, number> | undefined)[];
   /** The result a fence of a fragment not held here is answered with at once. */
   private readonly fenceReached = Buffer.alloc(RESULT_HEADER_BYTES);
   /** Who hears how anti-entropy rounds end (`watchRounds`). */
@@ -216,6 +221,7 @@ export class Dispatcher implements KeyRouter {
     this.kept = new Uint8Array(config.fragments).fill(1);
     this.heldHere = new Uint8Array(config.fragments).fill(1);
     this.heldReplicas = new Array<number[] | undefined>(config.fragments).fill(undefined);
+    this.pullSources = new Array<Map<number, number> | undefined>(config.fragments).fill(undefined);
     this.board = FragmentBoard.create(config.fragments, config.workers);
     const ringBytes = ringBytesFor(config.valueBytesMax);
     const oldGenerationMb = workerOldGenerationMb(config);
@@ -671,9 +677,11 @@ export class Dispatcher implements KeyRouter {
     if (!link.canAccept()) throw link.refusal();
     this.kept[fragment] = 1;
     this.heldReplicas[fragment] = [...replicas];
+    const sources = this.pullSources[fragment];
+    const members = sources === undefined ? replicas : [...new Set([...replicas, ...sources.keys()])];
     await new Promise<void>((resolve, reject) => {
-      const at = link.begin(appliedHandler, { resolve, reject }, holdRequestBytes(replicas));
-      writeHoldRequest(link.buffer, at, link.reqId, fragment, replicas);
+      const at = link.begin(appliedHandler, { resolve, reject }, holdRequestBytes(members));
+      writeHoldRequest(link.buffer, at, link.reqId, fragment, members);
       link.end();
     });
     // A drop sent meanwhile wins: it cleared `kept` after this hold was sent.
@@ -690,12 +698,67 @@ export class Dispatcher implements KeyRouter {
     const link = this.workerLinkOf(fragment);
     this.heldHere[fragment] = 0;
     this.kept[fragment] = 0;
+    this.pullSources[fragment] = undefined;
     this.pulled.forget(fragment);
     if (!link.canAccept()) throw link.refusal();
     return new Promise((resolve, reject) => {
       const at = link.begin(appliedHandler, { resolve, reject }, CONTROL_HEADER_BYTES);
       writeDropRequest(link.buffer, at, link.reqId, fragment);
       link.end();
+    });
+  }
+
+  /**
+   * Has `fragment`'s worker also replicate with `member` (a sender toward it, so a round can pull
+   * its copy: `reconcileNow`), beside the replicas `holdFragment` set, until `endPull`. False when
+   * this node does not hold the fragment.
+   */
+  async beginPull(fragment: number, member: number): Promise<boolean> {
+    this.checkFragment(fragment);
+    if (this.kept[fragment] !== 1) return false;
+    let sources = this.pullSources[fragment];
+    if (sources === undefined) {
+      sources = new Map();
+      this.pullSources[fragment] = sources;
+    }
+    sources.set(member, (sources.get(member) ?? 0) + 1);
+    await this.holdFragment(fragment, this.replicasHeld(fragment));
+    return true;
+  }
+
+  /** Ends a `beginPull`: the worker replicates with `member` no more, unless another pull wants it. */
+  async endPull(fragment: number, member: number): Promise<void> {
+    const sources = this.pullSources[fragment];
+    const pulls = sources?.get(member);
+    if (sources === undefined || pulls === undefined) return;
+    if (pulls > 1) return void sources.set(member, pulls - 1);
+    sources.delete(member);
+    if (sources.size === 0) this.pullSources[fragment] = undefined;
+    if (this.kept[fragment] === 1) await this.holdFragment(fragment, this.replicasHeld(fragment));
+  }
+
+  /** The replica list the fragment's worker holds it with: `holdFragment`'s, else the one it started with. */
+  private replicasHeld(fragment: number): number[] {
+    return this.heldReplicas[fragment] ?? this.cluster?.workerInit().replicas[fragment] ?? [];
+  }
+
+  /**
+   * Resolves once what this node's worker took for `fragment` before has reached `durability`; at
+   * once when the fragment is not held here.
+   */
+  fencedHere(fragment: number, durability: Durability): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const error = this.submitFence(
+        fragment,
+        durability,
+        Priority.High,
+        fenceReachedHandler,
+        { resolve, reject },
+        {
+          here: true,
+        },
+      );
+      if (error !== undefined) reject(error);
     });
   }
 
@@ -1191,6 +1254,14 @@ const gatedWriteHandler: ResultHandler<GatedWrite<unknown>> = {
 const appliedHandler: ResultHandler<{ resolve: () => void; reject: (error: Error) => void }> = {
   onResult(token, buf, at, length) {
     if (resultStatus(buf, at) === Reply.Applied) token.resolve();
+    else token.reject(resultError(buf, at, length));
+  },
+  onFailure: (token, error) => token.reject(error),
+};
+
+const fenceReachedHandler: ResultHandler<{ resolve: () => void; reject: (error: Error) => void }> = {
+  onResult(token, buf, at, length) {
+    if (resultStatus(buf, at) === Reply.FenceReached) token.resolve();
     else token.reject(resultError(buf, at, length));
   },
   onFailure: (token, error) => token.reject(error),

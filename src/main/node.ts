@@ -21,6 +21,7 @@ import {
   DELETE_ALL_PAGE_KEYS,
   EXPIRES_AT_MS_MAX,
   KEY_BYTES_MAX,
+  PEERS_AT_START_WAIT_MS,
   PUBSUB_PAYLOAD_BYTES_MAX,
   REPLICA_ACKS_MAX,
   TIMER_DELAY_MS_MAX,
@@ -358,6 +359,14 @@ export class Tessera {
           },
           'peer mesh listening',
         );
+        // A restart (the data directory knows the cluster) waits for the peers it knew to be running.
+        const missing =
+          membership.members.length > 0 ? await node.cluster.peersConnected(PEERS_AT_START_WAIT_MS) : [];
+        if (missing.length > 0)
+          logger.info(
+            { missing, waitedMs: PEERS_AT_START_WAIT_MS },
+            'serving before every peer connected: requests for fragments only they serve are refused until they connect',
+          );
       } catch (err) {
         await node.cluster.close();
         await node.dispatcher.close();

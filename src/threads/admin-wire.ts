@@ -1,7 +1,8 @@
 // Admin requests and replies on the peer wire (proto AdminMessage, Envelope field 26): a cluster
 // change forwarded to the coordinator, a request for a node's metrics sample, a handover of a
 // fragment's serving (the node the table put first asks the one before it to hand its writes
-// over), and the answer to each. Statuses travel as datum's names and are checked against them; bodies and results as JSON
+// over), an absorb (a node handing over a copy asks each replica to pull it whole), and the answer
+// to each. Statuses travel as datum's names and are checked against them; bodies and results as JSON
 // objects, each under its limit, checked here before anything is parsed. A malformed message comes
 // back with a reason the mesh logs when it closes the connection. A few messages a second at most:
 // protobufjs and JSON do the work.
@@ -38,7 +39,13 @@ export type AdminRequest =
    * is acknowledged by the asker; `covered` in the result when its replication to the asker is
    * still in `continuity` (0: the asker's copy was not verified against this node).
    */
-  | { kind: 'handover'; fragment: number; generation: number; continuity: number };
+  | { kind: 'handover'; fragment: number; generation: number; continuity: number }
+  /**
+   * The asker hands over its copy of `fragment`, which the table at `generation` no longer lists it
+   * for: once this node holds that table or a later one and is a replica there, it runs a complete
+   * anti-entropy round against the asker's copy, fences what it pulled at stable, and answers.
+   */
+  | { kind: 'absorb'; fragment: number; generation: number };
 
 /** An answer: its status, a message for a person, and the other fields of the answer. */
 export interface AdminAnswer {
@@ -66,6 +73,7 @@ const CHANGE = 1;
 const METRICS = 2;
 const REPLY = 3;
 const HANDOVER = 4;
+const ABSORB = 5;
 /** The largest envelope an admin message makes: every field at its limit, plus tags and lengths. */
 const ADMIN_ENVELOPE_BYTES_MAX =
   ADMIN_PATH_BYTES_MAX + ADMIN_BODY_BYTES_MAX + ERROR_MESSAGE_BYTES_MAX + ADMIN_RESULT_BYTES_MAX + 64;
@@ -94,6 +102,11 @@ export function encodeAdminRequest(id: number, request: AdminRequest): Uint8Arra
         generation: request.generation,
         continuity: request.continuity,
       }),
+    );
+  } else if (request.kind === 'absorb') {
+    wire.kind = ABSORB;
+    wire.bodyJson = Buffer.from(
+      JSON.stringify({ fragment: request.fragment, generation: request.generation }),
     );
   } else {
     wire.kind = METRICS;
@@ -156,6 +169,17 @@ export function decodeAdminMessage(bytes: Uint8Array): AdminDecoding {
     return {
       kind: 'message',
       message: { kind: 'request', id, request: { kind: 'handover', fragment, generation, continuity } },
+    };
+  }
+  if (wire.kind === ABSORB) {
+    const body = jsonObject(wire.bodyJson, ADMIN_BODY_BYTES_MAX, 'body');
+    if (typeof body === 'string') return malformed(body);
+    const { fragment, generation } = body;
+    if (!isCount(fragment) || !isCount(generation) || generation < 1)
+      return malformed('an absorb names a fragment and a generation of at least 1');
+    return {
+      kind: 'message',
+      message: { kind: 'request', id, request: { kind: 'absorb', fragment, generation } },
     };
   }
   if (wire.kind !== REPLY) return malformed(`unknown kind ${wire.kind}`);

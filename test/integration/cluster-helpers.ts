@@ -90,8 +90,9 @@ export class NodeProcess {
     return redis;
   }
 
+  /** Started and not yet exited (a node that left exits by itself). */
   get running(): boolean {
-    return this.child !== undefined;
+    return this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null;
   }
 
   /** The admin port its latest start named in its `ready` line (started with --admin-port). */
@@ -321,4 +322,36 @@ export async function unsettled(
     token,
   );
   return plan.status === 'Ok' && plan.replicaMoves === 0 ? '' : `the planner: ${plan.message}`;
+}
+
+/**
+ * Waits until `unsettled` says nothing for the nodes `running()` gives and `members`, asking the
+ * node `coordinator()` names (undefined: none yet), failing with what it said last. A node that
+ * stops while it is asked (a leaver exits by itself) is asked about again.
+ */
+export async function settledWithin(
+  running: () => NodeProcess[],
+  members: string[],
+  coordinator: () => Promise<NodeProcess | undefined>,
+  token: string,
+  timeoutMs: number,
+): Promise<void> {
+  let why = '';
+  try {
+    await eventually(async () => {
+      const asked = await coordinator();
+      if (asked === undefined) {
+        why = 'no coordinator';
+        return false;
+      }
+      try {
+        why = await unsettled(running(), members, asked, token);
+      } catch (err) {
+        why = (err as Error).message;
+      }
+      return why === '';
+    }, timeoutMs);
+  } catch (err) {
+    throw new Error(`${(err as Error).message}: ${why}`);
+  }
 }

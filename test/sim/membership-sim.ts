@@ -36,6 +36,7 @@ import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/a
 import type { DriverClock } from '../../src/core/clock.js';
 import type { MemberView, MoveLimits } from '../../src/core/coordinator.js';
 import { CoordinatorMachine, type EpochPromise } from '../../src/core/coordinator-machine.js';
+import { resumesLeave } from '../../src/core/leave.js';
 import {
   COORDINATOR_DIGEST_INTERVAL_MS,
   COORDINATOR_REPORT_RETRY_MS,
@@ -614,6 +615,9 @@ export class MembershipSim {
     // A joiner starts knowing itself only; restarted, it rejoins the members it persisted, or joins
     // again when it persisted only itself (killed mid-join), as the node decides.
     const joining = startsJoining(node.id, node.joinSeed === undefined ? 0 : 1, restored?.members ?? []);
+    // A leave the last run persisted goes on by itself (the node's rule); one it was asked for and
+    // never persisted is asked again.
+    const resuming = resumesLeave(restored?.members.find((m) => m.nodeId === node.id)?.state);
     const members: MemberRecord[] =
       restored?.members ??
       (node.joinSeed !== undefined ? [node.id] : this.initialMembers).map((id) => ({
@@ -641,7 +645,7 @@ export class MembershipSim {
         address: `${node.id}:7000`,
         restoredIncarnation: restored?.incarnation,
         members,
-        selfState: joining ? 'Joining' : 'Up',
+        selfState: resuming ? 'Leaving' : joining ? 'Joining' : 'Up',
         // Restarted after its leave completed: membership refuses it at once (the node's rule).
         selfRemoved: restored?.members.find((m) => m.nodeId === node.id)?.state === 'Removed',
       },
@@ -725,10 +729,15 @@ export class MembershipSim {
     this.connectionsChanged();
     this.feedView(node);
     if (joining) node.core.join([{ nodeId: node.joinSeed!, address: `${node.joinSeed}:7000` }]);
-    if (node.leaving) this.askToLeave(node);
+    if (resuming) {
+      assert(node.leaving, `${node.id} resumed a leave no one asked for`);
+      this.trace(`${node.id} resumes its leave`);
+    } else if (node.leaving) {
+      this.askToLeave(node);
+    }
   }
 
-  /** An operator asks the node to leave (again after a restart, which forgets it). */
+  /** An operator asks the node to leave (again after a restart that had not persisted it). */
   protected askToLeave(node: SimNode): void {
     this.trace(`leave ${node.id}`);
     node.leaving = true;

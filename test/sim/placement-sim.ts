@@ -2,10 +2,11 @@
 // (membership-sim.ts: 5–7 nodes on a simulated network and clock, the real membership and
 // coordinator drivers, partitions, loss, kills, restarts, pauses, skewed clocks) with the
 // coordinator planning moves (MOVE_LIMITS_DEFAULT), new nodes joining through a seed, members asked
-// to leave (never below R members staying; a restart forgets the leave and it is asked again), and
-// the real PlacementDriver (src/main/mesh/placement-driver.ts) on every node, fed the table the node
-// routes by. A leaving node exits membership by the node's rule (src/core/leave.ts): once its table
-// lists it nowhere and its placement driver holds no fragment; once Removed it stops for good.
+// to leave (never below R members staying; a restart resumes a leave its last run persisted, one it
+// had not persisted is asked again), and the real PlacementDriver (src/main/mesh/placement-driver.ts)
+// on every node, fed the table the node routes by. A leaving node exits membership by the node's
+// rule (src/core/leave.ts): once its table lists it nowhere and its placement driver holds no
+// fragment; once Removed it stops for good.
 //
 // Behind its PlacementIo is an abstract data model, not the data plane:
 // - a copy of a fragment is a map key → version; versions come from one counter (as timestamps
@@ -26,9 +27,9 @@
 // - hold opens the copy and sets the peers it replicates to (a peer added starts a new continuity);
 //   verify copies a serving source that replicates to it as that source was when the round started
 //   (failing when none is reachable and replicates to it, or the source is lost before the end);
-//   drain merges the whole copy into every target (failing when one is unreachable or has no copy
-//   open); drop deletes the copy. Each step takes 5–300 ms, so tables change mid-step; holds and
-//   drops sometimes fail, as a store may.
+//   drain merges the whole copy into every target (each pulls it whole: cluster.ts handOver),
+//   failing when one is unreachable or has no copy open; drop deletes the copy. Each step takes
+//   5–300 ms, so tables change mid-step; holds and drops sometimes fail, as a store may.
 // Checks:
 // - no copy is dropped while it served since its last successful drain (a copy that never served,
 //   a cancelled gain, may go at once), and none is dropped holding an acknowledged write at a

@@ -78,6 +78,8 @@ describe('admin messages round-trip', () => {
         id: 6,
         request: { kind: 'handover', fragment: 16_383, generation: 2 ** 40, continuity: 2 ** 31 - 1 },
       },
+      { kind: 'request', id: 7, request: { kind: 'absorb', fragment: 0, generation: 1 } },
+      { kind: 'request', id: 8, request: { kind: 'absorb', fragment: 16_383, generation: 2 ** 40 } },
       {
         kind: 'reply',
         id: 3,
@@ -155,8 +157,19 @@ describe('malformed admin messages are refused', () => {
 
   test('an unknown kind, and a request id of 0', () => {
     assertRefused(wire({ kind: 0 }), /unknown kind 0/);
+    assertRefused(wire({ kind: 6 }), /unknown kind 6/);
     assertRefused(wire({ kind: 9 }), /unknown kind 9/);
     assertRefused(wire({ id: 0 }), /request id must be at least 1/);
+  });
+
+  test('an absorb without a fragment, or at no generation', () => {
+    const ABSORB = 5;
+    for (const body of [{}, { fragment: 1 }, { fragment: -1, generation: 2 }, { fragment: 1, generation: 0 }])
+      assertRefused(
+        wire({ kind: ABSORB, bodyJson: json(body) }),
+        /an absorb names a fragment and a generation of at least 1/,
+      );
+    assertRefused(wire({ kind: ABSORB, bodyJson: Buffer.from('"x"') }), /body is not a JSON object/);
   });
 
   test('a handover without a fragment, at no generation, or with a continuity that is no count', () => {

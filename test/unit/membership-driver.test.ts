@@ -303,6 +303,24 @@ test('after a raised incarnation, nothing leaves until it is on disk', async () 
   assert.ok(a.driver.traffic.datagramsSent > sentBefore, 'released once written');
 });
 
+test('a leave is answered once the Leaving state is on disk', async () => {
+  const net = new Network(['a', 'b', 'c'], { holdPersists: true });
+  const a = net.nodes.get('a')!;
+  net.run(2_000);
+  await settlePersists(a);
+  let answered = false;
+  const reply = a.driver.leave().then((r) => {
+    answered = true;
+    return r;
+  });
+  const written = a.persisted.at(-1)!;
+  assert.equal(written.members.find((m) => m.nodeId === 'a')?.state, 'Leaving', 'the leave is being written');
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(answered, false, 'not answered while the write is pending');
+  await settlePersists(a);
+  assert.deepEqual(await reply, { status: 'Ok', message: 'leaving' });
+});
+
 test('the event log numbers events, keeps the newest, and tells a late reader what it lost', () => {
   const log = new EventLog<number>(3);
   const seen: number[] = [];

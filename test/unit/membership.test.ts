@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { GossipQueue } from '../../src/core/gossip-queue.js';
+import { resumesLeave } from '../../src/core/leave.js';
 import { MEMBERSHIP_LEAVE_CONFIRM_MAX_MS } from '../../src/core/limits.js';
 import { Membership, suspicionTimeoutMs } from '../../src/core/membership.js';
 import {
@@ -559,7 +560,8 @@ test('a join is refused for a removed id and for an id a live member uses at ano
   assert.equal(j.sends('join-request').length, 1, 'no retry after a refusal');
 });
 
-test('graceful leave: Leaving, Exiting once handed off, then Removed everywhere and `left`', () => {
+/** a, b and c, each listing the others, after 2 s of probing. */
+function threeMembers(): Net {
   const net = new Net();
   for (const id of ['a', 'b', 'c'])
     net.add(
@@ -569,6 +571,11 @@ test('graceful leave: Leaving, Exiting once handed off, then Removed everywhere 
       ),
     );
   net.run(2_000);
+  return net;
+}
+
+test('graceful leave: Leaving, Exiting once handed off, then Removed everywhere and `left`', () => {
+  const net = threeMembers();
   net.step('a', { kind: 'leave', requestId: 7, nowMs: 2_000 });
   net.run(3_000);
   assert.equal(net.cores.get('b')!.member('a')?.state, 'Leaving');
@@ -590,6 +597,38 @@ test('graceful leave: Leaving, Exiting once handed off, then Removed everywhere 
     sequences.map((_, i) => i + 1),
     'event sequence numbers from 1, no gaps',
   );
+});
+
+test('a node restarted in the middle of its leave starts Leaving at its new incarnation, and its exit completes the leave', () => {
+  const net = threeMembers();
+  net.step('a', { kind: 'leave', requestId: 7, nowMs: 2_000 });
+  net.run(3_000);
+  const persisted = net.actionsOf('a', 'persist').at(-1);
+  assert.ok(persisted?.kind === 'persist');
+  const self = persisted.members.find((m) => m.nodeId === 'a');
+  assert.equal(self?.state, 'Leaving', 'the leave is persisted');
+  assert.equal(resumesLeave(self?.state), true);
+  // A crash, and a start from what it persisted, as the node starts (cluster.ts).
+  net.cores.delete('a');
+  net.add(
+    config('a', ['b', 'c'], {
+      restoredIncarnation: persisted.incarnation,
+      members: persisted.members,
+      selfState: 'Leaving',
+    }),
+  );
+  net.run(6_000);
+  for (const observer of ['b', 'c']) {
+    assert.equal(net.cores.get(observer)!.member('a')?.state, 'Leaving');
+    assert.equal(net.cores.get(observer)!.member('a')?.incarnation, persisted.incarnation + 1);
+  }
+  net.step('a', { kind: 'exit', requestId: 8, nowMs: 6_000 });
+  net.run(15_000);
+  assert.deepEqual(net.actionsOf('a', 'left'), [{ kind: 'left' }]);
+  for (const observer of ['b', 'c']) assert.equal(net.cores.get(observer)!.member('a')?.state, 'Removed');
+  assert.equal(resumesLeave('Exiting'), true, 'an Exiting node had handed everything over: it exits again');
+  for (const state of ['Up', 'Joining', 'Down', 'Removed', undefined] as const)
+    assert.equal(resumesLeave(state), false);
 });
 
 test('a leave whose Removed was lost completes anyway: an Exiting member gone from a majority is Removed, not Down', () => {

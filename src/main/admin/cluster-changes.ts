@@ -118,7 +118,8 @@ export async function clusterChange(
 
 /**
  * Serves an admin request a peer asked of this node: a change forwarded to it as the coordinator
- * (executed as this node's own changes are, never forwarded again), or its metrics sample.
+ * (executed as this node's own changes are, never forwarded again), its metrics sample, or its
+ * part in a fragment's handover or in absorbing a copy handed over.
  */
 export async function servePeerRequest(
   node: Tessera,
@@ -127,10 +128,12 @@ export async function servePeerRequest(
   resp: RespServer | undefined,
 ): Promise<AdminAnswer> {
   if (request.kind === 'metrics') return localSample(node, resp);
-  if (request.kind === 'handover') {
+  if (request.kind === 'handover' || request.kind === 'absorb') {
     const cluster = node.cluster;
     if (cluster === undefined) return { status: 'Failed', message: 'not in a cluster', result: {} };
-    return cluster.serveHandover(from, request.fragment, request.generation, request.continuity);
+    return request.kind === 'handover'
+      ? cluster.serveHandover(from, request.fragment, request.generation, request.continuity)
+      : cluster.serveAbsorb(from, request.fragment, request.generation);
   }
   const answer = await servePeerChange(node, request.path, request.body);
   const { status, message, ...result } = answer;

@@ -21,8 +21,9 @@ import { networkError, type TesseraError, unavailable } from '../../core/errors.
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import { type ForwardView, forwardStep } from '../../core/forwarding.js';
 import { CAPABILITY_CLIENT_PORTS } from '../../core/handshake.js';
-import { leaveHandedOver } from '../../core/leave.js';
+import { leaveHandedOver, resumesLeave } from '../../core/leave.js';
 import {
+  ABSORB_TIMEOUT_MS,
   CLUSTER_EVENTS_KEPT,
   COORDINATOR_DIGEST_INTERVAL_MS,
   COORDINATOR_REPORT_RETRY_MS,
@@ -51,6 +52,7 @@ import {
   type OperatorStatus,
   startsJoining,
 } from '../../core/membership-types.js';
+import { Durability } from '../../core/ops.js';
 import {
   EnvelopeField,
   type EnvelopePeek,
@@ -294,6 +296,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly failover: FailoverCatchUp;
   /** Per fragment, the move in flight in the table this node routes by (for the move events). */
   private readonly movesSeen: (ReplicaMove | null)[];
+  /** Who waits for the peers' connections (`peersConnected`). */
+  private readonly connectionWaiters = new Set<() => void>();
   /** Set once this node asked to leave: it exits membership when it holds nothing more. */
   private leaving = false;
   private resolveLeft: () => void = () => {};
@@ -466,6 +470,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         { members: membership.members.length },
         'the data directory knows the cluster: rejoining its members',
       );
+    const resuming = resumesLeave(self?.state);
+    if (resuming) {
+      this.leaving = true;
+      this.logger.info({ state: self?.state }, 'resuming the leave the last run began');
+    }
     this.membershipDriver = new MembershipDriver(
       {
         ...MEMBERSHIP_CONFIG_DEFAULTS,
@@ -473,7 +482,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         address: formatPeerAddress({ host: c.selfAddress.host, port: c.selfAddress.port || port }),
         restoredIncarnation: membership.restoredIncarnation,
         members,
-        selfState: joining ? 'Joining' : 'Up',
+        selfState: resuming ? 'Leaving' : joining ? 'Joining' : 'Up',
         selfRemoved: self?.state === 'Removed',
         downAfterMs: c.downAfterMs,
       },
@@ -549,7 +558,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       {
         hold: (fragment, replicas) => this.dispatcher.holdFragment(fragment, this.indicesOf(replicas)),
         verify: (fragment, sources) => this.verifyCopy(fragment, sources),
-        drain: (fragment, targets) => this.handOver(fragment, targets),
+        drain: (fragment, targets, generation) => this.handOver(fragment, targets, generation),
         drop: (fragment) => {
           this.verification.delete(fragment);
           return this.dispatcher.dropFragment(fragment);
@@ -931,6 +940,84 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         };
   }
 
+  /**
+   * A node hands over its copy of `fragment`, which the table at `generation` no longer lists it
+   * for, and asks this node, a replica there, to pull it whole (`handOver`). This node replicates
+   * with it meanwhile, runs a complete round against it (no horizon, as a gained copy's
+   * verification), and fences what the round merged at `stable` before it answers.
+   */
+  async serveAbsorb(from: string, fragment: number, generation: number): Promise<AdminAnswer> {
+    const member = this.config.members.indexOf(from);
+    if (member === -1 || member === this.config.selfIndex || fragment >= this.routing.length)
+      return { status: 'BadRequest', message: `no fragment ${fragment} to absorb from ${from}`, result: {} };
+    if (!(await this.tableAt(fragment, generation, PLACEMENT_STEP_TIMEOUT_MS)))
+      return {
+        status: 'Failed',
+        message: `this node's table did not reach generation ${generation} of fragment ${fragment} in time`,
+        result: {},
+      };
+    const replicas = this.coordinatorDriver?.table.active(fragment)?.replicas ?? [];
+    if (!replicas.includes(this.config.selfId) || replicas.includes(from))
+      return {
+        status: 'Conflict',
+        message: `the table lists [${replicas.join(', ')}] for fragment ${fragment}: nothing to absorb from ${from}`,
+        result: {},
+      };
+    const startedMs = Date.now();
+    if (!(await this.dispatcher.beginPull(fragment, member)))
+      return { status: 'Conflict', message: `this node holds no copy of fragment ${fragment}`, result: {} };
+    try {
+      const report = await this.dispatcher.reconcileNow(fragment, member, PLACEMENT_STEP_TIMEOUT_MS, true);
+      if (!report.ok)
+        return {
+          status: 'Failed',
+          message: `the round against ${from} did not complete: ${report.reason}`,
+          result: {},
+        };
+      await this.dispatcher.fencedHere(fragment, Durability.Stable);
+      this.logger.info(
+        { fragment, from, keysPulled: report.keysPulled, tookMs: Date.now() - startedMs },
+        'pulled a copy handed over whole',
+      );
+      return {
+        status: 'Ok',
+        message: `fragment ${fragment} pulled whole from ${from}`,
+        result: { keysPulled: report.keysPulled },
+      };
+    } catch (err) {
+      return { status: 'Failed', message: (err as Error).message, result: {} };
+    } finally {
+      await this.dispatcher.endPull(fragment, member).catch(() => {});
+    }
+  }
+
+  /**
+   * Resolves, with the ids of those still not connected, once every other member this node's view
+   * holds reachable is connected, or after `timeoutMs`. A node started among running peers waits
+   * for them before it serves: a request for a fragment only they serve is then forwarded from the
+   * first one on, instead of refused as unreachable while the connections open.
+   */
+  async peersConnected(timeoutMs: number): Promise<string[]> {
+    const untilMs = Date.now() + timeoutMs;
+    for (;;) {
+      const missing = this.config.members.filter(
+        (_, m) => m !== this.config.selfIndex && this.memberReachable[m] && !this.mesh.isUp(m),
+      );
+      const leftMs = untilMs - Date.now();
+      if (missing.length === 0 || leftMs <= 0) return missing;
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(timer);
+          this.connectionWaiters.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, leftMs);
+        timer.unref();
+        this.connectionWaiters.add(done);
+      });
+    }
+  }
+
   /** Resolves at this node's next table or serving change, or after `timeoutMs`. */
   private routingChange(timeoutMs: number): Promise<void> {
     return new Promise((resolve) => {
@@ -957,13 +1044,24 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /**
-   * The handoff of a copy this node no longer serves: it replicates to the table's replicas only,
-   * and every one of them must acknowledge every write it holds for them at `stable` (on its disk)
-   * before the copy may go.
+   * The handoff of a copy this node no longer serves: it replicates to the table's replicas only;
+   * every one of them pulls the whole copy onto its disk (`serveAbsorb` there, its table at
+   * `generation` or later), and acknowledges at `stable` every write this node holds for it, before
+   * the copy may go. The whole copy: it may hold writes that no sender queued for them — taken here
+   * before a crash and never sent, or on the side of a partition the others marked this node Down
+   * from.
    */
-  private async handOver(fragment: number, targets: readonly string[]): Promise<void> {
+  private async handOver(fragment: number, targets: readonly string[], generation: number): Promise<void> {
     const members = this.indicesOf(targets);
     await this.dispatcher.holdFragment(fragment, [this.config.selfIndex, ...members]);
+    const ids = members.map((m) => this.config.members[m]!);
+    const answers = await Promise.all(
+      ids.map((id) => this.admin.ask(id, { kind: 'absorb', fragment, generation }, ABSORB_TIMEOUT_MS)),
+    );
+    const refused = ids
+      .map((id, i) => (answers[i]!.status === 'Ok' ? '' : `${id}: ${answers[i]!.message}`))
+      .filter((why) => why !== '');
+    if (refused.length > 0) throw new Error(`the copy is not pulled whole by ${refused.join('; ')}`);
     const drained = await Promise.all(
       members.map((m) => this.dispatcher.drainedTo(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, AckLevel.Stable)),
     );
@@ -1403,8 +1501,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // Workers learn every member slot (Dispatcher.memberAdded), so a replica list may name a joined one.
     for (const link of this.dispatcher.links) link.sendPeerState(member, up);
     // A peer's worker ports are told again on each connection (they may differ after its restart).
-    if (up) this.sendWorkerPorts(member);
-    else this.peerWorkerPorts[member] = undefined;
+    if (up) {
+      this.sendWorkerPorts(member);
+      for (const waiter of this.connectionWaiters) waiter();
+    } else {
+      this.peerWorkerPorts[member] = undefined;
+    }
     this.dispatcher.clientEndpointsChanged();
     if (!up) {
       // Fragments this node takes over start their catch-up before the requests in flight to the

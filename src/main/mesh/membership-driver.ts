@@ -10,7 +10,9 @@
 // them with) everything takes the peer connections.
 //
 // A persist that raises this node's incarnation is written before any later action leaves: a
-// refutation sent and then lost to a crash could otherwise be reused by the next life.
+// refutation sent and then lost to a crash could otherwise be reused by the next life. An operator's
+// request (leave, exit, remove) is answered once what it changed is on disk: a leave acknowledged
+// survives a crash (the next start resumes it), one that crashed first was never acknowledged.
 
 import type { DriverClock } from '../../core/clock.js';
 import { Membership } from '../../core/membership.js';
@@ -82,6 +84,8 @@ export class MembershipDriver {
   private persisting: Promise<void> | undefined;
   /** The latest persist asked for while one was being written: only the newest state matters. */
   private nextPersist: { incarnation: number; members: MemberRecord[] } | undefined;
+  /** Operator replies waiting for the writes in flight to end. */
+  private repliesAfterPersist: Array<() => void> = [];
   private persistedIncarnation: number;
   private readonly replies = new Map<number, (reply: OperatorReply) => void>();
   private nextRequestId = 1;
@@ -247,7 +251,11 @@ export class MembershipDriver {
       case 'reply': {
         const resolve = this.replies.get(action.requestId);
         this.replies.delete(action.requestId);
-        return resolve?.({ status: action.status, message: action.message });
+        const answer = () => resolve?.({ status: action.status, message: action.message });
+        // The persist of what the request changed came first (the core's order): answer once it is written.
+        if (this.persisting !== undefined) this.repliesAfterPersist.push(answer);
+        else answer();
+        return;
       }
       case 'refused':
         this.io.log('error', { reason: action.reason }, 'this node was refused by the cluster');
@@ -302,8 +310,9 @@ export class MembershipDriver {
         this.persisting = undefined;
         const next = this.nextPersist;
         this.nextPersist = undefined;
-        if (next !== undefined) this.persist(next.incarnation, next.members);
-        else this.release();
+        if (next !== undefined) return this.persist(next.incarnation, next.members);
+        for (const answer of this.repliesAfterPersist.splice(0)) answer();
+        this.release();
       });
   }
 

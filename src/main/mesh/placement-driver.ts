@@ -21,8 +21,11 @@ export interface PlacementIo {
   hold(fragment: number, replicas: readonly string[]): Promise<void>;
   /** Completes an anti-entropy round, started from now, against one of `sources`; rejects when none completes. */
   verify(fragment: number, sources: readonly string[]): Promise<void>;
-  /** Replicates to `targets` only and waits until each acknowledged every write at stable. */
-  drain(fragment: number, targets: readonly string[]): Promise<void>;
+  /**
+   * Replicates to `targets` only and waits until each pulled the whole copy onto its disk (its table
+   * at `generation` or later) and acknowledged every write at stable.
+   */
+  drain(fragment: number, targets: readonly string[], generation: number): Promise<void>;
   /** Removes the copy. */
   drop(fragment: number): Promise<void>;
   /** Tells the coordinator this node holds a verified copy at `generation`. */
@@ -111,7 +114,7 @@ export class PlacementDriver {
           action.fragment,
           'drain',
           action.generation,
-          this.io.drain(action.fragment, action.targets),
+          this.io.drain(action.fragment, action.targets, action.generation),
         );
       case 'drop':
         this.io.log(
