@@ -743,21 +743,15 @@ export class Dispatcher implements KeyRouter {
   }
 
   /**
-   * Resolves once what this node's worker took for `fragment` before has reached `durability`; at
-   * once when the fragment is not held here.
+   * Resolves once what the fragment's serving replica (`here`: this node's worker, at once when it
+   * does not hold the fragment) took before has reached `durability`.
    */
-  fencedHere(fragment: number, durability: Durability): Promise<void> {
+  fenced(fragment: number, durability: Durability, here = false): Promise<void> {
     return new Promise((resolve, reject) => {
-      const error = this.submitFence(
-        fragment,
-        durability,
-        Priority.High,
-        fenceReachedHandler,
-        { resolve, reject },
-        {
-          here: true,
-        },
-      );
+      const token = { resolve, reject };
+      const error = this.submitFence(fragment, durability, Priority.High, fenceReachedHandler, token, {
+        here,
+      });
       if (error !== undefined) reject(error);
     });
   }

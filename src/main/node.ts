@@ -905,14 +905,7 @@ export class Tessera {
 
   private async fenceAll(durability: Durability, here = false): Promise<void> {
     const fences: Promise<void>[] = [];
-    for (let f = 0; f < this.config.fragments; f++) {
-      const deferred = new Deferred<void>();
-      const error = this.dispatcher.submitFence(f, durability, Priority.High, fenceHandler, deferred, {
-        here,
-      });
-      if (error !== undefined) deferred.reject(error);
-      fences.push(deferred.promise);
-    }
+    for (let f = 0; f < this.config.fragments; f++) fences.push(this.dispatcher.fenced(f, durability, here));
     await Promise.all(fences);
   }
 }
@@ -1095,11 +1088,3 @@ function readHandlers(clock: WallClock): ReadHandlers {
     ]),
   );
 }
-
-const fenceHandler: ResultHandler<Deferred<void>> = {
-  onResult(d, buf, at, length) {
-    if (resultStatus(buf, at) === Reply.FenceReached) d.resolve();
-    else d.reject(resultError(buf, at, length));
-  },
-  onFailure: (d, error) => d.reject(error),
-};

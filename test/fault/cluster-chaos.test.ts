@@ -14,7 +14,7 @@ import { slotOf } from '../../src/core/keyspace.js';
 import { type ClusterFixture, startCluster } from '../integration/cluster-helpers.js';
 import { eventually } from '../integration/helpers.js';
 import { newClient } from '../integration/resp-helpers.js';
-import { seededFractions } from '../unit/fixtures/xorshift32.js';
+import { seededFractions, seedFromEnv } from '../unit/fixtures/xorshift32.js';
 
 const CHAOS_ROUNDS = 4;
 const NODE_IDS = ['a', 'b', 'c'];
@@ -61,16 +61,8 @@ function describeSchedule({ rounds, acksAfterLast }: ReturnType<typeof scheduleO
   return [...steps, `${acksAfterLast} writes`].join('; ');
 }
 
-function chaosSeed(): number {
-  const given = process.env.TESSERA_CHAOS_SEED;
-  if (given === undefined) return (Date.now() ^ (process.pid << 16)) >>> 0;
-  const seed = Number(given);
-  assert.ok(Number.isSafeInteger(seed) && seed >= 0, `TESSERA_CHAOS_SEED must be an integer, got ${given}`);
-  return seed >>> 0;
-}
-
 test('kill -9 or SIGTERM and restart nodes under writes: no acknowledged write is lost on any replica', async (t) => {
-  const seed = chaosSeed();
+  const seed = seedFromEnv('TESSERA_CHAOS_SEED');
   const schedule = scheduleOf(seed);
   console.log(
     `cluster-chaos seed ${seed} (replay: TESSERA_CHAOS_SEED=${seed}): ${describeSchedule(schedule)}`,

@@ -212,13 +212,7 @@ describe('a restart among peers, copies found at start, and a leave across a cra
     await d.stop('SIGKILL');
     await d.start();
     assert.ok(d.log.includes('"msg":"resuming the leave the last run began"'));
-    const child = d.child!;
-    const code = await new Promise<number | null>((resolve) => {
-      if (child.exitCode !== null) return resolve(child.exitCode);
-      child.once('exit', (c) => resolve(c));
-      setTimeout(() => resolve(-1), CONDITION_MS_MAX).unref();
-    });
-    assert.equal(code, 0, 'd exits by itself once it has left');
+    assert.equal(await d.exited(CONDITION_MS_MAX), 0, 'd exits by itself once it has left');
     await d.stop();
     await eventually(
       async () => (await members()).some((m) => m.nodeId === 'd' && m.state === 'Removed'),

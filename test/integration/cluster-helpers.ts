@@ -82,6 +82,22 @@ export class NodeProcess {
     await exited;
   }
 
+  /**
+   * The exit code of the process started last once it exits by itself (a node that left), or
+   * 'running' if it has not within `timeoutMs`.
+   */
+  exited(timeoutMs: number): Promise<number | null | 'running'> {
+    const child = this.child!;
+    if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve('running'), timeoutMs);
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        resolve(code);
+      });
+    });
+  }
+
   /** An ioredis client; `readReplica` sends READONLY so reads use this node's own copy. */
   async client(readReplica = false): Promise<Redis> {
     const redis = newClient(this.respPort);

@@ -974,7 +974,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
           message: `the round against ${from} did not complete: ${report.reason}`,
           result: {},
         };
-      await this.dispatcher.fencedHere(fragment, Durability.Stable);
+      await this.dispatcher.fenced(fragment, Durability.Stable, true);
       this.logger.info(
         { fragment, from, keysPulled: report.keysPulled, tookMs: Date.now() - startedMs },
         'pulled a copy handed over whole',
