@@ -151,8 +151,17 @@ export class MembershipSim {
   /** A partition holds until then: long ones (past downAfterMs) let a majority down the minority. */
   private partitionUntilMs = 0;
   protected nowMs = 0;
-  /** Since when each node has been reached by a majority (alive, running, links up); undefined when not. */
+  /**
+   * Since when each node has been reached by a majority of its coordinator gate's voters (its
+   * table's members; alive, running, links up); undefined when not.
+   */
   protected readonly majorityReachSinceMs = new Map<string, number | undefined>();
+  /**
+   * Since when each node has been reached by a majority of every node in the cluster (joined or
+   * joining, alive or not): membership's own majority, which counts members the table may not list
+   * yet, so it is not the gate's. A correct membership downs no node reached this way.
+   */
+  private readonly clusterReachSinceMs = new Map<string, number | undefined>();
   /** When each node last reached each member (`x>y` → ms), itself included while it runs. */
   private readonly lastReachedMs = new Map<string, number>();
   /** Table epoch → the coordinator (id@incarnation) that opened it, across every node's table. */
@@ -526,7 +535,7 @@ export class MembershipSim {
       this.report.downs++;
       // A Down about an earlier life of the member (killed, since restarted) is old news, not a decision now.
       const current = this.byId.get(about)!.core?.member(about)?.incarnation ?? 0;
-      const since = incarnation < current ? undefined : this.majorityReachSinceMs.get(about);
+      const since = incarnation < current ? undefined : this.clusterReachSinceMs.get(about);
       assert(
         since === undefined || this.nowMs - since < this.options.refuteGraceMs,
         `${observer} declared ${about} Down at ${this.nowMs} ms while a majority has reached it since ${since} ms`,
@@ -758,6 +767,7 @@ export class MembershipSim {
     this.nodes.splice(this.nodes.indexOf(node), 1);
     this.departed.add(node.id);
     this.majorityReachSinceMs.delete(node.id);
+    this.clusterReachSinceMs.delete(node.id);
     this.updateReach();
   }
 
@@ -807,9 +817,11 @@ export class MembershipSim {
   }
 
   /**
-   * Recomputed at every step: faults start and pauses end between steps. A majority is of the
-   * members the node's coordinator gate counts: its table's members (the members it started with
-   * before it holds a table), as members that moved out of the table no longer vote.
+   * Recomputed at every step: faults start and pauses end between steps. Two majorities: of the
+   * members the node's coordinator gate counts (its table's members, the members it started with
+   * before it holds a table, as members that moved out of the table no longer vote), and of every
+   * node in the cluster, as membership counts its voters (which include members a table does not list
+   * yet: a joiner, before a move gives it a copy).
    */
   protected updateReach(): void {
     const byId = new Map(this.nodes.map((n) => [n.id, n]));
@@ -821,21 +833,25 @@ export class MembershipSim {
             this.lastReachedMs.set(linkKey(x.id, y.id), this.nowMs);
         }
       }
-      const voters = this.voters(x);
-      const majority = Math.floor(voters.length / 2) + 1;
-      let reached = 0;
-      if (this.running(x)) {
-        for (const id of voters) {
-          const y = byId.get(id);
-          if (y === undefined || !this.running(y)) continue;
-          if (y === x || !this.cut.has(linkKey(x.id, y.id))) reached++;
+      const reachedBy = (ids: readonly string[]): boolean => {
+        let reached = 0;
+        if (this.running(x)) {
+          for (const id of ids) {
+            const y = byId.get(id);
+            if (y === undefined || !this.running(y)) continue;
+            if (y === x || !this.cut.has(linkKey(x.id, y.id))) reached++;
+          }
         }
-      }
-      const now = reached >= majority;
-      const since = this.majorityReachSinceMs.get(x.id);
-      if (!now) this.majorityReachSinceMs.set(x.id, undefined);
-      else if (since === undefined) this.majorityReachSinceMs.set(x.id, this.nowMs);
+        return reached >= Math.floor(ids.length / 2) + 1;
+      };
+      this.markReach(this.majorityReachSinceMs, x.id, reachedBy(this.voters(x)));
+      this.markReach(this.clusterReachSinceMs, x.id, reachedBy([...byId.keys()]));
     }
+  }
+
+  private markReach(sinceMs: Map<string, number | undefined>, id: string, now: boolean): void {
+    if (!now) sinceMs.set(id, undefined);
+    else if (sinceMs.get(id) === undefined) sinceMs.set(id, this.nowMs);
   }
 
   /** The members a node's coordinator gate counts: its table's (the initial ones before it holds a table). */
