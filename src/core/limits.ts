@@ -630,9 +630,9 @@ export const ABSORB_TIMEOUT_MS = 3 * PLACEMENT_STEP_TIMEOUT_MS;
 
 /**
  * How long a node restarting in a cluster waits for its reachable peers' connections before it
- * serves, so it forwards what they serve from its first request on. Redis Cluster
- * answers CLUSTERDOWN until a restarted node reaches the others; a peer that is down costs a start
- * this long.
+ * serves (a node joining also for its admission and the cluster's table), so it forwards what they
+ * serve from its first request on. Redis Cluster answers CLUSTERDOWN until a restarted node reaches
+ * the others; a peer that is down costs a start this long.
  */
 export const PEERS_AT_START_WAIT_MS = 2_000;
 /**

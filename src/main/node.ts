@@ -359,12 +359,16 @@ export class Tessera {
           },
           'peer mesh listening',
         );
-        // A restart (the data directory knows the cluster) waits for the peers it knew to be running.
-        const missing =
-          membership.members.length > 0 ? await node.cluster.peersConnected(PEERS_AT_START_WAIT_MS) : [];
-        if (missing.length > 0)
+        // A restart waits for the peers it knew to be running; a join also for its admission and table.
+        const missing = await node.cluster.readyAmongPeers(PEERS_AT_START_WAIT_MS);
+        if (missing.admission || missing.table)
           logger.info(
-            { missing, waitedMs: PEERS_AT_START_WAIT_MS },
+            { ...missing, waitedMs: PEERS_AT_START_WAIT_MS },
+            'serving before the join completed: requests are refused as unserved until the cluster admits this node and its table arrives',
+          );
+        else if (missing.peers.length > 0)
+          logger.info(
+            { missing: missing.peers, waitedMs: PEERS_AT_START_WAIT_MS },
             'serving before every peer connected: requests for fragments only they serve are refused until they connect',
           );
       } catch (err) {

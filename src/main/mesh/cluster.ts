@@ -246,6 +246,20 @@ export interface MembershipStart {
   persistTable(table: AssignmentTable, promise: EpochPromise | undefined): Promise<void> | undefined;
 }
 
+/** What a node starting among running peers still lacks before it serves (`readyAmongPeers`). */
+export interface StartMissing {
+  /** Members its view holds reachable that it is not connected to yet. */
+  peers: string[];
+  /** It joins and is not admitted yet. */
+  admission: boolean;
+  /** It joins and its table does not list every fragment yet. */
+  table: boolean;
+}
+
+function startIncomplete(missing: StartMissing): boolean {
+  return missing.peers.length > 0 || missing.admission || missing.table;
+}
+
 /** How a member stands in this node's view: reachable, unreachable to membership (`pfail`), Down. */
 export type MemberHealth = 'ok' | 'pfail' | 'fail';
 
@@ -296,8 +310,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly failover: FailoverCatchUp;
   /** Per fragment, the move in flight in the table this node routes by (for the move events). */
   private readonly movesSeen: (ReplicaMove | null)[];
-  /** Who waits for the peers' connections (`peersConnected`). */
-  private readonly connectionWaiters = new Set<() => void>();
+  /** Who waits for this node to be ready among its peers (`readyAmongPeers`): woken by any change. */
+  private readonly startWaiters = new Set<() => void>();
+  /**
+   * What a start waits for before the node serves: nothing (the first start of a cluster's initial
+   * members, which start one by one), the peers' connections (a restart), or also the admission and
+   * the cluster's table (a first start with --join).
+   */
+  private startWait: 'none' | 'peers' | 'join' = 'none';
   /** Set once this node asked to leave: it exits membership when it holds nothing more. */
   private leaving = false;
   private resolveLeft: () => void = () => {};
@@ -470,6 +490,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         { members: membership.members.length },
         'the data directory knows the cluster: rejoining its members',
       );
+    this.startWait = joining ? 'join' : membership.members.length > 0 ? 'peers' : 'none';
     const resuming = resumesLeave(self?.state);
     if (resuming) {
       this.leaving = true;
@@ -737,6 +758,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.routingChanged();
     this.placementDriver?.onTable(table, fragments);
     this.exitIfLeft();
+    this.wakeStartWaiters();
   }
 
   /**
@@ -992,30 +1014,54 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /**
-   * Resolves, with the ids of those still not connected, once every other member this node's view
-   * holds reachable is connected, or after `timeoutMs`. A node started among running peers waits
-   * for them before it serves: a request for a fragment only they serve is then forwarded from the
-   * first one on, instead of refused as unreachable while the connections open.
+   * Resolves, with what is still missing (empty once ready), once this node may serve among running
+   * peers, or after `timeoutMs`: a node that joins is admitted and holds the cluster's table, and a
+   * node that joins or restarts is connected to every other member its view holds reachable. A
+   * request for a fragment only they serve is then forwarded from the first one on, instead of
+   * refused as unserved while the node learns the cluster. The first start of a cluster's initial
+   * members waits for nothing: they start one by one.
    */
-  async peersConnected(timeoutMs: number): Promise<string[]> {
+  async readyAmongPeers(timeoutMs: number): Promise<StartMissing> {
     const untilMs = Date.now() + timeoutMs;
     for (;;) {
-      const missing = this.config.members.filter(
-        (_, m) => m !== this.config.selfIndex && this.memberReachable[m] && !this.mesh.isUp(m),
-      );
+      const missing = this.startMissing();
       const leftMs = untilMs - Date.now();
-      if (missing.length === 0 || leftMs <= 0) return missing;
+      if (!startIncomplete(missing) || leftMs <= 0) return missing;
       await new Promise<void>((resolve) => {
         const done = (): void => {
           clearTimeout(timer);
-          this.connectionWaiters.delete(done);
+          this.startWaiters.delete(done);
           resolve();
         };
         const timer = setTimeout(done, leftMs);
         timer.unref();
-        this.connectionWaiters.add(done);
+        this.startWaiters.add(done);
       });
     }
+  }
+
+  private startMissing(): StartMissing {
+    if (this.startWait === 'none') return { peers: [], admission: false, table: false };
+    const joins = this.startWait === 'join';
+    return {
+      peers: this.config.members.filter(
+        (_, m) => m !== this.config.selfIndex && this.memberReachable[m] && !this.mesh.isUp(m),
+      ),
+      admission: joins && this.membershipDriver?.member(this.config.selfId)?.state === 'Joining',
+      table: joins && !this.knowsEveryFragment(),
+    };
+  }
+
+  /** This node's table lists replicas for every fragment (a joiner's fills in as changes arrive). */
+  private knowsEveryFragment(): boolean {
+    const table = this.coordinatorDriver?.table;
+    if (table === undefined) return false;
+    for (let f = 0; f < this.routing.length; f++) if (table.active(f) === undefined) return false;
+    return true;
+  }
+
+  private wakeStartWaiters(): void {
+    for (const waiter of this.startWaiters) waiter();
   }
 
   /** Resolves at this node's next table or serving change, or after `timeoutMs`. */
@@ -1176,6 +1222,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       if (wasServing && !this.isUp(m)) this.peerLinks[m]?.onDisconnect();
     }
     this.scheduleView();
+    this.wakeStartWaiters();
     if (event.kind !== 'Initialized') {
       const level = event.kind === 'MemberUnreachable' || event.kind === 'MemberDown' ? 'warn' : 'info';
       this.logger[level](
@@ -1503,7 +1550,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // A peer's worker ports are told again on each connection (they may differ after its restart).
     if (up) {
       this.sendWorkerPorts(member);
-      for (const waiter of this.connectionWaiters) waiter();
+      this.wakeStartWaiters();
     } else {
       this.peerWorkerPorts[member] = undefined;
     }
