@@ -385,6 +385,10 @@ export class CoordinatorMachine {
       this.lastRefusal = line;
     }
     if (applied.length > 0) this.tableChanged(applied);
+    // A node that joined hears only the entries changed since: it pulls the rest at once, rather
+    // than know no replica of the other fragments until the coordinator's next digest.
+    if (applied.length > 0 && this.table.entries().length < this.config.fragmentCount)
+      this.send(from, { kind: 'pull', from: this.config.selfId });
   }
 
   // ---- The coordinator's part ----

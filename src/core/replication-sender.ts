@@ -14,9 +14,10 @@
 //   cut and replayed, oldest first, each with exactly the ops it carried before, in a new session
 //   (a NACK and an ACK timeout rotate it: the receiver ignores the rest of a session that failed).
 // - Every session starts with SessionStart, then drains the backlog it inherited (the replays
-//   first), then runs an anti-entropy round. A round also starts on `reconcile-now` and every
-//   `reconcileIntervalMs`; it waits for the window to empty (no batch is cut meanwhile), and batches
-//   keep flowing while it runs.
+//   first), then runs an anti-entropy round. A round also starts on `reconcile-now` and about every
+//   `reconcileIntervalMs` (spread around it, so the rounds a connect started together drift apart);
+//   it waits for the window to empty (no batch is cut meanwhile), and batches keep flowing while it
+//   runs.
 // - A NACK, a failed round and a round without progress for `reconcileTimeoutMs` start a retry
 //   floor: no batch and no round before it ends, across reconnects too. An ACK timeout rotates the
 //   session and replays at once (seed test 97): the timeout is long, so the retry is rare already.
@@ -36,6 +37,7 @@
 import { assert } from './assert.js';
 import {
   ANTI_ENTROPY_INTERVAL_MS_DEFAULT,
+  ANTI_ENTROPY_INTERVAL_SPREAD,
   ANTI_ENTROPY_ROUND_TIMEOUT_MS,
   ERROR_MESSAGE_BYTES_MAX,
   FRAME_BYTES_MAX,
@@ -92,7 +94,10 @@ export interface SenderConfig {
   ackTimeoutMs: number;
   /** After a NACK, a failed or timed-out round, nothing is sent for this long; survives reconnects. */
   retryFloorMs: number;
-  /** A routine anti-entropy round this long after the last one ended, while connected. */
+  /**
+   * A routine anti-entropy round about this long after the last one ended, while connected (spread
+   * by ANTI_ENTROPY_INTERVAL_SPREAD, so a node's rounds do not all run at once).
+   */
   reconcileIntervalMs: number;
   /** A round without progress for this long → rotate the session and retry after the floor. */
   reconcileTimeoutMs: number;
@@ -730,8 +735,19 @@ export class ReplicationSender {
   private onRoundDone(): void {
     this.reconcileRounds++;
     if (this.resetPending && this.resetRoundId === this.roundId) this.resetPending = false;
+    this.nextRoutineRoundMs = this.nowMs + this.routineDelayMs(this.roundId);
     this.roundId = 0;
-    this.nextRoutineRoundMs = this.nowMs + this.config.reconcileIntervalMs;
+  }
+
+  /**
+   * The wait for the next routine round, spread around the interval by the round id that ended
+   * (random, as every id: the sender draws nothing more, so a simulation replays as before).
+   */
+  private routineDelayMs(roundId: number): number {
+    // A multiplicative hash: ids drawn at random stay uniform, ids counted up still spread.
+    const fraction = (Math.imul(roundId, 0x9e3779b1) >>> 0) / 2 ** 32;
+    const spread = ANTI_ENTROPY_INTERVAL_SPREAD * (fraction - 0.5);
+    return Math.max(1, Math.round(this.config.reconcileIntervalMs * (1 + spread)));
   }
 
   private failRound(reason: string): void {

@@ -961,6 +961,24 @@ describe('moves', () => {
     assert.fail('moves still in flight after 100 rounds');
   }
 
+  test('a joiner that hears only the changes made since it joined pulls the whole table at once', () => {
+    const founders = ['a', 'b', 'c'];
+    const ids = [...founders, 'd'];
+    const cluster = new PlacementCluster(ids, PLACEMENT_3, MOVE_LIMITS_DEFAULT, ['d']);
+    cluster.views(founders, viewOf(founders));
+    cluster.deliverAll();
+    assert.equal(new Set(cluster.digests().slice(0, 3)).size, 1, 'the founders hold one table');
+    cluster.views(ids, viewOf(ids));
+    const moved = inFlight(cluster, 'a');
+    assert.ok(moved.length > 0 && moved.length < FRAGMENTS, `a join moves some fragments: ${moved}`);
+    // d hears the moves (their entries alone) and asks for the rest before any digest.
+    assert.ok(cluster.deliver({ to: 'd', kind: 'changes' }).includes('send a pull'));
+    cluster.deliverAll();
+    assert.equal(cluster.machine('d').current.entries().length, FRAGMENTS);
+    assert.equal(new Set(cluster.digests()).size, 1, 'd holds the table the others hold');
+    assert.equal(cluster.machine('a').counters.pulls, 1);
+  });
+
   test('a member that joins gets its share: moves start within the per-node limit, add before remove, and finish on ready', () => {
     const ids = ['a', 'b', 'c', 'd'];
     const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);

@@ -11,6 +11,7 @@ import {
   type SenderConfig,
   type SenderEvent,
 } from '../../src/core/replication-sender.js';
+import { seededFractions } from './fixtures/xorshift32.js';
 
 type Event = SenderEvent extends infer E ? (E extends SenderEvent ? Omit<E, 'nowMs'> : never) : never;
 
@@ -46,8 +47,8 @@ class Harness {
   lastRound: Extract<SenderAction, { kind: 'start-round' }> | undefined;
   session = 0;
 
-  constructor(overrides: Partial<SenderConfig> = {}) {
-    this.sender = new ReplicationSender({ ...BASE, ...overrides }, { next: () => ++this.nextId });
+  constructor(overrides: Partial<SenderConfig> = {}, ids = { next: () => ++this.nextId }) {
+    this.sender = new ReplicationSender({ ...BASE, ...overrides }, ids);
   }
 
   step(event: Event, atMs = this.nowMs): string[] {
@@ -402,21 +403,47 @@ test('round progress defers the timeout; a failed round rotates the session and 
   assert.deepEqual(h.tick(1086), ['start-round session=3 round=4', 'batch session=3 seq=1 ack=memory ["k"]']);
 });
 
-test('routine rounds run every reconcileIntervalMs after the last one ended', () => {
+test('routine rounds run about every reconcileIntervalMs after the last one ended, spread around it', () => {
   const h = new Harness({ reconcileIntervalMs: 1000 });
   h.step({ kind: 'connected' }, 0);
   h.frames();
   h.roundDone(10);
-  assert.equal(h.sender.nextWakeMs(10), 1010);
-  assert.deepEqual(h.tick(1009), []);
-  assert.deepEqual(h.tick(1010), ['start-round session=1 round=3']);
-  assert.deepEqual(h.step({ kind: 'reconcile-now' }, 1020), []);
+  const nextAtMs = h.sender.nextWakeMs(10);
+  assert.ok(nextAtMs >= 10 + 500 && nextAtMs <= 10 + 1500, `next round at ${nextAtMs}`);
+  assert.deepEqual(h.tick(nextAtMs - 1), []);
+  assert.deepEqual(h.tick(nextAtMs), ['start-round session=1 round=3']);
+  assert.deepEqual(h.step({ kind: 'reconcile-now' }, nextAtMs + 10), []);
   assert.deepEqual(
-    h.roundDone(1030),
+    h.roundDone(nextAtMs + 20),
     ['start-round session=1 round=4'],
     'reconcile-now during a round queues another',
   );
   assert.equal(h.report().reconcileRounds, 2);
+});
+
+test('the rounds a connect started together spread over the interval after it', () => {
+  // 64 senders (a node's fragments and peers) connect at once, each with its own random ids.
+  const delays: number[] = [];
+  const random = seededFractions(7);
+  for (let i = 0; i < 64; i++) {
+    const h = new Harness(
+      { reconcileIntervalMs: 60_000 },
+      { next: () => 1 + Math.floor(random() * (2 ** 31 - 2)) },
+    );
+    h.step({ kind: 'connected' }, 0);
+    h.roundDone(0);
+    delays.push(h.sender.nextWakeMs(0));
+  }
+  delays.sort((x, y) => x - y);
+  assert.ok(delays[0]! >= 30_000 && delays[63]! <= 90_000, `${delays[0]}..${delays[63]}`);
+  // Spread, not bunched: each sixth of the span holds some of them.
+  for (let sixth = 0; sixth < 6; sixth++) {
+    const from = 30_000 + sixth * 10_000;
+    assert.ok(
+      delays.some((d) => d >= from && d < from + 10_000),
+      `none in ${from}..${from + 10_000}: ${delays}`,
+    );
+  }
 });
 
 test('batches are cut by count', () => {
@@ -505,7 +532,8 @@ test('nextWakeMs: Infinity when disconnected or idle, otherwise the earliest dea
   h.ack(AckLevel.Memory, 6);
   assert.equal(h.sender.nextWakeMs(6), 506, 'round running: its progress timeout');
   h.roundDone(7);
-  assert.equal(h.sender.nextWakeMs(7), 10_007, 'idle: the routine round');
+  const routineAtMs = h.sender.nextWakeMs(7);
+  assert.ok(routineAtMs >= 5_007 && routineAtMs <= 15_007, 'idle: the routine round');
   h.enqueue('b', 8);
   assert.equal(h.sender.nextWakeMs(8), 18, 'a buffered op: the batch interval');
   assert.equal(h.sender.nextWakeMs(50), 50, 'never in the past');
