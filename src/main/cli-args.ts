@@ -246,7 +246,7 @@ const FLAGS: Flag[] = [
     name: 'anti-entropy-interval',
     kind: 'duration',
     option: 'antiEntropyIntervalMs',
-    help: 'period of anti-entropy rounds per fragment and peer (default 60s)',
+    help: 'mean period of anti-entropy rounds per fragment and peer, each spread ±half (default 60s)',
   },
   {
     name: 'drain-timeout',
