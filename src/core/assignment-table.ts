@@ -249,6 +249,11 @@ export class AssignmentTable {
     return entry?.kind === 'active' ? entry : undefined;
   }
 
+  /** An entry for every fragment: a node that joined holds only those changed since, until it pulls the rest. */
+  listsEveryFragment(): boolean {
+    return this.#entries.size === this.fragmentCount;
+  }
+
   /** Entries in fragment order. */
   entries(): Array<[number, AssignmentEntry]> {
     return [...this.#entries].sort((a, b) => a[0] - b[0]);

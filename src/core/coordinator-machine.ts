@@ -387,7 +387,7 @@ export class CoordinatorMachine {
     if (applied.length > 0) this.tableChanged(applied);
     // A node that joined hears only the entries changed since: it pulls the rest at once, rather
     // than know no replica of the other fragments until the coordinator's next digest.
-    if (applied.length > 0 && this.table.entries().length < this.config.fragmentCount)
+    if (applied.length > 0 && !this.table.listsEveryFragment())
       this.send(from, { kind: 'pull', from: this.config.selfId });
   }
 

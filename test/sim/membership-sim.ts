@@ -823,6 +823,7 @@ export class MembershipSim {
    */
   protected updateReach(): void {
     const byId = new Map(this.nodes.map((n) => [n.id, n]));
+    const everyNode = [...byId.keys()];
     for (const x of this.nodes) {
       if (this.running(x)) {
         // Every member, voter or not: a table change may make one a voter.
@@ -843,7 +844,7 @@ export class MembershipSim {
         return reached >= Math.floor(ids.length / 2) + 1;
       };
       this.markReach(this.majorityReachSinceMs, x.id, reachedBy(this.voters(x)));
-      this.markReach(this.clusterReachSinceMs, x.id, reachedBy([...byId.keys()]));
+      this.markReach(this.clusterReachSinceMs, x.id, reachedBy(everyNode));
     }
   }
 

@@ -1048,16 +1048,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         (_, m) => m !== this.config.selfIndex && this.memberReachable[m] && !this.mesh.isUp(m),
       ),
       admission: joins && this.membershipDriver?.member(this.config.selfId)?.state === 'Joining',
-      table: joins && !this.knowsEveryFragment(),
+      table: joins && !(this.coordinatorDriver?.table.listsEveryFragment() ?? false),
     };
-  }
-
-  /** This node's table lists replicas for every fragment (a joiner's fills in as changes arrive). */
-  private knowsEveryFragment(): boolean {
-    const table = this.coordinatorDriver?.table;
-    if (table === undefined) return false;
-    for (let f = 0; f < this.routing.length; f++) if (table.active(f) === undefined) return false;
-    return true;
   }
 
   private wakeStartWaiters(): void {
