@@ -96,10 +96,22 @@ export const ANTI_ENTROPY_INTERVAL_MS_DEFAULT = 60_000;
  * the seconds it took). memberlist staggers its periodic timers' first ticks for the same reason.
  */
 export const ANTI_ENTROPY_INTERVAL_SPREAD = 1;
-/** An anti-entropy round without progress for this long is abandoned and retried. */
+/**
+ * An anti-entropy round without progress (a page answered, a fetch sent or waiting on --move-rate,
+ * a page of records merged) for this long is abandoned and retried.
+ */
 export const ANTI_ENTROPY_ROUND_TIMEOUT_MS = 10_000;
 /** Summaries per anti-entropy page (spec §6: 256) and the soft byte target of a page (≈1 MiB). */
 export const RECONCILE_PAGE_ITEMS_MAX = 256;
+/**
+ * Keys a requester describes in one anti-entropy page at most. A page starts at
+ * RECONCILE_PAGE_ITEMS_MAX keys and doubles after each page the peer found nothing in, back to the
+ * start after one that listed keys: replicas that agree compare a fragment of 86 000 keys (1 GiB on
+ * a node of 16 fragments, 3 replicas) in ~45 page round trips instead of ~340, each a turn of two
+ * workers, two main threads and two pool threads (a failover's catch-up took 5 s and more). Half of
+ * what a responder reads for a page (RECONCILE_SPAN_KEYS_MAX), so a page's ranges fit its span.
+ */
+export const RECONCILE_DESCRIBED_KEYS_MAX = 2048;
 /**
  * Anti-entropy pages waiting for the background pool; past it a page is read in the fragment's
  * worker. Rounds bound themselves (one page in flight per round and per served round), so this only

@@ -23,7 +23,13 @@
 // what it leaves out, replication delivers — or the next round, whose horizon is later.
 
 import { createHash } from 'node:crypto';
-import { KEY_BYTES_MAX, RECONCILE_PAGE_BYTES_MAX, RECONCILE_PAGE_ITEMS_MAX } from './limits.js';
+import { assert } from './assert.js';
+import {
+  KEY_BYTES_MAX,
+  RECONCILE_DESCRIBED_KEYS_MAX,
+  RECONCILE_PAGE_BYTES_MAX,
+  RECONCILE_PAGE_ITEMS_MAX,
+} from './limits.js';
 import {
   compareVersions,
   isWellFormedRecord,
@@ -48,6 +54,13 @@ export const DIGEST_RANGE_KEYS = 16;
 export const DIGEST_BYTES = 8;
 /** Keys a responder reads for one page at most, when it holds many keys the requester lacks. */
 export const RECONCILE_SPAN_KEYS_MAX = 4096;
+
+assert(
+  RECONCILE_DESCRIBED_KEYS_MAX % DIGEST_RANGE_KEYS === 0 &&
+    RECONCILE_DESCRIBED_KEYS_MAX / DIGEST_RANGE_KEYS <= RECONCILE_PAGE_ITEMS_MAX &&
+    2 * RECONCILE_DESCRIBED_KEYS_MAX <= RECONCILE_SPAN_KEYS_MAX,
+  'a page described at most must be whole ranges, no more than a request may carry, within a span',
+);
 
 /** A run of the requester's keys: those after the previous run up to `lastKey`, and their digest. */
 export interface RangeDigest {
@@ -122,11 +135,13 @@ export function digestOf(entries: readonly KeyRecord[], from: number, to: number
 }
 
 /**
- * The requester's page (its next keys, in order) as range digests. Ranges are cut from every key,
- * so the page advances as without a horizon; only the digests leave records past it out.
+ * The requester's page (its next keys, in order) as range digests; `openEnd` when no key follows
+ * them. Ranges are cut from every key, so the page advances as without a horizon; only the digests
+ * leave records past it out.
  */
 export function describePage(
   entries: readonly KeyRecord[],
+  openEnd: boolean,
   horizonMs = 0,
 ): { ranges: RangeDigest[]; openEnd: boolean } {
   const ranges: RangeDigest[] = [];
@@ -134,7 +149,7 @@ export function describePage(
     const to = Math.min(entries.length, from + DIGEST_RANGE_KEYS);
     ranges.push({ lastKey: entries[to - 1].key, digest: digestOf(entries, from, to, horizonMs) });
   }
-  return { ranges, openEnd: entries.length < RECONCILE_PAGE_ITEMS_MAX };
+  return { ranges, openEnd };
 }
 
 /**
@@ -215,8 +230,11 @@ export function checkRecords(entries: readonly KeyRecord[], c: RecordCheck): str
 }
 
 export type RoundStep =
-  /** Ask for the summary page after `afterKey` (page 0: from the first key). */
-  | { kind: 'request-page'; pageSeq: number; afterKey: Buffer }
+  /**
+   * Ask for the summary page after `afterKey` (page 0: from the first key), describing this node's
+   * next `keys` keys.
+   */
+  | { kind: 'request-page'; pageSeq: number; afterKey: Buffer; keys: number }
   /** Ask for the records of these keys. */
   | { kind: 'fetch'; chunkSeq: number; keys: Buffer[] }
   /** Merge these records (then, when `next` is set, carry it out too). */
@@ -233,6 +251,8 @@ export class ReconcileRound {
   private pageSeq = 0;
   private lastKey: Buffer | undefined;
   private pageDone = false;
+  /** Keys the next page describes (RECONCILE_DESCRIBED_KEYS_MAX says how it changes). */
+  private pageKeys = RECONCILE_PAGE_ITEMS_MAX;
   /** Fetch chunk awaited (0: none, a summary page is awaited instead). */
   private chunkSeq = 0;
   private nextChunkSeq = 1;
@@ -249,7 +269,7 @@ export class ReconcileRound {
   ) {}
 
   start(): RoundStep {
-    return { kind: 'request-page', pageSeq: 0, afterKey: Buffer.alloc(0) };
+    return { kind: 'request-page', pageSeq: 0, afterKey: Buffer.alloc(0), keys: this.pageKeys };
   }
 
   /** A summary page: fetch what the peer holds newer, or move on. */
@@ -285,6 +305,10 @@ export class ReconcileRound {
     }
     this.pageDone = page.done;
     this.lastKey = Buffer.from(page.nextAfterKey);
+    this.pageKeys =
+      page.summaries.length === 0
+        ? Math.min(2 * this.pageKeys, RECONCILE_DESCRIBED_KEYS_MAX)
+        : RECONCILE_PAGE_ITEMS_MAX;
     if (size !== undefined) this.sourceSize = { keys: size.keys, bytes: size.bytes };
     if (wanted.length > 0) {
       this.chunkSeq = this.nextChunkSeq++;
@@ -310,7 +334,12 @@ export class ReconcileRound {
   private next(): RoundStep {
     if (this.pageDone) return { kind: 'done' };
     this.pageSeq++;
-    return { kind: 'request-page', pageSeq: this.pageSeq, afterKey: this.lastKey ?? Buffer.alloc(0) };
+    return {
+      kind: 'request-page',
+      pageSeq: this.pageSeq,
+      afterKey: this.lastKey ?? Buffer.alloc(0),
+      keys: this.pageKeys,
+    };
   }
 }
 

@@ -759,7 +759,8 @@ export class Dispatcher implements KeyRouter {
   /**
    * Starts an anti-entropy round of `fragment`'s sender toward `member` now; resolves with the
    * outcome of the first round that starts after the call (a round running already may have missed
-   * what was written just before), failed when none ends within `timeoutMs`. `verify`: the round
+   * what was written just before), failed when none starts within `timeoutMs` (once one runs, it
+   * answers when it ends: the sender abandons a round that stops progressing). `verify`: the round
    * verifies a gained copy — it starts once `member` replicates the fragment here and compares
    * everything (src/workers/replication.ts). Rejects when this node has no such sender.
    */

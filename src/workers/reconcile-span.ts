@@ -3,6 +3,7 @@
 // requester holds nothing further. Runs in the fragment's worker, or in the background pool over a
 // read-only lmdb view.
 
+import { assert } from '../core/assert.js';
 import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
 import { DIGEST_RANGE_KEYS, RECONCILE_SPAN_KEYS_MAX } from '../core/reconciler.js';
 import type { StoredEntry } from '../native-bindings/kv-store.js';
@@ -13,7 +14,11 @@ export type PageReader = (
   limit: number,
 ) => Promise<StoredEntry[]>;
 
-/** What bounds a span: the requester's ranges (their number and last key) and whether it is open. */
+/**
+ * What bounds a span: the requester's ranges (their number and last key) and whether it is open.
+ * With no last key and ranges counted, it is the requester's own next page (`nextPage`): the keys
+ * of that many ranges it is to describe.
+ */
 export interface SpanQuery {
   /** The last key of the requester's last range; undefined when it described none. */
   lastKey: Uint8Array | undefined;
@@ -43,6 +48,12 @@ export interface Span {
 /** A span with no ranges, open-ended: the next page of keys (RECONCILE_PAGE_ITEMS_MAX of them). */
 export const NEXT_PAGE: SpanQuery = { lastKey: undefined, rangeCount: 0, openEnd: true };
 
+/** A requester's next page: its next `keys` keys (whole ranges), truncated when more follow. */
+export function nextPage(keys: number): SpanQuery {
+  assert(keys > 0 && keys % DIGEST_RANGE_KEYS === 0, 'a page described is whole ranges');
+  return { lastKey: undefined, rangeCount: keys / DIGEST_RANGE_KEYS, openEnd: true };
+}
+
 /** Keys read at a time while a responder reads a span, at most. */
 const SPAN_READ_KEYS = 512;
 
@@ -63,9 +74,11 @@ export async function readSpan(
   q: SpanQuery,
 ): Promise<Span> {
   const last = q.lastKey;
-  // Past the requester's last range, an open page lists up to a page of keys; a closed one needs none.
-  const extra = q.openEnd ? RECONCILE_PAGE_ITEMS_MAX : 0;
-  const described = q.rangeCount * DIGEST_RANGE_KEYS;
+  // Past the requester's last range, an open page lists up to a page of keys; a closed one needs
+  // none. A requester's own next page is all past its (absent) last range.
+  const ownPage = last === undefined && q.rangeCount > 0;
+  const extra = !q.openEnd ? 0 : ownPage ? q.rangeCount * DIGEST_RANGE_KEYS : RECONCILE_PAGE_ITEMS_MAX;
+  const described = ownPage ? 0 : q.rangeCount * DIGEST_RANGE_KEYS;
   const withinMax = described + RECONCILE_PAGE_ITEMS_MAX;
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
   let start = afterKey === undefined ? undefined : { key: afterKey, inclusive: false };
@@ -90,10 +103,12 @@ export async function readSpan(
     if (page.length < limit) return { entries, truncated: false };
     start = { key: page[page.length - 1].key, inclusive: false };
     // Past the last range, an open page needs only what it still lists, and one more; inside the
-    // ranges, what is left to the early stop and past it.
+    // ranges, the rest of the keys described and one more (replicas that agree hold no other),
+    // then, with more keys inside them, what is left to the early stop and past it.
+    const goal = entries.length <= described ? described : withinMax;
     limit =
       beyond > 0 || last === undefined
         ? extra - beyond + 1
-        : Math.min(SPAN_READ_KEYS, withinMax - entries.length + extra + 1);
+        : Math.min(SPAN_READ_KEYS, goal - entries.length + extra + 1);
   }
 }

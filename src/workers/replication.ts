@@ -43,7 +43,7 @@ import { asBuffer } from '../core/bytes.js';
 import type { DriverClock } from '../core/clock.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { MOVE_RATE_BURST_MS, RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
+import { MOVE_RATE_BURST_MS } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
@@ -79,7 +79,7 @@ import type { ClusterInit } from '../threads/messages.js';
 import type { RoundReport } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
 import { fenced } from './fragment-actors.js';
-import { NEXT_PAGE, readSpan, type Span, type SpanQuery, spanQueryOf } from './reconcile-span.js';
+import { nextPage, readSpan, type Span, type SpanQuery, spanQueryOf } from './reconcile-span.js';
 import { RoundLedger } from './round-ledger.js';
 
 /** What the driver needs from the worker runtime. */
@@ -761,7 +761,10 @@ export class WorkerReplication {
     const nowMs = this.host.clock.nowMs();
     switch (step.kind) {
       case 'request-page':
-        void this.requestPage(member, fragment, round, step.pageSeq, step.afterKey);
+        // A page answered is progress, whether or not it differed: replicas that agree page
+        // through a large fragment for longer than the round timeout without fetching a key.
+        this.progress(member, fragment, round, 'round-progress', nowMs);
+        void this.requestPage(member, fragment, round, step);
         return;
       case 'fetch':
         this.progress(member, fragment, round, 'round-progress', nowMs);
@@ -868,27 +871,24 @@ export class WorkerReplication {
     this.step(member, page.fragment, round, round.onData(page, this.recordCheck(page.fragment, nowMs)));
   }
 
-  /** One page of (key, version) summaries in key order, from the committed store. */
   /** Describes this node's next page of keys as range digests and asks the peer for its differences. */
   private async requestPage(
     member: number,
     fragment: number,
     round: ReconcileRound,
-    pageSeq: number,
-    afterKey: Buffer,
+    { pageSeq, afterKey, keys }: RoundStep & { kind: 'request-page' },
   ): Promise<void> {
     let mine: Span;
     try {
-      // This node's next page: a span with no ranges, open-ended, is exactly that.
-      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, NEXT_PAGE);
+      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, nextPage(keys));
     } catch (err) {
       this.host.logger.warn({ fragment, err: (err as Error).message }, 'anti-entropy page failed');
       return;
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
-    assert(mine.entries.length <= RECONCILE_PAGE_ITEMS_MAX, 'a page is at most a page of keys');
+    assert(mine.entries.length <= keys, 'a page is at most the keys it describes');
     const { sessionId, roundId, horizonMs } = round;
-    const { ranges, openEnd } = describePage(mine.entries, horizonMs);
+    const { ranges, openEnd } = describePage(mine.entries, !mine.truncated, horizonMs);
     this.send(member, {
       reconcileRequest: { fragment, sessionId, roundId, pageSeq, afterKey, ranges, openEnd, horizonMs },
     });

@@ -6,7 +6,9 @@
 // or closed with its sender. A ReconcileNow waits for a round that started after it was asked:
 // one already running when it came may have passed keys written just before. A verifying
 // ReconcileNow is armed only once the peer replicates the fragment here (its SessionStart came):
-// the round it waits for starts after that.
+// the round it waits for starts after that. Its deadline is for that round to start: once it
+// runs, its end answers, however long a large copy takes, since the sender abandons a round that
+// stops progressing (a fixed deadline failed every copy that took longer, at any rate).
 
 import { truncateErrorMessage } from '../core/errors.js';
 import type { SourceSize } from '../core/reconciler.js';
@@ -57,6 +59,10 @@ export class RoundLedger {
     if (rounds.roundId !== 0) this.ended(fragment, member, false, 'superseded by a new round');
     rounds.seq++;
     rounds.roundId = roundId;
+    // The round the waiters after the last one wait for: its end answers them.
+    for (const w of this.waiters) {
+      if (w.fragment === fragment && w.member === member && w.afterSeq < rounds.seq) clearTimeout(w.timer);
+    }
     rounds.continuity = continuity;
     rounds.keysPulled = 0;
     rounds.bytesPulled = 0;
@@ -97,7 +103,8 @@ export class RoundLedger {
 
   /**
    * Waits for the next round of the sender to end (the caller asks the sender for one), answering
-   * a failure when `timeoutMs` passes first. Unless `armed`, no round counts before `arm`.
+   * a failure when it has not started within `timeoutMs`. Unless `armed`, no round counts before
+   * `arm`.
    */
   wait(reqId: number, fragment: number, member: number, timeoutMs: number, armed = true): void {
     const afterSeq = armed ? this.of(fragment, member).seq : Number.POSITIVE_INFINITY;
@@ -106,7 +113,7 @@ export class RoundLedger {
       const reason =
         waiter.afterSeq === Number.POSITIVE_INFINITY
           ? `the peer did not replicate the fragment here within ${timeoutMs} ms`
-          : `no round ended within ${timeoutMs} ms`;
+          : `no round started within ${timeoutMs} ms`;
       this.settle(waiter, failure(fragment, member, reason));
     }, timeoutMs);
     this.waiters.add(waiter);

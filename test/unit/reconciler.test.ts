@@ -11,6 +11,7 @@ import { Keyspace } from '../../src/core/keyspace.js';
 import { RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
 import {
   type DataPage,
+  DIGEST_RANGE_KEYS,
   describePage,
   type KeyRecord,
   type PageRequest,
@@ -99,12 +100,14 @@ async function pull(
     messages++;
     if (step.kind === 'request-page') {
       const start = step.pageSeq === 0 ? undefined : { key: step.afterKey, inclusive: false };
+      // The keys the round asks to describe, and one more that shows whether any follow.
+      const mine = local.page(start, step.keys + 1);
       const q: PageRequest = {
         sessionId: 7,
         roundId: 1,
         pageSeq: step.pageSeq,
         afterKey: step.afterKey,
-        ...describePage(local.page(start, RECONCILE_PAGE_ITEMS_MAX), round.horizonMs),
+        ...describePage(mine.slice(0, step.keys), mine.length <= step.keys, round.horizonMs),
         horizonMs: round.horizonMs,
       };
       const serve = responder.onRequest(q);
@@ -189,6 +192,23 @@ describe('anti-entropy rounds', () => {
     assert.deepEqual(await pull(a, b), { messages: 3, repaired: 0, summaries: 0 });
   });
 
+  test('pages grow while the replicas agree, and start small again after one that differed', async () => {
+    const [a, b] = [new Replica(), new Replica()];
+    for (let i = 0; i < 20_000; i++) {
+      a.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
+      b.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
+    }
+    // 256, 512 and 1 024 keys, eight of 2 048, then the last 1 824 open-ended: 12 pages, and done
+    // (pages of 256 took 79).
+    assert.deepEqual(await pull(a, b), { messages: 13, repaired: 0, summaries: 0 });
+    b.put('k10000', 200, NODE_B, 'newer');
+    const { messages, repaired, summaries } = await pull(a, b);
+    assert.equal(repaired, 1);
+    assert.equal(summaries, DIGEST_RANGE_KEYS, 'the one range that differs is listed');
+    // The fetch and its data, and the pages the size grows back through.
+    assert.ok(messages > 13 + 2 && messages <= 13 + 2 + 4, `${messages} messages`);
+  });
+
   test('a replica missing a long run of keys gets all of them, a page at a time', async () => {
     const a = new Replica();
     const b = new Replica();
@@ -225,10 +245,11 @@ describe('anti-entropy rounds', () => {
     reads.length = 0;
     keysRead = 0;
     assert.equal((await pull(full, source)).repaired, 0);
-    // Pages of 16 ranges of 16 keys, the last (232 keys, 15 ranges) open-ended: each reads its keys
-    // and the one after, the last as many as it might list past its ranges too.
-    assert.deepEqual(reads, [257, 257, 257, 15 * 16 + 256 + 1]);
-    assert.equal(keysRead, 1000 + 3);
+    // Pages of 16 ranges of 16 keys, then 32 (a page doubles after one that listed nothing), the
+    // last (232 keys, 15 ranges) open-ended: each reads its keys and the one after (the second in
+    // reads of 512 at most: its 512, then one), the last as many as it might list past its ranges.
+    assert.deepEqual(reads, [257, 512, 1, 15 * 16 + 256 + 1]);
+    assert.equal(keysRead, 1000 + 2);
   });
 
   test('a responder stops reading a page once it holds a page of keys more than the requester described', async () => {
@@ -257,11 +278,11 @@ describe('anti-entropy rounds', () => {
     });
     assert.equal(repaired, 4000 - held);
     assert.deepEqual(copy.values(), source.values());
-    // Each page reads its ranges' keys up to a page more than the copy described (16 ranges of 16
-    // keys: 512), and what an open page may list past them; reading to the copy's last range's key
-    // read the rest of the fragment for every page.
+    // Each page reads its ranges' keys up to a page more than the copy described (after the first
+    // page, which agreed, 32 ranges of 16 keys at most), and what an open page may list past them;
+    // reading to the copy's last range's key read the rest of the fragment for every page.
     const most = Math.max(...perPage);
-    assert.ok(most <= 16 * 16 + 256 + 1, `a page read ${most} keys`);
+    assert.ok(most <= 32 * 16 + 256 + 256 + 1, `a page read ${most} keys`);
     const total = perPage.reduce((a, b) => a + b, 0);
     assert.ok(total < 2 * 4000, `the round read ${total} keys for 4000 (pages: ${perPage.join(', ')})`);
   });
@@ -297,7 +318,8 @@ describe('anti-entropy rounds', () => {
   test('keys inserted after the horizon leave the ranges equal: nothing is listed for them', async () => {
     const [a, b] = twins(600);
     for (let i = 0; i < 600; i += 2) b.put(`k${String(i).padStart(4, '0')}x`, 500, NODE_B, 'in flight');
-    assert.deepEqual(await pull(a, b, 200), { messages: 4, repaired: 0, summaries: 0 });
+    // Two pages: 256 keys, then the other 344 (a page doubles after one that listed nothing).
+    assert.deepEqual(await pull(a, b, 200), { messages: 3, repaired: 0, summaries: 0 });
     assert.ok((await pull(a, b)).summaries >= 300, 'without a horizon every range differs');
   });
 

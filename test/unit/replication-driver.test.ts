@@ -20,6 +20,7 @@ import {
   FLUSH_INTERVAL_MS_DEFAULT,
   MOVE_RATE_BURST_MS,
   QUEUE_OPS_MAX_DEFAULT,
+  RECONCILE_PAGE_ITEMS_MAX,
 } from '../../src/core/limits.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../../src/core/peer-frame.js';
@@ -662,15 +663,20 @@ test('close cancels the timer', async () => {
 /** Two nodes' drivers wired back to back: every frame either sends reaches the other. */
 async function exchange(a: Harness, b: Harness): Promise<string[]> {
   const lines: string[] = [];
-  for (;;) {
-    for (const l of await a.frames()) lines.push(`a→${l.slice(3)}`);
-    for (const l of await b.frames()) lines.push(`b→${l.slice(3)}`);
-    if (a.outbox.length === 0 && b.outbox.length === 0) return lines;
-    const fromA = a.outbox.splice(0);
-    const fromB = b.outbox.splice(0);
-    for (const { bytes } of fromA) b.receive(0, bytes);
-    for (const { bytes } of fromB) a.receive(1, bytes);
-  }
+  while (await hop(a, b, lines));
+  return lines;
+}
+
+/** What a and b sent, as text, into `lines`, and then to each other: false when neither sent any. */
+async function hop(a: Harness, b: Harness, lines: string[]): Promise<boolean> {
+  for (const l of await a.frames()) lines.push(`a→${l.slice(3)}`);
+  for (const l of await b.frames()) lines.push(`b→${l.slice(3)}`);
+  if (a.outbox.length === 0 && b.outbox.length === 0) return false;
+  const fromA = a.outbox.splice(0);
+  const fromB = b.outbox.splice(0);
+  for (const { bytes } of fromA) b.receive(0, bytes);
+  for (const { bytes } of fromB) a.receive(1, bytes);
+  return true;
 }
 
 test('§6: a round pulls the records the peer holds newer, and the next one starts about an interval later', async () => {
@@ -785,6 +791,37 @@ test('§6 --move-rate: each fetch waits off the bytes pulled before it, and the 
   assert.ok(elapsedMs <= leastMs + 50, `${elapsedMs} ms: no longer than the rate needs (${leastMs} ms)`);
   a.advance(FLUSH_INTERVAL_MS_DEFAULT);
   assert.equal(a.stored('k599'), `value@${START_MS - 10}.0/n9 "${'x'.repeat(1000)}"`);
+});
+
+test('§6: a round whose pages all agree lives while each page is answered within the round timeout', async () => {
+  const timeoutMs = SENDER_CONFIG_DEFAULTS.reconcileTimeoutMs;
+  const a = new Harness();
+  const b = new Harness({ self: 1 });
+  // Both hold the same eight pages of keys: the round fetches nothing, page after page (of 256 keys,
+  // 512 and 1 024, as each page that found nothing doubles the next, then the last 256).
+  const same: Array<[Buffer, Buffer]> = [];
+  for (let i = 0; i < 8 * RECONCILE_PAGE_ITEMS_MAX; i++)
+    same.push([Buffer.from(`k${String(i).padStart(4, '0')}`), recordAt(START_MS - 10)]);
+  for (const h of [a, b]) h.stores[0].commit(same, START_MS - 10);
+  a.peers(true, 1);
+  b.peers(true, 0);
+  // Each message takes 0.4 of the timeout to arrive: a page's round trip 0.8, the round 3.2.
+  const hopMs = 0.4 * timeoutMs;
+  const startMs = a.nowMs;
+  const lines: string[] = [];
+  const ended: string[] = [];
+  while (ended.length === 0 && (await hop(a, b, lines))) {
+    a.advance(hopMs);
+    b.advance(hopMs);
+    ended.push(...a.roundLines());
+  }
+  assert.deepEqual(ended, ['n1 f0 round #1 ok pulled=0']);
+  assert.ok(a.nowMs - startMs > 2 * timeoutMs, `the round took ${a.nowMs - startMs} ms`);
+  assert.deepEqual(
+    lines.filter((l) => /^a→f0 (session-start|request)/.test(l)),
+    ['a→f0 session-start s=1', ...[0, 1, 2, 3].map((page) => `a→f0 request s=1 r=2 page=${page}`)],
+    'one session, its round paged through, never abandoned',
+  );
 });
 
 test('replica lists change at runtime: a sender opens toward a listed member and closes toward one removed', async () => {
@@ -931,6 +968,42 @@ test('§6: a verifying round toward a peer that never replicates here fails at i
     [],
     'waits for a session after the fragment came back',
   );
+});
+
+test('§6: a round asked for is answered when it ends, however long it runs past the deadline for its start; one that never starts fails at it', async () => {
+  const h = new Harness();
+  const s = await established(h, 1);
+  h.roundLines();
+  const deadlineMs = 20;
+  assert.equal(h.driver.reconcileNow(20, 0, 1, deadlineMs), true);
+  const round = /^n1 f0 request s=\d+ r=(\d+) page=0$/.exec((await h.frames())[0]);
+  assert.ok(round !== null, 'the round starts at once');
+  // The round runs on past the deadline (a large copy, page after page)…
+  await new Promise((resolve) => setTimeout(resolve, 3 * deadlineMs));
+  assert.deepEqual(h.roundLines(), [], 'nothing answered while the round runs');
+  // …and its end answers.
+  h.receive(1, {
+    reconcileResponse: {
+      fragment: 0,
+      sessionId: s,
+      roundId: Number(round[1]),
+      pageSeq: 0,
+      summaries: [],
+      done: true,
+      nextAfterKey: Buffer.alloc(0),
+    },
+  });
+  assert.deepEqual(h.roundLines(), ['n1 f0 round #2 ok pulled=0', 'answer 20: #2 ok pulled=0']);
+  // With the peer away no round starts: the deadline answers.
+  h.peers(false, 1);
+  assert.equal(h.driver.reconcileNow(21, 0, 1, deadlineMs), true);
+  const giveUpMs = Date.now() + 10_000;
+  let lines: string[] = [];
+  while (lines.length === 0 && Date.now() < giveUpMs) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    lines = h.roundLines();
+  }
+  assert.deepEqual(lines, [`answer 21: #0 failed (no round started within ${deadlineMs} ms)`]);
 });
 
 test('§6: the first page of a round with no horizon (a copy being verified) waits until what was applied before it is committed', async () => {
