@@ -17,7 +17,12 @@
 //   first), then runs an anti-entropy round. A round also starts on `reconcile-now` and about every
 //   `reconcileIntervalMs` (spread around it, so the rounds a connect started together drift apart);
 //   it waits for the window to empty (no batch is cut meanwhile), and batches keep flowing while it
-//   runs.
+//   runs. A round asked for (`reconcile-now`: a failover's catch-up, a copy's verification) replaces
+//   a running one that nobody asked for: it compares all that one would, and on a large fragment
+//   the wait for a routine round to end held a failover for seconds.
+// - A routine round takes a turn from the worker's RoundSlots when it is due, and gives it back
+//   when it ends (or its connection does): a due round without one waits (no wake-up, no round
+//   wanted, so batches keep flowing) until the driver's next tick finds it first in line.
 // - A NACK, a failed round and a round without progress for `reconcileTimeoutMs` start a retry
 //   floor: no batch and no round before it ends, across reconnects too. An ACK timeout rotates the
 //   session and replays at once (seed test 97): the timeout is long, so the retry is rare already.
@@ -101,6 +106,52 @@ export interface SenderConfig {
   reconcileIntervalMs: number;
   /** A round without progress for this long → rotate the session and retry after the floor. */
   reconcileTimeoutMs: number;
+}
+
+/**
+ * Turns for routine rounds, shared by a worker's senders (ANTI_ENTROPY_ROUTINE_ROUNDS_MAX): a
+ * sender due for a round takes one when one is free and no sender has waited longer, else queues.
+ */
+export class RoundSlots {
+  private held = 0;
+  /** Senders due and waiting, the longest first. */
+  private readonly waiting: object[] = [];
+
+  constructor(readonly max: number) {
+    assert(max >= 1, 'at least one routine round at a time');
+  }
+
+  /** True when `who` may take a turn now. */
+  mayTake(who: object): boolean {
+    return this.held < this.max && (this.waiting.length === 0 || this.waiting[0] === who);
+  }
+
+  /** Takes a turn for `who`; false (and `who` queued, once) when it must wait. */
+  tryTake(who: object): boolean {
+    if (this.mayTake(who)) {
+      if (this.waiting[0] === who) this.waiting.shift();
+      this.held++;
+      return true;
+    }
+    if (!this.waiting.includes(who)) this.waiting.push(who);
+    return false;
+  }
+
+  release(): void {
+    assert(this.held > 0, 'a turn given back was taken');
+    this.held--;
+  }
+
+  /** `who` no longer waits (its connection or the sender went). */
+  forget(who: object): void {
+    const i = this.waiting.indexOf(who);
+    if (i !== -1) this.waiting.splice(i, 1);
+  }
+
+  /** Turns taken now, and senders waiting for one. */
+  get counts(): { held: number; waiting: number } {
+    return { held: this.held, waiting: this.waiting.length };
+  }
 }
 
 /** Defaults for every field but the identity ones. */
@@ -401,8 +452,14 @@ export class ReplicationSender {
   /** The run of writes with none dropped (see the file header); 0 before a session opens one. */
   private continuity = 0;
   private roundWanted = false;
+  /** A `reconcile-now` came since the last round started: the next round is asked for. */
+  private roundAsked = false;
   /** The running round, or 0. */
   private roundId = 0;
+  /** The running round was asked for (a request waits for its end): nothing replaces it. */
+  private roundIsAsked = false;
+  /** A routine round's turn (RoundSlots) is held, from when it was due until it ends. */
+  private holdsTurn = false;
   private roundProgressMs = 0;
   private nextRoutineRoundMs = Number.POSITIVE_INFINITY;
   /** Set by a reset; cleared when `resetRoundId`, a round started after the reset, completes. */
@@ -438,6 +495,8 @@ export class ReplicationSender {
     private readonly config: SenderConfig,
     /** Fresh non-zero ids for sessions and rounds. */
     private readonly ids: { next(): number },
+    /** The worker's turns for routine rounds; unlimited for a sender on its own. */
+    private readonly routineSlots = new RoundSlots(Number.POSITIVE_INFINITY),
   ) {
     checkConfig(config);
     this.window = new BatchWindow(config.windowBatches);
@@ -470,6 +529,8 @@ export class ReplicationSender {
         break;
       case 'reconcile-now':
         this.roundWanted = true;
+        this.roundAsked = true;
+        if (this.roundId !== 0 && !this.roundIsAsked) this.abandonRound();
         break;
       case 'flush':
         this.onFlush(event.throughOps, event.level);
@@ -502,7 +563,9 @@ export class ReplicationSender {
     let wake = Number.POSITIVE_INFINITY;
     if (w.sent > 0) wake = w.at(0).sentMs + this.config.ackTimeoutMs;
     if (this.roundId !== 0) wake = Math.min(wake, this.roundProgressMs + this.config.reconcileTimeoutMs);
-    else if (!this.roundWanted) wake = Math.min(wake, this.nextRoutineRoundMs);
+    // A due round waiting for its turn needs no wake-up: the tick after a turn is given back comes.
+    else if (!this.roundWanted && !(this.routineRoundDue() && !this.routineSlots.mayTake(this)))
+      wake = Math.min(wake, this.nextRoutineRoundMs);
     const waiting = w.length > w.sent || this.ops.length > w.ops || (this.roundWanted && this.roundId === 0);
     if (w.sent < this.config.windowBatches && waiting) {
       if (now < this.floorUntilMs) wake = Math.min(wake, this.floorUntilMs);
@@ -642,6 +705,20 @@ export class ReplicationSender {
     this.connected = false;
     this.requeueSent();
     this.roundId = 0;
+    this.giveBackTurn();
+  }
+
+  /** The sender is dropped (its peer left the replica list, or the fragment went): its turn too. */
+  close(): void {
+    this.giveBackTurn();
+    this.connected = false;
+  }
+
+  private giveBackTurn(): void {
+    this.routineSlots.forget(this);
+    if (!this.holdsTurn) return;
+    this.holdsTurn = false;
+    this.routineSlots.release();
   }
 
   /** A connection (re)established: what was sent is replayed in a new session. */
@@ -737,6 +814,7 @@ export class ReplicationSender {
     if (this.resetPending && this.resetRoundId === this.roundId) this.resetPending = false;
     this.nextRoutineRoundMs = this.nowMs + this.routineDelayMs(this.roundId);
     this.roundId = 0;
+    this.giveBackTurn();
   }
 
   /**
@@ -759,6 +837,10 @@ export class ReplicationSender {
     this.rotateSession();
   }
 
+  private routineRoundDue(): boolean {
+    return this.roundId === 0 && !this.roundWanted && this.nowMs >= this.nextRoutineRoundMs;
+  }
+
   private checkTimers(): void {
     if (!this.connected) return;
     const c = this.config;
@@ -771,8 +853,10 @@ export class ReplicationSender {
       this.log('warn', `batch ${w.at(0).seq} not ACKed within ${c.ackTimeoutMs} ms; new session, replaying`);
       this.rotateSession();
     }
-    if (this.roundId === 0 && !this.roundWanted && this.nowMs >= this.nextRoutineRoundMs)
+    if (this.routineRoundDue() && this.routineSlots.tryTake(this)) {
+      this.holdsTurn = true;
       this.roundWanted = true;
+    }
   }
 
   /** Emits whatever is due: nothing while disconnected or inside the retry floor. */
@@ -791,10 +875,22 @@ export class ReplicationSender {
     this.sendBatches();
   }
 
+  /**
+   * Drops the running round for one asked for: the driver's next `start-round` supersedes it (its
+   * replies no longer match), and a reset waits for the round that replaces it.
+   */
+  private abandonRound(): void {
+    if (this.resetRoundId === this.roundId) this.resetRoundId = 0;
+    this.roundId = 0;
+    this.giveBackTurn();
+  }
+
   private startRound(): void {
     const id = this.ids.next();
     assert(Number.isSafeInteger(id) && id !== 0, 'round ids must be non-zero');
     this.roundId = id;
+    this.roundIsAsked = this.roundAsked;
+    this.roundAsked = false;
     this.roundWanted = false;
     this.roundProgressMs = this.nowMs;
     this.nextRoutineRoundMs = this.nowMs + this.config.reconcileIntervalMs;

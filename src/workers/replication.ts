@@ -43,7 +43,7 @@ import { asBuffer } from '../core/bytes.js';
 import type { DriverClock } from '../core/clock.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { MOVE_RATE_BURST_MS } from '../core/limits.js';
+import { ANTI_ENTROPY_ROUTINE_ROUNDS_MAX, MOVE_RATE_BURST_MS } from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
@@ -60,6 +60,7 @@ import { type BatchAnswer, BatchReceiver } from '../core/replication-receiver.js
 import {
   AckLevel,
   ReplicationSender,
+  RoundSlots,
   SENDER_CONFIG_DEFAULTS,
   type SenderAction,
   type SenderConfig,
@@ -188,6 +189,8 @@ export class WorkerReplication {
   private readonly verifyPending = new Set<string>();
   /** (member, fragment) whose next round compares everything (no horizon). */
   private readonly wholeRounds = new Set<string>();
+  /** The turns of this worker's routine rounds (ANTI_ENTROPY_ROUTINE_ROUNDS_MAX at once). */
+  private readonly routineSlots = new RoundSlots(ANTI_ENTROPY_ROUTINE_ROUNDS_MAX);
   /** Bytes pulled per second (undefined: unlimited), and the fetches waiting on it, per (member, fragment). */
   private readonly pullTokens: TokenBucket | undefined;
   private readonly heldFetches = new Map<string, HeldFetch>();
@@ -250,6 +253,7 @@ export class WorkerReplication {
         reconcileIntervalMs: this.cluster.antiEntropyIntervalMs,
       },
       this.tuning.ids,
+      this.routineSlots,
     );
     return { fragment, member, sender };
   }
@@ -332,6 +336,7 @@ export class WorkerReplication {
   }
 
   private closeSlot(slot: SenderSlot, reason: string): void {
+    slot.sender.close();
     this.rounds.delete(roundKey(slot.member, slot.fragment));
     this.ledger.closed(slot.fragment, slot.member, `sender closed: ${reason}`);
   }
@@ -853,7 +858,10 @@ export class WorkerReplication {
     const slot = this.senderOf(fragment, member);
     if (slot === undefined) return;
     slot.sender.step({ kind, sessionId: round.sessionId, roundId: round.roundId, nowMs });
-    if (kind === 'round-done') this.pump(slot);
+    if (kind !== 'round-done') return;
+    this.pump(slot);
+    // The round's turn is free: a sender waiting for it starts at the next tick.
+    this.schedule(nowMs);
   }
 
   private onSummaries(member: number, page: Envelope['reconcileResponse'] & object): void {

@@ -970,6 +970,39 @@ test('§6: a verifying round toward a peer that never replicates here fails at i
   );
 });
 
+test('§6: a round asked for replaces a routine round in flight; the peer serves it, and the old round’s answers are dropped', async () => {
+  const a = new Harness();
+  const b = new Harness({ self: 1 });
+  for (let i = 0; i < 600; i++) {
+    const key = Buffer.from(`k${String(i).padStart(3, '0')}`);
+    a.stores[0].commit([[key, recordAt(START_MS - 10)]], START_MS - 10);
+    b.stores[0].commit([[key, recordAt(START_MS - 10)]], START_MS - 10);
+  }
+  b.stores[0].commit([[Buffer.from('k599'), recordAt(START_MS - 5, 'newer')]], START_MS - 5);
+  a.peers(true, 1);
+  b.peers(true, 0);
+  // The sessions' first rounds (nobody asked for them) are under way: one hop each.
+  const lines: string[] = [];
+  await hop(a, b, lines);
+  assert.deepEqual(
+    lines.filter((l) => l.startsWith('a→')),
+    ['a→f0 session-start s=1', 'a→f0 request s=1 r=2 page=0'],
+  );
+  a.roundLines();
+  assert.equal(a.driver.reconcileNow(30, 0, 1, 60_000), true);
+  lines.length = 0;
+  while (await hop(a, b, lines));
+  assert.ok(lines.includes('a→f0 request s=1 r=3 page=0'), 'the round asked for starts at once');
+  assert.ok(!lines.some((l) => l.includes('closed')), `no connection closed: ${lines.join('; ')}`);
+  assert.deepEqual(a.roundLines(), [
+    'n1 f0 round #1 failed (superseded by a new round)',
+    'n1 f0 round #2 ok pulled=1 continuity=1',
+    'answer 30: #2 ok pulled=1 continuity=1',
+  ]);
+  a.advance(FLUSH_INTERVAL_MS_DEFAULT);
+  assert.equal(a.stored('k599'), `value@${START_MS - 5}.0/n9 "newer"`);
+});
+
 test('§6: a round asked for is answered when it ends, however long it runs past the deadline for its start; one that never starts fails at it', async () => {
   const h = new Harness();
   const s = await established(h, 1);

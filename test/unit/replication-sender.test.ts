@@ -7,6 +7,7 @@ import {
   AckLevel,
   describeAction,
   ReplicationSender,
+  RoundSlots,
   type SenderAction,
   type SenderConfig,
   type SenderEvent,
@@ -47,8 +48,12 @@ class Harness {
   lastRound: Extract<SenderAction, { kind: 'start-round' }> | undefined;
   session = 0;
 
-  constructor(overrides: Partial<SenderConfig> = {}, ids = { next: () => ++this.nextId }) {
-    this.sender = new ReplicationSender({ ...BASE, ...overrides }, ids);
+  constructor(
+    overrides: Partial<SenderConfig> = {},
+    ids = { next: () => ++this.nextId },
+    slots?: RoundSlots,
+  ) {
+    this.sender = new ReplicationSender({ ...BASE, ...overrides }, ids, slots);
   }
 
   step(event: Event, atMs = this.nowMs): string[] {
@@ -92,9 +97,9 @@ class Harness {
       atMs,
     );
   }
-  roundDone(atMs = this.nowMs): string[] {
-    const r = this.lastRound!;
-    return this.step({ kind: 'round-done', sessionId: r.sessionId, roundId: r.roundId }, atMs);
+  /** The end of round `roundId` (the last started) of the last round's session. */
+  roundDone(atMs = this.nowMs, roundId = this.lastRound!.roundId): string[] {
+    return this.step({ kind: 'round-done', sessionId: this.lastRound!.sessionId, roundId }, atMs);
   }
   report() {
     return this.sender.report(this.nowMs);
@@ -260,17 +265,19 @@ test('B13 #94: a disconnect during a round sends the buffer before the next roun
     'session-start session=1',
     'start-round session=1 round=2',
   ]);
+  // A round asked for replaces the session's first, which nobody asked for; then one at a time.
+  assert.deepEqual(h.step({ kind: 'reconcile-now' }), ['start-round session=1 round=3']);
   assert.deepEqual(h.step({ kind: 'reconcile-now' }), [], 'one round at a time');
   h.enqueue('buffered-during-reconcile', 1);
   assert.deepEqual(h.step({ kind: 'disconnected' }, 2), []);
   assert.equal(h.report().state, 'disconnected');
   assert.equal(h.report().buffered, 1);
   assert.deepEqual(h.step({ kind: 'connected' }, 3), [
-    'session-start session=3',
-    'batch session=3 seq=1 ack=memory ["buffered-during-reconcile"]',
+    'session-start session=4',
+    'batch session=4 seq=1 ack=memory ["buffered-during-reconcile"]',
   ]);
   assert.deepEqual(h.tick(103), [], 'no round while the backlog is unacknowledged');
-  assert.deepEqual(h.ack(), ['start-round session=3 round=4']);
+  assert.deepEqual(h.ack(), ['start-round session=4 round=5']);
 });
 
 test('B13 #95: the batch in flight is replayed first after a reconnect (same ops, new session)', () => {
@@ -412,13 +419,54 @@ test('routine rounds run about every reconcileIntervalMs after the last one ende
   assert.ok(nextAtMs >= 10 + 500 && nextAtMs <= 10 + 1500, `next round at ${nextAtMs}`);
   assert.deepEqual(h.tick(nextAtMs - 1), []);
   assert.deepEqual(h.tick(nextAtMs), ['start-round session=1 round=3']);
-  assert.deepEqual(h.step({ kind: 'reconcile-now' }, nextAtMs + 10), []);
+  // A round asked for replaces the routine one at once…
+  assert.deepEqual(h.step({ kind: 'reconcile-now' }, nextAtMs + 10), ['start-round session=1 round=4']);
   assert.deepEqual(
-    h.roundDone(nextAtMs + 20),
-    ['start-round session=1 round=4'],
-    'reconcile-now during a round queues another',
+    h.roundDone(nextAtMs + 15, 3),
+    [],
+    'the routine round is gone: its end counts for nothing',
+  );
+  // …and one asked for during an asked round waits for it to end.
+  assert.deepEqual(h.step({ kind: 'reconcile-now' }, nextAtMs + 20), []);
+  assert.deepEqual(
+    h.roundDone(nextAtMs + 30),
+    ['start-round session=1 round=5'],
+    'reconcile-now during a round asked for queues another',
   );
   assert.equal(h.report().reconcileRounds, 2);
+});
+
+test('routine rounds take turns: one due without a turn waits, batches still flowing, and starts when a turn is given back', () => {
+  const slots = new RoundSlots(1);
+  const [a, b, c] = [0, 1, 2].map(() => new Harness({ reconcileIntervalMs: 1000 }, undefined, slots));
+  for (const h of [a, b, c]) {
+    h.step({ kind: 'connected' }, 0);
+    h.frames();
+    h.roundDone(0); // the sessions' first rounds take no turn
+  }
+  const dueMs = Math.max(...[a, b, c].map((h) => h.sender.nextWakeMs(0)));
+  assert.deepEqual(a.tick(dueMs), ['start-round session=1 round=3']);
+  assert.deepEqual(b.tick(dueMs), [], 'a turn is taken');
+  assert.deepEqual(c.tick(dueMs), []);
+  assert.deepEqual(slots.counts, { held: 1, waiting: 2 });
+  assert.equal(b.sender.nextWakeMs(dueMs), Number.POSITIVE_INFINITY, 'no wake-up while waiting');
+  assert.deepEqual(b.enqueue('k', dueMs + 1), [], 'a write waits its batch interval only, not the round');
+  assert.deepEqual(b.tick(dueMs + 1 + BASE.batchIntervalMs), ['batch session=1 seq=1 ack=memory ["k"]']);
+  assert.deepEqual(b.ack(AckLevel.Memory, dueMs + 20), []);
+  // The turn given back goes to the sender that waited longest, b, not c.
+  a.roundDone(dueMs + 50);
+  assert.equal(c.sender.nextWakeMs(dueMs + 50), Number.POSITIVE_INFINITY, 'c waits behind b');
+  assert.equal(b.sender.nextWakeMs(dueMs + 50), dueMs + 50, 'b wakes at once');
+  assert.deepEqual(c.tick(dueMs + 50), []);
+  assert.deepEqual(b.tick(dueMs + 50), ['start-round session=1 round=3']);
+  // A sender that closes gives back its turn; one disconnected leaves the line.
+  c.step({ kind: 'disconnected' }, dueMs + 60);
+  assert.deepEqual(slots.counts, { held: 1, waiting: 0 });
+  b.sender.close();
+  assert.deepEqual(slots.counts, { held: 0, waiting: 0 });
+  // A round asked for needs no turn.
+  assert.deepEqual(slots.tryTake(slots), true);
+  assert.deepEqual(a.step({ kind: 'reconcile-now' }, dueMs + 70), ['start-round session=1 round=4']);
 });
 
 test('the rounds a connect started together spread over the interval after it', () => {
