@@ -101,10 +101,11 @@ export const ANTI_ENTROPY_INTERVAL_SPREAD = 1;
  * Rounds asked for (a failover's catch-up, a copy's verification) and a session's first round do
  * not wait. A routine round reads every key of its fragment on both nodes: at 1 GiB a node (16
  * fragments, 3 replicas) ~20 ran at once for 15-30 s each, and the pages of a failover's catch-up
- * waited behind theirs in the background pool for 5 s and more. Taking turns, the same sweep
- * costs the same, and what is urgent waits behind a few pages.
+ * waited behind theirs in the background pool for 5 s and more (3.3-3.5 s taking turns one at a
+ * time, 4.4-4.6 s two at a time). Rounds that take longer in turn than the interval allows run back
+ * to back: a large node's sweep becomes a steady trickle instead of a flood.
  */
-export const ANTI_ENTROPY_ROUTINE_ROUNDS_MAX = 2;
+export const ANTI_ENTROPY_ROUTINE_ROUNDS_MAX = 1;
 /**
  * An anti-entropy round without progress (a page answered, a fetch sent or waiting on --move-rate,
  * a page of records merged) for this long is abandoned and retried.
