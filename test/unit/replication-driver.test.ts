@@ -337,6 +337,21 @@ class Harness implements ReplicationHost {
   }
 }
 
+/** A peer's answer to page 0 of a round of fragment 0: it holds nothing that differs, and that is all. */
+function emptyLastPage(sessionId: number, roundId: number): Envelope {
+  return {
+    reconcileResponse: {
+      fragment: 0,
+      sessionId,
+      roundId,
+      pageSeq: 0,
+      summaries: [],
+      done: true,
+      nextAfterKey: Buffer.alloc(0),
+    },
+  };
+}
+
 /**
  * A peer up and its first session's round answered (nothing differs: both stores are empty), so
  * that batches are all there is to see. Returns the session id.
@@ -350,17 +365,7 @@ async function established(h: Harness, member: number): Promise<number> {
   assert.ok(round !== null, `then its round's first page: ${lines.join('; ')}`);
   const sessionId = Number(start[1]);
   const roundId = Number(round[2]);
-  h.receive(member, {
-    reconcileResponse: {
-      fragment: 0,
-      sessionId,
-      roundId,
-      pageSeq: 0,
-      summaries: [],
-      done: true,
-      nextAfterKey: Buffer.alloc(0),
-    },
-  });
+  h.receive(member, emptyLastPage(sessionId, roundId));
   assert.deepEqual(await h.frames(), []);
   assert.equal(h.report(member).reconcileRounds, 1);
   return sessionId;
@@ -884,17 +889,7 @@ test('§6: a round asked for now is answered by the first round that starts afte
   assert.equal(Number(round[1]), sessionId);
   // Asked again while that round runs: this request waits for the round after it.
   assert.equal(h.driver.reconcileNow(8, 0, 1, 60_000), true);
-  h.receive(1, {
-    reconcileResponse: {
-      fragment: 0,
-      sessionId,
-      roundId: Number(round[2]),
-      pageSeq: 0,
-      summaries: [],
-      done: true,
-      nextAfterKey: Buffer.alloc(0),
-    },
-  });
+  h.receive(1, emptyLastPage(sessionId, Number(round[2])));
   assert.deepEqual(h.roundLines(), ['n1 f0 round #2 ok pulled=0', 'answer 7: #2 ok pulled=0']);
   // Round #3 starts at once (asked for), and the peer goes away while it runs.
   assert.match((await h.frames())[0], /^n1 f0 request /);
@@ -919,17 +914,7 @@ test('§6: a verifying round starts once the peer replicates the fragment here, 
   assert.ok(round !== null, request);
   const sent = decodeEnvelope(h.outbox.at(-1)!.bytes).reconcileRequest!;
   assert.equal(sent.horizonMs, 0, 'no horizon: what n1 took before it replicated here is compared too');
-  h.receive(1, {
-    reconcileResponse: {
-      fragment: 0,
-      sessionId: Number(round[1]),
-      roundId: Number(round[2]),
-      pageSeq: 0,
-      summaries: [],
-      done: true,
-      nextAfterKey: Buffer.alloc(0),
-    },
-  });
+  h.receive(1, emptyLastPage(Number(round[1]), Number(round[2])));
   assert.deepEqual(h.roundLines(), [
     'n1 f0 round #2 ok pulled=0 continuity=77',
     'answer 9: #2 ok pulled=0 continuity=77',
@@ -1015,17 +1000,7 @@ test('§6: a round asked for is answered when it ends, however long it runs past
   await new Promise((resolve) => setTimeout(resolve, 3 * deadlineMs));
   assert.deepEqual(h.roundLines(), [], 'nothing answered while the round runs');
   // …and its end answers.
-  h.receive(1, {
-    reconcileResponse: {
-      fragment: 0,
-      sessionId: s,
-      roundId: Number(round[1]),
-      pageSeq: 0,
-      summaries: [],
-      done: true,
-      nextAfterKey: Buffer.alloc(0),
-    },
-  });
+  h.receive(1, emptyLastPage(s, Number(round[1])));
   assert.deepEqual(h.roundLines(), ['n1 f0 round #2 ok pulled=0', 'answer 20: #2 ok pulled=0']);
   // With the peer away no round starts: the deadline answers.
   h.peers(false, 1);
