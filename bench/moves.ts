@@ -72,6 +72,8 @@ const POLL_INTERVAL_MS = 250;
 const REQUEST_TIMEOUT_MS = 10_000;
 /** Linux's USER_HZ: /proc's CPU times are in ticks of 10 ms. */
 const PROC_TICK_MS = 10;
+/** How long the down part watches the loaded, settled cluster's CPU before the kill. */
+const IDLE_CPU_WATCH_MS = 3_000;
 /** The first window of the load is left out: connections open, code warms up. */
 const WARMUP_WINDOWS = 1;
 
@@ -515,6 +517,8 @@ interface DownRun {
   antiEntropyBytes: number;
   /** The survivors' CPU (every thread of each) from the first poll that saw Down to the one that saw none short. */
   restoreCpuMs: number;
+  /** Every node's CPU over IDLE_CPU_WATCH_MS before the kill, settled and without load: what keeping the copies costs. */
+  idleCpuMs: number;
   counters: { before: Record<string, number>; after: Record<string, number> };
 }
 
@@ -564,6 +568,10 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     const aeBefore = await antiEntropyBytesSent(survivors);
     const logFrom = a.log.length;
     const logsFrom = survivors.map((n) => n.log.length);
+    const clusterCpuMs = () => cluster.nodes.reduce((ms, n) => ms + processCpuMs(n.child!.pid!), 0);
+    const idleFromCpuMs = clusterCpuMs();
+    await sleep(IDLE_CPU_WATCH_MS);
+    const idleCpuMs = clusterCpuMs() - idleFromCpuMs;
     const killMs = Date.now();
     await victim.stop('SIGKILL');
     progress(`  ${victim.id} killed`);
@@ -602,6 +610,7 @@ async function downToReplicas(o: Options): Promise<DownRun> {
       settledMs,
       antiEntropyBytes: (await antiEntropyBytesSent(survivors)) - aeBefore,
       restoreCpuMs: cpuAtRestoredMs - (cpuAtDownMs ?? cpuAtRestoredMs),
+      idleCpuMs,
       counters: { before, after: await coordinatorCounters(a) },
     };
   } catch (err) {
@@ -700,6 +709,8 @@ function downReport(o: Options, run: DownRun): string[] {
     '',
     `Held before the kill (fragments, their keys × ${recordBytes(o)} B): ` +
       `${ids.map((id, i) => `${id} ${fragments[i]} (${fixed(bytes[i] / MIB)} MiB)`).join(', ')}.`,
+    `Before the kill, settled and without load: the ${ids.length} nodes used ` +
+      `${fixed(run.idleCpuMs / IDLE_CPU_WATCH_MS, 2)} cores (every thread, over ${IDLE_CPU_WATCH_MS / 1000} s).`,
     `From the kill: Down at a ${s(run.downMs)} s, first under-replicated ${s(run.underFirstMs)} s, none under-replicated ` +
       `${s(run.restoredMs)} s, settled ${s(run.settledMs)} s.`,
     `Down to none under-replicated: ${restoreS === undefined ? '–' : fixed(restoreS)} s for ${fixed(victimBytes / MIB)} MiB: ` +

@@ -199,8 +199,11 @@ export type SenderAction =
       requiredAck: AckLevel;
       ops: ReadonlyArray<readonly [key: Uint8Array, record: Uint8Array]>;
     }
-  /** Run one anti-entropy round (a pull of the peer's newer keys) correlated by these ids. */
-  | { kind: 'start-round'; sessionId: number; roundId: number }
+  /**
+   * Run one anti-entropy round (a pull of the peer's newer keys) correlated by these ids; `routine`
+   * when it took a turn (neither asked for nor a session's first), which the driver paces.
+   */
+  | { kind: 'start-round'; sessionId: number; roundId: number; routine: boolean }
   /** Rare, for the driver's logger. */
   | { kind: 'log'; level: 'info' | 'warn'; message: string };
 
@@ -895,7 +898,8 @@ export class ReplicationSender {
     this.roundProgressMs = this.nowMs;
     this.nextRoutineRoundMs = this.nowMs + this.config.reconcileIntervalMs;
     if (this.resetPending && this.resetRoundId === 0) this.resetRoundId = id;
-    this.outbox.push({ kind: 'start-round', sessionId: this.sessionId, roundId: id });
+    const routine = this.holdsTurn && !this.roundIsAsked;
+    this.outbox.push({ kind: 'start-round', sessionId: this.sessionId, roundId: id, routine });
   }
 
   /** Fills the window: the replays first, then new batches as they are due. */

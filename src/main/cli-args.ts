@@ -249,6 +249,12 @@ const FLAGS: Flag[] = [
     help: 'mean period of anti-entropy rounds per fragment and peer, each spread ±half (default 60s)',
   },
   {
+    name: 'anti-entropy-rate',
+    kind: 'integer',
+    option: 'antiEntropyKeysPerSec',
+    help: 'keys per second this node compares in routine anti-entropy rounds, shared by its workers (default 5000; 0: unlimited); catch-ups and copies are not paced',
+  },
+  {
     name: 'drain-timeout',
     kind: 'duration',
     help: 'on shutdown, wait this long for replicas to acknowledge every write (default 5s; 0 skips)',

@@ -10,6 +10,9 @@ import {
   ANTI_ENTROPY_INTERVAL_MS_DEFAULT,
   ANTI_ENTROPY_INTERVAL_MS_MAX,
   ANTI_ENTROPY_INTERVAL_MS_MIN,
+  ANTI_ENTROPY_KEYS_PER_SEC_DEFAULT,
+  ANTI_ENTROPY_KEYS_PER_SEC_MAX,
+  ANTI_ENTROPY_KEYS_PER_SEC_MIN,
   CLUSTER_SECRET_BYTES_MIN,
   MEMBERSHIP_DOWN_AFTER_MS_DEFAULT,
   MEMBERSHIP_DOWN_AFTER_MS_MAX,
@@ -72,6 +75,12 @@ export interface ClusterOptions {
   replicationAck?: DurabilityName;
   /** Period of anti-entropy rounds per fragment and peer (default 60 s). */
   antiEntropyIntervalMs?: number;
+  /**
+   * Keys this node's routine anti-entropy rounds compare per second, shared evenly by its workers
+   * (default 5 000; 0: unlimited). Catch-ups, copies' verifications and a session's first round
+   * are not paced.
+   */
+  antiEntropyKeysPerSec?: number;
   /** RESP port this node tells peers (for CLUSTER SLOTS); set by the CLI. */
   clientPort?: number;
   /** Host clients should use to reach this node (default: its host in `peers`, else peerBind). */
@@ -114,6 +123,7 @@ export const CLUSTER_OPTION_NAMES = [
   'insecure',
   'replicationAck',
   'antiEntropyIntervalMs',
+  'antiEntropyKeysPerSec',
   'clientPort',
   'clientHost',
   'peerTls',
@@ -140,6 +150,8 @@ export interface ClusterConfig {
   secret: Uint8Array | undefined;
   requiredAck: AckLevel;
   antiEntropyIntervalMs: number;
+  /** Keys per second the node's routine anti-entropy rounds compare (0: unlimited). */
+  antiEntropyKeysPerSec: number;
   clientPort: number;
   clientHost: string;
   downAfterMs: number;
@@ -327,6 +339,17 @@ export function resolveClusterConfig(
       `moveRateBytesPerSec must be 0 (unlimited) or an integer in ${MOVE_RATE_BYTES_PER_SEC_MIN}..${MOVE_RATE_BYTES_PER_SEC_MAX} bytes per second, got ${moveRateBytesPerSec}`,
     );
   }
+  const antiEntropyKeysPerSec = options.antiEntropyKeysPerSec ?? ANTI_ENTROPY_KEYS_PER_SEC_DEFAULT;
+  if (
+    !Number.isInteger(antiEntropyKeysPerSec) ||
+    (antiEntropyKeysPerSec !== 0 &&
+      (antiEntropyKeysPerSec < ANTI_ENTROPY_KEYS_PER_SEC_MIN ||
+        antiEntropyKeysPerSec > ANTI_ENTROPY_KEYS_PER_SEC_MAX))
+  ) {
+    throw invalidInput(
+      `antiEntropyKeysPerSec must be 0 (unlimited) or an integer in ${ANTI_ENTROPY_KEYS_PER_SEC_MIN}..${ANTI_ENTROPY_KEYS_PER_SEC_MAX} keys per second, got ${antiEntropyKeysPerSec}`,
+    );
+  }
   const redirects = options.clusterRedirects ?? 'forward';
   if (!CLUSTER_REDIRECTS.includes(redirects)) {
     throw invalidInput(
@@ -352,6 +375,7 @@ export function resolveClusterConfig(
     secret,
     requiredAck: ACK_OF_DURABILITY[ack],
     antiEntropyIntervalMs,
+    antiEntropyKeysPerSec,
     clientPort: options.clientPort ?? 0,
     clientHost: options.clientHost ?? own?.host ?? peerBind,
     downAfterMs,

@@ -198,6 +198,8 @@ export interface ClusterInit {
   maxClockSkewMs: number;
   /** This worker's share of `--move-rate`: bytes per second its anti-entropy rounds pull (0: unlimited). */
   pullBytesPerSec: number;
+  /** This worker's share of `--anti-entropy-rate`: keys per second its routine rounds compare (0: unlimited). */
+  compareKeysPerSec: number;
 }
 
 export type WorkerEvent =

@@ -28,6 +28,13 @@
 // the worker pulls at most its rate over time, plus the bucket's burst and one fetch per round
 // running at once (a fetch's pages come whole).
 //
+// Routine rounds (those that took a turn: neither asked for nor a session's first) are paced too
+// (`--anti-entropy-rate`, this worker's share in ClusterInit.compareKeysPerSec): each page spends
+// the keys it describes from a second bucket, and the next page waits while it is in debt. A
+// routine round compares every key of its fragment on both replicas, so on a large node they would
+// otherwise run back to back and keep cores busy; a round asked for replaces one in flight
+// (replication-sender.ts), so nobody waits on the pace.
+//
 // The first summary page of each round served says how big this node's copy of the fragment is
 // (KvStore.fragmentSize, read beside the page's span), and the requester's round reports carry what
 // it heard, so the main thread can show how much a copy has left to pull (`GET /cluster/moves`).
@@ -159,12 +166,16 @@ class BatchApply implements ReplySink {
 /** Replies of anti-entropy repairs are not awaited: LWW decides, and a lost one is repaired next round. */
 const ignoreReplies: ReplySink = { onReply() {} };
 
-/** A round's fetch held back while the worker's pull bucket is in debt (`--move-rate`). */
-interface HeldFetch {
+/**
+ * A round's step held back while a bucket of the worker is in debt: a fetch (the pull bucket,
+ * `--move-rate`), or a routine round's page (the compare bucket, `--anti-entropy-rate`).
+ */
+interface HeldStep {
   member: number;
   fragment: number;
   round: ReconcileRound;
-  step: RoundStep & { kind: 'fetch' };
+  step: RoundStep & { kind: 'fetch' | 'request-page' };
+  bucket: TokenBucket;
   /** When to look again: once the bucket is out of debt, or sooner to tell the sender the round lives. */
   wakeMs: number;
 }
@@ -193,7 +204,11 @@ export class WorkerReplication {
   private readonly routineSlots = new RoundSlots(ANTI_ENTROPY_ROUTINE_ROUNDS_MAX);
   /** Bytes pulled per second (undefined: unlimited), and the fetches waiting on it, per (member, fragment). */
   private readonly pullTokens: TokenBucket | undefined;
-  private readonly heldFetches = new Map<string, HeldFetch>();
+  /** Keys per second routine rounds compare (undefined: unlimited), and the rounds that are routine. */
+  private readonly compareTokens: TokenBucket | undefined;
+  private readonly pacedRounds = new WeakSet<ReconcileRound>();
+  /** Steps waiting on a bucket, per (member, fragment): a round waits on one at a time. */
+  private readonly heldSteps = new Map<string, HeldStep>();
   /** The batches of peers' sessions, per (member, fragment): applied in order, answered in order. */
   private readonly receivers = new Map<string, BatchReceiver>();
   private readonly answers: BatchAnswer[] = [];
@@ -232,6 +247,11 @@ export class WorkerReplication {
       rate === 0
         ? undefined
         : new TokenBucket(rate, Math.max(1, (rate * MOVE_RATE_BURST_MS) / 1000), host.clock.nowMs());
+    const compareRate = cluster.compareKeysPerSec;
+    this.compareTokens =
+      compareRate === 0
+        ? undefined
+        : new TokenBucket(compareRate, Math.max(1, compareRate), host.clock.nowMs());
     for (const f of fragments) {
       const peers = cluster.replicas[f].filter((m) => m !== cluster.selfIndex);
       if (peers.length === 0) continue;
@@ -608,6 +628,7 @@ export class WorkerReplication {
         const horizonMs = this.wholeRounds.delete(k) ? 0 : this.host.clock.nowMs();
         const round = new ReconcileRound(action.sessionId, action.roundId, horizonMs);
         this.rounds.set(k, round);
+        if (action.routine) this.pacedRounds.add(round);
         this.ledger.started(fragment, member, action.roundId, this.continuities.get(k) ?? 0);
         this.step(member, fragment, round, round.start());
         return;
@@ -639,7 +660,7 @@ export class WorkerReplication {
     for (const senders of this.senders.values()) {
       for (const s of senders) at = Math.min(at, s.sender.nextWakeMs(nowMs));
     }
-    for (const held of this.heldFetches.values()) at = Math.min(at, held.wakeMs);
+    for (const held of this.heldSteps.values()) at = Math.min(at, held.wakeMs);
     if (at === Number.POSITIVE_INFINITY || at >= this.timerAtMs) return;
     this.timerAtMs = at;
     this.host.clock.setTimer(at, this.onTimer);
@@ -648,7 +669,7 @@ export class WorkerReplication {
   private tick(): void {
     this.timerAtMs = Number.POSITIVE_INFINITY;
     const nowMs = this.host.clock.nowMs();
-    this.releaseFetches(nowMs);
+    this.releaseHeld(nowMs);
     for (const senders of this.senders.values()) {
       for (const s of senders) {
         s.sender.step({ kind: 'tick', nowMs });
@@ -765,15 +786,22 @@ export class WorkerReplication {
     const { sessionId, roundId } = round;
     const nowMs = this.host.clock.nowMs();
     switch (step.kind) {
-      case 'request-page':
+      case 'request-page': {
         // A page answered is progress, whether or not it differed: replicas that agree page
         // through a large fragment for longer than the round timeout without fetching a key.
         this.progress(member, fragment, round, 'round-progress', nowMs);
+        const bucket = this.pacedRounds.has(round) ? this.compareTokens : undefined;
+        if (bucket !== undefined) {
+          if (this.hold(member, fragment, round, step, bucket, nowMs)) return;
+          bucket.spend(step.keys, nowMs);
+        }
         void this.requestPage(member, fragment, round, step);
         return;
+      }
       case 'fetch':
         this.progress(member, fragment, round, 'round-progress', nowMs);
-        if (this.holdFetch(member, fragment, round, step, nowMs)) return;
+        if (this.pullTokens !== undefined && this.hold(member, fragment, round, step, this.pullTokens, nowMs))
+          return;
         this.send(member, {
           reconcileFetch: { fragment, sessionId, roundId, chunkSeq: step.chunkSeq, keys: step.keys },
         });
@@ -805,43 +833,44 @@ export class WorkerReplication {
     }
   }
 
-  /** Holds a round's fetch while the pull bucket is in debt: true when held (`releaseFetches` sends it). */
-  private holdFetch(
+  /** Holds a round's step while `bucket` is in debt: true when held (`releaseHeld` carries it out). */
+  private hold(
     member: number,
     fragment: number,
     round: ReconcileRound,
-    step: HeldFetch['step'],
+    step: HeldStep['step'],
+    bucket: TokenBucket,
     nowMs: number,
   ): boolean {
-    const waitMs = this.pullTokens?.waitMs(nowMs) ?? 0;
+    const waitMs = bucket.waitMs(nowMs);
     if (waitMs === 0) return false;
     const wakeMs = this.heldWakeMs(nowMs, waitMs);
-    this.heldFetches.set(roundKey(member, fragment), { member, fragment, round, step, wakeMs });
+    this.heldSteps.set(roundKey(member, fragment), { member, fragment, round, step, bucket, wakeMs });
     return true;
   }
 
-  /** Sends the held fetches the bucket allows now; a round still waiting tells its sender it lives. */
-  private releaseFetches(nowMs: number): void {
-    for (const [key, held] of this.heldFetches) {
+  /** Carries out the held steps their buckets allow now; a round still waiting tells its sender it lives. */
+  private releaseHeld(nowMs: number): void {
+    for (const [key, held] of this.heldSteps) {
       if (held.wakeMs > nowMs) continue;
-      // The round ended or was replaced while its fetch waited.
+      // The round ended or was replaced while its step waited.
       if (this.rounds.get(key) !== held.round) {
-        this.heldFetches.delete(key);
+        this.heldSteps.delete(key);
         continue;
       }
-      const waitMs = this.pullTokens!.waitMs(nowMs);
+      const waitMs = held.bucket.waitMs(nowMs);
       if (waitMs > 0) {
         this.progress(held.member, held.fragment, held.round, 'round-progress', nowMs);
         held.wakeMs = this.heldWakeMs(nowMs, waitMs);
         continue;
       }
-      this.heldFetches.delete(key);
+      this.heldSteps.delete(key);
       this.step(held.member, held.fragment, held.round, held.step);
     }
   }
 
   /**
-   * When a held fetch is looked at again: once the bucket is out of debt, or within half the
+   * When a held step is looked at again: once its bucket is out of debt, or within half the
    * sender's round timeout, since a throttled round is not a stuck one.
    */
   private heldWakeMs(nowMs: number, waitMs: number): number {

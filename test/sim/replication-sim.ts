@@ -30,7 +30,7 @@ import pino from 'pino';
 import { assert } from '../../src/core/assert.js';
 import { type FragmentAction, type FragmentCore, FragmentOp } from '../../src/core/fragment.js';
 import { HybridLogicalClock } from '../../src/core/hlc.js';
-import { QUEUE_OPS_MAX_DEFAULT } from '../../src/core/limits.js';
+import { ANTI_ENTROPY_KEYS_PER_SEC_DEFAULT, QUEUE_OPS_MAX_DEFAULT } from '../../src/core/limits.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
 import {
   EnvelopeField,
@@ -340,6 +340,8 @@ export class ReplicationSim {
       antiEntropyIntervalMs: RECONCILE_INTERVAL_MS,
       maxClockSkewMs: MAX_CLOCK_SKEW_MS,
       pullBytesPerSec: 0,
+      // The node's routine rounds paced as by default (one worker holds the whole rate).
+      compareKeysPerSec: ANTI_ENTROPY_KEYS_PER_SEC_DEFAULT,
     };
     node.worker = new SimWorker(
       actor,

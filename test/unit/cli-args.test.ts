@@ -63,6 +63,8 @@ test('flags map onto node options', () => {
       'warn',
       '--move-rate',
       '64kb',
+      '--anti-entropy-rate',
+      '5000',
       '--wal-segment-size',
       '1mb',
     ],
@@ -74,6 +76,7 @@ test('flags map onto node options', () => {
     maxMemoryBytes: 2 * 1024 ** 3,
     maxMemoryPolicy: 'allkeys-lru',
     moveRateBytesPerSec: 64 * 1024,
+    antiEntropyKeysPerSec: 5000,
     walSegmentBytes: 1024 * 1024,
   });
   assert.equal(more.logLevel, 'warn');

@@ -258,6 +258,7 @@ describe('cluster options', () => {
     assert.equal(c.replicas, 3);
     assert.equal(c.addresses[1], undefined);
     assert.equal(c.moveRateBytesPerSec, 32 * 1024 * 1024);
+    assert.equal(c.antiEntropyKeysPerSec, 5_000);
     assert.equal(resolveClusterConfig({}, 'b', 16), undefined);
   });
 
@@ -273,6 +274,19 @@ describe('cluster options', () => {
         /moveRateBytesPerSec must be 0 \(unlimited\) or an integer in 65536\.\.68719476736/,
       );
     assert.throws(() => resolveClusterConfig({ moveRateBytesPerSec: 0 }, 'a', 16), /needs peers/);
+  });
+
+  test('--anti-entropy-rate: 0 is unlimited; otherwise between 100 and a billion keys a second', () => {
+    for (const rate of [0, 100, 1_000_000_000])
+      assert.equal(
+        resolveClusterConfig({ peers, antiEntropyKeysPerSec: rate }, 'a', 16)!.antiEntropyKeysPerSec,
+        rate,
+      );
+    for (const rate of [1, 99, 1_000_000_001, 1.5, -1])
+      assert.throws(
+        () => resolveClusterConfig({ peers, antiEntropyKeysPerSec: rate }, 'a', 16),
+        /antiEntropyKeysPerSec must be 0 \(unlimited\) or an integer in 100\.\.1000000000 keys per second/,
+      );
   });
 
   test('--cluster-redirects: forward by default, moved on request, nothing else', () => {

@@ -126,6 +126,8 @@ interface HarnessOptions {
   restarted?: boolean;
   /** ClusterInit.pullBytesPerSec (default 0: unlimited). */
   pullBytesPerSec?: number;
+  /** ClusterInit.compareKeysPerSec (default 0: unlimited). */
+  compareKeysPerSec?: number;
 }
 
 /** The worker runtime's part around the driver: its actors, their stores, and where frames go. */
@@ -182,6 +184,7 @@ class Harness implements ReplicationHost {
         antiEntropyIntervalMs: RECONCILE_INTERVAL_MS,
         maxClockSkewMs: 60_000,
         pullBytesPerSec: options.pullBytesPerSec ?? 0,
+        compareKeysPerSec: options.compareKeysPerSec ?? 0,
       },
       Array.from({ length: fragmentCount }, (_, f) => f),
       fragmentCount,
@@ -796,6 +799,44 @@ test('§6 --move-rate: each fetch waits off the bytes pulled before it, and the 
   assert.ok(elapsedMs <= leastMs + 50, `${elapsedMs} ms: no longer than the rate needs (${leastMs} ms)`);
   a.advance(FLUSH_INTERVAL_MS_DEFAULT);
   assert.equal(a.stored('k599'), `value@${START_MS - 10}.0/n9 "${'x'.repeat(1000)}"`);
+});
+
+test('§6 --anti-entropy-rate: a routine round waits off the keys its pages compared; a session’s first round does not', async () => {
+  const rate = 500;
+  const a = new Harness({ compareKeysPerSec: rate });
+  const b = new Harness({ self: 1 });
+  // The same 3 000 keys on both: pages of 256, 512, 1 024 and the last 1 208 (of 2 048), all agreeing.
+  const same: Array<[Buffer, Buffer]> = [];
+  for (let i = 0; i < 3000; i++)
+    same.push([Buffer.from(`k${String(i).padStart(4, '0')}`), recordAt(START_MS - 10)]);
+  for (const h of [a, b]) h.stores[0].commit(same, START_MS - 10);
+  a.peers(true, 1);
+  b.peers(true, 0);
+  // The session's first round runs at once, though its 3 000 keys are six seconds of the rate.
+  await exchange(a, b);
+  assert.deepEqual(a.roundLines(), ['n1 f0 round #1 ok pulled=0']);
+  // The routine round after it: a's page requests, each with the time it was sent.
+  const pages: Array<[number, number]> = [];
+  while (a.roundLines().length === 0 || pages.length === 0) {
+    const stepMs = Math.min(a.clock.timerAtMs, b.clock.timerAtMs) - a.nowMs;
+    assert.ok(stepMs > 0 && stepMs <= RECONCILE_INTERVAL_MS * 2, `next timer ${stepMs} ms ahead`);
+    a.advance(stepMs);
+    b.advance(stepMs);
+    for (const line of await exchange(a, b)) {
+      const page = /^a→f0 request s=1 r=\d+ page=(\d+)$/.exec(line);
+      if (page !== null && a.nowMs > START_MS) pages.push([Number(page[1]), a.nowMs]);
+    }
+  }
+  assert.deepEqual(
+    pages.map(([page]) => page),
+    [0, 1, 2, 3],
+  );
+  const at = (page: number) => pages[page][1];
+  // The bucket starts a second's worth full (500): 256 keys, then 512 into debt; each page after
+  // waits until the debt is paid: 268 keys (536 ms), then 1 024 (2 048 ms).
+  assert.equal(at(1), at(0), 'the burst covers the second page');
+  assert.ok(at(2) - at(1) >= 536 && at(2) - at(1) <= 536 + 10, `page 2 after ${at(2) - at(1)} ms`);
+  assert.ok(at(3) - at(2) >= 2048 && at(3) - at(2) <= 2048 + 10, `page 3 after ${at(3) - at(2)} ms`);
 });
 
 test('§6: a round whose pages all agree lives while each page is answered within the round timeout', async () => {

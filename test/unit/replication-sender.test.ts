@@ -442,10 +442,13 @@ test('routine rounds take turns: one due without a turn waits, batches still flo
   for (const h of [a, b, c]) {
     h.step({ kind: 'connected' }, 0);
     h.frames();
-    h.roundDone(0); // the sessions' first rounds take no turn
+    // The sessions' first rounds take no turn, and the driver does not pace them.
+    assert.equal(h.lastRound?.routine, false);
+    h.roundDone(0);
   }
   const dueMs = Math.max(...[a, b, c].map((h) => h.sender.nextWakeMs(0)));
   assert.deepEqual(a.tick(dueMs), ['start-round session=1 round=3']);
+  assert.equal(a.lastRound?.routine, true, 'a round that took a turn is routine: the driver paces it');
   assert.deepEqual(b.tick(dueMs), [], 'a turn is taken');
   assert.deepEqual(c.tick(dueMs), []);
   assert.deepEqual(slots.counts, { held: 1, waiting: 2 });
@@ -467,6 +470,17 @@ test('routine rounds take turns: one due without a turn waits, batches still flo
   // A round asked for needs no turn.
   assert.deepEqual(slots.tryTake(slots), true);
   assert.deepEqual(a.step({ kind: 'reconcile-now' }, dueMs + 70), ['start-round session=1 round=4']);
+  assert.equal(a.lastRound?.routine, false, 'nor is it paced');
+  // One asked for while a routine round is due and holds its turn is not paced either.
+  const d = new Harness({ reconcileIntervalMs: 1000 });
+  d.step({ kind: 'connected' }, 0);
+  d.frames();
+  d.roundDone(0);
+  const dDueMs = d.sender.nextWakeMs(0);
+  d.tick(dDueMs);
+  assert.equal(d.lastRound?.routine, true);
+  d.step({ kind: 'reconcile-now' }, dDueMs + 1);
+  assert.equal(d.lastRound?.routine, false);
 });
 
 test('the rounds a connect started together spread over the interval after it', () => {

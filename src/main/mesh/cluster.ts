@@ -1490,6 +1490,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       maxClockSkewMs: this.dispatcher.maxClockSkewMs,
       // Each worker pulls an even share of the node's rate (0 stays unlimited).
       pullBytesPerSec: Math.ceil(c.moveRateBytesPerSec / this.dispatcher.workerCount),
+      compareKeysPerSec: Math.ceil(c.antiEntropyKeysPerSec / this.dispatcher.workerCount),
     };
   }
 
