@@ -15,14 +15,16 @@
 //      each node held, the copy rate (the victim's bytes over the time from Down to none short) and
 //      from it the time 1 GiB per node would take: a projection, not a measurement; the survivors'
 //      CPU over that time, per MiB copied; their catch-ups of the fragments the victim served first
-//      (from their logs), apart from those at the nodes' start.
+//      (from their logs), apart from those at the nodes' start; and, before the kill, the settled
+//      cluster's CPU without load over --idle-watch.
 //
 // Flags: --parts join,down (both), --mib-per-node M (64; the goal is stated for 1024: the down part
 // loads that in ~1.5 min on 2 cores and runs ~4 min in all), --value-bytes B (1024), --fragments F (16),
 // --connections C per node (8), --read-ratio X (0.5), --rate R (open loop at R operations a second
 // in all; default closed loop), --before D (10s of load before the join), --after D (5s after it
 // settles), --settle-max D (5m), --down-after D (5s), --store S (lmdb), --workers W (1 per node),
-// --move-rate R (every node's --move-rate; the node's default), --seed S (1), --keep-logs (the nodes' logs are kept, and where is printed, after a run that
+// --move-rate R (every node's --move-rate; the node's default), --idle-watch D (3s; a minute shows
+// routine anti-entropy's steady cost), --seed S (1), --keep-logs (the nodes' logs are kept, and where is printed, after a run that
 // succeeded too; always after one that failed). Durations as the node takes them: 250ms, 2s, 5m. Progress goes to stderr, the
 // figures to stdout.
 
@@ -72,8 +74,6 @@ const POLL_INTERVAL_MS = 250;
 const REQUEST_TIMEOUT_MS = 10_000;
 /** Linux's USER_HZ: /proc's CPU times are in ticks of 10 ms. */
 const PROC_TICK_MS = 10;
-/** How long the down part watches the loaded, settled cluster's CPU before the kill. */
-const IDLE_CPU_WATCH_MS = 3_000;
 /** The first window of the load is left out: connections open, code warms up. */
 const WARMUP_WINDOWS = 1;
 
@@ -93,6 +93,8 @@ interface Options {
   workers: number;
   /** `--move-rate` for every node, as the node parses it; its default when absent. */
   moveRate: string | undefined;
+  /** How long the down part watches the loaded, settled cluster's CPU before the kill. */
+  idleWatchMs: number;
   seed: number;
   keepLogs: boolean;
 }
@@ -115,6 +117,7 @@ function parseOptions(argv: string[]): Options {
       store: { type: 'string', default: 'lmdb' },
       workers: { type: 'string', default: '1' },
       'move-rate': { type: 'string' },
+      'idle-watch': { type: 'string', default: '3s' },
       seed: { type: 'string', default: '1' },
       'keep-logs': { type: 'boolean', default: false },
     },
@@ -134,6 +137,7 @@ function parseOptions(argv: string[]): Options {
     store: values.store,
     workers: Number(values.workers),
     moveRate: values['move-rate'],
+    idleWatchMs: parseDuration(values['idle-watch']),
     seed: Number(values.seed),
     keepLogs: values['keep-logs'],
   };
@@ -517,7 +521,7 @@ interface DownRun {
   antiEntropyBytes: number;
   /** The survivors' CPU (every thread of each) from the first poll that saw Down to the one that saw none short. */
   restoreCpuMs: number;
-  /** Every node's CPU over IDLE_CPU_WATCH_MS before the kill, settled and without load: what keeping the copies costs. */
+  /** Every node's CPU over --idle-watch before the kill, settled and without load: what keeping the copies costs. */
   idleCpuMs: number;
   counters: { before: Record<string, number>; after: Record<string, number> };
 }
@@ -570,7 +574,7 @@ async function downToReplicas(o: Options): Promise<DownRun> {
     const logsFrom = survivors.map((n) => n.log.length);
     const clusterCpuMs = () => cluster.nodes.reduce((ms, n) => ms + processCpuMs(n.child!.pid!), 0);
     const idleFromCpuMs = clusterCpuMs();
-    await sleep(IDLE_CPU_WATCH_MS);
+    await sleep(o.idleWatchMs);
     const idleCpuMs = clusterCpuMs() - idleFromCpuMs;
     const killMs = Date.now();
     await victim.stop('SIGKILL');
@@ -710,7 +714,7 @@ function downReport(o: Options, run: DownRun): string[] {
     `Held before the kill (fragments, their keys × ${recordBytes(o)} B): ` +
       `${ids.map((id, i) => `${id} ${fragments[i]} (${fixed(bytes[i] / MIB)} MiB)`).join(', ')}.`,
     `Before the kill, settled and without load: the ${ids.length} nodes used ` +
-      `${fixed(run.idleCpuMs / IDLE_CPU_WATCH_MS, 2)} cores (every thread, over ${IDLE_CPU_WATCH_MS / 1000} s).`,
+      `${fixed(run.idleCpuMs / o.idleWatchMs, 2)} cores (every thread, over ${fixed(o.idleWatchMs / 1000)} s).`,
     `From the kill: Down at a ${s(run.downMs)} s, first under-replicated ${s(run.underFirstMs)} s, none under-replicated ` +
       `${s(run.restoredMs)} s, settled ${s(run.settledMs)} s.`,
     `Down to none under-replicated: ${restoreS === undefined ? '–' : fixed(restoreS)} s for ${fixed(victimBytes / MIB)} MiB: ` +
