@@ -13,6 +13,7 @@
 
 import assert from 'node:assert/strict';
 import { type TestContext, test } from 'node:test';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
 import { Keyspace } from '../../src/core/keyspace.js';
@@ -45,6 +46,12 @@ const DOWN_AFTER = '3s';
 /** Written before the join, so each fragment holds ~PRELOAD_KEYS / FRAGMENTS values to copy. */
 const PRELOAD_KEYS = 2_400;
 const PRELOAD_VALUE_BYTES = 1_024;
+/**
+ * Writes each node's writer sends a second at most. A fixed rate keeps the copies the same size on
+ * any host: unpaced, a fast host wrote ~40 000 keys into a fragment, and a copy at MOVE_RATE took
+ * longer than CONDITION_MS_MAX.
+ */
+const WRITES_PER_SEC_PER_NODE = 200;
 /** Acknowledged writes between a copy starting and the kill, at most (0: at once). */
 const ACKS_BEFORE_KILL_MAX = 150;
 /** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */
@@ -273,9 +280,13 @@ class ChaosRun {
     }
   }
 
-  /** SETs of fresh keys through `node` until the end, parked while it is down, ended once it left. */
+  /**
+   * SETs of fresh keys through `node` until the end, WRITES_PER_SEC_PER_NODE at most, parked while
+   * it is down, ended once it left.
+   */
   private async writer(node: NodeProcess): Promise<void> {
     let client: Redis | undefined;
+    let nextWriteMs = Date.now();
     for (let i = 0; !this.stopping && !this.gone.has(node.id); i++) {
       const down = this.back.get(node.id);
       if (down !== undefined) {
@@ -285,6 +296,9 @@ class ChaosRun {
         continue;
       }
       client ??= newClient(node.respPort);
+      // The load's pace (WRITES_PER_SEC_PER_NODE), not a wait for an event.
+      if (nextWriteMs > Date.now()) await delay(nextWriteMs - Date.now());
+      nextWriteMs = Math.max(nextWriteMs, Date.now() - 1000) + 1000 / WRITES_PER_SEC_PER_NODE;
       const key = `chaos:${node.id}:${i}`;
       const value = `v${i}`;
       this.attempted++;
