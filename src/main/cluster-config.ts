@@ -231,6 +231,16 @@ function readSecret(options: ClusterOptions): Uint8Array | undefined {
   return bytes;
 }
 
+/** A per-second rate option: 0 (unlimited) or an integer in min..max `unit` a second. */
+function rateOrUnlimited(name: string, rate: number, min: number, max: number, unit: string): number {
+  if (!Number.isInteger(rate) || (rate !== 0 && (rate < min || rate > max))) {
+    throw invalidInput(
+      `${name} must be 0 (unlimited) or an integer in ${min}..${max} ${unit} per second, got ${rate}`,
+    );
+  }
+  return rate;
+}
+
 /** Validates cluster options; undefined when `peers` is absent (a single node). */
 export function resolveClusterConfig(
   options: ClusterOptions,
@@ -328,28 +338,20 @@ export function resolveClusterConfig(
   if (!Number.isInteger(drainWarnIntervalMs) || drainWarnIntervalMs < 1) {
     throw invalidInput(`drainWarnIntervalMs must be a positive integer of ms, got ${drainWarnIntervalMs}`);
   }
-  const moveRateBytesPerSec = options.moveRateBytesPerSec ?? MOVE_RATE_BYTES_PER_SEC_DEFAULT;
-  if (
-    !Number.isInteger(moveRateBytesPerSec) ||
-    (moveRateBytesPerSec !== 0 &&
-      (moveRateBytesPerSec < MOVE_RATE_BYTES_PER_SEC_MIN ||
-        moveRateBytesPerSec > MOVE_RATE_BYTES_PER_SEC_MAX))
-  ) {
-    throw invalidInput(
-      `moveRateBytesPerSec must be 0 (unlimited) or an integer in ${MOVE_RATE_BYTES_PER_SEC_MIN}..${MOVE_RATE_BYTES_PER_SEC_MAX} bytes per second, got ${moveRateBytesPerSec}`,
-    );
-  }
-  const antiEntropyKeysPerSec = options.antiEntropyKeysPerSec ?? ANTI_ENTROPY_KEYS_PER_SEC_DEFAULT;
-  if (
-    !Number.isInteger(antiEntropyKeysPerSec) ||
-    (antiEntropyKeysPerSec !== 0 &&
-      (antiEntropyKeysPerSec < ANTI_ENTROPY_KEYS_PER_SEC_MIN ||
-        antiEntropyKeysPerSec > ANTI_ENTROPY_KEYS_PER_SEC_MAX))
-  ) {
-    throw invalidInput(
-      `antiEntropyKeysPerSec must be 0 (unlimited) or an integer in ${ANTI_ENTROPY_KEYS_PER_SEC_MIN}..${ANTI_ENTROPY_KEYS_PER_SEC_MAX} keys per second, got ${antiEntropyKeysPerSec}`,
-    );
-  }
+  const moveRateBytesPerSec = rateOrUnlimited(
+    'moveRateBytesPerSec',
+    options.moveRateBytesPerSec ?? MOVE_RATE_BYTES_PER_SEC_DEFAULT,
+    MOVE_RATE_BYTES_PER_SEC_MIN,
+    MOVE_RATE_BYTES_PER_SEC_MAX,
+    'bytes',
+  );
+  const antiEntropyKeysPerSec = rateOrUnlimited(
+    'antiEntropyKeysPerSec',
+    options.antiEntropyKeysPerSec ?? ANTI_ENTROPY_KEYS_PER_SEC_DEFAULT,
+    ANTI_ENTROPY_KEYS_PER_SEC_MIN,
+    ANTI_ENTROPY_KEYS_PER_SEC_MAX,
+    'keys',
+  );
   const redirects = options.clusterRedirects ?? 'forward';
   if (!CLUSTER_REDIRECTS.includes(redirects)) {
     throw invalidInput(
