@@ -25,7 +25,9 @@
 // settles), --settle-max D (5m), --down-after D (5s), --store S (lmdb), --workers W (1 per node),
 // --move-rate R (every node's --move-rate; the node's default), --idle-watch D (3s; a minute shows
 // routine anti-entropy's steady cost), --seed S (1), --keep-logs (the nodes' logs are kept, and where is printed, after a run that
-// succeeded too; always after one that failed). Durations as the node takes them: 250ms, 2s, 5m. Progress goes to stderr, the
+// succeeded too; always after one that failed), --node-cores A:B:C:D (each node runs on those cores,
+// `taskset -c` lists, such as 0-3:4-7:8-11:12-15, or 0:0:0:1 to give the joiner a core of its own;
+// run the bench itself under `taskset -c` to keep the clients off them). Durations as the node takes them: 250ms, 2s, 5m. Progress goes to stderr, the
 // figures to stdout.
 
 import { readFileSync } from 'node:fs';
@@ -97,6 +99,8 @@ interface Options {
   idleWatchMs: number;
   seed: number;
   keepLogs: boolean;
+  /** Per node (a, b, c, d), the cores it runs on (`taskset -c`); empty: unpinned. */
+  nodeCores: string[];
 }
 
 function parseOptions(argv: string[]): Options {
@@ -120,6 +124,7 @@ function parseOptions(argv: string[]): Options {
       'idle-watch': { type: 'string', default: '3s' },
       seed: { type: 'string', default: '1' },
       'keep-logs': { type: 'boolean', default: false },
+      'node-cores': { type: 'string', default: '' },
     },
   });
   const o: Options = {
@@ -140,6 +145,7 @@ function parseOptions(argv: string[]): Options {
     idleWatchMs: parseDuration(values['idle-watch']),
     seed: Number(values.seed),
     keepLogs: values['keep-logs'],
+    nodeCores: values['node-cores'] === '' ? [] : values['node-cores'].split(':'),
   };
   if (!(o.mibPerNode > 0)) throw new Error('--mib-per-node must be positive');
   if (!Number.isInteger(o.valueBytes) || o.valueBytes < 1) throw new Error('--value-bytes must be 1 or more');
@@ -148,6 +154,11 @@ function parseOptions(argv: string[]): Options {
   if (!(o.readRatio >= 0 && o.readRatio <= 1)) throw new Error('--read-ratio must be 0..1');
   if (o.rate !== undefined && !(o.rate > 0)) throw new Error('--rate must be positive');
   if (o.beforeMs < 2 * SERIES_INTERVAL_MS) throw new Error('--before must be at least 2s');
+  if (
+    o.nodeCores.length > 0 &&
+    (o.nodeCores.length !== 4 || !o.nodeCores.every((c) => /^[0-9][0-9,-]*$/.test(c)))
+  )
+    throw new Error('--node-cores takes four core lists as taskset -c does, for a:b:c:d (such as 0:0:0:1)');
   return o;
 }
 
@@ -155,6 +166,10 @@ const progress = (line: string) => process.stderr.write(`${line}\n`);
 const nodeIds = (n: number) => Array.from({ length: n }, (_, i) => String.fromCharCode(97 + i));
 /** Bytes of one record as the load writes it: its key and its value. */
 const recordBytes = (o: Options) => KEY_PREFIX.length + KEY_DIGITS + o.valueBytes;
+
+/** What node `id` runs under: `taskset -c` with its cores from --node-cores, or nothing. */
+const launcherOf = (o: Options) => (id: string) =>
+  o.nodeCores.length === 0 ? [] : ['taskset', '-c', o.nodeCores[id.charCodeAt(0) - 97]!];
 
 /** Flags of every node of a run, after startCluster's. */
 const nodeArgs = (o: Options) => [
@@ -422,7 +437,7 @@ function cpuSample(nodes: NodeProcess[], load: ClusterLoad): CpuSample {
 
 async function joinUnderLoad(o: Options): Promise<JoinRun> {
   const ids = nodeIds(REPLICAS);
-  const cluster = await startCluster('bench-moves-join', ids, nodeArgs(o));
+  const cluster = await startCluster('bench-moves-join', ids, nodeArgs(o), [], launcherOf(o));
   let joined: NodeProcess | undefined;
   try {
     const [a] = cluster.nodes;
@@ -441,7 +456,7 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
     const catchUpsBefore = await catchUpTotals(cluster.nodes);
     joined = await joiningNode(o, cluster);
     progress(`  d joins at ${((join.atMs - loadStart.atMs) / 1000).toFixed(1)} s of load`);
-    await joined.start();
+    await joined.start({}, launcherOf(o)('d'));
     const readyMs = Date.now();
     const running = [...cluster.nodes, joined];
     const settledMs = await settledAt(running, [...ids, 'd'], a, o.settleMsMax);
@@ -558,7 +573,7 @@ async function antiEntropyBytesSent(nodes: NodeProcess[]): Promise<number> {
 
 async function downToReplicas(o: Options): Promise<DownRun> {
   const ids = nodeIds(REPLICAS + 1);
-  const cluster = await startCluster('bench-moves-down', ids, nodeArgs(o));
+  const cluster = await startCluster('bench-moves-down', ids, nodeArgs(o), [], launcherOf(o));
   try {
     const [a] = cluster.nodes;
     const victim = cluster.nodes[ids.length - 1];

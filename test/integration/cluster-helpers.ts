@@ -182,6 +182,8 @@ export async function startCluster(
   ids: string[],
   extraArgs: string[] = [],
   phantomIds: string[] = [],
+  /** A command each node's process runs under (NodeProcess.start), such as `taskset -c 0`. */
+  launcherOf: (id: string) => readonly string[] = () => [],
 ): Promise<ClusterFixture> {
   const dir = await tempDir(label);
   // Every port of the cluster from one call: two picked apart may be the same port.
@@ -225,7 +227,7 @@ export async function startCluster(
     },
   };
   try {
-    await Promise.all(nodes.map((n) => n.start()));
+    await Promise.all(nodes.map((n) => n.start({}, launcherOf(n.id))));
     await fixture.connected();
   } catch (err) {
     // A node that failed leaves the others running: stop them, or the test process never exits.
