@@ -196,6 +196,8 @@ export class Dispatcher implements KeyRouter {
   private readonly pulled = new PulledCounts();
   /** The fragment of the last write submitted: what a connection tracks for WAIT, without hashing the key again. */
   lastWriteFragment = 0;
+  /** Fragments a worker found a copy of on disk when it started (`WorkerEvent` ready). */
+  readonly storedAtStart = new Set<number>();
   /** What the workers' RESP ports count, for INFO (kept after they close: the counts run from the start). */
   portCounters: PortCounters | undefined;
   /** The workers' RESP ports while they are open (`openWorkerPorts`). */
@@ -246,7 +248,10 @@ export class Dispatcher implements KeyRouter {
           logger,
           makeInit: (index, requestRing, resultRing, restarted) =>
             this.workerInit(index, requestRing, resultRing, location, fragments, restarted),
-          onReady: (index, highWaterWallMs) => this.observeStored(index, highWaterWallMs),
+          onReady: (index, highWaterWallMs, stored) => {
+            for (const f of stored) this.storedAtStart.add(f);
+            return this.observeStored(index, highWaterWallMs);
+          },
           onPeerFrame: (member, buf, start, end) => this.cluster?.onPeerFrame(member, buf, start, end),
           onPeerClose: (member, reason) => this.cluster?.onPeerClose(member, reason),
           onServing: (index) => {

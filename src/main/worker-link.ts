@@ -64,8 +64,11 @@ export interface LinkDeps {
     resultRing: SharedArrayBuffer,
     restarted: boolean,
   ): WorkerInit;
-  /** Called with the worker's newest stored timestamp; returns an error to refuse the start. */
-  onReady(index: number, highWaterWallMs: number): TesseraError | undefined;
+  /**
+   * Called with the worker's newest stored timestamp and the fragments it found a copy of on disk;
+   * returns an error to refuse the start.
+   */
+  onReady(index: number, highWaterWallMs: number, stored: readonly number[]): TesseraError | undefined;
   /** A frame the worker wrote for peer `member`: `buf[start, end)` is ring memory, valid during the call. */
   onPeerFrame?(member: number, buf: Buffer, start: number, end: number): void;
   /** The worker found peer `member` breaking the protocol. */
@@ -311,7 +314,7 @@ export class WorkerLink {
         if (isWorkerPortEvent(message)) return this.deps.onPortEvent?.(this.index, message);
         if (!isWorkerEvent(message)) return;
         if (message.kind === 'ready') {
-          const refusal = this.deps.onReady(this.index, message.highWaterWallMs);
+          const refusal = this.deps.onReady(this.index, message.highWaterWallMs, message.stored);
           if (refusal !== undefined) {
             settle(refusal);
             void worker.terminate();

@@ -203,8 +203,11 @@ export interface ClusterInit {
 }
 
 export type WorkerEvent =
-  /** Stores are open; `highWaterWallMs` is the newest timestamp any of its fragments has stored. */
-  | { kind: 'ready'; highWaterWallMs: number }
+  /**
+   * Stores are open; `highWaterWallMs` is the newest timestamp any of its fragments has stored;
+   * `stored`, the fragments it opened that hold a record (a copy on disk, whatever the placement).
+   */
+  | { kind: 'ready'; highWaterWallMs: number; stored: number[] }
   /** The worker could not start or hit an unrecoverable store error. */
   | { kind: 'fatal'; message: string }
   /** Stores closed after a Close request; the worker is exiting. */

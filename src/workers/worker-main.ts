@@ -33,7 +33,7 @@ async function main(init: WorkerInit): Promise<void> {
     return;
   }
   runtime.start();
-  post({ kind: 'ready', highWaterWallMs: runtime.highWaterWallMs() });
+  post({ kind: 'ready', highWaterWallMs: runtime.highWaterWallMs(), stored: runtime.stored });
   const logger = pino({ level: init.logLevel, base: { pid: process.pid, worker: init.index } });
   let resp: WorkerRespPort | undefined;
   const listen = async (respInit: WorkerRespInit): Promise<void> => {

@@ -129,12 +129,18 @@ export class WorkerRuntime implements RecordDecoder {
     const runtime = new WorkerRuntime(init, store, clock);
     // In a cluster every actor keeps its writes for the senders: its replica list may change.
     for (const fragment of init.fragments) await runtime.actors.open(fragment, init.cluster !== undefined);
+    for (const fragment of init.fragments)
+      if ((await store.page(fragment, undefined, undefined, 1, true)).length > 0)
+        runtime.stored.push(fragment);
     // The store may hold what the last worker only logged (replayed at its opening): the main
     // thread renews its read snapshot.
     if (store.logsWrites) runtime.board.markCommitted();
     if (store.replayed !== undefined) runtime.logger.info(store.replayed, 'write-ahead log replayed');
     return runtime;
   }
+
+  /** The fragments opened at the start that held a record then (a copy on disk). */
+  readonly stored: number[] = [];
 
   private constructor(
     private readonly init: WorkerInit,

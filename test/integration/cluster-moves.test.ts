@@ -278,6 +278,14 @@ describe('fragments that move while serving', () => {
     await settled(running(), ['a', 'd', 'e'], byId('a'));
     const afterRestart = await getJson<MovesReport>(byId('a'), '/cluster/moves');
     assert.equal(afterRestart.coordinator.movesStarted, before.coordinator.movesStarted);
+    // d joined: its configuration places nothing here, yet it starts holding the copies it finds on
+    // disk, so it gains none of them anew, as it would a copy it lacks.
+    const atD = await getJson<MovesReport>(d, '/cluster/moves');
+    assert.deepEqual(
+      [atD.placement.gained, atD.placement.handedOver, atD.placement.dropped],
+      [0, 0, 0],
+      JSON.stringify(atD.placement),
+    );
     writing = false;
     await writer;
     await everyReplicaHoldsEveryWrite();

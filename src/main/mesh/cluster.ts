@@ -591,6 +591,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       },
       new SystemClock(),
     );
+    // A copy found on disk is held, and served, as those the configuration places here are, until
+    // the table says otherwise.
+    for (const f of this.dispatcher.storedAtStart) this.localServing[f] = 1;
     this.placementDriver.start(this.heldAtStart());
     if (membership.table !== undefined) {
       const table = membership.table;
@@ -816,6 +819,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /** The fragments this node's workers served at start: the placement it started with. */
+  /**
+   * What this node holds as it starts: the copies its configuration places here, and every other
+   * copy its workers found on disk (marked served at start): one gained by a move, or one whose
+   * handoff a crash cut short, may hold writes no other replica has, and is handed over when the
+   * table lists this node nowhere.
+   */
   private heldAtStart(): number[] {
     const held: number[] = [];
     for (let f = 0; f < this.localServing.length; f++) if (this.localServing[f] === 1) held.push(f);
