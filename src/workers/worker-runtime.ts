@@ -129,9 +129,11 @@ export class WorkerRuntime implements RecordDecoder {
     const runtime = new WorkerRuntime(init, store, clock);
     // In a cluster every actor keeps its writes for the senders: its replica list may change.
     for (const fragment of init.fragments) await runtime.actors.open(fragment, init.cluster !== undefined);
-    for (const fragment of init.fragments)
-      if ((await store.page(fragment, undefined, undefined, 1, true)).length > 0)
-        runtime.stored.push(fragment);
+    for (const fragment of init.fragments) {
+      // A copy that cannot be read counts as held: its handoff is retried, a copy left out is lost.
+      const page = await store.page(fragment, undefined, undefined, 1, true).catch(() => undefined);
+      if (page === undefined || page.length > 0) runtime.stored.push(fragment);
+    }
     // The store may hold what the last worker only logged (replayed at its opening): the main
     // thread renews its read snapshot.
     if (store.logsWrites) runtime.board.markCommitted();

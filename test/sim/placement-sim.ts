@@ -377,6 +377,9 @@ export class PlacementSim extends MembershipSim {
   private exitIfLeft(node: SimNode): void {
     const holder = this.holders.get(node.id)!;
     if (!node.leaving || holder.exited || holder.driver === undefined || node.core === undefined) return;
+    // The node's own flag: Leaving, asked in this life or resumed at start; a node that restarted
+    // Removed (killed once it had left, before this world saw it go) has nothing to exit.
+    if (node.core.member(node.id)?.state !== 'Leaving') return;
     if (!leaveHandedOver(node.id, node.coordinator!.table, holder.driver.fragments().length)) return;
     holder.exited = true;
     assert(
