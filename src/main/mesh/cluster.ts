@@ -818,7 +818,6 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
   }
 
-  /** The fragments this node's workers served at start: the placement it started with. */
   /**
    * What this node holds as it starts: the copies its configuration places here, and every other
    * copy its workers found on disk (marked served at start): one gained by a move, or one whose
