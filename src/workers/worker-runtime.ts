@@ -127,9 +127,11 @@ export class WorkerRuntime implements RecordDecoder {
     clock: WallClock = new SystemClock(),
   ): Promise<WorkerRuntime> {
     const runtime = new WorkerRuntime(init, store, clock);
-    // In a cluster every actor keeps its writes for the senders: its replica list may change.
-    for (const fragment of init.fragments) await runtime.actors.open(fragment, init.cluster !== undefined);
+    const clustered = init.cluster !== undefined;
     for (const fragment of init.fragments) {
+      // In a cluster every actor keeps its writes for the senders: its replica list may change.
+      await runtime.actors.open(fragment, clustered);
+      if (!clustered) continue;
       // A copy that cannot be read counts as held: its handoff is retried, a copy left out is lost.
       const page = await store.page(fragment, undefined, undefined, 1, true).catch(() => undefined);
       if (page === undefined || page.length > 0) runtime.stored.push(fragment);
@@ -141,7 +143,7 @@ export class WorkerRuntime implements RecordDecoder {
     return runtime;
   }
 
-  /** The fragments opened at the start that held a record then (a copy on disk). */
+  /** In a cluster, the fragments opened at the start that held a record then (a copy on disk). */
   readonly stored: number[] = [];
 
   private constructor(
