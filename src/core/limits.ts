@@ -422,9 +422,9 @@ export const INTERVAL_MS_MAX = 3_600_000;
 export const DRAIN_TIMEOUT_MS_DEFAULT = 5_000;
 /**
  * Replica acknowledgements a client may ask of one write or WAIT: more than any replica count a
- * cluster runs (the answer is one byte on the ring).
+ * cluster runs (a write's answer carries the count reached in 7 bits of a byte on the ring).
  */
-export const REPLICA_ACKS_MAX = 255;
+export const REPLICA_ACKS_MAX = 127;
 /** How long a write that asks for replica acknowledgements waits for them before it is refused (NOREPLICAS). */
 export const REPLICA_ACK_TIMEOUT_MS_DEFAULT = 5_000;
 /**
@@ -813,6 +813,7 @@ assert(
   RESP_CLIENT_BUFFER_BYTES_MAX >= RESP_BULK_BYTES_MAX + KEY_BYTES_MAX + 64,
   'one maximal SET must fit a client buffer',
 );
+assert(REPLICA_ACKS_MAX <= 0x7f, "a write's answer carries the replicas it reached in 7 bits");
 assert(
   REPLICA_WAIT_ROUND_MS_MAX < FORWARD_TIMEOUT_MS,
   'a forwarded replica wait must answer before its forwarding times out',

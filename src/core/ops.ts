@@ -64,6 +64,18 @@ export const REPLY_NAMES: Record<Reply, string> = {
   13: 'refused',
 };
 
+/** Replies of a write that wrote nothing: they stand as they are, whatever its replicas reached. */
+export function isWriteRefusal(reply: number): boolean {
+  return (
+    reply === Reply.Superseded ||
+    reply === Reply.Expired ||
+    reply === Reply.Backpressure ||
+    reply === Reply.StorageFailed ||
+    reply === Reply.NotApplied ||
+    reply === Reply.Refused
+  );
+}
+
 export function parsePriority(name: string): Priority | undefined {
   const i = (PRIORITY_NAMES as readonly string[]).indexOf(name);
   return i === -1 ? undefined : (i as Priority);

@@ -90,7 +90,7 @@ import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-h
 import type { NodeConfig } from './config.js';
 import { type KeyRouter, NOT_LOCAL, type WriteSpec } from './key-router.js';
 import { PulledCounts, type PulledInto } from './pulled-counts.js';
-import { waitForReplicas } from './replica-waiter.js';
+import { GatedWrite, gatedWriteHandler, waitForReplicas } from './replica-waiter.js';
 import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
 import { type ResultHandler, WorkerLink } from './worker-link.js';
@@ -408,8 +408,28 @@ export class Dispatcher implements KeyRouter {
    * key and value sizes.
    */
   submitWrite<T>(spec: WriteSpec, handler: ResultHandler<T>, token: T): TesseraError | undefined {
-    if (spec.replicaAcks > 0 && this.cluster !== undefined)
-      return this.submitGatedWrite(spec, handler, token);
+    if (spec.replicaAcks === 0 || this.cluster === undefined)
+      return this.encodeWrite(spec, handler, token, undefined);
+    // Answered only once `spec.replicaAcks` other replicas acknowledged it: the write carries its
+    // wait to its serving replica, which answers once both are in.
+    const gate = new GatedWrite(this, handler, token, {
+      replicas: spec.replicaAcks,
+      level: this.replicationAck,
+      priority: spec.priority,
+      timeoutMs: this.config.replicaAckTimeoutMs,
+    });
+    const error = this.encodeWrite(spec, gatedWriteHandler, gate, gate.params);
+    gate.fragment = this.lastWriteFragment;
+    return error;
+  }
+
+  /** Encodes a write (waiting for its replicas when `wait` is given) into its fragment's link. */
+  private encodeWrite<T>(
+    spec: WriteSpec,
+    handler: ResultHandler<T>,
+    token: T,
+    wait: ReplicaWaitParams | undefined,
+  ): TesseraError | undefined {
     assert(spec.key.length <= KEY_BYTES_MAX, 'key longer than KEY_BYTES_MAX reached the dispatcher');
     const valueBytes = spec.value?.length ?? 0;
     assert(valueBytes <= this.config.valueBytesMax, 'value larger than valueBytesMax reached the dispatcher');
@@ -420,15 +440,19 @@ export class Dispatcher implements KeyRouter {
     this.clock.tick(this.turnClock.nowMs());
     const modify = spec.kind === OpKind.Modify;
     const paramBytes = modify ? MODIFY_PARAMS_BYTES + (spec.operand?.length ?? 0) : 0;
+    const waitBytes = wait === undefined ? 0 : REPLICA_WAIT_PARAMS_BYTES;
     const bytes = requestBytes(
       spec.key.length,
-      paramBytes + recordBytes(this.nodeIdBytes.length, valueBytes),
+      waitBytes + paramBytes + recordBytes(this.nodeIdBytes.length, valueBytes),
     );
     const at = link.begin(handler, token, bytes);
     const buf = link.buffer;
     const flags =
-      requestFlags(spec.priority, spec.durability) | (spec.wantsPrior ? RequestFlag.WantsPrior : 0);
+      requestFlags(spec.priority, spec.durability) |
+      (spec.wantsPrior ? RequestFlag.WantsPrior : 0) |
+      (wait === undefined ? 0 : RequestFlag.ReplicaWait);
     let p = writeRequestHeader(buf, at, spec.kind, flags, fragment, link.reqId, spec.key);
+    if (wait !== undefined) p = writeReplicaWaitParams(buf, p, wait);
     if (modify) p = writeModifyParams(buf, p, spec.modifier, spec.flags, spec.arg, spec.operand);
     const tombstone = !modify && spec.value === undefined;
     p = writeRecordHeader(
@@ -555,34 +579,6 @@ export class Dispatcher implements KeyRouter {
   get otherReplicas(): number {
     const cluster = this.config.cluster;
     return cluster === undefined ? 0 : Math.max(0, Math.min(cluster.replicas, cluster.members.length) - 1);
-  }
-
-  /**
-   * A write answered only once `spec.replicaAcks` other replicas acknowledged it: the write, then a
-   * replica wait on the same link (so ordered after it), and one answer once both are back.
-   */
-  private submitGatedWrite<T>(
-    spec: WriteSpec,
-    handler: ResultHandler<T>,
-    token: T,
-  ): TesseraError | undefined {
-    const gate = new GatedWrite(handler, token, spec.replicaAcks, this.config.replicaAckTimeoutMs);
-    const replicaAcks = spec.replicaAcks;
-    spec.replicaAcks = 0;
-    const error = this.submitWrite(spec, gatedWriteHandler, gate);
-    spec.replicaAcks = replicaAcks;
-    if (error !== undefined) return error;
-    const round = waitForReplicas(this, {
-      fragments: [this.lastWriteFragment],
-      replicas: replicaAcks,
-      level: this.replicationAck,
-      durability: Durability.Memory,
-      priority: spec.priority,
-      timeoutMs: this.config.replicaAckTimeoutMs,
-      idleReached: 0,
-    });
-    round.then((answer) => gate.replicated(answer.reached));
-    return undefined;
   }
 
   /** Sends one scan page request to the fragment's worker. */
@@ -1193,62 +1189,6 @@ function assignFragments(config: NodeConfig, groupCount: number): Map<number, nu
   }
   return new Map([...owned.entries()].sort(([a], [b]) => a - b));
 }
-
-/** A write that waits for replica acknowledgements: its result is kept until they are counted. */
-class GatedWrite<T> {
-  private result: Buffer | undefined = undefined;
-  private failure: TesseraError | undefined = undefined;
-  private reached = -1;
-
-  constructor(
-    private readonly handler: ResultHandler<T>,
-    private readonly token: T,
-    private readonly wanted: number,
-    private readonly timeoutMs: number,
-  ) {}
-
-  written(buf: Buffer, at: number, length: number): void {
-    this.result = Buffer.from(buf.subarray(at, at + length));
-    this.settle();
-  }
-
-  failed(error: TesseraError): void {
-    this.failure = error;
-    this.settle();
-  }
-
-  replicated(reached: number): void {
-    this.reached = reached;
-    this.settle();
-  }
-
-  /** Once both are in: the write's own failure, NOREPLICAS when it succeeded short of its replicas, or its result. */
-  private settle(): void {
-    if (this.reached === -1 || (this.result === undefined && this.failure === undefined)) return;
-    if (this.failure !== undefined) return this.handler.onFailure(this.token, this.failure);
-    const result = this.result!;
-    if (this.reached < this.wanted && !WRITE_REFUSALS.has(resultStatus(result, 0))) {
-      return this.handler.onFailure(this.token, replicaTimeout(this.reached, this.wanted, this.timeoutMs));
-    }
-    this.handler.onResult(this.token, result, 0, result.length);
-  }
-}
-
-/** Results of a write that wrote nothing: their own answer stands, replicated or not. */
-const WRITE_REFUSALS: ReadonlySet<number> = new Set([
-  Reply.Superseded,
-  Reply.Expired,
-  Reply.Backpressure,
-  Reply.StorageFailed,
-  Reply.NotApplied,
-  Reply.Refused,
-  ResultKind.Error,
-]);
-
-const gatedWriteHandler: ResultHandler<GatedWrite<unknown>> = {
-  onResult: (gate, buf, at, length) => gate.written(buf, at, length),
-  onFailure: (gate, error) => gate.failed(error),
-};
 
 /** A control request answered Applied, or with the error that stopped it. */
 const appliedHandler: ResultHandler<{ resolve: () => void; reject: (error: Error) => void }> = {

@@ -3,14 +3,22 @@
 // or another node through forwarding, in order behind the writes sent before — with a replica-wait
 // fence, and gathers the answers in a WaitRound (src/core/replica-acks.ts). One ask waits at most
 // REPLICA_WAIT_ROUND_MS_MAX at the serving node (a forwarded one must answer before its forwarding
-// gives up); a longer wait asks again, as long as the serving node waited its whole time.
+// gives up); a longer wait asks again, as long as the serving node waited its whole time. A write
+// that waits for its replicas (GatedWrite) carries its first ask itself: its serving replica answers
+// it once they acknowledged it; a longer wait goes on with fences.
 
-import type { TesseraError } from '../core/errors.js';
+import { replicaTimeout, type TesseraError } from '../core/errors.js';
 import { REPLICA_WAIT_ROUND_MS_MAX } from '../core/limits.js';
-import { type Durability, type Priority, Reply } from '../core/ops.js';
+import { Durability, isWriteRefusal, type Priority, Reply } from '../core/ops.js';
 import { WaitRound } from '../core/replica-acks.js';
 import type { AckLevel } from '../core/replication-sender.js';
-import { resultDetail, resultStatus } from '../threads/op-codec.js';
+import {
+  type ReplicaWaitParams,
+  ResultKind,
+  resultDetail,
+  resultReplicasReached,
+  resultStatus,
+} from '../threads/op-codec.js';
 import type { ResultHandler } from './worker-link.js';
 
 export interface ReplicaWaitRequest {
@@ -124,4 +132,79 @@ const askHandler: ResultHandler<Ask> = {
     token.wait.round.fail();
     settleIfDone(token.wait);
   },
+};
+
+/** What a write asks of its replicas. */
+export interface GatedWriteRequest {
+  replicas: number;
+  level: AckLevel;
+  priority: Priority;
+  /** How long it waits for them in all (≥ 1 ms). */
+  timeoutMs: number;
+}
+
+/**
+ * A write that waits for its replicas: sent with `params`, it is answered by its serving replica
+ * once they acknowledged it or the ask's time is up. Its own refusal or failure stands; short of its
+ * replicas it fails with NOREPLICAS (the write applied, not yet replicated), unless the serving
+ * replica waited its whole ask and time is left: then fences ask on, as WAIT's do.
+ */
+export class GatedWrite<T> {
+  /** The fragment written: set once the write is sent. */
+  fragment = -1;
+  /** The replica-wait parameters the write carries. */
+  readonly params: ReplicaWaitParams;
+  private readonly round: WaitRound;
+  private readonly askEndsAtMs: number;
+
+  constructor(
+    private readonly submitter: ReplicaWaitSubmitter,
+    private readonly handler: ResultHandler<T>,
+    private readonly token: T,
+    private readonly request: GatedWriteRequest,
+  ) {
+    const nowMs = submitter.turnClock.nowMs();
+    this.round = new WaitRound(1, request.replicas, nowMs + request.timeoutMs, 0);
+    const askMs = this.round.askMs(nowMs, REPLICA_WAIT_ROUND_MS_MAX);
+    this.askEndsAtMs = nowMs + askMs;
+    this.params = { replicas: request.replicas, level: request.level, timeoutMs: askMs };
+  }
+
+  /** The write's result, with the replicas it reached. */
+  written(buf: Buffer, at: number, length: number): void {
+    const status = resultStatus(buf, at);
+    if (status === ResultKind.Error || isWriteRefusal(status))
+      return this.handler.onResult(this.token, buf, at, length);
+    const nowMs = this.submitter.turnClock.nowMs();
+    const waitedFull = nowMs >= this.askEndsAtMs;
+    const reached = resultReplicasReached(buf, at);
+    if (!this.round.answer(reached, true, waitedFull ? nowMs : Number.POSITIVE_INFINITY))
+      return this.settle(buf, at, length, reached);
+    const result = Buffer.from(buf.subarray(at, at + length));
+    waitForReplicas(this.submitter, {
+      fragments: [this.fragment],
+      replicas: this.request.replicas,
+      level: this.request.level,
+      durability: Durability.Memory,
+      priority: this.request.priority,
+      timeoutMs: Math.max(1, this.round.deadlineMs - nowMs),
+      idleReached: 0,
+    }).then((answer) => this.settle(result, 0, result.length, answer.reached));
+  }
+
+  failed(error: TesseraError): void {
+    this.handler.onFailure(this.token, error);
+  }
+
+  private settle(buf: Buffer, at: number, length: number, reached: number): void {
+    const { replicas, timeoutMs } = this.request;
+    if (reached < replicas)
+      return this.handler.onFailure(this.token, replicaTimeout(reached, replicas, timeoutMs));
+    this.handler.onResult(this.token, buf, at, length);
+  }
+}
+
+export const gatedWriteHandler: ResultHandler<GatedWrite<unknown>> = {
+  onResult: (gate, buf, at, length) => gate.written(buf, at, length),
+  onFailure: (gate, error) => gate.failed(error),
 };

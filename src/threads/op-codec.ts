@@ -5,18 +5,20 @@
 // Request (main → worker):
 //   0  u8   kind         OpKind (1..4) or a control kind (RequestKind)
 //   1  u8   flags        bits 0-1 priority, bits 2-3 durability, bit 4 header-only read,
-//                        bit 5 the write wants to know whether a live value existed, bit 6 a
-//                        fence waits for replica acknowledgements
+//                        bit 5 the write wants to know whether a live value existed, bit 6 the
+//                        op waits for replica acknowledgements
 //   2  u16  fragment
 //   4  u32  reqId
 //   8  u16  keyLength
-//   10 …    key, then for Write the versioned record (src/core/record.ts) to the end; for Modify
-//           the modify parameters (below), then the stamp record; for a Fence with the
-//           replica-wait flag (bit 6) the replica-wait parameters (below)
+//   10 …    key, then with the replica-wait flag (bit 6) the replica-wait parameters (below), then
+//           for Write the versioned record (src/core/record.ts) to the end; for Modify the modify
+//           parameters (below), then the stamp record
 //
-// Replica-wait parameters, after the (empty) key of a Fence: answer FenceReached once the fence
-// reached its durability here and `replicas` other replicas acknowledged everything before it at
-// `level`, or after `timeoutMs`; the result's detail byte is the number of replicas reached.
+// Replica-wait parameters: a Fence (with an empty key) answers FenceReached once it reached its
+// durability here and `replicas` other replicas acknowledged everything before it at `level`, or
+// after `timeoutMs`; its result's detail byte is the number of replicas reached. A Write or Modify
+// is answered as without the flag once, besides, those replicas acknowledged it or the time is up;
+// detail bits 1-7 are the replicas reached (a write the fragment refused is answered at once).
 //   0  u8   replicas     0..REPLICA_ACKS_MAX
 //   1  u8   level        AckLevel (memory 1, store 2, stable 3)
 //   2  u32  timeoutMs    1..REPLICA_WAIT_ROUND_MS_MAX
@@ -37,7 +39,8 @@
 //
 // Result (worker → main):
 //   0  u8   status       Reply, or ResultKind.ScanPage / ResultKind.Health / ResultKind.Error
-//   1  u8   detail       bit 0: a live value existed before the write; for Error: the ErrorKind
+//   1  u8   detail       bit 0: a live value existed before the write; bits 1-7: the replicas a
+//                        write with the replica-wait flag reached; for Error: the ErrorKind
 //   2  u16  (zero)
 //   4  u32  reqId
 //   8  …    Found / Superseded: a record; Backpressure / StorageFailed / Error: UTF-8 message;
@@ -190,13 +193,14 @@ export const RequestFlag = {
   HeaderOnly: 1 << 4,
   /** A write reports whether a live value existed before it. */
   WantsPrior: 1 << 5,
-  /** A fence also waits for replica acknowledgements (the replica-wait parameters follow its key). */
+  /** The op also waits for replica acknowledgements (the replica-wait parameters follow its key). */
   ReplicaWait: 1 << 6,
   /** A scan's fence: answered StorageFailed at once while the store keeps failing (`answersWhileFailing`). */
   ForScan: 1 << 7,
 } as const;
 
 export const REPLICA_WAIT_PARAMS_BYTES = 6;
+const REACHED_SHIFT = 1;
 
 /** What a replica-wait fence asks (`writeReplicaWaitParams`). */
 export interface ReplicaWaitParams {
@@ -205,7 +209,7 @@ export interface ReplicaWaitParams {
   timeoutMs: number;
 }
 
-/** Writes the replica-wait parameters at `at` (after a fence's empty key); returns the end. */
+/** Writes the replica-wait parameters at `at` (right after the key); returns the end. */
 export function writeReplicaWaitParams(buf: Buffer, at: number, params: ReplicaWaitParams): number {
   assert(
     Number.isInteger(params.replicas) && params.replicas >= 0 && params.replicas <= REPLICA_ACKS_MAX,
@@ -221,7 +225,7 @@ export function writeReplicaWaitParams(buf: Buffer, at: number, params: ReplicaW
   return at + REPLICA_WAIT_PARAMS_BYTES;
 }
 
-/** The replica-wait parameters of a fence at `at` (with an empty key), checked by `checkRequest`. */
+/** The replica-wait parameters of a request at `at` that has them, checked by `checkRequest`. */
 export function readReplicaWaitParams(buf: Buffer, at: number): ReplicaWaitParams {
   const params = replicaWaitParamsAt(buf, at + REQUEST_HEADER_BYTES + readU16LE(buf, at + KEY_BYTES_AT));
   assert(isReplicaWaitParams(params), 'replica wait parameters out of range after decode');
@@ -244,6 +248,11 @@ function isReplicaWaitParams(p: ReplicaWaitParams): boolean {
 
 export const requestReplicaWait = (buf: Buffer, at: number): boolean =>
   (buf[at + FLAGS_AT] & RequestFlag.ReplicaWait) !== 0;
+
+/** Bytes after the header before a request's record (or modify parameters): its key, and the wait's. */
+export const requestKeyAndWaitBytes = (buf: Uint8Array, at: number): number =>
+  readU16LE(buf, at + KEY_BYTES_AT) +
+  ((buf[at + FLAGS_AT] & RequestFlag.ReplicaWait) !== 0 ? REPLICA_WAIT_PARAMS_BYTES : 0);
 
 /** A fragment op's flags byte: its priority and durability; OR RequestFlag bits into it. */
 export function requestFlags(priority: Priority, durability: Durability): number {
@@ -362,7 +371,7 @@ export function readModifyParams(buf: Buffer, at: number): ModifyParams {
 export function requestStampAt(op: Buffer): number {
   const kind = op[0];
   if (kind !== OpKind.Write && kind !== OpKind.Modify) return -1;
-  const rest = REQUEST_HEADER_BYTES + readU16LE(op, 8);
+  const rest = REQUEST_HEADER_BYTES + requestKeyAndWaitBytes(op, 0);
   return kind === OpKind.Write ? rest : rest + MODIFY_PARAMS_BYTES + readU16LE(op, rest + 6);
 }
 
@@ -383,16 +392,22 @@ export function checkRequest(
   if (!isFragmentOpKind(kind)) return `request kind ${kind} cannot be forwarded`;
   if ((op[1] & 3) > 2 || ((op[1] >> 2) & 3) > 2) return 'bad priority or durability';
   const keyBytes = readU16LE(op, 8);
-  const rest = REQUEST_HEADER_BYTES + keyBytes;
-  if (keyBytes > KEY_BYTES_MAX || rest > op.length) return 'bad key length';
-  if (kind === OpKind.Fence && (op[1] & RequestFlag.ReplicaWait) !== 0) {
-    if (keyBytes !== 0 || rest + REPLICA_WAIT_PARAMS_BYTES !== op.length) return 'bad replica wait length';
-    return isReplicaWaitParams(replicaWaitParamsAt(op, rest)) ? undefined : 'bad replica wait parameters';
+  const keyEnd = REQUEST_HEADER_BYTES + keyBytes;
+  if (keyBytes > KEY_BYTES_MAX || keyEnd > op.length) return 'bad key length';
+  let rest = keyEnd;
+  if ((op[1] & RequestFlag.ReplicaWait) !== 0) {
+    rest += REPLICA_WAIT_PARAMS_BYTES;
+    if (rest > op.length) return 'bad replica wait length';
+    const params = replicaWaitParamsAt(op, keyEnd);
+    if (!isReplicaWaitParams(params)) return 'bad replica wait parameters';
+    if (kind === OpKind.Fence)
+      return keyBytes === 0 && rest === op.length ? undefined : 'bad replica wait length';
+    if (kind !== OpKind.Write && kind !== OpKind.Modify) return 'only fences and writes wait for replicas';
   }
   if (kind !== OpKind.Write && kind !== OpKind.Modify)
     return rest === op.length ? undefined : 'trailing bytes';
   // A request carries its key once the fragment is known: the key must be the fragment's.
-  if (fragmentOf(op.subarray(REQUEST_HEADER_BYTES, rest)) !== fragment) return 'key of another fragment';
+  if (fragmentOf(op.subarray(REQUEST_HEADER_BYTES, keyEnd)) !== fragment) return 'key of another fragment';
   if (kind === OpKind.Write) return isWellFormedRecord(op.subarray(rest)) ? undefined : 'malformed record';
   if (rest + MODIFY_PARAMS_BYTES > op.length) return 'modify parameters cut short';
   const modifier = op[rest];
@@ -752,6 +767,14 @@ export const acksCount = (buf: Buffer, at: number): number => readU32LE(buf, at 
 
 export const resultStatus = (buf: Buffer, at: number): number => buf[at + KIND_AT];
 export const resultDetail = (buf: Buffer, at: number): number => buf[at + FLAGS_AT];
+/**
+ * A write's detail byte: whether a live value existed before it, and the replicas it reached (no
+ * more than it may ask for: REPLICA_ACKS_MAX fits the 7 bits).
+ */
+export const writeDetail = (prior: boolean, reached: number): number =>
+  (prior ? 1 : 0) | (Math.min(reached, REPLICA_ACKS_MAX) << REACHED_SHIFT);
+/** The replicas a write with the replica-wait flag reached (`writeDetail`). */
+export const resultReplicasReached = (buf: Buffer, at: number): number => buf[at + FLAGS_AT] >> REACHED_SHIFT;
 export const resultId = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);
 /** Replaces an encoded result's id (a result passed back under its origin's id). */
 export const setResultId = (buf: Uint8Array, at: number, reqId: number): void =>

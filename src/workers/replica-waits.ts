@@ -6,13 +6,17 @@
 // the tracker only for fragments something waits on, so writes that ask for nothing pay nothing.
 // A wait flushes its fragment's senders: what they hold goes at once, not after the batch interval,
 // and asks for the wait's level (WAITAOF's `stable` under the default `--replication-ack store`).
+// A write that waits for its replicas (--replica-acks) is followed into its actor by such a fence,
+// and answered once both are in: one request per write on the ring and between nodes, not two.
 
 import type { DriverClock } from '../core/clock.js';
-import type { FragmentOp, ReplySink } from '../core/fragment.js';
-import { Reply } from '../core/ops.js';
+import { FragmentOp, type ReplySink } from '../core/fragment.js';
+import { Durability, isWriteRefusal, OpKind, Reply } from '../core/ops.js';
 import { type AckTrackerAction, ReplicaAckTracker } from '../core/replica-acks.js';
 import { AckLevel, type ReplicationSender } from '../core/replication-sender.js';
 import type { ReplicaWaitParams } from '../threads/op-codec.js';
+
+const NO_BYTES = new Uint8Array(0);
 
 /** What the waits need from the worker: its senders and its result ring. */
 export interface ReplicaWaitHost {
@@ -28,6 +32,8 @@ export interface ReplicaWaitHost {
   answer(reply: Reply, detail: number, reqId: number): void;
   /** Sends a text answer (a failed fence's message) and publishes it. */
   answerText(reply: Reply, reqId: number, text: string): void;
+  /** Sends a write's own reply, with the number of replicas it reached, and publishes it. */
+  answerWrite(write: FragmentOp, reached: number): void;
   readonly clock: DriverClock;
 }
 
@@ -40,6 +46,8 @@ export class ReplicaWaits implements ReplySink {
   private readonly actions: AckTrackerAction[] = [];
   /** What each fence still in its actor asks, by request id. */
   private readonly asked = new Map<number, Asked>();
+  /** Writes waiting for their replicas, by request id (their fence's). */
+  private readonly writes = new Map<number, WriteWait>();
   private timerAtMs = Number.POSITIVE_INFINITY;
   private readonly onTimer = (): void => {
     this.timerAtMs = Number.POSITIVE_INFINITY;
@@ -55,14 +63,35 @@ export class ReplicaWaits implements ReplySink {
     this.asked.set(fence.reqId, { fragment, ...params });
   }
 
+  /**
+   * Routes the reply of `write` (a write or modification about to be submitted) here, and returns
+   * the fence to submit right behind it: the write is answered once both replied.
+   */
+  admitWrite(write: FragmentOp, fragment: number, params: ReplicaWaitParams): FragmentOp {
+    const fence = new FragmentOp(
+      OpKind.Fence,
+      write.reqId,
+      write.priority,
+      Durability.Memory,
+      NO_BYTES,
+      NO_BYTES,
+    );
+    fence.durabilityOnly = true;
+    const wait = new WriteWait(this.host, write);
+    write.sink = wait;
+    this.writes.set(write.reqId, wait);
+    this.admit(fence, fragment, params);
+    return fence;
+  }
+
   /** The fence went through its actor: wait for the fragment's position, now. */
   onReply(op: FragmentOp, reply: Reply, text: string): void {
     const asked = this.asked.get(op.reqId);
     if (asked === undefined) return;
     this.asked.delete(op.reqId);
-    if (reply !== Reply.FenceReached) return this.host.answerText(reply, op.reqId, text || 'fence failed');
+    if (reply !== Reply.FenceReached) return this.settle(op.reqId, reply, 0, text || 'fence failed');
     const position = this.host.positionOf(asked.fragment);
-    if (position === -1) return this.host.answer(Reply.FenceReached, 0, op.reqId);
+    if (position === -1) return this.settle(op.reqId, Reply.FenceReached, 0, '');
     this.report(asked.fragment);
     const nowMs = this.host.clock.nowMs();
     this.tracker.step({
@@ -111,17 +140,57 @@ export class ReplicaWaits implements ReplySink {
     });
   }
 
+  /** Answers wait `id`: its fence, or the write it follows (which counts a failed wait as none reached). */
+  private settle(id: number, reply: Reply, reached: number, text: string): void {
+    const write = this.writes.get(id);
+    if (write !== undefined) {
+      this.writes.delete(id);
+      write.replicated(reply === Reply.FenceReached ? reached : 0);
+    } else if (text !== '') this.host.answerText(reply, id, text);
+    else this.host.answer(reply, reached, id);
+  }
+
   private flush(): void {
     this.tracker.takeActions(this.actions);
     for (const a of this.actions) {
-      if (a.full)
-        this.host.answerText(Reply.Backpressure, a.id, 'too many waits for replica acknowledgements');
-      else this.host.answer(Reply.FenceReached, a.reached, a.id);
+      if (a.full) this.settle(a.id, Reply.Backpressure, 0, 'too many waits for replica acknowledgements');
+      else this.settle(a.id, Reply.FenceReached, a.reached, '');
     }
     this.actions.length = 0;
     const at = this.tracker.nextWakeMs();
     if (at === Number.POSITIVE_INFINITY || at >= this.timerAtMs) return;
     this.timerAtMs = at;
     this.host.clock.setTimer(at, this.onTimer);
+  }
+}
+
+/** A write and its fence: the write's reply goes out once both are in, or at once if it wrote nothing. */
+class WriteWait implements ReplySink {
+  private reached = -1;
+  private replied = false;
+  private answered = false;
+
+  constructor(
+    private readonly host: ReplicaWaitHost,
+    private readonly write: FragmentOp,
+  ) {}
+
+  /** The write's own reply (its durability reached, or a refusal). */
+  onReply(_op: FragmentOp, reply: Reply): void {
+    this.replied = true;
+    if (isWriteRefusal(reply)) this.answer(0);
+    else if (this.reached !== -1) this.answer(this.reached);
+  }
+
+  /** Its fence's answer: the replicas reached. */
+  replicated(reached: number): void {
+    this.reached = reached;
+    if (this.replied) this.answer(reached);
+  }
+
+  private answer(reached: number): void {
+    if (this.answered) return;
+    this.answered = true;
+    this.host.answerWrite(this.write, reached);
   }
 }

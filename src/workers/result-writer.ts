@@ -19,6 +19,7 @@ import {
   type ScanEntry,
   scanPageBytes,
   writeAcksHeader,
+  writeDetail,
   writePeerHeader,
   writePoolSpanRequest,
   writeResultHeader,
@@ -35,8 +36,8 @@ export interface OpReplies {
 }
 
 /** Writes the reply the actor set on `op`: with its record, its text, or its status alone. */
-export function writeOpReply(op: FragmentOp, to: OpReplies): void {
-  const detail = op.prior ? 1 : 0;
+export function writeOpReply(op: FragmentOp, to: OpReplies, replicasReached = 0): void {
+  const detail = writeDetail(op.prior, replicasReached);
   const record = op.replyRecord;
   if (record !== undefined) {
     to.record(op.reply, detail, op.reqId, record, op.headerOnly || op.reply === Reply.Superseded);

@@ -64,6 +64,7 @@ import {
   requestFragment,
   requestHeaderOnly,
   requestId,
+  requestKeyAndWaitBytes,
   requestKeyBytes,
   requestPriority,
   requestReplicaWait,
@@ -226,6 +227,10 @@ export class WorkerRuntime implements RecordDecoder {
         this.results.text(reply, 0, reqId, text);
         this.results.publish();
       },
+      answerWrite: (write, reached) => {
+        writeOpReply(write, this.results, reached);
+        this.results.publish();
+      },
       clock: new SystemClock(),
     });
     if (replication !== undefined)
@@ -320,19 +325,21 @@ export class WorkerRuntime implements RecordDecoder {
     const bodyAt = at + REQUEST_HEADER_BYTES;
     const bodyEnd = at + length;
     const key = this.turns.view(bodyAt, keyBytes);
-    let recordAt = bodyAt + keyBytes;
+    let recordAt = bodyAt + requestKeyAndWaitBytes(buf, at);
     let params: ModifyParams | undefined;
     if (kind === OpKind.Modify) {
-      params = readModifyParams(buf.subarray(bodyAt, bodyEnd), keyBytes);
+      params = readModifyParams(buf.subarray(bodyAt, bodyEnd), recordAt - bodyAt);
       recordAt = bodyAt + params.end;
     }
     const record = recordAt < bodyEnd ? this.turns.view(recordAt, bodyEnd - recordAt) : EMPTY_KEY;
     const priority = requestPriority(buf, at);
     const durability = requestDurability(buf, at);
     const wantsPrior = requestWantsPrior(buf, at);
+    const replicaWait = requestReplicaWait(buf, at);
     if (
       kind === OpKind.Write &&
       !wantsPrior &&
+      !replicaWait &&
       core.tryDirectWrite(reqId, priority, durability, key, record, this.turnNowMs)
     ) {
       this.activate(core);
@@ -343,7 +350,7 @@ export class WorkerRuntime implements RecordDecoder {
     op.wantsPrior = wantsPrior;
     if (kind === OpKind.Fence) {
       op.answersWhileFailing = requestForScan(buf, at);
-      if (requestReplicaWait(buf, at)) {
+      if (replicaWait) {
         op.durabilityOnly = true;
         this.replicaWaits.admit(op, fragment, readReplicaWaitParams(buf, at));
       }
@@ -354,8 +361,17 @@ export class WorkerRuntime implements RecordDecoder {
       op.arg = params.arg;
       op.operand = params.operand;
     }
+    // A write's wait is a fence right behind it: the write is answered once both are in.
+    const fence =
+      replicaWait && kind !== OpKind.Fence
+        ? this.replicaWaits.admitWrite(op, fragment, readReplicaWaitParams(buf, at))
+        : undefined;
     this.requestEvent.op = op;
     core.step(this.requestEvent);
+    if (fence !== undefined) {
+      this.requestEvent.op = fence;
+      core.step(this.requestEvent);
+    }
     this.activate(core);
   }
 

@@ -66,6 +66,17 @@ describe('WAIT and replica acknowledgements (3 nodes, R=3, --replication-ack sta
         node.id,
       );
     }
+    // A modification carries its wait too, to whichever node serves its key.
+    const counters = Array.from({ length: 8 }, (_, i) => `wait:n:${i}`);
+    for (let round = 1; round <= 3; round++)
+      for (const key of counters) assert.equal(await c.incr(key), round);
+    for (const node of cluster.nodes) {
+      assert.deepEqual(
+        await localValues(node, counters),
+        counters.map(() => '3'),
+        node.id,
+      );
+    }
     assert.equal(await c.call('TESSERA.DURABILITY', 'store', 'REPLICAS', '3'), 'OK');
     await rejectsWith(
       c.set('wait:none', 'x'),
@@ -74,6 +85,9 @@ describe('WAIT and replica acknowledgements (3 nodes, R=3, --replication-ack sta
     await rejectsWith(c.mset('wait:m1', 'x', 'wait:m2', 'y'), /^NOREPLICAS /);
     // Applied at the serving replica all the same.
     assert.equal(await c.get('wait:none'), 'x');
+    // A write that writes nothing answers as itself, replicated or not.
+    assert.equal(await c.set('wait:none', 'y', 'NX'), null);
+    await rejectsWith(c.incr('wait:none'), /^ERR value is not an integer/);
     await rejectsWith(
       c.call('TESSERA.DURABILITY', 'store', 'REPLICAS', '-1'),
       /^ERR REPLICAS must be an integer/,

@@ -15,7 +15,7 @@ import { Tessera } from '../../src/main/node.js';
 import { resultError } from '../../src/main/result-error.js';
 import { RESULT_HEADER_BYTES, type RoundReport, resultStatus } from '../../src/threads/op-codec.js';
 import { CLUSTER_SECRET } from './cluster-helpers.js';
-import { eventually, STORES, tempDir } from './helpers.js';
+import { eventually, readOnWorker, STORES, tempDir } from './helpers.js';
 
 const FRAGMENTS = 8;
 const WAIT_MS = 10_000;
@@ -28,32 +28,6 @@ function keysOf(node: Tessera, fragment: number, count: number, prefix: string):
     if (node.dispatcher.fragmentOf(Buffer.from(key)) === fragment) keys.push(key);
   }
   return keys;
-}
-
-/** Reads `key` through this node's own worker (its copy, as READONLY does), not the serving replica's. */
-function readOnWorker(node: Tessera, key: string): Promise<string | undefined> {
-  const dispatcher = node.dispatcher;
-  const bytes = Buffer.from(key);
-  return new Promise((resolve, reject) => {
-    const error = dispatcher.submitRead(
-      dispatcher.fragmentOf(bytes),
-      bytes,
-      Priority.Default,
-      false,
-      {
-        onResult(_token, buf, at, length) {
-          const status = resultStatus(buf, at);
-          if (status === Reply.NotFound) return resolve(undefined);
-          if (status !== Reply.Found) return reject(resultError(buf, at, length));
-          resolve(Buffer.from(valueBytesOf(buf.subarray(at + RESULT_HEADER_BYTES, at + length))).toString());
-        },
-        onFailure: (_token, err) => reject(err),
-      },
-      undefined,
-      true,
-    );
-    if (error !== undefined) reject(error);
-  });
 }
 
 for (const store of STORES) {

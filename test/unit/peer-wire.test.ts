@@ -20,15 +20,22 @@ import {
 } from '../../src/core/peer-frame.js';
 import { computePlacement, firstServingReplica } from '../../src/core/placement.js';
 import { encodeRecord } from '../../src/core/record.js';
+import { AckLevel } from '../../src/core/replication-sender.js';
 import { resolveClusterConfig } from '../../src/main/cluster-config.js';
 import {
   checkRequest,
   checkResult,
+  REPLICA_WAIT_PARAMS_BYTES,
   RESULT_HEADER_BYTES,
+  type ReplicaWaitParams,
+  RequestFlag,
   ResultKind,
+  readReplicaWaitParams,
   requestFlags,
+  requestStampAt,
   scanPageBytes,
   writeModifyParams,
+  writeReplicaWaitParams,
   writeRequestHeader,
   writeResultHeader,
   writeScanPage,
@@ -352,25 +359,65 @@ describe('requests from peers', () => {
   const fragment = fragmentOf(key);
   const stamp = encodeRecord(false, 1000, 0, 0, Buffer.from('a'), Buffer.from('value'));
 
-  function request(kind: number, body: (buf: Buffer, at: number) => number): Buffer {
+  const waitFor2 = { replicas: 2, level: AckLevel.Store, timeoutMs: 500 };
+
+  /** A request of `kind` for `key`, waiting for replicas when `wait` is given. */
+  function request(
+    kind: number,
+    body: (buf: Buffer, at: number) => number,
+    wait?: ReplicaWaitParams,
+    onKey = key,
+  ): Buffer {
     const buf = Buffer.alloc(4096);
-    const at = writeRequestHeader(
-      buf,
-      0,
-      kind,
-      requestFlags(Priority.Default, Durability.Store),
-      fragment,
-      9,
-      key,
-    );
+    const flags =
+      requestFlags(Priority.Default, Durability.Store) | (wait === undefined ? 0 : RequestFlag.ReplicaWait);
+    let at = writeRequestHeader(buf, 0, kind, flags, fragment, 9, onKey);
+    if (wait !== undefined) at = writeReplicaWaitParams(buf, at, wait);
     return buf.subarray(0, body(buf, at));
   }
-  const write = () => request(OpKind.Write, (buf, at) => at + stamp.copy(buf, at));
-  const modify = (modifier: number, operand?: Buffer) =>
-    request(OpKind.Modify, (buf, at) => {
-      const p = writeModifyParams(buf, at, modifier as Modifier, 0, 0, operand);
-      return p + stamp.copy(buf, p);
-    });
+  const write = (wait?: ReplicaWaitParams) =>
+    request(OpKind.Write, (buf, at) => at + stamp.copy(buf, at), wait);
+  const modify = (modifier: number, operand?: Buffer, wait?: ReplicaWaitParams) =>
+    request(
+      OpKind.Modify,
+      (buf, at) => {
+        const p = writeModifyParams(buf, at, modifier as Modifier, 0, 0, operand);
+        return p + stamp.copy(buf, p);
+      },
+      wait,
+    );
+  const fence = (wait: ReplicaWaitParams) => request(OpKind.Fence, (_b, at) => at, wait, Buffer.alloc(0));
+
+  test('a write or fence that waits for replicas carries the wait after its key, before its record', () => {
+    assert.equal(checkRequest(write(waitFor2), 16, fragmentOf), undefined);
+    assert.equal(
+      checkRequest(modify(Modifier.IncrBy, Buffer.from('5'), waitFor2), 16, fragmentOf),
+      undefined,
+    );
+    assert.equal(checkRequest(fence(waitFor2), 16, fragmentOf), undefined);
+    const waiting = write(waitFor2);
+    assert.deepEqual(waiting.subarray(requestStampAt(waiting)), stamp);
+    assert.equal(requestStampAt(waiting), requestStampAt(write()) + REPLICA_WAIT_PARAMS_BYTES);
+    assert.deepEqual(readReplicaWaitParams(waiting, 0), waitFor2);
+    const incr = modify(Modifier.IncrBy, Buffer.from('5'), waitFor2);
+    assert.deepEqual(incr.subarray(requestStampAt(incr)), stamp);
+    // A read waits for nothing; a wait's parameters are checked as a fence's are.
+    assert.match(
+      checkRequest(
+        request(OpKind.Read, (_b, at) => at, waitFor2),
+        16,
+        fragmentOf,
+      ) ?? 'accepted',
+      /only fences and writes wait for replicas/,
+    );
+    const badLevel = write(waitFor2);
+    badLevel[10 + key.length + 1] = 9;
+    assert.match(checkRequest(badLevel, 16, fragmentOf) ?? 'accepted', /bad replica wait parameters/);
+    assert.match(
+      checkRequest(write(waitFor2).subarray(0, 10 + key.length + 3), 16, fragmentOf) ?? 'accepted',
+      /bad replica wait length/,
+    );
+  });
 
   test('well-formed requests pass', () => {
     assert.equal(checkRequest(write(), 16, fragmentOf), undefined);

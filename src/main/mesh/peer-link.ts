@@ -150,8 +150,9 @@ export class PeerLink {
     this.inFlight.clear();
     this.stopTimerIfIdle();
     for (const entry of held) {
-      if (requestReplicaWait(entry.request, 0)) {
+      if (entry.request[0] === OpKind.Fence && requestReplicaWait(entry.request, 0)) {
         // Only the replica that took the writes can say how far they reached: none other may answer.
+        // (A write that waits for its replicas carries itself: the replica it goes to takes it.)
         entry.handler.onFailure(
           entry.token,
           networkError(`peer ${this.peerId} disconnected before it confirmed its replicas`),
