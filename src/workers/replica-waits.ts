@@ -48,6 +48,22 @@ export class ReplicaWaits implements ReplySink {
   private readonly asked = new Map<number, Asked>();
   /** Writes waiting for their replicas, by request id (their fence's). */
   private readonly writes = new Map<number, WriteWait>();
+  /** The one progress event `report` fills for each sender: the tracker copies what it reads. */
+  private readonly acked = [0, 0, 0, 0];
+  private readonly progress = {
+    kind: 'progress' as const,
+    fragment: 0,
+    peer: 0,
+    ackedThroughOps: this.acked,
+    lostThroughOps: 0,
+  };
+  private readonly reportSender = (peer: number, sender: ReplicationSender): void => {
+    for (let level = AckLevel.Memory; level <= AckLevel.Stable; level++)
+      this.acked[level] = sender.ackedThrough(level);
+    this.progress.peer = peer;
+    this.progress.lostThroughOps = sender.lostThrough;
+    this.tracker.step(this.progress);
+  };
   private timerAtMs = Number.POSITIVE_INFINITY;
   private readonly onTimer = (): void => {
     this.timerAtMs = Number.POSITIVE_INFINITY;
@@ -123,21 +139,8 @@ export class ReplicaWaits implements ReplySink {
   }
 
   private report(fragment: number): void {
-    this.host.forEachSender(fragment, (peer, sender) => {
-      const ackedThroughOps = [
-        0,
-        sender.ackedThrough(AckLevel.Memory),
-        sender.ackedThrough(AckLevel.Store),
-        sender.ackedThrough(AckLevel.Stable),
-      ];
-      this.tracker.step({
-        kind: 'progress',
-        fragment,
-        peer,
-        ackedThroughOps,
-        lostThroughOps: sender.lostThrough,
-      });
-    });
+    this.progress.fragment = fragment;
+    this.host.forEachSender(fragment, this.reportSender);
   }
 
   /** Answers wait `id`: its fence, or the write it follows (which counts a failed wait as none reached). */

@@ -139,7 +139,6 @@ export class PeerLink {
       this.inFlight.delete(reqId);
       entry.handler.onResult(entry.token, bytes, at, stop - at);
     });
-    this.stopTimerIfIdle();
     return ok && !malformed;
   }
 
@@ -148,7 +147,6 @@ export class PeerLink {
     if (this.batch.count > 0) this.batch.finish();
     const held = [...this.inFlight.values()];
     this.inFlight.clear();
-    this.stopTimerIfIdle();
     for (const entry of held) {
       if (entry.request[0] === OpKind.Fence && requestReplicaWait(entry.request, 0)) {
         // Only the replica that took the writes can say how far they reached: none other may answer.
@@ -216,6 +214,10 @@ export class PeerLink {
     this.stopTimerIfIdle();
   }
 
+  /**
+   * Stops the expiry check once a whole period passed with nothing in flight — not at each answer:
+   * one request at a time would start and stop a timer per request.
+   */
   private stopTimerIfIdle(): void {
     if (this.inFlight.size === 0 && this.timer !== undefined) {
       clearInterval(this.timer);
