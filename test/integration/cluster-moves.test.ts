@@ -2,8 +2,10 @@
 // acknowledged writes: two nodes join three (R=3) under load and receive their share; one leaves
 // (its replicas handed over, then it exits the cluster and stops); one is killed and, once Down, every fragment it held
 // is re-replicated from the survivors until none is under-replicated; one restarted within
-// --down-after moves nothing. After each step every acknowledged write is readable from every
-// replica the table lists, and the move counts are reported.
+// --down-after moves nothing; one that acknowledged writes alone and crashed hands its copies over
+// whole once it is back, though nothing in its configuration placed them there. After each step
+// every acknowledged write is readable from every replica the table lists, and the move counts are
+// reported.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -30,6 +32,8 @@ const FRAGMENTS = 16;
 /** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */
 const CONDITION_MS_MAX = 90_000;
 const COMMON = ['--admin-port', '0', '--admin-token', TOKEN, '--down-after', '6s'];
+/** Writes a joined node acknowledges alone before it is killed. */
+const ALONE_WRITES = 40;
 
 const getJson = adminGet;
 
@@ -144,6 +148,8 @@ describe('fragments that move while serving', () => {
         } catch (err) {
           failures++; // a write that fails is not acknowledged: nothing to check for it
           if (failed.length < 5) failed.push(`${key}: ${(err as Error).message}`);
+          // A client whose node is gone fails at once: let the event loop run between failures.
+          await new Promise((resolve) => setImmediate(resolve));
         }
       }
     })();
@@ -288,6 +294,59 @@ describe('fragments that move while serving', () => {
     );
     writing = false;
     await writer;
+    await everyReplicaHoldsEveryWrite();
+  });
+
+  test('writes a joined node acknowledged alone, then crashed: its copies, listed nowhere once it is back, are handed over whole', async () => {
+    writing = false;
+    await writer;
+    const nodeOf = (id: string) => [...fixture.nodes, ...joined].find((n) => n.id === id)!;
+    const d = nodeOf('d');
+    const placement = await getJson<FragmentPlacement[]>(byId('a'), '/cluster/placement');
+    const alone: string[] = [];
+    for (let i = 0; alone.length < ALONE_WRITES && i < 100_000; i++) {
+      const key = `alone:${i}`;
+      if (placement[keyspace.fragmentOf(Buffer.from(key))]!.replicas[0] === 'd') alone.push(key);
+    }
+    assert.equal(alone.length, ALONE_WRITES, 'd serves some fragment');
+    // d joined: nothing in its configuration places a copy on it. Its peers gone, it acknowledges
+    // writes to the fragments it serves alone, then is killed.
+    await Promise.all(['a', 'e'].map((id) => nodeOf(id).stop('SIGKILL')));
+    const client = await d.client();
+    for (const key of alone) {
+      await client.set(key, `only-d-${key}`);
+      acked.set(key, `only-d-${key}`);
+    }
+    await d.stop('SIGKILL');
+    await Promise.all(['a', 'c', 'e'].map((id) => nodeOf(id).start()));
+    await eventually(
+      async () => (await membersAt(nodeOf('a'))).some((m) => m.nodeId === 'd' && m.state === 'Down'),
+      CONDITION_MS_MAX,
+    );
+    await settled(running(), ['a', 'c', 'e'], nodeOf('a'));
+    // What makes the case: the replicas that replaced d's copies lack what d acknowledged alone.
+    for (const id of ['a', 'c', 'e']) {
+      const values = await localValues(nodeOf(id), alone);
+      assert.ok(
+        values.every((v, i) => v !== acked.get(alone[i]!)),
+        `${id} was never sent a write d acknowledged alone`,
+      );
+    }
+    // Back, d holds the copies it finds on disk; the table lists it nowhere, so before each goes
+    // every replica pulls it whole.
+    const from = new Map(['a', 'c', 'e'].map((id) => [id, nodeOf(id).log.length]));
+    await d.start();
+    await settled(running(), ['a', 'c', 'd', 'e'], nodeOf('a'));
+    const pulled = ['a', 'c', 'e'].filter((id) =>
+      nodeOf(id)
+        .log.slice(from.get(id))
+        .split('\n')
+        .some((l) => l.includes('"msg":"pulled a copy handed over whole"') && l.includes('"from":"d"')),
+    );
+    if (pulled.length !== 3) {
+      const kept = await keepLogs('cluster-moves', running());
+      assert.fail(`only ${pulled} pulled a copy d handed over (logs in ${kept})`);
+    }
     await everyReplicaHoldsEveryWrite();
   });
 });
