@@ -47,7 +47,7 @@ import { DataDirLock } from '../native-bindings/data-dir-lock.js';
 import type { EvictionPolicy } from '../native-bindings/kv-store.js';
 import { bindStore, STORE_FORMAT_VERSION } from '../native-bindings/manifest.js';
 import { recoverStore } from '../native-bindings/open-store.js';
-import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../threads/op-codec.js';
+import { RESULT_HEADER_BYTES, resultHadPrior, resultStatus } from '../threads/op-codec.js';
 import { ringWakeupsRecovered } from '../threads/ring.js';
 import { servePeerRequests } from './admin/cluster-changes.js';
 import { type NodeConfig, resolveConfig, type TesseraOptions } from './config.js';
@@ -1006,9 +1006,7 @@ function asTesseraError(err: unknown): TesseraError {
 
 function writeOutcome(buf: Buffer, at: number): boolean | undefined {
   const status = resultStatus(buf, at);
-  return status === Reply.Applied || status === Reply.AlreadyPresent
-    ? (resultDetail(buf, at) & 1) === 1
-    : undefined;
+  return status === Reply.Applied || status === Reply.AlreadyPresent ? resultHadPrior(buf, at) : undefined;
 }
 
 const writeHandler: ResultHandler<Deferred<unknown>> = {

@@ -773,6 +773,8 @@ export const resultDetail = (buf: Buffer, at: number): number => buf[at + FLAGS_
  */
 export const writeDetail = (prior: boolean, reached: number): number =>
   (prior ? 1 : 0) | (Math.min(reached, REPLICA_ACKS_MAX) << REACHED_SHIFT);
+/** Whether a live value existed before the write (`writeDetail`). */
+export const resultHadPrior = (buf: Buffer, at: number): boolean => (buf[at + FLAGS_AT] & 1) === 1;
 /** The replicas a write with the replica-wait flag reached (`writeDetail`). */
 export const resultReplicasReached = (buf: Buffer, at: number): number => buf[at + FLAGS_AT] >> REACHED_SHIFT;
 export const resultId = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);

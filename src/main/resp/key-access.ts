@@ -17,7 +17,7 @@ import { OpKind, Priority, Reply } from '../../core/ops.js';
 import { expiresAtOf, valueBytesOf } from '../../core/record.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
-import { RESULT_HEADER_BYTES, resultDetail, resultStatus } from '../../threads/op-codec.js';
+import { RESULT_HEADER_BYTES, resultHadPrior, resultStatus } from '../../threads/op-codec.js';
 import { blankWriteSpec, NOT_LOCAL, releaseWriteSpec, type WriteSpec } from '../key-router.js';
 import { resultError } from '../result-error.js';
 import type { ResultHandler } from '../worker-link.js';
@@ -544,7 +544,7 @@ const writeHandler: ResultHandler<ReplySlot> = {
     const status = resultStatus(buf, at);
     if (!writeHeld(status)) writeFailure(w, resultError(buf, at, length));
     else if (slot.mode === WriteMode.Ok) w.ok();
-    else w.integer(resultDetail(buf, at) & 1);
+    else w.integer(resultHadPrior(buf, at) ? 1 : 0);
     slot.conn.endReply(slot);
   },
   onFailure(slot, error) {
@@ -555,7 +555,7 @@ const writeHandler: ResultHandler<ReplySlot> = {
 const partWriteHandler: ResultHandler<WritePart> = {
   onResult(part, buf, at, length) {
     const status = resultStatus(buf, at);
-    if (writeHeld(status) && status !== Reply.Expired) part.slot.count += resultDetail(buf, at) & 1;
+    if (writeHeld(status) && status !== Reply.Expired) part.slot.count += resultHadPrior(buf, at) ? 1 : 0;
     partDone(part.slot, writeHeld(status) ? undefined : resultError(buf, at, length));
   },
   onFailure: (part, error) => partDone(part.slot, error),
