@@ -74,6 +74,7 @@ import {
   type CatchUpHost,
   FailoverCatchUp,
   type HandoverOutcome,
+  type RoundEnd,
 } from '../../src/main/mesh/failover-catch-up.js';
 import { PlacementDriver, type PlacementIo } from '../../src/main/mesh/placement-driver.js';
 import {
@@ -682,7 +683,7 @@ export class PlacementSim extends MembershipSim {
       memberName: (member) => this.memberIds[member]!,
       peersOf: (fragment) => this.routingAt(node, fragment).map((id) => this.memberIndexOf(id)),
       reconcile: (fragment, member) =>
-        new Promise<boolean>((resolve) => {
+        new Promise<RoundEnd>((resolve) => {
           const peer = this.memberIds[member]!;
           this.pending.push({
             atMs: this.nowMs + 5 + Math.floor(this.random() * 295),
@@ -693,7 +694,7 @@ export class PlacementSim extends MembershipSim {
               const theirs = this.holders.get(peer)!.copies.get(fragment);
               const complete = mine !== undefined && theirs !== undefined && this.reaches(node.id, peer);
               if (complete) merge(mine, theirs);
-              resolve(complete);
+              resolve({ ok: complete, reason: complete ? '' : 'a copy is missing or the peer is cut off' });
             },
           });
         }),

@@ -9,6 +9,7 @@ import {
   type CatchUpHost,
   FailoverCatchUp,
   type HandoverOutcome,
+  type RoundEnd,
 } from '../../src/main/mesh/failover-catch-up.js';
 import type { ResultHandler } from '../../src/main/worker-link.js';
 
@@ -41,8 +42,14 @@ class Host implements CatchUpHost {
   peersOf(): readonly number[] {
     return [0, SELF, 2];
   }
-  reconcile(fragment: number, member: number): Promise<boolean> {
-    return new Promise((resolve) => this.rounds.push({ fragment, member, finish: resolve }));
+  reconcile(fragment: number, member: number): Promise<RoundEnd> {
+    return new Promise((resolve) =>
+      this.rounds.push({
+        fragment,
+        member,
+        finish: (ok) => resolve({ ok, reason: ok ? '' : 'the peer broke the round' }),
+      }),
+    );
   }
   handover(fragment: number, member: number): Promise<HandoverOutcome> {
     return new Promise((resolve) => this.handovers.push({ fragment, member, finish: resolve }));
@@ -127,7 +134,11 @@ test('the serving replica lost: the fragment is held until a round against each 
   host.rounds[1].finish(false);
   await settle();
   assert.equal(catchUp.counters.incomplete, 1, 'a round that did not complete is counted');
-  assert.match(host.logs.at(-1) ?? '', /did not complete in time/);
+  assert.match(
+    host.logs.at(-1) ?? '',
+    /^catch-up round against another replica failed: .*"complete":false,"failed":\["n2: the peer broke the round"\]/,
+    'a round that failed is logged with its replica and reason, not as late',
+  );
 });
 
 test('a fragment served here since its catch-up is not held again; one whose serving came back from another is; with no other replica reachable, none is', async () => {
@@ -252,6 +263,7 @@ test('rounds that do not end in time: the fragment is served at the host’s dea
   await settle();
   assert.equal(catchUp.inProgress(), 0);
   assert.equal(catchUp.counters.incomplete, 1);
+  assert.match(host.logs.at(-1) ?? '', /^catch-up from the other replicas did not complete in time: /);
   assert.deepEqual(host.resubmitted, ['3:set x']);
   // Rounds that end in time cancel their deadline.
   host.first = [0, 0, 2, 0];

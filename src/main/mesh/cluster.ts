@@ -388,7 +388,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       isUp: (m) => this.isUp(m),
       memberName: (m) => this.config.members[m] ?? `#${m}`,
       peersOf: (f) => this.routing[f],
-      reconcile: (f, m, timeoutMs) => this.dispatcher.reconcileNow(f, m, timeoutMs).then((r) => r.ok),
+      reconcile: (f, m, timeoutMs) =>
+        this.dispatcher.reconcileNow(f, m, timeoutMs).then(({ ok, reason }) => ({ ok, reason })),
       handover: (f, m, timeoutMs) => this.askHandover(f, m, timeoutMs),
       resubmit: (f, request, handler, token) => this.resubmit(f, request, handler, token),
       after: (ms, fire) => {

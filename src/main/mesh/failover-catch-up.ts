@@ -28,6 +28,12 @@ import type { ResultHandler } from '../worker-link.js';
  */
 export type HandoverOutcome = 'covered' | 'drained' | 'failed';
 
+/** How a catch-up's round ended: `reason` says why it did not complete (empty when it did). */
+export interface RoundEnd {
+  ok: boolean;
+  reason: string;
+}
+
 /** What the catch-up needs from the cluster around it. */
 export interface CatchUpHost {
   readonly fragmentCount: number;
@@ -39,8 +45,8 @@ export interface CatchUpHost {
   memberName(member: number): string;
   /** The other replicas of the fragment that serve it (member indices). */
   peersOf(fragment: number): readonly number[];
-  /** A complete anti-entropy round of the fragment against `member`, started now; false when it did not complete. */
-  reconcile(fragment: number, member: number, timeoutMs: number): Promise<boolean>;
+  /** An anti-entropy round of the fragment against `member`, started now: whether it completed, and why not. */
+  reconcile(fragment: number, member: number, timeoutMs: number): Promise<RoundEnd>;
   /** `member`, which served the fragment before, hands over every write it took for it (HandoverOutcome). */
   handover(fragment: number, member: number, timeoutMs: number): Promise<HandoverOutcome>;
   /** Sends an encoded request on to the fragment's serving replica as routing picks it now. */
@@ -204,8 +210,12 @@ export class FailoverCatchUp {
     this.counters.catchUps++;
     const startedMs = this.host.nowMs();
     let handover: HandoverOutcome | 'none' = 'none';
-    const round = (m: number) =>
-      this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).catch(() => false);
+    // Each source's round, named in the log when it did not complete.
+    const round = (m: number): Promise<string> =>
+      this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).then(
+        (end) => (end.ok ? '' : `${this.host.memberName(m)}: ${end.reason}`),
+        (err: Error) => `${this.host.memberName(m)}: ${err.message}`,
+      );
     const rounds = handedOver
       ? [
           this.host
@@ -215,7 +225,7 @@ export class FailoverCatchUp {
               handover = outcome;
               if (outcome !== 'covered') return round(from);
               this.counters.covered++;
-              return true;
+              return '';
             }),
         ]
       : sources.map(round);
@@ -225,7 +235,8 @@ export class FailoverCatchUp {
     });
     Promise.race([Promise.all(rounds), deadline]).then((outcome) => {
       cancel();
-      const complete = outcome !== 'late' && outcome.every((ok) => ok);
+      const failed = outcome === 'late' ? [] : outcome.filter((why) => why !== '');
+      const complete = outcome !== 'late' && failed.length === 0;
       if (!complete) this.counters.incomplete++;
       const tookMs = this.host.nowMs() - startedMs;
       this.counters.lastMs = tookMs;
@@ -235,21 +246,28 @@ export class FailoverCatchUp {
       // Not again until the next failover (an incomplete one is logged: anti-entropy repairs the rest).
       this.caughtUp[fragment] = 1;
       Atomics.store(this.published, fragment, this.servedBy[fragment]);
-      this.host.log(
-        complete ? 'info' : 'warn',
-        {
-          fragment,
-          from: from === -1 || from === this.host.selfIndex ? 'start' : this.host.memberName(from),
-          sources: sources.length,
-          handover,
-          tookMs,
-          held: link.held.length,
-          complete,
-        },
-        complete
-          ? 'caught up: serving the fragment'
-          : 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has',
-      );
+      const fields: Record<string, unknown> = {
+        fragment,
+        from: from === -1 || from === this.host.selfIndex ? 'start' : this.host.memberName(from),
+        sources: sources.length,
+        handover,
+        tookMs,
+        held: link.held.length,
+        complete,
+      };
+      if (complete) this.host.log('info', fields, 'caught up: serving the fragment');
+      else if (outcome === 'late')
+        this.host.log(
+          'warn',
+          fields,
+          'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has',
+        );
+      else
+        this.host.log(
+          'warn',
+          { ...fields, failed },
+          'catch-up round against another replica failed: serving the fragment with what this copy has',
+        );
       for (const serve of link.held) serve();
     });
   }
