@@ -22,7 +22,9 @@
 //   A refused change is logged and dropped: the coordinator's digest, sent to every member every
 //   few seconds, makes a member that missed or refused changes pull the whole table once their
 //   views agree. A member that refused a coordinator its view did not name yet (a coordinator's new
-//   incarnation that took over before the member heard of it) pulls as soon as its view names it.
+//   incarnation that took over before the member heard of it) pulls as soon as its view names it,
+//   and asks to exchange its membership view with that coordinator at once (`sync-view`): gossip
+//   that missed it would otherwise reach it only at the next push-pull.
 
 import { assert } from './assert.js';
 import {
@@ -53,6 +55,7 @@ import {
   startMove,
   takeoverReporters,
 } from './coordinator.js';
+import { COORDINATOR_VIEW_SYNC_INTERVAL_MS } from './limits.js';
 
 /** A member's promise not to accept changes below `epoch`, nor at it from another coordinator. */
 export interface EpochPromise {
@@ -98,6 +101,11 @@ export type CoordinatorAction =
   | { kind: 'persist'; table: AssignmentTable; promise: EpochPromise | undefined }
   | { kind: 'table-changed'; fragments: number[] }
   | { kind: 'coordinator-changed'; coordinator: CoordinatorIdentity | undefined; epoch: number }
+  /**
+   * This node refused changes from `member`, a coordinator its membership view does not name: one
+   * of the two views is behind. Exchange the whole view with it (a membership push-pull).
+   */
+  | { kind: 'sync-view'; member: string }
   | { kind: 'log'; level: 'info' | 'warn'; message: string };
 
 export interface CoordinatorMachineConfig {
@@ -166,6 +174,8 @@ export class CoordinatorMachine {
    * than wait for its next digest.
    */
   private refusedCoordinator: CoordinatorIdentity | undefined;
+  /** When this node last asked to exchange views with each member whose changes it refused. */
+  private readonly viewSyncedAtMs = new Map<string, number>();
   private nowMs = 0;
   private readonly outbox: CoordinatorAction[] = [];
   readonly counters: CoordinatorCounters = {
@@ -328,6 +338,14 @@ export class CoordinatorMachine {
     return `epoch ${p.epoch} is promised to ${p.to.id}@${p.to.incarnation}; change from ${fence.coordinatorId}@${fence.incarnation} at epoch ${fence.epoch}`;
   }
 
+  /** Asks for a view exchange with `member`, at most once per COORDINATOR_VIEW_SYNC_INTERVAL_MS. */
+  private syncViewWith(member: string): void {
+    const lastMs = this.viewSyncedAtMs.get(member);
+    if (lastMs !== undefined && this.nowMs < lastMs + COORDINATOR_VIEW_SYNC_INTERVAL_MS) return;
+    this.viewSyncedAtMs.set(member, this.nowMs);
+    this.outbox.push({ kind: 'sync-view', member });
+  }
+
   /** Applies every entry of a changes message as a change under its own fence. */
   private applyChanges(from: string, changes: AssignmentTable): void {
     const applied: number[] = [];
@@ -361,8 +379,10 @@ export class CoordinatorMachine {
         }
       } else {
         refusals.push(result.message);
-        if (result.reason === 'non-current-coordinator')
+        if (result.reason === 'non-current-coordinator') {
           this.refusedCoordinator = fenceCoordinator(entry.fence);
+          this.syncViewWith(from);
+        }
       }
     }
     this.counters.changesApplied += applied.length;

@@ -592,6 +592,13 @@ export const CLUSTER_EVENT_READER_QUEUE_BYTES_MAX = 256 * 1024;
 export const COORDINATOR_REPORT_RETRY_MS = 1_000;
 /** The coordinator sends every member its table digest this often; a member whose table differs pulls it. */
 export const COORDINATOR_DIGEST_INTERVAL_MS = 5_000;
+/**
+ * A member refusing changes from a coordinator its membership view does not name exchanges its whole
+ * view with that coordinator at most this often: gossip that missed it (a leave, a takeover) would
+ * otherwise reach it only at the next push-pull, up to 30 s later, and it would refuse the table
+ * meanwhile.
+ */
+export const COORDINATOR_VIEW_SYNC_INTERVAL_MS = 1_000;
 /** The shortest --admin-token: a guessable token guards nothing. */
 export const ADMIN_TOKEN_BYTES_MIN = 16;
 /** A change request's JSON body on the admin port (`POST /cluster/…`): a few fields, never more. */

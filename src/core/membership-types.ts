@@ -122,7 +122,12 @@ export type MembershipEvent =
    * The peer connection to a member closed (a crash closes it at once): probe that member next,
    * without waiting for its turn, so a dead member is suspected within one probe timeout.
    */
-  | { kind: 'connection-lost'; nodeId: string; nowMs: number };
+  | { kind: 'connection-lost'; nodeId: string; nowMs: number }
+  /**
+   * Exchange the whole view with `nodeId` now (a push-pull out of turn): the placement coordinator
+   * found one of the two views behind.
+   */
+  | { kind: 'sync-with'; nodeId: string; nowMs: number };
 
 export interface MemberEventRecord {
   /** From 1, per node, with no gaps. */

@@ -259,6 +259,9 @@ export class Membership {
         case 'connection-lost':
           this.onConnectionLost(event.nodeId);
           break;
+        case 'sync-with':
+          this.syncWith(event.nodeId);
+          break;
       }
       this.runTimers();
     }
@@ -1066,7 +1069,13 @@ export class Membership {
     this.nextPushPullMs = this.nowMs + this.config.pushPullIntervalMs;
     const [peer] = this.randomMembers(1, isHealthy);
     if (peer === undefined) return;
-    this.sendTo(peer.nodeId, {
+    this.syncWith(peer.nodeId);
+  }
+
+  /** Sends `nodeId` this node's whole view, asking for its own back (a member this node knows). */
+  private syncWith(nodeId: string): void {
+    if (nodeId === this.config.nodeId || !this.members.has(nodeId)) return;
+    this.sendTo(nodeId, {
       kind: 'sync',
       from: this.config.nodeId,
       reply: true,

@@ -710,6 +710,7 @@ export class MembershipSim {
           return undefined;
         },
         log: (level, _fields, message) => this.trace(`${node.id} coordinator ${level}: ${message}`),
+        syncView: (to) => node.core?.syncWith(to),
       },
       {
         onTableChanged: (table, fragments) => {

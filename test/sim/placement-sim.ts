@@ -75,6 +75,7 @@ import {
   FailoverCatchUp,
   type HandoverOutcome,
   type RoundEnd,
+  WholePulls,
 } from '../../src/main/mesh/failover-catch-up.js';
 import { PlacementDriver, type PlacementIo } from '../../src/main/mesh/placement-driver.js';
 import {
@@ -181,6 +182,8 @@ interface Holder {
   /** The node's catch-up before it serves a fragment that moved to it, and its deadlines. */
   catchUp: FailoverCatchUp | undefined;
   catchUpTimers: Array<{ atMs: number; fire: () => void; cancelled: boolean }>;
+  /** The copies this life pulled whole from a replica handing them over (the real WholePulls). */
+  wholePulls: WholePulls | undefined;
   /** Its copies on disk, by fragment: they survive a kill. */
   readonly copies: Map<number, Copy>;
   /** In memory: per fragment, the peers it replicates to, and per (fragment, peer) what is not delivered yet. */
@@ -457,6 +460,7 @@ export class PlacementSim extends MembershipSim {
         timer: undefined,
         catchUp: undefined,
         catchUpTimers: [],
+        wholePulls: undefined,
         copies: new Map(),
         replicateTo: new Map(),
         backlogs: new Map(),
@@ -473,7 +477,9 @@ export class PlacementSim extends MembershipSim {
     h.exited = false;
     h.timer = undefined;
     h.catchUpTimers = [];
-    h.catchUp = new FailoverCatchUp(this.catchUpHost(node, h));
+    const host = this.catchUpHost(node, h);
+    h.wholePulls = new WholePulls(host.after);
+    h.catchUp = new FailoverCatchUp(host);
     h.driver = new PlacementDriver(
       {
         selfId: node.id,
@@ -518,6 +524,7 @@ export class PlacementSim extends MembershipSim {
     // Its catch-ups and the writes they hold end with it (their rounds of this life never end).
     holder.catchUp = undefined;
     holder.catchUpTimers = [];
+    holder.wholePulls = undefined;
     holder.replicateTo = new Map();
     holder.backlogs = new Map();
     holder.continuity = new Map();
@@ -710,6 +717,8 @@ export class PlacementSim extends MembershipSim {
             resolve,
           });
         }),
+      pulledWhole: (fragment, member, sinceMs, timeoutMs) =>
+        holder.wholePulls!.wait(fragment, member, sinceMs, timeoutMs),
       resubmit: () => {
         throw new Error('the simulator holds writes with holdForwarded only');
       },
@@ -779,7 +788,13 @@ export class PlacementSim extends MembershipSim {
               throw new StepFailed(`${target} cannot take the handoff`);
           }
           const copy = this.copyOf(node.id, fragment);
-          for (const target of targets) merge(this.copyOf(target, fragment), copy);
+          const self = this.memberIndexOf(node.id);
+          for (const target of targets) {
+            merge(this.copyOf(target, fragment), copy);
+            // Each target pulled the copy whole (cluster.ts serveAbsorb): its catch-ups may wait for it.
+            const at = this.byId.get(target)!;
+            this.holders.get(target)!.wholePulls?.pulled(fragment, self, this.localMs(at));
+          }
           holder.backlogs.delete(fragment);
           this.replicateOnly(holder, fragment, targets);
           holder.served.delete(fragment);

@@ -103,6 +103,8 @@ function describeAction(action: CoordinatorAction): string {
       return `table-changed ${action.fragments.join(',')}`;
     case 'coordinator-changed':
       return `coordinator-changed ${who(action.coordinator)} e${action.epoch}`;
+    case 'sync-view':
+      return `sync-view ${action.member}`;
     case 'log':
       return `log ${action.level}: ${action.message}`;
   }
@@ -706,9 +708,14 @@ describe('followers', () => {
     );
     const refusal =
       'log warn: assignment changes from b refused (4): assignment change from non-current coordinator: change=b@1 current=a@1';
-    assert.deepEqual(cluster.deliver({ to: 'c' }), [refusal]);
+    // One of the two views is behind: c asks to exchange its membership view with b at once.
+    assert.deepEqual(cluster.deliver({ to: 'c' }), ['sync-view b', refusal]);
     assert.equal(cluster.machine('c').counters.changesRefused, FRAGMENTS);
     assert.equal(cluster.machine('c').current.epoch, 1);
+    // The same changes again within COORDINATOR_VIEW_SYNC_INTERVAL_MS: refused, no second exchange.
+    const fromB = encodeTable(cluster.machine('b').current);
+    assert.deepEqual(cluster.receive('c', { kind: 'changes', from: 'b', table: fromB }), []);
+    assert.equal(cluster.machine('c').counters.changesRefused, 2 * FRAGMENTS);
 
     // b's digest makes c pull and refuse the same changes again: counted, not logged again. (a, cut
     // off, still sends its own digests; the network loses them.)
@@ -718,8 +725,8 @@ describe('followers', () => {
     });
     assert.deepEqual(cluster.deliver({ to: 'c' }), ['send b pull']);
     assert.deepEqual(cluster.deliver({ to: 'b' }), ['send c changes e2 b@1 entries 4']);
-    assert.deepEqual(cluster.deliver({ to: 'c' }), []);
-    assert.equal(cluster.machine('c').counters.changesRefused, 2 * FRAGMENTS);
+    assert.deepEqual(cluster.deliver({ to: 'c' }), ['sync-view b'], 'a digest interval later: again');
+    assert.equal(cluster.machine('c').counters.changesRefused, 3 * FRAGMENTS);
 
     // A different refusal is logged: a's epoch-1 table, which c's promise to b now forbids.
     assert.deepEqual(cluster.receive('c', { kind: 'changes', from: 'a', table: encodeTable(staleA) }), [
@@ -730,7 +737,7 @@ describe('followers', () => {
       refusal,
       'log warn: assignment changes from a refused (4): epoch 2 is promised to b@1; change from a@1 at epoch 1',
     ]);
-    assert.equal(cluster.machine('c').counters.changesRefused, 3 * FRAGMENTS);
+    assert.equal(cluster.machine('c').counters.changesRefused, 4 * FRAGMENTS);
 
     // Once c's view names b too, c pulls b's table at once.
     assert.deepEqual(cluster.view('c', viewOf(['a', 'b', 'c'], { a: 'down' })), [
@@ -753,8 +760,8 @@ describe('followers', () => {
     assert.equal(cluster.machine('a').role, 'coordinator');
     const refusal =
       'log warn: assignment changes from a refused (4): assignment change from non-current coordinator: change=a@2 current=a@1';
-    assert.deepEqual(cluster.deliver({ to: 'b', kind: 'changes' }), [refusal]);
-    assert.deepEqual(cluster.deliver({ to: 'c', kind: 'changes' }), [refusal]);
+    assert.deepEqual(cluster.deliver({ to: 'b', kind: 'changes' }), ['sync-view a', refusal]);
+    assert.deepEqual(cluster.deliver({ to: 'c', kind: 'changes' }), ['sync-view a', refusal]);
     assert.deepEqual(cluster.digests(), ['1/a@2/4/4', '0/-/0/0', '0/-/0/0']);
 
     // b's view names a@2 now: it pulls the table then, not at a's digest 5 s later.

@@ -908,3 +908,25 @@ test('a lost peer connection makes that member the next probe, at once, out of i
   quiet.step({ kind: 'connection-lost', nodeId: 'zz', nowMs: 10 });
   assert.equal(quiet.sends('ping').length, 0, 'an unknown member is ignored');
 });
+
+test('a sync asked for out of turn sends the named member the whole view and asks for its own back', () => {
+  const h = new Harness(config('a', OTHERS));
+  h.step({ kind: 'sync-with', nodeId: 'c', nowMs: 100 });
+  const [sync] = h.sends('sync');
+  assert.ok(sync !== undefined && sync.message.kind === 'sync', 'a sync was sent');
+  assert.equal(sync.to, 'c');
+  assert.equal(sync.message.reply, true, 'it asks for the member’s view back');
+  assert.deepEqual(sync.message.members.map((m) => m.nodeId).sort(), ['a', ...OTHERS]);
+  // c's answer carries what this node missed: d left.
+  h.deliver({
+    kind: 'sync',
+    from: 'c',
+    reply: false,
+    members: [{ kind: 'alive', nodeId: 'd', address: 'd:7000', incarnation: 2, state: 'Leaving' }],
+  });
+  assert.equal(h.core.member('d')?.state, 'Leaving');
+  // Neither itself nor a member it does not know.
+  h.step({ kind: 'sync-with', nodeId: 'a', nowMs: 200 });
+  h.step({ kind: 'sync-with', nodeId: 'zz', nowMs: 200 });
+  assert.equal(h.sends('sync').length, 1);
+});

@@ -24,6 +24,8 @@ export interface CoordinatorIo {
   /** Writes the table and the promise durably (the data directory's cluster state); undefined when kept nowhere. */
   persist(table: AssignmentTable, promise: EpochPromise | undefined): Promise<void> | undefined;
   log(level: 'info' | 'warn' | 'error', fields: Record<string, unknown>, message: string): void;
+  /** Exchanges this node's whole membership view with `nodeId` (a push-pull). */
+  syncView(nodeId: string): void;
 }
 
 export interface CoordinatorListener {
@@ -149,6 +151,8 @@ export class CoordinatorDriver {
         return this.listener.onTableChanged(this.machine.current, action.fragments);
       case 'coordinator-changed':
         return this.listener.onCoordinatorChanged(action.coordinator, action.epoch);
+      case 'sync-view':
+        return this.io.syncView(action.member);
       case 'log':
         return this.io.log(action.level, {}, action.message);
     }

@@ -175,6 +175,11 @@ export class MembershipDriver {
     this.step({ kind: 'connection-lost', nodeId, nowMs: this.clock.nowMs() });
   }
 
+  /** Exchanges the whole view with `nodeId` now (the placement coordinator found a view behind). */
+  syncWith(nodeId: string): void {
+    this.step({ kind: 'sync-with', nodeId, nowMs: this.clock.nowMs() });
+  }
+
   /** Joins the cluster through these seeds (their ids proven by the peer handshake). */
   join(seeds: ReadonlyArray<{ nodeId: string; address: string }>): void {
     this.step({ kind: 'join', seeds, nowMs: this.clock.nowMs() });
