@@ -75,7 +75,6 @@ import {
   FailoverCatchUp,
   type HandoverOutcome,
   type RoundEnd,
-  WholePulls,
 } from '../../src/main/mesh/failover-catch-up.js';
 import { PlacementDriver, type PlacementIo } from '../../src/main/mesh/placement-driver.js';
 import {
@@ -182,8 +181,6 @@ interface Holder {
   /** The node's catch-up before it serves a fragment that moved to it, and its deadlines. */
   catchUp: FailoverCatchUp | undefined;
   catchUpTimers: Array<{ atMs: number; fire: () => void; cancelled: boolean }>;
-  /** The copies this life pulled whole from a replica handing them over (the real WholePulls). */
-  wholePulls: WholePulls | undefined;
   /** Its copies on disk, by fragment: they survive a kill. */
   readonly copies: Map<number, Copy>;
   /** In memory: per fragment, the peers it replicates to, and per (fragment, peer) what is not delivered yet. */
@@ -460,7 +457,6 @@ export class PlacementSim extends MembershipSim {
         timer: undefined,
         catchUp: undefined,
         catchUpTimers: [],
-        wholePulls: undefined,
         copies: new Map(),
         replicateTo: new Map(),
         backlogs: new Map(),
@@ -477,9 +473,7 @@ export class PlacementSim extends MembershipSim {
     h.exited = false;
     h.timer = undefined;
     h.catchUpTimers = [];
-    const host = this.catchUpHost(node, h);
-    h.wholePulls = new WholePulls(host.after);
-    h.catchUp = new FailoverCatchUp(host);
+    h.catchUp = new FailoverCatchUp(this.catchUpHost(node, h));
     h.driver = new PlacementDriver(
       {
         selfId: node.id,
@@ -524,7 +518,6 @@ export class PlacementSim extends MembershipSim {
     // Its catch-ups and the writes they hold end with it (their rounds of this life never end).
     holder.catchUp = undefined;
     holder.catchUpTimers = [];
-    holder.wholePulls = undefined;
     holder.replicateTo = new Map();
     holder.backlogs = new Map();
     holder.continuity = new Map();
@@ -688,7 +681,11 @@ export class PlacementSim extends MembershipSim {
       },
       isUp: (member) => this.upAt(node, this.memberIds[member]!),
       memberName: (member) => this.memberIds[member]!,
-      peersOf: (fragment) => this.routingAt(node, fragment).map((id) => this.memberIndexOf(id)),
+      // A catch-up's callbacks may run after the node was killed: it routes nothing then.
+      peersOf: (fragment) =>
+        node.coordinator === undefined
+          ? []
+          : this.routingAt(node, fragment).map((id) => this.memberIndexOf(id)),
       reconcile: (fragment, member) =>
         new Promise<RoundEnd>((resolve) => {
           const peer = this.memberIds[member]!;
@@ -697,6 +694,10 @@ export class PlacementSim extends MembershipSim {
             node: node.id,
             life: holder.life,
             finish: () => {
+              // A round runs on this node's replication sender toward the peer: none once the
+              // node no longer replicates the fragment to it (the worker closed it).
+              if (!(holder.replicateTo.get(fragment)?.includes(peer) ?? false))
+                return resolve({ ok: false, reason: 'no replication sender toward the peer' });
               const mine = holder.copies.get(fragment);
               const theirs = this.holders.get(peer)!.copies.get(fragment);
               const complete = mine !== undefined && theirs !== undefined && this.reaches(node.id, peer);
@@ -717,8 +718,6 @@ export class PlacementSim extends MembershipSim {
             resolve,
           });
         }),
-      pulledWhole: (fragment, member, sinceMs, timeoutMs) =>
-        holder.wholePulls!.wait(fragment, member, sinceMs, timeoutMs),
       resubmit: () => {
         throw new Error('the simulator holds writes with holdForwarded only');
       },
@@ -781,20 +780,19 @@ export class PlacementSim extends MembershipSim {
           under.set(source, continuity);
         });
       },
-      drain: (fragment, targets) =>
+      drain: (fragment, targets, generation) =>
         this.later(node, holder, 'drain', fragment, () => {
           for (const target of targets) {
             if (!this.reaches(node.id, target) || !this.holders.get(target)!.copies.has(fragment))
               throw new StepFailed(`${target} cannot take the handoff`);
+            // A target pulls the copy once its own table has the generation handed over at
+            // (cluster.ts serveAbsorb waits for it): the table that ends its copy's move here.
+            const at = this.byId.get(target)!;
+            if ((at.coordinator?.table.active(fragment)?.generation ?? 0) < generation)
+              throw new StepFailed(`${target}'s table is not at generation ${generation} yet`);
           }
           const copy = this.copyOf(node.id, fragment);
-          const self = this.memberIndexOf(node.id);
-          for (const target of targets) {
-            merge(this.copyOf(target, fragment), copy);
-            // Each target pulled the copy whole (cluster.ts serveAbsorb): its catch-ups may wait for it.
-            const at = this.byId.get(target)!;
-            this.holders.get(target)!.wholePulls?.pulled(fragment, self, this.localMs(at));
-          }
+          for (const target of targets) merge(this.copyOf(target, fragment), copy);
           holder.backlogs.delete(fragment);
           this.replicateOnly(holder, fragment, targets);
           holder.served.delete(fragment);

@@ -10,7 +10,6 @@ import {
   FailoverCatchUp,
   type HandoverOutcome,
   type RoundEnd,
-  WholePulls,
 } from '../../src/main/mesh/failover-catch-up.js';
 import type { ResultHandler } from '../../src/main/worker-link.js';
 
@@ -40,15 +39,8 @@ class Host implements CatchUpHost {
   memberName(member: number): string {
     return `n${member}`;
   }
-  /** The replicas routing lists for every fragment. */
-  peers = [0, SELF, 2];
   peersOf(): readonly number[] {
-    return this.peers;
-  }
-  /** Whole-copy pulls: the real registry, on this host's timers. */
-  readonly pulls = new WholePulls((ms, fire) => this.after(ms, fire));
-  pulledWhole(fragment: number, member: number, sinceMs: number, timeoutMs: number): Promise<RoundEnd> {
-    return this.pulls.wait(fragment, member, sinceMs, timeoutMs);
+    return [0, SELF, 2];
   }
   reconcile(fragment: number, member: number): Promise<RoundEnd> {
     return new Promise((resolve) =>
@@ -92,14 +84,6 @@ function send(catchUp: FailoverCatchUp, fragment: number, text: string): void {
   const at = link.begin(handler, text, text.length);
   link.buffer.write(text, at);
   link.end();
-}
-
-/** Fragment 3 goes to member 0 (a table change) and comes back here while 0 is up: a handover. */
-function servedBy0ThenHere(host: Host, catchUp: FailoverCatchUp): void {
-  host.first = [0, 0, 2, 0];
-  catchUp.check();
-  host.first = [0, 0, 2, SELF];
-  catchUp.check();
 }
 
 const settle = () => new Promise((resolve) => setImmediate(resolve));
@@ -170,7 +154,10 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   // took writes meanwhile, hands them over, then a round against 0 alone takes what 0 never queued
   // here. A handover that fails: the round against that replica all the same.
   for (const outcome of ['drained', 'failed'] as const) {
-    servedBy0ThenHere(host, catchUp);
+    host.first = [0, 0, 2, 0];
+    catchUp.check();
+    host.first = [0, 0, 2, SELF];
+    catchUp.check();
     assert.equal(catchUp.inProgress(), 1);
     assert.deepEqual(
       host.handovers.map((r) => [r.fragment, r.member]),
@@ -190,7 +177,10 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   }
   // A handover that covers the copy (verified against 0 under the continuity 0 still replicates
   // here in): served once it is drained, with no round.
-  servedBy0ThenHere(host, catchUp);
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
   send(catchUp, 3, 'get k');
   host.handovers.splice(0)[0]!.finish('covered');
   await settle();
@@ -276,53 +266,14 @@ test('rounds that do not end in time: the fragment is served at the host’s dea
   assert.match(host.logs.at(-1) ?? '', /^catch-up from the other replicas did not complete in time: /);
   assert.deepEqual(host.resubmitted, ['3:set x']);
   // Rounds that end in time cancel their deadline.
-  servedBy0ThenHere(host, catchUp);
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
   host.handovers.splice(0)[0]!.finish('drained');
   await settle();
   host.rounds.at(-1)!.finish(true);
   await settle();
   assert.equal(catchUp.inProgress(), 0);
   assert.equal(host.timers.at(-1)!.cancelled, true);
-});
-
-test('a replica that hands its serving over and leaves the list: the catch-up waits for its copy pulled whole, not a round', async () => {
-  const host = new Host();
-  const catchUp = new FailoverCatchUp(host);
-  host.first = [0, 0, 2, 0];
-  catchUp.check();
-  // A pull of 0's copy that completed before this catch-up began does not count.
-  host.pulls.pulled(3, 0, host.nowMsValue);
-  host.nowMsValue += 10;
-  // The table moved fragment 3 away from 0 (a leave): this node serves it, 0 is listed no more.
-  host.peers = [SELF, 2];
-  host.first = [0, 0, 2, SELF];
-  catchUp.check();
-  send(catchUp, 3, 'get k');
-  host.handovers.splice(0)[0]!.finish('drained');
-  await settle();
-  assert.equal(host.rounds.length, 0, 'no round against a replica this node no longer replicates with');
-  assert.equal(catchUp.inProgress(), 1, 'held until 0 has had its copy pulled whole here');
-  host.nowMsValue += 40;
-  host.pulls.pulled(3, 0, host.nowMsValue);
-  await settle();
-  assert.equal(catchUp.inProgress(), 0);
-  assert.deepEqual(host.resubmitted, ['3:get k']);
-  assert.equal(catchUp.counters.incomplete, 0);
-  assert.match(host.logs.at(-1) ?? '', /^caught up: .*"from":"n0".*"handover":"drained"/);
-
-  // Again, and no pull comes: the wait's own deadline ends it, named.
-  host.nowMsValue += 10;
-  servedBy0ThenHere(host, catchUp);
-  host.handovers.splice(0)[0]!.finish('drained');
-  await settle();
-  const pullDeadline = host.timers.at(-1)!;
-  assert.ok(!pullDeadline.cancelled);
-  pullDeadline.fire();
-  await settle();
-  assert.equal(catchUp.inProgress(), 0);
-  assert.equal(catchUp.counters.incomplete, 1);
-  assert.match(
-    host.logs.at(-1) ?? '',
-    /"failed":\["n0: its copy was not pulled whole here within 5000 ms"\]/,
-  );
 });

@@ -83,12 +83,7 @@ import { leftToPull } from '../pulled-counts.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { AdminExchange } from './admin-exchange.js';
 import { CoordinatorDriver } from './coordinator-driver.js';
-import {
-  type CatchUpCounters,
-  FailoverCatchUp,
-  type HandoverOutcome,
-  WholePulls,
-} from './failover-catch-up.js';
+import { type CatchUpCounters, FailoverCatchUp, type HandoverOutcome } from './failover-catch-up.js';
 import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { GENERATION_FIELD, HOPS_FIELD, PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
@@ -288,13 +283,6 @@ export interface MembershipReport {
   counters: MembershipCounters;
 }
 
-/** Calls `fire` after `ms` without keeping the process alive (a closing node does not wait for a catch-up); returns the cancel. */
-function unrefAfter(ms: number, fire: () => void): () => void {
-  const timer = setTimeout(fire, ms);
-  timer.unref();
-  return () => clearTimeout(timer);
-}
-
 export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly mesh: Mesh;
   /** Pub/Sub messages to and from the peers. */
@@ -320,8 +308,6 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly localServing: Uint8Array;
   /** Fragments this node took over by a failover, held until it caught up from the other replicas. */
   readonly failover: FailoverCatchUp;
-  /** The copies this node pulled whole from replicas handing them over (serveAbsorb), for catch-ups. */
-  private readonly wholePulls = new WholePulls(unrefAfter);
   /** Per fragment, the move in flight in the table this node routes by (for the move events). */
   private readonly movesSeen: (ReplicaMove | null)[];
   /** Who waits for this node to be ready among its peers (`readyAmongPeers`): woken by any change. */
@@ -404,10 +390,13 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       peersOf: (f) => this.routing[f],
       reconcile: (f, m, timeoutMs) =>
         this.dispatcher.reconcileNow(f, m, timeoutMs).then(({ ok, reason }) => ({ ok, reason })),
-      pulledWhole: (f, m, sinceMs, timeoutMs) => this.wholePulls.wait(f, m, sinceMs, timeoutMs),
       handover: (f, m, timeoutMs) => this.askHandover(f, m, timeoutMs),
       resubmit: (f, request, handler, token) => this.resubmit(f, request, handler, token),
-      after: unrefAfter,
+      after: (ms, fire) => {
+        const timer = setTimeout(fire, ms);
+        timer.unref(); // a catch-up does not keep a closing node alive
+        return () => clearTimeout(timer);
+      },
       nowMs: () => Date.now(),
       log: (level, fields, message) => this.logger[level](fields, message),
     });
@@ -1018,7 +1007,6 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
           result: {},
         };
       await this.dispatcher.fenced(fragment, Durability.Stable, true);
-      this.wholePulls.pulled(fragment, member, Date.now());
       this.logger.info(
         { fragment, from, keysPulled: report.keysPulled, tookMs: Date.now() - startedMs },
         'pulled a copy handed over whole',

@@ -10,10 +10,7 @@
 // by a round against that replica that started once it replicated here, and its replication here
 // dropped nothing since (the same continuity: src/core/replication-sender.ts), the handover
 // completes the copy: what it took before is in the round, what it took since was drained.
-// Otherwise one round against it takes what it never queued here — or, when the table no longer
-// lists it (a leave, a move away from it), its handoff does: it has every replica the table lists
-// pull its copy whole before it drops it (cluster.ts handOver), and this node no longer replicates
-// with it to run a round of its own, so the catch-up waits for that pull.
+// Otherwise one round against it takes what it never queued here.
 // (Until a first other replica is reachable after a start, there is nothing to catch up from, and
 // the node serves what its copy has.) Requests for the fragment that arrive meanwhile are held and
 // sent on once the rounds end (or their time runs out), so clients see a pause, not an error; the
@@ -37,57 +34,6 @@ export interface RoundEnd {
   reason: string;
 }
 
-/** A catch-up waiting for a whole-copy pull (`WholePulls.wait`): answered once. */
-type PullWait = (end: RoundEnd) => void;
-
-/**
- * The whole-copy pulls this node completed (the handoff of a replica the table no longer lists:
- * cluster.ts serveAbsorb), per (fragment, member), for the catch-ups that wait for one.
- */
-export class WholePulls {
-  /** Per `fragment/member`, when the latest pull completed. */
-  private readonly doneAtMs = new Map<string, number>();
-  private readonly waits = new Map<string, PullWait[]>();
-
-  constructor(
-    /** Calls `fire` after `ms`; the function returned cancels it. */
-    private readonly after: (ms: number, fire: () => void) => () => void,
-  ) {}
-
-  /** This node pulled `member`'s copy of `fragment` whole at `atMs`. */
-  pulled(fragment: number, member: number, atMs: number): void {
-    const key = `${fragment}/${member}`;
-    this.doneAtMs.set(key, atMs);
-    const waits = this.waits.get(key);
-    if (waits === undefined) return;
-    this.waits.delete(key);
-    for (const answer of waits) answer({ ok: true, reason: '' });
-  }
-
-  /** Resolves once a pull of `member`'s copy of `fragment` completed at `sinceMs` or later; not ok past `timeoutMs`. */
-  wait(fragment: number, member: number, sinceMs: number, timeoutMs: number): Promise<RoundEnd> {
-    const key = `${fragment}/${member}`;
-    if ((this.doneAtMs.get(key) ?? Number.NEGATIVE_INFINITY) >= sinceMs)
-      return Promise.resolve({ ok: true, reason: '' });
-    return new Promise((resolve) => {
-      let cancel = (): void => {};
-      const wait: PullWait = (end) => {
-        cancel();
-        resolve(end);
-      };
-      let waits = this.waits.get(key);
-      if (waits === undefined) this.waits.set(key, (waits = []));
-      waits.push(wait);
-      cancel = this.after(timeoutMs, () => {
-        const left = this.waits.get(key)?.filter((w) => w !== wait) ?? [];
-        if (left.length > 0) this.waits.set(key, left);
-        else this.waits.delete(key);
-        resolve({ ok: false, reason: `its copy was not pulled whole here within ${timeoutMs} ms` });
-      });
-    });
-  }
-}
-
 /** What the catch-up needs from the cluster around it. */
 export interface CatchUpHost {
   readonly fragmentCount: number;
@@ -101,11 +47,6 @@ export interface CatchUpHost {
   peersOf(fragment: number): readonly number[];
   /** An anti-entropy round of the fragment against `member`, started now: whether it completed, and why not. */
   reconcile(fragment: number, member: number, timeoutMs: number): Promise<RoundEnd>;
-  /**
-   * Resolves once this node has pulled `member`'s copy of the fragment whole (the handoff of a
-   * replica the table no longer lists) at `sinceMs` or later; not ok past `timeoutMs`.
-   */
-  pulledWhole(fragment: number, member: number, sinceMs: number, timeoutMs: number): Promise<RoundEnd>;
   /** `member`, which served the fragment before, hands over every write it took for it (HandoverOutcome). */
   handover(fragment: number, member: number, timeoutMs: number): Promise<HandoverOutcome>;
   /** Sends an encoded request on to the fragment's serving replica as routing picks it now. */
@@ -269,14 +210,12 @@ export class FailoverCatchUp {
     this.counters.catchUps++;
     const startedMs = this.host.nowMs();
     let handover: HandoverOutcome | 'none' = 'none';
-    // Each source's round (or pull), named in the log when it did not complete.
-    const why = (m: number, ended: Promise<RoundEnd>): Promise<string> =>
-      ended.then(
+    // Each source's round, named in the log when it did not complete.
+    const round = (m: number): Promise<string> =>
+      this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).then(
         (end) => (end.ok ? '' : `${this.host.memberName(m)}: ${end.reason}`),
         (err: Error) => `${this.host.memberName(m)}: ${err.message}`,
       );
-    const round = (m: number) => why(m, this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX));
-    const listed = (m: number) => this.host.peersOf(fragment).includes(m);
     const rounds = handedOver
       ? [
           this.host
@@ -284,10 +223,7 @@ export class FailoverCatchUp {
             .catch((): HandoverOutcome => 'failed')
             .then((outcome) => {
               handover = outcome;
-              if (outcome !== 'covered') {
-                if (listed(from)) return round(from);
-                return why(from, this.host.pulledWhole(fragment, from, startedMs, FAILOVER_CATCH_UP_MS_MAX));
-              }
+              if (outcome !== 'covered') return round(from);
               this.counters.covered++;
               return '';
             }),
