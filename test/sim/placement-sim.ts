@@ -243,6 +243,9 @@ interface PendingReady {
   generation: number;
 }
 
+/** How long placement must stay settled to count as settled: two probe intervals. */
+const SETTLED_FOR_MS = 2_000;
+
 const COUNTERS: ReadonlyArray<keyof CoordinatorCounters> = [
   'movesStarted',
   'movesFinished',
@@ -319,8 +322,7 @@ export class PlacementSim extends MembershipSim {
     await this.chaosWithJoins();
     this.healAll();
     const healedMs = this.nowMs;
-    await this.awaitSettled('after the faults healed');
-    this.stats.settleMs = this.nowMs - healedMs;
+    this.stats.settleMs = (await this.awaitSettled('after the faults healed')) - healedMs;
     this.calm = true;
     await this.calmJoin();
     await this.calmLeave();
@@ -425,13 +427,25 @@ export class PlacementSim extends MembershipSim {
     this.stats.leaveMovesOptimum = held.length;
   }
 
-  /** Placement settles within the bound (writes go on), then the writes stop and the data must converge. */
-  private async awaitSettled(when: string): Promise<void> {
+  /**
+   * Placement settles within the bound (writes go on), then the writes stop and the data must
+   * converge. Returns when placement settled.
+   */
+  private async awaitSettled(when: string): Promise<number> {
     const deadlineMs = this.nowMs + this.sim.settleBoundMs;
     // A step first: a node whose pause the heal just ended has not run since, and still shows the
     // view and health it had before the pause (its loop finds the stall when its timer fires).
-    do await this.tick();
-    while (this.nowMs < deadlineMs && this.unsettled() !== undefined);
+    // Settled means settled for SETTLED_FOR_MS: a node restarted by the heal is first seen
+    // reachable before the probes of its new life have all been answered.
+    let settledSinceMs: number | undefined;
+    do {
+      await this.tick();
+      if (this.unsettled() !== undefined) settledSinceMs = undefined;
+      else settledSinceMs ??= this.nowMs;
+    } while (
+      this.nowMs < deadlineMs &&
+      (settledSinceMs === undefined || this.nowMs - settledSinceMs < SETTLED_FOR_MS)
+    );
     assert(
       this.unsettled() === undefined,
       `placement did not settle within ${this.sim.settleBoundMs} ms ${when}: ${this.unsettled()}`,
@@ -445,6 +459,7 @@ export class PlacementSim extends MembershipSim {
       `an acknowledged write was lost ${when}: ${this.missingWrite()}`,
     );
     assert(this.unsettled() === undefined, `placement moved again ${when}: ${this.unsettled()}`);
+    return settledSinceMs!;
   }
 
   // ---- The world's hooks ----
