@@ -745,12 +745,19 @@ export class Dispatcher implements KeyRouter {
 
   /**
    * Resolves once what the fragment's serving replica (`here`: this node's worker, at once when it
-   * does not hold the fragment) took before has reached `durability`.
+   * does not hold the fragment) took before has reached `durability`. At `Priority.High` (the
+   * default) the fence passes operations still queued at lower priorities; at `Priority.Default`
+   * it waits for the client operations queued before it too.
    */
-  fenced(fragment: number, durability: Durability, here = false): Promise<void> {
+  fenced(
+    fragment: number,
+    durability: Durability,
+    here = false,
+    priority: Priority = Priority.High,
+  ): Promise<void> {
     return new Promise((resolve, reject) => {
       const token = { resolve, reject };
-      const error = this.submitFence(fragment, durability, Priority.High, fenceReachedHandler, token, {
+      const error = this.submitFence(fragment, durability, priority, fenceReachedHandler, token, {
         here,
       });
       if (error !== undefined) reject(error);

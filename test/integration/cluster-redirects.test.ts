@@ -14,6 +14,7 @@ import {
   adminPost,
   type ClusterFixture,
   infoOf,
+  keepLogs,
   NodeProcess,
   startCluster,
   unsettled,
@@ -136,7 +137,10 @@ describe('--cluster-redirects moved', () => {
         try {
           await rc.set(key, `v${i}`);
           const read = await rc.get(key);
-          if (read !== `v${i}`) failures.push(`${key}: read ${read}, wrote v${i}`);
+          if (read !== `v${i}`)
+            failures.push(
+              `${key} (slot ${slotOf(Buffer.from(key))}, at ${Date.now()}): read ${read}, wrote v${i}`,
+            );
           commands += 2;
         } catch (err) {
           failures.push(`${key}: ${(err as Error).message}`);
@@ -218,6 +222,11 @@ describe('--cluster-redirects moved', () => {
       rc.disconnect();
     }
     assert.ok(commands > 0, 'the load ran');
+    // A failed run keeps the nodes' logs, to read against the failures' times.
+    if (failures.length > 0) {
+      const nodes = joined === undefined ? [a, b, c] : [a, b, c, joined];
+      console.log(`cluster-redirects: node logs kept in ${await keepLogs('redirects-load', nodes)}`);
+    }
     assert.deepEqual(
       failures.slice(0, 5),
       [],

@@ -52,7 +52,7 @@ import {
   type OperatorStatus,
   startsJoining,
 } from '../../core/membership-types.js';
-import { Durability } from '../../core/ops.js';
+import { Durability, Priority } from '../../core/ops.js';
 import {
   EnvelopeField,
   type EnvelopePeek,
@@ -945,6 +945,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         message: `this node's table did not reach generation ${generation} of fragment ${fragment} in time`,
         result: {},
       };
+    // Client writes this node's worker took before its table routed the fragment away may still
+    // wait in the fragment's actor (queued at Default priority): they reach the senders only once
+    // applied, so a fence behind them comes first, then the drain.
+    await this.dispatcher.fenced(fragment, Durability.Memory, true, Priority.Default).catch(() => {});
     const drained = await this.dispatcher
       .drainedUnder(fragment, member, FAILOVER_CATCH_UP_MS_MAX, continuity)
       .catch(() => ({ drained: false, continuous: false }));
