@@ -200,6 +200,8 @@ export const RequestFlag = {
 } as const;
 
 export const REPLICA_WAIT_PARAMS_BYTES = 6;
+/** A write's detail byte: bit 0 says a live value existed before it, bits 1–7 the replicas reached. */
+const PRIOR_BIT = 1;
 const REACHED_SHIFT = 1;
 
 /** What a replica-wait fence asks (`writeReplicaWaitParams`). */
@@ -772,9 +774,9 @@ export const resultDetail = (buf: Buffer, at: number): number => buf[at + FLAGS_
  * more than it may ask for: REPLICA_ACKS_MAX fits the 7 bits).
  */
 export const writeDetail = (prior: boolean, reached: number): number =>
-  (prior ? 1 : 0) | (Math.min(reached, REPLICA_ACKS_MAX) << REACHED_SHIFT);
+  (prior ? PRIOR_BIT : 0) | (Math.min(reached, REPLICA_ACKS_MAX) << REACHED_SHIFT);
 /** Whether a live value existed before the write (`writeDetail`). */
-export const resultHadPrior = (buf: Buffer, at: number): boolean => (buf[at + FLAGS_AT] & 1) === 1;
+export const resultHadPrior = (buf: Buffer, at: number): boolean => (buf[at + FLAGS_AT] & PRIOR_BIT) !== 0;
 /** The replicas a write with the replica-wait flag reached (`writeDetail`). */
 export const resultReplicasReached = (buf: Buffer, at: number): number => buf[at + FLAGS_AT] >> REACHED_SHIFT;
 export const resultId = (buf: Buffer, at: number): number => readU32LE(buf, at + ID_AT);

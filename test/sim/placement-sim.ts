@@ -696,11 +696,7 @@ export class PlacementSim extends MembershipSim {
       },
       isUp: (member) => this.upAt(node, this.memberIds[member]!),
       memberName: (member) => this.memberIds[member]!,
-      // A catch-up's callbacks may run after the node was killed: it routes nothing then.
-      peersOf: (fragment) =>
-        node.coordinator === undefined
-          ? []
-          : this.routingAt(node, fragment).map((id) => this.memberIndexOf(id)),
+      peersOf: (fragment) => this.routingAt(node, fragment).map((id) => this.memberIndexOf(id)),
       reconcile: (fragment, member) =>
         new Promise<RoundEnd>((resolve) => {
           const peer = this.memberIds[member]!;

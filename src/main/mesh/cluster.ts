@@ -388,8 +388,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       isUp: (m) => this.isUp(m),
       memberName: (m) => this.config.members[m] ?? `#${m}`,
       peersOf: (f) => this.routing[f],
-      reconcile: (f, m, timeoutMs) =>
-        this.dispatcher.reconcileNow(f, m, timeoutMs).then(({ ok, reason }) => ({ ok, reason })),
+      reconcile: (f, m, timeoutMs) => this.dispatcher.reconcileNow(f, m, timeoutMs),
       handover: (f, m, timeoutMs) => this.askHandover(f, m, timeoutMs),
       resubmit: (f, request, handler, token) => this.resubmit(f, request, handler, token),
       after: (ms, fire) => {

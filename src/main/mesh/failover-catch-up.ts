@@ -255,19 +255,16 @@ export class FailoverCatchUp {
         held: link.held.length,
         complete,
       };
-      if (complete) this.host.log('info', fields, 'caught up: serving the fragment');
-      else if (outcome === 'late')
-        this.host.log(
-          'warn',
-          fields,
-          'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has',
-        );
-      else
-        this.host.log(
-          'warn',
-          { ...fields, failed },
-          'catch-up round against another replica failed: serving the fragment with what this copy has',
-        );
+      if (failed.length > 0) fields.failed = failed;
+      this.host.log(
+        complete ? 'info' : 'warn',
+        fields,
+        complete
+          ? 'caught up: serving the fragment'
+          : outcome === 'late'
+            ? 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has'
+            : 'catch-up round against another replica failed: serving the fragment with what this copy has',
+      );
       for (const serve of link.held) serve();
     });
   }
