@@ -27,6 +27,9 @@
 //   every drain-warn interval, never dropped on a timer. A copy that never served (a cancelled
 //   gain) holds nothing only it has, and is dropped at once.
 // - A fragment listed again while Draining goes back through the gain (its copy is verified anew).
+// - A node that handed everything over and exits the cluster gains nothing more: a coordinator
+//   that has not heard it leave may still name it a move's target, and a copy it took then would
+//   leave with it. The move waits until the coordinator sees it go and cancels it.
 
 import { assert } from './assert.js';
 import type { ActiveAssignment, AssignmentTable } from './assignment-table.js';
@@ -62,7 +65,9 @@ export type PlacementEvent =
       detail: string;
       nowMs: number;
     }
-  | { kind: 'tick'; nowMs: number };
+  | { kind: 'tick'; nowMs: number }
+  /** This node handed every fragment over and exits the cluster: it takes no copy from now on. */
+  | { kind: 'exit'; nowMs: number };
 
 export type PlacementAction =
   /** Open the fragment if needed and replicate it to `replicas` (this node among them) only. */
@@ -126,12 +131,16 @@ export interface PlacementCounters {
   dropped: number;
   stepsFailed: number;
   staleResults: number;
+  /** Table entries that listed this node after it exited the cluster, each declined once. */
+  declined: number;
 }
 
 export class PlacementMachine {
   private readonly slots: (Slot | undefined)[];
   private table: AssignmentTable | undefined;
   private nowMs = 0;
+  /** Set once this node exits the cluster (the `exit` event): it gains nothing more. */
+  private exited = false;
   private readonly outbox: PlacementAction[] = [];
   readonly counters: PlacementCounters = {
     gained: 0,
@@ -140,6 +149,7 @@ export class PlacementMachine {
     dropped: 0,
     stepsFailed: 0,
     staleResults: 0,
+    declined: 0,
   };
 
   constructor(private readonly config: PlacementMachineConfig) {
@@ -168,6 +178,9 @@ export class PlacementMachine {
         return this.onDone(event.fragment, event.step, event.generation, event.ok, event.detail);
       case 'tick':
         return this.onTick();
+      case 'exit':
+        this.exited = true;
+        return;
     }
   }
 
@@ -317,8 +330,24 @@ export class PlacementMachine {
       if (slot === undefined || slot.state === 'Stopped') return;
       return this.lose(fragment, slot, entry);
     }
+    if (this.exited && (slot === undefined || slot.state === 'Stopped')) return this.decline(fragment, entry);
     const target = entry.moving?.target === self;
     this.gain(fragment, this.slotOf(fragment), entry, target);
+  }
+
+  /** The table lists this node after it exited the cluster: it takes nothing, and says so once per generation. */
+  private decline(fragment: number, entry: ActiveAssignment): void {
+    const slot = this.slotOf(fragment);
+    if (slot.generation === entry.generation) return;
+    slot.generation = entry.generation;
+    slot.waiting = 'this node exits the cluster: it takes no new copy';
+    this.counters.declined++;
+    this.outbox.push({
+      kind: 'warn',
+      fragment,
+      message: 'declined a fragment copy: this node exits the cluster',
+      fields: { fragment, generation: entry.generation, reason: slot.waiting },
+    });
   }
 
   /** The table lists this node: hold, then (as a move's target) verify and report, else serve. */

@@ -390,6 +390,7 @@ export class PlacementSim extends MembershipSim {
       `${node.id} exits membership holding fragments [${[...holder.copies.keys()]}] (at ${this.nowMs} ms)`,
     );
     this.trace(`${node.id} handed everything over: exits membership`);
+    holder.driver.exit();
     void node.core.exit();
     const state = node.core.member(node.id)?.state;
     assert(state === 'Exiting', `${node.id} could not exit membership: it is ${state}`);

@@ -363,6 +363,35 @@ describe('a restart', () => {
   });
 });
 
+test('a node that exits the cluster declines a move a stale coordinator names it the target of, once per generation', () => {
+  const h = new Harness();
+  h.table(tableOf([{ fragment: 0, generation: 3, replicas: ['a', 'b', 'c'] }]), [0]);
+  assert.deepEqual(h.step({ kind: 'exit', nowMs: h.nowMs }), []);
+  assert.deepEqual(
+    h.table(tableOf([{ fragment: 0, generation: 4, replicas: ['a', 'b', 'c', 's'], target: true }]), [0]),
+    [
+      'warn 0: declined a fragment copy: this node exits the cluster (this node exits the cluster: it takes no new copy)',
+    ],
+  );
+  assert.equal(h.state(0), 'Stopped g4');
+  assert.deepEqual(h.machine.fragments(), [], 'it holds nothing, so its leave can finish');
+  assert.deepEqual(h.advance(READY_RESEND_MS * 3), [], 'no hold, no retry');
+  assert.deepEqual(
+    h.table(tableOf([{ fragment: 0, generation: 4, replicas: ['a', 'b', 'c', 's'], target: true }]), [0]),
+    [],
+    'the same entry again says nothing more',
+  );
+  assert.deepEqual(
+    h.table(tableOf([{ fragment: 0, generation: 6, replicas: ['a', 's', 'b'] }]), [0]),
+    [
+      'warn 0: declined a fragment copy: this node exits the cluster (this node exits the cluster: it takes no new copy)',
+    ],
+    'nor is it a serving replica without a copy',
+  );
+  assert.equal(h.machine.counters.declined, 2);
+  assert.equal(h.machine.counters.gained, 0);
+});
+
 test('a table without an entry for a fragment (no table yet) leaves what the node does with it', () => {
   const h = new Harness();
   h.step({ kind: 'start', held: [0, 1], nowMs: h.nowMs });

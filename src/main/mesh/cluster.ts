@@ -1144,6 +1144,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     if (table === undefined || !leaveHandedOver(this.config.selfId, table, held)) return;
     this.leaving = false;
     this.logger.info({}, 'every fragment handed over: leaving membership');
+    // A coordinator that has not heard this node leave may still name it a move's target.
+    this.placementDriver?.exit();
     this.membershipDriver?.exit().then(
       (reply) => this.logger.info({ status: reply.status }, reply.message),
       () => {},

@@ -61,6 +61,11 @@ export class PlacementDriver {
     this.step({ kind: 'table', table, fragments, nowMs: this.clock.nowMs() });
   }
 
+  /** This node handed every fragment over and exits the cluster: it takes no copy from now on. */
+  exit(): void {
+    this.step({ kind: 'exit', nowMs: this.clock.nowMs() });
+  }
+
   serves(fragment: number): boolean {
     return this.machine.serves(fragment);
   }
