@@ -23,8 +23,9 @@
 //   loop raise a score that multiplies the probe timeout and interval; acks lower it.
 // - Unreachable is not Down. A node that marks a member unreachable while its own last probe of it
 //   failed reports it (the report, with the reporter's id, is gossiped). Down needs reports from a
-//   majority of the voting members (Joining, Up, Leaving, Exiting; the member itself counted, so a
-//   minority side of a partition can never down the majority), counting only reports renewed
+//   majority of the members (all but the Removed: a member held Down here still counts, as the mark
+//   may be stale; the member itself counted, so a minority side of a partition can never down the
+//   majority, even one that holds members of the majority Down), counting only reports renewed
 //   within `reportTtlMs` (reporters renew every `reportRefreshMs` while they still fail to reach it)
 //   from reporters this node still reaches, so a node cut off with stale reports cannot decide;
 //   the majority must hold for `downAfterMs`. Down is gossiped and accepted as decided; only a higher
@@ -1011,7 +1012,7 @@ export class Membership {
   }
 
   private checkSuspicionsAndDown(): void {
-    const majority = Math.floor(this.votingMembers() / 2) + 1;
+    const majority = Math.floor(this.downVoters() / 2) + 1;
     for (const m of this.members.values()) {
       if (m.suspicion !== undefined && this.nowMs >= suspicionDeadlineMs(m.suspicion))
         this.markUnreachable(m);
@@ -1046,6 +1047,20 @@ export class Membership {
         if (r !== undefined && isHealthy(r)) count++;
       }
     }
+    return count;
+  }
+
+  /**
+   * The members a Down decision needs a majority of: every member but the Removed, Down ones too.
+   * A Down mark here may be stale — its member restarted on the other side of a partition, unheard
+   * of here — so the members held Down must not shrink the majority: three nodes that hold three
+   * others Down would otherwise be a majority of the four left and down a seventh that the other
+   * four reach. As Pekko's keep-majority counts the unreachable members, and Redis Cluster counts
+   * a failed master, in the quorum; an operator's `remove` of a Down member takes it out.
+   */
+  private downVoters(): number {
+    let count = VOTING.has(this.selfState) ? 1 : 0;
+    for (const m of this.members.values()) if (m.state !== 'Removed') count++;
     return count;
   }
 

@@ -423,6 +423,41 @@ test('Down only with a majority view held for downAfterMs, never with a minority
   );
 });
 
+test('members held Down still count toward the majority: three nodes holding three others Down cannot down a seventh', () => {
+  // a, b, c live here; d, e, f held Down (they may have restarted on the other side of a
+  // partition, unheard of here); g unreachable. Seven members: a Down needs 4 reports, not 3 of 4.
+  const others = ['b', 'c', 'd', 'e', 'f', 'g'];
+  const cfg = config('a', others);
+  const members = cfg.members.map((m) =>
+    ['d', 'e', 'f'].includes(m.nodeId) ? { ...m, state: 'Down' as const } : m,
+  );
+  const h = new Harness({ ...cfg, members }, new Set(['b', 'c']));
+  const downAfterMs = MEMBERSHIP_CONFIG_DEFAULTS.downAfterMs;
+  for (let t = 100; t <= 100 + 2 * downAfterMs; t += 4_000) {
+    h.advance(t);
+    h.deliver(report('b', 'g'), t);
+    h.deliver(report('c', 'g'), t);
+  }
+  assert.deepEqual(h.core.reportersOf('g'), ['a', 'b', 'c']);
+  assert.equal(h.core.member('g')?.unreachable, true);
+  assert.equal(h.core.member('g')?.state, 'Up', 'three reports of seven members are no majority');
+  assert.equal(h.events('MemberDown', 'g').length, 0);
+
+  // d restarted and is heard again (a higher incarnation): its report makes four of seven.
+  const start = h.nowMs;
+  h.live.add('d');
+  h.deliver(
+    gossip('d', [{ kind: 'alive', nodeId: 'd', address: 'd:7000', incarnation: 2, state: 'Up' }]),
+    start,
+  );
+  assert.equal(h.core.member('d')?.state, 'Up');
+  for (let t = start + 4_000; t <= start + downAfterMs + 8_000; t += 4_000) {
+    h.advance(t);
+    for (const r of ['b', 'c', 'd']) h.deliver(report(r, 'g'), t);
+  }
+  assert.equal(h.core.member('g')?.state, 'Down', 'a majority of all seven reports it');
+});
+
 test('reports lapse unless renewed, and count only from reporters we still reach', () => {
   const h = new Harness(config('a', OTHERS), new Set(['b', 'c', 'd']));
   h.deliver(report('b'), 100);
