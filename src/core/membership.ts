@@ -489,6 +489,9 @@ export class Membership {
     const m = this.members.get(u.nodeId);
     if (m === undefined) return this.applyAboutNew(u);
     if (m.state === 'Removed') return;
+    // Removed is final for the id, at any incarnation (the member itself accepts it so): a member
+    // Removed elsewhere may restart into a later life here (resuming its leave, unaware) and die.
+    if (u.kind === 'removed') return this.markRemoved(m, Math.max(u.incarnation, m.incarnation), u.reporter);
     if (u.incarnation < m.incarnation) {
       this.counters.staleUpdates++;
       return;
@@ -502,8 +505,6 @@ export class Membership {
         return this.applyUnreachable(m, u.incarnation, u.reporter);
       case 'down':
         return this.markDown(m, u.incarnation, u.reporter);
-      case 'removed':
-        return this.markRemoved(m, u.incarnation, u.reporter);
     }
   }
 

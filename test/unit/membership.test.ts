@@ -693,6 +693,18 @@ test('a leave whose Removed was lost completes anyway: an Exiting member gone fr
   g.deliver(gossip('b', [{ kind: 'down', nodeId: 'e', incarnation: 1, reporter: 'b' }]), 10);
   assert.equal(g.core.member('e')?.state, 'Removed');
 
+  // A later life of e (restarted Exiting, resuming its leave unaware that the others removed it)
+  // reached a node that missed the removal: the others' Removed, at the earlier life, still ends it.
+  const f = new Harness(exiting('a'));
+  f.deliver(
+    gossip('e', [{ kind: 'alive', nodeId: 'e', address: 'e:7000', incarnation: 2, state: 'Exiting' }]),
+    10,
+  );
+  assert.equal(f.core.member('e')?.incarnation, 2);
+  f.deliver(gossip('b', [{ kind: 'removed', nodeId: 'e', incarnation: 1, reporter: 'b' }]), 20);
+  assert.equal(f.core.member('e')?.state, 'Removed', 'Removed is final for the id, at any incarnation');
+  assert.equal(f.core.member('e')?.incarnation, 2);
+
   // The Exiting node itself, told others removed it, finishes its leave: `left`, not `refused`.
   const e = new Harness(config('e', ['a', 'b']));
   e.step({ kind: 'leave', requestId: 1, nowMs: 1 });
