@@ -234,6 +234,21 @@ describe('fragments that move while serving', () => {
     );
     await settled(running(), ['a', 'c', 'd', 'e'], byId('a'));
     await everyReplicaHoldsEveryWrite();
+    // Each replica that took b's serving over caught up from b (it replicated with b for the round,
+    // though the table no longer listed b), before b's handoff had it pull b's whole copy.
+    const fromB = running()
+      .flatMap((n) => n.log.split('\n'))
+      .filter((line) => line.includes('"from":"b"') && line.includes('"handover":'));
+    assert.ok(fromB.length > 0, 'some replica took serving over from b');
+    assert.deepEqual(
+      fromB.filter((line) => line.includes('no replication sender')),
+      [],
+      'no catch-up round against b lacked a sender',
+    );
+    assert.ok(
+      fromB.some((line) => line.includes('"complete":true')),
+      `a catch-up from b completed:\n${fromB.join('\n')}`,
+    );
     // The events stream at a shows each step in order: b Leaving, its replicas moved, b Exiting, Removed.
     const steps = (events: ClusterEvent[]) =>
       events.filter(

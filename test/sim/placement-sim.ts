@@ -706,10 +706,8 @@ export class PlacementSim extends MembershipSim {
             node: node.id,
             life: holder.life,
             finish: () => {
-              // A round runs on this node's replication sender toward the peer: none once the
-              // node no longer replicates the fragment to it (the worker closed it).
-              if (!(holder.replicateTo.get(fragment)?.includes(peer) ?? false))
-                return resolve({ ok: false, reason: 'no replication sender toward the peer' });
+              // The node replicates with the peer for the round (cluster.ts catchUpRound), listed
+              // or not: it needs a copy of its own, and the peer's.
               const mine = holder.copies.get(fragment);
               const theirs = this.holders.get(peer)!.copies.get(fragment);
               const complete = mine !== undefined && theirs !== undefined && this.reaches(node.id, peer);

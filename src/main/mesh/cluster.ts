@@ -83,7 +83,12 @@ import { leftToPull } from '../pulled-counts.js';
 import type { ResultHandler, WorkerLink } from '../worker-link.js';
 import { AdminExchange } from './admin-exchange.js';
 import { CoordinatorDriver } from './coordinator-driver.js';
-import { type CatchUpCounters, FailoverCatchUp, type HandoverOutcome } from './failover-catch-up.js';
+import {
+  type CatchUpCounters,
+  FailoverCatchUp,
+  type HandoverOutcome,
+  type RoundEnd,
+} from './failover-catch-up.js';
 import { MembershipDriver, type MembershipTraffic } from './membership-driver.js';
 import { Mesh } from './mesh.js';
 import { GENERATION_FIELD, HOPS_FIELD, PeerLink, type PeerLinkHost, RESULTS_FIELD } from './peer-link.js';
@@ -388,7 +393,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       isUp: (m) => this.isUp(m),
       memberName: (m) => this.config.members[m] ?? `#${m}`,
       peersOf: (f) => this.routing[f],
-      reconcile: (f, m, timeoutMs) => this.dispatcher.reconcileNow(f, m, timeoutMs),
+      reconcile: (f, m, timeoutMs) => this.catchUpRound(f, m, timeoutMs),
       handover: (f, m, timeoutMs) => this.askHandover(f, m, timeoutMs),
       resubmit: (f, request, handler, token) => this.resubmit(f, request, handler, token),
       after: (ms, fire) => {
@@ -894,6 +899,22 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const reasons = err.errors.map((e: Error) => e.message);
       throw new Error(`no round completed: ${reasons.join('; ')}`);
     });
+  }
+
+  /**
+   * A catch-up's round against `member`. The fragment's worker replicates with it for the round
+   * (`beginPull`), as a handoff's target does: a replica that handed its serving over as the table
+   * dropped it (a leave, a move away) is no longer one the worker replicates with, and holds writes
+   * this copy may lack until its handoff has this node pull its copy whole.
+   */
+  private async catchUpRound(fragment: number, member: number, timeoutMs: number): Promise<RoundEnd> {
+    if (!(await this.dispatcher.beginPull(fragment, member)))
+      return { ok: false, reason: 'this node holds no copy of the fragment' };
+    try {
+      return await this.dispatcher.reconcileNow(fragment, member, timeoutMs);
+    } finally {
+      await this.dispatcher.endPull(fragment, member).catch(() => {});
+    }
   }
 
   /**
