@@ -462,3 +462,26 @@ test("while the store keeps failing, a scan's fence is answered StorageFailed at
   assert.match(replies[0].text, /store is failing: disk full/);
   assert.ok(core.hasUncommitted(), 'the write it could not commit is still pending, for the scan to read');
 });
+
+test('a fence at Default priority passes writes queued at Background; one at Background is answered after them (a handover fences there)', () => {
+  const core = new FragmentCore(coreConfig({}), { get: () => undefined }, START_MS);
+  const actions: FragmentAction[] = [];
+  const record = encodeRecord(false, START_MS, 0, 0, WRITERS[0], Buffer.from('v'));
+  const requests = [
+    new FragmentOp(OpKind.Write, 1, Priority.Background, Durability.Memory, key(1), record),
+    new FragmentOp(OpKind.Fence, 2, Priority.Default, Durability.Memory, EMPTY, EMPTY),
+    new FragmentOp(OpKind.Fence, 3, Priority.Background, Durability.Memory, EMPTY, EMPTY),
+  ];
+  for (const op of requests) core.step({ kind: 'request', op });
+  core.step({ kind: 'run', nowMs: START_MS, budget: QUEUE_OPS_MAX_DEFAULT });
+  core.takeActions(actions);
+  const replies = actions.filter((a): a is FragmentOp => a instanceof FragmentOp);
+  assert.deepEqual(
+    replies.map((op) => [op.reqId, REPLY_NAMES[op.reply]]),
+    [
+      [2, REPLY_NAMES[Reply.FenceReached]],
+      [1, REPLY_NAMES[Reply.Applied]],
+      [3, REPLY_NAMES[Reply.FenceReached]],
+    ],
+  );
+});

@@ -965,10 +965,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         message: `this node's table did not reach generation ${generation} of fragment ${fragment} in time`,
         result: {},
       };
-    // Client writes this node's worker took before its table routed the fragment away may still
-    // wait in the fragment's actor (queued at Default priority): they reach the senders only once
-    // applied, so a fence behind them comes first, then the drain.
-    await this.dispatcher.fenced(fragment, Durability.Memory, true, Priority.Default).catch(() => {});
+    // Writes this node's worker took before its table routed the fragment away may still wait in
+    // the fragment's actor: they reach the senders only once applied, so a fence behind them comes
+    // first, then the drain. At Background priority, behind every queue: a fence at Default would
+    // pass the writes an embedded caller queued at Background (a full Background queue runs out in
+    // seconds at the background rate; the asking node's catch-up waits 5 s at most meanwhile).
+    await this.dispatcher.fenced(fragment, Durability.Memory, true, Priority.Background).catch(() => {});
     const drained = await this.dispatcher
       .drainedUnder(fragment, member, FAILOVER_CATCH_UP_MS_MAX, continuity)
       .catch(() => ({ drained: false, continuous: false }));
