@@ -127,7 +127,12 @@ export type MembershipEvent =
    * Exchange the whole view with `nodeId` now (a push-pull out of turn): the placement coordinator
    * found one of the two views behind.
    */
-  | { kind: 'sync-with'; nodeId: string; nowMs: number };
+  | { kind: 'sync-with'; nodeId: string; nowMs: number }
+  /**
+   * The members the placement table this node routes by lists (as replicas, a move's source or
+   * target): a member held Down counts toward a Down decision's majority while the table lists it.
+   */
+  | { kind: 'placed'; members: readonly string[]; nowMs: number };
 
 export interface MemberEventRecord {
   /** From 1, per node, with no gaps. */

@@ -23,11 +23,12 @@
 //   loop raise a score that multiplies the probe timeout and interval; acks lower it.
 // - Unreachable is not Down. A node that marks a member unreachable while its own last probe of it
 //   failed reports it (the report, with the reporter's id, is gossiped). Down needs reports from a
-//   majority of the members (all but the Removed: a member held Down here still counts, as the mark
-//   may be stale; the member itself counted, so a minority side of a partition can never down the
-//   majority, even one that holds members of the majority Down), counting only reports renewed
-//   within `reportTtlMs` (reporters renew every `reportRefreshMs` while they still fail to reach it)
-//   from reporters this node still reaches, so a node cut off with stale reports cannot decide;
+//   majority of the voting members and of those held Down that the placement table still lists
+//   (the mark may be stale; the member itself counted, so a minority side of a partition can
+//   never down the majority, even one that holds members of the majority Down), counting only
+//   reports renewed within `reportTtlMs` (reporters renew every `reportRefreshMs` while they
+//   still fail to reach it) from reporters this node still reaches, so a node cut off with stale
+//   reports cannot decide;
 //   the majority must hold for `downAfterMs`. Down is gossiped and accepted as decided; only a higher
 //   incarnation (the member restarted or refuted) brings a Down member back, as MemberRejoined.
 // - Updates ride on every probe-family message (bounded per message, each sent RetransmitMult ×
@@ -190,6 +191,8 @@ export class Membership {
   private leaveHeardNeeded = 0;
   private leaveConfirmUntilMs = Number.POSITIVE_INFINITY;
   private stopped = false;
+  /** The members this node's placement table lists (`placed`); undefined before the first table. */
+  private placed: ReadonlySet<string> | undefined;
 
   readonly counters: MembershipCounters = {
     fromUnknown: 0,
@@ -262,6 +265,9 @@ export class Membership {
           break;
         case 'sync-with':
           this.syncWith(event.nodeId);
+          break;
+        case 'placed':
+          this.placed = new Set(event.members);
           break;
       }
       this.runTimers();
@@ -1052,16 +1058,21 @@ export class Membership {
   }
 
   /**
-   * The members a Down decision needs a majority of: every member but the Removed, Down ones too.
-   * A Down mark here may be stale — its member restarted on the other side of a partition, unheard
-   * of here — so the members held Down must not shrink the majority: three nodes that hold three
-   * others Down would otherwise be a majority of the four left and down a seventh that the other
-   * four reach. As Pekko's keep-majority counts the unreachable members, and Redis Cluster counts
-   * a failed master, in the quorum; an operator's `remove` of a Down member takes it out.
+   * The members a Down decision needs a majority of: the voting members, and those held Down that
+   * the placement table still lists (all of them before a table is known). A Down mark here may be
+   * stale — its member restarted on the other side of a partition, unheard of here — so such
+   * members must not shrink the majority: three nodes that hold three others Down would otherwise
+   * be a majority of the four left and down a seventh that the other four reach. Once the table
+   * lists a Down member nowhere (its replicas were replaced, by a coordinator that reached a
+   * majority), it no longer counts, so members lost for good do not keep a cluster from downing
+   * the next. As Redis Cluster counts a failed master in its quorum while it still owns slots.
    */
   private downVoters(): number {
     let count = VOTING.has(this.selfState) ? 1 : 0;
-    for (const m of this.members.values()) if (m.state !== 'Removed') count++;
+    for (const m of this.members.values()) {
+      if (VOTING.has(m.state)) count++;
+      else if (m.state === 'Down' && (this.placed === undefined || this.placed.has(m.nodeId))) count++;
+    }
     return count;
   }
 

@@ -574,6 +574,11 @@ export class MembershipSim {
     return true;
   }
 
+  /** Tells the node's membership which members its table lists, as the node does (cluster.ts onTableChanged). */
+  private placedAt(node: SimNode, table: AssignmentTable): void {
+    if (table.entries().length > 0) node.core?.placed(table.members());
+  }
+
   /** The checks of every table a node routes by (see the file header). */
   private onTableChanged(node: SimNode, table: AssignmentTable): void {
     this.report.tableChanges++;
@@ -715,6 +720,7 @@ export class MembershipSim {
       {
         onTableChanged: (table, fragments) => {
           this.onTableChanged(node, table);
+          this.placedAt(node, table);
           this.onRoutingTable(node, table, fragments);
         },
         onCoordinatorChanged: (coordinator, epoch) => {
@@ -733,6 +739,8 @@ export class MembershipSim {
         },
       },
     );
+    // As the node at start, which routes by its restored table as by a changed one.
+    this.placedAt(node, node.coordinator.table);
     this.onNodeStarted(node);
     this.connectionsChanged();
     this.feedView(node);

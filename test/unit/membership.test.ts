@@ -423,7 +423,7 @@ test('Down only with a majority view held for downAfterMs, never with a minority
   );
 });
 
-test('members held Down still count toward the majority: three nodes holding three others Down cannot down a seventh', () => {
+test('members held Down count toward the majority while the table lists them: three nodes holding three others Down cannot down a seventh', () => {
   // a, b, c live here; d, e, f held Down (they may have restarted on the other side of a
   // partition, unheard of here); g unreachable. Seven members: a Down needs 4 reports, not 3 of 4.
   const others = ['b', 'c', 'd', 'e', 'f', 'g'];
@@ -456,6 +456,24 @@ test('members held Down still count toward the majority: three nodes holding thr
     for (const r of ['b', 'c', 'd']) h.deliver(report(r, 'g'), t);
   }
   assert.equal(h.core.member('g')?.state, 'Down', 'a majority of all seven reports it');
+
+  // Those the table lists count; once it lists them nowhere (their replicas were replaced),
+  // members lost for good no longer keep the three from downing g.
+  const p = new Harness({ ...cfg, members }, new Set(['b', 'c']));
+  p.step({ kind: 'placed', members: ['a', 'b', 'c', 'd', 'e', 'g'], nowMs: 50 });
+  const watch = (harness: Harness, from: number, to: number) => {
+    for (let t = from; t <= to; t += 4_000) {
+      harness.advance(t);
+      harness.deliver(report('b', 'g'), t);
+      harness.deliver(report('c', 'g'), t);
+    }
+  };
+  watch(p, 100, 100 + 2 * downAfterMs);
+  assert.equal(p.core.member('g')?.state, 'Up', 'd and e are listed: four of six needed');
+  const unlisted = p.nowMs;
+  p.step({ kind: 'placed', members: ['a', 'b', 'c', 'g'], nowMs: unlisted });
+  watch(p, unlisted + 4_000, unlisted + downAfterMs + 8_000);
+  assert.equal(p.core.member('g')?.state, 'Down', 'three of the four members listed or voting');
 });
 
 test('reports lapse unless renewed, and count only from reporters we still reach', () => {

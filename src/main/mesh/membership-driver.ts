@@ -180,6 +180,11 @@ export class MembershipDriver {
     this.step({ kind: 'sync-with', nodeId, nowMs: this.clock.nowMs() });
   }
 
+  /** The members the placement table this node routes by lists (Down ones count toward Down while listed). */
+  placed(members: readonly string[]): void {
+    this.step({ kind: 'placed', members, nowMs: this.clock.nowMs() });
+  }
+
   /** Joins the cluster through these seeds (their ids proven by the peer handshake). */
   join(seeds: ReadonlyArray<{ nodeId: string; address: string }>): void {
     this.step({ kind: 'join', seeds, nowMs: this.clock.nowMs() });
