@@ -567,6 +567,12 @@ export const MEMBERSHIP_LEAVE_CONFIRM_MAX_MS = 300_000;
  */
 export const MEMBERSHIP_STALL_MS = 500;
 /**
+ * A stall this long may have missed an update's whole spread (each member passes it on a few
+ * times, within about a second at these sizes): the node exchanges its whole view with a member at
+ * once. Shorter stalls (a GC pause under load) do not each cost a push-pull.
+ */
+export const MEMBERSHIP_STALL_SYNC_MS = 2_000;
+/**
  * A membership message up to this size travels as one UDP datagram beside the peer connection, so a
  * probe never waits behind replication bytes queued on it; a larger one (a full-state sync, a join
  * reply) takes the peer connection. memberlist's UDPBufferSize: fits an Ethernet MTU unfragmented.

@@ -53,6 +53,7 @@ import {
   MEMBERSHIP_PROBE_INTERVAL_MS,
   MEMBERSHIP_PROBE_TIMEOUT_MS,
   MEMBERSHIP_RELAYS_MAX,
+  MEMBERSHIP_STALL_SYNC_MS,
   MEMBERSHIP_SUSPICION_CONFIRMATIONS,
   MEMBERSHIP_SUSPICION_MAX_TIMEOUT_MULT,
   MEMBERSHIP_SUSPICION_MULT,
@@ -225,7 +226,10 @@ export class Membership {
     }
     this.nextProbeMs = nowMs + config.probeIntervalMs;
     this.nextGossipMs = nowMs + config.gossipIntervalMs;
-    this.nextPushPullMs = nowMs + config.pushPullIntervalMs;
+    // The first push-pull one probe interval after start: a node that restarts holds the view it
+    // persisted, and what changed while it was down (a leave, a Down, a join) spread by gossip it
+    // no longer hears — as memberlist pushes and pulls with its seeds on start.
+    this.nextPushPullMs = nowMs + config.probeIntervalMs;
     this.emitEvent('Initialized', this.selfView());
     for (const m of this.members.values()) this.emitEvent('Initialized', viewOf(m));
     this.persistPending = true;
@@ -1123,6 +1127,8 @@ export class Membership {
       if (m.suspicion !== undefined) m.suspicion.startMs += lateMs;
       if (m.majoritySinceMs !== undefined) m.majoritySinceMs += lateMs;
     }
+    // What was gossiped meanwhile may have passed it by, as for a restart: a push-pull now.
+    if (lateMs >= MEMBERSHIP_STALL_SYNC_MS) this.nextPushPullMs = Math.min(this.nextPushPullMs, this.nowMs);
     this.log('warn', `membership loop stalled ${lateMs} ms; local health ×${this.awareness + 1}`);
   }
 

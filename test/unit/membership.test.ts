@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { GossipQueue } from '../../src/core/gossip-queue.js';
 import { resumesLeave } from '../../src/core/leave.js';
-import { MEMBERSHIP_LEAVE_CONFIRM_MAX_MS } from '../../src/core/limits.js';
+import { MEMBERSHIP_LEAVE_CONFIRM_MAX_MS, MEMBERSHIP_STALL_SYNC_MS } from '../../src/core/limits.js';
 import { Membership, suspicionTimeoutMs } from '../../src/core/membership.js';
 import {
   isValidUpdate,
@@ -382,6 +382,28 @@ test('a stall of our own event loop is no evidence against others and counts aga
   assert.equal(h.core.healthMultiplier(), 2);
   assert.equal(h.core.member(target)?.suspect, false, 'the probe in flight is dropped unjudged');
   assert.equal(h.core.counters.probesFailed, 0);
+});
+
+test('a node pushes and pulls its whole view one probe interval after it starts, and at once after its loop stalled', () => {
+  const { probeIntervalMs, pushPullIntervalMs } = MEMBERSHIP_CONFIG_DEFAULTS;
+  // Restarted: what was gossiped while it was down passed it by.
+  const h = new Harness(config('a', OTHERS, { restoredIncarnation: 3 }), new Set(OTHERS));
+  h.advance(probeIntervalMs - 1);
+  assert.equal(h.sends('sync').length, 0);
+  h.advance(probeIntervalMs);
+  assert.equal(h.sends('sync').length, 1, 'one probe interval after start');
+  h.advance(probeIntervalMs + pushPullIntervalMs - 1);
+  assert.equal(h.sends('sync').length, 1, 'then every push-pull interval');
+  h.advance(probeIntervalMs + pushPullIntervalMs);
+  assert.equal(h.sends('sync').length, 2);
+  // A stall shorter than MEMBERSHIP_STALL_SYNC_MS (a GC pause) costs no push-pull.
+  h.step({ kind: 'tick', nowMs: h.core.nextWakeMs() + MEMBERSHIP_STALL_SYNC_MS - 1 });
+  assert.equal(h.core.counters.stalls, 1);
+  assert.equal(h.sends('sync').length, 2);
+  // Its loop stalls for 20 s, well inside the next push-pull interval: a push-pull at once.
+  h.step({ kind: 'tick', nowMs: h.nowMs + 20_000 });
+  assert.equal(h.core.counters.stalls, 2);
+  assert.equal(h.sends('sync').length, 3, 'what was gossiped during the stall passed it by');
 });
 
 function gossip(from: string, updates: MemberUpdate[]): MembershipMessage {
