@@ -1072,12 +1072,10 @@ export class Membership {
    * the next. As Redis Cluster counts a failed master in its quorum while it still owns slots.
    */
   private downVoters(): number {
-    let count = VOTING.has(this.selfState) ? 1 : 0;
-    for (const m of this.members.values()) {
-      if (VOTING.has(m.state)) count++;
-      else if (m.state === 'Down' && (this.placed === undefined || this.placed.has(m.nodeId))) count++;
-    }
-    return count;
+    let listedDown = 0;
+    for (const m of this.members.values())
+      if (m.state === 'Down' && (this.placed === undefined || this.placed.has(m.nodeId))) listedDown++;
+    return this.votingMembers() + listedDown;
   }
 
   private votingMembers(): number {

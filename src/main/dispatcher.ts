@@ -745,9 +745,9 @@ export class Dispatcher implements KeyRouter {
 
   /**
    * Resolves once what the fragment's serving replica (`here`: this node's worker, at once when it
-   * does not hold the fragment) took before has reached `durability`. At `Priority.High` (the
-   * default) the fence passes operations still queued at lower priorities; at `Priority.Default`
-   * it waits for the client operations queued before it too.
+   * does not hold the fragment) took before has reached `durability`. A fence runs in its
+   * priority's queue: at `Priority.High` (the default) it passes operations still queued at lower
+   * priorities; at `Priority.Background` it runs after everything queued before it.
    */
   fenced(
     fragment: number,

@@ -574,11 +574,6 @@ export class MembershipSim {
     return true;
   }
 
-  /** Tells the node's membership which members its table lists, as the node does (cluster.ts onTableChanged). */
-  private placedAt(node: SimNode, table: AssignmentTable): void {
-    if (table.entries().length > 0) node.core?.placed(table.members());
-  }
-
   /** The checks of every table a node routes by (see the file header). */
   private onTableChanged(node: SimNode, table: AssignmentTable): void {
     this.report.tableChanges++;
@@ -720,7 +715,8 @@ export class MembershipSim {
       {
         onTableChanged: (table, fragments) => {
           this.onTableChanged(node, table);
-          this.placedAt(node, table);
+          // As the node (cluster.ts onTableChanged): membership hears which members the table lists.
+          node.core?.placed(table.members());
           this.onRoutingTable(node, table, fragments);
         },
         onCoordinatorChanged: (coordinator, epoch) => {
@@ -740,7 +736,7 @@ export class MembershipSim {
       },
     );
     // As the node at start, which routes by its restored table as by a changed one.
-    this.placedAt(node, node.coordinator.table);
+    node.core.placed(node.coordinator.table.members());
     this.onNodeStarted(node);
     this.connectionsChanged();
     this.feedView(node);

@@ -766,7 +766,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.routeByTable(table);
     this.routingChanged();
     this.placementDriver?.onTable(table, fragments);
-    if (table.entries().length > 0) this.membershipDriver?.placed(table.members());
+    this.membershipDriver?.placed(table.members());
     this.exitIfLeft();
     this.wakeStartWaiters();
   }

@@ -180,8 +180,12 @@ export class MembershipDriver {
     this.step({ kind: 'sync-with', nodeId, nowMs: this.clock.nowMs() });
   }
 
-  /** The members the placement table this node routes by lists (Down ones count toward Down while listed). */
+  /**
+   * The members the placement table this node routes by lists (Down ones count toward Down while
+   * listed). An empty list is no table yet (none written), which says nothing.
+   */
   placed(members: readonly string[]): void {
+    if (members.length === 0) return;
     this.step({ kind: 'placed', members, nowMs: this.clock.nowMs() });
   }
 
