@@ -162,6 +162,11 @@ export class MembershipSim {
   private readonly clusterReachSinceMs = new Map<string, number | undefined>();
   /** When each node last reached each member (`x>y` → ms), itself included while it runs. */
   private readonly lastReachedMs = new Map<string, number>();
+  /**
+   * The highest local-health multiplier among running nodes, each time it changed (oldest first,
+   * pruned past the longest detection bound): Lifeguard stretches every prober's interval by it.
+   */
+  private readonly healthPeaks: { atMs: number; multiplier: number }[] = [];
   /** Table epoch → the coordinator (id@incarnation) that opened it, across every node's table. */
   private readonly epochOwners = new Map<number, string>();
   /** `epoch/fragment/generation` → the replicas written there, across every node's table. */
@@ -442,6 +447,7 @@ export class MembershipSim {
   protected advance(): void {
     this.nowMs += STEP_MS;
     this.updateReach();
+    this.recordHealth();
     const due = this.inFlight.filter((m) => m.atMs <= this.nowMs);
     if (due.length > 0) this.inFlight = this.inFlight.filter((m) => m.atMs > this.nowMs);
     for (const node of this.nodes) {
@@ -599,11 +605,12 @@ export class MembershipSim {
     }
     if (node.coordinator?.role === 'coordinator') {
       // The gate reads the node's view, which learns that a member is out of reach within the
-      // detection bound — twice the calm one under chaos, where local-health multipliers stretch
-      // probes — and a node resumed from a pause acts on its view from before it first. So a
-      // majority of the table's members must each have been reached that recently. Promised epochs
-      // keep the table safe meanwhile (checked above); this bounds how stale the gate may be.
-      const staleMs = 2 * this.unreachableBoundMs() + node.lastPauseMs;
+      // detection bound — at the local health the probers had meanwhile, and with a suspicion that
+      // may lack its confirmations under loss — and a node resumed from a pause acts on its view
+      // from before it first. So a majority of the table's members must each have been reached
+      // that recently. Promised epochs keep the table safe meanwhile (checked above); this bounds
+      // how stale the gate may be.
+      const staleMs = this.staleViewBoundMs() + node.lastPauseMs;
       const voters = this.voters(node);
       const recent = voters.filter(
         (id) =>
@@ -866,10 +873,51 @@ export class MembershipSim {
    * confirm lasts its floor (suspicionMult intervals, × log10 N past 10 members).
    */
   private unreachableBoundMs(): number {
+    return this.detectionBoundMs(1, 1);
+  }
+
+  /**
+   * How long a running node's view may hold a member Up after it stopped reaching it, under chaos:
+   * the detection bound at the highest local-health multiplier any prober had within the longest
+   * such bound (Lifeguard scales probe intervals by it), with a suspicion that waited its longest
+   * (its confirmations lost or cut off).
+   */
+  private staleViewBoundMs(): number {
+    const { awarenessMaxMult, suspicionMaxTimeoutMult } = MEMBERSHIP_CONFIG_DEFAULTS;
+    const sinceMs = this.nowMs - this.detectionBoundMs(awarenessMaxMult, suspicionMaxTimeoutMult);
+    let multiplier = 1;
+    for (let i = this.healthPeaks.length - 1; i >= 0; i--) {
+      const peak = this.healthPeaks[i]!;
+      multiplier = Math.max(multiplier, peak.multiplier);
+      if (peak.atMs <= sinceMs) break;
+    }
+    return this.detectionBoundMs(multiplier, suspicionMaxTimeoutMult);
+  }
+
+  /** The detection bound with probe intervals stretched `healthMultiplier` times and suspicions `suspicionStretch` times. */
+  private detectionBoundMs(healthMultiplier: number, suspicionStretch: number): number {
     const n = this.nodes.length;
     const { probeIntervalMs, suspicionMult } = MEMBERSHIP_CONFIG_DEFAULTS;
     const suspicionMs = suspicionMult * Math.max(1, Math.log10(n)) * probeIntervalMs;
-    return n * probeIntervalMs + suspicionMs + this.options.detectionSlackMs;
+    return (
+      n * probeIntervalMs * healthMultiplier + suspicionMs * suspicionStretch + this.options.detectionSlackMs
+    );
+  }
+
+  /** Notes the highest local-health multiplier among running nodes when it changed. */
+  private recordHealth(): void {
+    let multiplier = 1;
+    for (const node of this.nodes)
+      if (node.core !== undefined && this.running(node))
+        multiplier = Math.max(multiplier, node.core.healthMultiplier());
+    const last = this.healthPeaks[this.healthPeaks.length - 1];
+    if (last?.multiplier === multiplier) return;
+    this.healthPeaks.push({ atMs: this.nowMs, multiplier });
+    const { awarenessMaxMult, suspicionMaxTimeoutMult } = MEMBERSHIP_CONFIG_DEFAULTS;
+    const keepMs = this.detectionBoundMs(awarenessMaxMult, suspicionMaxTimeoutMult);
+    // Keep the last peak at or before the window's start: it was in force then.
+    while (this.healthPeaks.length > 2 && this.healthPeaks[1]!.atMs <= this.nowMs - keepMs)
+      this.healthPeaks.shift();
   }
 
   /** The members a node's coordinator gate counts: its table's (the initial ones before it holds a table). */
