@@ -638,6 +638,27 @@ export function servingOrder(
   return [pinnedTo, ...ordered.filter((id) => id !== pinnedTo)];
 }
 
+/**
+ * The member `selfId` takes the fragment's serving over from once the entry's move finishes: the
+ * move's source, when the table lists it first and the finished list (`finishMove`'s order) puts
+ * `selfId` first instead — a leave or a move away of the serving replica, succeeded by a replica
+ * that already holds a copy. Null otherwise; also for the move's target, whose gained copy is
+ * verified before the move finishes. The successor verifies its copy against the source meanwhile,
+ * as a gained copy is verified, so the handover at the finish completes it without a round
+ * (failover-catch-up.ts) while the fragment's requests wait.
+ */
+export function servingSuccessionSource(
+  fragment: number,
+  entry: ActiveAssignment,
+  selfId: string,
+): string | null {
+  const moving = entry.moving;
+  if (moving === null || moving.source === null || moving.target === selfId) return null;
+  if (entry.replicas[0] !== moving.source || !entry.replicas.includes(selfId)) return null;
+  const kept = entry.replicas.filter((id) => id !== moving.source);
+  return servingOrder(kept, fragment, entry.pinnedTo)[0] === selfId ? moving.source : null;
+}
+
 /** Gives up a move in flight whose target left: the list returns to what it was. */
 export function cancelMove(
   fragment: number,

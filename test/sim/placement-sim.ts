@@ -58,7 +58,7 @@
 import { setImmediate as macrotask } from 'node:timers/promises';
 import { assert } from '../../src/core/assert.js';
 import type { AssignmentTable } from '../../src/core/assignment-table.js';
-import { MOVE_LIMITS_DEFAULT, planMoves } from '../../src/core/coordinator.js';
+import { MOVE_LIMITS_DEFAULT, planMoves, servingSuccessionSource } from '../../src/core/coordinator.js';
 import type { CoordinatorCounters } from '../../src/core/coordinator-machine.js';
 import { type ForwardView, forwardStep } from '../../src/core/forwarding.js';
 import { leaveHandedOver } from '../../src/core/leave.js';
@@ -143,6 +143,8 @@ export interface PlacementSimReport {
   forwardHopsMax: number;
   /** Handovers whose drain completed the copy (no round after it). */
   handoversCovered: number;
+  /** Verifying rounds a successor started before the move that hands it the serving finished. */
+  successionRounds: number;
   movesStarted: number;
   movesFinished: number;
   movesCancelled: number;
@@ -193,6 +195,8 @@ interface Holder {
   continuity: Map<string, number>;
   /** In memory: per fragment, the sources a verifying round completed against, with the continuity it started under. */
   verifiedUnder: Map<number, Map<string, number>>;
+  /** In memory: the successions (`fragment/source`) whose verifying round runs. */
+  successionRounds: Set<string>;
   /** Fragments whose copy served since its last successful drain (a copy found at start served before). */
   readonly served: Set<number>;
   /** This life asked membership to exit (Exiting, then Removed): its leave handed everything over. */
@@ -298,6 +302,7 @@ export class PlacementSim extends MembershipSim {
       forwardWaits: 0,
       forwardHopsMax: 0,
       handoversCovered: 0,
+      successionRounds: 0,
       movesStarted: 0,
       movesFinished: 0,
       movesCancelled: 0,
@@ -478,6 +483,7 @@ export class PlacementSim extends MembershipSim {
         backlogs: new Map(),
         continuity: new Map(),
         verifiedUnder: new Map(),
+        successionRounds: new Set(),
         served: new Set(),
         exited: false,
         life: 0,
@@ -538,6 +544,7 @@ export class PlacementSim extends MembershipSim {
     holder.backlogs = new Map();
     holder.continuity = new Map();
     holder.verifiedUnder = new Map();
+    holder.successionRounds = new Set();
     const counters = node.coordinator!.counters;
     for (const key of COUNTERS) this.retired[key] += counters[key];
   }
@@ -547,8 +554,38 @@ export class PlacementSim extends MembershipSim {
     table: AssignmentTable,
     fragments: readonly number[],
   ): void {
-    this.holders.get(node.id)?.driver?.onTable(table, fragments);
+    const holder = this.holders.get(node.id);
+    if (holder?.driver !== undefined) this.verifySuccessions(node, holder, table, fragments);
+    holder?.driver?.onTable(table, fragments);
     this.exitIfLeft(node);
+  }
+
+  /** As the node (cluster.ts verifySuccessions): a successor's copy is verified against the source before the move finishes. */
+  private verifySuccessions(
+    node: SimNode,
+    holder: Holder,
+    table: AssignmentTable,
+    fragments: readonly number[],
+  ): void {
+    for (const fragment of fragments) {
+      const entry = table.active(fragment);
+      if (entry === undefined || !holder.served.has(fragment)) continue;
+      const source = servingSuccessionSource(fragment, entry, node.id);
+      const key = `${fragment}/${source}`;
+      if (
+        source === null ||
+        holder.verifiedUnder.get(fragment)?.has(source) ||
+        holder.successionRounds.has(key)
+      )
+        continue;
+      this.stats.successionRounds++;
+      holder.successionRounds.add(key);
+      const rounds = holder.successionRounds;
+      const ended = (): void => {
+        rounds.delete(key);
+      };
+      this.verifyCopy(node, holder, fragment, [source]).then(ended, ended);
+    }
   }
 
   // ---- One step of simulated time ----
@@ -758,38 +795,7 @@ export class PlacementSim extends MembershipSim {
             replicas.filter((id) => id !== node.id),
           );
         }),
-      verify: (fragment, sources) => {
-        // The round starts once the source replicates the fragment here, and copies the source as
-        // it was then; later writes come by replication. It counts under the continuity it started
-        // in. The node rounds against every serving source and a handover waits for the round
-        // against the replica that hands over (cluster.ts): modelled as the round against the
-        // replica that serves the fragment as this node routes it, when it can be.
-        const usable = (id: string): boolean =>
-          this.reaches(node.id, id) &&
-          this.serves(id, fragment) &&
-          this.holders.get(id)!.replicateTo.get(fragment)?.includes(node.id) === true;
-        const serving = this.routeAt(node, fragment);
-        const source =
-          serving !== undefined && sources.includes(serving) && usable(serving)
-            ? serving
-            : sources.find(usable);
-        const snapshot = source === undefined ? undefined : new Map(this.copyOf(source, fragment));
-        const continuity =
-          source === undefined
-            ? 0
-            : (this.holders.get(source)!.continuity.get(`${fragment}/${node.id}`) ?? 0);
-        const copy = holder.copies.get(fragment);
-        return this.later(node, holder, 'verify', fragment, () => {
-          if (source === undefined || snapshot === undefined)
-            throw new StepFailed(`no serving source among ${sources.join(',')} replicates here`);
-          if (!this.reaches(node.id, source)) throw new StepFailed(`lost ${source} during the round`);
-          merge(this.copyOf(node.id, fragment), snapshot);
-          if (holder.copies.get(fragment) !== copy) return; // dropped and opened again meanwhile
-          let under = holder.verifiedUnder.get(fragment);
-          if (under === undefined) holder.verifiedUnder.set(fragment, (under = new Map()));
-          under.set(source, continuity);
-        });
-      },
+      verify: (fragment, sources) => this.verifyCopy(node, holder, fragment, sources),
       drain: (fragment, targets, generation) =>
         this.later(node, holder, 'drain', fragment, () => {
           for (const target of targets) {
@@ -858,6 +864,43 @@ export class PlacementSim extends MembershipSim {
           resolve();
         },
       });
+    });
+  }
+
+  /**
+   * A verifying round of the node's copy (cluster.ts verifyCopy): it starts once the source
+   * replicates the fragment here, and copies the source as it was then; later writes come by
+   * replication. It counts under the continuity it started in. The node rounds against every
+   * serving source and a handover waits for the round against the replica that hands over
+   * (cluster.ts): modelled as the round against the replica that serves the fragment as this node
+   * routes it, when it can be.
+   */
+  private verifyCopy(
+    node: SimNode,
+    holder: Holder,
+    fragment: number,
+    sources: readonly string[],
+  ): Promise<void> {
+    const usable = (id: string): boolean =>
+      this.reaches(node.id, id) &&
+      this.serves(id, fragment) &&
+      this.holders.get(id)!.replicateTo.get(fragment)?.includes(node.id) === true;
+    const serving = this.routeAt(node, fragment);
+    const source =
+      serving !== undefined && sources.includes(serving) && usable(serving) ? serving : sources.find(usable);
+    const snapshot = source === undefined ? undefined : new Map(this.copyOf(source, fragment));
+    const continuity =
+      source === undefined ? 0 : (this.holders.get(source)!.continuity.get(`${fragment}/${node.id}`) ?? 0);
+    const copy = holder.copies.get(fragment);
+    return this.later(node, holder, 'verify', fragment, () => {
+      if (source === undefined || snapshot === undefined)
+        throw new StepFailed(`no serving source among ${sources.join(',')} replicates here`);
+      if (!this.reaches(node.id, source)) throw new StepFailed(`lost ${source} during the round`);
+      merge(this.copyOf(node.id, fragment), snapshot);
+      if (holder.copies.get(fragment) !== copy) return; // dropped and opened again meanwhile
+      let under = holder.verifiedUnder.get(fragment);
+      if (under === undefined) holder.verifiedUnder.set(fragment, (under = new Map()));
+      under.set(source, continuity);
     });
   }
 

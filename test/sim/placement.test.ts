@@ -42,6 +42,8 @@ test('fragments move under a write load through faults without losing an acknowl
     sum('forwarded') > 0 && sum('forwardWaits') > 0,
     'forwarded writes, and waits for a lagging node',
   );
-  // Serving moved to a copy verified against the replica that handed it over, without a round.
+  // Serving moved to a copy verified against the replica that handed it over, without a round:
+  // gained copies, and those of successors that verified theirs while the move ran.
   assert.ok(sum('handoversCovered') > 0, 'handovers that completed a verified copy');
+  assert.ok(sum('successionRounds') > 0, 'successors verified their copies before the handover');
 });

@@ -26,6 +26,7 @@ import {
   reachesMajority,
   rebuildFromReports,
   servingOrder,
+  servingSuccessionSource,
   startMove,
 } from '../../src/core/coordinator.js';
 import {
@@ -396,6 +397,41 @@ test('a leaving member’s replicas are replaced add-before-remove, each once', 
     `${moves.length} moves for ${held} replicas`,
   );
   assert.ok([...table.entries()].every(([, e]) => !(e as ActiveAssignment).replicas.includes('d')));
+});
+
+test('while a move of the serving replica runs, the replica its finish puts first, and only it, knows it succeeds the source', () => {
+  const table = bootstrap(['a', 'b', 'c', 'd', 'e'], 64, 3);
+  const view = [member('a'), member('b'), member('c'), member('d', 'Leaving'), member('e')];
+  const self = { id: 'a', incarnation: 0 };
+  let successions = 0;
+  for (let round = 0; round < 500; round++) {
+    const moves = planMoves(table, view, 3).moves;
+    if (moves.length === 0) break;
+    for (const move of moves) {
+      const before = table.active(move.fragment) as ActiveAssignment;
+      // Before the move starts, no one succeeds anyone.
+      for (const id of before.replicas)
+        assert.equal(servingSuccessionSource(move.fragment, before, id), null);
+      table.apply(startMove(before, move, fenceOf('a', 1), 1), self);
+      const during = table.active(move.fragment) as ActiveAssignment;
+      const after = finishMove(move.fragment, during, fenceOf('a', 1), 2).entry as ActiveAssignment;
+      const successors = during.replicas.filter(
+        (id) => servingSuccessionSource(move.fragment, during, id) !== null,
+      );
+      if (during.replicas[0] === move.source && after.replicas[0] !== move.target) {
+        // The source serves and an existing replica takes over: that one, against the source.
+        assert.deepEqual(successors, [after.replicas[0]], `fragment ${move.fragment}`);
+        assert.equal(servingSuccessionSource(move.fragment, during, successors[0]!), move.source);
+        successions++;
+      } else {
+        // The source does not serve, or the target takes over (its gained copy is verified anyway).
+        assert.deepEqual(successors, [], `fragment ${move.fragment}`);
+      }
+      table.apply(finishMove(move.fragment, during, fenceOf('a', 1), 2), self);
+    }
+  }
+  assert.ok([...table.entries()].every(([, e]) => !(e as ActiveAssignment).replicas.includes('d')));
+  assert.ok(successions > 0, 'the leaver served some fragments');
 });
 
 test('a Down member’s replicas are replaced first, and a Down source is not charged a move', () => {

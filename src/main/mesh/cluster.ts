@@ -15,7 +15,7 @@ import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import type { Logger } from 'pino';
 import type { AssignmentTable, CoordinatorIdentity, ReplicaMove } from '../../core/assignment-table.js';
 import { copyRange } from '../../core/bytes.js';
-import type { MemberView as CoordinatorMemberView } from '../../core/coordinator.js';
+import { type MemberView as CoordinatorMemberView, servingSuccessionSource } from '../../core/coordinator.js';
 import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError, unavailable } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
@@ -763,6 +763,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
     this.recordMoves(table, fragments);
+    this.verifySuccessions(table, fragments);
     this.routeByTable(table);
     this.routingChanged();
     this.placementDriver?.onTable(table, fragments);
@@ -880,7 +881,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
           keysPulled: report.keysPulled,
           reason: report.reason,
         },
-        'verifying round of a gained copy ended',
+        'verifying round of a copy ended',
       );
       if (!report.ok) throw new Error(report.reason);
       // Rounds that end after the first are kept too, unless the copy went meanwhile.
@@ -900,6 +901,30 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const reasons = err.errors.map((e: Error) => e.message);
       throw new Error(`no round completed: ${reasons.join('; ')}`);
     });
+  }
+
+  /**
+   * A move whose finish will hand this node the serving of a fragment it already holds a copy of
+   * (`servingSuccessionSource`): the copy is verified against the serving source now, as a gained
+   * copy is, so the handover at the finish completes it without a round. Not twice against one
+   * source; a failed round only costs the handover its round.
+   */
+  private verifySuccessions(table: AssignmentTable, fragments: readonly number[]): void {
+    for (const fragment of fragments) {
+      const entry = table.active(fragment);
+      if (entry === undefined || this.localServing[fragment] !== 1) continue;
+      const source = servingSuccessionSource(fragment, entry, this.config.selfId);
+      if (source === null) continue;
+      const m = this.config.members.indexOf(source);
+      const verification = this.verification.get(fragment);
+      if (m === -1 || verification?.running.has(m) || verification?.under.has(m)) continue;
+      this.verifyCopy(fragment, [source]).catch((err: Error) =>
+        this.logger.info(
+          { fragment, against: source, reason: err.message },
+          'a successor could not verify its copy before the handover: the handover runs a round',
+        ),
+      );
+    }
   }
 
   /**
