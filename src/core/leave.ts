@@ -3,7 +3,27 @@
 // both decide by this rule.
 
 import type { AssignmentTable } from './assignment-table.js';
+import { eligibleMembers, type MemberView } from './coordinator.js';
 import type { MemberState } from './membership-types.js';
+
+/**
+ * Why a node may not start to leave, or undefined when it may: a node the table lists (a replica, a
+ * move's source or target) leaves only once its replicas moved to other members, and those that
+ * may take them (Up, itself aside) must be at least `replicas` — otherwise the leave could never
+ * finish and would hang, Leaving, until members join (as CockroachDB's decommission of a node of
+ * three once looped for ever). A node the table lists nowhere may always go.
+ */
+export function leaveRefusal(
+  selfId: string,
+  table: AssignmentTable,
+  view: readonly MemberView[],
+  replicas: number,
+): string | undefined {
+  if (!table.members().includes(selfId)) return undefined;
+  const others = eligibleMembers(view).filter((id) => id !== selfId);
+  if (others.length >= replicas) return undefined;
+  return `cannot leave: ${others.length} other Up member${others.length === 1 ? '' : 's'} could take this node's replicas, fewer than the ${replicas} each fragment has; join a member first`;
+}
 
 /**
  * A leaving node has handed everything over: the table it routes by lists it in no entry (not as a

@@ -1,6 +1,7 @@
 // Admin work across the peer mesh on three real processes on 127.0.0.1: a change posted to a node
 // that is not the coordinator is executed by the coordinator and answered with its status unchanged
-// and the node that executed it (a move pins the fragment); `leave` stays where it was posted; `GET /cluster/metrics` merges
+// and the node that executed it (a move pins the fragment); `leave` stays where it was posted (and is
+// refused there when its replicas could go nowhere); `GET /cluster/metrics` merges
 // every member's sample, and with one member stopped by SIGSTOP it is partial, naming that member.
 
 import assert from 'node:assert/strict';
@@ -171,11 +172,25 @@ describe('admin changes and metrics across the peer mesh', () => {
     }
   });
 
-  test('leave is executed by the node it was posted to, never forwarded', async () => {
+  test('leave is executed by the node it was posted to, never forwarded; with as many members as replicas it is refused', async () => {
     const [, b] = fixture.nodes;
     const leave = await change(b, '/cluster/leave', {}, TOKEN);
-    assert.equal(leave.body.status, 'Ok', leave.body.message);
+    // Three members, three replicas of each fragment: b's could go nowhere, so its leave would
+    // never finish. b refuses it at once, and stays Up. (c, just resumed from SIGSTOP above, may
+    // still be Down: then one other member could take them.)
+    assert.equal(leave.http, 409);
+    assert.equal(leave.body.status, 'Conflict');
+    assert.match(
+      leave.body.message,
+      /^cannot leave: (2 other Up members|1 other Up member) could take this node's replicas, fewer than the 3 each fragment has; join a member first$/,
+    );
     assert.equal(leave.body.executedBy, 'b');
     assert.equal(leave.body.forwardedTo, undefined);
+    const view = await getJson<{ members: Array<{ nodeId: string; state: string }> }>(b, '/cluster/members');
+    assert.equal(view.body.members.find((m) => m.nodeId === 'b')?.state, 'Up');
+    // The command line says the same, and fails.
+    const asked = cli(b, 'leave', '--admin-token', TOKEN);
+    assert.equal(asked.code, 1);
+    assert.match(asked.stderr, /^Conflict: cannot leave: .* join a member first \(executed by b\)\n/);
   });
 });

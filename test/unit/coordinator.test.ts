@@ -29,6 +29,7 @@ import {
   servingSuccessionSource,
   startMove,
 } from '../../src/core/coordinator.js';
+import { leaveRefusal } from '../../src/core/leave.js';
 import {
   PLACEMENT_MOVES_IN_PER_NODE_DEFAULT,
   PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
@@ -397,6 +398,25 @@ test('a leaving member’s replicas are replaced add-before-remove, each once', 
     `${moves.length} moves for ${held} replicas`,
   );
   assert.ok([...table.entries()].every(([, e]) => !(e as ActiveAssignment).replicas.includes('d')));
+});
+
+test('a leave that could never finish is refused: its replicas need as many other Up members as each fragment has replicas', () => {
+  const table = bootstrap(['a', 'b', 'c', 'd'], 16, 3);
+  const four = upView(['a', 'b', 'c', 'd']);
+  assert.equal(leaveRefusal('b', table, four, 3), undefined);
+  const cDown = four.map((m) => (m.id === 'c' ? member('c', 'Down', false) : m));
+  assert.equal(
+    leaveRefusal('b', table, cDown, 3),
+    "cannot leave: 2 other Up members could take this node's replicas, fewer than the 3 each fragment has; join a member first",
+  );
+  // Leaving and Joining members cannot take replicas either; one more Up member can.
+  const dLeaving = four.map((m) => (m.id === 'd' ? member('d', 'Leaving') : m));
+  assert.match(leaveRefusal('b', table, dLeaving, 3) ?? '', /^cannot leave: 2 other Up members/);
+  assert.match(leaveRefusal('b', table, [...cDown, member('e', 'Joining')], 3) ?? '', /2 other Up members/);
+  assert.equal(leaveRefusal('b', table, [...cDown, member('e')], 3), undefined);
+  // A member the table lists nowhere (a joiner that holds nothing yet) may always go.
+  assert.equal(leaveRefusal('e', table, [...cDown, member('e')], 3), undefined);
+  assert.equal(leaveRefusal('e', table, upView(['a', 'e']), 3), undefined);
 });
 
 test('while a move of the serving replica runs, the replica its finish puts first, and only it, knows it succeeds the source', () => {

@@ -21,7 +21,7 @@ import { networkError, type TesseraError, unavailable } from '../../core/errors.
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import { type ForwardView, forwardStep } from '../../core/forwarding.js';
 import { CAPABILITY_CLIENT_PORTS } from '../../core/handshake.js';
-import { leaveHandedOver, resumesLeave } from '../../core/leave.js';
+import { leaveHandedOver, leaveRefusal, resumesLeave } from '../../core/leave.js';
 import {
   ABSORB_TIMEOUT_MS,
   CLUSTER_EVENTS_KEPT,
@@ -1176,7 +1176,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    */
   async leave(): Promise<{ status: OperatorStatus; message: string }> {
     const membership = this.membershipDriver;
-    if (membership === undefined) return { status: 'Conflict', message: 'the node is starting' };
+    const table = this.coordinatorDriver?.table;
+    if (membership === undefined || table === undefined)
+      return { status: 'Conflict', message: 'the node is starting' };
+    const refusal = leaveRefusal(this.config.selfId, table, this.coordinatorView(), this.config.replicas);
+    if (refusal !== undefined) return { status: 'Conflict', message: refusal };
     const reply = await membership.leave();
     if (reply.status === 'Ok') {
       this.leaving = true;
