@@ -572,12 +572,7 @@ export class PlacementSim extends MembershipSim {
       if (entry === undefined || !holder.served.has(fragment)) continue;
       const source = servingSuccessionSource(fragment, entry, node.id);
       const key = `${fragment}/${source}`;
-      if (
-        source === null ||
-        holder.verifiedUnder.get(fragment)?.has(source) ||
-        holder.successionRounds.has(key)
-      )
-        continue;
+      if (source === null || holder.successionRounds.has(key)) continue;
       this.stats.successionRounds++;
       holder.successionRounds.add(key);
       const rounds = holder.successionRounds;

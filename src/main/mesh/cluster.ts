@@ -906,8 +906,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /**
    * A move whose finish will hand this node the serving of a fragment it already holds a copy of
    * (`servingSuccessionSource`): the copy is verified against the serving source now, as a gained
-   * copy is, so the handover at the finish completes it without a round. Not twice against one
-   * source; a failed round only costs the handover its round.
+   * copy is, so the handover at the finish completes it without a round. Once per change of the
+   * entry (the move's start; a new coordinator's copy of it), not while one runs: the last round
+   * is the one the handover names, under the source's replication as it is now. A failed round
+   * only costs the handover its round.
    */
   private verifySuccessions(table: AssignmentTable, fragments: readonly number[]): void {
     for (const fragment of fragments) {
@@ -916,8 +918,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const source = servingSuccessionSource(fragment, entry, this.config.selfId);
       if (source === null) continue;
       const m = this.config.members.indexOf(source);
-      const verification = this.verification.get(fragment);
-      if (m === -1 || verification?.running.has(m) || verification?.under.has(m)) continue;
+      if (m === -1 || this.verification.get(fragment)?.running.has(m)) continue;
       this.verifyCopy(fragment, [source]).catch((err: Error) =>
         this.logger.info(
           { fragment, against: source, reason: err.message },
