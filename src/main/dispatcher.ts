@@ -8,14 +8,7 @@ import { getHeapStatistics } from 'node:v8';
 import type { Logger } from 'pino';
 import { assert } from '../core/assert.js';
 import { copyBytes, writeU32LE } from '../core/bytes.js';
-import {
-  internalError,
-  invalidInput,
-  outOfMemory,
-  replicaTimeout,
-  storageError,
-  type TesseraError,
-} from '../core/errors.js';
+import { internalError, invalidInput, outOfMemory, storageError, type TesseraError } from '../core/errors.js';
 import { HybridLogicalClock, sharedClockCell } from '../core/hlc.js';
 import { Keyspace } from '../core/keyspace.js';
 import { KEY_BYTES_MAX, ringBytesFor, WORKER_HEAP_HEADROOM_MB } from '../core/limits.js';
@@ -90,7 +83,7 @@ import { decodeWorkerHealth, type WorkerHealthReport } from '../threads/worker-h
 import type { NodeConfig } from './config.js';
 import { type KeyRouter, NOT_LOCAL, type WriteSpec } from './key-router.js';
 import { PulledCounts, type PulledInto } from './pulled-counts.js';
-import { GatedWrite, gatedWriteHandler, waitForReplicas } from './replica-waiter.js';
+import { GatedWrite, gatedWriteHandler } from './replica-waiter.js';
 import { resultError } from './result-error.js';
 import { TurnClock } from './turn-clock.js';
 import { type ResultHandler, WorkerLink } from './worker-link.js';

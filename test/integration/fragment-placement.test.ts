@@ -7,13 +7,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { freePorts } from '../../bench/ports.js';
-import { Priority, Reply } from '../../src/core/ops.js';
-import { valueBytesOf } from '../../src/core/record.js';
 import { AckLevel } from '../../src/core/replication-sender.js';
 import { NOT_LOCAL } from '../../src/main/key-router.js';
 import { Tessera } from '../../src/main/node.js';
-import { resultError } from '../../src/main/result-error.js';
-import { RESULT_HEADER_BYTES, type RoundReport, resultStatus } from '../../src/threads/op-codec.js';
+import type { RoundReport } from '../../src/threads/op-codec.js';
 import { CLUSTER_SECRET } from './cluster-helpers.js';
 import { eventually, readOnWorker, STORES, tempDir } from './helpers.js';
 
