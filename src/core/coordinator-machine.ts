@@ -55,7 +55,7 @@ import {
   startMove,
   takeoverReporters,
 } from './coordinator.js';
-import { COORDINATOR_VIEW_SYNC_INTERVAL_MS } from './limits.js';
+import { COORDINATOR_VIEW_SYNC_INTERVAL_MS, PLACEMENT_BLOCKED_LISTED_MAX } from './limits.js';
 
 /** A member's promise not to accept changes below `epoch`, nor at it from another coordinator. */
 export interface EpochPromise {
@@ -157,6 +157,8 @@ export class CoordinatorMachine {
   private coordinator: CoordinatorIdentity | undefined;
   private roleNow: CoordinatorRole = 'follower';
   private readonly reports = new Map<string, AssignmentTable>();
+  /** The planner's blocked reasons as last logged (one per line; empty: not blocked). */
+  private blockedBefore = '';
   private promise: EpochPromise | undefined;
   /** The epoch this node proposes while taking over, and as which identity. */
   private proposal = 0;
@@ -609,9 +611,25 @@ export class CoordinatorMachine {
       );
     }
     this.commit(changes);
+    this.noteBlocked(plan.blocked);
     // Moves held back (a limit, an unreachable member, the majority) are planned again; a settled table sleeps.
     const waiting = plan.blocked.length > 0 || held || this.movesInFlight() > 0;
     this.nextPlanAtMs = waiting ? this.nowMs + this.config.planIntervalMs : Number.POSITIVE_INFINITY;
+  }
+
+  /**
+   * Says when the planner becomes blocked (a change it cannot make: too few eligible members), and
+   * when it no longer is — once per change, not at every plan interval — so a leave or a
+   * re-replication that stalls is never silent.
+   */
+  private noteBlocked(blocked: readonly string[]): void {
+    const now = blocked.join('\n');
+    if (now === this.blockedBefore) return;
+    this.blockedBefore = now;
+    if (blocked.length === 0) return this.log('info', 'placement no longer blocked');
+    const listed = blocked.slice(0, PLACEMENT_BLOCKED_LISTED_MAX).join('; ');
+    const more = blocked.length - PLACEMENT_BLOCKED_LISTED_MAX;
+    this.log('warn', `placement blocked: ${listed}${more > 0 ? ` (and ${more} more)` : ''}`);
   }
 
   private movesInFlight(): number {

@@ -28,9 +28,9 @@ export function clusterHelpText(): string {
     '                               object each); --after N resumes after event N. Ctrl-C stops',
     '                               (exit 0); exit 1 if the node ends the stream.',
     '  placement [--json]           every fragment: replicas, serving replica, table generation',
-    "  moves [--json]               replica moves in flight, this node's fragments copying or",
-    '                               handing over, recent moves (exit 1 while fragments are',
-    '                               under-replicated)',
+    "  moves [--json]               replica moves in flight, what blocks the planner, this node's",
+    '                               fragments copying or handing over, recent moves (exit 1 while',
+    '                               fragments are under-replicated or the planner is blocked)',
     "  metrics [--json]             every member's latest metrics sample, one line each, and the",
     '                               members that did not answer in time (exit 1 if any did not)',
     '',
@@ -382,7 +382,10 @@ async function clusterPlacement(args: ClusterArgs): Promise<number> {
   return 0;
 }
 
-/** `moves`: moves in flight and this node's fragments in transition; exit 1 while some fragment is under-replicated. */
+/**
+ * `moves`: moves in flight, what blocks the planner, and this node's fragments in transition; exit 1
+ * while some fragment is under-replicated or the planner is blocked.
+ */
 async function clusterMoves(args: ClusterArgs): Promise<number> {
   const url = `${args.base}/cluster/moves`;
   const answer = await getJson('cluster moves', url);
@@ -392,14 +395,20 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
     return 1;
   }
   const report = answer.body as MovesReport;
+  // A node of an earlier version says nothing of what blocks its planner.
+  const blockedCount = report.blockedCount ?? 0;
+  const status = report.underReplicated > 0 || blockedCount > 0 ? 1 : 0;
   if (args.json) {
     process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-    return report.underReplicated > 0 ? 1 : 0;
+    return status;
   }
   const rate = report.moveRateBytesPerSec === 0 ? 'unlimited' : `${mib(report.moveRateBytesPerSec)}/s`;
   const lines = [
     `table epoch ${report.tableEpoch}: ${report.inFlight.length} moves in flight, ${report.underReplicated} fragments under-replicated, move rate ${rate}`,
   ];
+  for (const reason of report.blocked ?? []) lines.push(`blocked: ${reason}`);
+  if (blockedCount > (report.blocked?.length ?? 0))
+    lines.push(`blocked: and ${blockedCount - report.blocked.length} more`);
   if (report.inFlight.length > 0) {
     const rows = [['fragment', 'source', 'target', 'reason', 'generation', 'since']];
     for (const m of report.inFlight)
@@ -430,7 +439,7 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
     lines.push(columns(rows));
   }
   process.stdout.write(`${lines.join('\n')}\n`);
-  return report.underReplicated > 0 ? 1 : 0;
+  return status;
 }
 
 /** One line per member that answered, then one per member that did not. */

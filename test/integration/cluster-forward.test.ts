@@ -1,7 +1,8 @@
 // Admin work across the peer mesh on three real processes on 127.0.0.1: a change posted to a node
 // that is not the coordinator is executed by the coordinator and answered with its status unchanged
 // and the node that executed it (a move pins the fragment); `leave` stays where it was posted (and is
-// refused there when its replicas could go nowhere); `GET /cluster/metrics` merges
+// refused there when its replicas could go nowhere); a member Down whose replicas can go nowhere
+// blocks the planner, and every report says so; `GET /cluster/metrics` merges
 // every member's sample, and with one member stopped by SIGSTOP it is partial, naming that member.
 
 import assert from 'node:assert/strict';
@@ -9,6 +10,7 @@ import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { ClusterMetrics } from '../../src/main/admin/cluster-metrics.js';
+import type { MovesReport } from '../../src/main/mesh/cluster.js';
 import { type ClusterFixture, type NodeProcess, startCluster } from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 
@@ -192,5 +194,31 @@ describe('admin changes and metrics across the peer mesh', () => {
     const asked = cli(b, 'leave', '--admin-token', TOKEN);
     assert.equal(asked.code, 1);
     assert.match(asked.stderr, /^Conflict: cannot leave: .* join a member first \(executed by b\)\n/);
+  });
+
+  test('a member Down with no other to take its replicas blocks the planner: said in /cluster/moves, by tessera cluster moves and in the log, until it is back', async () => {
+    const [a, , c] = fixture.nodes;
+    const blocked = '2 eligible members cannot hold 3 replicas of each fragment';
+    const from = a.log.length;
+    c.child!.kill('SIGSTOP');
+    try {
+      // Down after --down-after (2 s): its replicas can go nowhere, two members for three replicas.
+      await eventually(
+        async () => (await getJson<MovesReport>(a, '/cluster/moves')).body.blocked.includes(blocked),
+        CONDITION_MS_MAX,
+      );
+      const moves = cli(a, 'moves');
+      assert.equal(moves.code, 1);
+      assert.match(moves.stdout, new RegExp(`\nblocked: ${blocked}\n`));
+      assert.ok(a.log.includes(`"msg":"placement blocked: ${blocked}`, from), 'the coordinator logged it');
+    } finally {
+      c.child!.kill('SIGCONT');
+    }
+    // c refutes its Down once it runs again: nothing blocks the planner any more.
+    await eventually(async () => {
+      const report = (await getJson<MovesReport>(a, '/cluster/moves')).body;
+      return report.blockedCount === 0 && report.blocked.length === 0;
+    }, CONDITION_MS_MAX);
+    await eventually(() => a.log.includes('"msg":"placement no longer blocked"', from), CONDITION_MS_MAX);
   });
 });

@@ -1093,6 +1093,27 @@ describe('moves', () => {
     assert.deepEqual(inFlight(lonely, 'a'), []);
   });
 
+  test('a planner blocked by too few eligible members says so once, and once more when it is not', () => {
+    const ids = ['a', 'b', 'c'];
+    const cluster = bootstrapped(ids, PLACEMENT_3, MOVE_LIMITS_DEFAULT);
+    const logged = () =>
+      cluster
+        .peer('a')
+        .actions.filter((x) => x.kind === 'log' && /placement (no longer )?blocked/.test(x.message))
+        .map(describeAction);
+    assert.deepEqual(logged(), []);
+    // c is Down: its replicas can go nowhere with two members left for three replicas.
+    cluster.views(['a', 'b'], viewOf(ids, { c: 'down' }));
+    cluster.advance(PLACEMENT_PLAN_INTERVAL_MS * 5);
+    assert.deepEqual(logged(), [
+      'log warn: placement blocked: 2 eligible members cannot hold 3 replicas of each fragment; ' +
+        [0, 1, 2, 3].map((f) => `fragment ${f}: no eligible member to replace c`).join('; '),
+    ]);
+    cluster.views(['a', 'b', 'c'], viewOf(ids));
+    cluster.advance(PLACEMENT_PLAN_INTERVAL_MS * 5);
+    assert.deepEqual(logged().slice(1), ['log info: placement no longer blocked']);
+  });
+
   test('a move whose target goes Down is cancelled: the list returns to what it was', () => {
     const ids = ['a', 'b', 'c', 'd'];
     const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);

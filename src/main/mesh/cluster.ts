@@ -15,7 +15,11 @@ import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import type { Logger } from 'pino';
 import type { AssignmentTable, CoordinatorIdentity, ReplicaMove } from '../../core/assignment-table.js';
 import { copyRange } from '../../core/bytes.js';
-import { type MemberView as CoordinatorMemberView, servingSuccessionSource } from '../../core/coordinator.js';
+import {
+  type MemberView as CoordinatorMemberView,
+  planMoves,
+  servingSuccessionSource,
+} from '../../core/coordinator.js';
 import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError, unavailable } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
@@ -34,6 +38,7 @@ import {
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
   MOVES_RECENT_MAX,
+  PLACEMENT_BLOCKED_LISTED_MAX,
   PLACEMENT_PLAN_INTERVAL_MS,
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
@@ -190,6 +195,13 @@ export interface MovesReport {
   tableEpoch: number;
   /** Fragments short of replicas (Cluster.underReplicated). */
   underReplicated: number;
+  /**
+   * Why the planner cannot make some change now (too few eligible members to hold a fragment's
+   * replicas: a leave or a re-replication that waits for a member to join or come back), as this
+   * node's table and view plan it; the first PLACEMENT_BLOCKED_LISTED_MAX, and how many in all.
+   */
+  blocked: string[];
+  blockedCount: number;
   /** Moves in the table now: the target copies, the source leaves once the target is verified. */
   inFlight: Array<{
     fragment: number;
@@ -729,9 +741,15 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
     recent.sort((x, y) => y.atMs - x.atMs);
     const placement = this.placementDriver;
+    const blocked =
+      table === undefined || table.entries().length === 0
+        ? []
+        : planMoves(table, this.coordinatorView(), this.config.replicas).blocked;
     return {
       tableEpoch: table?.epoch ?? 0,
       underReplicated: this.underReplicated(),
+      blocked: blocked.slice(0, PLACEMENT_BLOCKED_LISTED_MAX),
+      blockedCount: blocked.length,
       inFlight,
       here: (placement?.fragments() ?? [])
         .filter((f) => f.state !== 'Serving')
