@@ -290,6 +290,19 @@ export function eligibleMembers(view: readonly MemberView[]): string[] {
 }
 
 /**
+ * Why the planner is blocked, or undefined: fewer eligible members than each fragment's replicas
+ * (a Down or Leaving member's replicas can go nowhere). The only cause: with enough eligible
+ * members, every fragment has a candidate for each replica it must replace. Cheap (the members
+ * only), so a report can ask it without planning.
+ */
+export function tooFewEligible(view: readonly MemberView[], replicas: number): string | undefined {
+  const eligible = eligibleMembers(view).length;
+  return eligible < replicas
+    ? `${eligible} eligible members cannot hold ${replicas} replicas of each fragment`
+    : undefined;
+}
+
+/**
  * The placement every fragment converges to: pins first (while eligible), then rendezvous ranks in
  * rounds (every fragment's first choice, then every second…), skipping a node at the cap. A
  * function of the members, pins and fragments only, so the same inputs give the same placement.
@@ -398,9 +411,8 @@ export function planMoves(
   }
   const { desired, capReplicas } = desiredPlacement(fragments, pins, eligible, replicas, table.fragmentCount);
   const blocked: string[] = [];
-  if (eligible.length < replicas) {
-    blocked.push(`${eligible.length} eligible members cannot hold ${replicas} replicas of each fragment`);
-  }
+  const tooFew = tooFewEligible(view, replicas);
+  if (tooFew !== undefined) blocked.push(tooFew);
   const candidates: Candidate[] = [];
   for (const fragment of fragments) {
     const entry = table.active(fragment) as ActiveAssignment;

@@ -711,7 +711,7 @@ export const FAILOVER_HELD_REQUESTS_MAX = 10_000;
 export const HANDOVER_VERIFY_WAIT_MS = 1_000;
 /** Replica-list changes `GET /cluster/moves` lists, newest first. */
 export const MOVES_RECENT_MAX = 64;
-/** Reasons the planner is blocked that `GET /cluster/moves` lists, and the coordinator's log line names (the rest are counted). */
+/** Reasons the planner is blocked that the coordinator's log line names (the rest are counted). */
 export const PLACEMENT_BLOCKED_LISTED_MAX = 8;
 /** A verified copy tells the coordinator it is ready again this often until its move finishes. */
 export const PLACEMENT_READY_RESEND_MS = 2_000;

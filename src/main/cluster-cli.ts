@@ -396,8 +396,8 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
   }
   const report = answer.body as MovesReport;
   // A node of an earlier version says nothing of what blocks its planner.
-  const blockedCount = report.blockedCount ?? 0;
-  const status = report.underReplicated > 0 || blockedCount > 0 ? 1 : 0;
+  const blocked = report.blocked ?? [];
+  const status = report.underReplicated > 0 || blocked.length > 0 ? 1 : 0;
   if (args.json) {
     process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
     return status;
@@ -406,9 +406,7 @@ async function clusterMoves(args: ClusterArgs): Promise<number> {
   const lines = [
     `table epoch ${report.tableEpoch}: ${report.inFlight.length} moves in flight, ${report.underReplicated} fragments under-replicated, move rate ${rate}`,
   ];
-  for (const reason of report.blocked ?? []) lines.push(`blocked: ${reason}`);
-  if (blockedCount > (report.blocked?.length ?? 0))
-    lines.push(`blocked: and ${blockedCount - report.blocked.length} more`);
+  for (const reason of blocked) lines.push(`blocked: ${reason}`);
   if (report.inFlight.length > 0) {
     const rows = [['fragment', 'source', 'target', 'reason', 'generation', 'since']];
     for (const m of report.inFlight)

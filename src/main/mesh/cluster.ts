@@ -17,8 +17,8 @@ import type { AssignmentTable, CoordinatorIdentity, ReplicaMove } from '../../co
 import { copyRange } from '../../core/bytes.js';
 import {
   type MemberView as CoordinatorMemberView,
-  planMoves,
   servingSuccessionSource,
+  tooFewEligible,
 } from '../../core/coordinator.js';
 import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError, unavailable } from '../../core/errors.js';
@@ -38,7 +38,6 @@ import {
   MEMBERSHIP_DATAGRAM_BYTES_MAX,
   MEMBERSHIP_MEMBERS_MAX,
   MOVES_RECENT_MAX,
-  PLACEMENT_BLOCKED_LISTED_MAX,
   PLACEMENT_PLAN_INTERVAL_MS,
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
@@ -196,12 +195,11 @@ export interface MovesReport {
   /** Fragments short of replicas (Cluster.underReplicated). */
   underReplicated: number;
   /**
-   * Why the planner cannot make some change now (too few eligible members to hold a fragment's
-   * replicas: a leave or a re-replication that waits for a member to join or come back), as this
-   * node's table and view plan it; the first PLACEMENT_BLOCKED_LISTED_MAX, and how many in all.
+   * Why the planner cannot make some change now, as this node's view has it: too few eligible
+   * members to hold a fragment's replicas (a leave or a re-replication that waits for a member to
+   * join or come back). Empty when nothing blocks it.
    */
   blocked: string[];
-  blockedCount: number;
   /** Moves in the table now: the target copies, the source leaves once the target is verified. */
   inFlight: Array<{
     fragment: number;
@@ -741,15 +739,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
     recent.sort((x, y) => y.atMs - x.atMs);
     const placement = this.placementDriver;
-    const blocked =
-      table === undefined || table.entries().length === 0
-        ? []
-        : planMoves(table, this.coordinatorView(), this.config.replicas).blocked;
+    const tooFew =
+      table === undefined ? undefined : tooFewEligible(this.coordinatorView(), this.config.replicas);
     return {
       tableEpoch: table?.epoch ?? 0,
       underReplicated: this.underReplicated(),
-      blocked: blocked.slice(0, PLACEMENT_BLOCKED_LISTED_MAX),
-      blockedCount: blocked.length,
+      blocked: tooFew === undefined ? [] : [tooFew],
       inFlight,
       here: (placement?.fragments() ?? [])
         .filter((f) => f.state !== 'Serving')
