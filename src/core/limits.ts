@@ -711,6 +711,12 @@ export const FAILOVER_HELD_REQUESTS_MAX = 10_000;
 export const HANDOVER_VERIFY_WAIT_MS = 1_000;
 /** Replica-list changes `GET /cluster/moves` lists, newest first. */
 export const MOVES_RECENT_MAX = 64;
+/**
+ * Members whose rendezvous weights are kept, FRAGMENT_COUNT_MAX of them each (128 KiB a member):
+ * the planner ranks every fragment's members at every plan, and hashing them anew took about half
+ * of a plan over 16 384 fragments. Past it the kept weights start over (members that left go).
+ */
+export const RENDEZVOUS_CACHED_MEMBERS_MAX = 64;
 /** Reasons the planner is blocked that the coordinator's log line names (the rest are counted). */
 export const PLACEMENT_BLOCKED_LISTED_MAX = 8;
 /** A verified copy tells the coordinator it is ready again this often until its move finishes. */

@@ -6,6 +6,7 @@
 
 import { createHash } from 'node:crypto';
 import { assert } from './assert.js';
+import { FRAGMENT_COUNT_MAX, RENDEZVOUS_CACHED_MEMBERS_MAX } from './limits.js';
 
 /** Replicas of a fragment when `--replicas` is not given: min(3, members). */
 export const REPLICAS_DEFAULT_MAX = 3;
@@ -17,8 +18,27 @@ export interface Placement {
   readonly replicas: ReadonlyArray<readonly number[]>;
 }
 
+/** Each member's weights by fragment, as computed (0: not yet; a weight of 0 is computed each time). */
+const cachedWeights = new Map<string, BigUint64Array>();
+
 /** The rendezvous weight of (member, fragment): the first 8 bytes of SHA-256 over both. */
 function weight(member: string, fragment: number): bigint {
+  if (!Number.isInteger(fragment) || fragment < 0 || fragment >= FRAGMENT_COUNT_MAX)
+    return hashedWeight(member, fragment);
+  let weights = cachedWeights.get(member);
+  if (weights === undefined) {
+    if (cachedWeights.size >= RENDEZVOUS_CACHED_MEMBERS_MAX) cachedWeights.clear();
+    weights = new BigUint64Array(FRAGMENT_COUNT_MAX);
+    cachedWeights.set(member, weights);
+  }
+  const kept = weights[fragment]!;
+  if (kept !== 0n) return kept;
+  const computed = hashedWeight(member, fragment);
+  weights[fragment] = computed;
+  return computed;
+}
+
+function hashedWeight(member: string, fragment: number): bigint {
   const digest = createHash('sha256').update(member).update('\0').update(String(fragment)).digest();
   return digest.readBigUInt64BE(0);
 }
