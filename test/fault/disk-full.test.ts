@@ -30,6 +30,9 @@ const BATCH = 8;
 /** More than the small file system holds several times over: the fill must fail before. */
 const WRITES_MAX = 4 * (FS_BYTES_SMALL / VALUE_BYTES);
 const HINT = 'needs root (or user namespaces) for `unshare --mount` and a tmpfs mount';
+/** Each test's limit, and when a run still going reports where it is (a diagnosis, not a wait). */
+const TEST_TIMEOUT_MS = 120_000;
+const HANG_REPORT_MS = TEST_TIMEOUT_MS - 10_000;
 
 /** Whether this machine lets a process mount a tmpfs in a mount namespace of its own. */
 function canMountPrivately(): boolean {
@@ -133,7 +136,7 @@ const SETUPS = [
 for (const { store, durability } of SETUPS) {
   test(`a full disk under ${store} at ${durability}: writes refused, reads served, nothing acknowledged lost, writes back once space is freed`, {
     skip: available ? false : HINT,
-    timeout: 120_000,
+    timeout: TEST_TIMEOUT_MS,
   }, async () => {
     const dir = await tempDir(`disk-full-${store}-${durability}`);
     const mountDir = join(dir.path, 'fs');
@@ -148,15 +151,27 @@ for (const { store, durability } of SETUPS) {
       '--workers',
       '1',
     ]);
+    // A run that hangs says where, with the node's last lines, before the test's timeout ends it.
+    let stage = 'starting';
+    const watchdog = setTimeout(
+      () =>
+        console.log(
+          `${store} ${durability}: still ${stage}; the node logged last:\n${node.log.slice(-4000)}`,
+        ),
+      HANG_REPORT_MS,
+    );
+    watchdog.unref();
     try {
       await node.start({}, fsHandle.launcher);
       const client = await node.client();
+      stage = 'filling the disk';
       const { acknowledged, failure } = await writeValues(client, WRITES_MAX, true);
       assert.ok(failure !== undefined, `the file system filled up within ${WRITES_MAX} writes`);
       assert.match(failure, /disk full|No space left on device/);
       console.log(`${store} ${durability}: ${acknowledged.length} writes acknowledged before: ${failure}`);
 
       // Still running, still reading.
+      stage = 'reading on a full disk';
       assert.equal(await client.ping(), 'PONG');
       assert.equal(node.child?.exitCode, null);
       // A write larger than what is left: refused as well.
@@ -168,6 +183,7 @@ for (const { store, durability } of SETUPS) {
         assert.deepEqual(await client.getBuffer(`k${i}`), valueFor(i), `k${i} after the disk filled`);
       // INFO says the store is failing; DBSIZE, SCAN and KEYS (a filtered read over many keys, in
       // the background pool for lmdb) count and list what the node holds, its uncommitted writes too.
+      stage = 'counting and listing on a full disk';
       assert.match(await client.info(), /aof_last_write_status:err/);
       assert.ok(Number(await client.dbsize()) >= acknowledged.length);
       const scanned = new Set<string>();
@@ -184,6 +200,7 @@ for (const { store, durability } of SETUPS) {
       }
 
       // Room again: the node takes writes without a restart.
+      stage = 'writing once space is freed';
       fsHandle.grow();
       await eventually(async () => {
         try {
@@ -193,8 +210,10 @@ for (const { store, durability } of SETUPS) {
         }
       }, 30_000);
 
+      stage = 'restarting';
       await node.stop('SIGKILL');
       await node.start({}, fsHandle.launcher);
+      stage = 'reading after the restart';
       const restarted = await node.client();
       for (const i of acknowledged)
         assert.deepEqual(await restarted.getBuffer(`k${i}`), valueFor(i), `k${i} after the restart`);
@@ -203,6 +222,7 @@ for (const { store, durability } of SETUPS) {
         `${store} ${durability}: ${acknowledged.length + 1} acknowledged writes checked after the restart`,
       );
     } finally {
+      clearTimeout(watchdog);
       await node.stop('SIGKILL');
       fsHandle.close();
       await dir.cleanup();
