@@ -994,6 +994,7 @@ test('§6: a verifying round toward a peer that never replicates here fails at i
     [],
     'waits for a session after the fragment came back',
   );
+  h.driver.close();
 });
 
 test('§6: a round asked for replaces a routine round in flight; the peer serves it, and the old round’s answers are dropped', async () => {
