@@ -31,7 +31,7 @@ import {
   PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
 } from './limits.js';
 import type { MemberState } from './membership-types.js';
-import { computePlacement, rendezvousOrder } from './placement.js';
+import { rendezvousOrder, rendezvousRanking } from './placement.js';
 
 /** One member as this node's membership view holds it (the membership machine supplies these). */
 export interface MemberView {
@@ -321,28 +321,35 @@ export function desiredPlacement(
   const r = Math.min(replicas, n);
   const capReplicas = n === 0 ? 0 : Math.ceil((fragments.length * r) / n) + PLACEMENT_BALANCE_SLACK_REPLICAS;
   if (n === 0) return { desired, capReplicas };
-  const ranking = computePlacement(eligible, fragmentCount, n);
+  const ranking = rendezvousRanking(fragmentCount, eligible);
   const count = new Map<string, number>();
+  // By fragment while placing (a plan places up to 16 384 at every interval); `desired` at the end.
+  const lists: string[][] = [];
   const take = (fragment: number, id: string): void => {
-    (desired.get(fragment) as string[]).push(id);
+    lists[fragment].push(id);
     count.set(id, (count.get(id) ?? 0) + 1);
   };
   for (const fragment of fragments) {
-    desired.set(fragment, []);
+    lists[fragment] = [];
     const pin = pins.get(fragment);
     if (pin !== undefined && eligible.includes(pin) && r > 0) take(fragment, pin);
   }
-  for (let rank = 0; rank < n; rank++) {
-    for (const fragment of fragments) {
-      const list = desired.get(fragment) as string[];
-      const id = ranking.members[ranking.replicas[fragment][rank]];
-      if (list.length < r && !list.includes(id) && (count.get(id) ?? 0) < capReplicas) take(fragment, id);
+  // Fragments still short, in order: most fill from their first ranks, so later rounds are short.
+  let short = fragments.filter((fragment) => lists[fragment].length < r);
+  for (let rank = 0; rank < n && short.length > 0; rank++) {
+    const stillShort: number[] = [];
+    for (const fragment of short) {
+      const list = lists[fragment];
+      const id = ranking.at(fragment, rank) as string;
+      if (!list.includes(id) && (count.get(id) ?? 0) < capReplicas) take(fragment, id);
+      if (list.length < r) stillShort.push(fragment);
     }
+    short = stillShort;
   }
   // The cap leaves N spare slots in all, but a fragment still short may already hold every member
   // with room: then a full fragment without such a member hands one of its own over, and takes it.
   for (const fragment of fragments) {
-    const list = desired.get(fragment) as string[];
+    const list = lists[fragment];
     while (list.length < r) {
       const roomy = eligible.find((id) => (count.get(id) ?? 0) < capReplicas && !list.includes(id));
       if (roomy !== undefined) {
@@ -352,18 +359,19 @@ export function desiredPlacement(
       const spare = eligible.find((id) => (count.get(id) ?? 0) < capReplicas) as string;
       assert(spare !== undefined, 'the balance cap leaves a spare slot');
       const handable = (g: number): string | undefined => {
-        const other = desired.get(g) as string[];
+        const other = lists[g];
         if (other.length < r || other.includes(spare)) return undefined;
         return other.find((id) => !list.includes(id) && id !== pins.get(g));
       };
       const donor = fragments.find((g) => handable(g) !== undefined);
       assert(donor !== undefined, `fragment ${fragment} has no donor for its replica`);
-      const other = desired.get(donor) as string[];
+      const other = lists[donor];
       const handed = handable(donor) as string;
       other[other.indexOf(handed)] = spare;
       count.set(spare, (count.get(spare) ?? 0) + 1);
       list.push(handed);
     }
+    desired.set(fragment, list);
   }
   return { desired, capReplicas };
 }

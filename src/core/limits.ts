@@ -712,11 +712,13 @@ export const HANDOVER_VERIFY_WAIT_MS = 1_000;
 /** Replica-list changes `GET /cluster/moves` lists, newest first. */
 export const MOVES_RECENT_MAX = 64;
 /**
- * Members whose rendezvous weights are kept, FRAGMENT_COUNT_MAX of them each (128 KiB a member):
- * the planner ranks every fragment's members at every plan, and hashing them anew took about half
- * of a plan over 16 384 fragments. Past it the kept weights start over (members that left go).
+ * Ranks a fragment's rendezvous order is kept past the deepest one asked (placement.ts): a member
+ * that goes strikes one out of the lists that hold it, and a list is weighed again over every
+ * member only once the planner asks past what is left.
  */
-export const RENDEZVOUS_CACHED_MEMBERS_MAX = 64;
+export const RENDEZVOUS_SPARE_RANKS = 3;
+/** Fragment counts whose rendezvous rankings are kept at once (a node has one; a simulator may run several). */
+export const RENDEZVOUS_RANKINGS_KEPT_MAX = 4;
 /** Reasons the planner is blocked that the coordinator's log line names (the rest are counted). */
 export const PLACEMENT_BLOCKED_LISTED_MAX = 8;
 /** A verified copy tells the coordinator it is ready again this often until its move finishes. */

@@ -4,9 +4,10 @@
 //
 // Members are identified by their index in the sorted member list; the lists hold indices.
 
-import { createHash } from 'node:crypto';
 import { assert } from './assert.js';
-import { FRAGMENT_COUNT_MAX, RENDEZVOUS_CACHED_MEMBERS_MAX } from './limits.js';
+import { compareIds } from './assignment-table.js';
+import { RENDEZVOUS_RANKINGS_KEPT_MAX, RENDEZVOUS_SPARE_RANKS } from './limits.js';
+import { sha256Head } from './sha256-head.js';
 
 /** Replicas of a fragment when `--replicas` is not given: min(3, members). */
 export const REPLICAS_DEFAULT_MAX = 3;
@@ -18,33 +19,196 @@ export interface Placement {
   readonly replicas: ReadonlyArray<readonly number[]>;
 }
 
-/** Each member's weights by fragment, as computed (0: not yet; a weight of 0 is computed each time). */
-const cachedWeights = new Map<string, BigUint64Array>();
-
-/** The rendezvous weight of (member, fragment): the first 8 bytes of SHA-256 over both. */
-function weight(member: string, fragment: number): bigint {
-  if (!Number.isInteger(fragment) || fragment < 0 || fragment >= FRAGMENT_COUNT_MAX)
-    return hashedWeight(member, fragment);
-  let weights = cachedWeights.get(member);
-  if (weights === undefined) {
-    if (cachedWeights.size >= RENDEZVOUS_CACHED_MEMBERS_MAX) cachedWeights.clear();
-    weights = new BigUint64Array(FRAGMENT_COUNT_MAX);
-    cachedWeights.set(member, weights);
-  }
-  const kept = weights[fragment]!;
-  if (kept !== 0n) return kept;
-  const computed = hashedWeight(member, fragment);
-  weights[fragment] = computed;
-  return computed;
+const utf8 = new TextEncoder();
+/** A member's id as the weight hashes it, with the separator: `id \0`, then the fragment's digits. */
+function hashedPrefix(member: string): Uint8Array {
+  const id = utf8.encode(member);
+  const prefix = new Uint8Array(id.length + 1);
+  prefix.set(id, 0);
+  return prefix;
 }
 
-function hashedWeight(member: string, fragment: number): bigint {
-  const digest = createHash('sha256').update(member).update('\0').update(String(fragment)).digest();
-  return digest.readBigUInt64BE(0);
+/** Room for the longest prefix and a fragment number's digits. */
+let message = new Uint8Array(64);
+const head = new Uint32Array(2);
+
+/**
+ * The rendezvous weight of (member, fragment): the first 8 bytes of SHA-256 over
+ * `member \0 fragment` (decimal), left in `head` as big-endian halves.
+ */
+function weigh(prefix: Uint8Array, fragment: number): void {
+  const digits = String(fragment);
+  const length = prefix.length + digits.length;
+  if (message.length < length) message = new Uint8Array(length * 2);
+  message.set(prefix, 0);
+  for (let i = 0; i < digits.length; i++) message[prefix.length + i] = digits.charCodeAt(i);
+  sha256Head(message, length, head);
+}
+
+/** The weight as one number, for the few callers that rank a handful of members. */
+export function rendezvousWeight(member: string, fragment: number): bigint {
+  weigh(hashedPrefix(member), fragment);
+  return (BigInt(head[0]) << 32n) | BigInt(head[1]);
+}
+
+/** Whether weight (hi, lo) of `id` ranks before weight (otherHi, otherLo) of `other`. */
+function ranksBefore(
+  hi: number,
+  lo: number,
+  id: string,
+  otherHi: number,
+  otherLo: number,
+  other: string,
+): boolean {
+  if (hi !== otherHi) return hi > otherHi;
+  if (lo !== otherLo) return lo > otherLo;
+  // Ties are all but impossible with 64-bit weights; break them by member order to stay total.
+  return compareIds(id, other) < 0;
+}
+
+/** One fragment's members in rendezvous order, as far as computed. */
+interface RankedMembers {
+  readonly ids: string[];
+  readonly hi: number[];
+  readonly lo: number[];
+  /** The length it is kept to: it grows by the members that join ahead of its last. */
+  depth: number;
+  /** Every member is listed, so a rank past the list is past the members. */
+  complete: boolean;
+}
+
+function insertRanked(list: RankedMembers, id: string, hi: number, lo: number): void {
+  let at = list.ids.length;
+  while (at > 0 && ranksBefore(hi, lo, id, list.hi[at - 1], list.lo[at - 1], list.ids[at - 1])) at--;
+  list.ids.splice(at, 0, id);
+  list.hi.splice(at, 0, hi);
+  list.lo.splice(at, 0, lo);
+}
+
+function truncateRanked(list: RankedMembers, length: number): void {
+  if (list.ids.length <= length) return;
+  list.ids.length = length;
+  list.hi.length = length;
+  list.lo.length = length;
+  list.complete = false;
+}
+
+/**
+ * Every fragment's members in rendezvous order, computed on demand and kept across plans: each
+ * fragment's list is exactly the first ranks over the current members, as deep as a caller asked
+ * (plus RENDEZVOUS_SPARE_RANKS). A change of members updates the kept lists: a member that joins
+ * is weighed once per listed fragment, one that goes is struck out, and a list struck short is
+ * ranked again when a caller asks past it. So a plan over unchanged members hashes nothing, one
+ * after a join hashes each fragment once, and only a cold one weighs every (member, fragment).
+ */
+export class RendezvousRanking {
+  readonly fragmentCount: number;
+  #members: string[] = [];
+  #prefixes = new Map<string, Uint8Array>();
+  #lists: Array<RankedMembers | undefined>;
+
+  constructor(fragmentCount: number) {
+    this.fragmentCount = fragmentCount;
+    this.#lists = new Array<RankedMembers | undefined>(fragmentCount);
+  }
+
+  /** Ranks over `members` (distinct, any order) from now on. */
+  setMembers(members: readonly string[]): void {
+    const next = new Set(members);
+    assert(next.size === members.length, 'rendezvous members must be distinct');
+    const gone = this.#members.filter((id) => !next.has(id));
+    const joined = members.filter((id) => !this.#prefixes.has(id));
+    if (gone.length === 0 && joined.length === 0) return;
+    this.#members = sortMembers(members);
+    for (const id of gone) this.#prefixes.delete(id);
+    for (const id of joined) this.#prefixes.set(id, hashedPrefix(id));
+    // A change of most members keeps little worth updating: rank afresh on demand.
+    if (gone.length + joined.length > members.length / 2) {
+      this.#lists.fill(undefined);
+      return;
+    }
+    const goneIds = new Set(gone);
+    for (let fragment = 0; fragment < this.fragmentCount; fragment++) {
+      const list = this.#lists[fragment];
+      if (list === undefined) continue;
+      for (let i = list.ids.length - 1; i >= 0; i--) {
+        if (!goneIds.has(list.ids[i])) continue;
+        list.ids.splice(i, 1);
+        list.hi.splice(i, 1);
+        list.lo.splice(i, 1);
+      }
+      if (list.ids.length === 0 && !list.complete) {
+        this.#lists[fragment] = undefined;
+        continue;
+      }
+      for (const id of joined) {
+        weigh(this.#prefixes.get(id) as Uint8Array, fragment);
+        const last = list.ids.length - 1;
+        // Behind the last of an incomplete list it may rank behind members not listed: leave it out.
+        if (
+          !list.complete &&
+          !ranksBefore(head[0], head[1], id, list.hi[last], list.lo[last], list.ids[last])
+        )
+          continue;
+        insertRanked(list, id, head[0], head[1]);
+        truncateRanked(list, list.depth);
+      }
+    }
+  }
+
+  /** The member `rank` places of `fragment`'s order from its first (0), or undefined past the members. */
+  at(fragment: number, rank: number): string | undefined {
+    if (!(fragment >= 0 && fragment < this.fragmentCount && Number.isInteger(fragment)))
+      assert(false, `fragment ${fragment} outside 0..${this.fragmentCount - 1}`);
+    if (rank >= this.#members.length) return undefined;
+    let list = this.#lists[fragment];
+    if (list === undefined || (rank >= list.ids.length && !list.complete)) {
+      list = this.#rank(fragment, Math.max(list?.depth ?? 0, rank + 1 + RENDEZVOUS_SPARE_RANKS));
+      this.#lists[fragment] = list;
+    }
+    return list.ids[rank];
+  }
+
+  /** Weighs every member for `fragment`, keeping the first `depth`. */
+  #rank(fragment: number, depth: number): RankedMembers {
+    const list: RankedMembers = { ids: [], hi: [], lo: [], depth, complete: true };
+    for (const id of this.#members) {
+      weigh(this.#prefixes.get(id) as Uint8Array, fragment);
+      const last = list.ids.length - 1;
+      if (
+        last + 1 >= depth &&
+        !ranksBefore(head[0], head[1], id, list.hi[last], list.lo[last], list.ids[last])
+      )
+        continue;
+      insertRanked(list, id, head[0], head[1]);
+      if (list.ids.length > depth) {
+        list.ids.length = depth;
+        list.hi.length = depth;
+        list.lo.length = depth;
+      }
+    }
+    list.complete = list.ids.length === this.#members.length;
+    return list;
+  }
+}
+
+/** Kept rankings by fragment count (a node has one table; a simulator runs many in one process). */
+const rankings = new Map<number, RendezvousRanking>();
+
+/** The kept ranking of `fragmentCount` fragments, over `members` from now on. */
+export function rendezvousRanking(fragmentCount: number, members: readonly string[]): RendezvousRanking {
+  let ranking = rankings.get(fragmentCount);
+  if (ranking === undefined) {
+    if (rankings.size >= RENDEZVOUS_RANKINGS_KEPT_MAX) rankings.clear();
+    ranking = new RendezvousRanking(fragmentCount);
+    rankings.set(fragmentCount, ranking);
+  }
+  ranking.setMembers(members);
+  return ranking;
 }
 
 export function sortMembers(ids: Iterable<string>): string[] {
-  return [...new Set(ids)].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  return [...new Set(ids)].sort(compareIds);
 }
 
 /**
@@ -53,9 +217,8 @@ export function sortMembers(ids: Iterable<string>): string[] {
  * fragments it holds, whichever members joined or left since.
  */
 export function rendezvousOrder(ids: readonly string[], fragment: number): string[] {
-  const sorted = sortMembers(ids);
-  const ranked = sorted.map((id, index) => ({ id, index, w: weight(id, fragment) }));
-  ranked.sort((a, b) => (a.w === b.w ? a.index - b.index : a.w > b.w ? -1 : 1));
+  const ranked = sortMembers(ids).map((id) => ({ id, w: rendezvousWeight(id, fragment) }));
+  ranked.sort((a, b) => (a.w === b.w ? compareIds(a.id, b.id) : a.w > b.w ? -1 : 1));
   return ranked.map((r) => r.id);
 }
 
@@ -64,12 +227,13 @@ export function computePlacement(members: Iterable<string>, fragments: number, r
   const sorted = sortMembers(members);
   assert(sorted.length >= 1, 'placement needs at least one member');
   assert(replicas >= 1 && replicas <= sorted.length, `replicas ${replicas} outside 1..${sorted.length}`);
+  const ranking = rendezvousRanking(fragments, sorted);
+  const index = new Map(sorted.map((id, i) => [id, i]));
   const lists: number[][] = [];
   for (let f = 0; f < fragments; f++) {
-    const ranked = sorted.map((id, index) => ({ index, w: weight(id, f) }));
-    // Ties are all but impossible with 64-bit weights; break them by member order to stay total.
-    ranked.sort((a, b) => (a.w === b.w ? a.index - b.index : a.w > b.w ? -1 : 1));
-    lists.push(ranked.slice(0, replicas).map((r) => r.index));
+    const list: number[] = [];
+    for (let rank = 0; rank < replicas; rank++) list.push(index.get(ranking.at(f, rank) as string) as number);
+    lists.push(list);
   }
   return { members: sorted, replicas: lists };
 }
