@@ -303,28 +303,30 @@ export function tooFewEligible(view: readonly MemberView[], replicas: number): s
 }
 
 /**
- * The placement every fragment converges to: pins first (while eligible), then rendezvous ranks in
- * rounds (every fragment's first choice, then every second…), skipping a node at the cap. A
- * function of the members, pins and fragments only, so the same inputs give the same placement.
- * Pins count toward the cap but are honoured past it: an operator who pins more fragments to one
- * node than the cap allows asked for that.
+ * The lists over the members alone, as a first table places every fragment: pins first (while
+ * eligible), then rendezvous ranks in rounds (every fragment's first choice, then every second…),
+ * skipping a node at the cap. A function of the members, pins and fragments only. Pins count
+ * toward the cap but are honoured past it: an operator who pins more fragments to one node than
+ * the cap allows asked for that.
  */
-export function desiredPlacement(
+function idealLists(
   fragments: readonly number[],
   pins: ReadonlyMap<number, string>,
   eligible: readonly string[],
   replicas: number,
   fragmentCount: number,
-): { desired: Map<number, string[]>; capReplicas: number } {
-  const desired = new Map<number, string[]>();
+): { lists: string[][]; capReplicas: number } {
+  // By fragment (a sparse array: a plan places up to 16 384 at every interval, and a Map costs more).
+  const lists: string[][] = [];
   const n = eligible.length;
   const r = Math.min(replicas, n);
   const capReplicas = n === 0 ? 0 : Math.ceil((fragments.length * r) / n) + PLACEMENT_BALANCE_SLACK_REPLICAS;
-  if (n === 0) return { desired, capReplicas };
+  if (n === 0) {
+    for (const fragment of fragments) lists[fragment] = [];
+    return { lists, capReplicas };
+  }
   const ranking = rendezvousRanking(fragmentCount, eligible);
   const count = new Map<string, number>();
-  // By fragment while placing (a plan places up to 16 384 at every interval); `desired` at the end.
-  const lists: string[][] = [];
   const take = (fragment: number, id: string): void => {
     lists[fragment].push(id);
     count.set(id, (count.get(id) ?? 0) + 1);
@@ -371,19 +373,233 @@ export function desiredPlacement(
       count.set(spare, (count.get(spare) ?? 0) + 1);
       list.push(handed);
     }
-    desired.set(fragment, list);
   }
+  return { lists, capReplicas };
+}
+
+/** The last ideal lists and what they were placed over: a plan at every interval mostly asks the same. */
+let keptIdeal:
+  | {
+      readonly fragments: readonly number[];
+      readonly pins: ReadonlyMap<number, string>;
+      readonly eligible: readonly string[];
+      readonly replicas: number;
+      readonly fragmentCount: number;
+      readonly placed: { lists: string[][]; capReplicas: number };
+    }
+  | undefined;
+
+function sameArrays<T>(a: readonly T[], b: readonly T[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** `idealLists`, placed again only when its inputs changed (its lists are read, never changed). */
+function keptIdealLists(...inputs: Parameters<typeof idealLists>): ReturnType<typeof idealLists> {
+  const [fragments, pins, eligible, replicas, fragmentCount] = inputs;
+  const kept = keptIdeal;
+  if (
+    kept !== undefined &&
+    kept.replicas === replicas &&
+    kept.fragmentCount === fragmentCount &&
+    sameArrays(kept.eligible, eligible) &&
+    sameArrays(kept.fragments, fragments) &&
+    kept.pins.size === pins.size &&
+    [...pins].every(([fragment, id]) => kept.pins.get(fragment) === id)
+  )
+    return kept.placed;
+  const placed = idealLists(...inputs);
+  keptIdeal = {
+    fragments: [...fragments],
+    pins: new Map(pins),
+    eligible: [...eligible],
+    replicas,
+    fragmentCount,
+    placed,
+  };
+  return placed;
+}
+
+/**
+ * Replicas below which a member takes replicas from others: ⌊F·R/N⌋, an even share rounded down, so
+ * a joiner takes a whole share (the cap's slack lets others hold one more while members leave).
+ */
+export function floorReplicas(fragments: number, replicas: number, eligible: number): number {
+  return eligible === 0 ? 0 : Math.floor((fragments * Math.min(replicas, eligible)) / eligible);
+}
+
+/**
+ * The placement every fragment converges to from the lists it has (`current`, a move in flight
+ * counted as finished): the fewest changes that give every fragment R eligible replicas (its pin
+ * among them), no member more than the cap, and no member fewer than the floor while another has
+ * more. Each change takes a member the ideal placement (over the members alone) places there when
+ * one can take it, so a joiner takes an even share where it ranks high, each replica from one
+ * holder, a leaving or Down member's replicas go to the ideal's members, and nothing else moves.
+ * A placement over the ideal alone moved up to twice the replicas a join needs past a few dozen
+ * members: a tight cap shifts where each member's last replicas spill.
+ *
+ * Every change fills a missing replica, lowers a member over the cap, or raises one under the
+ * floor, and none makes another (a taker stays within the cap, a giver at or above the floor), so
+ * the lists converge and a plan over the lists they reach asks nothing. Plans made while moves
+ * run may balance differently from the first (planMoves starts balancing moves only once those
+ * before them are under way); a replica a repair placed then rarely moves once more. Deterministic
+ * in its inputs.
+ */
+export function desiredPlacement(
+  fragments: readonly number[],
+  pins: ReadonlyMap<number, string>,
+  eligible: readonly string[],
+  replicas: number,
+  fragmentCount: number,
+  current: ReadonlyArray<readonly string[] | undefined>,
+): { desired: Map<number, string[]>; capReplicas: number } {
+  const { lists: ideal, capReplicas } = keptIdealLists(fragments, pins, eligible, replicas, fragmentCount);
+  const n = eligible.length;
+  if (n === 0) return { desired: new Map(fragments.map((f) => [f, []])), capReplicas };
+  const r = Math.min(replicas, n);
+  const floor = floorReplicas(fragments.length, replicas, n);
+  const isEligible = new Set(eligible);
+  const ranking = rendezvousRanking(fragmentCount, eligible);
+  const lists: string[][] = [];
+  const count = new Map<string, number>(eligible.map((id) => [id, 0]));
+  const countOf = (id: string): number => count.get(id) as number;
+  const inIdeal = (fragment: number, id: string): boolean => ideal[fragment].includes(id);
+
+  // The lists as they are, eligible members only, at most R (members the ideal keeps, the pin always).
+  for (const fragment of fragments) {
+    const pin = pins.get(fragment);
+    const kept: string[] = [];
+    if (pin !== undefined && isEligible.has(pin)) kept.push(pin);
+    // A fragment placed nowhere yet (a first table) takes the ideal's list.
+    for (const id of current[fragment] ?? ideal[fragment])
+      if (isEligible.has(id) && !kept.includes(id)) kept.push(id);
+    while (kept.length > r) {
+      let drop = kept.length - 1;
+      for (let i = kept.length - 1; i >= 0; i--) {
+        if (kept[i] !== pin && !inIdeal(fragment, kept[i])) {
+          drop = i;
+          break;
+        }
+      }
+      kept.splice(drop, 1);
+    }
+    for (const id of kept) count.set(id, countOf(id) + 1);
+    lists[fragment] = kept;
+  }
+
+  /**
+   * The member to take a place in `fragment`'s list, under the cap: of the members the ideal places
+   * there, the one holding fewest; unless `idealOnly`, else of all the one holding fewest (ties in
+   * rendezvous order). The ideal's members first, so a member takes fragments where it ranks high
+   * and serves its share of them (a list serves in rendezvous order).
+   */
+  const taker = (fragment: number, idealOnly: boolean): string | undefined => {
+    const list = lists[fragment];
+    let best: string | undefined;
+    let fewest = capReplicas;
+    const consider = (id: string): void => {
+      const held = countOf(id);
+      if (held < fewest && !list.includes(id)) {
+        best = id;
+        fewest = held;
+      }
+    };
+    for (const id of ideal[fragment]) consider(id);
+    if (best !== undefined || idealOnly) return best;
+    for (let rank = 0; rank < n; rank++) consider(ranking.at(fragment, rank) as string);
+    return best;
+  };
+  const replace = (fragment: number, from: string, to: string): void => {
+    const list = lists[fragment];
+    list[list.indexOf(from)] = to;
+    count.set(from, countOf(from) - 1);
+    count.set(to, countOf(to) + 1);
+  };
+
+  // 1. Missing replicas (a member Down, Leaving or gone).
+  for (const fragment of fragments) {
+    const list = lists[fragment];
+    while (list.length < r) {
+      const id = taker(fragment, false) ?? handOver(fragment);
+      list.push(id);
+      count.set(id, countOf(id) + 1);
+    }
+  }
+
+  // 2. Members over the cap (it fell as members joined) give replicas the ideal does not place on
+  //    them first, to members the ideal places there first (a joiner takes where it ranks high).
+  for (const id of eligible) {
+    if (countOf(id) <= capReplicas) continue;
+    const held = fragments.filter((f) => lists[f].includes(id) && pins.get(f) !== id);
+    held.sort((x, y) => Number(inIdeal(x, id)) - Number(inIdeal(y, id)) || x - y);
+    for (const idealOnly of [true, false]) {
+      for (const fragment of held) {
+        if (countOf(id) <= capReplicas) break;
+        if (!lists[fragment].includes(id)) continue;
+        const to = taker(fragment, idealOnly);
+        if (to !== undefined) replace(fragment, id, to);
+      }
+    }
+  }
+
+  // 3. Members under the floor (a joiner) take replicas where the ideal places them, where it
+  //    ranks them first before second (so they serve their share: a list serves in rendezvous
+  //    order), each from the holder with the most that the ideal does not place there; then
+  //    anywhere from such a holder.
+  for (const id of eligible) {
+    if (countOf(id) >= floor) continue;
+    const placed: number[] = [];
+    for (let rank = 0; rank < r; rank++) for (const f of fragments) if (ideal[f][rank] === id) placed.push(f);
+    for (const idealOnly of [true, false]) {
+      for (const fragment of idealOnly ? placed : fragments) {
+        if (countOf(id) >= floor) break;
+        const list = lists[fragment];
+        if (list.includes(id)) continue;
+        let giver: string | undefined;
+        for (const holder of list) {
+          if (holder === pins.get(fragment) || countOf(holder) <= floor) continue;
+          if (idealOnly && inIdeal(fragment, holder)) continue;
+          if (giver === undefined || countOf(holder) > countOf(giver)) giver = holder;
+        }
+        if (giver !== undefined) replace(fragment, giver, id);
+      }
+    }
+  }
+
+  /** A list still short with every member under the cap in it: a full list hands one over (as the ideal does). */
+  function handOver(fragment: number): string {
+    const list = lists[fragment];
+    const spare = eligible.find((id) => countOf(id) < capReplicas && !list.includes(id));
+    if (spare !== undefined) return spare;
+    const roomy = eligible.find((id) => countOf(id) < capReplicas) as string;
+    assert(roomy !== undefined, 'the balance cap leaves a spare slot');
+    for (const other of fragments) {
+      const full = lists[other];
+      if (other === fragment || full.length < r || full.includes(roomy)) continue;
+      const handed = full.find((id) => !list.includes(id) && id !== pins.get(other));
+      if (handed === undefined) continue;
+      replace(other, handed, roomy);
+      return handed;
+    }
+    assert(false, `fragment ${fragment} has no donor for its replica`);
+  }
+
+  const desired = new Map<number, string[]>();
+  for (const fragment of fragments) desired.set(fragment, lists[fragment]);
   return { desired, capReplicas };
 }
 
 const PRIORITY_REPAIR = 0;
 const PRIORITY_LEAVE = 1;
 const PRIORITY_PIN = 2;
-const PRIORITY_REBALANCE = 3;
+/** A rebalance out of a member over the cap: before the others, as the placement lowered it first. */
+const PRIORITY_OVER_CAP = 3;
+const PRIORITY_REBALANCE = 4;
 
 interface Candidate {
   readonly move: PlannedMove;
-  readonly priority: number;
+  priority: number;
 }
 
 /**
@@ -417,22 +633,46 @@ export function planMoves(
     if (entry.moving.source !== null && isAlive(members.get(entry.moving.source)))
       bump(movesOut, entry.moving.source);
   }
-  const { desired, capReplicas } = desiredPlacement(fragments, pins, eligible, replicas, table.fragmentCount);
+  const settled = settledLists(table, fragments);
+  const { desired, capReplicas } = desiredPlacement(
+    fragments,
+    pins,
+    eligible,
+    replicas,
+    table.fragmentCount,
+    settled,
+  );
   const blocked: string[] = [];
   const tooFew = tooFewEligible(view, replicas);
   if (tooFew !== undefined) blocked.push(tooFew);
+  const overCap = membersOverCap(settled, capReplicas);
   const candidates: Candidate[] = [];
   for (const fragment of fragments) {
     const entry = table.active(fragment) as ActiveAssignment;
     if (entry.moving !== null) continue;
-    candidates.push(
-      ...fragmentCandidates(fragment, entry, desired.get(fragment) as string[], members, holders, blocked),
-    );
+    const wanted = desired.get(fragment) as string[];
+    for (const candidate of fragmentCandidates(fragment, entry, wanted, members, holders, overCap, blocked))
+      candidates.push(candidate);
+  }
+  // Only as many moves out of a member over the cap as take it down to the cap lower it; the
+  // rest out of it balance others (they wait with the other balancing moves).
+  const excess = new Map(overCap);
+  for (const candidate of candidates) {
+    if (candidate.priority !== PRIORITY_OVER_CAP) continue;
+    const source = candidate.move.source as string;
+    const left = excess.get(source) as number;
+    if (left > 0) excess.set(source, left - 1);
+    else candidate.priority = PRIORITY_REBALANCE;
   }
   candidates.sort((a, b) => a.priority - b.priority || a.move.fragment - b.move.fragment);
+  // The placement balances on the lists as repairs, leaves and pins leave them, and raises members
+  // on the counts as lowering those over the cap leaves them: a balancing move waits for the level
+  // before it, or it would balance counts the lists do not have yet and be undone later.
+  const urgent = candidates.length === 0 ? PRIORITY_REBALANCE : candidates[0].priority;
   const moves: PlannedMove[] = [];
   const moving = new Set<number>();
-  for (const { move } of candidates) {
+  for (const { move, priority } of candidates) {
+    if (priority >= PRIORITY_OVER_CAP && priority > urgent) break;
     if (moving.has(move.fragment)) continue;
     const target = members.get(move.target);
     if (target === undefined || !target.reachable) continue;
@@ -447,6 +687,25 @@ export function planMoves(
     moves.push(move);
   }
   return { desired, capReplicas, moves, cancellations, blocked };
+}
+
+/** Each fragment's replicas (by fragment) as they will be once its move in flight finishes (the source gone). */
+function settledLists(table: AssignmentTable, fragments: readonly number[]): Array<readonly string[]> {
+  const lists: Array<readonly string[]> = [];
+  for (const fragment of fragments) {
+    const entry = table.active(fragment) as ActiveAssignment;
+    const source = entry.moving?.source ?? null;
+    lists[fragment] = source === null ? entry.replicas : entry.replicas.filter((id) => id !== source);
+  }
+  return lists;
+}
+
+/** Members that hold more replicas than the cap in `lists`, with how many more. */
+function membersOverCap(lists: ReadonlyArray<readonly string[]>, cap: number): Map<string, number> {
+  const count = new Map<string, number>();
+  for (const list of lists)
+    if (list !== undefined) for (const id of list) count.set(id, (count.get(id) ?? 0) + 1);
+  return new Map([...count].filter(([, n]) => n > cap).map(([id, n]) => [id, n - cap]));
 }
 
 /** A member that still serves its replicas, so a move out of it is charged to it (all but Down and Removed). */
@@ -465,9 +724,11 @@ function fragmentCandidates(
   desired: readonly string[],
   members: ReadonlyMap<string, MemberView>,
   holders: ReadonlySet<string>,
+  overCap: ReadonlyMap<string, number>,
   blocked: string[],
 ): Candidate[] {
   const current = entry.replicas;
+  if (current.length === desired.length && desired.every((id) => current.includes(id))) return [];
   const leaving = current.filter((id) => !desired.includes(id));
   const arriving = desired.filter((id) => !current.includes(id));
   // Leavers that must go first: Down ones, then Leaving ones, then the rest (rebalance).
@@ -484,7 +745,11 @@ function fragmentCandidates(
         ? PRIORITY_REPAIR
         : Math.min(
             sourcePriority(members.get(source)),
-            target === entry.pinnedTo ? PRIORITY_PIN : PRIORITY_REBALANCE,
+            target === entry.pinnedTo
+              ? PRIORITY_PIN
+              : overCap.has(source)
+                ? PRIORITY_OVER_CAP
+                : PRIORITY_REBALANCE,
           );
     candidates.push({
       priority,
@@ -592,7 +857,7 @@ export function describePlan(plan: Plan): string {
 
 // ---- The coordinator's table writes: each bumps the generation and records its history ----
 
-/** The first table: every fragment placed by `desiredPlacement` over the eligible members, generation 1. */
+/** The first table: every fragment placed by `desiredPlacement` from nothing, generation 1. */
 export function bootstrapChanges(
   fragmentCount: number,
   view: readonly MemberView[],
@@ -601,7 +866,14 @@ export function bootstrapChanges(
   nowMs: number,
 ): TableChange[] {
   const fragments = Array.from({ length: fragmentCount }, (_, i) => i);
-  const { desired } = desiredPlacement(fragments, new Map(), eligibleMembers(view), replicas, fragmentCount);
+  const { desired } = desiredPlacement(
+    fragments,
+    new Map(),
+    eligibleMembers(view),
+    replicas,
+    fragmentCount,
+    [],
+  );
   return fragments.map((fragment) => {
     const list = desired.get(fragment) as string[];
     const entry: ActiveAssignment = {

@@ -18,6 +18,7 @@ import {
   chooseCoordinator,
   describePlan,
   finishMove,
+  floorReplicas,
   type MemberView,
   mayChangeTable,
   type Plan,
@@ -626,12 +627,17 @@ test('randomized membership changes: every plan keeps R distinct replicas and co
         ).length;
       }
       let moved = 0;
+      const reversals = new Set<string>();
       for (let round = 0; ; round++) {
         assert.ok(round <= initialDiff, `${where}: no convergence within ${initialDiff} rounds`);
         const plan = runRound(table, view, replicas, fence, round);
         for (const move of plan.moves) {
           assert.equal(new Set(move.replicasAfter).size, replicas, `${where}: fragment ${move.fragment}`);
           assert.ok(!move.replicasBefore.includes(move.target), where);
+          // No move reverses another (the planner never swings a replica back and forth).
+          const reverse = `${move.fragment}:${move.target}->${move.source}`;
+          assert.ok(!reversals.has(reverse), `${where}: round ${round} reverses ${reverse}`);
+          reversals.add(`${move.fragment}:${move.source}->${move.target}`);
         }
         assert.equal(
           new Set(plan.moves.map((m) => m.fragment)).size,
@@ -654,10 +660,12 @@ test('randomized membership changes: every plan keeps R distinct replicas and co
         moved += plan.moves.length;
         if (plan.moves.length === 0) break;
       }
-      assert.equal(
-        moved,
-        initialDiff,
-        `${where}: every move brings one replica to its place, none moves twice`,
+      // Each round plans from the lists the last one left; where moves of one level waited for
+      // another's, a balancing choice may differ from the first plan's (rarely: a replica placed
+      // by a repair moves once more). Never more than a tenth past the first plan.
+      assert.ok(
+        moved <= initialDiff + Math.ceil(initialDiff / 10),
+        `${where}: ${moved} moves for a first plan of ${initialDiff}`,
       );
       const plan = planMoves(table, view, replicas);
       for (const [fragment, set] of plan.desired) {
@@ -665,8 +673,11 @@ test('randomized membership changes: every plan keeps R distinct replicas and co
         assert.deepEqual([...held].sort(), [...set].sort(), `${where}: fragment ${fragment}`);
         assert.equal(new Set(held).size, replicas, where);
       }
-      for (const [id, n] of replicaCounts(table))
+      const floor = floorReplicas(fragments, replicas, ids.length);
+      for (const [id, n] of replicaCounts(table)) {
         assert.ok(n <= plan.capReplicas, `${where}: ${id} holds ${n} > ${plan.capReplicas}`);
+        assert.ok(n >= floor, `${where}: ${id} holds ${n} < ${floor}`);
+      }
     }
   }
 });
