@@ -48,6 +48,7 @@ import {
   mayChangeTable,
   pinFragment,
   planMoves,
+  rankForPlanning,
   reachesMajority,
   reachesMajorityAfter,
   rebuildFromReports,
@@ -55,7 +56,12 @@ import {
   startMove,
   takeoverReporters,
 } from './coordinator.js';
-import { COORDINATOR_VIEW_SYNC_INTERVAL_MS, PLACEMENT_BLOCKED_LISTED_MAX } from './limits.js';
+import {
+  COORDINATOR_VIEW_SYNC_INTERVAL_MS,
+  PLACEMENT_BLOCKED_LISTED_MAX,
+  RENDEZVOUS_SLICE_PAUSE_MS,
+  RENDEZVOUS_WEIGHS_PER_SLICE,
+} from './limits.js';
 
 /** A member's promise not to accept changes below `epoch`, nor at it from another coordinator. */
 export interface EpochPromise {
@@ -134,6 +140,8 @@ export interface CoordinatorMachineConfig {
   moves: MoveLimits | undefined;
   /** The planner runs again this often while moves wait (a limit, a member unreachable). */
   planIntervalMs: number;
+  /** Rendezvous weighs per slice before a plan that must rank (RENDEZVOUS_WEIGHS_PER_SLICE unless given). */
+  weighsPerSlice?: number;
 }
 
 export type CoordinatorRole = 'follower' | 'taking-over' | 'coordinator';
@@ -192,6 +200,8 @@ export class CoordinatorMachine {
     reissues: 0,
   };
   private nextPlanAtMs = Number.POSITIVE_INFINITY;
+  /** Whether the last plan waited for rendezvous ranking (logged once when it starts and ends). */
+  private ranking = false;
   private answer: CoordinatorAnswer = { status: 'Ok', message: '' };
 
   constructor(private readonly config: CoordinatorMachineConfig) {
@@ -577,6 +587,17 @@ export class CoordinatorMachine {
   private plan(): void {
     const limits = this.config.moves;
     if (limits === undefined || !this.acting()) return;
+    // A cold ranking (a new coordinator over many members and fragments) takes seconds: it ranks
+    // a slice at a time, the event loop free between slices, and plans once it is done.
+    const budget = this.config.weighsPerSlice ?? RENDEZVOUS_WEIGHS_PER_SLICE;
+    if (!rankForPlanning(this.table, this.view, this.config.replicas, budget)) {
+      if (!this.ranking) this.log('info', 'ranking the members for every fragment before planning');
+      this.ranking = true;
+      this.nextPlanAtMs = this.nowMs + RENDEZVOUS_SLICE_PAUSE_MS;
+      return;
+    }
+    if (this.ranking) this.log('info', 'ranked the members for every fragment: planning');
+    this.ranking = false;
     const plan = planMoves(this.table, this.view, this.config.replicas, limits);
     const fence = this.fence();
     const cancels = plan.cancellations.map((fragment) =>

@@ -603,6 +603,25 @@ interface Candidate {
 }
 
 /**
+ * Ranks, `budget` weighs at most, the active fragments that have no rendezvous order kept over
+ * the eligible members: true once a plan can read every order it needs without weighing (a
+ * change of a few members only updates the kept orders, so this is true at once).
+ */
+export function rankForPlanning(
+  table: AssignmentTable,
+  view: readonly MemberView[],
+  replicas: number,
+  budget: number,
+): boolean {
+  const eligible = eligibleMembers(view);
+  if (eligible.length === 0) return true;
+  const fragments: number[] = [];
+  for (const [fragment, entry] of table.entries()) if (entry.kind === 'active') fragments.push(fragment);
+  const ranking = rendezvousRanking(table.fragmentCount, eligible);
+  return ranking.warm(fragments, Math.min(replicas, eligible.length), budget);
+}
+
+/**
  * The moves to start now. Repairs (a Down source, a missing replica) first, then leaves, then pins,
  * then rebalancing; within one priority by fragment. One transition per fragment (Scylla's
  * INV-TABL-2); a node takes part in at most the limits' moves in or out, moves in flight counted; a

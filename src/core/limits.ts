@@ -717,6 +717,14 @@ export const MOVES_RECENT_MAX = 64;
  * member only once the planner asks past what is left.
  */
 export const RENDEZVOUS_SPARE_RANKS = 3;
+/**
+ * Weighs (SHA-256 of a member and a fragment, ~0.5 µs) the coordinator makes in one go when it must
+ * rank cold before planning: ~16 ms, then RENDEZVOUS_SLICE_PAUSE_MS for the event loop. A cold
+ * ranking over 1 000 members and 16 384 fragments is 16 million weighs: ~500 slices.
+ */
+export const RENDEZVOUS_WEIGHS_PER_SLICE = 32_768;
+/** Between two slices of a cold ranking, the event loop's turn (membership probes, clients). */
+export const RENDEZVOUS_SLICE_PAUSE_MS = 10;
 /** Fragment counts whose rendezvous rankings are kept at once (a node has one; a simulator may run several). */
 export const RENDEZVOUS_RANKINGS_KEPT_MAX = 4;
 /** Reasons the planner is blocked that the coordinator's log line names (the rest are counted). */

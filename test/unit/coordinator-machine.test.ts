@@ -33,6 +33,7 @@ import {
   COORDINATOR_DIGEST_INTERVAL_MS,
   COORDINATOR_REPORT_RETRY_MS,
   PLACEMENT_PLAN_INTERVAL_MS,
+  RENDEZVOUS_SLICE_PAUSE_MS,
 } from '../../src/core/limits.js';
 import { decodePlacementMessage, encodePlacementMessage } from '../../src/threads/placement-wire.js';
 
@@ -163,6 +164,8 @@ class PlacementCluster {
     private readonly moves: MoveLimits | undefined = undefined,
     /** Nodes started with --join: no placement, themselves as the only initial member, no bootstrap. */
     private readonly joiners: readonly string[] = [],
+    /** Rendezvous weighs per slice before a plan (the node's default unless given). */
+    private readonly weighsPerSlice: number | undefined = undefined,
   ) {
     for (const id of ids) {
       this.peers.set(id, {
@@ -299,6 +302,7 @@ class PlacementCluster {
       digestIntervalMs: COORDINATOR_DIGEST_INTERVAL_MS,
       moves: this.moves,
       planIntervalMs: PLACEMENT_PLAN_INTERVAL_MS,
+      weighsPerSlice: this.weighsPerSlice,
     });
   }
 
@@ -1183,6 +1187,34 @@ describe('moves', () => {
     assert.deepEqual(inFlight(cluster, 'a'), []);
     assert.deepEqual(cluster.machine('a').current.members(), ['a', 'b', 'c', 'e']);
     assert.equal(cluster.machine('a').role, 'coordinator');
+  });
+
+  test('a coordinator that must rank cold ranks a slice at a time, the event loop free between, and plans once done', () => {
+    // Members no other test ranked: the kept ranking starts over for them.
+    const ids = ['rank-a', 'rank-b', 'rank-c', 'rank-d'];
+    const placement = PLACEMENT_3.map((list) => list.map((id) => `rank-${id}`));
+    // One fragment's ranking per slice: four slices for the four fragments.
+    const cluster = new PlacementCluster(ids, placement, MOVE_LIMITS_DEFAULT, [], 1);
+    cluster.views(ids, viewOf(ids));
+    cluster.deliverAll();
+    const logged = cluster.peer('rank-a').actions.map(describeAction);
+    assert.ok(
+      logged.some((line) => line.includes('ranking the members for every fragment before planning')),
+      logged.join('\n'),
+    );
+    assert.deepEqual(inFlight(cluster, 'rank-a'), [], 'no move before the ranking is done');
+    for (let slice = 2; slice <= 3; slice++) {
+      const done = cluster.advance(RENDEZVOUS_SLICE_PAUSE_MS);
+      assert.ok(!JSON.stringify(done).includes('planning'), `slice ${slice} of 4 plans nothing`);
+      assert.deepEqual(inFlight(cluster, 'rank-a'), []);
+    }
+    const done = cluster.advance(RENDEZVOUS_SLICE_PAUSE_MS)['rank-a'] ?? [];
+    assert.ok(
+      done.some((line) => line.includes('ranked the members for every fragment: planning')),
+      done.join('\n'),
+    );
+    const moves = inFlight(cluster, 'rank-a');
+    assert.ok(moves.length > 0 && moves.every((m) => m.endsWith('->rank-d')), moves.join(' '));
   });
 
   test('a pin moves a replica to the pinned node and is refused where it cannot apply', () => {

@@ -140,6 +140,33 @@ describe('RendezvousRanking', () => {
     check();
   });
 
+  test('warm ranks in slices of its budget; once warm, the ranks it was asked for weigh nothing', () => {
+    const members = Array.from({ length: 50 }, (_, i) => `w${i}`);
+    const ranking = new RendezvousRanking(64);
+    ranking.setMembers(members);
+    const fragments = Array.from({ length: 64 }, (_, i) => i);
+    let slices = 0;
+    for (;;) {
+      const before = ranking.weighed;
+      const done = ranking.warm(fragments, 3, 500);
+      slices++;
+      // Whole fragments, at most the budget (each fragment weighs every member once).
+      assert.ok(ranking.weighed - before <= 500, `slice ${slices}: ${ranking.weighed - before} weighs`);
+      if (done) break;
+      assert.ok(ranking.weighed - before >= 50, 'a slice ranks at least one fragment');
+    }
+    assert.equal(slices, Math.ceil(64 / 10));
+    const warm = ranking.weighed;
+    for (const f of fragments)
+      assert.deepEqual(
+        [0, 1, 2].map((r) => ranking.at(f, r)),
+        fullRanking(members, f).slice(0, 3),
+      );
+    assert.equal(ranking.weighed, warm, 'no weigh after warming');
+    assert.equal(ranking.warm(fragments, 3, 500), true);
+    assert.equal(ranking.weighed, warm);
+  });
+
   test('an empty member set ranks nobody', () => {
     const ranking = new RendezvousRanking(4);
     ranking.setMembers([]);
