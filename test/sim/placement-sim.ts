@@ -58,7 +58,13 @@
 import { setImmediate as macrotask } from 'node:timers/promises';
 import { assert } from '../../src/core/assert.js';
 import type { AssignmentTable } from '../../src/core/assignment-table.js';
-import { MOVE_LIMITS_DEFAULT, planMoves, servingSuccessionSource } from '../../src/core/coordinator.js';
+import {
+  eligibleMembers,
+  floorReplicas,
+  MOVE_LIMITS_DEFAULT,
+  planMoves,
+  servingSuccessionSource,
+} from '../../src/core/coordinator.js';
 import type { CoordinatorCounters } from '../../src/core/coordinator-machine.js';
 import { type ForwardView, forwardStep } from '../../src/core/forwarding.js';
 import { leaveHandedOver } from '../../src/core/leave.js';
@@ -456,6 +462,8 @@ export class PlacementSim extends MembershipSim {
       this.unsettled() === undefined,
       `placement did not settle within ${this.sim.settleBoundMs} ms ${when}: ${this.unsettled()}`,
     );
+    const imbalance = this.imbalance();
+    assert(imbalance === undefined, `placement settled unbalanced ${when}: ${imbalance}`);
     this.writing = false;
     // Backlogs deliver at once and anti-entropy runs every interval: three rounds are plenty.
     const dataDeadlineMs = this.nowMs + 3 * this.sim.antiEntropyIntervalMs;
@@ -1268,6 +1276,27 @@ export class PlacementSim extends MembershipSim {
     const plan = planMoves(table, this.memberView(coordinator), REPLICAS, this.options.moves);
     if (plan.moves.length > 0 || plan.cancellations.length > 0)
       return `the planner wants ${plan.moves.length} moves and ${plan.cancellations.length} cancellations`;
+    return undefined;
+  }
+
+  /**
+   * An eligible member holding more replicas than the cap or fewer than an even share (rounded
+   * down) in the settled table; undefined when none.
+   */
+  private imbalance(): string | undefined {
+    const coordinator = this.nodes.find((n) => n.coordinator!.role === 'coordinator')!;
+    const view = this.memberView(coordinator);
+    const table = coordinator.coordinator!.table;
+    const eligible = eligibleMembers(view);
+    const cap = planMoves(table, view, REPLICAS, this.options.moves).capReplicas;
+    const floor = floorReplicas(FRAGMENTS, REPLICAS, eligible.length);
+    const held = new Map(eligible.map((id) => [id, 0]));
+    for (const [, entry] of table.entries()) {
+      if (entry.kind !== 'active') continue;
+      for (const id of entry.replicas) if (held.has(id)) held.set(id, held.get(id)! + 1);
+    }
+    for (const [id, n] of held)
+      if (n > cap || n < floor) return `${id} holds ${n} replicas, outside ${floor}..${cap}`;
     return undefined;
   }
 
