@@ -114,6 +114,11 @@ export type MembershipEvent =
   | { kind: 'join'; seeds: ReadonlyArray<{ nodeId: string; address: string }>; nowMs: number }
   /** The operator asks this node to leave: it becomes Leaving while its data is handed off. */
   | { kind: 'leave'; requestId: number; nowMs: number }
+  /**
+   * The operator cancels this node's leave while it is Leaving (a leave that cannot finish, or was
+   * asked by mistake): Up again at a new incarnation, as CockroachDB's `node recommission`.
+   */
+  | { kind: 'cancel-leave'; requestId: number; nowMs: number }
   /** The leaving node's data is handed off: Exiting, then Removed, then `left`. */
   | { kind: 'exit'; requestId: number; nowMs: number }
   /** The operator removes a Down member (like `nodetool removenode`). */

@@ -35,8 +35,8 @@
 //   ⌈log10(N+1)⌉ times, fewest-sent first), on gossip rounds, and full state is pushed and pulled
 //   with one random member every `pushPullIntervalMs`, so views converge after partitions heal.
 // - Join: a node started to join sends a join request to a seed; the seed admits it as Joining and
-//   answers with its full state; the joiner is then Up. Graceful leave: Leaving, Exiting (once its
-//   data is handed off), Removed; the node stops once a majority of the others confirmed they heard
+//   answers with its full state; the joiner is then Up. Graceful leave: Leaving (the operator may
+//   cancel it: Up at a new incarnation), Exiting (once its data is handed off), Removed; the node stops once a majority of the others confirmed they heard
 //   its Removed (they refuse its messages), so a partition does not swallow the news. An Exiting
 //   member that would be Down is Removed instead: its leave is done, only its Removed was lost. An
 //   operator removes only a Down member. Removed is final: the
@@ -257,6 +257,9 @@ export class Membership {
           break;
         case 'leave':
           this.onLeave(event.requestId);
+          break;
+        case 'cancel-leave':
+          this.onCancelLeave(event.requestId);
           break;
         case 'exit':
           this.onExit(event.requestId);
@@ -780,6 +783,21 @@ export class Membership {
     }
     this.setSelfState('Leaving');
     this.reply(requestId, 'Ok', 'leaving');
+  }
+
+  private onCancelLeave(requestId: number): void {
+    if (this.selfState !== 'Leaving') {
+      return this.reply(
+        requestId,
+        'Conflict',
+        `this node is ${this.selfState}, not Leaving: no leave to cancel`,
+      );
+    }
+    // At one incarnation a later self-asserted state wins, so Leaving would stand in every view:
+    // Up at a new incarnation replaces it.
+    this.incarnation++;
+    this.setSelfState('Up');
+    this.reply(requestId, 'Ok', 'the leave is cancelled: Up');
   }
 
   private onExit(requestId: number): void {

@@ -39,6 +39,7 @@ export function clusterHelpText(): string {
     '  plan [join|leave|remove NODE] [--json]   the moves the planner would make (dry run)',
     '  remove NODE                  removes a Down member (it is refused until wiped)',
     '  leave                        this node hands every replica over, then exits the cluster',
+    "  leave cancel                 cancels this node's leave while it is Leaving: Up again",
     '  move FRAGMENT NODE           pins the fragment to NODE: the planner moves a replica there',
   ].join('\n');
 }
@@ -67,7 +68,14 @@ const COMMANDS: Record<ClusterCommand, (args: ClusterArgs) => Promise<number>> =
     return postChange(args, '/cluster/plan', action === undefined ? { action: 'now' } : { action, node });
   },
   remove: (args) => postChange(args, '/cluster/remove', { node: args.positional[0] }),
-  leave: (args) => postChange(args, '/cluster/leave', {}),
+  leave: (args) => {
+    const [word] = args.positional;
+    if (word !== undefined && word !== 'cancel') {
+      process.stderr.write(`tessera cluster leave: unknown argument "${word}" (only "cancel")\n`);
+      return Promise.resolve(2);
+    }
+    return postChange(args, '/cluster/leave', word === 'cancel' ? { cancel: true } : {});
+  },
   move: (args) =>
     postChange(args, '/cluster/move', { fragment: Number(args.positional[0]), to: args.positional[1] }),
 };

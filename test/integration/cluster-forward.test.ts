@@ -194,6 +194,22 @@ describe('admin changes and metrics across the peer mesh', () => {
     const asked = cli(b, 'leave', '--admin-token', TOKEN);
     assert.equal(asked.code, 1);
     assert.match(asked.stderr, /^Conflict: cannot leave: .* join a member first \(executed by b\)\n/);
+    // Only a Leaving node has a leave to cancel.
+    const cancel = await change(b, '/cluster/leave', { cancel: true }, TOKEN);
+    assert.equal(cancel.http, 409);
+    assert.equal(cancel.body.message, 'this node is Up, not Leaving: no leave to cancel');
+    const cancelled = cli(b, 'leave', 'cancel', '--admin-token', TOKEN);
+    assert.equal(cancelled.code, 1);
+    assert.match(
+      cancelled.stderr,
+      /^Conflict: this node is Up, not Leaving: no leave to cancel \(executed by b\)\n/,
+    );
+    const unknown = cli(b, 'leave', 'now', '--admin-token', TOKEN);
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /unknown argument "now"/);
+    const malformed = await change(b, '/cluster/leave', { cancel: 'yes' }, TOKEN);
+    assert.equal(malformed.http, 400);
+    assert.equal(malformed.body.message, 'body must be {} or {"cancel": true}');
   });
 
   test('a member Down with no other to take its replicas blocks the planner: said in /cluster/moves, by tessera cluster moves and in the log, until it is back', async () => {

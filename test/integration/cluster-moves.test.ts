@@ -298,6 +298,47 @@ describe('fragments that move while serving', () => {
     );
   });
 
+  test('a leave cancelled while the node is Leaving: Up again everywhere, and it holds its share once settled', async () => {
+    const d = byId('d');
+    const admin = ['--admin-port', String(d.adminPort), '--admin-token', TOKEN];
+    // A member stopped whose place in some fragment of d's only it could take (the fragment's other
+    // two replicas are a and the third member): d's leave cannot finish while it is stopped.
+    const placement = await getJson<FragmentPlacement[]>(byId('a'), '/cluster/placement');
+    const stopped = ['c', 'e'].find((id) =>
+      placement.some((f) => f.replicas.includes('d') && f.replicas.includes('a') && !f.replicas.includes(id)),
+    );
+    assert.ok(stopped !== undefined, JSON.stringify(placement.map((f) => f.replicas)));
+    byId(stopped).child!.kill('SIGSTOP');
+    try {
+      const left = spawnSync(process.execPath, [MAIN, 'cluster', 'leave', ...admin], { encoding: 'utf8' });
+      assert.equal(left.status, 0, left.stderr);
+      await eventually(
+        async () => (await membersAt(byId('a'))).some((m) => m.nodeId === 'd' && m.state === 'Leaving'),
+        CONDITION_MS_MAX,
+      );
+      const cancelled = spawnSync(process.execPath, [MAIN, 'cluster', 'leave', 'cancel', ...admin], {
+        encoding: 'utf8',
+      });
+      assert.equal(cancelled.status, 0, cancelled.stderr);
+      assert.match(cancelled.stdout, /d is Up again: its leave is cancelled/);
+    } finally {
+      byId(stopped).child!.kill('SIGCONT');
+    }
+    await eventually(() => d.log.includes('"msg":"leave cancelled: Up again"'), CONDITION_MS_MAX);
+    for (const node of running())
+      await eventually(
+        async () => (await membersAt(node)).some((m) => m.nodeId === 'd' && m.state === 'Up'),
+        CONDITION_MS_MAX,
+      );
+    await settled(running(), ['a', 'c', 'd', 'e'], byId('a'));
+    await everyReplicaHoldsEveryWrite();
+    // Replicas its leave moved away came back: d holds an even share again.
+    const after = await getJson<FragmentPlacement[]>(byId('a'), '/cluster/placement');
+    const held = after.filter((f) => f.replicas.includes('d')).length;
+    assert.ok(held >= Math.floor((3 * FRAGMENTS) / 4), `d holds ${held} of ${3 * FRAGMENTS} replicas`);
+    assert.equal(d.child!.exitCode, null, 'd still runs');
+  });
+
   test('a killed node is Down, and every fragment it held is re-replicated until none is under-replicated', async () => {
     await byId('c').stop('SIGKILL');
     await eventually(

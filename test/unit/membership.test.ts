@@ -674,6 +674,50 @@ test('graceful leave: Leaving, Exiting once handed off, then Removed everywhere 
   );
 });
 
+test('a leave cancelled while Leaving is Up again everywhere at a new incarnation; only a Leaving node can cancel', () => {
+  const net = threeMembers();
+  net.step('a', { kind: 'cancel-leave', requestId: 6, nowMs: 1_000 });
+  net.step('a', { kind: 'leave', requestId: 7, nowMs: 2_000 });
+  net.run(3_000);
+  const leaving = net.cores.get('b')!.member('a')!;
+  assert.equal(leaving.state, 'Leaving');
+  net.step('a', { kind: 'cancel-leave', requestId: 8, nowMs: 3_000 });
+  net.run(6_000);
+  assert.deepEqual(net.actionsOf('a', 'reply'), [
+    {
+      kind: 'reply',
+      requestId: 6,
+      status: 'Conflict',
+      message: 'this node is Up, not Leaving: no leave to cancel',
+    },
+    { kind: 'reply', requestId: 7, status: 'Ok', message: 'leaving' },
+    { kind: 'reply', requestId: 8, status: 'Ok', message: 'the leave is cancelled: Up' },
+  ]);
+  for (const observer of ['b', 'c']) {
+    const a = net.cores.get(observer)!.member('a')!;
+    assert.equal(a.state, 'Up', `${observer} sees a Up again`);
+    assert.equal(a.incarnation, leaving.incarnation + 1);
+    assert.deepEqual(net.events(observer, 'a').slice(1), ['MemberLeaving', 'MemberUp']);
+  }
+  // Persisted Up: a restart does not resume the leave.
+  const persisted = net.actionsOf('a', 'persist').at(-1);
+  assert.ok(persisted?.kind === 'persist');
+  assert.equal(persisted.members.find((m) => m.nodeId === 'a')?.state, 'Up');
+  assert.equal(persisted.incarnation, leaving.incarnation + 1);
+  // It may leave again; an exit asked while Up is refused as before.
+  net.step('a', { kind: 'exit', requestId: 9, nowMs: 6_000 });
+  net.step('a', { kind: 'leave', requestId: 10, nowMs: 6_000 });
+  net.run(8_000);
+  assert.equal(net.cores.get('b')!.member('a')?.state, 'Leaving');
+  assert.deepEqual(
+    net
+      .actionsOf('a', 'reply')
+      .slice(3)
+      .map((r) => (r.kind === 'reply' ? r.status : '')),
+    ['Conflict', 'Ok'],
+  );
+});
+
 test('a node restarted in the middle of its leave starts Leaving at its new incarnation, and its exit completes the leave', () => {
   const net = threeMembers();
   net.step('a', { kind: 'leave', requestId: 7, nowMs: 2_000 });

@@ -7,7 +7,7 @@
 //   POST /cluster/remove  {"node": id}: removes a Down member, as `nodetool removenode`; membership
 //                         gossips it, and the member is refused from then on until wiped
 //   POST /cluster/leave   graceful leave of this node: Leaving, its replicas handed over, then it
-//                         exits the cluster
+//                         exits the cluster; {"cancel": true}: cancels it while the node is Leaving
 //   POST /cluster/move    {"fragment": n, "to": id}: pins the fragment to a member (datum's Pinned);
 //                         the planner moves a replica there and keeps it there while it is eligible
 //
@@ -228,6 +228,19 @@ export async function executeChange(
       return { status: reply.status, message: reply.message, node: nodeId };
     }
     case '/cluster/leave': {
+      if (body.cancel !== undefined && body.cancel !== true && body.cancel !== false)
+        return refuse('BadRequest', 'body must be {} or {"cancel": true}');
+      if (body.cancel === true) {
+        const cancelled = await cluster.cancelLeave();
+        return {
+          status: cancelled.status,
+          message:
+            cancelled.status === 'Ok'
+              ? `${node.nodeId} is Up again: its leave is cancelled (replicas already moved stay moved)`
+              : cancelled.message,
+          node: node.nodeId,
+        };
+      }
       const reply = await cluster.leave();
       return {
         status: reply.status,

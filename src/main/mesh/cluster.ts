@@ -1204,6 +1204,19 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return reply;
   }
 
+  /** Cancels this node's leave while it is Leaving: Up again; replicas moved away stay moved. */
+  async cancelLeave(): Promise<{ status: OperatorStatus; message: string }> {
+    const membership = this.membershipDriver;
+    if (membership === undefined) return { status: 'Conflict', message: 'the node is starting' };
+    const reply = await membership.cancelLeave();
+    if (reply.status === 'Ok') {
+      this.leaving = false;
+      this.logger.info({}, 'leave cancelled: Up again');
+      this.events.append('LeaveCancelled', Date.now(), { node: this.config.selfId });
+    }
+    return reply;
+  }
+
   private exitIfLeft(): void {
     if (!this.leaving) return;
     const table = this.coordinatorDriver?.table;

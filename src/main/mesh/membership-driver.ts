@@ -199,6 +199,10 @@ export class MembershipDriver {
     return this.request((requestId, nowMs) => ({ kind: 'leave', requestId, nowMs }));
   }
 
+  cancelLeave(): Promise<OperatorReply> {
+    return this.request((requestId, nowMs) => ({ kind: 'cancel-leave', requestId, nowMs }));
+  }
+
   /** This leaving node's data is handed off: Exiting, then Removed. */
   exit(): Promise<OperatorReply> {
     return this.request((requestId, nowMs) => ({ kind: 'exit', requestId, nowMs }));
