@@ -714,9 +714,12 @@ export const MOVES_RECENT_MAX = 64;
 /**
  * Ranks a fragment's rendezvous order is kept past the deepest one asked (placement.ts): a member
  * that goes strikes one out of the lists that hold it, and a list is weighed again over every
- * member only once the planner asks past what is left.
+ * member only once the planner asks past what is left. The placement's cap sends some fragments
+ * several ranks deep, more so after a change: at 3, the first plan after a Down over 16 384
+ * fragments and 1 000 members weighed ~38 000 pairs again, at 8 ~7 000 (the kept orders cost a few
+ * MiB at most).
  */
-export const RENDEZVOUS_SPARE_RANKS = 3;
+export const RENDEZVOUS_SPARE_RANKS = 8;
 /**
  * Weighs (SHA-256 of a member and a fragment, ~0.5 µs) the coordinator makes in one go when it must
  * rank cold before planning: ~16 ms, then RENDEZVOUS_SLICE_PAUSE_MS for the event loop. A cold
