@@ -453,10 +453,10 @@ export function desiredPlacement(
   replicas: number,
   fragmentCount: number,
   current: ReadonlyArray<readonly string[] | undefined>,
-): { desired: Map<number, string[]>; capReplicas: number } {
+): { desired: Map<number, string[]>; capReplicas: number; changed: Map<number, number> } {
   const { lists: ideal, capReplicas } = keptIdealLists(fragments, pins, eligible, replicas, fragmentCount);
   const n = eligible.length;
-  if (n === 0) return { desired: new Map(fragments.map((f) => [f, []])), capReplicas };
+  if (n === 0) return { desired: new Map(fragments.map((f) => [f, []])), capReplicas, changed: new Map() };
   const r = Math.min(replicas, n);
   const floor = floorReplicas(fragments.length, replicas, n);
   const isEligible = new Set(eligible);
@@ -510,8 +510,14 @@ export function desiredPlacement(
     for (let rank = 0; rank < n; rank++) consider(ranking.at(fragment, rank) as string);
     return best;
   };
+  /** Fragments in the order this placement changed them first: the order to move them in. */
+  const changed = new Map<number, number>();
+  const noteChange = (fragment: number): void => {
+    if (!changed.has(fragment)) changed.set(fragment, changed.size);
+  };
   const replace = (fragment: number, from: string, to: string): void => {
     const list = lists[fragment];
+    noteChange(fragment);
     list[list.indexOf(from)] = to;
     count.set(from, countOf(from) - 1);
     count.set(to, countOf(to) + 1);
@@ -522,17 +528,25 @@ export function desiredPlacement(
     const list = lists[fragment];
     while (list.length < r) {
       const id = taker(fragment, false) ?? handOver(fragment);
+      noteChange(fragment);
       list.push(id);
       count.set(id, countOf(id) + 1);
     }
   }
 
   // 2. Members over the cap (it fell as members joined) give replicas the ideal does not place on
-  //    them first, to members the ideal places there first (a joiner takes where it ranks high).
+  //    them first, where a member the ideal places ranks highest first, to such a member (a joiner
+  //    takes where it ranks first, and serves there: a list serves in rendezvous order).
+  /** The ideal's first rank for `fragment` whose member is not in its list; R when none. */
+  const takerRank = (fragment: number): number => {
+    const rank = ideal[fragment].findIndex((id) => !lists[fragment].includes(id));
+    return rank === -1 ? r : rank;
+  };
   for (const id of eligible) {
     if (countOf(id) <= capReplicas) continue;
     const held = fragments.filter((f) => lists[f].includes(id) && pins.get(f) !== id);
-    held.sort((x, y) => Number(inIdeal(x, id)) - Number(inIdeal(y, id)) || x - y);
+    const order = new Map(held.map((f) => [f, Number(inIdeal(f, id)) * (r + 1) + takerRank(f)]));
+    held.sort((x, y) => (order.get(x) as number) - (order.get(y) as number) || x - y);
     for (const idealOnly of [true, false]) {
       for (const fragment of held) {
         if (countOf(id) <= capReplicas) break;
@@ -587,7 +601,7 @@ export function desiredPlacement(
 
   const desired = new Map<number, string[]>();
   for (const fragment of fragments) desired.set(fragment, lists[fragment]);
-  return { desired, capReplicas };
+  return { desired, capReplicas, changed };
 }
 
 const PRIORITY_REPAIR = 0;
@@ -653,7 +667,7 @@ export function planMoves(
       bump(movesOut, entry.moving.source);
   }
   const settled = settledLists(table, fragments);
-  const { desired, capReplicas } = desiredPlacement(
+  const { desired, capReplicas, changed } = desiredPlacement(
     fragments,
     pins,
     eligible,
@@ -683,7 +697,16 @@ export function planMoves(
     if (left > 0) excess.set(source, left - 1);
     else candidate.priority = PRIORITY_REBALANCE;
   }
-  candidates.sort((a, b) => a.priority - b.priority || a.move.fragment - b.move.fragment);
+  // Within a priority, in the order the placement made the changes (its preferences: a joiner's
+  // fragments where it ranks first, before others), so the moves that start first are those the
+  // next plan, made from the lists they leave, would also make.
+  const sequence = (fragment: number): number => changed.get(fragment) ?? Number.MAX_SAFE_INTEGER;
+  candidates.sort(
+    (a, b) =>
+      a.priority - b.priority ||
+      sequence(a.move.fragment) - sequence(b.move.fragment) ||
+      a.move.fragment - b.move.fragment,
+  );
   // The placement balances on the lists as repairs, leaves and pins leave them, and raises members
   // on the counts as lowering those over the cap leaves them: a balancing move waits for the level
   // before it, or it would balance counts the lists do not have yet and be undone later.
