@@ -581,7 +581,12 @@ export function desiredPlacement(
     }
   }
 
-  /** A list still short with every member under the cap in it: a full list hands one over (as the ideal does). */
+  /**
+   * A list still short with every member under the cap in it: a full list hands one over (as the
+   * ideal does). With no such list (members over the cap keep their replicas until step 2, so the
+   * full lists may all hold the one member with room), the member not in the list holding fewest
+   * takes the place over the cap, and step 2 lowers it.
+   */
   function handOver(fragment: number): string {
     const list = lists[fragment];
     const spare = eligible.find((id) => countOf(id) < capReplicas && !list.includes(id));
@@ -596,7 +601,14 @@ export function desiredPlacement(
       replace(other, handed, roomy);
       return handed;
     }
-    assert(false, `fragment ${fragment} has no donor for its replica`);
+    const fewest = eligible
+      .filter((id) => !list.includes(id))
+      .reduce<string | undefined>(
+        (best, id) => (best === undefined || countOf(id) < countOf(best) ? id : best),
+        undefined,
+      );
+    assert(fewest !== undefined, `fragment ${fragment} has fewer eligible members than replicas`);
+    return fewest;
   }
 
   const desired = new Map<number, string[]>();

@@ -17,6 +17,7 @@ import {
   cancelMove,
   chooseCoordinator,
   describePlan,
+  desiredPlacement,
   finishMove,
   floorReplicas,
   type MemberView,
@@ -570,6 +571,53 @@ test('plans are deterministic: the same inputs, in any order, give the same plan
     describePlan(first),
     /^cap \d+ moves \d+\nfragment \d+: \[.*\] -> \[.*\] \((node_down:b|leave:d)\)/,
   );
+});
+
+test('a short list whose only member with room is in every full list takes one over the cap, and the cap is restored (placement simulator seed 19089)', () => {
+  // n3, n6 and n7 went; n1 and n2 hold more than the cap of 13 until they shed; n4, the only
+  // member with room besides n5, is in every full list, so no full list can hand one over.
+  const current = [
+    ['n2', 'n4', 'n1'],
+    ['n4', 'n2', 'n1'],
+    ['n7', 'n6', 'n4'],
+    ['n2', 'n4', 'n1'],
+    ['n1', 'n4', 'n2'],
+    ['n2', 'n1', 'n4'],
+    ['n1', 'n7', 'n2'],
+    ['n3', 'n1', 'n2'],
+    ['n2', 'n4', 'n1'],
+    ['n2', 'n1', 'n6'],
+    ['n2', 'n4', 'n1'],
+    ['n1', 'n4', 'n2'],
+    ['n2', 'n1', 'n7'],
+    ['n7', 'n1', 'n2'],
+    ['n7', 'n2', 'n1'],
+    ['n2', 'n1', 'n7'],
+  ];
+  const fragments = current.map((_, f) => f);
+  const eligible = ['n1', 'n2', 'n4', 'n5'];
+  const placed = desiredPlacement(fragments, new Map(), eligible, 3, 16, current);
+  const counts = new Map<string, number>();
+  for (const [fragment, list] of placed.desired) {
+    assert.equal(new Set(list).size, 3, `fragment ${fragment}: ${list}`);
+    assert.ok(
+      list.every((id) => eligible.includes(id)),
+      `fragment ${fragment}: ${list}`,
+    );
+    for (const id of list) counts.set(id, (counts.get(id) ?? 0) + 1);
+  }
+  for (const [id, n] of counts)
+    assert.ok(n <= placed.capReplicas, `${id} holds ${n} > ${placed.capReplicas}`);
+  // A fixed point: planned again from what it placed, nothing changes.
+  const again = desiredPlacement(
+    fragments,
+    new Map(),
+    eligible,
+    3,
+    16,
+    fragments.map((f) => placed.desired.get(f)),
+  );
+  assert.deepEqual(again.desired, placed.desired);
 });
 
 test('too few eligible members are reported, not planned around', () => {
