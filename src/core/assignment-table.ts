@@ -127,11 +127,14 @@ export function describeFence(fence: Fence): string {
   return `by ${fence.coordinatorId}@${fence.incarnation} e${fence.epoch}`;
 }
 
-export function sameReplicas(a: readonly string[], b: readonly string[]): boolean {
+/** The same elements in the same order. */
+export function sameArrays<T>(a: readonly T[], b: readonly T[]): boolean {
   if (a.length !== b.length) return false;
   for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
   return true;
 }
+
+export const sameReplicas: (a: readonly string[], b: readonly string[]) => boolean = sameArrays;
 
 // ---- datum's ordering predicates (cluster.rs:3329–3482), over replica lists ----
 

@@ -21,6 +21,7 @@ import {
   type CoordinatorIdentity,
   compareIds,
   type Fence,
+  sameArrays,
   sameReplicas,
   type TableChange,
   withHistory,
@@ -388,12 +389,6 @@ let keptIdeal:
       readonly placed: { lists: string[][]; capReplicas: number };
     }
   | undefined;
-
-function sameArrays<T>(a: readonly T[], b: readonly T[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
 
 /** `idealLists`, placed again only when its inputs changed (its lists are read, never changed). */
 function keptIdealLists(...inputs: Parameters<typeof idealLists>): ReturnType<typeof idealLists> {

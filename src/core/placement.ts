@@ -211,11 +211,7 @@ export class RendezvousRanking {
       )
         continue;
       insertRanked(list, id, head[0], head[1]);
-      if (list.ids.length > depth) {
-        list.ids.length = depth;
-        list.hi.length = depth;
-        list.lo.length = depth;
-      }
+      truncateRanked(list, depth);
     }
     list.complete = list.ids.length === this.#members.length;
     return list;
