@@ -107,7 +107,8 @@ class BenchNode {
   async stop(signal: NodeJS.Signals): Promise<void> {
     const child = this.child;
     this.child = undefined;
-    if (child === undefined || child.exitCode !== null) return;
+    // A child that died of a signal has no exit code, and its exit event has been emitted.
+    if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
     child.kill(signal);
     await exited;

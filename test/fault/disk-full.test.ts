@@ -221,6 +221,17 @@ for (const { store, durability } of SETUPS) {
       console.log(
         `${store} ${durability}: ${acknowledged.length + 1} acknowledged writes checked after the restart`,
       );
+    } catch (err) {
+      // Whether the node still ran, or how it ended, and what it logged last.
+      const child = node.child;
+      const state =
+        child === undefined
+          ? 'stopped'
+          : (child.signalCode ?? (child.exitCode === null ? 'running' : `exit ${child.exitCode}`));
+      console.log(
+        `${store} ${durability}: failed while ${stage}; node ${state}; it logged last:\n${node.log.slice(-4000)}`,
+      );
+      throw err;
     } finally {
       clearTimeout(watchdog);
       await node.stop('SIGKILL');

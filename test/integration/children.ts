@@ -33,6 +33,15 @@ export function killedAfterTests<T extends ChildProcess>(child: T): T {
   return child;
 }
 
+/** Sends `signal` to `child` unless it has already exited (by itself or by a signal), and waits for its exit. */
+export async function stopChild(child: ChildProcess, signal: NodeJS.Signals): Promise<void> {
+  // A child that died of a signal (a crash) has no exit code, and its exit event has been emitted.
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill(signal);
+  await exited;
+}
+
 /** Runs `release` once the file's tests have run, unless the returned function is called first. */
 export function releasedAfterTests(release: () => Promise<void> | void): () => void {
   leftovers.add(release);

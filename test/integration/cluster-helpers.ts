@@ -10,7 +10,7 @@ import type { Redis } from 'ioredis';
 import { freePorts } from '../../bench/ports.js';
 import type { MovesReport } from '../../src/main/mesh/cluster.js';
 import type { FragmentPlacement } from '../../src/main/node.js';
-import { killedAfterTests } from './children.js';
+import { killedAfterTests, stopChild } from './children.js';
 import { eventually, tempDir } from './helpers.js';
 import { newClient } from './resp-helpers.js';
 
@@ -76,10 +76,7 @@ export class NodeProcess {
     const child = this.child;
     this.child = undefined;
     for (const c of this.clients.splice(0)) c.disconnect();
-    if (child === undefined || child.exitCode !== null) return;
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    child.kill(signal);
-    await exited;
+    if (child !== undefined) await stopChild(child, signal);
   }
 
   /**

@@ -11,7 +11,7 @@ import { freePorts } from '../../bench/ports.js';
 import type { TesseraOptions } from '../../src/main/config.js';
 import { Tessera } from '../../src/main/node.js';
 import { RespServer, type RespServerOptions } from '../../src/main/resp/server.js';
-import { killedAfterTests, releasedAfterTests } from './children.js';
+import { killedAfterTests, releasedAfterTests, stopChild } from './children.js';
 import { eventually, tempDir } from './helpers.js';
 
 export interface RespFixture {
@@ -197,11 +197,7 @@ export async function startRedisServer(label: string): Promise<RedisServer> {
     },
     async stop(): Promise<void> {
       for (const r of raws) r.destroy();
-      if (child.exitCode === null && child.signalCode === null) {
-        const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-        child.kill('SIGKILL');
-        await exited;
-      }
+      await stopChild(child, 'SIGKILL');
       await dir.cleanup();
     },
   };
