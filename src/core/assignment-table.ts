@@ -225,6 +225,10 @@ export class AssignmentTable {
   #epochCoordinator: CoordinatorIdentity | undefined = undefined;
   // Invariant: at most one entry per fragment in [0, fragmentCount), tombstones included.
   readonly #entries = new Map<number, AssignmentEntry>();
+  /** `members()` as of the last change (every plan and majority check asks; changes are rare). */
+  #members: readonly string[] | undefined = undefined;
+  /** `entries()` as of the last change. */
+  #sorted: ReadonlyArray<readonly [number, AssignmentEntry]> | undefined = undefined;
 
   constructor(fragmentCount: number) {
     if (!Number.isInteger(fragmentCount) || fragmentCount < 1 || fragmentCount > FRAGMENT_COUNT_MAX) {
@@ -257,18 +261,28 @@ export class AssignmentTable {
     return this.#entries.size === this.fragmentCount;
   }
 
-  /** Entries in fragment order. */
-  entries(): Array<[number, AssignmentEntry]> {
-    return [...this.#entries].sort((a, b) => a[0] - b[0]);
+  /** Entries in fragment order (kept until the next change: a plan walks them at every interval). */
+  entries(): ReadonlyArray<readonly [number, AssignmentEntry]> {
+    this.#sorted ??= [...this.#entries].sort((a, b) => a[0] - b[0]);
+    return this.#sorted;
   }
 
   /** Every member that holds a replica (a move's target included), sorted: the set the majority gate counts. */
   members(): string[] {
-    const ids = new Set<string>();
-    for (const entry of this.#entries.values()) {
-      if (entry.kind === 'active') for (const id of entry.replicas) ids.add(id);
+    if (this.#members === undefined) {
+      const ids = new Set<string>();
+      for (const entry of this.#entries.values()) {
+        if (entry.kind === 'active') for (const id of entry.replicas) ids.add(id);
+      }
+      this.#members = [...ids].sort(compareIds);
     }
-    return [...ids].sort(compareIds);
+    return [...this.#members];
+  }
+
+  #set(fragment: number, entry: AssignmentEntry): void {
+    this.#entries.set(fragment, entry);
+    this.#members = undefined;
+    this.#sorted = undefined;
   }
 
   /** The fence checks alone (`ensure_mutation_from_current_coordinator` plus the epoch); null when they pass. */
@@ -327,7 +341,7 @@ export class AssignmentTable {
           why: `tombstone generation ${entry.generation} does not supersede the tombstone`,
         };
       }
-      this.#entries.set(fragment, entry);
+      this.#set(fragment, entry);
       return { outcome: 'applied', previous: existing };
     }
     if (existing?.kind === 'tombstone' && !activeSupersedesTombstone(entry, existing)) {
@@ -342,7 +356,7 @@ export class AssignmentTable {
         why: `generation ${entry.generation} does not supersede generation ${existing.generation}`,
       };
     }
-    this.#entries.set(fragment, entry);
+    this.#set(fragment, entry);
     return { outcome: 'applied', previous: existing };
   }
 
@@ -391,14 +405,24 @@ export class AssignmentTable {
     const table = new AssignmentTable(fragmentCount);
     table.#epoch = epoch;
     table.#epochCoordinator = epochCoordinator;
-    for (const [fragment, entry] of entries) table.#entries.set(fragment, entry);
+    for (const [fragment, entry] of entries) table.#set(fragment, entry);
     return table;
   }
 }
 
 /** Byte order of UTF-8, as placement.ts sorts members. */
 export function compareIds(a: string, b: string): number {
-  return Buffer.compare(Buffer.from(a), Buffer.from(b));
+  const shorter = Math.min(a.length, b.length);
+  for (let i = 0; i < shorter; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    // Below the surrogates, UTF-16 order is UTF-8's; a surrogate (a pair past U+FFFF, or a lone
+    // one, which UTF-8 encodes as U+FFFD) is left to the encoded bytes. Sorting a thousand members
+    // encoded both ids at every comparison: milliseconds a plan.
+    if (x >= 0xd800 || y >= 0xd800) return Buffer.compare(Buffer.from(a), Buffer.from(b));
+    if (x !== y) return x - y;
+  }
+  return a.length - b.length;
 }
 
 /** Appends one history entry, dropping the oldest past ASSIGNMENT_HISTORY_ENTRIES_MAX. */

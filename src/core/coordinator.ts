@@ -462,8 +462,30 @@ export function desiredPlacement(
   const inIdeal = (fragment: number, id: string): boolean => ideal[fragment].includes(id);
 
   // The lists as they are, eligible members only, at most R (members the ideal keeps, the pin always).
+  // A list that stays as it is is the table's own array until a change copies it (`own`): most
+  // lists of a plan stay, and a copy of each cost a plan over 16 384 fragments milliseconds.
+  const owned = new Uint8Array(fragmentCount);
+  const own = (fragment: number): string[] => {
+    if (owned[fragment] === 0) {
+      lists[fragment] = [...lists[fragment]];
+      owned[fragment] = 1;
+    }
+    return lists[fragment];
+  };
   for (const fragment of fragments) {
     const pin = pins.get(fragment);
+    const listed = current[fragment];
+    if (
+      listed !== undefined &&
+      listed.length <= r &&
+      (pin === undefined || !isEligible.has(pin) || listed.includes(pin)) &&
+      listed.every((id) => isEligible.has(id))
+    ) {
+      for (const id of listed) count.set(id, countOf(id) + 1);
+      lists[fragment] = listed as string[];
+      continue;
+    }
+    owned[fragment] = 1;
     const kept: string[] = [];
     if (pin !== undefined && isEligible.has(pin)) kept.push(pin);
     // A fragment placed nowhere yet (a first table) takes the ideal's list.
@@ -502,8 +524,15 @@ export function desiredPlacement(
     };
     for (const id of ideal[fragment]) consider(id);
     if (best !== undefined || idealOnly) return best;
-    for (let rank = 0; rank < n; rank++) consider(ranking.at(fragment, rank) as string);
-    return best;
+    // The fewest any member outside the list holds, then the first in rendezvous order holding
+    // that many: the ranking is read only as deep as that member (often its first ranks).
+    for (const id of eligible) if (countOf(id) < fewest && !list.includes(id)) fewest = countOf(id);
+    if (fewest === capReplicas) return undefined;
+    for (let rank = 0; rank < n; rank++) {
+      const id = ranking.at(fragment, rank) as string;
+      if (countOf(id) === fewest && !list.includes(id)) return id;
+    }
+    assert(false, 'a member holding the fewest ranks somewhere');
   };
   /** Fragments in the order this placement changed them first: the order to move them in. */
   const changed = new Map<number, number>();
@@ -511,7 +540,7 @@ export function desiredPlacement(
     if (!changed.has(fragment)) changed.set(fragment, changed.size);
   };
   const replace = (fragment: number, from: string, to: string): void => {
-    const list = lists[fragment];
+    const list = own(fragment);
     noteChange(fragment);
     list[list.indexOf(from)] = to;
     count.set(from, countOf(from) - 1);
@@ -520,7 +549,8 @@ export function desiredPlacement(
 
   // 1. Missing replicas (a member Down, Leaving or gone).
   for (const fragment of fragments) {
-    const list = lists[fragment];
+    if (lists[fragment].length >= r) continue;
+    const list = own(fragment);
     while (list.length < r) {
       const id = taker(fragment, false) ?? handOver(fragment);
       noteChange(fragment);
@@ -552,14 +582,31 @@ export function desiredPlacement(
     }
   }
 
+  /** By member, the fragments the ideal places it in: those where it ranks first, then second… */
+  let idealPlacesByMember: Map<string, number[]> | undefined;
+  const idealPlaces = (): Map<string, number[]> => {
+    if (idealPlacesByMember !== undefined) return idealPlacesByMember;
+    const byMember = new Map<string, number[]>();
+    for (let rank = 0; rank < r; rank++) {
+      for (const f of fragments) {
+        const id = ideal[f][rank];
+        if (id === undefined) continue;
+        let placed = byMember.get(id);
+        if (placed === undefined) byMember.set(id, (placed = []));
+        placed.push(f);
+      }
+    }
+    idealPlacesByMember = byMember;
+    return byMember;
+  };
+
   // 3. Members under the floor (a joiner) take replicas where the ideal places them, where it
   //    ranks them first before second (so they serve their share: a list serves in rendezvous
   //    order), each from the holder with the most that the ideal does not place there; then
   //    anywhere from such a holder.
   for (const id of eligible) {
     if (countOf(id) >= floor) continue;
-    const placed: number[] = [];
-    for (let rank = 0; rank < r; rank++) for (const f of fragments) if (ideal[f][rank] === id) placed.push(f);
+    const placed = idealPlaces().get(id) ?? [];
     for (const idealOnly of [true, false]) {
       for (const fragment of idealOnly ? placed : fragments) {
         if (countOf(id) >= floor) break;
@@ -618,9 +665,14 @@ const PRIORITY_PIN = 2;
 const PRIORITY_OVER_CAP = 3;
 const PRIORITY_REBALANCE = 4;
 
+/** A move the plan may start: its PlannedMove is made only for those started (a plan may hold thousands). */
 interface Candidate {
-  readonly move: PlannedMove;
+  readonly fragment: number;
+  readonly source: string | null;
+  readonly target: string;
   priority: number;
+  /** Where the placement changed the fragment among its changes: the order within a priority. */
+  readonly sequence: number;
 }
 
 /**
@@ -691,15 +743,15 @@ export function planMoves(
     const entry = table.active(fragment) as ActiveAssignment;
     if (entry.moving !== null) continue;
     const wanted = desired.get(fragment) as string[];
-    for (const candidate of fragmentCandidates(fragment, entry, wanted, members, holders, overCap, blocked))
-      candidates.push(candidate);
+    const sequence = changed.get(fragment) ?? Number.MAX_SAFE_INTEGER;
+    fragmentCandidates(fragment, entry, wanted, sequence, members, overCap, candidates, blocked);
   }
   // Only as many moves out of a member over the cap as take it down to the cap lower it; the
   // rest out of it balance others (they wait with the other balancing moves).
   const excess = new Map(overCap);
   for (const candidate of candidates) {
     if (candidate.priority !== PRIORITY_OVER_CAP) continue;
-    const source = candidate.move.source as string;
+    const source = candidate.source as string;
     const left = excess.get(source) as number;
     if (left > 0) excess.set(source, left - 1);
     else candidate.priority = PRIORITY_REBALANCE;
@@ -707,33 +759,29 @@ export function planMoves(
   // Within a priority, in the order the placement made the changes (its preferences: a joiner's
   // fragments where it ranks first, before others), so the moves that start first are those the
   // next plan, made from the lists they leave, would also make.
-  const sequence = (fragment: number): number => changed.get(fragment) ?? Number.MAX_SAFE_INTEGER;
-  candidates.sort(
-    (a, b) =>
-      a.priority - b.priority ||
-      sequence(a.move.fragment) - sequence(b.move.fragment) ||
-      a.move.fragment - b.move.fragment,
-  );
+  candidates.sort((a, b) => a.priority - b.priority || a.sequence - b.sequence || a.fragment - b.fragment);
   // The placement balances on the lists as repairs, leaves and pins leave them, and raises members
   // on the counts as lowering those over the cap leaves them: a balancing move waits for the level
   // before it, or it would balance counts the lists do not have yet and be undone later.
   const urgent = candidates.length === 0 ? PRIORITY_REBALANCE : candidates[0].priority;
   const moves: PlannedMove[] = [];
   const moving = new Set<number>();
-  for (const { move, priority } of candidates) {
-    if (priority >= PRIORITY_OVER_CAP && priority > urgent) break;
-    if (moving.has(move.fragment)) continue;
-    const target = members.get(move.target);
+  for (const candidate of candidates) {
+    if (candidate.priority >= PRIORITY_OVER_CAP && candidate.priority > urgent) break;
+    if (moving.has(candidate.fragment)) continue;
+    const target = members.get(candidate.target);
     if (target === undefined || !target.reachable) continue;
-    const source = move.source === null ? undefined : members.get(move.source);
+    const source = candidate.source === null ? undefined : members.get(candidate.source);
     const sourceCharged = source !== undefined && isAlive(source);
     if (sourceCharged && !source.reachable) continue;
-    if ((movesIn.get(move.target) ?? 0) >= limits.movesInPerNode) continue;
+    if ((movesIn.get(candidate.target) ?? 0) >= limits.movesInPerNode) continue;
     if (sourceCharged && (movesOut.get(source.id) ?? 0) >= limits.movesOutPerNode) continue;
-    bump(movesIn, move.target);
+    bump(movesIn, candidate.target);
     if (sourceCharged) bump(movesOut, source.id);
-    moving.add(move.fragment);
-    moves.push(move);
+    moving.add(candidate.fragment);
+    moves.push(
+      plannedMove(candidate, table.active(candidate.fragment) as ActiveAssignment, members, holders),
+    );
   }
   return { desired, capReplicas, moves, cancellations, blocked };
 }
@@ -766,29 +814,29 @@ function bump(counts: Map<string, number>, id: string): void {
   counts.set(id, (counts.get(id) ?? 0) + 1);
 }
 
-/** The moves that would bring one fragment to its desired set: leavers paired with arrivals in order. */
+/**
+ * Adds to `candidates` the moves that would bring one fragment to its desired set: leavers paired
+ * with arrivals in order.
+ */
 function fragmentCandidates(
   fragment: number,
   entry: ActiveAssignment,
   desired: readonly string[],
+  sequence: number,
   members: ReadonlyMap<string, MemberView>,
-  holders: ReadonlySet<string>,
   overCap: ReadonlyMap<string, number>,
+  candidates: Candidate[],
   blocked: string[],
-): Candidate[] {
+): void {
   const current = entry.replicas;
-  if (current.length === desired.length && desired.every((id) => current.includes(id))) return [];
+  if (current.length === desired.length && desired.every((id) => current.includes(id))) return;
   const leaving = current.filter((id) => !desired.includes(id));
   const arriving = desired.filter((id) => !current.includes(id));
   // Leavers that must go first: Down ones, then Leaving ones, then the rest (rebalance).
   leaving.sort((a, b) => sourcePriority(members.get(a)) - sourcePriority(members.get(b)));
-  const candidates: Candidate[] = [];
   for (let i = 0; i < arriving.length; i++) {
     const source = i < leaving.length ? leaving[i] : null;
     const target = arriving[i];
-    const replicasAfter =
-      source === null ? [...current, target] : current.map((id) => (id === source ? target : id));
-    const reason = moveReason(source, target, entry, members, holders);
     const priority =
       source === null
         ? PRIORITY_REPAIR
@@ -800,15 +848,25 @@ function fragmentCandidates(
                 ? PRIORITY_OVER_CAP
                 : PRIORITY_REBALANCE,
           );
-    candidates.push({
-      priority,
-      move: { fragment, source, target, reason, replicasBefore: current, replicasAfter },
-    });
+    candidates.push({ fragment, source, target, priority, sequence });
   }
   for (const stranded of leaving.slice(arriving.length)) {
     blocked.push(`fragment ${fragment}: no eligible member to replace ${stranded}`);
   }
-  return candidates;
+}
+
+/** The move a candidate the plan starts makes. */
+function plannedMove(
+  { fragment, source, target }: Candidate,
+  entry: ActiveAssignment,
+  members: ReadonlyMap<string, MemberView>,
+  holders: ReadonlySet<string>,
+): PlannedMove {
+  const current = entry.replicas;
+  const replicasAfter =
+    source === null ? [...current, target] : current.map((id) => (id === source ? target : id));
+  const reason = moveReason(source, target, entry, members, holders);
+  return { fragment, source, target, reason, replicasBefore: current, replicasAfter };
 }
 
 function sourcePriority(member: MemberView | undefined): number {

@@ -192,7 +192,9 @@ export class RendezvousRanking {
     if (rank >= this.#members.length) return undefined;
     let list = this.#lists[fragment];
     if (list === undefined || (rank >= list.ids.length && !list.complete)) {
-      list = this.#rank(fragment, Math.max(list?.depth ?? 0, rank + 1 + RENDEZVOUS_SPARE_RANKS));
+      // Twice as deep as before at least: a caller that reads rank after rank weighs every member
+      // a few times (log N), not once per RENDEZVOUS_SPARE_RANKS ranks.
+      list = this.#rank(fragment, Math.max(2 * (list?.depth ?? 0), rank + 1 + RENDEZVOUS_SPARE_RANKS));
       this.#lists[fragment] = list;
     }
     return list.ids[rank];

@@ -174,3 +174,27 @@ describe('RendezvousRanking', () => {
     assert.throws(() => ranking.at(4, 0), /fragment 4 outside 0\.\.3/);
   });
 });
+
+describe('compareIds', () => {
+  test('fast-check: orders ids as their UTF-8 bytes compare, surrogates and lone halves included', () => {
+    const sign = (n: number): number => Math.sign(n);
+    const utf8Order = (a: string, b: string): number => Buffer.compare(Buffer.from(a), Buffer.from(b));
+    // Few distinct characters, so that ids share prefixes, and every kind of UTF-16 unit among them.
+    const unit = fc.constantFrom('a', 'b', '-', '\u00e9', '\ud7ff', '\ue000', '\uffff', '\ud83d', '\ude00');
+    const id = fc.array(unit, { maxLength: 6 }).map((units) => units.join(''));
+    fc.assert(
+      fc.property(id, id, (a, b) => {
+        assert.equal(
+          sign(compareIds(a, b)),
+          sign(utf8Order(a, b)),
+          `${JSON.stringify(a)} ${JSON.stringify(b)}`,
+        );
+      }),
+      { numRuns: 5_000 },
+    );
+    // U+E000 sorts below a code point past U+FFFF in UTF-8, above its surrogates in UTF-16.
+    assert.ok(compareIds('\ue000', '\ud83d\ude00') < 0);
+    assert.ok(compareIds('node-2', 'node-10') > 0);
+    assert.ok(compareIds('n', 'n1') < 0);
+  });
+});
