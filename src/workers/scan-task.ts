@@ -32,10 +32,15 @@ async function storeFor(task: ScanTask | SpanTask, fragment: number): Promise<Kv
 }
 
 export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanPage | PoolSpanResult> {
-  if (task.kind !== 'span')
-    return collectScanPage(await storeFor(task, task.request.fragment), task.request, Date.now());
+  // A snapshot per task: the fragment's writer commits between tasks. lmdb-js ends a read snapshot
+  // only at the thread's next timer phase, and tasks may come back to back before it: a scan page
+  // after a fence must see what the fence waited for (KEYS after FLUSHALL listed deleted keys).
+  if (task.kind !== 'span') {
+    const store = await storeFor(task, task.request.fragment);
+    store.refreshReads();
+    return collectScanPage(store, task.request, Date.now());
+  }
   const store = await storeFor(task, task.fragment);
-  // A snapshot per task: the fragment's writer commits between tasks.
   store.refreshReads();
   // Both spans look at records' stamps alone (versions, expiry), and only stamps go back.
   const read: PageReader = (start, limit) => store.page(task.fragment, start, undefined, limit, true);
