@@ -502,6 +502,13 @@ interface LmdbEnv {
   applyPending: () => void;
   /** Commits handed to the write thread and not yet settled: close waits for them. */
   committing: Promise<unknown>;
+  /** Commits handed to the write thread so far, and the last of them to succeed. */
+  commitsStarted: number;
+  lastCommitSucceeded: number;
+  /** The error of a commit later than the last to succeed, if one failed: nothing flushes until one succeeds. */
+  commitFailure: unknown;
+  /** The rejections of `flushed` waits under way (`LmdbStore.#flushed`). */
+  readonly flushWaiters: Set<(err: unknown) => void>;
   /** The store's read generation this env's read snapshot was last renewed at (`refreshReads`). */
   readGeneration: number;
   /** The group's write-ahead log, when this store is its writer (`StoreLocation.writer`). */
@@ -520,6 +527,10 @@ const newEnv = (root: RootDatabase<Uint8Array, Uint8Array>, dir: string, group: 
   pending: NO_WRITES,
   applyPending: ignore,
   committing: Promise.resolve(),
+  commitsStarted: 0,
+  lastCommitSucceeded: 0,
+  commitFailure: undefined,
+  flushWaiters: new Set(),
   readGeneration: 0,
   log: undefined,
   group,
@@ -578,7 +589,7 @@ class LmdbStore implements KvStore {
   async startLogs(segmentBytes?: number): Promise<void> {
     const total: LogReplay = { segments: 0, entries: 0, applied: 0, tornBytes: 0 };
     for (const env of this.#envs.values()) {
-      const flushed = () => env.root.flushed.then(ignore);
+      const flushed = () => this.#flushed(env);
       const accepts = (fragment: number) => fragment % this.#groupCount === env.group;
       const replay = await replayWal(env.dir, this, accepts, flushed);
       total.segments += replay.segments;
@@ -710,6 +721,7 @@ class LmdbStore implements KvStore {
   }
 
   #commitTo(env: LmdbEnv, writes: FragmentWrites[]): Promise<void> {
+    const sequence = ++env.commitsStarted;
     let committed: Promise<boolean>;
     try {
       env.pending = writes;
@@ -726,9 +738,23 @@ class LmdbStore implements KvStore {
           if (w.highWaterWallMs > this.#highWaterWallMs[w.fragment])
             this.#highWaterWallMs[w.fragment] = w.highWaterWallMs;
         }
+        if (sequence > env.lastCommitSucceeded) {
+          env.lastCommitSucceeded = sequence;
+          env.commitFailure = undefined;
+        }
         env.log?.committed(writes);
       },
-      (err: unknown) => this.#commitFailed(err, env.dataFile),
+      (err: unknown) => {
+        const failed = this.#commitFailed(err, env.dataFile);
+        failed.catch((cause: unknown) => {
+          // A later commit that already succeeded flushes what this one would have.
+          if (sequence < env.lastCommitSucceeded) return;
+          env.commitFailure = cause;
+          for (const reject of env.flushWaiters) reject(cause);
+          env.flushWaiters.clear();
+        });
+        return failed;
+      },
     );
     env.committing = done.catch(ignore);
     return done;
@@ -773,11 +799,34 @@ class LmdbStore implements KvStore {
     for (const env of this.#envs.values()) {
       try {
         if (env.log !== undefined) await env.log.sync();
-        else await env.root.flushed;
+        else await this.#flushed(env);
       } catch (err) {
         throw lmdbError(err, env.dataFile);
       }
     }
+  }
+
+  /**
+   * Resolves once the env has flushed what it committed. lmdb-js never settles the flush of a
+   * transaction that failed (a full disk), so a sync that waited for it would never answer its
+   * stable writes: a failed commit, before this call or while it waits, rejects it with that
+   * commit's error instead, until a commit succeeds.
+   */
+  #flushed(env: LmdbEnv): Promise<void> {
+    if (env.commitFailure !== undefined) return Promise.reject(env.commitFailure);
+    return new Promise<void>((resolve, reject) => {
+      env.flushWaiters.add(reject);
+      env.root.flushed.then(
+        () => {
+          env.flushWaiters.delete(reject);
+          resolve();
+        },
+        (err: unknown) => {
+          env.flushWaiters.delete(reject);
+          reject(err);
+        },
+      );
+    });
   }
 
   highWaterWallMs(fragment: number): number {
