@@ -304,7 +304,43 @@ export function tooFewEligible(view: readonly MemberView[], replicas: number): s
 }
 
 /**
- * The lists over the members alone, as a first table places every fragment: pins first (while
+ * The ideal placement: by fragment, its R members in the order placed (indices into `members`, at
+ * `slots[fragment·R + k]`). One typed array, not a list per fragment: it is placed again at every
+ * change of members, and 16 384 lists each time cost a plan tens of milliseconds of collection.
+ */
+class IdealPlacement {
+  readonly #index: Map<string, number>;
+
+  constructor(
+    readonly members: readonly string[],
+    readonly replicas: number,
+    readonly slots: Int32Array,
+    readonly capReplicas: number,
+  ) {
+    this.#index = new Map(members.map((id, i) => [id, i]));
+  }
+
+  /** The member the ideal places `k`-th in `fragment`'s list. */
+  at(fragment: number, k: number): string {
+    return this.members[this.slots[fragment * this.replicas + k]];
+  }
+
+  includes(fragment: number, id: string): boolean {
+    const member = this.#index.get(id);
+    if (member === undefined) return false;
+    for (let k = 0, at = fragment * this.replicas; k < this.replicas; k++, at++)
+      if (this.slots[at] === member) return true;
+    return false;
+  }
+
+  /** `fragment`'s list, as a first table takes it. */
+  list(fragment: number): string[] {
+    return Array.from({ length: this.replicas }, (_, k) => this.at(fragment, k));
+  }
+}
+
+/**
+ * The placement over the members alone, as a first table places every fragment: pins first (while
  * eligible), then rendezvous ranks in rounds (every fragment's first choice, then every second…),
  * skipping a node at the cap. A function of the members, pins and fragments only. Pins count
  * toward the cap but are honoured past it: an operator who pins more fragments to one node than
@@ -316,66 +352,78 @@ function idealLists(
   eligible: readonly string[],
   replicas: number,
   fragmentCount: number,
-): { lists: string[][]; capReplicas: number } {
-  // By fragment (a sparse array: a plan places up to 16 384 at every interval, and a Map costs more).
-  const lists: string[][] = [];
+): IdealPlacement {
   const n = eligible.length;
   const r = Math.min(replicas, n);
   const capReplicas = n === 0 ? 0 : Math.ceil((fragments.length * r) / n) + PLACEMENT_BALANCE_SLACK_REPLICAS;
-  if (n === 0) {
-    for (const fragment of fragments) lists[fragment] = [];
-    return { lists, capReplicas };
-  }
+  const slots = new Int32Array(fragmentCount * r);
+  const placed = new IdealPlacement(eligible, r, slots, capReplicas);
+  if (n === 0) return placed;
   const ranking = rendezvousRanking(fragmentCount, eligible);
-  const count = new Map<string, number>();
-  const take = (fragment: number, id: string): void => {
-    lists[fragment].push(id);
-    count.set(id, (count.get(id) ?? 0) + 1);
+  const index = new Map(eligible.map((id, i) => [id, i]));
+  /** By fragment, how many slots are filled; by member, how many it holds. */
+  const filled = new Int32Array(fragmentCount);
+  const count = new Int32Array(n);
+  const holds = (fragment: number, member: number): boolean => {
+    for (let at = fragment * r, end = at + filled[fragment]; at < end; at++)
+      if (slots[at] === member) return true;
+    return false;
+  };
+  const take = (fragment: number, member: number): void => {
+    slots[fragment * r + filled[fragment]++] = member;
+    count[member]++;
   };
   for (const fragment of fragments) {
-    lists[fragment] = [];
     const pin = pins.get(fragment);
-    if (pin !== undefined && eligible.includes(pin) && r > 0) take(fragment, pin);
+    const member = pin === undefined ? undefined : index.get(pin);
+    if (member !== undefined && r > 0) take(fragment, member);
   }
   // Fragments still short, in order: most fill from their first ranks, so later rounds are short.
-  let short = fragments.filter((fragment) => lists[fragment].length < r);
+  let short = fragments.filter((fragment) => filled[fragment] < r);
   for (let rank = 0; rank < n && short.length > 0; rank++) {
     const stillShort: number[] = [];
     for (const fragment of short) {
-      const list = lists[fragment];
-      const id = ranking.at(fragment, rank) as string;
-      if (!list.includes(id) && (count.get(id) ?? 0) < capReplicas) take(fragment, id);
-      if (list.length < r) stillShort.push(fragment);
+      const member = index.get(ranking.at(fragment, rank) as string) as number;
+      if (!holds(fragment, member) && count[member] < capReplicas) take(fragment, member);
+      if (filled[fragment] < r) stillShort.push(fragment);
     }
     short = stillShort;
   }
   // The cap leaves N spare slots in all, but a fragment still short may already hold every member
   // with room: then a full fragment without such a member hands one of its own over, and takes it.
-  for (const fragment of fragments) {
-    const list = lists[fragment];
-    while (list.length < r) {
-      const roomy = eligible.find((id) => (count.get(id) ?? 0) < capReplicas && !list.includes(id));
-      if (roomy !== undefined) {
+  for (const fragment of short) {
+    while (filled[fragment] < r) {
+      let roomy = -1;
+      for (let m = 0; m < n && roomy === -1; m++)
+        if (count[m] < capReplicas && !holds(fragment, m)) roomy = m;
+      if (roomy !== -1) {
         take(fragment, roomy);
         continue;
       }
-      const spare = eligible.find((id) => (count.get(id) ?? 0) < capReplicas) as string;
-      assert(spare !== undefined, 'the balance cap leaves a spare slot');
-      const handable = (g: number): string | undefined => {
-        const other = lists[g];
-        if (other.length < r || other.includes(spare)) return undefined;
-        return other.find((id) => !list.includes(id) && id !== pins.get(g));
+      let spare = -1;
+      for (let m = 0; m < n && spare === -1; m++) if (count[m] < capReplicas) spare = m;
+      assert(spare !== -1, 'the balance cap leaves a spare slot');
+      const pinOf = (g: number): number | undefined => {
+        const pin = pins.get(g);
+        return pin === undefined ? undefined : index.get(pin);
       };
-      const donor = fragments.find((g) => handable(g) !== undefined);
+      /** A slot of full fragment `g` whose member `fragment` lacks (not g's pin), if g lacks `spare`. */
+      const handable = (g: number): number => {
+        if (filled[g] < r || holds(g, spare)) return -1;
+        for (let at = g * r; at < g * r + r; at++)
+          if (!holds(fragment, slots[at]) && slots[at] !== pinOf(g)) return at;
+        return -1;
+      };
+      const donor = fragments.find((g) => handable(g) !== -1);
       assert(donor !== undefined, `fragment ${fragment} has no donor for its replica`);
-      const other = lists[donor];
-      const handed = handable(donor) as string;
-      other[other.indexOf(handed)] = spare;
-      count.set(spare, (count.get(spare) ?? 0) + 1);
-      list.push(handed);
+      const at = handable(donor);
+      const handed = slots[at];
+      slots[at] = spare;
+      count[spare]++;
+      slots[fragment * r + filled[fragment]++] = handed;
     }
   }
-  return { lists, capReplicas };
+  return placed;
 }
 
 /** The last ideal lists and what they were placed over: a plan at every interval mostly asks the same. */
@@ -386,7 +434,7 @@ let keptIdeal:
       readonly eligible: readonly string[];
       readonly replicas: number;
       readonly fragmentCount: number;
-      readonly placed: { lists: string[][]; capReplicas: number };
+      readonly placed: IdealPlacement;
     }
   | undefined;
 
@@ -449,7 +497,8 @@ export function desiredPlacement(
   fragmentCount: number,
   current: ReadonlyArray<readonly string[] | undefined>,
 ): { desired: Map<number, string[]>; capReplicas: number; changed: Map<number, number> } {
-  const { lists: ideal, capReplicas } = keptIdealLists(fragments, pins, eligible, replicas, fragmentCount);
+  const ideal = keptIdealLists(fragments, pins, eligible, replicas, fragmentCount);
+  const { capReplicas } = ideal;
   const n = eligible.length;
   if (n === 0) return { desired: new Map(fragments.map((f) => [f, []])), capReplicas, changed: new Map() };
   const r = Math.min(replicas, n);
@@ -459,7 +508,7 @@ export function desiredPlacement(
   const lists: string[][] = [];
   const count = new Map<string, number>(eligible.map((id) => [id, 0]));
   const countOf = (id: string): number => count.get(id) as number;
-  const inIdeal = (fragment: number, id: string): boolean => ideal[fragment].includes(id);
+  const inIdeal = (fragment: number, id: string): boolean => ideal.includes(fragment, id);
 
   // The lists as they are, eligible members only, at most R (members the ideal keeps, the pin always).
   // A list that stays as it is is the table's own array until a change copies it (`own`): most
@@ -489,7 +538,7 @@ export function desiredPlacement(
     const kept: string[] = [];
     if (pin !== undefined && isEligible.has(pin)) kept.push(pin);
     // A fragment placed nowhere yet (a first table) takes the ideal's list.
-    for (const id of current[fragment] ?? ideal[fragment])
+    for (const id of current[fragment] ?? ideal.list(fragment))
       if (isEligible.has(id) && !kept.includes(id)) kept.push(id);
     while (kept.length > r) {
       let drop = kept.length - 1;
@@ -522,7 +571,7 @@ export function desiredPlacement(
         fewest = held;
       }
     };
-    for (const id of ideal[fragment]) consider(id);
+    for (let k = 0; k < r; k++) consider(ideal.at(fragment, k));
     if (best !== undefined || idealOnly) return best;
     // The fewest any member outside the list holds, then the first in rendezvous order holding
     // that many: the ranking is read only as deep as that member (often its first ranks).
@@ -564,8 +613,8 @@ export function desiredPlacement(
   //    takes where it ranks first, and serves there: a list serves in rendezvous order).
   /** The ideal's first rank for `fragment` whose member is not in its list; R when none. */
   const takerRank = (fragment: number): number => {
-    const rank = ideal[fragment].findIndex((id) => !lists[fragment].includes(id));
-    return rank === -1 ? r : rank;
+    for (let k = 0; k < r; k++) if (!lists[fragment].includes(ideal.at(fragment, k))) return k;
+    return r;
   };
   for (const id of eligible) {
     if (countOf(id) <= capReplicas) continue;
@@ -589,8 +638,7 @@ export function desiredPlacement(
     const byMember = new Map<string, number[]>();
     for (let rank = 0; rank < r; rank++) {
       for (const f of fragments) {
-        const id = ideal[f][rank];
-        if (id === undefined) continue;
+        const id = ideal.at(f, rank);
         let placed = byMember.get(id);
         if (placed === undefined) byMember.set(id, (placed = []));
         placed.push(f);
@@ -743,6 +791,8 @@ export function planMoves(
     const entry = table.active(fragment) as ActiveAssignment;
     if (entry.moving !== null) continue;
     const wanted = desired.get(fragment) as string[];
+    // A list the placement kept is the entry's own array.
+    if (wanted === entry.replicas) continue;
     const sequence = changed.get(fragment) ?? Number.MAX_SAFE_INTEGER;
     fragmentCandidates(fragment, entry, wanted, sequence, members, overCap, candidates, blocked);
   }
