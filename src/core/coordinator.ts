@@ -616,9 +616,15 @@ export function desiredPlacement(
     for (let k = 0; k < r; k++) if (!lists[fragment].includes(ideal.at(fragment, k))) return k;
     return r;
   };
-  for (const id of eligible) {
-    if (countOf(id) <= capReplicas) continue;
-    const held = fragments.filter((f) => lists[f].includes(id) && pins.get(f) !== id);
+  // Each member's fragments, read in one pass (a join lowers the cap under most members). Only
+  // members under the cap take replicas, so the fragments of those over it do not change but by
+  // their own shedding.
+  const over = eligible.filter((id) => countOf(id) > capReplicas);
+  const heldBy = new Map<string, number[]>(over.map((id) => [id, []]));
+  if (over.length > 0)
+    for (const f of fragments) for (const id of lists[f]) if (pins.get(f) !== id) heldBy.get(id)?.push(f);
+  for (const id of over) {
+    const held = heldBy.get(id) as number[];
     const order = new Map(held.map((f) => [f, Number(inIdeal(f, id)) * (r + 1) + takerRank(f)]));
     held.sort((x, y) => (order.get(x) as number) - (order.get(y) as number) || x - y);
     for (const idealOnly of [true, false]) {
