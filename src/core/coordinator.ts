@@ -325,6 +325,11 @@ class IdealPlacement {
     return this.members[this.slots[fragment * this.replicas + k]];
   }
 
+  /** `id`'s index in `members`; undefined for one that is not a member. */
+  indexOf(id: string): number | undefined {
+    return this.#index.get(id);
+  }
+
   includes(fragment: number, id: string): boolean {
     const member = this.#index.get(id);
     if (member === undefined) return false;
@@ -360,7 +365,6 @@ function idealLists(
   const placed = new IdealPlacement(eligible, r, slots, capReplicas);
   if (n === 0) return placed;
   const ranking = rendezvousRanking(fragmentCount, eligible);
-  const index = new Map(eligible.map((id, i) => [id, i]));
   /** By fragment, how many slots are filled; by member, how many it holds. */
   const filled = new Int32Array(fragmentCount);
   const count = new Int32Array(n);
@@ -375,7 +379,7 @@ function idealLists(
   };
   for (const fragment of fragments) {
     const pin = pins.get(fragment);
-    const member = pin === undefined ? undefined : index.get(pin);
+    const member = pin === undefined ? undefined : placed.indexOf(pin);
     if (member !== undefined && r > 0) take(fragment, member);
   }
   // Fragments still short, in order: most fill from their first ranks, so later rounds are short.
@@ -383,7 +387,7 @@ function idealLists(
   for (let rank = 0; rank < n && short.length > 0; rank++) {
     const stillShort: number[] = [];
     for (const fragment of short) {
-      const member = index.get(ranking.at(fragment, rank) as string) as number;
+      const member = placed.indexOf(ranking.at(fragment, rank) as string) as number;
       if (!holds(fragment, member) && count[member] < capReplicas) take(fragment, member);
       if (filled[fragment] < r) stillShort.push(fragment);
     }
@@ -405,7 +409,7 @@ function idealLists(
       assert(spare !== -1, 'the balance cap leaves a spare slot');
       const pinOf = (g: number): number | undefined => {
         const pin = pins.get(g);
-        return pin === undefined ? undefined : index.get(pin);
+        return pin === undefined ? undefined : placed.indexOf(pin);
       };
       /** A slot of full fragment `g` whose member `fragment` lacks (not g's pin), if g lacks `spare`. */
       const handable = (g: number): number => {
