@@ -760,8 +760,14 @@ export class MembershipSim {
   protected askToLeave(node: SimNode): void {
     this.trace(`leave ${node.id}`);
     node.leaving = true;
-    void node.core!.leave().then((reply) => this.trace(`${node.id} leave: ${reply.status} ${reply.message}`));
+    void node.core!.leave().then((reply) => {
+      this.trace(`${node.id} leave: ${reply.status} ${reply.message}`);
+      if (reply.status === 'Ok') this.onLeaving(node);
+    });
   }
+
+  /** The node's leave was accepted (cluster.ts leave): a simulator built on this world may check it at once. */
+  protected onLeaving(_node: SimNode): void {}
 
   protected kill(node: SimNode): void {
     this.trace(`kill ${node.id}`);

@@ -533,11 +533,16 @@ export class PlacementSim extends MembershipSim {
         table,
         Array.from({ length: FRAGMENTS }, (_, f) => f),
       );
-      // As the node at start, which routes by its restored table as by a changed one (cluster.ts
-      // onTableChanged): a leave its last run had all but finished (it exited, then was killed
-      // before others saw it go) exits again at once. Nothing else may change to make it check.
-      this.exitIfLeft(node);
     }
+    // As the node at the end of its start (cluster.ts start): a leave its last run had all but
+    // finished (it exited, then was killed before others saw it go), or one resumed with no table
+    // (a joiner no member answered), exits again at once. Nothing else may change to make it check.
+    this.exitIfLeft(node);
+  }
+
+  /** As the node (cluster.ts leave): a leave is checked as soon as it is accepted. */
+  protected override onLeaving(node: SimNode): void {
+    this.exitIfLeft(node);
   }
 
   protected override onNodeStopped(node: SimNode): void {

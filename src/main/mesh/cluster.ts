@@ -620,6 +620,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
     this.scheduleView();
     if (joining) this.joinThroughSeeds();
+    // A leave resumed with no table restored (a joiner asked to leave before any member answered it)
+    // has no table change to check it by: nothing lists this node, so it exits now.
+    this.exitIfLeft();
     return port;
   }
 
