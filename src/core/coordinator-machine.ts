@@ -53,12 +53,15 @@ import {
   reachesMajorityAfter,
   rebuildFromReports,
   reissueAbove,
+  servingTransfers,
   startMove,
   takeoverReporters,
+  transferServing,
 } from './coordinator.js';
 import {
   COORDINATOR_VIEW_SYNC_INTERVAL_MS,
   PLACEMENT_BLOCKED_LISTED_MAX,
+  PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX,
   RENDEZVOUS_SLICE_PAUSE_MS,
   RENDEZVOUS_WEIGHS_PER_SLICE,
 } from './limits.js';
@@ -157,6 +160,8 @@ export interface CoordinatorCounters {
   movesCancelled: number;
   /** Entries reissued above a generation a member held from an older epoch (`ahead`). */
   reissues: number;
+  /** Fragments whose serving went to another of their replicas to even out who serves. */
+  servingTransfers: number;
 }
 
 export class CoordinatorMachine {
@@ -198,6 +203,7 @@ export class CoordinatorMachine {
     movesFinished: 0,
     movesCancelled: 0,
     reissues: 0,
+    servingTransfers: 0,
   };
   private nextPlanAtMs = Number.POSITIVE_INFINITY;
   /** Whether the last plan waited for rendezvous ranking (logged once when it starts and ends). */
@@ -631,10 +637,25 @@ export class CoordinatorMachine {
         `move of fragment ${move.fragment}: ${move.source ?? '-'} -> ${move.target} (${move.reason})`,
       );
     }
+    // A settled table evens out who serves, a few fragments per plan.
+    const settled = changes.length === 0 && !held && plan.blocked.length === 0 && this.movesInFlight() === 0;
+    const transfers = settled
+      ? servingTransfers(this.table, this.view, PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX)
+      : [];
+    for (const transfer of transfers) {
+      const entry = this.table.active(transfer.fragment) as ActiveAssignment;
+      changes.push(transferServing(transfer.fragment, entry, transfer.to, fence, this.nowMs));
+      this.counters.servingTransfers++;
+      this.log(
+        'info',
+        `serving of fragment ${transfer.fragment}: ${transfer.from} -> ${transfer.to} (balance)`,
+      );
+    }
     this.commit(changes);
     this.noteBlocked(plan.blocked);
-    // Moves held back (a limit, an unreachable member, the majority) are planned again; a settled table sleeps.
-    const waiting = plan.blocked.length > 0 || held || this.movesInFlight() > 0;
+    // Moves held back (a limit, an unreachable member, the majority) and transfers go on at the next
+    // plan; a settled, even table sleeps.
+    const waiting = plan.blocked.length > 0 || held || this.movesInFlight() > 0 || transfers.length > 0;
     this.nextPlanAtMs = waiting ? this.nowMs + this.config.planIntervalMs : Number.POSITIVE_INFINITY;
   }
 

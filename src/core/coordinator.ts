@@ -32,7 +32,7 @@ import {
   PLACEMENT_MOVES_OUT_PER_NODE_DEFAULT,
 } from './limits.js';
 import type { MemberState } from './membership-types.js';
-import { rendezvousOrder, rendezvousRanking } from './placement.js';
+import { rendezvousRanking } from './placement.js';
 
 /** One member as this node's membership view holds it (the membership machine supplies these). */
 export interface MemberView {
@@ -1024,7 +1024,109 @@ export function describePlan(plan: Plan): string {
 
 // ---- The coordinator's table writes: each bumps the generation and records its history ----
 
-/** The first table: every fragment placed by `desiredPlacement` from nothing, generation 1. */
+/**
+ * A new cluster's lists, by member id: every fragment placed by `desiredPlacement` from nothing (so
+ * the coordinator's first plan asks no move), in serving order (`balanceServing`). The members a
+ * cluster starts with compute it alike (cluster-config.ts), and the coordinator's first table is it.
+ */
+export function firstPlacement(
+  members: readonly string[],
+  fragmentCount: number,
+  replicas: number,
+): string[][] {
+  const fragments = Array.from({ length: fragmentCount }, (_, i) => i);
+  const eligible = [...members].sort(compareIds);
+  const { desired } = desiredPlacement(fragments, new Map(), eligible, replicas, fragmentCount, []);
+  return balanceServing(fragments.map((fragment) => desired.get(fragment) as string[]));
+}
+
+/**
+ * Orders lists so each member is first, and serves, for an even share of the fragments it may: the
+ * first replica serves the fragment's writes and reads, and rendezvous order alone left 3 members
+ * of 16 fragments serving 2, 5 and 9. Fragment by fragment the listed member first the fewest times
+ * so far goes first (ties: the list's order); then, while a member serves at least two more than
+ * another it can hand a fragment to through a chain of lists (an augmenting path: each member on it
+ * hands one fragment to the next), the chain is shifted. Each shift lowers the sum of squares, so
+ * the loop ends, at the fewest the busiest member can serve. The others keep their order.
+ * Deterministic in its input.
+ */
+export function balanceServing(lists: readonly (readonly string[])[]): string[][] {
+  const ordered = lists.map((list) => [...list]);
+  const serves = new Map<string, number>();
+  const firstOf = new Map<string, Set<number>>();
+  for (const list of ordered) for (const id of list) if (!firstOf.has(id)) firstOf.set(id, new Set());
+  const servesOf = (id: string): number => serves.get(id) ?? 0;
+  const setFirst = (fragment: number, at: number): void => {
+    const list = ordered[fragment];
+    list.unshift(...list.splice(at, 1));
+  };
+  for (const [fragment, list] of ordered.entries()) {
+    if (list.length === 0) continue;
+    let first = 0;
+    for (let i = 1; i < list.length; i++) if (servesOf(list[i]) < servesOf(list[first])) first = i;
+    if (first !== 0) setFirst(fragment, first);
+    serves.set(list[0], servesOf(list[0]) + 1);
+    firstOf.get(list[0])?.add(fragment);
+  }
+  const members = [...firstOf.keys()];
+  // Shifts one chain from a member whose count `isSource` takes to one `isSink` takes; false if none.
+  const shift = (isSource: (n: number) => boolean, isSink: (n: number) => boolean): boolean => {
+    const via = new Map<string, { from: string; fragment: number }>();
+    const queue = members.filter((id) => isSource(servesOf(id)));
+    for (const id of queue) via.set(id, { from: id, fragment: -1 });
+    for (let head = 0; head < queue.length; head++) {
+      const u = queue[head];
+      for (const fragment of firstOf.get(u) as Set<number>) {
+        for (const v of ordered[fragment]) {
+          if (via.has(v)) continue;
+          via.set(v, { from: u, fragment });
+          if (!isSink(servesOf(v))) {
+            queue.push(v);
+            continue;
+          }
+          serves.set(v, servesOf(v) + 1);
+          for (let at = v; ; ) {
+            const step = via.get(at) as { from: string; fragment: number };
+            if (step.fragment === -1) {
+              serves.set(at, servesOf(at) - 1);
+              return true;
+            }
+            setFirst(step.fragment, ordered[step.fragment].indexOf(at));
+            firstOf.get(step.from)?.delete(step.fragment);
+            firstOf.get(at)?.add(step.fragment);
+            at = step.from;
+          }
+        }
+      }
+    }
+    return false;
+  };
+  for (let shifts = 0; shifts < ordered.length; shifts++) {
+    let least = Number.POSITIVE_INFINITY;
+    let most = 0;
+    for (const id of members) {
+      least = Math.min(least, servesOf(id));
+      most = Math.max(most, servesOf(id));
+    }
+    if (most - least < 2) break;
+    // Raise the least served first; failing that, lower the busiest.
+    const raised = shift(
+      (n) => n >= least + 2,
+      (n) => n === least,
+    );
+    if (
+      !raised &&
+      !shift(
+        (n) => n === most,
+        (n) => n <= most - 2,
+      )
+    )
+      break;
+  }
+  return ordered;
+}
+
+/** The first table: every fragment as `firstPlacement` lists it, generation 1. */
 export function bootstrapChanges(
   fragmentCount: number,
   view: readonly MemberView[],
@@ -1032,17 +1134,7 @@ export function bootstrapChanges(
   fence: Fence,
   nowMs: number,
 ): TableChange[] {
-  const fragments = Array.from({ length: fragmentCount }, (_, i) => i);
-  const { desired } = desiredPlacement(
-    fragments,
-    new Map(),
-    eligibleMembers(view),
-    replicas,
-    fragmentCount,
-    [],
-  );
-  return fragments.map((fragment) => {
-    const list = desired.get(fragment) as string[];
+  return firstPlacement(eligibleMembers(view), fragmentCount, replicas).map((list, fragment) => {
     const entry: ActiveAssignment = {
       kind: 'active',
       generation: 1,
@@ -1069,9 +1161,10 @@ export function startMove(
 }
 
 /**
- * Remove phase, once the target has copied: the source leaves, and the list takes its serving order
- * — the pinned node first, then rendezvous order — so a joined node serves its share of fragments,
- * not only holds copies (the first replica serves).
+ * Remove phase, once the target has copied: the source leaves and the target takes its place (first
+ * if the source served), the pinned node first, the others keep their order — so the serving shares
+ * `balanceServing` gave a first table carry over, and no member but the target or the pin takes
+ * serving over at a finish.
  */
 export function finishMove(
   fragment: number,
@@ -1081,41 +1174,114 @@ export function finishMove(
 ): TableChange {
   const moving = entry.moving;
   assert(moving !== null, `fragment ${fragment} has no move in flight`);
-  const kept = moving.source === null ? entry.replicas : entry.replicas.filter((id) => id !== moving.source);
-  const replicas = servingOrder(kept, fragment, entry.pinnedTo);
-  return nextReplicas(fragment, entry, fence, replicas, null, moving.reason, nowMs);
+  return nextReplicas(fragment, entry, fence, finishedReplicas(entry), null, moving.reason, nowMs);
 }
 
-/** A settled replica list's order: the pinned node first (while it holds a copy), then rendezvous order. */
-export function servingOrder(
-  replicas: readonly string[],
-  fragment: number,
-  pinnedTo: string | null,
-): string[] {
-  const ordered = rendezvousOrder(replicas, fragment);
-  if (pinnedTo === null || !ordered.includes(pinnedTo)) return ordered;
-  return [pinnedTo, ...ordered.filter((id) => id !== pinnedTo)];
+/** The list an entry's move finishes with (`finishMove`). */
+function finishedReplicas(entry: ActiveAssignment): string[] {
+  const moving = entry.moving as NonNullable<ActiveAssignment['moving']>;
+  const listed = entry.replicas.includes(moving.target);
+  const kept = entry.replicas.filter((id) => id !== moving.target);
+  const at = moving.source === null ? -1 : kept.indexOf(moving.source);
+  if (!listed) {
+    if (at !== -1) kept.splice(at, 1);
+  } else if (at === -1) kept.push(moving.target);
+  else kept[at] = moving.target;
+  return servingOrder(kept, entry.pinnedTo);
+}
+
+/** A list with the pinned node first (while it holds a copy), the others in their order. */
+export function servingOrder(replicas: readonly string[], pinnedTo: string | null): string[] {
+  if (pinnedTo === null || replicas[0] === pinnedTo || !replicas.includes(pinnedTo)) return [...replicas];
+  return [pinnedTo, ...replicas.filter((id) => id !== pinnedTo)];
 }
 
 /**
  * The member `selfId` takes the fragment's serving over from once the entry's move finishes: the
  * move's source, when the table lists it first and the finished list (`finishMove`'s order) puts
- * `selfId` first instead — a leave or a move away of the serving replica, succeeded by a replica
- * that already holds a copy. Null otherwise; also for the move's target, whose gained copy is
- * verified before the move finishes. The successor verifies its copy against the source meanwhile,
- * as a gained copy is verified, so the handover at the finish completes it without a round
- * (failover-catch-up.ts) while the fragment's requests wait.
+ * `selfId` first instead — a move away of the serving replica while another replica is pinned.
+ * Null otherwise; also for the move's target, whose gained copy is verified before the move
+ * finishes. The successor verifies its copy against the source meanwhile, as a gained copy is
+ * verified, so the handover at the finish completes it without a round (failover-catch-up.ts)
+ * while the fragment's requests wait.
  */
-export function servingSuccessionSource(
-  fragment: number,
-  entry: ActiveAssignment,
-  selfId: string,
-): string | null {
+export function servingSuccessionSource(entry: ActiveAssignment, selfId: string): string | null {
   const moving = entry.moving;
   if (moving === null || moving.source === null || moving.target === selfId) return null;
   if (entry.replicas[0] !== moving.source || !entry.replicas.includes(selfId)) return null;
-  const kept = entry.replicas.filter((id) => id !== moving.source);
-  return servingOrder(kept, fragment, entry.pinnedTo)[0] === selfId ? moving.source : null;
+  return finishedReplicas(entry)[0] === selfId ? moving.source : null;
+}
+
+/** A change of a settled table's serving order: `to`, one of the fragment's replicas, serves it. */
+export interface ServingTransfer {
+  readonly fragment: number;
+  readonly from: string;
+  readonly to: string;
+}
+
+/**
+ * Serving transfers that even out how many fragments each member serves (is first for), once the
+ * table is settled: no move in flight, every listed member Up and reachable. A list's order changes
+ * otherwise only where a move's target takes its source's place, so a joiner serves only the
+ * fragments whose serving replica it replaced. A fragment whose first serves at least two more than
+ * another of its replicas goes to the one serving fewest, the largest gap first (ties: the lowest
+ * fragment, the list's order); a pinned fragment stays. At most `max`, each of another fragment;
+ * each lowers the sum of squares of the counts, so they end. As CockroachDB moves leases to even
+ * them out.
+ */
+export function servingTransfers(
+  table: AssignmentTable,
+  view: readonly MemberView[],
+  max: number,
+): ServingTransfer[] {
+  const usable = new Set(view.filter((m) => m.state === 'Up' && m.reachable).map((m) => m.id));
+  const serves = new Map<string, number>();
+  const lists: Array<readonly string[] | undefined> = [];
+  for (const [fragment, entry] of table.entries()) {
+    if (entry.kind !== 'active') continue;
+    if (entry.moving !== null || !entry.replicas.every((id) => usable.has(id))) return [];
+    if (entry.replicas.length === 0) continue;
+    for (const id of entry.replicas) if (!serves.has(id)) serves.set(id, 0);
+    serves.set(entry.replicas[0], (serves.get(entry.replicas[0]) as number) + 1);
+    if (entry.pinnedTo === null) lists[fragment] = entry.replicas;
+  }
+  const servesOf = (id: string): number => serves.get(id) as number;
+  const transfers: ServingTransfer[] = [];
+  while (transfers.length < max) {
+    let best: ServingTransfer | undefined;
+    let bestGap = 1;
+    for (const [fragment, list] of lists.entries()) {
+      if (list === undefined) continue;
+      for (let i = 1; i < list.length; i++) {
+        const gap = servesOf(list[0]) - servesOf(list[i]);
+        if (gap > bestGap) {
+          bestGap = gap;
+          best = { fragment, from: list[0], to: list[i] };
+        }
+      }
+    }
+    if (best === undefined) break;
+    const { fragment, from, to } = best;
+    transfers.push(best);
+    serves.set(from, servesOf(from) - 1);
+    serves.set(to, servesOf(to) + 1);
+    lists[fragment] = undefined; // one change per fragment and plan
+  }
+  return transfers;
+}
+
+/** A serving transfer: `to` goes first and serves, the others keep their order. */
+export function transferServing(
+  fragment: number,
+  entry: ActiveAssignment,
+  to: string,
+  fence: Fence,
+  nowMs: number,
+): TableChange {
+  assert(entry.moving === null && entry.replicas.includes(to), `fragment ${fragment}: no transfer to ${to}`);
+  const replicas = [to, ...entry.replicas.filter((id) => id !== to)];
+  // Recorded as a rebalance, a reason every version of the table reads.
+  return nextReplicas(fragment, entry, fence, replicas, null, 'rebalance', nowMs);
 }
 
 /** Gives up a move in flight whose target left: the list returns to what it was. */
@@ -1193,7 +1359,7 @@ export function pinFragment(
     return { status: 'NotFound', message: `pinned node is not eligible for placement: ${node}` };
   }
   // A pinned node that holds a copy already serves it now; one that does not, once its copy finishes.
-  const replicas = entry.moving === null ? servingOrder(entry.replicas, fragment, node) : entry.replicas;
+  const replicas = entry.moving === null ? servingOrder(entry.replicas, node) : entry.replicas;
   return change(fragment, fence, {
     ...entry,
     generation: entry.generation + 1,

@@ -671,6 +671,12 @@ assert(
 
 /** The coordinator plans again this often while moves wait (actordb's placement_poll_interval, 1 s). */
 export const PLACEMENT_PLAN_INTERVAL_MS = 1_000;
+/**
+ * Serving transfers (coordinator.ts servingTransfers) a settled table makes per plan interval: each
+ * new serving replica catches the fragment up from the others before it serves, its requests
+ * waiting meanwhile, so they go a few at a time (CockroachDB moves leases to balance gradually too).
+ */
+export const PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX = 8;
 /** A failed hold, verification or drop of a fragment is tried again after this long. */
 export const PLACEMENT_RETRY_MS = 1_000;
 /**

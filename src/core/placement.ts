@@ -45,7 +45,7 @@ function weigh(prefix: Uint8Array, fragment: number): void {
   sha256Head(message, length, head);
 }
 
-/** The weight as one number, for the few callers that rank a handful of members. */
+/** The weight as one number: the reference the kept ranking is checked against. */
 export function rendezvousWeight(member: string, fragment: number): bigint {
   weigh(hashedPrefix(member), fragment);
   return (BigInt(head[0]) << 32n) | BigInt(head[1]);
@@ -240,44 +240,19 @@ export function sortMembers(ids: Iterable<string>): string[] {
 }
 
 /**
- * `ids` in the fragment's rendezvous order, most preferred first (as computePlacement lists them):
- * the order a replica list is kept in, so each member is first, and serves, for about 1/N of the
- * fragments it holds, whichever members joined or left since.
+ * Replica lists by member id (a new cluster's, coordinator.ts firstPlacement) as member indices
+ * over `members` sorted: the index space the node routes by.
  */
-export function rendezvousOrder(ids: readonly string[], fragment: number): string[] {
-  const ranked = sortMembers(ids).map((id) => ({ id, w: rendezvousWeight(id, fragment) }));
-  ranked.sort((a, b) => (a.w === b.w ? compareIds(a.id, b.id) : a.w > b.w ? -1 : 1));
-  return ranked.map((r) => r.id);
-}
-
-/** Replica lists of `fragments` fragments over `members` (any order), `replicas` per fragment. */
-export function computePlacement(members: Iterable<string>, fragments: number, replicas: number): Placement {
+export function placementOf(members: Iterable<string>, lists: ReadonlyArray<readonly string[]>): Placement {
   const sorted = sortMembers(members);
   assert(sorted.length >= 1, 'placement needs at least one member');
-  assert(replicas >= 1 && replicas <= sorted.length, `replicas ${replicas} outside 1..${sorted.length}`);
-  const ranking = rendezvousRanking(fragments, sorted);
   const index = new Map(sorted.map((id, i) => [id, i]));
-  const lists: number[][] = [];
-  for (let f = 0; f < fragments; f++) {
-    const list: number[] = [];
-    for (let rank = 0; rank < replicas; rank++) list.push(index.get(ranking.at(f, rank) as string) as number);
-    lists.push(list);
-  }
-  return { members: sorted, replicas: lists };
-}
-
-/**
- * The first replica of `fragment` that serves now: this node, or a peer `isUp` says is connected.
- * -1 when none is (every replica unreachable).
- */
-export function firstServingReplica(
-  placement: Placement,
-  fragment: number,
-  selfIndex: number,
-  isUp: (member: number) => boolean,
-): number {
-  for (const member of placement.replicas[fragment]) {
-    if (member === selfIndex || isUp(member)) return member;
-  }
-  return -1;
+  const replicas = lists.map((list) =>
+    list.map((id) => {
+      const member = index.get(id);
+      assert(member !== undefined, `placement lists ${id}, not a member`);
+      return member;
+    }),
+  );
+  return { members: sorted, replicas };
 }

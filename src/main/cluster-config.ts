@@ -4,7 +4,7 @@
 
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
-import type { MoveLimits } from '../core/coordinator.js';
+import { firstPlacement, type MoveLimits } from '../core/coordinator.js';
 import { invalidInput } from '../core/errors.js';
 import {
   ANTI_ENTROPY_INTERVAL_MS_DEFAULT,
@@ -27,7 +27,7 @@ import {
   REPLICAS_PER_FRAGMENT_MAX,
 } from '../core/limits.js';
 import { DURABILITY_NAMES, type DurabilityName, parseDurability } from '../core/ops.js';
-import { computePlacement, type Placement, REPLICAS_DEFAULT_MAX, sortMembers } from '../core/placement.js';
+import { type Placement, placementOf, REPLICAS_DEFAULT_MAX, sortMembers } from '../core/placement.js';
 import { AckLevel } from '../core/replication-sender.js';
 
 export interface PeerAddress {
@@ -372,7 +372,7 @@ export function resolveClusterConfig(
     placement:
       seeds.length > 0
         ? { members, replicas: Array.from({ length: fragments }, () => []) }
-        : computePlacement(members, fragments, Math.min(replicas, members.length)),
+        : placementOf(members, firstPlacement(members, fragments, Math.min(replicas, members.length))),
     replicas,
     secret,
     requiredAck: ACK_OF_DURABILITY[ack],

@@ -34,7 +34,7 @@
 import { assert } from '../../src/core/assert.js';
 import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/assignment-table.js';
 import type { DriverClock } from '../../src/core/clock.js';
-import type { MemberView, MoveLimits } from '../../src/core/coordinator.js';
+import { firstPlacement, type MemberView, type MoveLimits } from '../../src/core/coordinator.js';
 import { CoordinatorMachine, type EpochPromise } from '../../src/core/coordinator-machine.js';
 import { resumesLeave } from '../../src/core/leave.js';
 import {
@@ -47,7 +47,6 @@ import {
   type MemberRecord,
   startsJoining,
 } from '../../src/core/membership-types.js';
-import { computePlacement } from '../../src/core/placement.js';
 import { CoordinatorDriver } from '../../src/main/mesh/coordinator-driver.js';
 import { MembershipDriver } from '../../src/main/mesh/membership-driver.js';
 import { datagramKey } from '../../src/threads/membership-datagram.js';
@@ -201,12 +200,12 @@ export class MembershipSim {
       takeovers: 0,
       tableChanges: 0,
     };
-    const placement = computePlacement(
+    // As the nodes a cluster starts with compute it (cluster-config.ts).
+    this.initialPlacement = firstPlacement(
       this.nodes.map((n) => n.id),
       FRAGMENTS,
       REPLICAS,
     );
-    this.initialPlacement = placement.replicas.map((list) => list.map((m) => placement.members[m]!));
     this.initialMembers = this.nodes.map((n) => n.id);
   }
 

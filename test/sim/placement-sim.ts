@@ -3,7 +3,9 @@
 // coordinator drivers, partitions, loss, kills, restarts, pauses, skewed clocks) with the
 // coordinator planning moves (MOVE_LIMITS_DEFAULT), new nodes joining through a seed, members asked
 // to leave (never below R members staying; a restart resumes a leave its last run persisted, one it
-// had not persisted is asked again), and the real PlacementDriver (src/main/mesh/placement-driver.ts)
+// had not persisted is asked again), fragments pinned to a member by an operator (some while their
+// serving replica moves away, to a replica they keep), serving evened out across the members by the
+// coordinator once the table settles, and the real PlacementDriver (src/main/mesh/placement-driver.ts)
 // on every node, fed the table the node routes by. A leaving node exits membership by the node's
 // rule (src/core/leave.ts): once its table lists it nowhere and its placement driver holds no
 // fragment; once Removed it stops for good.
@@ -49,9 +51,9 @@
 // - the world's: no table epoch has two coordinators, no (epoch, fragment, generation) two contents,
 //   no Down while a majority reaches the member, only a majority's coordinator changes the table;
 // - once the faults stop, within `settleBoundMs`: membership and tables converge, every fragment has
-//   R replicas and no move in flight, the planner wants no move, every listed replica serves and no
-//   other node holds a copy; then every acknowledged write is on every replica at its acknowledged
-//   version or later;
+//   R replicas and no move in flight, the planner wants no move, serving is even (no transfer left),
+//   every listed replica serves and no other node holds a copy; then every acknowledged write is on
+//   every replica at its acknowledged version or later;
 // - a join in a calm cluster: the replica moves it causes, against the optimum R·F/(N+1); a leave
 //   from a calm cluster: it completes, and the moves it causes against the replicas it held.
 
@@ -64,6 +66,7 @@ import {
   MOVE_LIMITS_DEFAULT,
   planMoves,
   servingSuccessionSource,
+  servingTransfers,
 } from '../../src/core/coordinator.js';
 import type { CoordinatorCounters } from '../../src/core/coordinator-machine.js';
 import { type ForwardView, forwardStep } from '../../src/core/forwarding.js';
@@ -76,6 +79,7 @@ import {
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
 } from '../../src/core/limits.js';
+import type { CoordinatorDriver } from '../../src/main/mesh/coordinator-driver.js';
 import {
   type CatchUpHost,
   FailoverCatchUp,
@@ -151,6 +155,10 @@ export interface PlacementSimReport {
   handoversCovered: number;
   /** Verifying rounds a successor started before the move that hands it the serving finished. */
   successionRounds: number;
+  /** Fragments an operator pinned to a member (`tessera cluster move`). */
+  pins: number;
+  /** Fragments whose serving the coordinator handed to another replica to even out who serves. */
+  servingTransfers: number;
   movesStarted: number;
   movesFinished: number;
   movesCancelled: number;
@@ -260,6 +268,7 @@ const COUNTERS: ReadonlyArray<keyof CoordinatorCounters> = [
   'movesStarted',
   'movesFinished',
   'movesCancelled',
+  'servingTransfers',
 ];
 
 export class PlacementSim extends MembershipSim {
@@ -288,7 +297,12 @@ export class PlacementSim extends MembershipSim {
   /** Per fragment, since when it is unserved while its newest entry's coordinator acts and reaches a replica naming it. */
   private readonly propagationSinceMs: (number | undefined)[] = new Array(FRAGMENTS).fill(undefined);
   /** The move counters of coordinators that died (a restart starts its counters anew). */
-  private readonly retired: Record<string, number> = { movesStarted: 0, movesFinished: 0, movesCancelled: 0 };
+  private readonly retired: Record<string, number> = {
+    movesStarted: 0,
+    movesFinished: 0,
+    movesCancelled: 0,
+    servingTransfers: 0,
+  };
   private readonly stats: PlacementSimReport;
 
   constructor(private readonly sim: PlacementSimOptions) {
@@ -309,6 +323,8 @@ export class PlacementSim extends MembershipSim {
       forwardHopsMax: 0,
       handoversCovered: 0,
       successionRounds: 0,
+      pins: 0,
+      servingTransfers: 0,
       movesStarted: 0,
       movesFinished: 0,
       movesCancelled: 0,
@@ -355,6 +371,7 @@ export class PlacementSim extends MembershipSim {
         const r = this.random();
         if (this.stats.joins < this.sim.joinsMax && r < 0.1) this.join();
         else if (this.stats.leaves < this.sim.leavesMax && r < 0.2) this.leave();
+        else if (r < 0.3) this.pin();
         else this.randomFault();
         nextFaultMs = this.nowMs + 1_000 + Math.floor(this.random() * 8_000);
       }
@@ -372,6 +389,54 @@ export class PlacementSim extends MembershipSim {
     const seed = seeds[Math.floor(this.random() * seeds.length)]!;
     this.stats.joins++;
     this.addJoiner(`n${this.byId.size + 1}`, seed.id);
+  }
+
+  /**
+   * An operator pins a fragment to a member (`tessera cluster move`), asked of the acting
+   * coordinator: half the time one whose serving replica is moving away (pinSuccessor), otherwise
+   * any fragment, to any member staying.
+   */
+  private pin(): void {
+    if (this.random() < 0.5 && this.pinSuccessor(undefined)) return;
+    const coordinator = this.actingCoordinator();
+    if (coordinator === undefined) return;
+    const staying = this.nodes.filter((n) => !n.leaving);
+    const fragment = Math.floor(this.random() * FRAGMENTS);
+    const node = staying[Math.floor(this.random() * staying.length)]!.id;
+    this.stats.pins++;
+    const answer = coordinator.pin(fragment, node);
+    this.trace(`pin fragment ${fragment} to ${node}: ${answer.status} ${answer.message}`);
+  }
+
+  /**
+   * Pins a fragment whose serving replica (`source`, when given) is moving away to one of the
+   * replicas it keeps, which then succeeds the source at the finish: it verifies its copy while the
+   * move runs. False when no such move runs.
+   */
+  private pinSuccessor(source: string | undefined): boolean {
+    const coordinator = this.actingCoordinator();
+    if (coordinator === undefined) return false;
+    const candidates: Array<{ fragment: number; node: string }> = [];
+    for (const [fragment, entry] of coordinator.table.entries()) {
+      const moving = entry.kind === 'active' ? entry.moving : null;
+      if (entry.kind !== 'active' || moving === null || entry.replicas[0] !== moving.source) continue;
+      if (source !== undefined && moving.source !== source) continue;
+      for (const id of entry.replicas)
+        if (id !== moving.source && id !== moving.target) candidates.push({ fragment, node: id });
+    }
+    if (candidates.length === 0) return false;
+    const { fragment, node } = candidates[Math.floor(this.random() * candidates.length)]!;
+    this.stats.pins++;
+    const answer = coordinator.pin(fragment, node);
+    this.trace(`pin fragment ${fragment} to ${node}: ${answer.status} ${answer.message}`);
+    return answer.status === 'Ok';
+  }
+
+  /** The coordinator of a running, unpaused node that acts as such. */
+  private actingCoordinator(): CoordinatorDriver | undefined {
+    return this.nodes.find(
+      (n) => n.core !== undefined && n.pausedUntilMs <= this.nowMs && n.coordinator?.role === 'coordinator',
+    )?.coordinator;
   }
 
   /** A random live member is asked to leave, if more than R members would stay. */
@@ -430,9 +495,14 @@ export class PlacementSim extends MembershipSim {
     const table = node.coordinator!.table;
     const held = table.entries().filter(([, e]) => e.kind === 'active' && e.replicas.includes(node.id));
     const before = this.moveCounters().movesFinished;
+    const deadlineMs = this.nowMs + this.sim.settleBoundMs;
     this.writing = true;
     this.stats.leaves++;
     this.askToLeave(node);
+    // The operator pins one of the fragments the leaver serves, while its move runs, to a replica
+    // it keeps: a succession in every run.
+    while (!this.departed.has(node.id) && !this.pinSuccessor(node.id) && this.nowMs < deadlineMs)
+      await this.tick();
     await this.awaitSettled(`after ${node.id} left a calm cluster`);
     assert(this.departed.has(node.id), `${node.id} has not left after a calm leave`);
     this.stats.leaveMoves = this.moveCounters().movesFinished - before;
@@ -583,7 +653,7 @@ export class PlacementSim extends MembershipSim {
     for (const fragment of fragments) {
       const entry = table.active(fragment);
       if (entry === undefined || !holder.served.has(fragment)) continue;
-      const source = servingSuccessionSource(fragment, entry, node.id);
+      const source = servingSuccessionSource(entry, node.id);
       const key = `${fragment}/${source}`;
       if (source === null || holder.successionRounds.has(key)) continue;
       this.stats.successionRounds++;
@@ -1278,9 +1348,13 @@ export class PlacementSim extends MembershipSim {
           return `${node.id} still holds fragment ${fragment} (${state})`;
       }
     }
-    const plan = planMoves(table, this.memberView(coordinator), REPLICAS, this.options.moves);
+    const view = this.memberView(coordinator);
+    const plan = planMoves(table, view, REPLICAS, this.options.moves);
     if (plan.moves.length > 0 || plan.cancellations.length > 0)
       return `the planner wants ${plan.moves.length} moves and ${plan.cancellations.length} cancellations`;
+    const transfer = servingTransfers(table, view, 1)[0];
+    if (transfer !== undefined)
+      return `serving is uneven: fragment ${transfer.fragment} would go from ${transfer.from} to ${transfer.to}`;
     return undefined;
   }
 

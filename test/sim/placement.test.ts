@@ -1,11 +1,11 @@
 // The placement simulator (placement-sim.ts) over a few seeds: while clients write, fragments move
-// (joins, leaves, Down members, rebalancing) through partitions, kills, restarts, pauses and skewed
-// clocks, with the real placement driver on every node. No acknowledged write is lost, no copy is
-// dropped before its handoff, a leaving node exits only once it holds nothing, no fragment goes
-// without a serving replica past the grace while one could serve it, and once the faults stop every
-// fragment settles at R replicas with no move left, without the members that left. A
-// failure names its seed; `TESSERA_SIM_SEED=<seed>` replays that one alone, `TESSERA_SIM_SEEDS=<n>`
-// runs n seeds, `TESSERA_SIM_TRACE=1` prints what happened.
+// (joins, leaves, Down members, rebalancing, pins) and serving is evened out, through partitions,
+// kills, restarts, pauses and skewed clocks, with the real placement driver on every node. No
+// acknowledged write is lost, no copy is dropped before its handoff, a leaving node exits only once
+// it holds nothing, no fragment goes without a serving replica past the grace while one could serve
+// it, and once the faults stop every fragment settles at R replicas with no move left, without the
+// members that left. A failure names its seed; `TESSERA_SIM_SEED=<seed>` replays that one alone,
+// `TESSERA_SIM_SEEDS=<n>` runs n seeds, `TESSERA_SIM_TRACE=1` prints what happened.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -46,4 +46,6 @@ test('fragments move under a write load through faults without losing an acknowl
   // gained copies, and those of successors that verified theirs while the move ran.
   assert.ok(sum('handoversCovered') > 0, 'handovers that completed a verified copy');
   assert.ok(sum('successionRounds') > 0, 'successors verified their copies before the handover');
+  // Operators pinned fragments, and the coordinator evened out who serves once the table settled.
+  assert.ok(sum('pins') > 0 && sum('servingTransfers') > 0, 'pins, and serving transfers');
 });

@@ -27,9 +27,10 @@ import {
   planMoves,
   reachesMajority,
   rebuildFromReports,
-  servingOrder,
   servingSuccessionSource,
+  servingTransfers,
   startMove,
+  transferServing,
 } from '../../src/core/coordinator.js';
 import { leaveRefusal } from '../../src/core/leave.js';
 import {
@@ -346,22 +347,83 @@ test('a join moves replicas onto the joiner only as far as balance needs, within
   );
 });
 
-test('every settled list is in serving order, so a joiner serves its share of fragments, not only holds copies', () => {
+test('a first table spreads serving evenly, and moves carry it over: a joiner serves its share, the rest keep theirs', () => {
+  const serving = (t: AssignmentTable): Map<string, number> => {
+    const first = new Map<string, number>();
+    for (const [, entry] of t.entries()) {
+      const id = (entry as ActiveAssignment).replicas[0]!;
+      first.set(id, (first.get(id) ?? 0) + 1);
+    }
+    return first;
+  };
+  // Rendezvous order alone had 3 members of 16 fragments serve 2, 5 and 9; 5 of 16 serve 1 to 7.
+  for (const [ids, fragments] of [
+    [['n1', 'n2', 'n3'], 16],
+    [['n1', 'n2', 'n3', 'n4', 'n5'], 16],
+    [['a', 'b', 'c', 'd', 'e', 'f'], 16],
+    [['a', 'b', 'c', 'd'], 64],
+  ] as const) {
+    const counts = [...serving(bootstrap([...ids], fragments, 3)).values()];
+    assert.equal(counts.length, ids.length, `every member serves: ${counts}`);
+    assert.ok(Math.max(...counts) - Math.min(...counts) <= 1, `${ids}: ${counts}`);
+  }
+
   const before = ['a', 'b', 'c', 'd'];
   const table = bootstrap(before, 64, 3);
+  const start = new Map([...table.entries()].map(([f, e]) => [f, (e as ActiveAssignment).replicas[0]]));
   const view = upView([...before, 'e']);
-  converge(table, view, 3, fenceOf('a', 1), 200);
-  const first = new Map<string, number>();
+  const { moves } = converge(table, view, 3, fenceOf('a', 1), 200);
+  // A fragment's serving changed hands only to a target that took the serving replica's place.
   for (const [fragment, entry] of table.entries()) {
-    const { replicas, pinnedTo } = entry as ActiveAssignment;
-    assert.deepEqual(replicas, servingOrder(replicas, fragment, pinnedTo), `fragment ${fragment}`);
-    first.set(replicas[0]!, (first.get(replicas[0]!) ?? 0) + 1);
+    const now = (entry as ActiveAssignment).replicas[0]!;
+    if (now === start.get(fragment)) continue;
+    assert.ok(
+      moves.some((m) => m.fragment === fragment && m.target === now && m.source === start.get(fragment)),
+      `fragment ${fragment}: ${start.get(fragment)} → ${now}`,
+    );
   }
-  // Rendezvous order over the holders: each of 5 nodes first for about 64/5 fragments.
-  for (const id of view.map((m) => m.id)) {
-    const n = first.get(id) ?? 0;
-    assert.ok(n >= 6 && n <= 20, `${id} serves ${n} of 64: ${JSON.stringify([...first])}`);
+  const joined = serving(table).get('e') ?? 0;
+
+  // The settled table then hands serving to the joiner, a few fragments at a time, until even.
+  const held = new Map(
+    [...table.entries()].map(([f, e]) => [f, [...(e as ActiveAssignment).replicas].sort()]),
+  );
+  let transfers = 0;
+  for (let round = 0; round < 64; round++) {
+    const batch = servingTransfers(table, view, 4);
+    assert.ok(batch.length <= 4);
+    if (batch.length === 0) break;
+    for (const { fragment, from, to } of batch) {
+      const entry = table.active(fragment) as ActiveAssignment;
+      assert.equal(entry.replicas[0], from);
+      table.apply(transferServing(fragment, entry, to, fenceOf('a', 1), round), { id: 'a', incarnation: 0 });
+      transfers++;
+    }
   }
+  const counts = [...serving(table).values()];
+  assert.equal(counts.length, 5);
+  assert.ok(
+    Math.max(...counts) - Math.min(...counts) <= 1,
+    `serving after ${transfers} transfers: ${counts}`,
+  );
+  assert.ok(transfers <= 64 / 5 - joined + 2, `${transfers} transfers for a joiner serving ${joined}`);
+  for (const [fragment, entry] of table.entries())
+    assert.deepEqual(
+      [...(entry as ActiveAssignment).replicas].sort(),
+      held.get(fragment),
+      'a transfer moves no replica',
+    );
+  // Nothing to even out: no transfer. A move in flight, or a member not Up and reachable: none either.
+  assert.deepEqual(servingTransfers(table, view, 4), []);
+  const skewed = bootstrap(['a', 'b', 'c'], 16, 3);
+  const first = (skewed.active(0) as ActiveAssignment).replicas[0]!;
+  for (let f = 0; f < 16; f++) {
+    const entry = skewed.active(f) as ActiveAssignment;
+    skewed.apply(transferServing(f, entry, first, fenceOf('a', 1), 1), { id: 'a', incarnation: 0 });
+  }
+  assert.ok(servingTransfers(skewed, upView(['a', 'b', 'c']), 4).length === 4);
+  const unreachable = upView(['a', 'b', 'c']).map((m) => (m.id === 'c' ? { ...m, reachable: false } : m));
+  assert.deepEqual(servingTransfers(skewed, unreachable, 4), []);
 });
 
 test('a leaving member’s replicas are replaced add-before-remove, each once', () => {
@@ -426,34 +488,53 @@ test('while a move of the serving replica runs, the replica its finish puts firs
   const view = [member('a'), member('b'), member('c'), member('d', 'Leaving'), member('e')];
   const self = { id: 'a', incarnation: 0 };
   let successions = 0;
+  let takenByTarget = 0;
   for (let round = 0; round < 500; round++) {
     const moves = planMoves(table, view, 3).moves;
     if (moves.length === 0) break;
     for (const move of moves) {
       const before = table.active(move.fragment) as ActiveAssignment;
       // Before the move starts, no one succeeds anyone.
-      for (const id of before.replicas)
-        assert.equal(servingSuccessionSource(move.fragment, before, id), null);
+      for (const id of before.replicas) assert.equal(servingSuccessionSource(before, id), null);
       table.apply(startMove(before, move, fenceOf('a', 1), 1), self);
-      const during = table.active(move.fragment) as ActiveAssignment;
+      let during = table.active(move.fragment) as ActiveAssignment;
+      // Every other fragment whose serving replica moves is pinned meanwhile to a replica it keeps,
+      // which then takes serving over at the finish; otherwise the target takes the source's place.
+      const kept = during.replicas.find((id) => id !== move.source && id !== move.target);
+      if (during.replicas[0] === move.source && kept !== undefined && move.fragment % 2 === 0) {
+        const pinned = pinFragment(move.fragment, during, kept, view, fenceOf('a', 1));
+        assert.ok('entry' in pinned);
+        table.apply(pinned, self);
+        during = table.active(move.fragment) as ActiveAssignment;
+        assert.equal(during.replicas[0], move.source, 'a pin during a move changes no order');
+      }
       const after = finishMove(move.fragment, during, fenceOf('a', 1), 2).entry as ActiveAssignment;
-      const successors = during.replicas.filter(
-        (id) => servingSuccessionSource(move.fragment, during, id) !== null,
-      );
+      const successors = during.replicas.filter((id) => servingSuccessionSource(during, id) !== null);
       if (during.replicas[0] === move.source && after.replicas[0] !== move.target) {
         // The source serves and an existing replica takes over: that one, against the source.
         assert.deepEqual(successors, [after.replicas[0]], `fragment ${move.fragment}`);
-        assert.equal(servingSuccessionSource(move.fragment, during, successors[0]!), move.source);
+        assert.equal(after.replicas[0], during.pinnedTo);
+        assert.equal(servingSuccessionSource(during, successors[0]!), move.source);
         successions++;
       } else {
         // The source does not serve, or the target takes over (its gained copy is verified anyway).
         assert.deepEqual(successors, [], `fragment ${move.fragment}`);
+        if (during.replicas[0] === move.source) takenByTarget++;
       }
+      // The target takes the source's place; the others keep their order (the pin aside).
+      const expected = during.replicas
+        .filter((id) => id !== move.target)
+        .map((id) => (id === move.source ? move.target : id));
+      const pin = during.pinnedTo;
+      assert.deepEqual(
+        after.replicas,
+        pin !== null && expected.includes(pin) ? [pin, ...expected.filter((id) => id !== pin)] : expected,
+      );
       table.apply(finishMove(move.fragment, during, fenceOf('a', 1), 2), self);
     }
   }
   assert.ok([...table.entries()].every(([, e]) => !(e as ActiveAssignment).replicas.includes('d')));
-  assert.ok(successions > 0, 'the leaver served some fragments');
+  assert.ok(successions > 0 && takenByTarget > 0, `${successions} successions, ${takenByTarget} taken over`);
 });
 
 test('a Down member’s replicas are replaced first, and a Down source is not charged a move', () => {

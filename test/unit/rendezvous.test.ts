@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { compareIds } from '../../src/core/assignment-table.js';
-import { RendezvousRanking, rendezvousOrder, rendezvousWeight } from '../../src/core/placement.js';
+import { RendezvousRanking, rendezvousWeight } from '../../src/core/placement.js';
 import { SHA256_ONE_BLOCK_BYTES_MAX, sha256Head } from '../../src/core/sha256-head.js';
 
 function cryptoHead(bytes: Uint8Array): [number, number] {
@@ -65,12 +65,6 @@ describe('rendezvous weights', () => {
     }
     // Pinned: every running cluster's placement follows from these values.
     assert.equal(rendezvousWeight('a', 0), 0xb0e8de8d4e6b1207n);
-  });
-
-  test('rendezvousOrder ranks a handful of members by weight', () => {
-    const members = ['c', 'a', 'é', 'b', 'dd'];
-    for (let fragment = 0; fragment < 50; fragment++)
-      assert.deepEqual(rendezvousOrder(members, fragment), fullRanking(members, fragment));
   });
 });
 

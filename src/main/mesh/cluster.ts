@@ -931,7 +931,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     for (const fragment of fragments) {
       const entry = table.active(fragment);
       if (entry === undefined || this.localServing[fragment] !== 1) continue;
-      const source = servingSuccessionSource(fragment, entry, this.config.selfId);
+      const source = servingSuccessionSource(entry, this.config.selfId);
       if (source === null) continue;
       const m = this.config.members.indexOf(source);
       if (m === -1 || this.verification.get(fragment)?.running.has(m)) continue;
