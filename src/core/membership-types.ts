@@ -109,7 +109,8 @@ export type OperatorStatus = 'Ok' | 'BadRequest' | 'NotFound' | 'Conflict';
 
 export type MembershipEvent =
   | { kind: 'tick'; nowMs: number }
-  | { kind: 'message'; message: MembershipMessage; nowMs: number }
+  /** `remote`: where a datagram came from, when it came as one (a refusal answers there). */
+  | { kind: 'message'; message: MembershipMessage; nowMs: number; remote?: string }
   /** Join the cluster through these seeds (ids proven by the handshake), tried in turn. */
   | { kind: 'join'; seeds: ReadonlyArray<{ nodeId: string; address: string }>; nowMs: number }
   /** The operator asks this node to leave: it becomes Leaving while its data is handed off. */

@@ -250,7 +250,7 @@ export class Membership {
         case 'tick':
           break;
         case 'message':
-          this.onMessage(event.message);
+          this.onMessage(event.message, event.remote);
           break;
         case 'join':
           this.onJoin(event.seeds);
@@ -345,7 +345,7 @@ export class Membership {
 
   // ---- Messages ----
 
-  private onMessage(message: MembershipMessage): void {
+  private onMessage(message: MembershipMessage, remote: string | undefined): void {
     if (!isValidNodeId(message.from) || message.from === this.config.nodeId) {
       this.counters.invalidUpdates++;
       return;
@@ -363,7 +363,7 @@ export class Membership {
       this.log('warn', `membership message from ${message.from} dropped: over ${updatesMax} updates`);
       return;
     }
-    if (!this.admitSender(message.from, updates)) return;
+    if (!this.admitSender(message.from, updates, remote)) return;
     for (const update of updates) this.applyUpdate(update);
     switch (message.kind) {
       case 'ping':
@@ -409,16 +409,19 @@ export class Membership {
 
   /**
    * A sender must be a member. An unknown one is learned from its own record on the message (it
-   * joined and the news has not reached us yet); a removed one is told so, and dropped.
+   * joined and the news has not reached us yet); a removed one is told so, and dropped. The refusal
+   * goes where the message came from when known: a member this node only heard of as Removed (it
+   * was away for the member's whole life) has no address here, and a leaver lingers until a
+   * majority refuses it.
    */
-  private admitSender(from: string, updates: readonly MemberUpdate[]): boolean {
+  private admitSender(from: string, updates: readonly MemberUpdate[], remote: string | undefined): boolean {
     const sender = this.members.get(from);
     if (sender?.state === 'Removed') {
       this.counters.fromRemoved++;
       this.sendTo(
         from,
         { kind: 'refuse', from: this.config.nodeId, reason: 'removed from the cluster' },
-        sender.address,
+        remote ?? sender.address,
       );
       return false;
     }

@@ -886,6 +886,36 @@ test('a start with join seeds joins unless the data dir knows another member: ki
   assert.equal(startsJoining('j', 0, [self]), false, 'no seeds: a one-member cluster, or a static start');
 });
 
+test('a member that heard of a leaver only as Removed refuses it where its message came from, so the leaver stops', () => {
+  // a was away for x's whole life: it learns x only from the gossip of x's Removed, with no address.
+  const a = new Harness(config('a', OTHERS));
+  a.deliver(gossip('b', [{ kind: 'removed', nodeId: 'x', incarnation: 2, reporter: 'x' }]), 10);
+  assert.equal(a.core.member('x')?.state, 'Removed');
+  assert.equal(a.core.member('x')?.address, '');
+  // x, lingering until a majority confirms, tells a it left: a refuses it at the datagram's source.
+  const removed: MemberUpdate = { kind: 'removed', nodeId: 'x', incarnation: 2, reporter: 'x' };
+  a.step({ kind: 'message', message: gossip('x', [removed]), nowMs: 20, remote: '10.0.0.9:7000' });
+  assert.deepEqual(
+    a.sends('refuse').map((s) => [s.to, s.address]),
+    [['x', '10.0.0.9:7000']],
+  );
+
+  // x counts that refusal towards the majority that must hear its leave, and stops once it has one.
+  const x = new Harness(config('x', ['a', 'b', 'c'], { selfState: 'Leaving' }));
+  x.step({ kind: 'exit', requestId: 1, nowMs: 10 });
+  x.advance(10 + MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs);
+  assert.equal(x.core.member('x')?.state, 'Removed');
+  const at = x.nowMs + 1;
+  for (const [i, from] of ['a', 'b'].entries())
+    x.deliver({ kind: 'refuse', from, reason: 'removed from the cluster' }, at + i);
+  x.advance(at + 2 + 2 * MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs);
+  assert.ok(
+    x.actions.some((y) => y.kind === 'left'),
+    'x left once a majority refused it',
+  );
+  assert.ok(x.nowMs < 10 + MEMBERSHIP_LEAVE_CONFIRM_MAX_MS);
+});
+
 test('operator removal: only a Down member; the removed member is refused when it comes back', () => {
   const h = new Harness(config('a', OTHERS));
   h.step({ kind: 'remove', nodeId: 'b', requestId: 1, nowMs: 10 });

@@ -150,7 +150,7 @@ export class MembershipDriver {
       this.io.log('warn', { remote, reason: opened.reason }, 'membership datagram refused');
       return;
     }
-    const reason = this.onEnvelope(opened.envelope);
+    const reason = this.onEnvelope(opened.envelope, remote);
     if (reason !== undefined) {
       this.traffic.datagramsRefused++;
       this.io.log('warn', { remote, reason }, 'membership datagram refused');
@@ -161,12 +161,12 @@ export class MembershipDriver {
    * A membership envelope (from a datagram or a peer connection). Returns why it was refused when
    * malformed (a peer connection is then closed with that reason), undefined when taken.
    */
-  onEnvelope(envelope: Uint8Array): string | undefined {
+  onEnvelope(envelope: Uint8Array, remote?: string): string | undefined {
     const started = performance.now();
     const decoded = decodeMembershipMessage(envelope);
     this.traffic.busyMs += performance.now() - started;
     if (decoded.kind === 'malformed') return decoded.reason;
-    this.step({ kind: 'message', message: decoded.message, nowMs: this.clock.nowMs() });
+    this.step({ kind: 'message', message: decoded.message, nowMs: this.clock.nowMs(), remote });
     return undefined;
   }
 
