@@ -21,7 +21,8 @@
 // optimum (a join: an even share ⌊F·R/N⌋ onto the joiner; a leave or Down: the member's replicas),
 // replicas moved more than once within one change, the spread of replicas per member (max − min,
 // mean over changes) and the replicas the least-serving member serves (first in a list) against
-// an even share F/N (mean over changes with F/N ≥ 8).
+// an even share F/N (mean over changes with F/N ≥ 8), once the serving transfers the coordinator
+// makes when the table settles are carried out too (their count a change is printed).
 // --core DIR imports coordinator.js and assignment-table.js from DIR (another build's compiled
 // src/core), to set this build beside another in one run. A case past --case-timeout seconds is
 // stopped and reported so.
@@ -29,6 +30,7 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX } from '../src/core/limits.js';
 import { Random } from './load/random.js';
 
 interface CaseFigures {
@@ -105,6 +107,8 @@ interface SequenceFigures {
   movedTwice: number;
   spread: number;
   leastServing: number;
+  /** Serving transfers a change, once its moves are done. */
+  transfers: number;
 }
 
 /** Seeded runs of joins, leaves and Downs, each carried out round by round until the plan is empty. */
@@ -127,6 +131,7 @@ async function runSequences(coreDir: string, sequences: number, seed: number): P
   let changes = 0;
   let leastServing = 0;
   let servingChanges = 0;
+  let transfers = 0;
   for (let run = 0; run < sequences; run++) {
     let ids = Array.from({ length: 3 + random.int(6) }, (_, i) => `n${i}`);
     let next = ids.length;
@@ -169,6 +174,14 @@ async function runSequences(coreDir: string, sequences: number, seed: number): P
           moves++;
         }
       }
+      // As the coordinator once the table settles (a build before had no serving transfers).
+      for (let round = 0; core.servingTransfers !== undefined && round < 10_000; round++) {
+        const batch = core.servingTransfers(table, view, PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX);
+        if (batch.length === 0) break;
+        for (const { fragment, to } of batch)
+          table.apply(core.transferServing(fragment, table.active(fragment)!, to, fence, round), self);
+        transfers += batch.length;
+      }
       const held = new Map(ids.map((id) => [id, 0]));
       const first = new Map(ids.map((id) => [id, 0]));
       for (const [, entry] of table.entries()) {
@@ -191,6 +204,7 @@ async function runSequences(coreDir: string, sequences: number, seed: number): P
     movedTwice,
     spread: spread / changes,
     leastServing: leastServing / servingChanges,
+    transfers: transfers / changes,
   };
 }
 
@@ -254,7 +268,7 @@ async function main(): Promise<void> {
     const q = await runSequences(values.core as string, sequences, Number(values.seed));
     console.log(
       `\n${sequences} sequences of 5 changes (seed ${values.seed}): ${q.moves} replica moves, ${(q.moves / q.optimum).toFixed(3)}× the optimum; ` +
-        `${q.movedTwice} moved twice; spread ${q.spread.toFixed(2)} replicas; least-serving member ${q.leastServing.toFixed(2)} of an even share`,
+        `${q.movedTwice} moved twice; spread ${q.spread.toFixed(2)} replicas; least-serving member ${q.leastServing.toFixed(2)} of an even share; ${q.transfers.toFixed(1)} serving transfers a change`,
     );
   }
 }
