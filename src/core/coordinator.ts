@@ -562,7 +562,7 @@ export function desiredPlacement(
    * The member to take a place in `fragment`'s list, under the cap: of the members the ideal places
    * there, the one holding fewest; unless `idealOnly`, else of all the one holding fewest (ties in
    * rendezvous order). The ideal's members first, so a member takes fragments where it ranks high
-   * and serves its share of them (a list serves in rendezvous order).
+   * (who serves is evened out apart: `servingTransfers`).
    */
   const taker = (fragment: number, idealOnly: boolean): string | undefined => {
     const list = lists[fragment];
@@ -614,7 +614,7 @@ export function desiredPlacement(
 
   // 2. Members over the cap (it fell as members joined) give replicas the ideal does not place on
   //    them first, where a member the ideal places ranks highest first, to such a member (a joiner
-  //    takes where it ranks first, and serves there: a list serves in rendezvous order).
+  //    takes where it ranks first).
   /** The ideal's first rank for `fragment` whose member is not in its list; R when none. */
   const takerRank = (fragment: number): number => {
     for (let k = 0; k < r; k++) if (!lists[fragment].includes(ideal.at(fragment, k))) return k;

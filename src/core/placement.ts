@@ -1,8 +1,9 @@
-// Static placement (DESIGN.md "Cluster", spec §7.1): every fragment has an ordered list of R replica
-// nodes chosen by rendezvous (highest-random-weight) hashing, so every node computes the same lists
-// from the same member set, and a change of members moves only the fragments it must.
+// Rendezvous (highest-random-weight) hashing (DESIGN.md "Cluster", spec §7.1): each fragment ranks
+// the members by weight, so every node computes the same ranking from the same member set, and a
+// change of members changes only the ranks it must. The coordinator's planner places replicas by
+// it (coordinator.ts), a new cluster's first lists included (firstPlacement).
 //
-// Members are identified by their index in the sorted member list; the lists hold indices.
+// A Placement names members by their index in the sorted member list; its lists hold indices.
 
 import { assert } from './assert.js';
 import { compareIds } from './assignment-table.js';

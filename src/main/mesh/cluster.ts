@@ -2,7 +2,7 @@
 // (membership-driver.ts, over datagrams on the peer port), a link per peer for forwarded operations,
 // the placement coordinator and its assignment table (coordinator-driver.ts), and the routing of
 // peer frames. Fragments are routed by the table (until one is accepted, by the static placement the
-// node started with, src/core/placement.ts, which the first table records); the first serving
+// node started with, coordinator.ts firstPlacement, which the first table records); the first serving
 // replica of a fragment — the first in its list that is this node or a peer that is connected and
 // not unreachable to membership — applies its writes and serves its reads. A peer that hangs keeps
 // its connection open; membership's probes find it unreachable within seconds, and routing moves
