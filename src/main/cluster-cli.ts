@@ -4,6 +4,7 @@
 // `plan|remove|leave|move`: changes, POSTed with the admin token (admin/cluster-changes.ts).
 
 import type { MemberState, MemberView } from '../core/membership-types.js';
+import { sortMembers } from '../core/placement.js';
 import type { ClusterMetrics } from './admin/cluster-metrics.js';
 import { ADMIN_REQUEST_TIMEOUT_MS, mib } from './admin/server.js';
 import { parseCliArgs } from './cli-args.js';
@@ -27,7 +28,8 @@ export function clusterHelpText(): string {
     '  events [--json] [--after N]  follows the cluster events, one line each (--json: one JSON',
     '                               object each); --after N resumes after event N. Ctrl-C stops',
     '                               (exit 0); exit 1 if the node ends the stream.',
-    '  placement [--json]           every fragment: replicas, serving replica, table generation',
+    '  placement [--json]           every fragment: replicas, serving replica, table generation;',
+    '                               then per member the replicas it holds and the fragments it serves',
     "  moves [--json]               replica moves in flight, what blocks the planner, this node's",
     '                               fragments copying or handing over, recent moves (exit 1 while',
     '                               fragments are under-replicated or the planner is blocked)',
@@ -376,6 +378,13 @@ async function clusterPlacement(args: ClusterArgs): Promise<number> {
     return 0;
   }
   const rows = [['fragment', 'slots', 'replicas', 'serving', 'generation', 'epoch']];
+  // Per member: the replicas it holds and the fragments it serves, so an uneven spread shows.
+  const members = new Map<string, { replicas: number; serving: number }>();
+  const tally = (id: string) => {
+    let counts = members.get(id);
+    if (counts === undefined) members.set(id, (counts = { replicas: 0, serving: 0 }));
+    return counts;
+  };
   for (const f of answer.body as FragmentPlacement[]) {
     rows.push([
       String(f.fragment),
@@ -385,8 +394,15 @@ async function clusterPlacement(args: ClusterArgs): Promise<number> {
       f.generation === undefined ? '-' : String(f.generation),
       f.fence === undefined ? '-' : String(f.fence.epoch),
     ]);
+    for (const id of f.replicas) tally(id).replicas++;
+    if (f.serving !== undefined) tally(f.serving).serving++;
   }
-  process.stdout.write(`${columns(rows)}\n`);
+  const perMember = [['member', 'replicas', 'serving']];
+  for (const id of sortMembers(members.keys())) {
+    const counts = tally(id);
+    perMember.push([id, String(counts.replicas), String(counts.serving)]);
+  }
+  process.stdout.write(`${columns(rows)}\n\n${columns(perMember)}\n`);
   return 0;
 }
 

@@ -531,6 +531,17 @@ describe('tessera cluster status, members and events against three processes', (
     assert.equal(status.code, 0, status.stdout + status.stderr);
     assert.match(status.stdout, /^cluster state ok; node a healthy\n/);
     assert.match(status.stdout, /\n {2}b +Up +reachable +incarnation \d+ +ok\n/);
+    // Every member holds each of the 16 fragments (R=3) and serves an even share: 6, 5 and 5.
+    const placement = cluster(a, 'placement');
+    assert.equal(placement.code, 0, placement.stderr);
+    const perMember = placement.stdout.slice(placement.stdout.indexOf('\n\nmember'));
+    const serving = [...perMember.matchAll(/\n([abc]) +16 +(\d+)/g)].map((m) => [m[1], Number(m[2])]);
+    assert.deepEqual(
+      serving.map(([id]) => id),
+      ['a', 'b', 'c'],
+      placement.stdout,
+    );
+    assert.deepEqual(serving.map(([, n]) => n).sort(), [5, 5, 6], placement.stdout);
 
     const events = follow(a, '--json');
     await eventually(

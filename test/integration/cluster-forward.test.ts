@@ -1,6 +1,6 @@
 // Admin work across the peer mesh on three real processes on 127.0.0.1: a change posted to a node
 // that is not the coordinator is executed by the coordinator and answered with its status unchanged
-// and the node that executed it (a move pins the fragment); `leave` stays where it was posted (and is
+// and the node that executed it (a move pins the fragment, and its pin serves it); `leave` stays where it was posted (and is
 // refused there when its replicas could go nowhere); a member Down whose replicas can go nowhere
 // blocks the planner, and every report says so; `GET /cluster/metrics` merges
 // every member's sample, and with one member stopped by SIGSTOP it is partial, naming that member.
@@ -11,7 +11,8 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { ClusterMetrics } from '../../src/main/admin/cluster-metrics.js';
 import type { MovesReport } from '../../src/main/mesh/cluster.js';
-import { type ClusterFixture, type NodeProcess, startCluster } from './cluster-helpers.js';
+import type { FragmentPlacement } from '../../src/main/node.js';
+import { type ClusterFixture, eventsUntil, type NodeProcess, startCluster } from './cluster-helpers.js';
 import { eventually } from './helpers.js';
 
 const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
@@ -107,15 +108,30 @@ describe('admin changes and metrics across the peer mesh', () => {
     assert.equal(invalid.body.status, 'BadRequest');
     assert.equal(invalid.body.executedBy, 'a');
 
-    // b holds a replica of every fragment already (three nodes, three replicas): the pin moves nothing.
-    const move = await change(c, '/cluster/move', { fragment: 1, to: 'b' }, TOKEN);
+    // b holds a replica of every fragment already (three nodes, three replicas): the pin moves
+    // nothing, and b serves the fragment at once (every node's events say so).
+    const placement = await getJson<FragmentPlacement[]>(c, '/cluster/placement');
+    const pinned = placement.body.find((f) => f.replicas[0] !== 'b')!;
+    const fragment = pinned.fragment;
+    const move = await change(c, '/cluster/move', { fragment, to: 'b' }, TOKEN);
     assert.equal(move.http, 200, move.body.message);
     assert.equal(move.body.status, 'Ok');
     assert.equal(move.body.executedBy, 'a');
-    assert.match(move.body.message, /fragment 1 pinned to b/);
-    const pinnedAgain = await change(b, '/cluster/move', { fragment: 1, to: 'b' }, TOKEN);
+    assert.match(move.body.message, new RegExp(`fragment ${fragment} pinned to b`));
+    const events = await eventsUntil(c, CONDITION_MS_MAX, (seen) =>
+      seen.some((e) => e.kind === 'ServingChanged' && e.data.fragment === fragment),
+    );
+    const changed = events.find((e) => e.kind === 'ServingChanged' && e.data.fragment === fragment)!;
+    assert.deepEqual(
+      [changed.data.from, changed.data.to, changed.data.reason],
+      [pinned.replicas[0], 'b', 'move'],
+    );
+    assert.ok(
+      (await getJson<FragmentPlacement[]>(c, '/cluster/placement')).body[fragment]!.replicas[0] === 'b',
+    );
+    const pinnedAgain = await change(b, '/cluster/move', { fragment, to: 'b' }, TOKEN);
     assert.match(pinnedAgain.body.message, /pinned to b already/);
-    const unknown = await change(b, '/cluster/move', { fragment: 1, to: 'nobody' }, TOKEN);
+    const unknown = await change(b, '/cluster/move', { fragment, to: 'nobody' }, TOKEN);
     assert.equal(unknown.body.status, 'NotFound');
     assert.equal(unknown.body.executedBy, 'a');
 

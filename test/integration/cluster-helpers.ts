@@ -370,3 +370,51 @@ export async function settledWithin(
     throw new Error(`${(err as Error).message}: ${why}`);
   }
 }
+
+/** One event of a node's `/cluster/events`. */
+export interface ClusterEvent {
+  kind: string;
+  data: {
+    member?: { nodeId: string };
+    fragment?: number;
+    reason?: string;
+    target?: string;
+    from?: string;
+    to?: string;
+  };
+}
+
+/** The node's `/cluster/events` from the first kept, read until `enough` holds of what came. */
+export async function eventsUntil(
+  node: NodeProcess,
+  deadlineMs: number,
+  enough: (events: ClusterEvent[]) => boolean,
+): Promise<ClusterEvent[]> {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), deadlineMs);
+  const events: ClusterEvent[] = [];
+  try {
+    const response = await fetch(`http://127.0.0.1:${node.adminPort}/cluster/events?after=0`, {
+      signal: abort.signal,
+    });
+    const decoder = new TextDecoder();
+    let pending = '';
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      pending += decoder.decode(chunk, { stream: true });
+      let end = pending.indexOf('\n\n');
+      while (end !== -1) {
+        const block = pending.slice(0, end).split('\n');
+        pending = pending.slice(end + 2);
+        end = pending.indexOf('\n\n');
+        const kind = block.find((l) => l.startsWith('event: '))?.slice('event: '.length);
+        const data = block.find((l) => l.startsWith('data: '))?.slice('data: '.length);
+        if (kind !== undefined && data !== undefined) events.push({ kind, data: JSON.parse(data) });
+      }
+      if (enough(events)) return events;
+    }
+    throw new Error('the event stream ended');
+  } finally {
+    clearTimeout(timer);
+    abort.abort();
+  }
+}

@@ -187,7 +187,9 @@ export type ClusterEventData =
   /** This node was asked to leave (`LeaveRequested`), or has left (`Left`). */
   | { node: string }
   /** A replica move in the table (`MoveStarted`, `MoveFinished`, `MoveCancelled`). */
-  | { fragment: number; source: string | null; target: string; reason: string; generation: number };
+  | { fragment: number; source: string | null; target: string; reason: string; generation: number }
+  /** Serving handed to another replica with no move (`ServingChanged`): `rebalance` or `move` (a pin). */
+  | { fragment: number; from: string; to: string; reason: 'rebalance' | 'move'; generation: number };
 
 /** `GET /cluster/moves`: replica moves in flight and recent, and this node's part in them. */
 export interface MovesReport {
@@ -325,6 +327,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   readonly failover: FailoverCatchUp;
   /** Per fragment, the move in flight in the table this node routes by (for the move events). */
   private readonly movesSeen: (ReplicaMove | null)[];
+  /** Per fragment, the first replica of its settled list as the table last had it (none while moving). */
+  private readonly servingSeen: (string | undefined)[];
   /** Who waits for this node to be ready among its peers (`readyAmongPeers`): woken by any change. */
   private readonly startWaiters = new Set<() => void>();
   /**
@@ -395,6 +399,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.routing = config.placement.replicas.map((r) => [...r]);
     this.routedGeneration = new Float64Array(config.placement.replicas.length);
     this.movesSeen = config.placement.replicas.map(() => null);
+    this.servingSeen = config.placement.replicas.map(() => undefined);
     this.failover = new FailoverCatchUp({
       fragmentCount: config.placement.replicas.length,
       selfIndex: config.selfIndex,
@@ -818,6 +823,20 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         this.events.append('MoveStarted', nowMs, { fragment, ...now, generation: entry!.generation });
       }
       this.movesSeen[fragment] = now;
+      // Serving handed to another replica with no move (a serving transfer, a pin): a move's finish
+      // says so as MoveFinished.
+      const first = entry !== undefined && now === null ? entry.replicas[0] : undefined;
+      const was = this.servingSeen[fragment];
+      if (before === null && first !== undefined && was !== undefined && first !== was) {
+        this.events.append('ServingChanged', nowMs, {
+          fragment,
+          from: was,
+          to: first,
+          reason: entry!.pinnedTo === first ? 'move' : 'rebalance',
+          generation: entry!.generation,
+        });
+      }
+      this.servingSeen[fragment] = first;
     }
   }
 
