@@ -206,6 +206,13 @@ export class CoordinatorMachine {
     servingTransfers: 0,
   };
   private nextPlanAtMs = Number.POSITIVE_INFINITY;
+  /**
+   * Serving transfers wait a plan interval after the table settled and after the batch before, so
+   * each member a batch hands serving to has verified its copy against the replica serving it now
+   * (the node predicts the batch: cluster.ts verifyTransfers), and its handover needs no round.
+   */
+  private settledSinceMs: number | undefined;
+  private lastTransfersAtMs = Number.NEGATIVE_INFINITY;
   /** Whether the last plan waited for rendezvous ranking (logged once when it starts and ends). */
   private ranking = false;
   private answer: CoordinatorAnswer = { status: 'Ok', message: '' };
@@ -447,6 +454,7 @@ export class CoordinatorMachine {
       this.reportRetryAtMs = Number.POSITIVE_INFINITY;
       this.nextDigestAtMs = Number.POSITIVE_INFINITY;
       this.nextPlanAtMs = Number.POSITIVE_INFINITY;
+      this.settledSinceMs = undefined;
       return;
     }
     if (this.roleNow === 'coordinator') {
@@ -637,11 +645,17 @@ export class CoordinatorMachine {
         `move of fragment ${move.fragment}: ${move.source ?? '-'} -> ${move.target} (${move.reason})`,
       );
     }
-    // A settled table evens out who serves, a few fragments per plan.
+    // A settled table evens out who serves, a batch per plan interval (see settledSinceMs).
     const settled = changes.length === 0 && !held && plan.blocked.length === 0 && this.movesInFlight() === 0;
-    const transfers = settled
-      ? servingTransfers(this.table, this.view, PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX)
-      : [];
+    this.settledSinceMs = settled ? (this.settledSinceMs ?? this.nowMs) : undefined;
+    const transfersAtMs = settled
+      ? Math.max(this.settledSinceMs as number, this.lastTransfersAtMs) + this.config.planIntervalMs
+      : Number.POSITIVE_INFINITY;
+    const transfers =
+      this.nowMs >= transfersAtMs
+        ? servingTransfers(this.table, this.view, PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX)
+        : [];
+    if (transfers.length > 0) this.lastTransfersAtMs = this.nowMs;
     for (const transfer of transfers) {
       const entry = this.table.active(transfer.fragment) as ActiveAssignment;
       changes.push(transferServing(transfer.fragment, entry, transfer.to, fence, this.nowMs));
@@ -654,9 +668,13 @@ export class CoordinatorMachine {
     this.commit(changes);
     this.noteBlocked(plan.blocked);
     // Moves held back (a limit, an unreachable member, the majority) and transfers go on at the next
-    // plan; a settled, even table sleeps.
+    // plan; a settled table plans once more when transfers may start, and an even one sleeps.
     const waiting = plan.blocked.length > 0 || held || this.movesInFlight() > 0 || transfers.length > 0;
-    this.nextPlanAtMs = waiting ? this.nowMs + this.config.planIntervalMs : Number.POSITIVE_INFINITY;
+    this.nextPlanAtMs = waiting
+      ? this.nowMs + this.config.planIntervalMs
+      : this.nowMs < transfersAtMs
+        ? transfersAtMs
+        : Number.POSITIVE_INFINITY;
   }
 
   /**

@@ -78,6 +78,7 @@ import {
   PLACEMENT_DRAIN_WARN_INTERVAL_MS_DEFAULT,
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
+  PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX,
 } from '../../src/core/limits.js';
 import type { CoordinatorDriver } from '../../src/main/mesh/coordinator-driver.js';
 import {
@@ -159,6 +160,8 @@ export interface PlacementSimReport {
   pins: number;
   /** Fragments whose serving the coordinator handed to another replica to even out who serves. */
   servingTransfers: number;
+  /** Verifying rounds a member started for a serving transfer it foresaw (the node's verifyTransfers). */
+  transferRounds: number;
   movesStarted: number;
   movesFinished: number;
   movesCancelled: number;
@@ -209,7 +212,7 @@ interface Holder {
   continuity: Map<string, number>;
   /** In memory: per fragment, the sources a verifying round completed against, with the continuity it started under. */
   verifiedUnder: Map<number, Map<string, number>>;
-  /** In memory: the successions (`fragment/source`) whose verifying round runs. */
+  /** In memory: the successions and foreseen serving transfers (`fragment/source`) whose verifying round runs. */
   successionRounds: Set<string>;
   /** Fragments whose copy served since its last successful drain (a copy found at start served before). */
   readonly served: Set<number>;
@@ -325,6 +328,7 @@ export class PlacementSim extends MembershipSim {
       successionRounds: 0,
       pins: 0,
       servingTransfers: 0,
+      transferRounds: 0,
       movesStarted: 0,
       movesFinished: 0,
       movesCancelled: 0,
@@ -638,7 +642,10 @@ export class PlacementSim extends MembershipSim {
     fragments: readonly number[],
   ): void {
     const holder = this.holders.get(node.id);
-    if (holder?.driver !== undefined) this.verifySuccessions(node, holder, table, fragments);
+    if (holder?.driver !== undefined) {
+      this.verifySuccessions(node, holder, table, fragments);
+      this.verifyTransfers(node, holder, table);
+    }
     holder?.driver?.onTable(table, fragments);
     this.exitIfLeft(node);
   }
@@ -663,6 +670,23 @@ export class PlacementSim extends MembershipSim {
         rounds.delete(key);
       };
       this.verifyCopy(node, holder, fragment, [source]).then(ended, ended);
+    }
+  }
+
+  /** As the node (cluster.ts verifyTransfers): a copy serving goes to next is verified against its serving replica first. */
+  private verifyTransfers(node: SimNode, holder: Holder, table: AssignmentTable): void {
+    const batch = servingTransfers(table, this.memberView(node), PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX);
+    for (const { fragment, from, to } of batch) {
+      const key = `${fragment}/${from}`;
+      if (to !== node.id || !holder.served.has(fragment) || holder.successionRounds.has(key)) continue;
+      if (holder.verifiedUnder.get(fragment)?.has(from)) continue;
+      this.stats.transferRounds++;
+      holder.successionRounds.add(key);
+      const rounds = holder.successionRounds;
+      const ended = (): void => {
+        rounds.delete(key);
+      };
+      this.verifyCopy(node, holder, fragment, [from]).then(ended, ended);
     }
   }
 

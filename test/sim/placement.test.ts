@@ -48,4 +48,5 @@ test('fragments move under a write load through faults without losing an acknowl
   assert.ok(sum('successionRounds') > 0, 'successors verified their copies before the handover');
   // Operators pinned fragments, and the coordinator evened out who serves once the table settled.
   assert.ok(sum('pins') > 0 && sum('servingTransfers') > 0, 'pins, and serving transfers');
+  assert.ok(sum('transferRounds') > 0, 'members verified their copies before serving was handed to them');
 });

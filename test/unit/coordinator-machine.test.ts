@@ -1030,6 +1030,43 @@ describe('moves', () => {
     assert.deepEqual(new Set(cluster.digests()).size, 1, 'every member holds the same table');
   });
 
+  test('a settled table hands serving over to even it out, a plan interval after it settled, so the members it goes to verify their copies first', () => {
+    // a is first in every list: it serves all four fragments.
+    const skewed = [
+      ['a', 'b', 'c'],
+      ['a', 'b', 'c'],
+      ['a', 'c', 'b'],
+      ['a', 'c', 'b'],
+    ];
+    const cluster = bootstrapped(['a', 'b', 'c'], skewed, MOVE_LIMITS_DEFAULT);
+    const a = cluster.machine('a');
+    const serving = (id: string) =>
+      cluster
+        .machine(id)
+        .current.entries()
+        .map(([, e]) => (e.kind === 'active' ? e.replicas[0] : '-'))
+        .join(',');
+    assert.equal(a.counters.servingTransfers, 0, 'nothing handed over as the table settles');
+    cluster.advance(PLACEMENT_PLAN_INTERVAL_MS - 1);
+    assert.equal(a.counters.servingTransfers, 0, 'nor before a plan interval passed');
+    cluster.advance(1);
+    assert.equal(a.counters.servingTransfers, 2);
+    cluster.deliverAll();
+    for (const id of ['a', 'b', 'c']) assert.equal(serving(id), 'b,c,a,a', `${id}'s table`);
+    for (const [, entry] of a.current.entries())
+      if (entry.kind === 'active' && entry.replicas[0] !== 'a')
+        assert.equal(entry.history.at(-1)?.reason, 'rebalance');
+    // Even now (2, 1, 1): no more, however long.
+    cluster.advance(10 * PLACEMENT_PLAN_INTERVAL_MS);
+    assert.equal(a.counters.servingTransfers, 2);
+
+    // None while a member the lists name is unreachable, however uneven.
+    const other = bootstrapped(['a', 'b', 'c'], skewed, MOVE_LIMITS_DEFAULT);
+    other.views(['a', 'b', 'c'], viewOf(['a', 'b', 'c'], { c: 'unreachable' }));
+    other.advance(10 * PLACEMENT_PLAN_INTERVAL_MS);
+    assert.equal(other.machine('a').counters.servingTransfers, 0);
+  });
+
   test('a ready for another generation, or from a node that is not the target, changes nothing', () => {
     const ids = ['a', 'b', 'c', 'd'];
     const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3, MOVE_LIMITS_DEFAULT);

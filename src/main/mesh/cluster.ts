@@ -18,6 +18,7 @@ import { copyRange } from '../../core/bytes.js';
 import {
   type MemberView as CoordinatorMemberView,
   servingSuccessionSource,
+  servingTransfers,
   tooFewEligible,
 } from '../../core/coordinator.js';
 import type { EpochPromise } from '../../core/coordinator-machine.js';
@@ -41,6 +42,7 @@ import {
   PLACEMENT_PLAN_INTERVAL_MS,
   PLACEMENT_READY_RESEND_MS,
   PLACEMENT_RETRY_MS,
+  PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX,
   PLACEMENT_STEP_TIMEOUT_MS,
   ringRecordBytesMax,
   WORKER_COUNT_MAX,
@@ -785,6 +787,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
     this.recordMoves(table, fragments);
     this.verifySuccessions(table, fragments);
+    this.verifyTransfers(table);
     this.routeByTable(table);
     this.routingChanged();
     this.placementDriver?.onTable(table, fragments);
@@ -958,6 +961,31 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         this.logger.info(
           { fragment, against: source, reason: err.message },
           'a successor could not verify its copy before the handover: the handover runs a round',
+        ),
+      );
+    }
+  }
+
+  /**
+   * The next batch of serving transfers the coordinator makes once the table settled
+   * (`servingTransfers`, over this node's view, which a settled cluster's coordinator shares): those
+   * handing a fragment to this node have it verify its copy against the replica serving it now, as
+   * a successor does, so the handover completes without a round while the fragment's requests wait.
+   * The coordinator gives each batch a plan interval for these rounds; one that fails, or is not
+   * done in time, only costs the handover its round. A copy verified against that replica already
+   * is not verified again (the handover names the continuity it was verified under).
+   */
+  private verifyTransfers(table: AssignmentTable): void {
+    const batch = servingTransfers(table, this.coordinatorView(), PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX);
+    for (const { fragment, from, to } of batch) {
+      if (to !== this.config.selfId || this.localServing[fragment] !== 1) continue;
+      const m = this.config.members.indexOf(from);
+      const verification = this.verification.get(fragment);
+      if (m === -1 || verification?.running.has(m) || verification?.under.has(m)) continue;
+      this.verifyCopy(fragment, [from]).catch((err: Error) =>
+        this.logger.info(
+          { fragment, against: from, reason: err.message },
+          'could not verify the copy serving goes to: the handover runs a round',
         ),
       );
     }
