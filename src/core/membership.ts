@@ -781,7 +781,16 @@ export class Membership {
   }
 
   private onLeave(requestId: number): void {
-    if (this.selfState !== 'Up' && this.selfState !== 'Joining') {
+    // A node whose join no member answered yet cannot tell the members it leaves (it knows none),
+    // and one may have admitted it: leaving silently would leave it Joining there, then Down.
+    if (this.selfState === 'Joining') {
+      return this.reply(
+        requestId,
+        'Conflict',
+        'this node has not joined yet (no member answered its join): stop it instead; if a member admitted it meanwhile, remove it there once it is Down',
+      );
+    }
+    if (this.selfState !== 'Up') {
       return this.reply(requestId, 'Conflict', `this node is ${this.selfState}, it cannot leave`);
     }
     this.setSelfState('Leaving');

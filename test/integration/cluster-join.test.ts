@@ -3,7 +3,7 @@
 // writes, and every member sees the three Up and serves every acknowledged key; a joined node
 // restarted without --join rejoins from its data directory. Cluster changes on the admin port need
 // the token; a removed member that comes back is refused and serves nothing. A joiner no member
-// answered leaves at once when asked, and finishes that leave at its next start if killed first.
+// answered cannot leave (it knows no member to tell): it is told to stop instead.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -167,29 +167,14 @@ describe('a cluster that grows by joins', () => {
     assert.ok((await membersAt(a)).some((m) => m.nodeId === 'c' && m.state === 'Removed'));
   });
 
-  test('a joiner no member answered leaves when asked, and a leave killed midway ends at its next start', async () => {
-    const deadSeed = ['--join', `127.0.0.1:${ports[8]}`];
-    const x = node('x', 3, deadSeed);
+  test('a joiner no member answered cannot leave: it is told to stop instead, and joins on', async () => {
+    const x = node('x', 3, ['--join', `127.0.0.1:${ports[8]}`]);
     await x.start();
-    assert.equal((await membersAt(x)).find((m) => m.nodeId === 'x')?.state, 'Joining');
     const asked = await change(x, '/cluster/leave', {}, TOKEN);
-    assert.equal(asked.body.status, 'Ok', asked.body.message);
-    // Killed at once: the leave is persisted (Leaving, or Exiting a second before it is Removed),
-    // not finished.
-    await x.stop('SIGKILL');
-    assert.ok(!x.log.includes('"msg":"left the cluster"'), `x left before it was killed:\n${x.log}`);
-
-    // Restarted, it resumes the leave. No table was restored and none will come (no member ever
-    // answered), so nothing else makes it check: it exits membership at start, and stops.
-    nodes.splice(nodes.indexOf(x), 1);
-    const again = node('x', 3, deadSeed);
-    await again.start();
-    assert.equal(
-      await again.exited(CONDITION_MS_MAX),
-      0,
-      `x stops by itself once it has left:\n${again.log}`,
-    );
-    assert.ok(again.log.includes('"msg":"resuming the leave the last run began"'), again.log);
-    assert.ok(again.log.includes('"msg":"left the cluster"'), again.log);
+    assert.equal(asked.http, 409, asked.body.message);
+    assert.match(asked.body.message, /has not joined yet \(no member answered its join\): stop it instead/);
+    assert.equal((await membersAt(x)).find((m) => m.nodeId === 'x')?.state, 'Joining');
+    assert.ok(!x.log.includes('"msg":"every fragment handed over: leaving membership"'), x.log);
+    await x.stop();
   });
 });

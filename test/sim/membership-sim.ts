@@ -762,6 +762,8 @@ export class MembershipSim {
     void node.core!.leave().then((reply) => {
       this.trace(`${node.id} leave: ${reply.status} ${reply.message}`);
       if (reply.status === 'Ok') this.onLeaving(node);
+      // Refused (a joiner no member answered yet): the node stays, and no one asks again.
+      else node.leaving = false;
     });
   }
 

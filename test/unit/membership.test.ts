@@ -635,6 +635,24 @@ test('a join is refused for a removed id and for an id a live member uses at ano
   assert.equal(j.sends('join-request').length, 1, 'no retry after a refusal');
 });
 
+test('a node whose join no member answered cannot leave: it knows no member to tell, and one may have admitted it', () => {
+  const j = new Harness(config('j', [], { selfState: 'Joining' }));
+  j.step({ kind: 'join', seeds: [{ nodeId: 's', address: 's:7000' }], nowMs: 0 });
+  j.step({ kind: 'leave', requestId: 1, nowMs: 10 });
+  const reply = j.actions.find((a) => a.kind === 'reply');
+  assert.ok(reply?.kind === 'reply' && reply.status === 'Conflict');
+  assert.match(reply.message, /has not joined yet \(no member answered its join\): stop it instead/);
+  assert.equal(j.core.member('j')?.state, 'Joining');
+  // It goes on joining; once admitted it is Up and may leave.
+  j.advance(1_500);
+  assert.ok(j.sends('join-request').length >= 2, 'the join goes on');
+  const seed: MemberUpdate = { kind: 'alive', nodeId: 's', address: 's:7000', incarnation: 1, state: 'Up' };
+  j.deliver({ kind: 'join-accept', from: 's', members: [seed] }, 1_600);
+  assert.equal(j.core.member('j')?.state, 'Up');
+  j.step({ kind: 'leave', requestId: 2, nowMs: 1_700 });
+  assert.equal(j.core.member('j')?.state, 'Leaving');
+});
+
 /** a, b and c, each listing the others, after 2 s of probing. */
 function threeMembers(): Net {
   const net = new Net();
