@@ -542,6 +542,12 @@ describe('tessera cluster status, members and events against three processes', (
       placement.stdout,
     );
     assert.deepEqual(serving.map(([, n]) => n).sort(), [5, 5, 6], placement.stdout);
+    // Each node's INFO says the same of itself.
+    for (const [i, node] of fixture.nodes.entries()) {
+      const info = (await (await node.client()).info('cluster')) as string;
+      assert.match(info, /\r\ncluster_fragments_held:16\r\n/);
+      assert.match(info, new RegExp(`\r\ncluster_fragments_serving:${serving[i]![1]}\r\n`), info);
+    }
 
     const events = follow(a, '--json');
     await eventually(

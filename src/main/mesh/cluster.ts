@@ -709,6 +709,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     return healthy < this.config.replicas;
   }
 
+  /** Fragments this node holds a copy of (`holds`), and of those the fragments it serves now. */
+  fragmentsHere(): { held: number; serving: number } {
+    let held = 0;
+    let serving = 0;
+    for (let f = 0; f < this.routing.length; f++) {
+      if (this.holds(f)) held++;
+      if (this.servingMember(f) === this.config.selfIndex) serving++;
+    }
+    return { held, serving };
+  }
+
   /** Replica moves in flight in the table this node holds. */
   movesInFlight(): number {
     let count = 0;

@@ -612,9 +612,14 @@ export class RespServer implements RespHost {
       const enabled = cluster !== undefined || this.workerPorts !== undefined;
       const rows: Array<[string, string | number]> = [['cluster_enabled', enabled ? 1 : 0]];
       if (cluster !== undefined) {
-        // Tessera's own: fragments short of replicas (re-replication brings it to 0), moves in flight.
+        // Tessera's own: fragments short of replicas (re-replication brings it to 0), moves in
+        // flight, and the fragments this node holds a copy of and serves (the coordinator evens out
+        // who serves).
+        const here = cluster.fragmentsHere();
         rows.push(['cluster_fragments_under_replicated', cluster.underReplicated()]);
         rows.push(['cluster_moves_in_flight', cluster.movesInFlight()]);
+        rows.push(['cluster_fragments_held', here.held]);
+        rows.push(['cluster_fragments_serving', here.serving]);
       }
       parts.push(section('Cluster', rows));
     }
