@@ -406,10 +406,14 @@ export class PlacementSim extends MembershipSim {
     if (coordinator === undefined) return;
     const staying = this.nodes.filter((n) => !n.leaving);
     const fragment = Math.floor(this.random() * FRAGMENTS);
-    const node = staying[Math.floor(this.random() * staying.length)]!.id;
+    this.askPin(coordinator, fragment, staying[Math.floor(this.random() * staying.length)]!.id);
+  }
+
+  private askPin(coordinator: CoordinatorDriver, fragment: number, node: string): boolean {
     this.stats.pins++;
     const answer = coordinator.pin(fragment, node);
     this.trace(`pin fragment ${fragment} to ${node}: ${answer.status} ${answer.message}`);
+    return answer.status === 'Ok';
   }
 
   /**
@@ -430,10 +434,7 @@ export class PlacementSim extends MembershipSim {
     }
     if (candidates.length === 0) return false;
     const { fragment, node } = candidates[Math.floor(this.random() * candidates.length)]!;
-    this.stats.pins++;
-    const answer = coordinator.pin(fragment, node);
-    this.trace(`pin fragment ${fragment} to ${node}: ${answer.status} ${answer.message}`);
-    return answer.status === 'Ok';
+    return this.askPin(coordinator, fragment, node);
   }
 
   /** The coordinator of a running, unpaused node that acts as such. */
@@ -661,15 +662,7 @@ export class PlacementSim extends MembershipSim {
       const entry = table.active(fragment);
       if (entry === undefined || !holder.served.has(fragment)) continue;
       const source = servingSuccessionSource(entry, node.id);
-      const key = `${fragment}/${source}`;
-      if (source === null || holder.successionRounds.has(key)) continue;
-      this.stats.successionRounds++;
-      holder.successionRounds.add(key);
-      const rounds = holder.successionRounds;
-      const ended = (): void => {
-        rounds.delete(key);
-      };
-      this.verifyCopy(node, holder, fragment, [source]).then(ended, ended);
+      if (source !== null && this.verifyAhead(node, holder, fragment, source)) this.stats.successionRounds++;
     }
   }
 
@@ -677,17 +670,23 @@ export class PlacementSim extends MembershipSim {
   private verifyTransfers(node: SimNode, holder: Holder, table: AssignmentTable): void {
     const batch = servingTransfers(table, this.memberView(node), PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX);
     for (const { fragment, from, to } of batch) {
-      const key = `${fragment}/${from}`;
-      if (to !== node.id || !holder.served.has(fragment) || holder.successionRounds.has(key)) continue;
-      if (holder.verifiedUnder.get(fragment)?.has(from)) continue;
-      this.stats.transferRounds++;
-      holder.successionRounds.add(key);
-      const rounds = holder.successionRounds;
-      const ended = (): void => {
-        rounds.delete(key);
-      };
-      this.verifyCopy(node, holder, fragment, [from]).then(ended, ended);
+      if (to !== node.id || !holder.served.has(fragment) || holder.verifiedUnder.get(fragment)?.has(from))
+        continue;
+      if (this.verifyAhead(node, holder, fragment, from)) this.stats.transferRounds++;
     }
+  }
+
+  /** As the node (cluster.ts verifyAhead): a round against `source` unless one runs; whether it started. */
+  private verifyAhead(node: SimNode, holder: Holder, fragment: number, source: string): boolean {
+    const key = `${fragment}/${source}`;
+    const rounds = holder.successionRounds;
+    if (rounds.has(key)) return false;
+    rounds.add(key);
+    const ended = (): void => {
+      rounds.delete(key);
+    };
+    this.verifyCopy(node, holder, fragment, [source]).then(ended, ended);
+    return true;
   }
 
   // ---- One step of simulated time ----

@@ -627,8 +627,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
     this.scheduleView();
     if (joining) this.joinThroughSeeds();
-    // A leave resumed with no table restored (a joiner asked to leave before any member answered it)
-    // has no table change to check it by: nothing lists this node, so it exits now.
+    // A leave resumed with no table restored (a member asked to leave before its first table came,
+    // killed before it exited) has no table change to check it by: nothing lists it, so it exits now.
     this.exitIfLeft();
     return port;
   }
@@ -965,15 +965,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       const entry = table.active(fragment);
       if (entry === undefined || this.localServing[fragment] !== 1) continue;
       const source = servingSuccessionSource(entry, this.config.selfId);
-      if (source === null) continue;
-      const m = this.config.members.indexOf(source);
-      if (m === -1 || this.verification.get(fragment)?.running.has(m)) continue;
-      this.verifyCopy(fragment, [source]).catch((err: Error) =>
-        this.logger.info(
-          { fragment, against: source, reason: err.message },
-          'a successor could not verify its copy before the handover: the handover runs a round',
-        ),
-      );
+      if (source !== null) this.verifyAhead(fragment, source, 'succession', true);
     }
   }
 
@@ -989,17 +981,31 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private verifyTransfers(table: AssignmentTable): void {
     const batch = servingTransfers(table, this.coordinatorView(), PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX);
     for (const { fragment, from, to } of batch) {
-      if (to !== this.config.selfId || this.localServing[fragment] !== 1) continue;
-      const m = this.config.members.indexOf(from);
-      const verification = this.verification.get(fragment);
-      if (m === -1 || verification?.running.has(m) || verification?.under.has(m)) continue;
-      this.verifyCopy(fragment, [from]).catch((err: Error) =>
-        this.logger.info(
-          { fragment, against: from, reason: err.message },
-          'could not verify the copy serving goes to: the handover runs a round',
-        ),
-      );
+      if (to === this.config.selfId && this.localServing[fragment] === 1)
+        this.verifyAhead(fragment, from, 'transfer', false);
     }
+  }
+
+  /**
+   * Verifies this node's copy of `fragment` against `source` ahead of a handover from it (a
+   * succession or a serving transfer), unless a round against it runs — or, `again` false, one
+   * completed already. A failed round only costs the handover its round.
+   */
+  private verifyAhead(
+    fragment: number,
+    source: string,
+    ahead: 'succession' | 'transfer',
+    again: boolean,
+  ): void {
+    const m = this.config.members.indexOf(source);
+    const verification = this.verification.get(fragment);
+    if (m === -1 || verification?.running.has(m) || (!again && verification?.under.has(m) === true)) return;
+    this.verifyCopy(fragment, [source]).catch((err: Error) =>
+      this.logger.info(
+        { fragment, against: source, ahead, reason: err.message },
+        'could not verify the copy ahead of the handover: the handover runs a round',
+      ),
+    );
   }
 
   /**
