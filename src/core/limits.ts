@@ -145,6 +145,13 @@ export const RECONCILE_DESCRIBED_KEYS_MAX = 2048;
  */
 export const ANTI_ENTROPY_POOL_TASKS_MAX = 256;
 export const RECONCILE_PAGE_BYTES_MAX = 1024 * 1024;
+/**
+ * Records an anti-entropy page carries at most for the keys past the requester's last key, which it
+ * lacks for certain: sent whole in place of summaries to fetch, within RECONCILE_PAGE_BYTES_MAX.
+ * A copy into an empty replica is all such pages: with summaries of 256 keys and a fetch each, a
+ * copy of 100-byte values spent most of its time on the round trips of its pages.
+ */
+export const RECONCILE_PAGE_RECORDS_MAX = 2048;
 
 /** Node ids are 1–255 bytes, as the seed's wire format and error texts say (spec §2.1). */
 export const NODE_ID_BYTES_MAX = 255;

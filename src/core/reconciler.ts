@@ -11,6 +11,11 @@
 // for the ranges that differ. Replicas that mostly agree exchange a few bytes per run instead of a
 // summary per key (bench/RESULTS.md measures it).
 //
+// Keys past the requester's last range on an open-ended page are keys it lacks: where its request
+// allows (`recordsMax`), the responder sends their records in the page instead of summaries to fetch,
+// up to RECONCILE_PAGE_RECORDS_MAX of them within RECONCILE_PAGE_BYTES_MAX. A copy into an empty
+// replica is then a page round trip per 2048 keys (or per MiB) instead of a page and a fetch per 256.
+//
 // A round's first summary page also says how big the responder's copy is (SourceSize), so a node
 // copying the fragment can tell how much it has left to pull (`GET /cluster/moves`).
 //
@@ -29,6 +34,7 @@ import {
   RECONCILE_DESCRIBED_KEYS_MAX,
   RECONCILE_PAGE_BYTES_MAX,
   RECONCILE_PAGE_ITEMS_MAX,
+  RECONCILE_PAGE_RECORDS_MAX,
 } from './limits.js';
 import {
   compareVersions,
@@ -90,6 +96,8 @@ export interface SummaryPage {
   done: boolean;
   /** The responder's copy as of this page; absent (null as decoded) when it did not say. */
   sourceSize?: SourceSize | null;
+  /** Records of the keys past the requester's last range, in key order after the summaries. */
+  records: readonly KeyRecord[];
 }
 export interface DataPage {
   sessionId: number;
@@ -110,6 +118,13 @@ export interface PageRequest {
   openEnd: boolean;
   /** Records stamped after this wall ms are left out of digests and summaries (0: none are). */
   horizonMs: number;
+  /** Records the requester takes in place of summaries past its last range (0 or absent: none). */
+  recordsMax?: number;
+}
+
+/** Records a page answering `q` may carry: what its requester takes, within this version's bound. */
+export function recordsTakenBy(q: { recordsMax?: number }): number {
+  return Math.min(q.recordsMax ?? 0, RECONCILE_PAGE_RECORDS_MAX);
 }
 
 /** True when a round with this horizon leaves `record` out (see the top of this file). */
@@ -122,17 +137,27 @@ export function pastHorizon(record: Uint8Array, horizonMs: number): boolean {
  * entries past the horizon are left out.
  */
 export function digestOf(entries: readonly KeyRecord[], from: number, to: number, horizonMs = 0): Buffer {
-  const hash = createHash('sha256');
-  const lengths = Buffer.allocUnsafe(3);
+  // The hashed bytes are laid out in one buffer and hashed with one call: three calls into the hash
+  // per key cost more than the hashing (a fragment compared is ~1 M of them).
+  let bytes = 0;
+  for (let i = from; i < to; i++) bytes += 3 + entries[i].key.length + valueOffsetOf(entries[i].record);
+  if (digestScratch.length < bytes)
+    digestScratch = Buffer.allocUnsafe(Math.max(bytes, 2 * digestScratch.length));
+  let at = 0;
   for (let i = from; i < to; i++) {
-    if (pastHorizon(entries[i].record, horizonMs)) continue;
-    const stamp = stampOf(entries[i].record);
-    lengths.writeUInt16LE(entries[i].key.length, 0);
-    lengths[2] = stamp.length;
-    hash.update(lengths).update(entries[i].key).update(stamp);
+    const { key, record } = entries[i];
+    if (pastHorizon(record, horizonMs)) continue;
+    const stamp = stampOf(record);
+    digestScratch.writeUInt16LE(key.length, at);
+    digestScratch[at + 2] = stamp.length;
+    digestScratch.set(key, at + 3);
+    digestScratch.set(stamp, at + 3 + key.length);
+    at += 3 + key.length + stamp.length;
   }
-  return hash.digest().subarray(0, DIGEST_BYTES);
+  return createHash('sha256').update(digestScratch.subarray(0, at)).digest().subarray(0, DIGEST_BYTES);
 }
+/** Where digestOf lays out a range's bytes; grown as ranges need. */
+let digestScratch = Buffer.allocUnsafe(4096);
 
 /**
  * The requester's page (its next keys, in order) as range digests; `openEnd` when no key follows
@@ -157,30 +182,33 @@ export function describePage(
  * most RECONCILE_SPAN_KEYS_MAX; `spanTruncated` when more exist). Summaries are listed for every
  * range whose digest differs — and, with `openEnd`, for the keys past the last range — up to
  * RECONCILE_PAGE_ITEMS_MAX; the page ends early, after the last key it handled (listed, or left out
- * as past the horizon), when that bound is hit.
+ * as past the horizon), when that bound is hit. With `recordsMax`, the keys past the last range go
+ * to `tail` instead, up to that many: the page sends their records.
  */
 export function answerPage(
   q: PageRequest,
   span: readonly KeyRecord[],
   spanTruncated: boolean,
-): { listed: KeyRecord[]; nextAfterKey: Uint8Array; done: boolean } {
+  recordsMax = 0,
+): { listed: KeyRecord[]; tail: KeyRecord[]; nextAfterKey: Uint8Array; done: boolean } {
   const listed: KeyRecord[] = [];
+  const tail: KeyRecord[] = [];
   let i = 0;
   let end: Uint8Array = q.afterKey;
   /** The last span key `list` listed or left out: where a page cut short ends. */
   let handled: Uint8Array | undefined;
   /** Lists span[from, to); false when the page filled up (the page then ends after `handled`). */
-  const list = (from: number, to: number): boolean => {
+  const list = (from: number, to: number, into = listed, max = RECONCILE_PAGE_ITEMS_MAX): boolean => {
     for (let k = from; k < to; k++) {
       if (!pastHorizon(span[k].record, q.horizonMs)) {
-        if (listed.length === RECONCILE_PAGE_ITEMS_MAX) return false;
-        listed.push(span[k]);
+        if (into.length === max) return false;
+        into.push(span[k]);
       }
       handled = span[k].key;
     }
     return true;
   };
-  const cut = () => ({ listed, nextAfterKey: handled!, done: false });
+  const cut = () => ({ listed, tail, nextAfterKey: handled!, done: false });
   for (const r of q.ranges) {
     let j = i;
     while (j < span.length && Buffer.compare(span[j].key, r.lastKey) <= 0) j++;
@@ -193,10 +221,12 @@ export function answerPage(
     end = r.lastKey;
     i = j;
   }
-  if (!q.openEnd) return { listed, nextAfterKey: end, done: false };
-  if (!list(i, span.length) || spanTruncated)
-    return handled !== undefined ? cut() : { listed, nextAfterKey: end, done: false };
-  return { listed, nextAfterKey: listed.length > 0 ? listed[listed.length - 1].key : end, done: true };
+  if (!q.openEnd) return { listed, tail, nextAfterKey: end, done: false };
+  const filled = recordsMax > 0 ? !list(i, span.length, tail, recordsMax) : !list(i, span.length);
+  if (filled || spanTruncated)
+    return handled !== undefined ? cut() : { listed, tail, nextAfterKey: end, done: false };
+  const last = tail.length > 0 ? tail[tail.length - 1] : listed[listed.length - 1];
+  return { listed, tail, nextAfterKey: last !== undefined ? last.key : end, done: true };
 }
 export interface FetchRequest {
   sessionId: number;
@@ -266,20 +296,26 @@ export class ReconcileRound {
     readonly roundId: number,
     /** Wall ms the round compares the replicas as of (0: everything); its page requests carry it. */
     readonly horizonMs = 0,
+    /** Records its pages may carry in place of summaries (recordsTakenBy); its requests say it. */
+    readonly recordsMax = RECONCILE_PAGE_RECORDS_MAX,
   ) {}
 
   start(): RoundStep {
     return { kind: 'request-page', pageSeq: 0, afterKey: Buffer.alloc(0), keys: this.pageKeys };
   }
 
-  /** A summary page: fetch what the peer holds newer, or move on. */
-  onSummaries(page: SummaryPage, local: VersionReader): RoundStep {
+  /** A summary page: merge the records it carries, fetch what the peer holds newer, or move on. */
+  onSummaries(page: SummaryPage, local: VersionReader, check: RecordCheck): RoundStep {
     if (page.sessionId !== this.sessionId || page.roundId !== this.roundId) return { kind: 'ignore' };
     if (page.pageSeq !== this.pageSeq || this.chunkSeq !== 0) {
       return { kind: 'violation', reason: 'unexpected anti-entropy page' };
     }
     if (page.summaries.length > RECONCILE_PAGE_ITEMS_MAX) {
       return { kind: 'violation', reason: `anti-entropy page of ${page.summaries.length} summaries` };
+    }
+    const records = page.records;
+    if (records.length > this.recordsMax) {
+      return { kind: 'violation', reason: `anti-entropy page of ${records.length} records` };
     }
     const size = page.sourceSize ?? undefined;
     if (size !== undefined && !(isCount(size.keys) && isCount(size.bytes))) {
@@ -300,6 +336,14 @@ export class ReconcileRound {
       const mine = local.current(key);
       if (mine === undefined || compareVersions(s.stamp, mine) > 0) wanted.push(key);
     }
+    for (const r of records) {
+      if (previous !== undefined && Buffer.compare(previous, r.key) >= 0) {
+        return { kind: 'violation', reason: 'anti-entropy records out of order' };
+      }
+      previous = r.key;
+    }
+    const invalid = checkRecords(records, check);
+    if (invalid !== undefined) return { kind: 'violation', reason: invalid };
     if (!page.done && this.pageSeq > 0 && Buffer.compare(page.nextAfterKey, this.lastKey!) <= 0) {
       return { kind: 'violation', reason: 'anti-entropy page does not advance' };
     }
@@ -310,11 +354,16 @@ export class ReconcileRound {
         ? Math.min(2 * this.pageKeys, RECONCILE_DESCRIBED_KEYS_MAX)
         : RECONCILE_PAGE_ITEMS_MAX;
     if (size !== undefined) this.sourceSize = { keys: size.keys, bytes: size.bytes };
+    let next: RoundStep;
     if (wanted.length > 0) {
       this.chunkSeq = this.nextChunkSeq++;
-      return { kind: 'fetch', chunkSeq: this.chunkSeq, keys: wanted };
+      next = { kind: 'fetch', chunkSeq: this.chunkSeq, keys: wanted };
+    } else {
+      next = this.next();
     }
-    return this.next();
+    if (records.length === 0) return next;
+    this.repaired += records.length;
+    return { kind: 'merge', entries: records, next };
   }
 
   /** A page of fetched records: merge them; after the chunk's last page, move on. */
@@ -393,22 +442,45 @@ export class ReconcileResponder {
   }
 
   /**
-   * The page the driver read for `q`: the summaries to send (keys with their stamps), and the keys
-   * it may fetch next. Undefined when the session or round changed while the store read.
+   * The page the driver read for `q`: the summaries to send (keys with their stamps), the keys it
+   * may fetch next, and the records past the requester's last range (read from `local`, freshest
+   * first, as a fetch reads them). Undefined when the session or round changed while the store read.
    */
-  pageRead(q: PageRequest, span: readonly KeyRecord[], spanTruncated: boolean): SummaryPage | undefined {
+  pageRead(
+    q: PageRequest,
+    span: readonly KeyRecord[],
+    spanTruncated: boolean,
+    local: VersionReader,
+  ): SummaryPage | undefined {
     if (q.sessionId !== this.sessionId || q.roundId !== this.roundId) return undefined;
-    const { listed, nextAfterKey, done } = answerPage(q, span, spanTruncated);
+    const answer = answerPage(q, span, spanTruncated, recordsTakenBy(q));
+    let { nextAfterKey, done } = answer;
+    const records: KeyRecord[] = [];
+    let bytes = 0;
+    for (let t = 0; t < answer.tail.length; t++) {
+      const key = Buffer.from(answer.tail[t].key);
+      const view = local.current(key);
+      // Gone since the span was read (dropped fragment): the requester's next round sees that.
+      if (view === undefined) continue;
+      if (records.length > 0 && bytes + key.length + view.length > RECONCILE_PAGE_BYTES_MAX) {
+        nextAfterKey = answer.tail[t - 1].key;
+        done = false;
+        break;
+      }
+      records.push({ key, record: Buffer.from(view) });
+      bytes += key.length + view.length;
+    }
     this.nextPageSeq = q.pageSeq + 1;
     this.nextAfterKey = Buffer.from(nextAfterKey);
-    this.advertised = new Set(listed.map((e) => Buffer.from(e.key).toString('latin1')));
+    this.advertised = new Set(answer.listed.map((e) => Buffer.from(e.key).toString('latin1')));
     return {
       sessionId: q.sessionId,
       roundId: q.roundId,
       pageSeq: q.pageSeq,
-      summaries: listed.map((e) => ({ key: e.key, stamp: stampOf(e.record) })),
+      summaries: answer.listed.map((e) => ({ key: e.key, stamp: stampOf(e.record) })),
       nextAfterKey,
       done,
+      records,
     };
   }
 

@@ -579,6 +579,8 @@ export interface PoolSpanRequest {
   /** The ranges the requester described (reconcile-span.ts `SpanQuery`). */
   rangeCount: number;
   openEnd: boolean;
+  /** Keys an open page takes past the last range (reconcile-span.ts `SpanQuery`). */
+  tailKeys: number;
   /** The cleaner's time: only records expired by then come back (and the page's last key). */
   expiredAtMs?: number;
 }
@@ -611,13 +613,14 @@ export function poolSpanRequestBytes(r: PoolSpanRequest): number {
     2 +
     (r.lastKey?.length ?? 0) +
     2 +
+    2 +
     (r.expiredAtMs === undefined ? 0 : 6)
   );
 }
 
 /**
  * ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys, the u16
- * range count, then the cleaner's time (u48) when it is one of its pages.
+ * range count, the u16 tail keys, then the cleaner's time (u48) when it is one of its pages.
  */
 export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r: PoolSpanRequest): void {
   buf[at + KIND_AT] = ResultKind.PoolSpan;
@@ -630,7 +633,8 @@ export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r:
   writeU32LE(buf, at + ID_AT, taskId);
   const end = writeBytes16(buf, writeBytes16(buf, at + COMMON_HEADER_BYTES, r.afterKey), r.lastKey);
   writeU16LE(buf, end, r.rangeCount);
-  if (r.expiredAtMs !== undefined) writeU48BE(buf, end + 2, r.expiredAtMs);
+  writeU16LE(buf, end + 2, r.tailKeys);
+  if (r.expiredAtMs !== undefined) writeU48BE(buf, end + 4, r.expiredAtMs);
 }
 
 /**
@@ -648,8 +652,9 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
     lastKey: flags & SPAN_LAST_KEY ? ownBytes16(buf, lastAt) : undefined,
     rangeCount: readU16LE(buf, countAt),
     openEnd: (flags & SPAN_OPEN_END) !== 0,
+    tailKeys: readU16LE(buf, countAt + 2),
   };
-  if (flags & SPAN_EXPIRED_AT) request.expiredAtMs = readU48BE(buf, countAt + 2);
+  if (flags & SPAN_EXPIRED_AT) request.expiredAtMs = readU48BE(buf, countAt + 4);
   return { taskId: readU32LE(buf, at + ID_AT), request };
 }
 

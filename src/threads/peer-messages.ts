@@ -77,6 +77,8 @@ export interface Envelope {
     ranges: ReadonlyArray<{ lastKey: Uint8Array; digest: Uint8Array }>;
     openEnd: boolean;
     horizonMs: number;
+    /** 0 as decoded from a version that does not say (summaries only). */
+    recordsMax: number;
   };
   reconcileResponse?: {
     fragment: number;
@@ -88,6 +90,8 @@ export interface Envelope {
     nextAfterKey: Uint8Array;
     /** Null as decoded when the responder did not say. */
     sourceSize?: { keys: number; bytes: number } | null;
+    /** Empty as decoded from a version that sends none. */
+    records: readonly ReplicatedOpMessage[];
   };
   reconcileFetch?: {
     fragment: number;

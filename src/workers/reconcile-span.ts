@@ -5,7 +5,7 @@
 
 import { assert } from '../core/assert.js';
 import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
-import { DIGEST_RANGE_KEYS, RECONCILE_SPAN_KEYS_MAX } from '../core/reconciler.js';
+import { DIGEST_RANGE_KEYS, RECONCILE_SPAN_KEYS_MAX, recordsTakenBy } from '../core/reconciler.js';
 import type { StoredEntry } from '../native-bindings/kv-store.js';
 
 /** Reads a page of a fragment in key order (KvStore.page, bound to its fragment and without an end). */
@@ -25,15 +25,27 @@ export interface SpanQuery {
   /** The ranges it described, each of DIGEST_RANGE_KEYS of its keys at most. */
   rangeCount: number;
   openEnd: boolean;
+  /**
+   * Keys an open page takes past the last range: a page of summaries (RECONCILE_PAGE_ITEMS_MAX),
+   * or the records its requester takes in their place (reconciler.ts `recordsTakenBy`).
+   */
+  tailKeys: number;
 }
 
 /** The span a page request asks for. */
 export function spanQueryOf(q: {
   ranges: ReadonlyArray<{ lastKey: Uint8Array }>;
   openEnd: boolean;
+  recordsMax?: number;
 }): SpanQuery {
   const n = q.ranges.length;
-  return { lastKey: n > 0 ? q.ranges[n - 1].lastKey : undefined, rangeCount: n, openEnd: q.openEnd };
+  const records = recordsTakenBy(q);
+  return {
+    lastKey: n > 0 ? q.ranges[n - 1].lastKey : undefined,
+    rangeCount: n,
+    openEnd: q.openEnd,
+    tailKeys: records > 0 ? records : RECONCILE_PAGE_ITEMS_MAX,
+  };
 }
 
 export interface Span {
@@ -46,12 +58,17 @@ export interface Span {
 }
 
 /** A span with no ranges, open-ended: the next page of keys (RECONCILE_PAGE_ITEMS_MAX of them). */
-export const NEXT_PAGE: SpanQuery = { lastKey: undefined, rangeCount: 0, openEnd: true };
+export const NEXT_PAGE: SpanQuery = {
+  lastKey: undefined,
+  rangeCount: 0,
+  openEnd: true,
+  tailKeys: RECONCILE_PAGE_ITEMS_MAX,
+};
 
 /** A requester's next page: its next `keys` keys (whole ranges), truncated when more follow. */
 export function nextPage(keys: number): SpanQuery {
   assert(keys > 0 && keys % DIGEST_RANGE_KEYS === 0, 'a page described is whole ranges');
-  return { lastKey: undefined, rangeCount: keys / DIGEST_RANGE_KEYS, openEnd: true };
+  return { lastKey: undefined, rangeCount: keys / DIGEST_RANGE_KEYS, openEnd: true, tailKeys: keys };
 }
 
 /** Keys read at a time while a responder reads a span, at most. */
@@ -74,10 +91,10 @@ export async function readSpan(
   q: SpanQuery,
 ): Promise<Span> {
   const last = q.lastKey;
-  // Past the requester's last range, an open page lists up to a page of keys; a closed one needs
+  // Past the requester's last range, an open page takes up to its tail's keys; a closed one needs
   // none. A requester's own next page is all past its (absent) last range.
   const ownPage = last === undefined && q.rangeCount > 0;
-  const extra = !q.openEnd ? 0 : ownPage ? q.rangeCount * DIGEST_RANGE_KEYS : RECONCILE_PAGE_ITEMS_MAX;
+  const extra = q.openEnd ? q.tailKeys : 0;
   const described = ownPage ? 0 : q.rangeCount * DIGEST_RANGE_KEYS;
   const withinMax = described + RECONCILE_PAGE_ITEMS_MAX;
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
@@ -85,7 +102,7 @@ export async function readSpan(
   let beyond = 0;
   // The first read asks for about the keys the requester described (DIGEST_RANGE_KEYS a range, when
   // the replicas agree) and those an open page lists past them, plus one that shows whether more
-  // follow: a page of a copy into an empty replica reads RECONCILE_PAGE_ITEMS_MAX + 1 keys.
+  // follow: a page of a copy into an empty replica reads its tail's keys and one more.
   let limit = Math.min(SPAN_READ_KEYS, described + extra + 1);
   for (;;) {
     const page = await read(start, limit);

@@ -790,6 +790,9 @@ export class WorkerReplication {
         // A page answered is progress, whether or not it differed: replicas that agree page
         // through a large fragment for longer than the round timeout without fetching a key.
         this.progress(member, fragment, round, 'round-progress', nowMs);
+        // Its answer may carry records, a copy's bytes: it waits out --move-rate's debt as a fetch does.
+        if (this.pullTokens !== undefined && this.hold(member, fragment, round, step, this.pullTokens, nowMs))
+          return;
         const bucket = this.pacedRounds.has(round) ? this.compareTokens : undefined;
         if (bucket !== undefined) {
           if (this.hold(member, fragment, round, step, bucket, nowMs)) return;
@@ -897,7 +900,7 @@ export class WorkerReplication {
     const round = this.rounds.get(roundKey(member, page.fragment));
     const core = this.host.core(page.fragment);
     if (round === undefined || core === undefined) return;
-    const step = round.onSummaries(page, core);
+    const step = round.onSummaries(page, core, this.recordCheck(page.fragment, this.host.clock.nowMs()));
     if (round.sourceSize !== undefined) this.ledger.sized(page.fragment, member, round.sourceSize);
     this.step(member, page.fragment, round, step);
   }
@@ -924,10 +927,20 @@ export class WorkerReplication {
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
     assert(mine.entries.length <= keys, 'a page is at most the keys it describes');
-    const { sessionId, roundId, horizonMs } = round;
+    const { sessionId, roundId, horizonMs, recordsMax } = round;
     const { ranges, openEnd } = describePage(mine.entries, !mine.truncated, horizonMs);
     this.send(member, {
-      reconcileRequest: { fragment, sessionId, roundId, pageSeq, afterKey, ranges, openEnd, horizonMs },
+      reconcileRequest: {
+        fragment,
+        sessionId,
+        roundId,
+        pageSeq,
+        afterKey,
+        ranges,
+        openEnd,
+        horizonMs,
+        recordsMax,
+      },
     });
   }
 
@@ -979,7 +992,9 @@ export class WorkerReplication {
     }
     // The peer may have gone, or opened another session, while the store read.
     if (this.responders.get(roundKey(member, q.fragment)) !== responder) return;
-    const page = responder.pageRead(q, span.entries, span.truncated);
+    const core = this.host.core(q.fragment);
+    if (core === undefined) return;
+    const page = responder.pageRead(q, span.entries, span.truncated, core);
     if (page !== undefined)
       this.send(member, { reconcileResponse: { fragment: q.fragment, ...page, sourceSize } });
   }

@@ -1,7 +1,7 @@
 // --move-rate on two embedded nodes: a node that joins with a small rate gains a copy of every
-// fragment of a node holding about 1 MiB, and the copy takes at least the time the rate implies
-// for what it pulls after it was first seen pulling (less the bucket's burst and the fetch each
-// copying round may pull ahead; unlimited, the same copy takes well under half of it here);
+// fragment of a node holding about 4 MiB, and the copy takes at least the time the rate implies
+// for what it pulls after it was first seen pulling (less the bucket's burst and the page of records
+// each copying round may pull ahead; unlimited, the same copy takes well under half of it here);
 // meanwhile `GET /cluster/moves` (Cluster.movesReport) shows each copy's bytesDone growing, what is
 // left (bytesLeft, keysLeft: estimated from the size a reports of its copy) falling, and the rate.
 
@@ -9,16 +9,20 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { freePorts } from '../../bench/ports.js';
 import { Keyspace } from '../../src/core/keyspace.js';
-import { MOVE_RATE_BURST_MS, RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
+import {
+  MOVE_RATE_BURST_MS,
+  RECONCILE_PAGE_BYTES_MAX,
+  RECONCILE_PAGE_RECORDS_MAX,
+} from '../../src/core/limits.js';
 import { RECORD_HEADER_BYTES } from '../../src/core/record.js';
 import { Tessera } from '../../src/main/node.js';
 import { CLUSTER_SECRET } from './cluster-helpers.js';
 import { eventually, tempDir } from './helpers.js';
 
 const FRAGMENTS = 2;
-const RATE_BYTES_PER_SEC = 128 * 1024;
+const RATE_BYTES_PER_SEC = 256 * 1024;
 const VALUE = 'v'.repeat(256);
-const KEYS = 3_700;
+const KEYS = 14_000;
 const WRITES_AT_ONCE = 100;
 /** Deadline of every condition waited for: a loaded 2-core machine is slow, not wrong. */
 const CONDITION_MS_MAX = 60_000;
@@ -113,11 +117,14 @@ test('a copy pulls at most --move-rate, and /cluster/moves shows its bytes growi
     // Every byte a holds was pulled (once, unless a round was retried).
     assert.ok(pulledBytes() >= heldBytes, `pulled ${pulledBytes()} of ${heldBytes} bytes`);
     // What the rate paced: all but what was pulled when first seen, the bucket's burst, and the
-    // fetch each copy running at once (one per fragment at most) pulls before it pays for it.
-    const fetchBytesMax =
-      RECONCILE_PAGE_ITEMS_MAX * (largestKeyBytes + RECORD_HEADER_BYTES + 1 + VALUE.length);
+    // page of records each copy running at once (one per fragment at most) pulls before it pays for it.
+    const recordBytesMax = largestKeyBytes + RECORD_HEADER_BYTES + 1 + VALUE.length;
+    const pageBytesMax = Math.min(
+      RECONCILE_PAGE_RECORDS_MAX * recordBytesMax,
+      RECONCILE_PAGE_BYTES_MAX + recordBytesMax,
+    );
     const pacedBytes =
-      heldBytes - first!.bytes - (RATE_BYTES_PER_SEC * MOVE_RATE_BURST_MS) / 1000 - FRAGMENTS * fetchBytesMax;
+      heldBytes - first!.bytes - (RATE_BYTES_PER_SEC * MOVE_RATE_BURST_MS) / 1000 - FRAGMENTS * pageBytesMax;
     const leastMs = (pacedBytes * 1000) / RATE_BYTES_PER_SEC;
     assert.ok(leastMs >= 2_000, `the bound means something: ${leastMs} ms`);
     const copyMs = allAtMs! - first!.atMs;

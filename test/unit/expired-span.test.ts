@@ -112,7 +112,7 @@ test('a cleaner page sends back only the expired keys, and its last key to resum
   }
 });
 
-test('a PoolSpan request carries the range count, the cleaner’s time (an anti-entropy one none), and keys of their own', () => {
+test('a PoolSpan request carries the range count, the tail’s keys, the cleaner’s time (an anti-entropy one none), and keys of their own', () => {
   const requests: PoolSpanRequest[] = [
     {
       fragment: 7,
@@ -120,10 +120,26 @@ test('a PoolSpan request carries the range count, the cleaner’s time (an anti-
       lastKey: undefined,
       rangeCount: 0,
       openEnd: true,
+      tailKeys: 256,
       expiredAtMs: 2 ** 47 + 3,
     },
-    { fragment: 0, afterKey: undefined, lastKey: undefined, rangeCount: 0, openEnd: true, expiredAtMs: 0 },
-    { fragment: 3, afterKey: Buffer.from('a'), lastKey: Buffer.from('zz'), rangeCount: 16, openEnd: false },
+    {
+      fragment: 0,
+      afterKey: undefined,
+      lastKey: undefined,
+      rangeCount: 0,
+      openEnd: true,
+      tailKeys: 0,
+      expiredAtMs: 0,
+    },
+    {
+      fragment: 3,
+      afterKey: Buffer.from('a'),
+      lastKey: Buffer.from('zz'),
+      rangeCount: 16,
+      openEnd: false,
+      tailKeys: 2048,
+    },
   ];
   const asBuffers = (r: PoolSpanRequest) => ({
     ...r,

@@ -5,14 +5,20 @@
 // whose peer record wins. The requester keeps the size of the peer's copy its pages say.
 
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { Keyspace } from '../../src/core/keyspace.js';
-import { RECONCILE_PAGE_ITEMS_MAX } from '../../src/core/limits.js';
+import {
+  RECONCILE_PAGE_BYTES_MAX,
+  RECONCILE_PAGE_ITEMS_MAX,
+  RECONCILE_PAGE_RECORDS_MAX,
+} from '../../src/core/limits.js';
 import {
   type DataPage,
   DIGEST_RANGE_KEYS,
   describePage,
+  digestOf,
   type KeyRecord,
   type PageRequest,
   ReconcileResponder,
@@ -20,9 +26,10 @@ import {
   type RecordCheck,
   type RoundStep,
   type SourceSize,
+  type SummaryPage,
   type VersionReader,
 } from '../../src/core/reconciler.js';
-import { ApplyOutcome, encodeRecord, mergeOutcome } from '../../src/core/record.js';
+import { ApplyOutcome, encodeRecord, mergeOutcome, stampOf } from '../../src/core/record.js';
 import { type PageReader, readSpan, spanQueryOf } from '../../src/workers/reconcile-span.js';
 
 const NODE_A = Buffer.from('a');
@@ -79,20 +86,30 @@ const check = (nowMs = 1_000_000): RecordCheck => ({
   maxClockSkewMs: 300_000,
 });
 
+interface PullOptions {
+  /** The round's horizon (0: none). */
+  horizonMs?: number;
+  /** Gets the keys (latin1) the round fetched or took as records. */
+  fetched?: Set<string>;
+  /** Called after each span the responder reads. */
+  onSpanRead?: () => void;
+  /** Records the requester takes in place of summaries: 0 (the default here) as older versions ask. */
+  recordsMax?: number;
+  /** Called with each page the responder answers. */
+  onPage?: (page: SummaryPage) => void;
+}
+
 /**
- * One whole round of `local` pulling from `remote`: messages, summaries listed, keys repaired; the
- * keys it asked for (latin1) are added to `fetched` when given.
+ * One whole round of `local` pulling from `remote`: messages, summaries listed, keys repaired.
  */
 async function pull(
   local: Replica,
   remote: Replica,
-  horizonMs = 0,
-  fetched?: Set<string>,
-  onSpanRead?: () => void,
+  { horizonMs = 0, fetched, onSpanRead, recordsMax = 0, onPage }: PullOptions = {},
 ): Promise<{ messages: number; repaired: number; summaries: number }> {
   const responder = new ReconcileResponder();
   responder.onSessionStart(7);
-  const round = new ReconcileRound(7, 1, horizonMs);
+  const round = new ReconcileRound(7, 1, horizonMs, recordsMax);
   let step: RoundStep | undefined = round.start();
   let messages = 0;
   let summaries = 0;
@@ -109,6 +126,7 @@ async function pull(
         afterKey: step.afterKey,
         ...describePage(mine.slice(0, step.keys), mine.length <= step.keys, round.horizonMs),
         horizonMs: round.horizonMs,
+        recordsMax: round.recordsMax,
       };
       const serve = responder.onRequest(q);
       assert.equal(serve.kind, 'read-page');
@@ -118,9 +136,14 @@ async function pull(
         spanQueryOf(q),
       );
       onSpanRead?.();
-      const page = responder.pageRead(q, span.entries, span.truncated)!;
+      const page = responder.pageRead(q, span.entries, span.truncated, remote)!;
+      onPage?.(page);
       summaries += page.summaries.length;
-      step = round.onSummaries(page, local);
+      step = round.onSummaries(page, local, check());
+    } else if (step.kind === 'merge') {
+      for (const e of step.entries) fetched?.add(Buffer.from(e.key).toString('latin1'));
+      local.merge(step.entries);
+      step = step.next;
     } else if (step.kind === 'fetch') {
       for (const key of step.keys) fetched?.add(key.toString('latin1'));
       const pages = responder.onFetch(
@@ -146,6 +169,31 @@ async function pull(
   return { messages, repaired: round.repaired, summaries };
 }
 
+/** A round's first page request from a requester holding no keys, of round 1 of `sessionId`. */
+const first = (sessionId: number, recordsMax = 0): PageRequest => ({
+  sessionId,
+  roundId: 1,
+  pageSeq: 0,
+  afterKey: Buffer.alloc(0),
+  ranges: [],
+  openEnd: true,
+  horizonMs: 0,
+  recordsMax,
+});
+
+/** A round of `copy` pulling from `source`, taking records as this version does; the copy then holds the source's. */
+async function pullWithRecords(copy: Replica, source: Replica) {
+  const pages: SummaryPage[] = [];
+  const fetched = new Set<string>();
+  const result = await pull(copy, source, {
+    recordsMax: RECONCILE_PAGE_RECORDS_MAX,
+    fetched,
+    onPage: (p) => pages.push(p),
+  });
+  assert.deepEqual(copy.values(), source.values());
+  return { result, pages, fetched };
+}
+
 /** Two replicas holding the same `count` keys k0000… at one version. */
 function twins(count: number): [Replica, Replica] {
   const a = new Replica();
@@ -157,6 +205,60 @@ function twins(count: number): [Replica, Replica] {
   }
   return [a, b];
 }
+
+describe('range digests', () => {
+  test('a digest is the first 8 bytes of SHA-256 over each key and stamp, length-prefixed, as the wire says', () => {
+    const entries: KeyRecord[] = [
+      { key: Buffer.from(''), record: encodeRecord(false, 5, 0, 0, NODE_A, Buffer.from('value')) },
+      { key: Buffer.from('k1'), record: encodeRecord(true, 7, 1, 0, NODE_B, Buffer.alloc(0)) },
+      { key: Buffer.alloc(300, 7), record: encodeRecord(false, 9, 0, 1234, NODE_C, Buffer.alloc(5000, 1)) },
+      { key: Buffer.from('late'), record: encodeRecord(false, 500, 0, 0, NODE_A, Buffer.from('v')) },
+    ];
+    // The reference: each key and stamp fed to the hash in turn (how every version computes it).
+    const reference = (upTo: number, horizonMs: number) => {
+      const hash = createHash('sha256');
+      for (const e of entries.slice(0, upTo)) {
+        if (horizonMs > 0 && e === entries[3]) continue;
+        const stamp = stampOf(e.record);
+        const lengths = Buffer.alloc(3);
+        lengths.writeUInt16LE(e.key.length, 0);
+        lengths[2] = stamp.length;
+        hash.update(lengths).update(e.key).update(stamp);
+      }
+      return hash.digest().subarray(0, 8);
+    };
+    assert.deepEqual(digestOf(entries, 0, 4), reference(4, 0));
+    assert.deepEqual(digestOf(entries, 0, 4, 100), reference(4, 100), 'the late write left out');
+    assert.deepEqual(digestOf(entries, 0, 0), reference(0, 0));
+    // Larger than the scratch it starts with, then a small one after it.
+    const many = Array.from({ length: 16 }, (_, i) => ({
+      key: Buffer.alloc(1000, i),
+      record: entries[0].record,
+    }));
+    const hash = createHash('sha256');
+    for (const e of many) {
+      const stamp = stampOf(e.record);
+      hash
+        .update(Buffer.from([e.key.length & 0xff, e.key.length >> 8, stamp.length]))
+        .update(e.key)
+        .update(stamp);
+    }
+    assert.deepEqual(digestOf(many, 0, 16), hash.digest().subarray(0, 8));
+    assert.deepEqual(
+      digestOf(entries, 1, 2),
+      (() => {
+        const h = createHash('sha256');
+        const stamp = stampOf(entries[1].record);
+        return h
+          .update(Buffer.from([2, 0, stamp.length]))
+          .update('k1')
+          .update(stamp)
+          .digest()
+          .subarray(0, 8);
+      })(),
+    );
+  });
+});
 
 describe('anti-entropy rounds', () => {
   test('two diverged replicas converge to the LWW winner, tombstones included, in both directions', async () => {
@@ -221,6 +323,75 @@ describe('anti-entropy rounds', () => {
     assert.deepEqual(a.values(), b.values());
   });
 
+  test('a copy into an empty replica takes records in its pages: no fetch, a page per 2 048 keys', async () => {
+    const copy = new Replica();
+    const source = new Replica();
+    for (let i = 0; i < 5000; i++) source.put(`k${String(i).padStart(5, '0')}`, 1, NODE_B, 'v');
+    const { result, pages } = await pullWithRecords(copy, source);
+    assert.equal(result.repaired, 5000);
+    assert.equal(result.summaries, 0, 'nothing to fetch: the copy lacks every key past its last');
+    assert.deepEqual(
+      pages.map((p) => p.records.length),
+      [2048, 2048, 904],
+    );
+    // Three pages, each asked for and merged, and the end: no fetch.
+    assert.equal(result.messages, 3 * 2 + 1);
+    // The same copy taking no records (a requester of an older version): a page and a fetch per 256.
+    const old = await pull(new Replica(), source);
+    assert.equal(old.repaired, 5000);
+    assert.equal(old.messages, Math.ceil(5000 / RECONCILE_PAGE_ITEMS_MAX) * 2 + 1);
+  });
+
+  test('records are cut at about a MiB; a record larger than that goes alone', async () => {
+    const copy = new Replica();
+    const source = new Replica();
+    for (let i = 0; i < 600; i++) source.put(`k${String(i).padStart(3, '0')}`, 1, NODE_B, 'x'.repeat(4000));
+    source.put('k600', 1, NODE_B, 'y'.repeat(RECONCILE_PAGE_BYTES_MAX + 10));
+    source.put('k601', 1, NODE_B, 'z');
+    const { pages } = await pullWithRecords(copy, source);
+    const bytesOf = (p: SummaryPage) => p.records.reduce((n, r) => n + r.key.length + r.record.length, 0);
+    for (const p of pages.slice(0, -1)) {
+      assert.ok(bytesOf(p) <= RECONCILE_PAGE_BYTES_MAX || p.records.length === 1, `${bytesOf(p)} bytes`);
+    }
+    assert.ok(pages.length >= 4, `${pages.length} pages`);
+    assert.ok(
+      pages.some((p) => p.records.length === 1 && bytesOf(p) > RECONCILE_PAGE_BYTES_MAX),
+      'the large record in a page of its own',
+    );
+  });
+
+  test('a requester that holds some keys gets summaries for its ranges and records past its last key', async () => {
+    const copy = new Replica();
+    const source = new Replica();
+    for (let i = 0; i < 1000; i++) source.put(`k${String(i).padStart(4, '0')}`, 2, NODE_B, 'v');
+    // Older versions of a few keys up to k0300: everything after is past its last key.
+    for (let i = 0; i <= 300; i += 100) copy.put(`k${String(i).padStart(4, '0')}`, 1, NODE_A, 'old');
+    const { result, pages, fetched } = await pullWithRecords(copy, source);
+    assert.equal(result.repaired, 1000);
+    assert.equal(fetched.size, 1000);
+    const records = pages.reduce((n, p) => n + p.records.length, 0);
+    assert.equal(records, 1000 - 301, 'the keys past k0300 came as records');
+    assert.equal(result.summaries, 301, 'the keys within its ranges were listed and fetched');
+  });
+
+  test('a key gone between the span and the page is left out of its records', async () => {
+    const source = new Replica();
+    for (let i = 0; i < 10; i++) source.put(`k${i}`, 1, NODE_B, 'v');
+    const r = new ReconcileResponder();
+    r.onSessionStart(1);
+    const q = first(1, RECONCILE_PAGE_RECORDS_MAX);
+    r.onRequest(q);
+    const span = source.page(undefined, 300);
+    source.data.delete('k3');
+    const page = r.pageRead(q, span, false, source)!;
+    assert.deepEqual(
+      page.records.map((e) => Buffer.from(e.key).toString()),
+      ['k0', 'k1', 'k2', 'k4', 'k5', 'k6', 'k7', 'k8', 'k9'],
+    );
+    assert.equal(page.summaries.length, 0);
+    assert.equal(page.done, true);
+  });
+
   test("a responder reads about the keys a page needs: a copy's page and one more, an agreeing page's keys and one more", async () => {
     const copy = new Replica();
     const full = new Replica();
@@ -272,10 +443,11 @@ describe('anti-entropy rounds', () => {
       pageKeys += page.length;
       return page;
     };
-    const { repaired } = await pull(copy, source, 0, undefined, () => {
+    const onSpanRead = () => {
       perPage.push(pageKeys);
       pageKeys = 0;
-    });
+    };
+    const { repaired } = await pull(copy, source, { onSpanRead });
     assert.equal(repaired, 4000 - held);
     assert.deepEqual(copy.values(), source.values());
     // Each page reads its ranges' keys up to a page more than the copy described (after the first
@@ -304,7 +476,7 @@ describe('anti-entropy rounds', () => {
     for (let i = 0; i < 600; i += 3) b.put(`k${String(i).padStart(4, '0')}`, 500, NODE_B, 'in flight');
     for (let i = 0; i < 100; i++) b.put(`new${String(i).padStart(3, '0')}`, 500, NODE_B, 'in flight');
     for (let i = 1; i < 600; i += 7) a.put(`k${String(i).padStart(4, '0')}`, 501, NODE_A, 'local, in flight');
-    const result = await pull(a, b, 200);
+    const result = await pull(a, b, { horizonMs: 200 });
     assert.equal(result.repaired, 1, 'only the difference older than the round');
     assert.equal(a.values().k0100, 'older-than-the-round');
     assert.equal(a.values().new000, undefined, 'left to replication');
@@ -319,7 +491,7 @@ describe('anti-entropy rounds', () => {
     const [a, b] = twins(600);
     for (let i = 0; i < 600; i += 2) b.put(`k${String(i).padStart(4, '0')}x`, 500, NODE_B, 'in flight');
     // Two pages: 256 keys, then the other 344 (a page doubles after one that listed nothing).
-    assert.deepEqual(await pull(a, b, 200), { messages: 3, repaired: 0, summaries: 0 });
+    assert.deepEqual(await pull(a, b, { horizonMs: 200 }), { messages: 3, repaired: 0, summaries: 0 });
     assert.ok((await pull(a, b)).summaries >= 300, 'without a horizon every range differs');
   });
 
@@ -332,7 +504,7 @@ describe('anti-entropy rounds', () => {
     b.put('z', 150, NODE_B, 'older-than-the-round');
     // More keys than one responder span between two of the requester's keys, all in flight.
     for (let i = 0; i < 5000; i++) b.put(`m${String(i).padStart(5, '0')}`, 500, NODE_B, 'in flight');
-    const result = await pull(a, b, 200);
+    const result = await pull(a, b, { horizonMs: 200 });
     assert.equal(a.values().z, 'older-than-the-round');
     assert.equal(result.repaired, 1);
   });
@@ -380,13 +552,17 @@ function replicasOf(cases: ReadonlyArray<{ key: string; a?: Version; b?: Version
   return [a, b];
 }
 
+/** Records a requester takes: none (as older versions), a few (pages cut by them), or this version's. */
+const recordsMaxArb = fc.constantFrom(0, 3, RECONCILE_PAGE_RECORDS_MAX);
+
 describe('anti-entropy against a set difference (spec §6)', () => {
-  test('fast-check: a round fetches exactly the keys whose peer record wins, and merges nothing else', async () => {
+  test('fast-check: a round pulls exactly the keys whose peer record wins, and merges nothing else', async () => {
     await fc.assert(
       fc.asyncProperty(
         replicasArb,
         fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 40 })),
-        async (cases, horizonMs) => {
+        recordsMaxArb,
+        async (cases, horizonMs, recordsMax) => {
           const [a, b] = replicasOf(cases);
           const before = new Map(a.data);
           // The peer's versions not past the horizon that are newer than the requester's (or new to it).
@@ -396,7 +572,7 @@ describe('anti-entropy against a set difference (spec §6)', () => {
             if (newer(c.b, c.a)) wins.add(c.key);
           }
           const fetched = new Set<string>();
-          const { repaired } = await pull(a, b, horizonMs, fetched);
+          const { repaired } = await pull(a, b, { horizonMs, fetched, recordsMax });
           assert.deepEqual([...fetched].sort(), [...wins].sort());
           assert.equal(repaired, wins.size);
           for (const c of cases) {
@@ -410,15 +586,15 @@ describe('anti-entropy against a set difference (spec §6)', () => {
 
   test('fast-check: a round each way leaves both replicas with the LWW winner of every key', async () => {
     await fc.assert(
-      fc.asyncProperty(replicasArb, async (cases) => {
+      fc.asyncProperty(replicasArb, recordsMaxArb, async (cases, recordsMax) => {
         const [a, b] = replicasOf(cases);
         const winners = new Replica();
         for (const c of cases) {
           const winner = c.a !== undefined && !(c.b !== undefined && newer(c.b, c.a)) ? c.a : c.b;
           if (winner !== undefined) putVersion(winners, c.key, winner);
         }
-        await pull(a, b);
-        await pull(b, a);
+        await pull(a, b, { recordsMax });
+        await pull(b, a, { recordsMax });
         assert.deepEqual(a.data, winners.data);
         assert.deepEqual(b.data, winners.data);
       }),
@@ -430,15 +606,6 @@ describe('anti-entropy against a set difference (spec §6)', () => {
 describe('the responder refuses', () => {
   const remote = new Replica();
   for (let i = 0; i < 300; i++) remote.put(`k${String(i).padStart(3, '0')}`, 1, NODE_B, 'v');
-  const first = (sessionId: number): PageRequest => ({
-    sessionId,
-    roundId: 1,
-    pageSeq: 0,
-    afterKey: Buffer.alloc(0),
-    ranges: [],
-    openEnd: true,
-    horizonMs: 0,
-  });
 
   test('stale sessions (ignored), a first page with a cursor, and a page out of order', () => {
     const r = new ReconcileResponder();
@@ -448,7 +615,7 @@ describe('the responder refuses', () => {
     assert.equal(r.onRequest({ ...first(5), afterKey: Buffer.from('x') }).kind, 'violation');
     const q = first(5);
     assert.equal(r.onRequest(q).kind, 'read-page');
-    const page = r.pageRead(q, remote.page(undefined, 300), true)!;
+    const page = r.pageRead(q, remote.page(undefined, 300), true, remote)!;
     assert.equal(page.summaries.length, RECONCILE_PAGE_ITEMS_MAX, 'an open page lists up to a page of keys');
     const next = { ...first(5), pageSeq: 1, afterKey: page.nextAfterKey };
     assert.equal(r.onRequest({ ...next, pageSeq: 2 }).kind, 'violation');
@@ -466,7 +633,7 @@ describe('the responder refuses', () => {
     r.onSessionStart(5);
     const q = first(5);
     r.onRequest(q);
-    r.pageRead(q, remote.page(undefined, 300), true);
+    r.pageRead(q, remote.page(undefined, 300), true, remote);
     const fetch = (keys: string[]) =>
       r.onFetch({ sessionId: 5, roundId: 1, chunkSeq: 1, keys: keys.map((k) => Buffer.from(k)) }, remote);
     assert.equal((fetch(['k299']) as { kind: string }).kind, 'violation', 'k299 is on the next page');
@@ -485,7 +652,7 @@ describe('the responder refuses', () => {
     r.onSessionStart(1);
     const q = first(1);
     r.onRequest(q);
-    r.pageRead(q, big.page(undefined, 300), false);
+    r.pageRead(q, big.page(undefined, 300), false, big);
     const keys = [0, 1, 2, 3, 4].map((i) => Buffer.from(`big${i}`));
     const pages = r.onFetch({ sessionId: 1, roundId: 1, chunkSeq: 1, keys }, big) as DataPage[];
     assert.deepEqual(
@@ -508,35 +675,63 @@ describe('the requester refuses', () => {
     done: false,
     nextAfterKey: Buffer.from(keys[keys.length - 1] ?? 'z'),
     summaries: keys.map((k) => ({ key: Buffer.from(k), stamp: s })),
+    records: [] as KeyRecord[],
   });
 
   test('a page out of order, summaries out of key order, a malformed stamp, data without a fetch', () => {
     const round = new ReconcileRound(3, 4);
     const local = new Replica();
     round.start();
-    assert.equal(round.onSummaries({ ...page(0, []), sessionId: 2 }, local).kind, 'ignore');
-    assert.equal(round.onSummaries(page(1, ['a']), local).kind, 'violation');
-    assert.equal(new ReconcileRound(3, 4).onSummaries(page(0, ['b', 'a']), local).kind, 'violation');
+    assert.equal(round.onSummaries({ ...page(0, []), sessionId: 2 }, local, check()).kind, 'ignore');
+    assert.equal(round.onSummaries(page(1, ['a']), local, check()).kind, 'violation');
+    assert.equal(new ReconcileRound(3, 4).onSummaries(page(0, ['b', 'a']), local, check()).kind, 'violation');
     assert.equal(
-      new ReconcileRound(3, 4).onSummaries(page(0, ['a'], Buffer.alloc(3)), local).kind,
+      new ReconcileRound(3, 4).onSummaries(page(0, ['a'], Buffer.alloc(3)), local, check()).kind,
       'violation',
     );
     const data = { sessionId: 3, roundId: 4, chunkSeq: 1, entries: [], done: true };
     assert.equal(new ReconcileRound(3, 4).onData(data, check()).kind, 'violation');
   });
 
+  test('more records than it takes, records out of order or before a summary, records of another fragment', () => {
+    const record = encodeRecord(false, 1, 0, 0, NODE_B, Buffer.from('v'));
+    const withRecords = (keys: string[], summaries: string[] = []) => ({
+      ...page(0, summaries),
+      nextAfterKey: Buffer.from(keys.at(-1) ?? 'z'),
+      records: keys.map((k) => ({ key: Buffer.from(k), record })),
+    });
+    const local = new Replica();
+    const ok = new ReconcileRound(3, 4, 0, 2).onSummaries(withRecords(['a', 'b']), local, check());
+    assert.equal(ok.kind, 'merge');
+    const more = new ReconcileRound(3, 4, 0, 2).onSummaries(withRecords(['a', 'b', 'c']), local, check());
+    assert.equal(more.kind, 'violation');
+    assert.equal(
+      new ReconcileRound(3, 4, 0, 0).onSummaries(withRecords(['a']), local, check()).kind,
+      'violation',
+    );
+    const order = new ReconcileRound(3, 4).onSummaries(withRecords(['b', 'a']), local, check());
+    assert.equal(order.kind, 'violation');
+    const before = new ReconcileRound(3, 4).onSummaries(withRecords(['a'], ['m']), local, check());
+    assert.equal(before.kind, 'violation');
+    const elsewhere = new ReconcileRound(3, 4).onSummaries(withRecords(['a']), local, {
+      ...check(),
+      fragmentOf: () => 1,
+    });
+    assert.equal(elsewhere.kind, 'violation');
+  });
+
   test('a page that does not advance', () => {
     const round = new ReconcileRound(3, 4);
-    assert.equal(round.onSummaries(page(0, []), new Replica()).kind, 'request-page');
+    assert.equal(round.onSummaries(page(0, []), new Replica(), check()).kind, 'request-page');
     assert.equal(
-      round.onSummaries({ ...page(1, []), nextAfterKey: Buffer.from('z') }, new Replica()).kind,
+      round.onSummaries({ ...page(1, []), nextAfterKey: Buffer.from('z') }, new Replica(), check()).kind,
       'violation',
     );
   });
 
   test('records from the future, or of another fragment', () => {
     const round = new ReconcileRound(3, 4);
-    const fetch = round.onSummaries({ ...page(0, ['k']), done: true }, new Replica());
+    const fetch = round.onSummaries({ ...page(0, ['k']), done: true }, new Replica(), check());
     assert.equal(fetch.kind, 'fetch');
     const future = encodeRecord(false, 1_000_000 + 600_000, 0, 0, NODE_B, Buffer.from('v'));
     const step = round.onData(
@@ -552,7 +747,7 @@ describe('the requester refuses', () => {
     assert.equal(step.kind, 'violation');
     assert.match((step as { reason: string }).reason, /ahead of this node's clock/);
     const round2 = new ReconcileRound(3, 4);
-    round2.onSummaries({ ...page(0, ['k']), done: true }, new Replica());
+    round2.onSummaries({ ...page(0, ['k']), done: true }, new Replica(), check());
     const wrong = round2.onData(
       {
         sessionId: 3,
@@ -576,6 +771,7 @@ describe("the size of the peer's copy (SourceSize)", () => {
     nextAfterKey: Buffer.from(after),
     summaries: [],
     sourceSize,
+    records: [],
   });
 
   test('the requester keeps what the latest page of its round said; a page that says nothing keeps it', () => {
@@ -583,24 +779,24 @@ describe("the size of the peer's copy (SourceSize)", () => {
     round.start();
     assert.equal(round.sourceSize, undefined, 'nothing said yet');
     assert.equal(
-      round.onSummaries(page(0, 'b', { keys: 10, bytes: 1_000 }), new Replica()).kind,
+      round.onSummaries(page(0, 'b', { keys: 10, bytes: 1_000 }), new Replica(), check()).kind,
       'request-page',
     );
     assert.deepEqual(round.sourceSize, { keys: 10, bytes: 1_000 });
     // Decoded from a peer that did not say: null.
-    assert.equal(round.onSummaries(page(1, 'c', null), new Replica()).kind, 'request-page');
+    assert.equal(round.onSummaries(page(1, 'c', null), new Replica(), check()).kind, 'request-page');
     assert.deepEqual(round.sourceSize, { keys: 10, bytes: 1_000 });
     // A page of another round is stale: what it says is not heard.
     const stale = { ...page(2, 'd', { keys: 99, bytes: 9_900 }), roundId: 5 };
-    assert.equal(round.onSummaries(stale, new Replica()).kind, 'ignore');
+    assert.equal(round.onSummaries(stale, new Replica(), check()).kind, 'ignore');
     assert.deepEqual(round.sourceSize, { keys: 10, bytes: 1_000 });
     // The copy grew since: the newer size replaces it; an empty copy is a size too.
     assert.equal(
-      round.onSummaries(page(2, 'd', { keys: 12, bytes: 1_300 }), new Replica()).kind,
+      round.onSummaries(page(2, 'd', { keys: 12, bytes: 1_300 }), new Replica(), check()).kind,
       'request-page',
     );
     assert.deepEqual(round.sourceSize, { keys: 12, bytes: 1_300 });
-    round.onSummaries(page(3, 'e', { keys: 0, bytes: 0 }), new Replica());
+    round.onSummaries(page(3, 'e', { keys: 0, bytes: 0 }), new Replica(), check());
     assert.deepEqual(round.sourceSize, { keys: 0, bytes: 0 });
   });
 
@@ -613,8 +809,8 @@ describe("the size of the peer's copy (SourceSize)", () => {
       { keys: 2 ** 53, bytes: 10 },
     ]) {
       const round = new ReconcileRound(3, 4);
-      round.onSummaries(page(0, 'b', { keys: 1, bytes: 10 }), new Replica());
-      const step = round.onSummaries(page(1, 'c', bad), new Replica());
+      round.onSummaries(page(0, 'b', { keys: 1, bytes: 10 }), new Replica(), check());
+      const step = round.onSummaries(page(1, 'c', bad), new Replica(), check());
       assert.equal(step.kind, 'violation', JSON.stringify(bad));
       assert.deepEqual(round.sourceSize, { keys: 1, bytes: 10 });
     }

@@ -20,6 +20,7 @@ import {
   FLUSH_INTERVAL_MS_DEFAULT,
   MOVE_RATE_BURST_MS,
   QUEUE_OPS_MAX_DEFAULT,
+  RECONCILE_PAGE_BYTES_MAX,
   RECONCILE_PAGE_ITEMS_MAX,
 } from '../../src/core/limits.js';
 import { Durability, OpKind, Priority, REPLY_NAMES, Reply } from '../../src/core/ops.js';
@@ -70,7 +71,8 @@ function describeFrame(bytes: Uint8Array): string {
   }
   if (e.reconcileResponse) {
     const p = e.reconcileResponse;
-    return `f${p.fragment} summaries s=${p.sessionId} r=${p.roundId} page=${p.pageSeq} [${keys(p.summaries)}]${p.done ? ' done' : ''}`;
+    const records = p.records.length > 0 ? ` records [${keys(p.records)}]` : '';
+    return `f${p.fragment} summaries s=${p.sessionId} r=${p.roundId} page=${p.pageSeq} [${keys(p.summaries)}]${records}${p.done ? ' done' : ''}`;
   }
   if (e.reconcileFetch) {
     const f = e.reconcileFetch;
@@ -351,6 +353,7 @@ function emptyLastPage(sessionId: number, roundId: number): Envelope {
       summaries: [],
       done: true,
       nextAfterKey: Buffer.alloc(0),
+      records: [],
     },
   };
 }
@@ -638,6 +641,7 @@ test('§6: an anti-entropy page out of order closes the connection to its peer',
       ranges: [],
       openEnd: true,
       horizonMs: START_MS,
+      recordsMax: 0,
     },
   });
   assert.deepEqual(await h.frames(), ['n1 closed: unexpected anti-entropy continuation']);
@@ -705,13 +709,14 @@ test('§6: a round pulls the records the peer holds newer, and the next one star
     'b→f0 session-start s=1',
     'b→f0 request s=1 r=2 page=0',
     // Each lists the keys of the ranges whose digests differ…
+    // (and sends whole the records past the requester's last key, which it lacks for certain)…
     'a→f0 summaries s=1 r=2 page=0 [both only-a] done',
-    'b→f0 summaries s=1 r=2 page=0 [both only-b] done',
+    'b→f0 summaries s=1 r=2 page=0 [both] records [only-b] done',
     // …and each fetches those the other holds newer.
-    'a→f0 fetch s=1 r=2 [both only-b]',
+    'a→f0 fetch s=1 r=2 [both]',
     'b→f0 fetch s=1 r=2 [only-a]',
     'a→f0 data s=1 r=2 [only-a] done',
-    'b→f0 data s=1 r=2 [both only-b] done',
+    'b→f0 data s=1 r=2 [both] done',
   ]);
   const doneAtMs = a.nowMs;
   a.advance(FLUSH_INTERVAL_MS_DEFAULT);
@@ -745,29 +750,40 @@ test('§6: a round pulls the records the peer holds newer, and the next one star
   assert.deepEqual(await a.frames(), ['n1 f0 request s=1 r=3 page=0']);
 });
 
-test('§6 --move-rate: each fetch waits off the bytes pulled before it, and the round lives through the wait', async () => {
-  // 16 KiB/s: the first fetch's ~260 KB take longer to wait off than the sender's round timeout.
-  const rateBytesPerSec = 16 * 1024;
+/**
+ * a pulls 600 keys of `valueBytes` that b holds newer (a holding older `aHolds`) under --move-rate
+ * `rateBytesPerSec`, both clocks moving on to a's timer while a step is held. Checks what holds for
+ * any such round: one round, never abandoned while it waited; b's size in every report; every byte
+ * pulled; and a pace the rate sets. Returns the reports' (round, keys pulled) and the frames.
+ */
+async function pullUnderMoveRate(
+  rateBytesPerSec: number,
+  valueBytes: number,
+  aHolds: readonly string[],
+): Promise<{ progress: Array<[number, number]>; lines: string[] }> {
   const burstBytes = (rateBytesPerSec * MOVE_RATE_BURST_MS) / 1000;
-  assert.ok((256 * 1000) / rateBytesPerSec > SENDER_CONFIG_DEFAULTS.reconcileTimeoutMs / 1000);
   const a = new Harness({ pullBytesPerSec: rateBytesPerSec });
   const b = new Harness({ self: 1 });
-  // b holds 600 keys a lacks: three summary pages (256, 256, 88 keys), a fetch each.
   const held: Array<[Buffer, Buffer]> = [];
   for (let i = 0; i < 600; i++)
-    held.push([Buffer.from(`k${String(i).padStart(3, '0')}`), recordAt(START_MS - 10, 'x'.repeat(1000))]);
+    held.push([
+      Buffer.from(`k${String(i).padStart(3, '0')}`),
+      recordAt(START_MS - 10, 'x'.repeat(valueBytes)),
+    ]);
   b.stores[0].commit(held, START_MS - 10);
+  for (const key of aHolds)
+    a.stores[0].commit([[Buffer.from(key), recordAt(START_MS - 20, 'old')]], START_MS - 20);
   const heldBytes = held.reduce((sum, [key, record]) => sum + key.length + record.length, 0);
 
   a.peers(true, 1);
   b.peers(true, 0);
   const startMs = a.nowMs;
   const ended: string[] = [];
+  const lines: string[] = [];
   while (ended.length === 0) {
-    await exchange(a, b);
+    lines.push(...(await exchange(a, b)));
     ended.push(...a.roundLines());
     if (ended.length > 0) break;
-    // A fetch is held: both clocks move on to a's timer.
     const stepMs = a.clock.timerAtMs - a.nowMs;
     assert.ok(
       stepMs > 0 && stepMs <= SENDER_CONFIG_DEFAULTS.reconcileTimeoutMs,
@@ -778,27 +794,57 @@ test('§6 --move-rate: each fetch waits off the bytes pulled before it, and the 
   }
   const elapsedMs = a.nowMs - startMs;
   assert.deepEqual(ended, ['n1 f0 round #1 ok pulled=600'], 'one round, never abandoned while it waited');
-  // A report when b's first page said its size (nothing pulled yet), then one after each page
-  // merged, its round's counts so far; each with b's copy as it said (exact: the sim's store).
-  assert.deepEqual(
-    a.progressReports.map((r) => [r.roundSeq, r.keysPulled]),
-    [
-      [1, 0],
-      [1, 256],
-      [1, 512],
-      [1, 600],
-    ],
-  );
+  // Each report with b's copy as it said (exact: the sim's store).
   for (const r of a.progressReports) assert.deepEqual(r.sourceSize, { keys: 600, bytes: heldBytes });
   assert.equal(a.progressReports.at(-1)!.bytesPulled, heldBytes);
-  // The bytes before the last fetch were waited off (less the burst saved up); the last page's are
+  // The bytes before the last step were waited off (less the burst saved up); the last one's are
   // owed by whatever pulls next.
   const waitedBytes = a.progressReports.at(-2)!.bytesPulled - burstBytes;
   const leastMs = (waitedBytes * 1000) / rateBytesPerSec;
   assert.ok(elapsedMs >= leastMs, `${elapsedMs} ms for ${waitedBytes} bytes at ${rateBytesPerSec} B/s`);
   assert.ok(elapsedMs <= leastMs + 50, `${elapsedMs} ms: no longer than the rate needs (${leastMs} ms)`);
   a.advance(FLUSH_INTERVAL_MS_DEFAULT);
-  assert.equal(a.stored('k599'), `value@${START_MS - 10}.0/n9 "${'x'.repeat(1000)}"`);
+  assert.equal(a.stored('k599'), `value@${START_MS - 10}.0/n9 "${'x'.repeat(valueBytes)}"`);
+  return { progress: a.progressReports.map((r) => [r.roundSeq, r.keysPulled]), lines };
+}
+
+test('§6 --move-rate: each fetch waits off the bytes pulled before it, and the round lives through the wait', async () => {
+  // 16 KiB/s: the first fetch's ~260 KB take longer to wait off than the sender's round timeout.
+  const rateBytesPerSec = 16 * 1024;
+  assert.ok((256 * 1000) / rateBytesPerSec > SENDER_CONFIG_DEFAULTS.reconcileTimeoutMs / 1000);
+  // a holds the first and the last key, older, so every key falls inside its ranges: three summary
+  // pages (256, 256, 88 keys), a fetch each.
+  const { progress, lines } = await pullUnderMoveRate(rateBytesPerSec, 1000, ['k000', 'k599']);
+  // A report when b's first page said its size (nothing pulled yet), then one after each fetch
+  // merged, its round's counts so far.
+  assert.deepEqual(progress, [
+    [1, 0],
+    [1, 256],
+    [1, 512],
+    [1, 600],
+  ]);
+  assert.equal(lines.filter((l) => l.includes(' fetch ')).length, 3);
+});
+
+test('§6 --move-rate: each page of records waits off the bytes pulled before it, and the round lives through the wait', async () => {
+  // 64 KiB/s: a page of records (about RECONCILE_PAGE_BYTES_MAX) takes longer to wait off than the
+  // sender's round timeout.
+  const rateBytesPerSec = 64 * 1024;
+  assert.ok(RECONCILE_PAGE_BYTES_MAX / rateBytesPerSec > SENDER_CONFIG_DEFAULTS.reconcileTimeoutMs / 1000);
+  // a holds nothing: b's 600 keys of 4 000 bytes (2.4 MB) come as records, cut at about a MiB a page.
+  const { progress, lines } = await pullUnderMoveRate(rateBytesPerSec, 4000, []);
+  const perPage = Math.floor(
+    RECONCILE_PAGE_BYTES_MAX / ('k000'.length + recordAt(0, 'x'.repeat(4000)).length),
+  );
+  // A report when b's first page said its size (before its records merged), then one after each
+  // page merged.
+  assert.deepEqual(progress, [
+    [1, 0],
+    [1, perPage],
+    [1, 2 * perPage],
+    [1, 600],
+  ]);
+  assert.ok(!lines.some((l) => l.includes(' fetch ')), 'no fetch: the records came in the pages');
 });
 
 test('§6 --anti-entropy-rate: a routine round waits off the keys its pages compared; a session’s first round does not', async () => {
@@ -1072,6 +1118,7 @@ test('§6: the first page of a round with no horizon (a copy being verified) wai
       ranges: [],
       openEnd: true,
       horizonMs,
+      recordsMax: 0,
     },
   });
   h.receive(1, page(0, 9));
