@@ -178,6 +178,21 @@ export function describePage(
 }
 
 /**
+ * What a responder's page says, before its records are read (answerPage): keys with their stamps
+ * (records without values) to list, and to send whole; where the next page starts; whether it ends
+ * the round.
+ */
+export interface PageAnswer {
+  listed: KeyRecord[];
+  tail: KeyRecord[];
+  nextAfterKey: Uint8Array;
+  done: boolean;
+}
+
+/** The query of `answerPage` as the background pool gets it: the request without its ids. */
+export type PageQuery = Pick<PageRequest, 'afterKey' | 'ranges' | 'openEnd' | 'horizonMs'>;
+
+/**
  * The responder's answer to a page: `span` holds its keys after the request's start, in order (at
  * most RECONCILE_SPAN_KEYS_MAX; `spanTruncated` when more exist). Summaries are listed for every
  * range whose digest differs — and, with `openEnd`, for the keys past the last range — up to
@@ -186,11 +201,11 @@ export function describePage(
  * to `tail` instead, up to that many: the page sends their records.
  */
 export function answerPage(
-  q: PageRequest,
+  q: PageQuery,
   span: readonly KeyRecord[],
   spanTruncated: boolean,
   recordsMax = 0,
-): { listed: KeyRecord[]; tail: KeyRecord[]; nextAfterKey: Uint8Array; done: boolean } {
+): PageAnswer {
   const listed: KeyRecord[] = [];
   const tail: KeyRecord[] = [];
   let i = 0;
@@ -420,6 +435,12 @@ export class ReconcileResponder {
 
   onRequest(q: PageRequest): ServeStep {
     if (q.sessionId === 0 || q.roundId === 0 || q.sessionId !== this.sessionId) return { kind: 'ignore' };
+    if (q.ranges.length > RECONCILE_PAGE_ITEMS_MAX) {
+      return { kind: 'violation', reason: `anti-entropy page of ${q.ranges.length} ranges` };
+    }
+    if (q.ranges.some((r) => r.lastKey.length > KEY_BYTES_MAX || r.digest.length !== DIGEST_BYTES)) {
+      return { kind: 'violation', reason: 'malformed anti-entropy range' };
+    }
     if (q.pageSeq === 0) {
       if (q.afterKey.length > 0)
         return { kind: 'violation', reason: 'first anti-entropy page with a cursor' };
@@ -435,9 +456,6 @@ export class ReconcileResponder {
     ) {
       return { kind: 'violation', reason: 'unexpected anti-entropy continuation' };
     }
-    if (q.ranges.length > RECONCILE_PAGE_ITEMS_MAX) {
-      return { kind: 'violation', reason: `anti-entropy page of ${q.ranges.length} ranges` };
-    }
     return { kind: 'read-page', afterKey: q.afterKey };
   }
 
@@ -452,8 +470,12 @@ export class ReconcileResponder {
     spanTruncated: boolean,
     local: VersionReader,
   ): SummaryPage | undefined {
+    return this.pageAnswered(q, answerPage(q, span, spanTruncated, recordsTakenBy(q)), local);
+  }
+
+  /** `pageRead` with its answer worked out elsewhere (the background pool runs answerPage). */
+  pageAnswered(q: PageRequest, answer: PageAnswer, local: VersionReader): SummaryPage | undefined {
     if (q.sessionId !== this.sessionId || q.roundId !== this.roundId) return undefined;
-    const answer = answerPage(q, span, spanTruncated, recordsTakenBy(q));
     let { nextAfterKey, done } = answer;
     const records: KeyRecord[] = [];
     let bytes = 0;

@@ -77,7 +77,7 @@ import {
 } from '../core/limits.js';
 import { decodeKeys, decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
-import type { SourceSize } from '../core/reconciler.js';
+import { DIGEST_BYTES, type PageAnswer, type RangeDigest, type SourceSize } from '../core/reconciler.js';
 import { isWellFormedRecord, stampOf, valueOffsetOf } from '../core/record.js';
 import { AckLevel } from '../core/replication-sender.js';
 
@@ -583,7 +583,18 @@ export interface PoolSpanRequest {
   tailKeys: number;
   /** The cleaner's time: only records expired by then come back (and the page's last key). */
   expiredAtMs?: number;
+  /** What the pool works out from an anti-entropy span, in place of returning it. */
+  work?: SpanWork;
 }
+
+/**
+ * Anti-entropy's work on a span (src/core/reconciler.ts), done in the pool so that only its outcome
+ * crosses to the worker: a requester's page as range digests (`describePage`), or a responder's
+ * answer to a requester's ranges (`answerPage`: the keys to list and to send whole).
+ */
+export type SpanWork =
+  | { kind: 'describe'; horizonMs: number }
+  | { kind: 'answer'; horizonMs: number; recordsMax: number; ranges: readonly RangeDigest[] };
 
 /**
  * The span's keys with their versions (stamps: records without values), in key order, as the pool
@@ -591,19 +602,25 @@ export interface PoolSpanRequest {
  * with no work per key, and only the worker decodes them.
  */
 export interface PoolSpanResult {
+  /** Keys and stamps; a `describe` span's range digests (last key and digest); an `answer`'s keys listed, then sent whole. */
   entries: Uint8Array;
   truncated: boolean;
   /** A TTL cleaner's page: a value with a deadline was among the keys examined. */
   expiring?: boolean;
+  /** An `answer` span's outcome besides its keys. */
+  answer?: { listedCount: number; nextAfterKey: Uint8Array; done: boolean };
 }
 
 const SPAN_AFTER_KEY = 1;
 const SPAN_LAST_KEY = 2;
 const SPAN_OPEN_END = 4;
 const SPAN_EXPIRED_AT = 8;
+const SPAN_DESCRIBE = 16;
+const SPAN_ANSWER = 32;
 const SPAN_TRUNCATED = 1;
 const SPAN_FAILED = 2;
 const SPAN_EXPIRING = 4;
+const SPAN_ANSWERED = 8;
 
 export function poolSpanRequestBytes(r: PoolSpanRequest): number {
   return (
@@ -614,13 +631,24 @@ export function poolSpanRequestBytes(r: PoolSpanRequest): number {
     (r.lastKey?.length ?? 0) +
     2 +
     2 +
-    (r.expiredAtMs === undefined ? 0 : 6)
+    (r.expiredAtMs === undefined ? 0 : 6) +
+    spanWorkBytes(r.work)
   );
+}
+
+function spanWorkBytes(work: SpanWork | undefined): number {
+  if (work === undefined) return 0;
+  if (work.kind === 'describe') return 6;
+  let n = 6 + 2;
+  for (const r of work.ranges) n += 2 + r.lastKey.length + DIGEST_BYTES;
+  return n;
 }
 
 /**
  * ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys, the u16
- * range count, the u16 tail keys, then the cleaner's time (u48) when it is one of its pages.
+ * range count, the u16 tail keys, then the cleaner's time (u48) when it is one of its pages, or the
+ * work's horizon (u48) and, for an answer, the u16 records it may send and each range (u16 length
+ * and last key, then its digest).
  */
 export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r: PoolSpanRequest): void {
   buf[at + KIND_AT] = ResultKind.PoolSpan;
@@ -628,13 +656,31 @@ export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r:
     (r.afterKey !== undefined ? SPAN_AFTER_KEY : 0) |
     (r.lastKey !== undefined ? SPAN_LAST_KEY : 0) |
     (r.openEnd ? SPAN_OPEN_END : 0) |
-    (r.expiredAtMs !== undefined ? SPAN_EXPIRED_AT : 0);
+    (r.expiredAtMs !== undefined ? SPAN_EXPIRED_AT : 0) |
+    (r.work?.kind === 'describe' ? SPAN_DESCRIBE : 0) |
+    (r.work?.kind === 'answer' ? SPAN_ANSWER : 0);
   writeU16LE(buf, at + FRAGMENT_AT, r.fragment);
   writeU32LE(buf, at + ID_AT, taskId);
   const end = writeBytes16(buf, writeBytes16(buf, at + COMMON_HEADER_BYTES, r.afterKey), r.lastKey);
   writeU16LE(buf, end, r.rangeCount);
   writeU16LE(buf, end + 2, r.tailKeys);
-  if (r.expiredAtMs !== undefined) writeU48BE(buf, end + 4, r.expiredAtMs);
+  let p = end + 4;
+  if (r.expiredAtMs !== undefined) {
+    writeU48BE(buf, p, r.expiredAtMs);
+    p += 6;
+  }
+  if (r.work === undefined) return;
+  writeU48BE(buf, p, r.work.horizonMs);
+  p += 6;
+  if (r.work.kind !== 'answer') return;
+  assert(r.work.ranges.length === r.rangeCount, 'an answer carries the ranges it counts');
+  writeU16LE(buf, p, r.work.recordsMax);
+  p += 2;
+  for (const range of r.work.ranges) {
+    p = writeBytes16(buf, p, range.lastKey);
+    copyBytes(buf, p, range.digest);
+    p += DIGEST_BYTES;
+  }
 }
 
 /**
@@ -654,7 +700,25 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
     openEnd: (flags & SPAN_OPEN_END) !== 0,
     tailKeys: readU16LE(buf, countAt + 2),
   };
-  if (flags & SPAN_EXPIRED_AT) request.expiredAtMs = readU48BE(buf, countAt + 4);
+  let p = countAt + 4;
+  if (flags & SPAN_EXPIRED_AT) {
+    request.expiredAtMs = readU48BE(buf, p);
+    p += 6;
+  }
+  if (flags & SPAN_DESCRIBE) request.work = { kind: 'describe', horizonMs: readU48BE(buf, p) };
+  if (flags & SPAN_ANSWER) {
+    const horizonMs = readU48BE(buf, p);
+    const recordsMax = readU16LE(buf, p + 6);
+    p += 8;
+    const ranges: RangeDigest[] = [];
+    for (let i = 0; i < request.rangeCount; i++) {
+      const lastKey = ownBytes16(buf, p);
+      p += 2 + lastKey.length;
+      ranges.push({ lastKey, digest: new Uint8Array(buf.subarray(p, p + DIGEST_BYTES)) });
+      p += DIGEST_BYTES;
+    }
+    request.work = { kind: 'answer', horizonMs, recordsMax, ranges };
+  }
   return { taskId: readU32LE(buf, at + ID_AT), request };
 }
 
@@ -670,8 +734,38 @@ export function encodePoolSpanEntries(
   return out;
 }
 
+/** Range digests as a PoolSpanResult record carries them: each as an entry of its last key and digest. */
+export function encodePoolSpanRanges(ranges: readonly RangeDigest[]): Buffer {
+  let n = 0;
+  for (const r of ranges) n += 4 + r.lastKey.length + r.digest.length;
+  const out = Buffer.allocUnsafe(n);
+  let p = 0;
+  for (const r of ranges) p = writeBytes16(out, writeBytes16(out, p, r.lastKey), r.digest);
+  return out;
+}
+
+/** An answer's keys (listed, then sent whole) and the rest of what it says, as the worker reads them. */
+export function pageAnswerOf(span: {
+  entries: Array<{ key: Buffer; record: Buffer }>;
+  answer?: { listedCount: number; nextAfterKey: Uint8Array; done: boolean };
+}): PageAnswer | undefined {
+  const a = span.answer;
+  if (a === undefined || a.listedCount > span.entries.length) return undefined;
+  return {
+    listed: span.entries.slice(0, a.listedCount),
+    tail: span.entries.slice(a.listedCount),
+    nextAfterKey: a.nextAfterKey,
+    done: a.done,
+  };
+}
+
+/** Bytes an answer's outcome takes before its entries: u32 listed count, u8 done, the next key. */
+function answerBytes(answer: PoolSpanResult['answer']): number {
+  return answer === undefined ? 0 : 4 + 1 + 2 + answer.nextAfterKey.length;
+}
+
 export function poolSpanResultBytes(span: PoolSpanResult | undefined): number {
-  return COMMON_HEADER_BYTES + (span?.entries.length ?? 0);
+  return COMMON_HEADER_BYTES + answerBytes(span?.answer) + (span?.entries.length ?? 0);
 }
 
 /** RequestKind.PoolSpanResult (main → worker): the span, or `undefined` when the pool failed. */
@@ -685,10 +779,19 @@ export function writePoolSpanResult(
   buf[at + FLAGS_AT] =
     span === undefined
       ? SPAN_FAILED
-      : (span.truncated ? SPAN_TRUNCATED : 0) | (span.expiring === true ? SPAN_EXPIRING : 0);
+      : (span.truncated ? SPAN_TRUNCATED : 0) |
+        (span.expiring === true ? SPAN_EXPIRING : 0) |
+        (span.answer !== undefined ? SPAN_ANSWERED : 0);
   writeU16LE(buf, at + FRAGMENT_AT, 0);
   writeU32LE(buf, at + ID_AT, taskId);
-  if (span !== undefined && span.entries.length > 0) copyBytes(buf, at + COMMON_HEADER_BYTES, span.entries);
+  let p = at + COMMON_HEADER_BYTES;
+  const answer = span?.answer;
+  if (answer !== undefined) {
+    writeU32LE(buf, p, answer.listedCount);
+    buf[p + 4] = answer.done ? 1 : 0;
+    p = writeBytes16(buf, p + 5, answer.nextAfterKey);
+  }
+  if (span !== undefined && span.entries.length > 0) copyBytes(buf, p, span.entries);
 }
 
 /**
@@ -699,10 +802,24 @@ export function readPoolSpanResult(
   buf: Buffer,
   at: number,
   end: number,
-): { entries: Array<{ key: Buffer; record: Buffer }>; truncated: boolean; expiring: boolean } | undefined {
+):
+  | {
+      entries: Array<{ key: Buffer; record: Buffer }>;
+      truncated: boolean;
+      expiring: boolean;
+      answer?: { listedCount: number; nextAfterKey: Uint8Array; done: boolean };
+    }
+  | undefined {
   const flags = buf[at + FLAGS_AT];
   if ((flags & SPAN_FAILED) !== 0) return undefined;
-  const body = Buffer.from(buf.subarray(at + COMMON_HEADER_BYTES, end));
+  let from = at + COMMON_HEADER_BYTES;
+  let answer: { listedCount: number; nextAfterKey: Uint8Array; done: boolean } | undefined;
+  if ((flags & SPAN_ANSWERED) !== 0) {
+    const nextAfterKey = readBytes16(buf, from + 5);
+    answer = { listedCount: readU32LE(buf, from), done: buf[from + 4] === 1, nextAfterKey };
+    from += 5 + 2 + nextAfterKey.length;
+  }
+  const body = Buffer.from(buf.subarray(from, end));
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
   for (let p = 0; p < body.length; ) {
     const keyEnd = p + 2 + body.readUInt16LE(p);
@@ -710,7 +827,9 @@ export function readPoolSpanResult(
     entries.push({ key: body.subarray(p + 2, keyEnd), record: body.subarray(keyEnd + 2, stampEnd) });
     p = stampEnd;
   }
-  return { entries, truncated: (flags & SPAN_TRUNCATED) !== 0, expiring: (flags & SPAN_EXPIRING) !== 0 };
+  const truncated = (flags & SPAN_TRUNCATED) !== 0;
+  const expiring = (flags & SPAN_EXPIRING) !== 0;
+  return answer === undefined ? { entries, truncated, expiring } : { entries, truncated, expiring, answer };
 }
 
 function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): number {

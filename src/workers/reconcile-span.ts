@@ -5,7 +5,15 @@
 
 import { assert } from '../core/assert.js';
 import { RECONCILE_PAGE_ITEMS_MAX } from '../core/limits.js';
-import { DIGEST_RANGE_KEYS, RECONCILE_SPAN_KEYS_MAX, recordsTakenBy } from '../core/reconciler.js';
+import {
+  answerPage,
+  DIGEST_RANGE_KEYS,
+  describePage,
+  type PageAnswer,
+  type RangeDigest,
+  RECONCILE_SPAN_KEYS_MAX,
+  recordsTakenBy,
+} from '../core/reconciler.js';
 import type { StoredEntry } from '../native-bindings/kv-store.js';
 
 /** Reads a page of a fragment in key order (KvStore.page, bound to its fragment and without an end). */
@@ -129,3 +137,33 @@ export async function readSpan(
         : Math.min(SPAN_READ_KEYS, goal - entries.length + extra + 1);
   }
 }
+
+/** A requester's page read for `q`, as range digests (reconciler.ts `describePage`). */
+export async function describeSpan(
+  read: PageReader,
+  afterKey: Uint8Array | undefined,
+  q: SpanQuery,
+  horizonMs: number,
+): Promise<{ ranges: RangeDigest[]; openEnd: boolean }> {
+  const span = await readSpan(read, afterKey, q);
+  return describePage(span.entries, !span.truncated, horizonMs);
+}
+
+/** What a responder's page says over the span read for `q` (reconciler.ts `answerPage`). */
+export async function answerSpan(
+  read: PageReader,
+  afterKey: Uint8Array | undefined,
+  q: SpanQuery,
+  work: { horizonMs: number; recordsMax: number; ranges: readonly RangeDigest[] },
+): Promise<PageAnswer> {
+  const span = await readSpan(read, afterKey, q);
+  const page = {
+    afterKey: afterKey ?? NO_KEY,
+    ranges: work.ranges,
+    openEnd: q.openEnd,
+    horizonMs: work.horizonMs,
+  };
+  return answerPage(page, span.entries, span.truncated, work.recordsMax);
+}
+
+const NO_KEY = new Uint8Array(0);

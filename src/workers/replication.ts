@@ -56,11 +56,13 @@ import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
 import {
   checkRecords,
-  describePage,
+  type PageAnswer,
+  type RangeDigest,
   ReconcileResponder,
   ReconcileRound,
   type RecordCheck,
   type RoundStep,
+  recordsTakenBy,
 } from '../core/reconciler.js';
 import { wallMsOf } from '../core/record.js';
 import { type BatchAnswer, BatchReceiver } from '../core/replication-receiver.js';
@@ -84,11 +86,42 @@ import {
 } from '../core/replication-wire.js';
 import type { FragmentSize, KvStore } from '../native-bindings/kv-store.js';
 import type { ClusterInit } from '../threads/messages.js';
-import type { RoundReport } from '../threads/op-codec.js';
+import type { RoundReport, SpanWork } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
 import { fenced } from './fragment-actors.js';
-import { nextPage, readSpan, type Span, type SpanQuery, spanQueryOf } from './reconcile-span.js';
+
+import {
+  answerSpan,
+  describeSpan,
+  nextPage,
+  type PageReader,
+  type SpanQuery,
+  spanQueryOf,
+} from './reconcile-span.js';
 import { RoundLedger } from './round-ledger.js';
+
+/** A horizon the pool's request carries (u48 wall ms); a peer's other value is compared here. */
+function isPoolHorizon(horizonMs: number): boolean {
+  return Number.isSafeInteger(horizonMs) && horizonMs >= 0 && horizonMs < 2 ** 48;
+}
+
+/** Anti-entropy's pages worked out in the background pool (src/workers/pool-spans.ts). */
+export interface SpanPool {
+  /** This node's page of `fragment` that `q` asks for, as range digests (reconciler.ts `describePage`). */
+  describe(
+    fragment: number,
+    afterKey: Uint8Array | undefined,
+    q: SpanQuery,
+    horizonMs: number,
+  ): Promise<{ ranges: RangeDigest[]; openEnd: boolean }>;
+  /** This node's answer to a peer's page (reconciler.ts `answerPage`) over the span `q` asks for. */
+  answer(
+    fragment: number,
+    afterKey: Uint8Array | undefined,
+    q: SpanQuery,
+    work: SpanWork & { kind: 'answer' },
+  ): Promise<PageAnswer>;
+}
 
 /** What the driver needs from the worker runtime. */
 export interface ReplicationHost {
@@ -100,11 +133,12 @@ export interface ReplicationHost {
   /** Asks the main thread to close the connection to `member`, which broke the protocol. */
   closePeer(member: number, reason: string): void;
   /**
-   * Reads a responder's span in the background pool, so the fragment's actor keeps serving while it
-   * is compared; undefined when the store has one owner (LevelDB, memory). Rejects when the pool
-   * cannot take it.
+   * Reads anti-entropy's spans in the background pool and works out what a page says there, so the
+   * fragment's actor keeps serving while it is compared and only the outcome crosses to this thread;
+   * undefined when the store has one owner (LevelDB, memory). Its calls reject when the pool cannot
+   * take them.
    */
-  poolSpan: ((fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery) => Promise<Span>) | undefined;
+  pool: SpanPool | undefined;
   /** Anti-entropy's spans when there is no pool, and the size of a fragment a peer pulls from here. */
   readonly store: Pick<KvStore, 'page' | 'fragmentSize'>;
   readonly logger: Logger;
@@ -918,17 +952,16 @@ export class WorkerReplication {
     round: ReconcileRound,
     { pageSeq, afterKey, keys }: RoundStep & { kind: 'request-page' },
   ): Promise<void> {
-    let mine: Span;
+    const { sessionId, roundId, horizonMs, recordsMax } = round;
+    let described: { ranges: RangeDigest[]; openEnd: boolean };
     try {
-      mine = await this.readSpan(fragment, pageSeq === 0 ? undefined : afterKey, nextPage(keys));
+      described = await this.describeOwnPage(fragment, pageSeq === 0 ? undefined : afterKey, keys, horizonMs);
     } catch (err) {
       this.host.logger.warn({ fragment, err: (err as Error).message }, 'anti-entropy page failed');
       return;
     }
     if (this.rounds.get(roundKey(member, fragment)) !== round) return;
-    assert(mine.entries.length <= keys, 'a page is at most the keys it describes');
-    const { sessionId, roundId, horizonMs, recordsMax } = round;
-    const { ranges, openEnd } = describePage(mine.entries, !mine.truncated, horizonMs);
+    const { ranges, openEnd } = described;
     this.send(member, {
       reconcileRequest: {
         fragment,
@@ -945,19 +978,48 @@ export class WorkerReplication {
   }
 
   /**
-   * Reads a span of this node's keys and versions: in the background pool when the store allows a
-   * second reader (lmdb), so the fragment's actor keeps serving; here otherwise, or when the pool
-   * cannot take it.
+   * This node's next `keys` keys of `fragment` as range digests: in the background pool when the
+   * store allows a second reader (lmdb), so the fragment's actor keeps serving; here otherwise, or
+   * when the pool cannot take it.
    */
-  private async readSpan(fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery): Promise<Span> {
-    const store = this.host.store;
-    const inline = () =>
-      readSpan((start, limit) => store.page(fragment, start, undefined, limit, true), afterKey, q);
-    if (this.host.poolSpan === undefined) return inline();
-    return this.host.poolSpan(fragment, afterKey, q).catch((err: Error) => {
+  private async describeOwnPage(
+    fragment: number,
+    afterKey: Uint8Array | undefined,
+    keys: number,
+    horizonMs: number,
+  ): Promise<{ ranges: RangeDigest[]; openEnd: boolean }> {
+    const q = nextPage(keys);
+    const inline = () => describeSpan(this.storeReader(fragment), afterKey, q, horizonMs);
+    const pool = this.host.pool;
+    if (pool === undefined || !isPoolHorizon(horizonMs)) return inline();
+    return pool.describe(fragment, afterKey, q, horizonMs).catch((err: Error) => {
       this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');
       return inline();
     });
+  }
+
+  /** This node's answer to a peer's page, worked out where `describeOwnPage` says. */
+  private async answerOf(
+    fragment: number,
+    afterKey: Uint8Array | undefined,
+    q: Envelope['reconcileRequest'] & object,
+  ): Promise<PageAnswer> {
+    const span = spanQueryOf(q);
+    const recordsMax = recordsTakenBy(q);
+    const work = { kind: 'answer' as const, horizonMs: q.horizonMs, recordsMax, ranges: q.ranges };
+    const inline = () => answerSpan(this.storeReader(fragment), afterKey, span, work);
+    const pool = this.host.pool;
+    if (pool === undefined || !isPoolHorizon(q.horizonMs)) return inline();
+    return pool.answer(fragment, afterKey, span, work).catch((err: Error) => {
+      this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');
+      return inline();
+    });
+  }
+
+  /** Reads this node's keys and versions of `fragment` here. */
+  private storeReader(fragment: number): PageReader {
+    const store = this.host.store;
+    return (start, limit) => store.page(fragment, start, undefined, limit, true);
   }
 
   /** Answers a page: digests this node's keys over the requester's ranges, lists those that differ. */
@@ -967,7 +1029,7 @@ export class WorkerReplication {
     const step = responder.onRequest(q);
     if (step.kind === 'violation') return this.host.closePeer(member, step.reason);
     if (step.kind !== 'read-page') return;
-    let span: Span;
+    let answer: PageAnswer;
     let sourceSize: FragmentSize | undefined;
     try {
       // A round with no horizon verifies a copy: what this node applied before it began replicating
@@ -979,8 +1041,8 @@ export class WorkerReplication {
         await fenced((fence) => this.host.submit(core, fence), Priority.Default, Durability.Store);
       }
       // The size as of the round's start, on its first page: what the round compares is as of then.
-      [span, sourceSize] = await Promise.all([
-        this.readSpan(q.fragment, step.afterKey, spanQueryOf(q)),
+      [answer, sourceSize] = await Promise.all([
+        this.answerOf(q.fragment, step.afterKey, q),
         q.pageSeq === 0 ? this.fragmentSize(q.fragment) : undefined,
       ]);
     } catch (err) {
@@ -994,7 +1056,7 @@ export class WorkerReplication {
     if (this.responders.get(roundKey(member, q.fragment)) !== responder) return;
     const core = this.host.core(q.fragment);
     if (core === undefined) return;
-    const page = responder.pageRead(q, span.entries, span.truncated, core);
+    const page = responder.pageAnswered(q, answer, core);
     if (page !== undefined)
       this.send(member, { reconcileResponse: { fragment: q.fragment, ...page, sourceSize } });
   }

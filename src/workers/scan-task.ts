@@ -1,17 +1,23 @@
 // Background-pool tasks (piscina), read from the lmdb environment as a reader beside the fragments'
 // writers: one pattern-filtered scan page of one fragment (the main thread fences the fragment
 // first, so every write acknowledged before the scan is committed and visible here), the span of
-// keys and versions an anti-entropy responder compares (src/workers/reconcile-span.ts), or a page
-// of the TTL cleaner's candidates (src/workers/expired-span.ts).
+// keys and versions an anti-entropy round compares (src/workers/reconcile-span.ts) — or what the
+// round works out from it: a requester's range digests, a responder's answer (src/core/reconciler.ts)
+// — or a page of the TTL cleaner's candidates (src/workers/expired-span.ts).
 
 import { parentPort, threadId } from 'node:worker_threads';
 import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
 import type { PoolThreadLoaded, ScanTask, SpanTask } from '../threads/messages.js';
-import { encodePoolSpanEntries, type PoolSpanResult, type ScanPage } from '../threads/op-codec.js';
+import {
+  encodePoolSpanEntries,
+  encodePoolSpanRanges,
+  type PoolSpanResult,
+  type ScanPage,
+} from '../threads/op-codec.js';
 import { readExpiredSpan } from './expired-span.js';
-import { type PageReader, readSpan } from './reconcile-span.js';
+import { answerSpan, describeSpan, type PageReader } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
 
 // The imports above loaded lmdb's native addon: from here on the thread may be ended safely.
@@ -44,9 +50,24 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
   store.refreshReads();
   // Both spans look at records' stamps alone (versions, expiry), and only stamps go back.
   const read: PageReader = (start, limit) => store.page(task.fragment, start, undefined, limit, true);
-  const span =
-    task.expiredAtMs === undefined
-      ? await readSpan(read, task.afterKey, task)
-      : await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
-  return { entries: encodePoolSpanEntries(span.entries), truncated: span.truncated, expiring: span.expiring };
+  if (task.expiredAtMs !== undefined) {
+    const span = await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
+    return {
+      entries: encodePoolSpanEntries(span.entries),
+      truncated: span.truncated,
+      expiring: span.expiring,
+    };
+  }
+  const work = task.work;
+  if (work === undefined) throw new Error('an anti-entropy span task names its work');
+  if (work.kind === 'describe') {
+    const { ranges, openEnd } = await describeSpan(read, task.afterKey, task, work.horizonMs);
+    return { entries: encodePoolSpanRanges(ranges), truncated: !openEnd };
+  }
+  const answer = await answerSpan(read, task.afterKey, task, work);
+  return {
+    entries: encodePoolSpanEntries([...answer.listed, ...answer.tail]),
+    truncated: false,
+    answer: { listedCount: answer.listed.length, nextAfterKey: answer.nextAfterKey, done: answer.done },
+  };
 }

@@ -199,7 +199,7 @@ export class WorkerRuntime implements RecordDecoder {
             submit: (core, op) => this.submit(core, op),
             sendFrame: (member, envelope) => this.results.peerFrame(member, envelope),
             closePeer: (member, reason) => this.results.peerClose(member, reason),
-            poolSpan: pool === undefined ? undefined : (f, afterKey, q) => pool.read(f, afterKey, q),
+            pool,
             store,
             logger: this.logger,
             clock: new SystemClock(),

@@ -160,7 +160,7 @@ class SimWorker implements ReplicationHost {
   /** Ops the driver submitted since the actor last ran; in total, to count repairs. */
   submitted = 0;
   submittedTotal = 0;
-  readonly poolSpan = undefined;
+  readonly pool = undefined;
   readonly logger = SILENT;
 
   constructor(

@@ -16,7 +16,9 @@ import {
 import { openStore } from '../../src/native-bindings/open-store.js';
 import {
   encodePoolSpanEntries,
+  encodePoolSpanRanges,
   type PoolSpanRequest,
+  pageAnswerOf,
   poolSpanRequestBytes,
   poolSpanResultBytes,
   readPoolSpanRequest,
@@ -112,7 +114,7 @@ test('a cleaner page sends back only the expired keys, and its last key to resum
   }
 });
 
-test('a PoolSpan request carries the range count, the tail’s keys, the cleaner’s time (an anti-entropy one none), and keys of their own', () => {
+test('a PoolSpan request carries the range count, the tail’s keys, the cleaner’s time (an anti-entropy one none) or the work on the span, and keys of their own', () => {
   const requests: PoolSpanRequest[] = [
     {
       fragment: 7,
@@ -140,11 +142,48 @@ test('a PoolSpan request carries the range count, the tail’s keys, the cleaner
       openEnd: false,
       tailKeys: 2048,
     },
+    // A requester's page to describe, and a responder's answer to two ranges (the second's key empty).
+    {
+      fragment: 4,
+      afterKey: undefined,
+      lastKey: undefined,
+      rangeCount: 16,
+      openEnd: true,
+      tailKeys: 256,
+      work: { kind: 'describe', horizonMs: 1_700_000_000_123 },
+    },
+    {
+      fragment: 5,
+      afterKey: Buffer.from('b'),
+      lastKey: Buffer.alloc(0),
+      rangeCount: 2,
+      openEnd: true,
+      tailKeys: 2048,
+      work: {
+        kind: 'answer',
+        horizonMs: 0,
+        recordsMax: 2048,
+        ranges: [
+          { lastKey: new Uint8Array(Buffer.from('k'.repeat(1024))), digest: new Uint8Array(8).fill(7) },
+          { lastKey: new Uint8Array(0), digest: new Uint8Array(8).fill(255) },
+        ],
+      },
+    },
   ];
   const asBuffers = (r: PoolSpanRequest) => ({
     ...r,
     afterKey: r.afterKey && Buffer.from(r.afterKey),
     lastKey: r.lastKey && Buffer.from(r.lastKey),
+    work:
+      r.work?.kind === 'answer'
+        ? {
+            ...r.work,
+            ranges: r.work.ranges.map((x) => ({
+              lastKey: Buffer.from(x.lastKey),
+              digest: Buffer.from(x.digest),
+            })),
+          }
+        : r.work,
   });
   for (const request of requests) {
     const buf = Buffer.alloc(poolSpanRequestBytes(request) + 4, 0xee);
@@ -160,7 +199,7 @@ test('a PoolSpan request carries the range count, the tail’s keys, the cleaner
   }
 });
 
-test('a PoolSpan result carries each key with its stamp alone, as the pool encoded them, whether the cleaner saw a deadline, or says the pool failed', () => {
+test('a PoolSpan result carries each key with its stamp alone, as the pool encoded them, whether the cleaner saw a deadline, an answer or range digests, or says the pool failed', () => {
   const records = [
     {
       key: Buffer.from('a'),
@@ -191,6 +230,36 @@ test('a PoolSpan result carries each key with its stamp alone, as the pool encod
     });
     assert.equal(buf[buf.length - 2], 0xee, 'nothing written past the result');
   }
+  // An answer: its keys listed, then those sent whole, and where the next page starts.
+  const answered = {
+    entries: encodePoolSpanEntries(records),
+    truncated: false,
+    answer: { listedCount: 1, nextAfterKey: Buffer.from('next'), done: true },
+  };
+  const abuf = Buffer.alloc(poolSpanResultBytes(answered) + 4, 0xee);
+  writePoolSpanResult(abuf, 2, 42, answered);
+  const aread = readPoolSpanResult(abuf, 2, 2 + poolSpanResultBytes(answered))!;
+  assert.equal(abuf[abuf.length - 2], 0xee, 'nothing written past the result');
+  assert.deepEqual(pageAnswerOf(aread), {
+    listed: [{ key: records[0].key, record: stampOf(records[0].record) }],
+    tail: records.slice(1).map((e) => ({ key: e.key, record: stampOf(e.record) })),
+    nextAfterKey: Buffer.from('next'),
+    done: true,
+  });
+  assert.equal(pageAnswerOf({ ...aread, answer: { ...aread.answer!, listedCount: 4 } }), undefined);
+  assert.equal(pageAnswerOf({ ...aread, answer: undefined }), undefined);
+  // A describe: range digests, each as its last key and digest.
+  const ranges = [
+    { lastKey: Buffer.from('m'), digest: Buffer.alloc(8, 1) },
+    { lastKey: Buffer.alloc(0), digest: Buffer.alloc(8, 2) },
+  ];
+  const described = { entries: encodePoolSpanRanges(ranges), truncated: true };
+  const dbuf = Buffer.alloc(poolSpanResultBytes(described));
+  writePoolSpanResult(dbuf, 0, 43, described);
+  assert.deepEqual(
+    readPoolSpanResult(dbuf, 0, dbuf.length)!.entries.map((e) => ({ lastKey: e.key, digest: e.record })),
+    ranges,
+  );
   const failed = Buffer.alloc(poolSpanResultBytes(undefined));
   writePoolSpanResult(failed, 0, 41, undefined);
   assert.equal(readPoolSpanResult(failed, 0, failed.length), undefined);

@@ -10,6 +10,7 @@ import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { Keyspace } from '../../src/core/keyspace.js';
 import {
+  KEY_BYTES_MAX,
   RECONCILE_PAGE_BYTES_MAX,
   RECONCILE_PAGE_ITEMS_MAX,
   RECONCILE_PAGE_RECORDS_MAX,
@@ -626,6 +627,23 @@ describe('the responder refuses', () => {
       'a cursor it did not give',
     );
     assert.equal(r.onRequest(next).kind, 'read-page');
+  });
+
+  test('a page of more ranges than a page holds, or a range of a key too long or a digest not 8 bytes', () => {
+    const r = new ReconcileResponder();
+    r.onSessionStart(5);
+    const range = (lastKey: Buffer, digest = Buffer.alloc(8)) => ({ lastKey, digest });
+    const bad = [
+      Array.from({ length: RECONCILE_PAGE_ITEMS_MAX + 1 }, (_, i) => range(Buffer.from(`k${i}`))),
+      [range(Buffer.alloc(KEY_BYTES_MAX + 1))],
+      [range(Buffer.from('k'), Buffer.alloc(9))],
+      [range(Buffer.from('k'), Buffer.alloc(0))],
+    ];
+    for (const ranges of bad) assert.equal(r.onRequest({ ...first(5), ranges }).kind, 'violation');
+    assert.equal(
+      r.onRequest({ ...first(5), ranges: [range(Buffer.alloc(KEY_BYTES_MAX))] }).kind,
+      'read-page',
+    );
   });
 
   test('fetches of keys it did not advertise, twice, or too many', () => {

@@ -31,6 +31,12 @@ import { encodeReplicateBatch, readReplicateBatch } from '../../src/core/replica
 import type { KvStore } from '../../src/native-bindings/kv-store.js';
 import type { RoundReport } from '../../src/threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
+import {
+  answerSpan,
+  describeSpan,
+  type PageReader,
+  type SpanQuery,
+} from '../../src/workers/reconcile-span.js';
 import { type ReplicationHost, type SenderTuning, WorkerReplication } from '../../src/workers/replication.js';
 import { replicatingActor, SimClock, SimStore } from '../sim/sim-world.js';
 
@@ -139,8 +145,8 @@ class Harness implements ReplicationHost {
   readonly stores: SimStore[] = [];
   readonly cores: FragmentCore[] = [];
   readonly driver: WorkerReplication;
-  /** The background pool's span reader; none unless a test sets one. */
-  poolSpan: ReplicationHost['poolSpan'] = undefined;
+  /** The background pool; none unless a test sets one. */
+  pool: ReplicationHost['pool'] = undefined;
   readonly logger = pino({ level: 'silent' });
   readonly store: Pick<KvStore, 'page' | 'fragmentSize'> = {
     page: (fragment, start, end, limit) => this.stores[fragment].page(fragment, start, end, limit),
@@ -647,20 +653,73 @@ test('§6: an anti-entropy page out of order closes the connection to its peer',
   assert.deepEqual(await h.frames(), ['n1 closed: unexpected anti-entropy continuation']);
 });
 
-test('§6: pages are read in the background pool when there is one, in the worker when it cannot take them', async () => {
+test('§6: pages are worked out in the background pool when there is one, in the worker when it cannot take them', async () => {
   const h = new Harness();
   h.stores[0].commit([[Buffer.from('k'), recordAt(START_MS)]], START_MS);
   const asked: string[] = [];
-  h.poolSpan = async (fragment, afterKey, q) => {
-    asked.push(`f${fragment} after=${afterKey === undefined ? '-' : latin1(afterKey)} open=${q.openEnd}`);
+  const busy = (what: string) => async (fragment: number, afterKey: Uint8Array | undefined, q: SpanQuery) => {
+    asked.push(
+      `${what} f${fragment} after=${afterKey === undefined ? '-' : latin1(afterKey)} open=${q.openEnd}`,
+    );
     throw new Error('pool busy');
   };
+  h.pool = { describe: busy('describe'), answer: busy('answer') };
   h.peers(true, 1);
   assert.deepEqual(await h.frames(), ['n1 f0 session-start s=1', 'n1 f0 request s=1 r=2 page=0']);
-  assert.deepEqual(asked, ['f0 after=- open=true']);
+  assert.deepEqual(asked, ['describe f0 after=- open=true']);
   // The store was read instead: the page describes the key it holds.
   const request = decodeEnvelope(h.outbox[1].bytes).reconcileRequest!;
   assert.deepEqual([request.ranges.length, request.openEnd], [1, true]);
+});
+
+test('§6: a round whose pages the pool works out sends what one worked out in the worker sends', async () => {
+  /** Two nodes that differ in ways each page kind shows: a range that differs, and keys past the other's last. */
+  const run = async (withPool: boolean) => {
+    const a = new Harness();
+    const b = new Harness({ self: 1 });
+    for (let i = 0; i < 700; i++) {
+      const key = Buffer.from(`k${String(i).padStart(3, '0')}`);
+      if (i < 400)
+        a.stores[0].commit([[key, recordAt(START_MS - 30, i % 50 === 0 ? 'a-old' : 'same')]], START_MS - 30);
+      b.stores[0].commit(
+        [[key, recordAt(i % 50 === 0 ? START_MS - 20 : START_MS - 30, i % 50 === 0 ? 'b-new' : 'same')]],
+        START_MS - 20,
+      );
+    }
+    const asked: string[] = [];
+    if (withPool) {
+      for (const h of [a, b]) {
+        // The pool thread's work (src/workers/scan-task.ts) over the same store.
+        const read: PageReader = (start, limit) => h.store.page(0, start, undefined, limit, true);
+        h.pool = {
+          describe: async (_f, afterKey, q, horizonMs) => {
+            asked.push('describe');
+            return describeSpan(read, afterKey, q, horizonMs);
+          },
+          answer: async (_f, afterKey, q, work) => {
+            asked.push('answer');
+            return answerSpan(read, afterKey, q, work);
+          },
+        };
+      }
+    }
+    a.peers(true, 1);
+    b.peers(true, 0);
+    const lines = await exchange(a, b);
+    a.advance(FLUSH_INTERVAL_MS_DEFAULT);
+    return { lines, asked, rounds: a.roundLines(), k000: a.stored('k000'), k699: a.stored('k699') };
+  };
+  const inWorker = await run(false);
+  const inPool = await run(true);
+  assert.deepEqual(inPool.lines, inWorker.lines);
+  assert.deepEqual(inPool.rounds, inWorker.rounds);
+  assert.ok(
+    inWorker.lines.some((l) => /^b→f0 summaries .*\[k288 .* records \[k400 /.test(l)),
+    "b lists the range that differs and sends the keys past a's last",
+  );
+  assert.equal(inPool.k000, `value@${START_MS - 20}.0/n9 "b-new"`);
+  assert.equal(inPool.k699, `value@${START_MS - 30}.0/n9 "same"`);
+  assert.ok(inPool.asked.includes('describe') && inPool.asked.includes('answer'));
 });
 
 test('close cancels the timer', async () => {
