@@ -16,7 +16,8 @@
 // store survives, as at `store` durability. A store refuses some commits, which the actor retries
 // (a client write answered StorageFailed may or may not land; a batch whose fence fails is NACKed
 // and sent again). Backlogs are kept small, so that an outage overflows them and anti-entropy has
-// to repair what replication dropped.
+// to repair what replication dropped. Odd-numbered nodes work out their anti-entropy pages as the
+// background pool does (src/workers/scan-task.ts), the others in the worker, as LevelDB's do.
 //
 // After the faults stop and every connection is back, every replica must hold the same record for
 // every key: the newest write applied anywhere (tombstones included), or a newer one whose client
@@ -53,7 +54,13 @@ import { AckLevel, SENDER_CONFIG_DEFAULTS } from '../../src/core/replication-sen
 import type { KvStore } from '../../src/native-bindings/kv-store.js';
 import type { ClusterInit } from '../../src/threads/messages.js';
 import { decodeEnvelope } from '../../src/threads/peer-messages.js';
-import { type ReplicationHost, type SenderTuning, WorkerReplication } from '../../src/workers/replication.js';
+import { answerSpan, describeSpan, type PageReader } from '../../src/workers/reconcile-span.js';
+import {
+  type ReplicationHost,
+  type SenderTuning,
+  type SpanPool,
+  WorkerReplication,
+} from '../../src/workers/replication.js';
 import { referenceOrder } from '../unit/fixtures/lww-reference.js';
 import { xorshift32 } from '../unit/fixtures/xorshift32.js';
 import { Connection, replicatingActor, SimClock, SimStore } from './sim-world.js';
@@ -160,8 +167,9 @@ class SimWorker implements ReplicationHost {
   /** Ops the driver submitted since the actor last ran; in total, to count repairs. */
   submitted = 0;
   submittedTotal = 0;
-  readonly pool = undefined;
   readonly logger = SILENT;
+  /** The background pool's work on spans, read from the same store (scan-task.ts), when the node has one. */
+  readonly pool: SpanPool | undefined;
 
   constructor(
     readonly actor: FragmentCore,
@@ -174,7 +182,23 @@ class SimWorker implements ReplicationHost {
     private readonly transmit: (member: number, envelope: Uint8Array) => void,
     /** Records a broken rule: the run fails with it. */
     private readonly fail: (reason: string) => void,
+    /** Called for each page worked out as the pool does; none, when the node has no pool. */
+    onPoolPage: (() => void) | undefined,
   ) {
+    const read: PageReader = (start, limit) => store.page(0, start, undefined, limit, true);
+    this.pool =
+      onPoolPage === undefined
+        ? undefined
+        : {
+            describe: (_fragment, afterKey, q, horizonMs) => {
+              onPoolPage();
+              return describeSpan(read, afterKey, q, horizonMs);
+            },
+            answer: (_fragment, afterKey, q, work) => {
+              onPoolPage();
+              return answerSpan(read, afterKey, q, work);
+            },
+          };
     this.replication = new WorkerReplication(cluster, [0], 1, restarted, this, tuning);
   }
 
@@ -228,6 +252,8 @@ export interface SimReport {
   unsure: number;
   /** Records anti-entropy merged through the actors. */
   repaired: number;
+  /** Anti-entropy pages worked out as the background pool does (odd-numbered nodes). */
+  poolPages: number;
   /** Keys written, each checked on every replica. */
   keys: number;
 }
@@ -244,6 +270,7 @@ export function emptyReport(): SimReport {
     commitsFailed: 0,
     unsure: 0,
     repaired: 0,
+    poolPages: 0,
     keys: 0,
   };
 }
@@ -352,6 +379,7 @@ export class ReplicationSim {
       this.tuning,
       (member, envelope) => this.send(node, member, envelope),
       (reason) => this.fail(`n${node.index} ${reason}`),
+      node.index % 2 === 1 ? () => this.report.poolPages++ : undefined,
     );
     // The clock is the main thread's: a process restart starts a new one; either way it is seeded
     // from the store's high-water mark, as a node is from each worker's when the worker is ready.

@@ -42,6 +42,7 @@ test("§3, §6: replicas converge to every key's newest write through lost messa
   assert.ok(total.writes > 0 && total.breaks > 0 && total.restarts > 0, 'writes, outages and restarts');
   assert.ok(total.resets > 0, 'backlogs overflowed, so replication alone could not deliver every write');
   assert.ok(total.roundsDone > 0 && total.repaired > 0, 'anti-entropy repaired keys');
+  assert.ok(total.poolPages > 0, 'pages were worked out as the background pool does them');
   assert.ok(total.swept > 0, 'values expired and were swept');
   assert.ok(total.commitsFailed > 0, 'stores refused commits');
 });
