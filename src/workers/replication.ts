@@ -89,7 +89,6 @@ import type { ClusterInit } from '../threads/messages.js';
 import type { RoundReport, SpanWork } from '../threads/op-codec.js';
 import { decodeEnvelope, type Envelope, encodeEnvelope } from '../threads/peer-messages.js';
 import { fenced } from './fragment-actors.js';
-
 import {
   answerSpan,
   describeSpan,
