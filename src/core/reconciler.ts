@@ -460,20 +460,11 @@ export class ReconcileResponder {
   }
 
   /**
-   * The page the driver read for `q`: the summaries to send (keys with their stamps), the keys it
-   * may fetch next, and the records past the requester's last range (read from `local`, freshest
-   * first, as a fetch reads them). Undefined when the session or round changed while the store read.
+   * The page answering `q` (answerPage worked out over the span read for it, in the worker or the
+   * background pool): the summaries to send (keys with their stamps), the keys it may fetch next,
+   * and the records past the requester's last range (read from `local`, freshest first, as a fetch
+   * reads them). Undefined when the session or round changed while the store read.
    */
-  pageRead(
-    q: PageRequest,
-    span: readonly KeyRecord[],
-    spanTruncated: boolean,
-    local: VersionReader,
-  ): SummaryPage | undefined {
-    return this.pageAnswered(q, answerPage(q, span, spanTruncated, recordsTakenBy(q)), local);
-  }
-
-  /** `pageRead` with its answer worked out elsewhere (the background pool runs answerPage). */
   pageAnswered(q: PageRequest, answer: PageAnswer, local: VersionReader): SummaryPage | undefined {
     if (q.sessionId !== this.sessionId || q.roundId !== this.roundId) return undefined;
     let { nextAfterKey, done } = answer;

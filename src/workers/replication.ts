@@ -976,42 +976,59 @@ export class WorkerReplication {
     });
   }
 
-  /**
-   * This node's next `keys` keys of `fragment` as range digests: in the background pool when the
-   * store allows a second reader (lmdb), so the fragment's actor keeps serving; here otherwise, or
-   * when the pool cannot take it.
-   */
-  private async describeOwnPage(
+  /** This node's next `keys` keys of `fragment` as range digests, worked out where `inPoolOr` says. */
+  private describeOwnPage(
     fragment: number,
     afterKey: Uint8Array | undefined,
     keys: number,
     horizonMs: number,
   ): Promise<{ ranges: RangeDigest[]; openEnd: boolean }> {
     const q = nextPage(keys);
-    const inline = () => describeSpan(this.storeReader(fragment), afterKey, q, horizonMs);
-    const pool = this.host.pool;
-    if (pool === undefined || !isPoolHorizon(horizonMs)) return inline();
-    return pool.describe(fragment, afterKey, q, horizonMs).catch((err: Error) => {
-      this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');
-      return inline();
-    });
+    return this.inPoolOr(
+      fragment,
+      horizonMs,
+      (pool) => pool.describe(fragment, afterKey, q, horizonMs),
+      () => describeSpan(this.storeReader(fragment), afterKey, q, horizonMs),
+    );
   }
 
-  /** This node's answer to a peer's page, worked out where `describeOwnPage` says. */
-  private async answerOf(
+  /** This node's answer to a peer's page, worked out where `inPoolOr` says. */
+  private answerOf(
     fragment: number,
     afterKey: Uint8Array | undefined,
     q: Envelope['reconcileRequest'] & object,
   ): Promise<PageAnswer> {
     const span = spanQueryOf(q);
-    const recordsMax = recordsTakenBy(q);
-    const work = { kind: 'answer' as const, horizonMs: q.horizonMs, recordsMax, ranges: q.ranges };
-    const inline = () => answerSpan(this.storeReader(fragment), afterKey, span, work);
+    const work = {
+      kind: 'answer' as const,
+      horizonMs: q.horizonMs,
+      recordsMax: recordsTakenBy(q),
+      ranges: q.ranges,
+    };
+    return this.inPoolOr(
+      fragment,
+      q.horizonMs,
+      (pool) => pool.answer(fragment, afterKey, span, work),
+      () => answerSpan(this.storeReader(fragment), afterKey, span, work),
+    );
+  }
+
+  /**
+   * A page's work: in the background pool when the store allows a second reader (lmdb), so the
+   * fragment's actor keeps serving; here otherwise, for a horizon the pool's request cannot carry,
+   * or when the pool cannot take it.
+   */
+  private inPoolOr<T>(
+    fragment: number,
+    horizonMs: number,
+    pooled: (pool: SpanPool) => Promise<T>,
+    here: () => Promise<T>,
+  ): Promise<T> {
     const pool = this.host.pool;
-    if (pool === undefined || !isPoolHorizon(q.horizonMs)) return inline();
-    return pool.answer(fragment, afterKey, span, work).catch((err: Error) => {
+    if (pool === undefined || !isPoolHorizon(horizonMs)) return here();
+    return pooled(pool).catch((err: Error) => {
       this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');
-      return inline();
+      return here();
     });
   }
 

@@ -16,6 +16,7 @@ import {
   RECONCILE_PAGE_RECORDS_MAX,
 } from '../../src/core/limits.js';
 import {
+  answerPage,
   type DataPage,
   DIGEST_RANGE_KEYS,
   describePage,
@@ -26,6 +27,7 @@ import {
   ReconcileRound,
   type RecordCheck,
   type RoundStep,
+  recordsTakenBy,
   type SourceSize,
   type SummaryPage,
   type VersionReader,
@@ -137,7 +139,7 @@ async function pull(
         spanQueryOf(q),
       );
       onSpanRead?.();
-      const page = responder.pageRead(q, span.entries, span.truncated, remote)!;
+      const page = pageRead(responder, q, span.entries, span.truncated, remote)!;
       onPage?.(page);
       summaries += page.summaries.length;
       step = round.onSummaries(page, local, check());
@@ -168,6 +170,17 @@ async function pull(
     }
   }
   return { messages, repaired: round.repaired, summaries };
+}
+
+/** A responder's page for `q` over `span`, answered as the worker's inline path does. */
+function pageRead(
+  responder: ReconcileResponder,
+  q: PageRequest,
+  span: readonly KeyRecord[],
+  truncated: boolean,
+  local: VersionReader,
+): SummaryPage | undefined {
+  return responder.pageAnswered(q, answerPage(q, span, truncated, recordsTakenBy(q)), local);
 }
 
 /** A round's first page request from a requester holding no keys, of round 1 of `sessionId`. */
@@ -384,7 +397,7 @@ describe('anti-entropy rounds', () => {
     r.onRequest(q);
     const span = source.page(undefined, 300);
     source.data.delete('k3');
-    const page = r.pageRead(q, span, false, source)!;
+    const page = pageRead(r, q, span, false, source)!;
     assert.deepEqual(
       page.records.map((e) => Buffer.from(e.key).toString()),
       ['k0', 'k1', 'k2', 'k4', 'k5', 'k6', 'k7', 'k8', 'k9'],
@@ -616,7 +629,7 @@ describe('the responder refuses', () => {
     assert.equal(r.onRequest({ ...first(5), afterKey: Buffer.from('x') }).kind, 'violation');
     const q = first(5);
     assert.equal(r.onRequest(q).kind, 'read-page');
-    const page = r.pageRead(q, remote.page(undefined, 300), true, remote)!;
+    const page = pageRead(r, q, remote.page(undefined, 300), true, remote)!;
     assert.equal(page.summaries.length, RECONCILE_PAGE_ITEMS_MAX, 'an open page lists up to a page of keys');
     const next = { ...first(5), pageSeq: 1, afterKey: page.nextAfterKey };
     assert.equal(r.onRequest({ ...next, pageSeq: 2 }).kind, 'violation');
@@ -651,7 +664,7 @@ describe('the responder refuses', () => {
     r.onSessionStart(5);
     const q = first(5);
     r.onRequest(q);
-    r.pageRead(q, remote.page(undefined, 300), true, remote);
+    pageRead(r, q, remote.page(undefined, 300), true, remote);
     const fetch = (keys: string[]) =>
       r.onFetch({ sessionId: 5, roundId: 1, chunkSeq: 1, keys: keys.map((k) => Buffer.from(k)) }, remote);
     assert.equal((fetch(['k299']) as { kind: string }).kind, 'violation', 'k299 is on the next page');
@@ -670,7 +683,7 @@ describe('the responder refuses', () => {
     r.onSessionStart(1);
     const q = first(1);
     r.onRequest(q);
-    r.pageRead(q, big.page(undefined, 300), false, big);
+    pageRead(r, q, big.page(undefined, 300), false, big);
     const keys = [0, 1, 2, 3, 4].map((i) => Buffer.from(`big${i}`));
     const pages = r.onFetch({ sessionId: 1, roundId: 1, chunkSeq: 1, keys }, big) as DataPage[];
     assert.deepEqual(
