@@ -6,10 +6,10 @@
 // synchronous reader (as the fragment actor's RecordReader).
 //
 // Beyond the seed, a page is compared by range digests before any key is listed: the requester
-// describes its next page as runs of DIGEST_RANGE_KEYS keys, each with a digest of its keys and
-// versions; the responder digests its own keys over the same key ranges and lists summaries only
-// for the ranges that differ. Replicas that mostly agree exchange a few bytes per run instead of a
-// summary per key (bench/RESULTS.md measures it).
+// describes its next page as runs of DIGEST_RANGE_KEYS keys (more in a large page: `rangeKeysOf`),
+// each with a digest of its keys and versions; the responder digests its own keys over the same key
+// ranges and lists summaries only for the ranges that differ. Replicas that mostly agree exchange a
+// few bytes per run instead of a summary per key (bench/RESULTS.md measures it).
 //
 // Keys past the requester's last range on an open-ended page are keys it lacks: where its request
 // allows (`recordsMax`), the responder sends their records in the page instead of summaries to fetch,
@@ -27,14 +27,17 @@
 // the writes replication is still carrying, and the round would list and fetch them a second time;
 // what it leaves out, replication delivers — or the next round, whose horizon is later.
 
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { assert } from './assert.js';
+import { copyRange, writeU16LE } from './bytes.js';
 import {
   KEY_BYTES_MAX,
+  RECONCILE_DESCRIBED_KEYS_INLINE_MAX,
   RECONCILE_DESCRIBED_KEYS_MAX,
   RECONCILE_PAGE_BYTES_MAX,
   RECONCILE_PAGE_ITEMS_MAX,
   RECONCILE_PAGE_RECORDS_MAX,
+  RECONCILE_RANGE_KEYS_MAX,
 } from './limits.js';
 import {
   compareVersions,
@@ -54,17 +57,39 @@ export interface KeyRecord {
   key: Uint8Array;
   record: Uint8Array;
 }
-/** Keys per digest range: small enough that a 1 % random difference leaves most ranges equal. */
+/**
+ * Keys per digest range in a page of up to DIGEST_RANGES_PER_PAGE × this many keys: small enough
+ * that a 1 % random difference leaves most ranges equal. Older versions cut every page so, and a
+ * request that does not say (`rangeKeys` 0) is read so.
+ */
 export const DIGEST_RANGE_KEYS = 16;
+/**
+ * Ranges a larger page is cut into: its ranges grow with it (`rangeKeysOf`). A page that large
+ * comes only after pages that found the replicas agreeing; a range that differs lists its keys,
+ * and the next page is small again.
+ */
+export const DIGEST_RANGES_PER_PAGE = 128;
 /** Bytes of a range digest (a SHA-256 prefix): collisions between replicas are not a concern at 2^-64. */
 export const DIGEST_BYTES = 8;
 /** Keys a responder reads for one page at most, when it holds many keys the requester lacks. */
-export const RECONCILE_SPAN_KEYS_MAX = 4096;
+export const RECONCILE_SPAN_KEYS_MAX = 2 * RECONCILE_DESCRIBED_KEYS_MAX;
+
+/** Keys per range in a page of `pageKeys` keys (a power of two times RECONCILE_PAGE_ITEMS_MAX). */
+export function rangeKeysOf(pageKeys: number): number {
+  return Math.max(DIGEST_RANGE_KEYS, pageKeys / DIGEST_RANGES_PER_PAGE);
+}
+
+/** Keys per range a request says its page was cut into (DIGEST_RANGE_KEYS when it does not say). */
+export function rangeKeysIn(q: { rangeKeys?: number }): number {
+  return q.rangeKeys === undefined || q.rangeKeys === 0 ? DIGEST_RANGE_KEYS : q.rangeKeys;
+}
 
 assert(
-  RECONCILE_DESCRIBED_KEYS_MAX % DIGEST_RANGE_KEYS === 0 &&
-    RECONCILE_DESCRIBED_KEYS_MAX / DIGEST_RANGE_KEYS <= RECONCILE_PAGE_ITEMS_MAX &&
-    2 * RECONCILE_DESCRIBED_KEYS_MAX <= RECONCILE_SPAN_KEYS_MAX,
+  RECONCILE_DESCRIBED_KEYS_MAX % RECONCILE_PAGE_ITEMS_MAX === 0 &&
+    RECONCILE_DESCRIBED_KEYS_INLINE_MAX <= RECONCILE_DESCRIBED_KEYS_MAX &&
+    rangeKeysOf(RECONCILE_DESCRIBED_KEYS_MAX) === RECONCILE_RANGE_KEYS_MAX &&
+    rangeKeysOf(RECONCILE_PAGE_ITEMS_MAX) === DIGEST_RANGE_KEYS &&
+    DIGEST_RANGES_PER_PAGE <= RECONCILE_PAGE_ITEMS_MAX,
   'a page described at most must be whole ranges, no more than a request may carry, within a span',
 );
 
@@ -120,6 +145,8 @@ export interface PageRequest {
   horizonMs: number;
   /** Records the requester takes in place of summaries past its last range (0 or absent: none). */
   recordsMax?: number;
+  /** Keys per range the requester cut its page into, at most (0 or absent: DIGEST_RANGE_KEYS). */
+  rangeKeys?: number;
 }
 
 /** Records a page answering `q` may carry: what its requester takes, within this version's bound. */
@@ -147,15 +174,26 @@ export function digestOf(entries: readonly KeyRecord[], from: number, to: number
   for (let i = from; i < to; i++) {
     const { key, record } = entries[i];
     if (pastHorizon(record, horizonMs)) continue;
-    const stamp = stampOf(record);
-    digestScratch.writeUInt16LE(key.length, at);
-    digestScratch[at + 2] = stamp.length;
+    // The stamp is copied from the record, not taken as a view of it: a view per key was a sixth of
+    // a pool thread's time as it compared a fragment.
+    const stampBytes = valueOffsetOf(record);
+    writeU16LE(digestScratch, at, key.length);
+    digestScratch[at + 2] = stampBytes;
     digestScratch.set(key, at + 3);
-    digestScratch.set(stamp, at + 3 + key.length);
-    at += 3 + key.length + stamp.length;
+    copyRange(record, 0, stampBytes, digestScratch, at + 3 + key.length);
+    at += 3 + key.length + stampBytes;
   }
-  return createHash('sha256').update(digestScratch.subarray(0, at)).digest().subarray(0, DIGEST_BYTES);
+  return sha256(digestScratch.subarray(0, at)).subarray(0, DIGEST_BYTES);
 }
+
+/**
+ * SHA-256 of `bytes`: Node's one-shot `crypto.hash` where it has one (20.12 and later), about half
+ * the cost of a Hash object per range digested; `createHash` before.
+ */
+const sha256: (bytes: Uint8Array) => Buffer =
+  typeof crypto.hash === 'function'
+    ? (bytes) => crypto.hash('sha256', bytes, 'buffer')
+    : (bytes) => crypto.createHash('sha256').update(bytes).digest();
 /** Where digestOf lays out a range's bytes; grown as ranges need. */
 let digestScratch = Buffer.allocUnsafe(4096);
 
@@ -168,10 +206,11 @@ export function describePage(
   entries: readonly KeyRecord[],
   openEnd: boolean,
   horizonMs = 0,
+  rangeKeys = DIGEST_RANGE_KEYS,
 ): { ranges: RangeDigest[]; openEnd: boolean } {
   const ranges: RangeDigest[] = [];
-  for (let from = 0; from < entries.length; from += DIGEST_RANGE_KEYS) {
-    const to = Math.min(entries.length, from + DIGEST_RANGE_KEYS);
+  for (let from = 0; from < entries.length; from += rangeKeys) {
+    const to = Math.min(entries.length, from + rangeKeys);
     ranges.push({ lastKey: entries[to - 1].key, digest: digestOf(entries, from, to, horizonMs) });
   }
   return { ranges, openEnd };
@@ -298,6 +337,8 @@ export class ReconcileRound {
   private pageDone = false;
   /** Keys the next page describes (RECONCILE_DESCRIBED_KEYS_MAX says how it changes). */
   private pageKeys = RECONCILE_PAGE_ITEMS_MAX;
+  /** The most keys a page describes: RECONCILE_DESCRIBED_KEYS_MAX, or less where pages are read inline. */
+  private readonly pageKeysMax: number;
   /** Fetch chunk awaited (0: none, a summary page is awaited instead). */
   private chunkSeq = 0;
   private nextChunkSeq = 1;
@@ -313,7 +354,12 @@ export class ReconcileRound {
     readonly horizonMs = 0,
     /** Records its pages may carry in place of summaries (recordsTakenBy); its requests say it. */
     readonly recordsMax = RECONCILE_PAGE_RECORDS_MAX,
-  ) {}
+    /** Where this node reads its pages: in the background pool, or in the fragment's worker. */
+    pagesRead: 'pool' | 'inline' = 'pool',
+  ) {
+    this.pageKeysMax =
+      pagesRead === 'pool' ? RECONCILE_DESCRIBED_KEYS_MAX : RECONCILE_DESCRIBED_KEYS_INLINE_MAX;
+  }
 
   start(): RoundStep {
     return { kind: 'request-page', pageSeq: 0, afterKey: Buffer.alloc(0), keys: this.pageKeys };
@@ -365,9 +411,7 @@ export class ReconcileRound {
     this.pageDone = page.done;
     this.lastKey = Buffer.from(page.nextAfterKey);
     this.pageKeys =
-      page.summaries.length === 0
-        ? Math.min(2 * this.pageKeys, RECONCILE_DESCRIBED_KEYS_MAX)
-        : RECONCILE_PAGE_ITEMS_MAX;
+      page.summaries.length === 0 ? Math.min(2 * this.pageKeys, this.pageKeysMax) : RECONCILE_PAGE_ITEMS_MAX;
     if (size !== undefined) this.sourceSize = { keys: size.keys, bytes: size.bytes };
     let next: RoundStep;
     if (wanted.length > 0) {
@@ -440,6 +484,9 @@ export class ReconcileResponder {
     }
     if (q.ranges.some((r) => r.lastKey.length > KEY_BYTES_MAX || r.digest.length !== DIGEST_BYTES)) {
       return { kind: 'violation', reason: 'malformed anti-entropy range' };
+    }
+    if (rangeKeysIn(q) > RECONCILE_RANGE_KEYS_MAX) {
+      return { kind: 'violation', reason: `anti-entropy ranges of ${q.rangeKeys} keys` };
     }
     if (q.pageSeq === 0) {
       if (q.afterKey.length > 0)

@@ -58,6 +58,7 @@ import { assert } from '../core/assert.js';
 import { BitOperation } from '../core/bits.js';
 import {
   copyBytes,
+  copyRange,
   readU16LE,
   readU32LE,
   readU48BE,
@@ -78,7 +79,7 @@ import {
 import { decodeKeys, decodePairs, MODIFIER_MAX, Modifier } from '../core/modify.js';
 import { type Durability, OpKind, type Priority, Reply } from '../core/ops.js';
 import { DIGEST_BYTES, type PageAnswer, type RangeDigest, type SourceSize } from '../core/reconciler.js';
-import { isWellFormedRecord, stampOf, valueOffsetOf } from '../core/record.js';
+import { isWellFormedRecord, valueOffsetOf } from '../core/record.js';
 import { AckLevel } from '../core/replication-sender.js';
 
 export const REQUEST_HEADER_BYTES = 10;
@@ -576,8 +577,9 @@ export interface PoolSpanRequest {
   afterKey: Uint8Array | undefined;
   /** The requester's last range key; undefined when it has none. */
   lastKey: Uint8Array | undefined;
-  /** The ranges the requester described (reconcile-span.ts `SpanQuery`). */
+  /** The ranges the requester described, and keys per range (reconcile-span.ts `SpanQuery`). */
   rangeCount: number;
+  rangeKeys: number;
   openEnd: boolean;
   /** Keys an open page takes past the last range (reconcile-span.ts `SpanQuery`). */
   tailKeys: number;
@@ -631,6 +633,7 @@ export function poolSpanRequestBytes(r: PoolSpanRequest): number {
     (r.lastKey?.length ?? 0) +
     2 +
     2 +
+    2 +
     (r.expiredAtMs === undefined ? 0 : 6) +
     spanWorkBytes(r.work)
   );
@@ -646,9 +649,9 @@ function spanWorkBytes(work: SpanWork | undefined): number {
 
 /**
  * ResultKind.PoolSpan (worker → main): u16 fragment at 2, task id at 4, then the two keys, the u16
- * range count, the u16 tail keys, then the cleaner's time (u48) when it is one of its pages, or the
- * work's horizon (u48) and, for an answer, the u16 records it may send and each range (u16 length
- * and last key, then its digest).
+ * range count, the u16 keys per range, the u16 tail keys, then the cleaner's time (u48) when it is
+ * one of its pages, or the work's horizon (u48) and, for an answer, the u16 records it may send and
+ * each range (u16 length and last key, then its digest).
  */
 export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r: PoolSpanRequest): void {
   buf[at + KIND_AT] = ResultKind.PoolSpan;
@@ -663,8 +666,9 @@ export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r:
   writeU32LE(buf, at + ID_AT, taskId);
   const end = writeBytes16(buf, writeBytes16(buf, at + COMMON_HEADER_BYTES, r.afterKey), r.lastKey);
   writeU16LE(buf, end, r.rangeCount);
-  writeU16LE(buf, end + 2, r.tailKeys);
-  let p = end + 4;
+  writeU16LE(buf, end + 2, r.rangeKeys);
+  writeU16LE(buf, end + 4, r.tailKeys);
+  let p = end + 6;
   if (r.expiredAtMs !== undefined) {
     writeU48BE(buf, p, r.expiredAtMs);
     p += 6;
@@ -697,10 +701,11 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
     afterKey: flags & SPAN_AFTER_KEY ? ownBytes16(buf, afterAt) : undefined,
     lastKey: flags & SPAN_LAST_KEY ? ownBytes16(buf, lastAt) : undefined,
     rangeCount: readU16LE(buf, countAt),
+    rangeKeys: readU16LE(buf, countAt + 2),
     openEnd: (flags & SPAN_OPEN_END) !== 0,
-    tailKeys: readU16LE(buf, countAt + 2),
+    tailKeys: readU16LE(buf, countAt + 4),
   };
-  let p = countAt + 4;
+  let p = countAt + 6;
   if (flags & SPAN_EXPIRED_AT) {
     request.expiredAtMs = readU48BE(buf, p);
     p += 6;
@@ -730,7 +735,13 @@ export function encodePoolSpanEntries(
   for (const e of entries) n += 4 + e.key.length + valueOffsetOf(e.record);
   const out = Buffer.allocUnsafe(n);
   let p = 0;
-  for (const e of entries) p = writeBytes16(out, writeBytes16(out, p, e.key), stampOf(e.record));
+  for (const e of entries) {
+    // The stamp is copied from the record, not taken as a view of it (a view per key adds up).
+    p = writeBytes16(out, p, e.key);
+    const stampBytes = valueOffsetOf(e.record);
+    writeU16LE(out, p, stampBytes);
+    p += 2 + copyRange(e.record, 0, stampBytes, out, p + 2);
+  }
   return out;
 }
 

@@ -79,6 +79,8 @@ export interface Envelope {
     horizonMs: number;
     /** 0 as decoded from a version that does not say (summaries only). */
     recordsMax: number;
+    /** 0 as decoded from a version that does not say (DIGEST_RANGE_KEYS). */
+    rangeKeys: number;
   };
   reconcileResponse?: {
     fragment: number;

@@ -12,6 +12,8 @@ import {
   type PageAnswer,
   type RangeDigest,
   RECONCILE_SPAN_KEYS_MAX,
+  rangeKeysIn,
+  rangeKeysOf,
   recordsTakenBy,
 } from '../core/reconciler.js';
 import type { StoredEntry } from '../native-bindings/kv-store.js';
@@ -30,8 +32,10 @@ export type PageReader = (
 export interface SpanQuery {
   /** The last key of the requester's last range; undefined when it described none. */
   lastKey: Uint8Array | undefined;
-  /** The ranges it described, each of DIGEST_RANGE_KEYS of its keys at most. */
+  /** The ranges it described, each of `rangeKeys` of its keys at most. */
   rangeCount: number;
+  /** Keys per range (reconciler.ts `rangeKeysOf`). */
+  rangeKeys: number;
   openEnd: boolean;
   /**
    * Keys an open page takes past the last range: a page of summaries (RECONCILE_PAGE_ITEMS_MAX),
@@ -45,12 +49,14 @@ export function spanQueryOf(q: {
   ranges: ReadonlyArray<{ lastKey: Uint8Array }>;
   openEnd: boolean;
   recordsMax?: number;
+  rangeKeys?: number;
 }): SpanQuery {
   const n = q.ranges.length;
   const records = recordsTakenBy(q);
   return {
     lastKey: n > 0 ? q.ranges[n - 1].lastKey : undefined,
     rangeCount: n,
+    rangeKeys: rangeKeysIn(q),
     openEnd: q.openEnd,
     tailKeys: records > 0 ? records : RECONCILE_PAGE_ITEMS_MAX,
   };
@@ -69,14 +75,16 @@ export interface Span {
 export const NEXT_PAGE: SpanQuery = {
   lastKey: undefined,
   rangeCount: 0,
+  rangeKeys: DIGEST_RANGE_KEYS,
   openEnd: true,
   tailKeys: RECONCILE_PAGE_ITEMS_MAX,
 };
 
 /** A requester's next page: its next `keys` keys (whole ranges), truncated when more follow. */
 export function nextPage(keys: number): SpanQuery {
-  assert(keys > 0 && keys % DIGEST_RANGE_KEYS === 0, 'a page described is whole ranges');
-  return { lastKey: undefined, rangeCount: keys / DIGEST_RANGE_KEYS, openEnd: true, tailKeys: keys };
+  const rangeKeys = rangeKeysOf(keys);
+  assert(keys > 0 && keys % rangeKeys === 0, 'a page described is whole ranges');
+  return { lastKey: undefined, rangeCount: keys / rangeKeys, rangeKeys, openEnd: true, tailKeys: keys };
 }
 
 /** Keys read at a time while a responder reads a span, at most. */
@@ -87,7 +95,7 @@ const SPAN_READ_KEYS = 512;
  * range's key — or, for an open-ended page, beyond it — at most RECONCILE_SPAN_KEYS_MAX of them.
  *
  * It stops early, truncated, once the ranges hold a page's worth of keys more than the requester
- * described: a range whose digest agrees holds the requester's keys (DIGEST_RANGE_KEYS at most),
+ * described: a range whose digest agrees holds the requester's keys (`rangeKeys` at most),
  * so by then the ranges that differ list a whole page and the answer is cut there anyway. A
  * requester far behind — a copy under writes, holding a prefix and the keys replication brought
  * everywhere after it — describes ranges that span most of the fragment: reading them all for
@@ -103,12 +111,12 @@ export async function readSpan(
   // none. A requester's own next page is all past its (absent) last range.
   const ownPage = last === undefined && q.rangeCount > 0;
   const extra = q.openEnd ? q.tailKeys : 0;
-  const described = ownPage ? 0 : q.rangeCount * DIGEST_RANGE_KEYS;
+  const described = ownPage ? 0 : q.rangeCount * q.rangeKeys;
   const withinMax = described + RECONCILE_PAGE_ITEMS_MAX;
   const entries: Array<{ key: Buffer; record: Buffer }> = [];
   let start = afterKey === undefined ? undefined : { key: afterKey, inclusive: false };
   let beyond = 0;
-  // The first read asks for about the keys the requester described (DIGEST_RANGE_KEYS a range, when
+  // The first read asks for about the keys the requester described (`rangeKeys` a range, when
   // the replicas agree) and those an open page lists past them, plus one that shows whether more
   // follow: a page of a copy into an empty replica reads its tail's keys and one more.
   let limit = Math.min(SPAN_READ_KEYS, described + extra + 1);
@@ -146,7 +154,7 @@ export async function describeSpan(
   horizonMs: number,
 ): Promise<{ ranges: RangeDigest[]; openEnd: boolean }> {
   const span = await readSpan(read, afterKey, q);
-  return describePage(span.entries, !span.truncated, horizonMs);
+  return describePage(span.entries, !span.truncated, horizonMs, q.rangeKeys);
 }
 
 /** What a responder's page says over the span read for `q` (reconciler.ts `answerPage`). */

@@ -50,7 +50,11 @@ import { asBuffer } from '../core/bytes.js';
 import type { DriverClock } from '../core/clock.js';
 import { type FragmentCore, FragmentOp, type ReplySink } from '../core/fragment.js';
 import { Keyspace } from '../core/keyspace.js';
-import { ANTI_ENTROPY_ROUTINE_ROUNDS_MAX, MOVE_RATE_BURST_MS } from '../core/limits.js';
+import {
+  ANTI_ENTROPY_ROUTINE_ROUNDS_MAX,
+  MOVE_RATE_BURST_MS,
+  RECONCILE_PAGE_RECORDS_MAX,
+} from '../core/limits.js';
 import { TokenBucket } from '../core/op-queue.js';
 import { Durability, OpKind, Priority, Reply } from '../core/ops.js';
 import { EnvelopeField, peekEnvelope } from '../core/peer-frame.js';
@@ -62,6 +66,7 @@ import {
   ReconcileRound,
   type RecordCheck,
   type RoundStep,
+  rangeKeysOf,
   recordsTakenBy,
 } from '../core/reconciler.js';
 import { wallMsOf } from '../core/record.js';
@@ -659,7 +664,14 @@ export class WorkerReplication {
       case 'start-round': {
         const k = roundKey(member, fragment);
         const horizonMs = this.wholeRounds.delete(k) ? 0 : this.host.clock.nowMs();
-        const round = new ReconcileRound(action.sessionId, action.roundId, horizonMs);
+        const pagesRead = this.host.pool !== undefined && isPoolHorizon(horizonMs) ? 'pool' : 'inline';
+        const round = new ReconcileRound(
+          action.sessionId,
+          action.roundId,
+          horizonMs,
+          RECONCILE_PAGE_RECORDS_MAX,
+          pagesRead,
+        );
         this.rounds.set(k, round);
         if (action.routine) this.pacedRounds.add(round);
         this.ledger.started(fragment, member, action.roundId, this.continuities.get(k) ?? 0);
@@ -972,6 +984,7 @@ export class WorkerReplication {
         openEnd,
         horizonMs,
         recordsMax,
+        rangeKeys: rangeKeysOf(keys),
       },
     });
   }

@@ -114,13 +114,14 @@ test('a cleaner page sends back only the expired keys, and its last key to resum
   }
 });
 
-test('a PoolSpan request carries the range count, the tail’s keys, the cleaner’s time (an anti-entropy one none) or the work on the span, and keys of their own', () => {
+test('a PoolSpan request carries the range count, the keys per range, the tail’s keys, the cleaner’s time (an anti-entropy one none) or the work on the span, and keys of their own', () => {
   const requests: PoolSpanRequest[] = [
     {
       fragment: 7,
       afterKey: Buffer.from('after'),
       lastKey: undefined,
       rangeCount: 0,
+      rangeKeys: 16,
       openEnd: true,
       tailKeys: 256,
       expiredAtMs: 2 ** 47 + 3,
@@ -130,6 +131,7 @@ test('a PoolSpan request carries the range count, the tail’s keys, the cleaner
       afterKey: undefined,
       lastKey: undefined,
       rangeCount: 0,
+      rangeKeys: 16,
       openEnd: true,
       tailKeys: 0,
       expiredAtMs: 0,
@@ -139,6 +141,7 @@ test('a PoolSpan request carries the range count, the tail’s keys, the cleaner
       afterKey: Buffer.from('a'),
       lastKey: Buffer.from('zz'),
       rangeCount: 16,
+      rangeKeys: 16,
       openEnd: false,
       tailKeys: 2048,
     },
@@ -148,6 +151,7 @@ test('a PoolSpan request carries the range count, the tail’s keys, the cleaner
       afterKey: undefined,
       lastKey: undefined,
       rangeCount: 16,
+      rangeKeys: 64,
       openEnd: true,
       tailKeys: 256,
       work: { kind: 'describe', horizonMs: 1_700_000_000_123 },
@@ -157,6 +161,7 @@ test('a PoolSpan request carries the range count, the tail’s keys, the cleaner
       afterKey: Buffer.from('b'),
       lastKey: Buffer.alloc(0),
       rangeCount: 2,
+      rangeKeys: 128,
       openEnd: true,
       tailKeys: 2048,
       work: {

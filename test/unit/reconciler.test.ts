@@ -14,11 +14,11 @@ import {
   RECONCILE_PAGE_BYTES_MAX,
   RECONCILE_PAGE_ITEMS_MAX,
   RECONCILE_PAGE_RECORDS_MAX,
+  RECONCILE_RANGE_KEYS_MAX,
 } from '../../src/core/limits.js';
 import {
   answerPage,
   type DataPage,
-  DIGEST_RANGE_KEYS,
   describePage,
   digestOf,
   type KeyRecord,
@@ -27,6 +27,7 @@ import {
   ReconcileRound,
   type RecordCheck,
   type RoundStep,
+  rangeKeysOf,
   recordsTakenBy,
   type SourceSize,
   type SummaryPage,
@@ -100,6 +101,10 @@ interface PullOptions {
   recordsMax?: number;
   /** Called with each page the responder answers. */
   onPage?: (page: SummaryPage) => void;
+  /** Where the requester reads its pages (the largest page it describes depends on it). */
+  pagesRead?: 'pool' | 'inline';
+  /** The responder is a version that reads every range as DIGEST_RANGE_KEYS keys. */
+  olderResponder?: boolean;
 }
 
 /**
@@ -108,11 +113,11 @@ interface PullOptions {
 async function pull(
   local: Replica,
   remote: Replica,
-  { horizonMs = 0, fetched, onSpanRead, recordsMax = 0, onPage }: PullOptions = {},
+  { horizonMs = 0, fetched, onSpanRead, recordsMax = 0, onPage, pagesRead, olderResponder }: PullOptions = {},
 ): Promise<{ messages: number; repaired: number; summaries: number }> {
   const responder = new ReconcileResponder();
   responder.onSessionStart(7);
-  const round = new ReconcileRound(7, 1, horizonMs, recordsMax);
+  const round = new ReconcileRound(7, 1, horizonMs, recordsMax, pagesRead);
   let step: RoundStep | undefined = round.start();
   let messages = 0;
   let summaries = 0;
@@ -127,16 +132,22 @@ async function pull(
         roundId: 1,
         pageSeq: step.pageSeq,
         afterKey: step.afterKey,
-        ...describePage(mine.slice(0, step.keys), mine.length <= step.keys, round.horizonMs),
+        ...describePage(
+          mine.slice(0, step.keys),
+          mine.length <= step.keys,
+          round.horizonMs,
+          rangeKeysOf(step.keys),
+        ),
         horizonMs: round.horizonMs,
         recordsMax: round.recordsMax,
+        rangeKeys: rangeKeysOf(step.keys),
       };
       const serve = responder.onRequest(q);
       assert.equal(serve.kind, 'read-page');
       const span = await readSpan(
         remote.read,
         serve.kind === 'read-page' ? serve.afterKey : undefined,
-        spanQueryOf(q),
+        spanQueryOf(olderResponder === true ? { ...q, rangeKeys: undefined } : q),
       );
       onSpanRead?.();
       const page = pageRead(responder, q, span.entries, span.truncated, remote)!;
@@ -314,15 +325,41 @@ describe('anti-entropy rounds', () => {
       a.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
       b.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
     }
-    // 256, 512 and 1 024 keys, eight of 2 048, then the last 1 824 open-ended: 12 pages, and done
-    // (pages of 256 took 79).
-    assert.deepEqual(await pull(a, b), { messages: 13, repaired: 0, summaries: 0 });
+    // 256 to 8 192 keys, then the last 3 872 open-ended: 7 pages, and done (pages of 256 took 79).
+    assert.deepEqual(await pull(a, b), { messages: 8, repaired: 0, summaries: 0 });
+    // Where pages are read in the worker they stop at 2 048 keys: eight of those, then the last
+    // 1 824: 12 pages.
+    assert.deepEqual(await pull(a, b, { pagesRead: 'inline' }), { messages: 13, repaired: 0, summaries: 0 });
     b.put('k10000', 200, NODE_B, 'newer');
     const { messages, repaired, summaries } = await pull(a, b);
     assert.equal(repaired, 1);
-    assert.equal(summaries, DIGEST_RANGE_KEYS, 'the one range that differs is listed');
-    // The fetch and its data, and the pages the size grows back through.
-    assert.ok(messages > 13 + 2 && messages <= 13 + 2 + 4, `${messages} messages`);
+    // k10000 is in the sixth page, of 8 192 keys in ranges of 64: the one range that differs is listed.
+    assert.equal(rangeKeysOf(8192), 64);
+    assert.equal(summaries, 64);
+    // Six pages, the fetch (its data merged as it comes), then the last 3 872 keys in pages of 256,
+    // 512, 1 024, 2 048 and 4 096, and done.
+    assert.equal(messages, 6 + 1 + 5 + 1, `${messages} messages`);
+    const inline = await pull(a, b, { pagesRead: 'inline' });
+    assert.deepEqual(inline, { messages: 13, repaired: 0, summaries: 0 });
+  });
+
+  test('a responder that reads every range as 16 keys still finds each difference in large pages', async () => {
+    const [a, b] = [new Replica(), new Replica()];
+    for (let i = 0; i < 20_000; i++) {
+      a.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
+      b.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
+    }
+    b.put('k03000', 200, NODE_B, 'newer');
+    b.put('k15000', 200, NODE_B, 'newer');
+    b.put('k19999x', 200, NODE_B, 'only-b');
+    const fetched = new Set<string>();
+    const older = await pull(a, b, { olderResponder: true, fetched });
+    // It reads too few keys for a large page's ranges and lists the rest of what it read: more
+    // summaries, the same keys repaired.
+    assert.equal(older.repaired, 3);
+    assert.deepEqual([...fetched].sort(), ['k03000', 'k15000', 'k19999x']);
+    assert.deepEqual(a.values(), b.values());
+    assert.deepEqual(await pull(a, b), { messages: 8, repaired: 0, summaries: 0 });
   });
 
   test('a replica missing a long run of keys gets all of them, a page at a time', async () => {
@@ -642,7 +679,7 @@ describe('the responder refuses', () => {
     assert.equal(r.onRequest(next).kind, 'read-page');
   });
 
-  test('a page of more ranges than a page holds, or a range of a key too long or a digest not 8 bytes', () => {
+  test('a page of more ranges than a page holds, ranges of more keys than a page cuts, or a range of a key too long or a digest not 8 bytes', () => {
     const r = new ReconcileResponder();
     r.onSessionStart(5);
     const range = (lastKey: Buffer, digest = Buffer.alloc(8)) => ({ lastKey, digest });
@@ -653,6 +690,12 @@ describe('the responder refuses', () => {
       [range(Buffer.from('k'), Buffer.alloc(0))],
     ];
     for (const ranges of bad) assert.equal(r.onRequest({ ...first(5), ranges }).kind, 'violation');
+    assert.equal(
+      r.onRequest({ ...first(5), rangeKeys: RECONCILE_RANGE_KEYS_MAX + 1 }).kind,
+      'violation',
+      'ranges larger than the largest page cuts',
+    );
+    assert.equal(r.onRequest({ ...first(5), rangeKeys: RECONCILE_RANGE_KEYS_MAX }).kind, 'read-page');
     assert.equal(
       r.onRequest({ ...first(5), ranges: [range(Buffer.alloc(KEY_BYTES_MAX))] }).kind,
       'read-page',

@@ -648,6 +648,7 @@ test('§6: an anti-entropy page out of order closes the connection to its peer',
       openEnd: true,
       horizonMs: START_MS,
       recordsMax: 0,
+      rangeKeys: 0,
     },
   });
   assert.deepEqual(await h.frames(), ['n1 closed: unexpected anti-entropy continuation']);
@@ -1178,6 +1179,7 @@ test('§6: the first page of a round with no horizon (a copy being verified) wai
       openEnd: true,
       horizonMs,
       recordsMax: 0,
+      rangeKeys: 0,
     },
   });
   h.receive(1, page(0, 9));
