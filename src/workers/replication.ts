@@ -82,11 +82,14 @@ import {
 } from '../core/replication-sender.js';
 import {
   encodeReconcileData,
+  encodeReconcileResponse,
   encodeReplicateBatch,
   type ReconcileDataView,
+  type ReconcileResponseView,
   type ReplicateBatchView,
   type ReplicatedOpView,
   readReconcileData,
+  readReconcileResponse,
   readReplicateBatch,
 } from '../core/replication-wire.js';
 import type { FragmentSize, KvStore } from '../native-bindings/kv-store.js';
@@ -546,6 +549,12 @@ export class WorkerReplication {
       this.onData(member, page, nowMs);
       return this.schedule(nowMs);
     }
+    if (field === EnvelopeField.ReconcileResponse) {
+      const page = readReconcileResponse(bytes);
+      if (page === undefined) return this.host.closePeer(member, 'malformed anti-entropy page');
+      this.onSummaries(member, page);
+      return this.schedule(this.host.clock.nowMs());
+    }
     let envelope: Envelope;
     try {
       envelope = decodeEnvelope(bytes);
@@ -597,8 +606,6 @@ export class WorkerReplication {
       void this.serveSummaries(member, envelope.reconcileRequest);
     } else if (envelope.reconcileFetch !== undefined) {
       this.serveFetch(member, envelope.reconcileFetch);
-    } else if (envelope.reconcileResponse !== undefined) {
-      this.onSummaries(member, envelope.reconcileResponse);
     }
     this.schedule(nowMs);
   }
@@ -941,7 +948,7 @@ export class WorkerReplication {
     this.schedule(nowMs);
   }
 
-  private onSummaries(member: number, page: Envelope['reconcileResponse'] & object): void {
+  private onSummaries(member: number, page: ReconcileResponseView): void {
     const round = this.rounds.get(roundKey(member, page.fragment));
     const core = this.host.core(page.fragment);
     if (round === undefined || core === undefined) return;
@@ -1086,8 +1093,8 @@ export class WorkerReplication {
     const core = this.host.core(q.fragment);
     if (core === undefined) return;
     const page = responder.pageAnswered(q, answer, core);
-    if (page !== undefined)
-      this.send(member, { reconcileResponse: { fragment: q.fragment, ...page, sourceSize } });
+    if (page !== undefined && this.up[member])
+      this.host.sendFrame(member, encodeReconcileResponse({ fragment: q.fragment, ...page, sourceSize }));
   }
 
   /** This node's copy of a fragment, for a peer pulling it; undefined when the store cannot say. */
