@@ -133,19 +133,22 @@ export const RECONCILE_PAGE_ITEMS_MAX = 256;
  * Keys a requester describes in one anti-entropy page at most. A page starts at
  * RECONCILE_PAGE_ITEMS_MAX keys and doubles after each page the peer found nothing in, back to the
  * start after one that listed keys: replicas that agree compare a fragment of 86 000 keys (1 GiB on
- * a node of 16 fragments, 3 replicas) in ~11 page round trips instead of ~340, each a turn of two
+ * a node of 16 fragments, 3 replicas) in 25 page round trips instead of ~340, each a turn of two
  * workers, two main threads and two pool threads (a failover's catch-up took 5 s and more). Past
- * 2048 keys a page's ranges grow instead of their number (reconciler.ts `rangeKeysOf`). Half of
- * what a responder reads for a page (RECONCILE_SPAN_KEYS_MAX), so a page's ranges fit its span.
+ * 2048 keys a page's ranges grow instead of their number (reconciler.ts `rangeKeysOf`). Not more:
+ * a page's keys and stamps are live objects until it is worked out, and past about 4 096 they
+ * outlive V8's young generation, which copies them (reading a key of a page of 16 384 cost 2.7×
+ * one of 4 096). Half of what a responder reads for a page (RECONCILE_SPAN_KEYS_MAX), so a page's
+ * ranges fit its span.
  */
-export const RECONCILE_DESCRIBED_KEYS_MAX = 16_384;
+export const RECONCILE_DESCRIBED_KEYS_MAX = 4096;
 /**
  * The same where the page is read in the fragment's worker (a store without the background pool's
  * second reader): a page of 2048 keys holds the worker's actor for about a millisecond or two.
  */
 export const RECONCILE_DESCRIBED_KEYS_INLINE_MAX = 2048;
 /** Keys per digest range a requester may say it cut its page into (the largest page's ranges). */
-export const RECONCILE_RANGE_KEYS_MAX = 128;
+export const RECONCILE_RANGE_KEYS_MAX = 32;
 /**
  * Anti-entropy pages waiting for the background pool; past it a page is read in the fragment's
  * worker. Rounds bound themselves (one page in flight per round and per served round), so this only

@@ -151,7 +151,7 @@ test('a PoolSpan request carries the range count, the keys per range, the tailâ€
       afterKey: undefined,
       lastKey: undefined,
       rangeCount: 16,
-      rangeKeys: 64,
+      rangeKeys: 32,
       openEnd: true,
       tailKeys: 256,
       work: { kind: 'describe', horizonMs: 1_700_000_000_123 },
@@ -161,7 +161,7 @@ test('a PoolSpan request carries the range count, the keys per range, the tailâ€
       afterKey: Buffer.from('b'),
       lastKey: Buffer.alloc(0),
       rangeCount: 2,
-      rangeKeys: 128,
+      rangeKeys: 32,
       openEnd: true,
       tailKeys: 2048,
       work: {

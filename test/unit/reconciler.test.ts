@@ -325,20 +325,21 @@ describe('anti-entropy rounds', () => {
       a.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
       b.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
     }
-    // 256 to 8 192 keys, then the last 3 872 open-ended: 7 pages, and done (pages of 256 took 79).
-    assert.deepEqual(await pull(a, b), { messages: 8, repaired: 0, summaries: 0 });
+    // 256 to 4 096 keys, three more of 4 096, then the last 3 872 open-ended: 8 pages, and done
+    // (pages of 256 took 79).
+    assert.deepEqual(await pull(a, b), { messages: 9, repaired: 0, summaries: 0 });
     // Where pages are read in the worker they stop at 2 048 keys: eight of those, then the last
     // 1 824: 12 pages.
     assert.deepEqual(await pull(a, b, { pagesRead: 'inline' }), { messages: 13, repaired: 0, summaries: 0 });
     b.put('k10000', 200, NODE_B, 'newer');
     const { messages, repaired, summaries } = await pull(a, b);
     assert.equal(repaired, 1);
-    // k10000 is in the sixth page, of 8 192 keys in ranges of 64: the one range that differs is listed.
-    assert.equal(rangeKeysOf(8192), 64);
-    assert.equal(summaries, 64);
-    // Six pages, the fetch (its data merged as it comes), then the last 3 872 keys in pages of 256,
-    // 512, 1 024, 2 048 and 4 096, and done.
-    assert.equal(messages, 6 + 1 + 5 + 1, `${messages} messages`);
+    // k10000 is in the sixth page, of 4 096 keys in ranges of 32: the one range that differs is listed.
+    assert.equal(rangeKeysOf(4096), 32);
+    assert.equal(summaries, 32);
+    // Six pages, the fetch (its data merged as it comes), then the last 7 968 keys in pages of 256,
+    // 512, 1 024, 2 048, 4 096 and the last 32, and done.
+    assert.equal(messages, 6 + 1 + 6 + 1, `${messages} messages`);
     const inline = await pull(a, b, { pagesRead: 'inline' });
     assert.deepEqual(inline, { messages: 13, repaired: 0, summaries: 0 });
   });
@@ -359,7 +360,7 @@ describe('anti-entropy rounds', () => {
     assert.equal(older.repaired, 3);
     assert.deepEqual([...fetched].sort(), ['k03000', 'k15000', 'k19999x']);
     assert.deepEqual(a.values(), b.values());
-    assert.deepEqual(await pull(a, b), { messages: 8, repaired: 0, summaries: 0 });
+    assert.deepEqual(await pull(a, b), { messages: 9, repaired: 0, summaries: 0 });
   });
 
   test('a replica missing a long run of keys gets all of them, a page at a time', async () => {
