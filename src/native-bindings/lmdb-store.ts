@@ -41,7 +41,7 @@
 
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type Database, open, type RootDatabase, type RootDatabaseOptions } from 'lmdb';
+import { type Database, type DatabaseOptions, open, type RootDatabase, type RootDatabaseOptions } from 'lmdb';
 import { assert } from '../core/assert.js';
 import { asStorageError, storageError, type TesseraError } from '../core/errors.js';
 import { FRAGMENT_COUNT_MAX, KEY_BYTES_MAX, WORKER_COUNT_MAX } from '../core/limits.js';
@@ -686,8 +686,12 @@ class LmdbStore implements KvStore {
       // With binary encodings lmdb-js returns keys as fresh Buffer slices and values as fresh Buffer
       // copies, so the caller may keep both. The prefix is dropped with a second copy, not a view: a
       // key that small lives on V8's heap, and a view of it first moves it off (~1 µs against ~0.2).
-      for (const { key, value } of range)
-        out.push({ key: copySlice.call(key, PREFIX_BYTES) as Buffer, record: value as Buffer });
+      // The stamp reader's keys come without it (STAMP_READER_OPTIONS).
+      if (stampsOnly)
+        for (const { key, value } of range) out.push({ key: key as Buffer, record: value as Buffer });
+      else
+        for (const { key, value } of range)
+          out.push({ key: copySlice.call(key, PREFIX_BYTES) as Buffer, record: value as Buffer });
     } catch (err) {
       throw lmdbError(err, this.#envOf[fragment]!.dataFile);
     }
@@ -1018,8 +1022,14 @@ const copySlice = Uint8Array.prototype.slice;
  * of its own) the shared read buffer itself, `length` patched to the value's size; this one copies
  * the stamp alone. Records are written through the fragment's binary handle only.
  */
-const STAMP_READER_OPTIONS = {
-  // lmdb-js takes `encoder` (documented, not in its types): the options object is not a literal here.
+const STAMP_READER_OPTIONS: DatabaseOptions & {
+  encoder: { encode(): never; decode(bytes: Uint8Array): Buffer };
+  keyEncoder: {
+    writeKey(key: Uint8Array, target: Uint8Array, start: number): number;
+    readKey(target: Uint8Array, start: number, end: number): Buffer;
+  };
+} = {
+  // lmdb-js takes `encoder` and `keyEncoder` (documented, not in openDB's types).
   encoder: {
     encode(): never {
       throw new Error('a stamp reader does not write');
@@ -1030,7 +1040,17 @@ const STAMP_READER_OPTIONS = {
       return copySlice.call(bytes, 0, end) as Buffer;
     },
   },
-  keyEncoding: 'binary' as const,
+  // Range bounds are written as given (prefixed, as the binary handle's are); keys are read without
+  // their prefix in the one copy lmdb-js makes of each, not in a second one (a span reads ~10^5).
+  keyEncoder: {
+    writeKey(key: Uint8Array, target: Uint8Array, start: number): number {
+      target.set(key, start);
+      return start + key.length;
+    },
+    readKey(target: Uint8Array, start: number, end: number): Buffer {
+      return copySlice.call(target, start + PREFIX_BYTES, end) as Buffer;
+    },
+  },
 };
 
 /** A fresh prefixed key: range bounds are held by the iterator, so they cannot share the scratch. */

@@ -419,8 +419,15 @@ for (const kind of STORE_KINDS) {
         // lmdb copies the stamp alone; the other stores may hand the whole record.
         if (kind === 'lmdb') assert.equal(got.length, stampOf(record).length);
         got.fill(0);
+        assert.ok(Buffer.isBuffer(page[i].key), 'a stamp page holds Buffers');
+        page[i].key.fill(0);
       }
       assert.deepEqual(store.get(0, b('a')), small);
+      // Its keys were copies too, and bounds hold: after `a`, exclusive, up to `c`, exclusive.
+      assert.deepEqual(
+        (await store.page(0, { key: b('a'), inclusive: false }, b('c'), 10, true)).map((e) => e.key),
+        [b('b')],
+      );
       assert.deepEqual(
         (await store.page(0, undefined, undefined, 10)).map((e) => e.record),
         [small, tomb, big],
