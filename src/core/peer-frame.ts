@@ -172,11 +172,15 @@ export function peekFragment(
       if (field === 1) out.fragment = value;
     },
     (field, at) => {
-      if (field === wallField)
-        out.maxWallMs = Buffer.from(bytes.buffer, bytes.byteOffset + at, 8).readDoubleLE(0);
+      if (field === wallField) out.maxWallMs = readDoubleAt(bytes, at);
     },
   );
   return wellFormed ? out : undefined;
+}
+
+/** The little-endian double at `at` (a protobuf 64-bit field's value, as `forEachField` finds it). */
+export function readDoubleAt(bytes: Uint8Array, at: number): number {
+  return Buffer.from(bytes.buffer, bytes.byteOffset + at, 8).readDoubleLE(0);
 }
 
 /** Bytes of `n` as a protobuf varint (n < 2^32). */

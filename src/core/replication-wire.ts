@@ -10,6 +10,7 @@ import {
   EnvelopeField,
   forEachField,
   peekEnvelope,
+  readDoubleAt,
   varintBytes,
   writeVarint,
 } from './peer-frame.js';
@@ -268,10 +269,6 @@ function readPair(bytes: Uint8Array, start: number, end: number): [Uint8Array, U
     else if (field === 2) pair[1] = bytes.subarray(s, e);
   });
   return ok ? pair : undefined;
-}
-
-function readDoubleAt(bytes: Uint8Array, at: number): number {
-  return Buffer.from(bytes.buffer, bytes.byteOffset + at, 8).readDoubleLE(0);
 }
 
 const EMPTY = new Uint8Array(0);

@@ -735,13 +735,9 @@ export function encodePoolSpanEntries(
   for (const e of entries) n += 4 + e.key.length + valueOffsetOf(e.record);
   const out = Buffer.allocUnsafe(n);
   let p = 0;
-  for (const e of entries) {
-    // The stamp is copied from the record, not taken as a view of it (a view per key adds up).
-    p = writeBytes16(out, p, e.key);
-    const stampBytes = valueOffsetOf(e.record);
-    writeU16LE(out, p, stampBytes);
-    p += 2 + copyRange(e.record, 0, stampBytes, out, p + 2);
-  }
+  // The stamp is copied from the record, not taken as a view of it (a view per key adds up).
+  for (const e of entries)
+    p = writeBytes16(out, writeBytes16(out, p, e.key), e.record, valueOffsetOf(e.record));
   return out;
 }
 
@@ -843,10 +839,15 @@ export function readPoolSpanResult(
   return answer === undefined ? { entries, truncated, expiring } : { entries, truncated, expiring, answer };
 }
 
-function writeBytes16(buf: Buffer, at: number, bytes: Uint8Array | undefined): number {
-  const n = bytes?.length ?? 0;
+/** Writes the first `n` bytes (all of them by default) with a u16 length before them. */
+function writeBytes16(
+  buf: Buffer,
+  at: number,
+  bytes: Uint8Array | undefined,
+  n = bytes?.length ?? 0,
+): number {
   buf.writeUInt16LE(n, at);
-  if (n > 0) copyBytes(buf, at + 2, bytes!);
+  if (n > 0) copyRange(bytes!, 0, n, buf, at + 2);
   return at + 2 + n;
 }
 

@@ -671,7 +671,7 @@ export class WorkerReplication {
       case 'start-round': {
         const k = roundKey(member, fragment);
         const horizonMs = this.wholeRounds.delete(k) ? 0 : this.host.clock.nowMs();
-        const pagesRead = this.host.pool !== undefined && isPoolHorizon(horizonMs) ? 'pool' : 'inline';
+        const pagesRead = this.poolFor(horizonMs) !== undefined ? 'pool' : 'inline';
         const round = new ReconcileRound(
           action.sessionId,
           action.roundId,
@@ -1044,12 +1044,17 @@ export class WorkerReplication {
     pooled: (pool: SpanPool) => Promise<T>,
     here: () => Promise<T>,
   ): Promise<T> {
-    const pool = this.host.pool;
-    if (pool === undefined || !isPoolHorizon(horizonMs)) return here();
+    const pool = this.poolFor(horizonMs);
+    if (pool === undefined) return here();
     return pooled(pool).catch((err: Error) => {
       this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');
       return here();
     });
+  }
+
+  /** The pool that works out pages compared as of `horizonMs`; undefined where they are read here. */
+  private poolFor(horizonMs: number): SpanPool | undefined {
+    return isPoolHorizon(horizonMs) ? this.host.pool : undefined;
   }
 
   /** Reads this node's keys and versions of `fragment` here. */

@@ -10,11 +10,16 @@ import {
   type ReconcileDataView,
   type ReconcileResponseView,
   type ReplicateBatchView,
+  type ReplicatedOpView,
   readReconcileData,
   readReconcileResponse,
   readReplicateBatch,
 } from '../../src/core/replication-wire.js';
 import { decodeEnvelope, encodeEnvelope } from '../../src/threads/peer-messages.js';
+
+/** Ops as Buffers of their own, comparable whatever memory the decoder viewed them in. */
+const plainOps = (ops: readonly ReplicatedOpView[]) =>
+  ops.map((op) => ({ key: Buffer.from(op.key), record: Buffer.from(op.record) }));
 
 const batches = [
   {
@@ -35,7 +40,7 @@ test('what it encodes, protobufjs decodes; what protobufjs encodes, it reads', (
   for (const b of batches) {
     const plain = (x: ReplicateBatchView) => ({
       ...x,
-      ops: x.ops.map((op) => ({ key: Buffer.from(op.key), record: Buffer.from(op.record) })),
+      ops: plainOps(x.ops),
     });
     assert.deepEqual(plain(decodeEnvelope(encodeReplicateBatch(b)).replicateBatch!), plain(b));
     assert.deepEqual(plain(readReplicateBatch(encodeEnvelope({ replicateBatch: b }))!), plain(b));
@@ -73,7 +78,7 @@ const dataPages: ReconcileDataView[] = [
 test('a data page: what it encodes, protobufjs decodes; what protobufjs encodes, it reads', () => {
   const plain = (x: ReconcileDataView) => ({
     ...x,
-    entries: x.entries.map((e) => ({ key: Buffer.from(e.key), record: Buffer.from(e.record) })),
+    entries: plainOps(x.entries),
   });
   for (const d of dataPages) {
     assert.deepEqual(plain(decodeEnvelope(encodeReconcileData(d)).reconcileData!), plain(d));
@@ -136,7 +141,7 @@ test('an anti-entropy page: what it encodes, protobufjs decodes; what protobufjs
     ...x,
     summaries: x.summaries.map((e) => ({ key: Buffer.from(e.key), stamp: Buffer.from(e.stamp) })),
     nextAfterKey: Buffer.from(x.nextAfterKey),
-    records: x.records.map((e) => ({ key: Buffer.from(e.key), record: Buffer.from(e.record) })),
+    records: plainOps(x.records),
   });
   for (const r of summaryPages) {
     assert.deepEqual(plain(decodeEnvelope(encodeReconcileResponse(r)).reconcileResponse!), plain(r));
