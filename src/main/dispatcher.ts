@@ -46,8 +46,7 @@ import {
   holdRequestBytes,
   MODIFY_PARAMS_BYTES,
   membersRequestBytes,
-  type PoolSpanRequest,
-  type PoolSpanResult,
+  poolSpanTaskIdOf,
   RECONCILE_NOW_REQUEST_BYTES,
   REPLICA_WAIT_PARAMS_BYTES,
   RESULT_HEADER_BYTES,
@@ -56,7 +55,6 @@ import {
   RequestKind,
   ResultKind,
   type RoundReport,
-  readPoolSpanRequest,
   readRoundReport,
   requestBytes,
   requestFlags,
@@ -109,7 +107,8 @@ export interface WorkerPortRelay {
 }
 
 /** Runs an anti-entropy span read in the background pool. */
-export type PoolSpanRunner = (request: PoolSpanRequest) => Promise<PoolSpanResult>;
+/** Runs a worker's PoolSpan record in the background pool; resolves with the PoolSpanResult record. */
+export type PoolSpanRunner = (request: Uint8Array) => Promise<Uint8Array>;
 
 /** Where operations of a fragment go: its worker here, a peer, or nowhere reachable. */
 export interface OpLink {
@@ -252,7 +251,8 @@ export class Dispatcher implements KeyRouter {
             this.workerPorts?.relay.endSessionsOf(index);
             this.cluster?.onWorkerServing(this.links[index]);
           },
-          onPoolSpan: (index, buf, at) => this.runPoolSpan(this.links[index], buf, at),
+          onPoolSpan: (index, buf, at, recordBytes) =>
+            this.runPoolSpan(this.links[index], buf, at, recordBytes),
           onRoundReport: (buf, at, length) => this.onRoundReport(buf, at, length),
           onPortEvent: (index, event) => this.onPortEvent(index, event),
         }),
@@ -612,15 +612,21 @@ export class Dispatcher implements KeyRouter {
     return max !== 0 && this.board.memoryBytes() > max;
   }
 
-  /** A worker's PoolSpan request: run it in the pool and answer the same worker. */
-  private runPoolSpan(link: WorkerLink, buf: Buffer, at: number): void {
-    const { taskId, request } = readPoolSpanRequest(buf, at);
+  /**
+   * A worker's PoolSpan request: run it in the pool and answer the same worker. The record goes to
+   * the pool as the worker wrote it, and the pool's answer comes back as the worker reads it: this
+   * thread copies both and decodes neither.
+   */
+  private runPoolSpan(link: WorkerLink, buf: Buffer, at: number, recordBytes: number): void {
+    const taskId = poolSpanTaskIdOf(buf, at);
     const runner = this.poolSpanRunner;
-    if (runner === undefined) return link.sendPoolSpanResult(taskId, undefined);
+    if (runner === undefined) return link.sendPoolSpanFailed(taskId);
+    const request = Buffer.allocUnsafeSlow(recordBytes);
+    buf.copy(request, 0, at, at + recordBytes);
     // A worker that restarted meanwhile does not know the task id and ignores the answer.
     runner(request).then(
-      (span) => link.sendPoolSpanResult(taskId, span),
-      () => link.sendPoolSpanResult(taskId, undefined),
+      (record) => link.sendPoolSpanRecord(record),
+      () => link.sendPoolSpanFailed(taskId),
     );
   }
 

@@ -29,8 +29,6 @@ import { expiresAtOf, valueBytesOf } from '../core/record.js';
 import type { ScanTask, SpanTask } from '../threads/messages.js';
 import { isPoolThreadLoaded } from '../threads/messages.js';
 import {
-  type PoolSpanRequest,
-  type PoolSpanResult,
   RESULT_HEADER_BYTES,
   ResultKind,
   readScanPage,
@@ -220,9 +218,11 @@ export class Scanner {
 
   /**
    * Reads an anti-entropy span in the background pool (lmdb only), under the pool's bounds and
-   * rate; rejects with Backpressure when it is full.
+   * rate; rejects with Backpressure when it is full. `request` is a worker's PoolSpan record, in
+   * an ArrayBuffer of its own that moves to the pool; the answer is the PoolSpanResult record
+   * for the worker.
    */
-  async poolSpan(request: PoolSpanRequest): Promise<PoolSpanResult> {
+  async poolSpan(request: Uint8Array): Promise<Uint8Array> {
     // Not rate-limited like scans: rounds pace themselves, a page at a time.
     if (this.spansWaiting >= ANTI_ENTROPY_POOL_TASKS_MAX) {
       throw backpressure(`background pool holds ${ANTI_ENTROPY_POOL_TASKS_MAX} anti-entropy pages`);
@@ -230,13 +230,15 @@ export class Scanner {
     this.spansWaiting++;
     try {
       const span: SpanTask = {
-        ...request,
         kind: 'span',
         dataDir: this.config.dataDir,
         fragmentCount: this.config.fragments,
         groupCount: this.dispatcher.groupCount,
+        request,
       };
-      const result = (await this.getPool().run(span)) as PoolSpanResult;
+      const result = (await this.getPool().run(span, {
+        transferList: [request.buffer as ArrayBuffer],
+      })) as Uint8Array;
       this.spansServed++;
       return result;
     } finally {

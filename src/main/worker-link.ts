@@ -27,7 +27,6 @@ import {
   acksReply,
   CONTROL_HEADER_BYTES,
   PEER_HEADER_BYTES,
-  type PoolSpanResult,
   peerOf,
   poolSpanResultBytes,
   RESULT_HEADER_BYTES,
@@ -174,11 +173,19 @@ export class WorkerLink {
     this.end();
   }
 
-  /** Answers a PoolSpan: the span's keys and stamps, or undefined when the pool failed. */
-  sendPoolSpanResult(taskId: number, span: PoolSpanResult | undefined): void {
-    const at = this.outbox.reserve(poolSpanResultBytes(span));
+  /** Answers a PoolSpan with the record the pool wrote (op-codec.ts `encodePoolSpanResult`). */
+  sendPoolSpanRecord(record: Uint8Array): void {
+    const at = this.outbox.reserve(record.length);
     this.buffer = this.outbox.buffer;
-    writePoolSpanResult(this.buffer, at, taskId, span);
+    copyBytes(this.buffer, at, record);
+    this.end();
+  }
+
+  /** Answers a PoolSpan the pool could not run. */
+  sendPoolSpanFailed(taskId: number): void {
+    const at = this.outbox.reserve(poolSpanResultBytes(undefined));
+    this.buffer = this.outbox.buffer;
+    writePoolSpanResult(this.buffer, at, taskId, undefined);
     this.end();
   }
 

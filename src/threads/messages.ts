@@ -5,7 +5,7 @@ import type { FragmentConfig } from '../core/fragment.js';
 import type { Durability } from '../core/ops.js';
 import type { CommandStatsRow } from '../main/resp/command-stats.js';
 import type { StoreLocation } from '../native-bindings/kv-store.js';
-import type { PoolSpanRequest, ScanRequest } from './op-codec.js';
+import type { ScanRequest } from './op-codec.js';
 
 export interface WorkerInit {
   index: number;
@@ -243,11 +243,18 @@ export interface ScanTask {
   request: ScanRequest;
 }
 
-/** A background-pool task: an anti-entropy span, keys after `afterKey` (undefined: from the first) per readSpan's rules. */
-export interface SpanTask extends PoolSpanRequest {
+/**
+ * A background-pool task: an anti-entropy span, keys after `afterKey` (undefined: from the first)
+ * per readSpan's rules, or a TTL cleaner's page. The worker's request travels as the worker wrote
+ * it into the ring (op-codec.ts `writePoolSpanRequest`), moved to the pool thread: the main thread
+ * only forwards it, and cloning its ranges one by one cost more than the page's work.
+ */
+export interface SpanTask {
   kind: 'span';
   dataDir: string;
   fragmentCount: number;
   /** The lmdb store's group count (manifest.ts). */
   groupCount: number;
+  /** The worker's PoolSpan record, whole (op-codec.ts `readPoolSpanRequest` reads it). */
+  request: Uint8Array;
 }

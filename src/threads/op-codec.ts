@@ -687,9 +687,14 @@ export function writePoolSpanRequest(buf: Buffer, at: number, taskId: number, r:
   }
 }
 
+/** The task id of a PoolSpan request record: what the main thread answers it with. */
+export function poolSpanTaskIdOf(buf: Buffer, at: number): number {
+  return readU32LE(buf, at + ID_AT);
+}
+
 /**
- * Decodes a PoolSpan request, copying its keys out of ring memory into arrays of their own: the
- * request goes on to a pool thread, and a view of a shared slab would be cloned whole.
+ * Decodes a PoolSpan request in the pool thread, from the record the worker wrote and the main
+ * thread moved there whole: its keys and digests are views of that record.
  */
 export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; request: PoolSpanRequest } {
   const flags = buf[at + FLAGS_AT];
@@ -698,8 +703,8 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
   const countAt = lastAt + 2 + readU16LE(buf, lastAt);
   const request: PoolSpanRequest = {
     fragment: readU16LE(buf, at + FRAGMENT_AT),
-    afterKey: flags & SPAN_AFTER_KEY ? ownBytes16(buf, afterAt) : undefined,
-    lastKey: flags & SPAN_LAST_KEY ? ownBytes16(buf, lastAt) : undefined,
+    afterKey: flags & SPAN_AFTER_KEY ? viewBytes16(buf, afterAt) : undefined,
+    lastKey: flags & SPAN_LAST_KEY ? viewBytes16(buf, lastAt) : undefined,
     rangeCount: readU16LE(buf, countAt),
     rangeKeys: readU16LE(buf, countAt + 2),
     openEnd: (flags & SPAN_OPEN_END) !== 0,
@@ -717,9 +722,9 @@ export function readPoolSpanRequest(buf: Buffer, at: number): { taskId: number; 
     p += 8;
     const ranges: RangeDigest[] = [];
     for (let i = 0; i < request.rangeCount; i++) {
-      const lastKey = ownBytes16(buf, p);
+      const lastKey = viewBytes16(buf, p);
       p += 2 + lastKey.length;
-      ranges.push({ lastKey, digest: new Uint8Array(buf.subarray(p, p + DIGEST_BYTES)) });
+      ranges.push({ lastKey, digest: buf.subarray(p, p + DIGEST_BYTES) });
       p += DIGEST_BYTES;
     }
     request.work = { kind: 'answer', horizonMs, recordsMax, ranges };
@@ -802,6 +807,16 @@ export function writePoolSpanResult(
 }
 
 /**
+ * A PoolSpanResult record for the request `taskId`, written by the pool thread into an ArrayBuffer
+ * of its own, so that it moves to the main thread (not cloned) and is copied into the ring whole.
+ */
+export function encodePoolSpanResult(taskId: number, span: PoolSpanResult): Buffer {
+  const record = Buffer.allocUnsafeSlow(poolSpanResultBytes(span));
+  writePoolSpanResult(record, 0, taskId, span);
+  return record;
+}
+
+/**
  * Decodes a PoolSpanResult, copied out of ring memory in one piece that its keys and stamps view;
  * undefined when the pool failed.
  */
@@ -851,9 +866,9 @@ function writeBytes16(
   return at + 2 + n;
 }
 
-/** A u16-length-prefixed byte string, copied into an ArrayBuffer of its own size. */
-function ownBytes16(buf: Buffer, at: number): Uint8Array {
-  return new Uint8Array(buf.subarray(at + 2, at + 2 + readU16LE(buf, at)));
+/** A u16-length-prefixed byte string, as a view of `buf`. */
+function viewBytes16(buf: Buffer, at: number): Buffer {
+  return buf.subarray(at + 2, at + 2 + readU16LE(buf, at));
 }
 
 function readBytes16(buf: Buffer, at: number): Buffer {

@@ -6,6 +6,7 @@
 // — or a page of the TTL cleaner's candidates (src/workers/expired-span.ts).
 
 import { parentPort, threadId } from 'node:worker_threads';
+import { move } from 'piscina';
 import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
@@ -13,7 +14,10 @@ import type { PoolThreadLoaded, ScanTask, SpanTask } from '../threads/messages.j
 import {
   encodePoolSpanEntries,
   encodePoolSpanRanges,
+  encodePoolSpanResult,
+  type PoolSpanRequest,
   type PoolSpanResult,
+  readPoolSpanRequest,
   type ScanPage,
 } from '../threads/op-codec.js';
 import { readExpiredSpan } from './expired-span.js';
@@ -37,7 +41,11 @@ async function storeFor(task: ScanTask | SpanTask, fragment: number): Promise<Kv
   return store;
 }
 
-export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanPage | PoolSpanResult> {
+/**
+ * A scan page, or a span task's PoolSpanResult record (moved to the main thread, which copies it into
+ * the worker's ring as it is).
+ */
+export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanPage | unknown> {
   // A snapshot per task: the fragment's writer commits between tasks. lmdb-js ends a read snapshot
   // only at the thread's next timer phase, and tasks may come back to back before it: a scan page
   // after a fence must see what the fence waited for (KEYS after FLUSHALL listed deleted keys).
@@ -46,25 +54,34 @@ export default async function poolTask(task: ScanTask | SpanTask): Promise<ScanP
     store.refreshReads();
     return collectScanPage(store, task.request, Date.now());
   }
-  const store = await storeFor(task, task.fragment);
+  const record = task.request;
+  const { taskId, request } = readPoolSpanRequest(
+    Buffer.from(record.buffer, record.byteOffset, record.byteLength),
+    0,
+  );
+  return move(encodePoolSpanResult(taskId, await spanOf(task, request)));
+}
+
+async function spanOf(task: SpanTask, q: PoolSpanRequest): Promise<PoolSpanResult> {
+  const store = await storeFor(task, q.fragment);
   store.refreshReads();
   // Both spans look at records' stamps alone (versions, expiry), and only stamps go back.
-  const read: PageReader = (start, limit) => store.page(task.fragment, start, undefined, limit, true);
-  if (task.expiredAtMs !== undefined) {
-    const span = await readExpiredSpan(read, task.afterKey, task.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
+  const read: PageReader = (start, limit) => store.page(q.fragment, start, undefined, limit, true);
+  if (q.expiredAtMs !== undefined) {
+    const span = await readExpiredSpan(read, q.afterKey, q.expiredAtMs, CLEAN_POOL_PAGE_KEYS);
     return {
       entries: encodePoolSpanEntries(span.entries),
       truncated: span.truncated,
       expiring: span.expiring,
     };
   }
-  const work = task.work;
+  const work = q.work;
   if (work === undefined) throw new Error('an anti-entropy span task names its work');
   if (work.kind === 'describe') {
-    const { ranges, openEnd } = await describeSpan(read, task.afterKey, task, work.horizonMs);
+    const { ranges, openEnd } = await describeSpan(read, q.afterKey, q, work.horizonMs);
     return { entries: encodePoolSpanRanges(ranges), truncated: !openEnd };
   }
-  const answer = await answerSpan(read, task.afterKey, task, work);
+  const answer = await answerSpan(read, q.afterKey, q, work);
   return {
     entries: encodePoolSpanEntries([...answer.listed, ...answer.tail]),
     truncated: false,

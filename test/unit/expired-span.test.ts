@@ -17,10 +17,12 @@ import { openStore } from '../../src/native-bindings/open-store.js';
 import {
   encodePoolSpanEntries,
   encodePoolSpanRanges,
+  encodePoolSpanResult,
   type PoolSpanRequest,
   pageAnswerOf,
   poolSpanRequestBytes,
   poolSpanResultBytes,
+  poolSpanTaskIdOf,
   readPoolSpanRequest,
   readPoolSpanResult,
   writePoolSpanRequest,
@@ -114,7 +116,7 @@ test('a cleaner page sends back only the expired keys, and its last key to resum
   }
 });
 
-test('a PoolSpan request carries the range count, the keys per range, the tail’s keys, the cleaner’s time (an anti-entropy one none) or the work on the span, and keys of their own', () => {
+test('a PoolSpan request carries the range count, the keys per range, the tail’s keys, the cleaner’s time (an anti-entropy one none) or the work on the span, read as views of its record', () => {
   const requests: PoolSpanRequest[] = [
     {
       fragment: 7,
@@ -195,11 +197,12 @@ test('a PoolSpan request carries the range count, the keys per range, the tail�
     writePoolSpanRequest(buf, 2, 99, request);
     const read = readPoolSpanRequest(buf, 2);
     assert.equal(read.taskId, 99);
+    assert.equal(poolSpanTaskIdOf(buf, 2), 99);
     assert.deepEqual(asBuffers(read.request), asBuffers(request));
     assert.equal(buf[buf.length - 2], 0xee, 'nothing written past the request');
-    // The request is cloned to a pool thread: a key viewing a larger buffer would copy all of it.
+    // The pool thread reads the record the main thread moved to it: keys are views of it, not copies.
     for (const key of [read.request.afterKey, read.request.lastKey]) {
-      if (key !== undefined) assert.equal(key.buffer.byteLength, key.length);
+      if (key !== undefined) assert.equal(key.buffer, buf.buffer);
     }
   }
 });
@@ -268,4 +271,25 @@ test('a PoolSpan result carries each key with its stamp alone, as the pool encod
   const failed = Buffer.alloc(poolSpanResultBytes(undefined));
   writePoolSpanResult(failed, 0, 41, undefined);
   assert.equal(readPoolSpanResult(failed, 0, failed.length), undefined);
+});
+
+test('the pool writes its result as the record the worker reads, in an ArrayBuffer of its own that moves to the main thread', () => {
+  const answered = {
+    entries: encodePoolSpanEntries([
+      { key: Buffer.from('k1'), record: encodeRecord(false, 7, 0, 0, Buffer.from('n1'), Buffer.from('v')) },
+    ]),
+    truncated: false,
+    answer: { listedCount: 0, nextAfterKey: Buffer.from('k1'), done: false },
+  };
+  const record = encodePoolSpanResult(77, answered);
+  // Moving a view of a shared slab would detach the slab; the record owns all of its buffer.
+  assert.equal(record.byteOffset, 0);
+  assert.equal(record.buffer.byteLength, record.length);
+  const written = Buffer.alloc(poolSpanResultBytes(answered));
+  writePoolSpanResult(written, 0, 77, answered);
+  assert.deepEqual(record, written);
+  assert.deepEqual(
+    readPoolSpanResult(record, 0, record.length),
+    readPoolSpanResult(written, 0, written.length),
+  );
 });
