@@ -306,9 +306,14 @@ export class CoordinatorMachine {
         }
         if (this.roleNow !== 'taking-over' || table === undefined) return;
         if (message.refused) {
+          // A refusal of an epoch the proposal is above already (a second member refusing the
+          // changes of the epoch given up) changes nothing: the promises in hand, this node's own
+          // among them, are of the proposal. Clearing them would lose its own for good: a retry
+          // asks only the other members again.
+          if (message.epoch < this.proposal) return;
           // Outbid on the next retry: every member is asked again at an epoch above the one it holds.
           // The reports in hand promised the epoch given up, not that one: none may count toward it.
-          this.proposal = Math.max(this.proposal, message.epoch + 1);
+          this.proposal = message.epoch + 1;
           this.reports.clear();
           return;
         }

@@ -879,6 +879,41 @@ describe('promises', () => {
     assert.deepEqual(cluster.peer('c').saved.promise, { epoch: proposed, to: { id: 'a', incarnation: 1 } });
   });
 
+  test('a second refusal of an epoch already outbid does not cost the coordinator taking over again its own promise', () => {
+    const ids = ['a', 'b', 'c', 'd'];
+    const placement = [
+      ['a', 'b', 'c'],
+      ['b', 'c', 'd'],
+      ['c', 'd', 'a'],
+      ['d', 'a', 'b'],
+    ];
+    const cluster = new PlacementCluster(ids, placement);
+    cluster.views(ids, viewOf(ids));
+    for (let i = 0; i < 6; i++) cluster.deliver({ kind: i < 3 ? 'report-request' : 'report' });
+    cluster.deliver({ to: 'b', kind: 'changes' });
+    // a's bootstrap is on its way to c and d when both promise epoch 2 to b; b's answers are lost.
+    for (const member of ['c', 'd']) {
+      cluster.receive(member, { kind: 'report-request', from: 'b', incarnation: 1, epoch: 2 });
+      assert.equal(cluster.drop({ from: member, to: 'b' }), 1);
+      assert.deepEqual(cluster.deliver({ to: member, kind: 'changes' }).slice(0, 1), [
+        'send a report e2 refused table e0',
+      ]);
+    }
+    assert.deepEqual(cluster.deliver({ from: 'c', to: 'a' }).slice(0, 1), [
+      'log info: c holds epoch 2: taking over again above it',
+    ]);
+    // d's refusal names the epoch a has already proposed above: a's proposal and its own promise stand.
+    assert.deepEqual(cluster.deliver({ from: 'd', to: 'a' }), []);
+    cluster.deliverAll();
+    assert.equal(cluster.machine('a').role, 'coordinator');
+    const epoch = cluster.machine('a').current.epoch;
+    assert.ok(epoch > 2, `a coordinates above the epoch promised to b: ${epoch}`);
+    assert.deepEqual(
+      cluster.digests(),
+      ids.map(() => `${epoch}/a@1/4/4`),
+    );
+  });
+
   test('a change at the promised epoch from another coordinator is refused, even from the one the view names', () => {
     const cluster = bootstrapped(['a', 'b', 'c'], PLACEMENT_3);
     promisedToB(cluster, 1);
