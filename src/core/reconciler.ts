@@ -238,12 +238,18 @@ export type PageQuery = Pick<PageRequest, 'afterKey' | 'ranges' | 'openEnd' | 'h
  * RECONCILE_PAGE_ITEMS_MAX; the page ends early, after the last key it handled (listed, or left out
  * as past the horizon), when that bound is hit. With `recordsMax`, the keys past the last range go
  * to `tail` instead, up to that many: the page sends their records.
+ *
+ * `spanExhausted`: the responder holds no key after the span's last. Once a page has handled them
+ * all the round is done, whatever the requester holds further on: a round pulls, and there is
+ * nothing left to pull. A source's round toward a replica still copying the fragment would
+ * otherwise describe every key past the copy's progress, page after page, to hear the copy lacks it.
  */
 export function answerPage(
   q: PageQuery,
   span: readonly KeyRecord[],
   spanTruncated: boolean,
   recordsMax = 0,
+  spanExhausted = false,
 ): PageAnswer {
   const listed: KeyRecord[] = [];
   const tail: KeyRecord[] = [];
@@ -274,6 +280,7 @@ export function answerPage(
     if (!digestOf(span, i, j, q.horizonMs).equals(r.digest) && !list(i, j)) return cut();
     end = r.lastKey;
     i = j;
+    if (spanExhausted && i === span.length) return { listed, tail, nextAfterKey: end, done: true };
   }
   if (!q.openEnd) return { listed, tail, nextAfterKey: end, done: false };
   const filled = recordsMax > 0 ? !list(i, span.length, tail, recordsMax) : !list(i, span.length);

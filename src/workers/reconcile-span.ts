@@ -67,6 +67,8 @@ export interface Span {
   entries: Array<{ key: Buffer; record: Buffer }>;
   /** More keys follow that the span did not take. */
   truncated: boolean;
+  /** No key follows the span's last: the store's keys of the fragment ended within it. */
+  exhausted?: boolean;
   /** A TTL cleaner's page (expired-span.ts): whether a value with a deadline was among its keys. */
   expiring?: boolean;
 }
@@ -133,7 +135,7 @@ export async function readSpan(
       if (entries.length === RECONCILE_SPAN_KEYS_MAX) return { entries, truncated: true };
       entries.push(e);
     }
-    if (page.length < limit) return { entries, truncated: false };
+    if (page.length < limit) return { entries, truncated: false, exhausted: true };
     start = { key: page[page.length - 1].key, inclusive: false };
     // Past the last range, an open page needs only what it still lists, and one more; inside the
     // ranges, the rest of the keys described and one more (replicas that agree hold no other),
@@ -171,7 +173,7 @@ export async function answerSpan(
     openEnd: q.openEnd,
     horizonMs: work.horizonMs,
   };
-  return answerPage(page, span.entries, span.truncated, work.recordsMax);
+  return answerPage(page, span.entries, span.truncated, work.recordsMax, span.exhausted === true);
 }
 
 const NO_KEY = new Uint8Array(0);

@@ -150,7 +150,7 @@ async function pull(
         spanQueryOf(olderResponder === true ? { ...q, rangeKeys: undefined } : q),
       );
       onSpanRead?.();
-      const page = pageRead(responder, q, span.entries, span.truncated, remote)!;
+      const page = pageRead(responder, q, span.entries, span.truncated, remote, span.exhausted === true)!;
       onPage?.(page);
       summaries += page.summaries.length;
       step = round.onSummaries(page, local, check());
@@ -190,8 +190,9 @@ function pageRead(
   span: readonly KeyRecord[],
   truncated: boolean,
   local: VersionReader,
+  exhausted = false,
 ): SummaryPage | undefined {
-  return responder.pageAnswered(q, answerPage(q, span, truncated, recordsTakenBy(q)), local);
+  return responder.pageAnswered(q, answerPage(q, span, truncated, recordsTakenBy(q), exhausted), local);
 }
 
 /** A round's first page request from a requester holding no keys, of round 1 of `sessionId`. */
@@ -361,6 +362,28 @@ describe('anti-entropy rounds', () => {
     assert.deepEqual([...fetched].sort(), ['k03000', 'k15000', 'k19999x']);
     assert.deepEqual(a.values(), b.values());
     assert.deepEqual(await pull(a, b), { messages: 9, repaired: 0, summaries: 0 });
+  });
+
+  test('a round ends once the responder has no keys left to send, however many the requester holds past them', async () => {
+    const [a, b] = [new Replica(), new Replica()];
+    for (let i = 0; i < 20_000; i++) a.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
+    // b is a copy of the fragment under way: it holds the first 1 000 of a's keys, one of them newer.
+    for (let i = 0; i < 1_000; i++) b.put(`k${String(i).padStart(5, '0')}`, 100, NODE_A, 'v');
+    b.put('k00500', 200, NODE_B, 'newer');
+    const fetched = new Set<string>();
+    let lastPage: SummaryPage | undefined;
+    const round = await pull(a, b, { fetched, onPage: (page) => (lastPage = page) });
+    assert.deepEqual([...fetched], ['k00500']);
+    assert.equal(a.values().k00500, 'newer');
+    assert.equal(lastPage?.done, true);
+    // Pages of 256 keys, then 512 (k00500's range differs: its fetch), then 256 again, which reaches
+    // past b's last key and ends the round; done. Otherwise a would describe its other 19 000 keys.
+    assert.equal(round.messages, 3 + 1 + 1, `${round.messages} messages`);
+    // An empty responder ends the round at its first page.
+    assert.deepEqual(await pull(a, new Replica()), { messages: 2, repaired: 0, summaries: 0 });
+    // The other way, nothing changes: the copy pulls everything it lacks.
+    assert.equal((await pull(b, a)).repaired, 19_000);
+    assert.deepEqual(a.values(), b.values());
   });
 
   test('a replica missing a long run of keys gets all of them, a page at a time', async () => {
