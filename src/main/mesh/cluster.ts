@@ -614,8 +614,18 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       },
       new SystemClock(),
     );
-    // A copy found on disk is held, and served, as those the configuration places here are, until
-    // the table says otherwise.
+    // A copy found on disk is held, and served, as those the table this node accepted last lists it
+    // for are (before any table: those its configuration places here), until the table says
+    // otherwise. A restarted node's start-up placement is stale: a fragment it places here but the
+    // table moved away was dropped, and would be handed over again, empty, as if it held writes.
+    const lastTable = membership.table;
+    if (lastTable !== undefined) {
+      for (const [f] of lastTable.entries()) {
+        const entry = lastTable.active(f);
+        const listed = entry?.replicas.includes(c.selfId) === true && entry.moving?.target !== c.selfId;
+        this.localServing[f] = listed ? 1 : 0;
+      }
+    }
     for (const f of this.dispatcher.storedAtStart) this.localServing[f] = 1;
     this.placementDriver.start(this.heldAtStart());
     if (membership.table !== undefined) {
