@@ -106,7 +106,6 @@ export interface WorkerPortRelay {
   monitor(lines: readonly string[]): void;
 }
 
-/** Runs an anti-entropy span read in the background pool. */
 /** Runs a worker's PoolSpan record in the background pool; resolves with the PoolSpanResult record. */
 export type PoolSpanRunner = (request: Uint8Array) => Promise<Uint8Array>;
 
