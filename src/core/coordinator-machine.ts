@@ -496,8 +496,9 @@ export class CoordinatorMachine {
       this.reports.clear();
       this.promise = { epoch: this.proposal, to: self };
       this.outbox.push({ kind: 'persist', table: this.table, promise: this.promise });
-      this.reports.set(self.id, this.table);
     }
+    // This node's own report is its table: no message brings it (the mesh sends nothing to itself).
+    this.reports.set(self.id, this.table);
     for (const id of takeoverReporters(this.view)) {
       if (!this.reports.has(id))
         this.send(id, {
