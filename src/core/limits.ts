@@ -698,6 +698,13 @@ export const PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX = 8;
 /** A failed hold, verification or drop of a fragment is tried again after this long. */
 export const PLACEMENT_RETRY_MS = 1_000;
 /**
+ * A handoff that keeps failing is tried again after PLACEMENT_RETRY_MS doubled for each failure in
+ * a row, up to this many times it. Each try has every new replica pull the whole copy again: a
+ * handoff held up by one target (one that refuses it, or is slow) had the others compare the
+ * fragment every second for as long as it lasted.
+ */
+export const PLACEMENT_DRAIN_RETRY_BACKOFF_MAX = 8;
+/**
  * How long one placement step may wait on the workers: the anti-entropy round that verifies a
  * gained copy, or a new replica's acknowledgement of a handoff (actordb's BOOTSTRAP_TIMEOUT, 30 s);
  * a step that runs out is retried, never given up.

@@ -24,7 +24,8 @@
 //   every write at stable), and only then is dropped. The whole copy, not only what its senders
 //   queued: it may hold writes no one else has — acknowledged here just before a crash and never
 //   sent, or taken on the side of a partition the others marked it Down from. No replica to hand to, or one that does not drain, keeps it Draining — warned about
-//   every drain-warn interval, never dropped on a timer. A copy that never served (a cancelled
+//   every drain-warn interval, never dropped on a timer; a handoff that fails again waits longer
+//   before the next try (PLACEMENT_DRAIN_RETRY_BACKOFF_MAX), since each has every target pull it whole. A copy that never served (a cancelled
 //   gain) holds nothing only it has, and is dropped at once.
 // - A fragment listed again while Draining goes back through the gain (its copy is verified anew).
 // - A node that handed everything over and exits the cluster gains nothing more: a coordinator
@@ -33,6 +34,7 @@
 
 import { assert } from './assert.js';
 import type { ActiveAssignment, AssignmentTable } from './assignment-table.js';
+import { PLACEMENT_DRAIN_RETRY_BACKOFF_MAX } from './limits.js';
 
 export type FragmentPlacementState = 'Serving' | 'Bootstrapping' | 'Draining' | 'Stopped';
 
@@ -119,6 +121,8 @@ interface Slot {
   authoritative: boolean;
   sinceMs: number;
   retryAtMs: number;
+  /** Handoffs at `generation` that failed in a row: each waits longer before the next. */
+  drainFailures: number;
   readyAtMs: number;
   warnAtMs: number;
   waiting: string;
@@ -267,11 +271,16 @@ export class PlacementMachine {
       this.counters.stepsFailed++;
       slot.waiting = `${step} failed: ${detail}`;
       slot.retryAtMs = this.nowMs + this.config.retryMs;
-      if (step === 'drain') return this.warnDraining(fragment, slot);
-      return;
+      if (step !== 'drain') return;
+      // Each try of a handoff has every target pull the whole copy: one held up waits longer each time.
+      slot.drainFailures++;
+      const backoff = Math.min(2 ** (slot.drainFailures - 1), PLACEMENT_DRAIN_RETRY_BACKOFF_MAX);
+      slot.retryAtMs = this.nowMs + this.config.retryMs * backoff;
+      return this.warnDraining(fragment, slot);
     }
     slot.waiting = '';
     slot.retryAtMs = 0;
+    slot.drainFailures = 0;
     switch (step) {
       case 'hold':
         slot.held = true;
@@ -362,6 +371,7 @@ export class PlacementMachine {
       slot.held = false;
       slot.verified = false;
       slot.retryAtMs = 0;
+      slot.drainFailures = 0;
     }
     if (!target) {
       if (slot.state === 'Bootstrapping') this.counters.published++;
@@ -404,6 +414,7 @@ export class PlacementMachine {
     if (slot.generation !== generation) {
       slot.generation = generation;
       slot.retryAtMs = 0;
+      slot.drainFailures = 0;
     }
     if (slot.step !== null || slot.retryAtMs > 0) return;
     if (!slot.authoritative) {
@@ -479,6 +490,7 @@ export class PlacementMachine {
         authoritative: false,
         sinceMs: this.nowMs,
         retryAtMs: 0,
+        drainFailures: 0,
         readyAtMs: 0,
         warnAtMs: 0,
         waiting: '',

@@ -11,6 +11,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type ActiveAssignment, AssignmentTable, type Fence } from '../../src/core/assignment-table.js';
+import { PLACEMENT_DRAIN_RETRY_BACKOFF_MAX } from '../../src/core/limits.js';
 import {
   type PlacementAction,
   type PlacementEvent,
@@ -240,6 +241,40 @@ describe('loss and handoff', () => {
       assert.ok(lines.some((l) => l.startsWith('warn 0: fragment remains Draining')));
     }
     assert.equal(h.state(0), 'Draining g2 drain');
+  });
+
+  test('a handoff that fails again waits longer each time, up to a bound; a new generation starts over', () => {
+    const h = serving();
+    h.table(tableOf([{ fragment: 0, generation: 2, replicas: ['a', 'b'] }]), [0]);
+    const waits: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      h.done(0, 'drain', 2, false);
+      let waited = 0;
+      for (;;) {
+        waited += RETRY_MS;
+        if (h.advance(RETRY_MS).includes('drain 0 g2 to [a b]')) break;
+        assert.ok(waited < 100 * RETRY_MS, 'the handoff is tried again');
+      }
+      waits.push(waited / RETRY_MS);
+    }
+    assert.deepEqual(waits, [
+      1,
+      2,
+      4,
+      PLACEMENT_DRAIN_RETRY_BACKOFF_MAX,
+      PLACEMENT_DRAIN_RETRY_BACKOFF_MAX,
+      PLACEMENT_DRAIN_RETRY_BACKOFF_MAX,
+    ]);
+    assert.equal(PLACEMENT_DRAIN_RETRY_BACKOFF_MAX, 8);
+    // The table moves on: the handoff to the new replicas is tried after the retry interval again.
+    h.done(0, 'drain', 2, false);
+    assert.deepEqual(h.table(tableOf([{ fragment: 0, generation: 3, replicas: ['a', 'c'] }]), [0]), [
+      'drain 0 g3 to [a c]',
+    ]);
+    h.done(0, 'drain', 3, false);
+    assert.deepEqual(h.advance(RETRY_MS), ['drain 0 g3 to [a c]']);
+    // A handoff that completes is not held back by the failures before it.
+    assert.deepEqual(h.done(0, 'drain', 3), ['drop 0 g3']);
   });
 
   test('a fragment the table ends (no replica left to hand to) waits, warning, and is not dropped', () => {
