@@ -25,8 +25,8 @@
 //   queued: it may hold writes no one else has — acknowledged here just before a crash and never
 //   sent, or taken on the side of a partition the others marked it Down from. No replica to hand to, or one that does not drain, keeps it Draining — warned about
 //   every drain-warn interval, never dropped on a timer; a handoff that fails again waits longer
-//   before the next try (PLACEMENT_DRAIN_RETRY_BACKOFF_MAX), since each has every target pull it whole. A copy that never served (a cancelled
-//   gain) holds nothing only it has, and is dropped at once.
+//   before the next try (PLACEMENT_DRAIN_RETRY_BACKOFF_MAX), since each has every target pull it
+//   whole. A copy that never served (a cancelled gain) holds nothing only it has, and is dropped at once.
 // - A fragment listed again while Draining goes back through the gain (its copy is verified anew).
 // - A node that handed everything over and exits the cluster gains nothing more: a coordinator
 //   that has not heard it leave may still name it a move's target, and a copy it took then would
@@ -270,13 +270,12 @@ export class PlacementMachine {
     if (!ok) {
       this.counters.stepsFailed++;
       slot.waiting = `${step} failed: ${detail}`;
-      slot.retryAtMs = this.nowMs + this.config.retryMs;
-      if (step !== 'drain') return;
       // Each try of a handoff has every target pull the whole copy: one held up waits longer each time.
-      slot.drainFailures++;
-      const backoff = Math.min(2 ** (slot.drainFailures - 1), PLACEMENT_DRAIN_RETRY_BACKOFF_MAX);
+      const backoff =
+        step === 'drain' ? Math.min(2 ** slot.drainFailures++, PLACEMENT_DRAIN_RETRY_BACKOFF_MAX) : 1;
       slot.retryAtMs = this.nowMs + this.config.retryMs * backoff;
-      return this.warnDraining(fragment, slot);
+      if (step === 'drain') return this.warnDraining(fragment, slot);
+      return;
     }
     slot.waiting = '';
     slot.retryAtMs = 0;

@@ -628,11 +628,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
     for (const f of this.dispatcher.storedAtStart) this.localServing[f] = 1;
     this.placementDriver.start(this.heldAtStart());
-    if (membership.table !== undefined) {
-      const table = membership.table;
+    if (lastTable !== undefined) {
       this.onTableChanged(
-        table,
-        table.entries().map(([f]) => f),
+        lastTable,
+        lastTable.entries().map(([f]) => f),
       );
     }
     this.scheduleView();
