@@ -16,8 +16,9 @@
 // store survives, as at `store` durability. A store refuses some commits, which the actor retries
 // (a client write answered StorageFailed may or may not land; a batch whose fence fails is NACKed
 // and sent again). Backlogs are kept small, so that an outage overflows them and anti-entropy has
-// to repair what replication dropped. Odd-numbered nodes work out their anti-entropy pages as the
-// background pool does (src/workers/scan-task.ts), the others in the worker, as LevelDB's do.
+// to repair what replication dropped. Nodes not numbered a multiple of 3 work out their anti-entropy
+// pages as the background pool does (src/workers/scan-task.ts), so two of them also compare with each
+// other that way; the others work them out in the worker, as LevelDB's do.
 //
 // After the faults stop and every connection is back, every replica must hold the same record for
 // every key: the newest write applied anywhere (tombstones included), or a newer one whose client
@@ -252,7 +253,7 @@ export interface SimReport {
   unsure: number;
   /** Records anti-entropy merged through the actors. */
   repaired: number;
-  /** Anti-entropy pages worked out as the background pool does (odd-numbered nodes). */
+  /** Anti-entropy pages worked out as the background pool does (nodes not numbered a multiple of 3). */
   poolPages: number;
   /** Keys written, each checked on every replica. */
   keys: number;
@@ -379,7 +380,7 @@ export class ReplicationSim {
       this.tuning,
       (member, envelope) => this.send(node, member, envelope),
       (reason) => this.fail(`n${node.index} ${reason}`),
-      node.index % 2 === 1 ? () => this.report.poolPages++ : undefined,
+      node.index % 3 !== 0 ? () => this.report.poolPages++ : undefined,
     );
     // The clock is the main thread's: a process restart starts a new one; either way it is seeded
     // from the store's high-water mark, as a node is from each worker's when the worker is ready.
