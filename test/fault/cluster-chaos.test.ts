@@ -1,5 +1,7 @@
 // Chaos: three nodes with two replicas per fragment take writes on every node while nodes are
-// killed (SIGKILL) or shut down (SIGTERM) and restarted one after another. Afterwards every
+// killed (SIGKILL) or shut down (SIGTERM) and restarted, or paused (SIGSTOP) and resumed, one after
+// another. A paused node keeps its connections and the requests it had taken: once the others find
+// it unreachable they serve its fragments, and on resuming it answers what it held. Afterwards every
 // acknowledged write is on both of its fragment's replicas, read from each replica's own copy.
 //
 // A seed draws the schedule: which node each round takes down, with which signal, and how many
@@ -11,7 +13,7 @@ import assert from 'node:assert/strict';
 import { type TestContext, test } from 'node:test';
 import type { Redis } from 'ioredis';
 import { slotOf } from '../../src/core/keyspace.js';
-import { type ClusterFixture, startCluster } from '../integration/cluster-helpers.js';
+import { type ClusterFixture, flaggedAt, startCluster } from '../integration/cluster-helpers.js';
 import { eventually } from '../integration/helpers.js';
 import { newClient } from '../integration/resp-helpers.js';
 import { seededFractions, seedFromEnv } from '../unit/fixtures/xorshift32.js';
@@ -20,9 +22,10 @@ const CHAOS_ROUNDS = 4;
 const NODE_IDS = ['a', 'b', 'c'];
 /**
  * A round's fault is a crash (SIGKILL), the one this test is about, or in this share of the rounds a
- * shutdown that drains replication first (SIGTERM).
+ * shutdown that drains replication first (SIGTERM), or in this share a pause (SIGSTOP, then SIGCONT).
  */
-const SIGTERM_SHARE = 0.25;
+const SIGTERM_SHARE = 0.2;
+const SIGSTOP_SHARE = 0.25;
 /** Acknowledged writes before each fault: the cluster is under load when it strikes. */
 const ACKS_BEFORE_FAULT_MIN = 100;
 const ACKS_BEFORE_FAULT_MAX = 300;
@@ -36,7 +39,7 @@ const ACKS_WAIT_MS_MAX = 60_000;
 
 interface ChaosRound {
   victim: number;
-  signal: 'SIGKILL' | 'SIGTERM';
+  signal: 'SIGKILL' | 'SIGTERM' | 'SIGSTOP';
   acksBefore: number;
   acksWhileDown: number;
 }
@@ -47,21 +50,27 @@ function scheduleOf(seed: number): { rounds: ChaosRound[]; acksAfterLast: number
   const between = (min: number, max: number) => min + Math.floor(random() * (max - min + 1));
   const rounds: ChaosRound[] = Array.from({ length: CHAOS_ROUNDS }, () => ({
     victim: between(0, NODE_IDS.length - 1),
-    signal: random() < SIGTERM_SHARE ? 'SIGTERM' : 'SIGKILL',
+    signal: signalOf(random()),
     acksBefore: between(ACKS_BEFORE_FAULT_MIN, ACKS_BEFORE_FAULT_MAX),
     acksWhileDown: between(0, ACKS_WHILE_DOWN_MAX),
   }));
   return { rounds, acksAfterLast: between(ACKS_AFTER_LAST_MIN, ACKS_AFTER_LAST_MAX) };
 }
 
+function signalOf(fraction: number): ChaosRound['signal'] {
+  if (fraction < SIGTERM_SHARE) return 'SIGTERM';
+  return fraction < SIGTERM_SHARE + SIGSTOP_SHARE ? 'SIGSTOP' : 'SIGKILL';
+}
+
 function describeSchedule({ rounds, acksAfterLast }: ReturnType<typeof scheduleOf>): string {
   const steps = rounds.map(
-    (r) => `${r.acksBefore} writes, ${r.signal} ${NODE_IDS[r.victim]}, ${r.acksWhileDown} writes while down`,
+    (r) =>
+      `${r.acksBefore} writes, ${r.signal} ${NODE_IDS[r.victim]}, ${r.acksWhileDown} writes while ${r.signal === 'SIGSTOP' ? 'paused' : 'down'}`,
   );
   return [...steps, `${acksAfterLast} writes`].join('; ');
 }
 
-test('kill -9 or SIGTERM and restart nodes under writes: no acknowledged write is lost on any replica', async (t) => {
+test('kill -9, SIGTERM or SIGSTOP nodes under writes, then restart or resume them: no acknowledged write is lost on any replica', async (t) => {
   const seed = seedFromEnv('TESSERA_CHAOS_SEED');
   const schedule = scheduleOf(seed);
   console.log(
@@ -98,6 +107,8 @@ async function chaos(
   const back: Array<Promise<void> | undefined> = new Array(NODE_IDS.length).fill(undefined);
   const reopen: Array<() => void> = new Array(NODE_IDS.length).fill(() => {});
   const failures = new Map<string, number>();
+  /** The node paused now, if one is: resumed before the cluster stops, even on a failure. */
+  let paused: (typeof cluster.nodes)[number] | undefined;
   let stop = false;
   try {
     /**
@@ -160,6 +171,22 @@ async function chaos(
       const what = `round ${round + 1} of ${CHAOS_ROUNDS} (${signal} to ${node.id})`;
       at(`waiting for ${acksBefore} acknowledged writes before ${what}`);
       await acksPass(acksBefore);
+      if (signal === 'SIGSTOP') {
+        // Its own clients' requests wait in its sockets: they are answered, or fail, once it resumes.
+        at(`pausing ${node.id} in ${what}`);
+        paused = node;
+        node.child!.kill('SIGSTOP');
+        // Long enough to be found: the others serve what it served first, as after a crash.
+        at(`waiting for the others to find ${node.id} unreachable in ${what}`);
+        const others = cluster.nodes.filter((n) => n !== node);
+        await eventually(() => flaggedAt(others, node.id, 'fail?', 'fail'), ACKS_WAIT_MS_MAX);
+        at(`waiting for ${acksWhileDown} acknowledged writes while ${node.id} is paused in ${what}`);
+        await acksPass(acksWhileDown);
+        at(`resuming ${node.id} in ${what}`);
+        node.child!.kill('SIGCONT');
+        paused = undefined;
+        continue;
+      }
       at(`stopping ${node.id} in ${what}`);
       back[victim] = new Promise((resolve) => {
         reopen[victim] = resolve;
@@ -185,6 +212,8 @@ async function chaos(
     await checkReplicas(cluster, acked, hot, at);
   } finally {
     stop = true;
+    // A paused node must run again to end on the stop's signal.
+    paused?.child?.kill('SIGCONT');
     // Writers parked behind a node that never came back end too.
     for (const open of reopen) open();
     await cluster.stop();

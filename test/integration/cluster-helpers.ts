@@ -241,6 +241,32 @@ export async function keepLogs(label: string, nodes: NodeProcess[]): Promise<str
   return dir;
 }
 
+/** How CLUSTER NODES at a node flags a member: ok, fail? (unreachable from there), fail (Down). */
+export type Flag = 'ok' | 'fail?' | 'fail';
+
+export async function flagOf(node: NodeProcess, member: string): Promise<Flag> {
+  const redis = newClient(node.respPort);
+  try {
+    const text = String(await redis.call('CLUSTER', 'NODES'));
+    const line = text.split('\n').find((l) => l.split(' ')[1]?.endsWith(`,${member}`));
+    if (line === undefined) throw new Error(`no line for ${member} in CLUSTER NODES:\n${text}`);
+    const flags = line.split(' ')[2].split(',');
+    return flags.includes('fail') ? 'fail' : flags.includes('fail?') ? 'fail?' : 'ok';
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** Whether every one of `observers` flags `member` with one of `flags`. */
+export async function flaggedAt(
+  observers: NodeProcess[],
+  member: string,
+  ...flags: Flag[]
+): Promise<boolean> {
+  for (const node of observers) if (!flags.includes(await flagOf(node, member))) return false;
+  return true;
+}
+
 /** INFO `section` of a node as a map of its fields. */
 export async function infoOf(node: NodeProcess, section: string): Promise<Map<string, string>> {
   const redis = newClient(node.respPort);

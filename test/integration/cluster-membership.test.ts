@@ -13,6 +13,9 @@ import { Keyspace, slotRange } from '../../src/core/keyspace.js';
 import { MEMBERSHIP_PROBE_INTERVAL_MS, MEMBERSHIP_SUSPICION_MULT } from '../../src/core/limits.js';
 import {
   type ClusterFixture,
+  type Flag,
+  flaggedAt,
+  flagOf,
   localValues,
   memberEvents,
   memberEventTime,
@@ -20,7 +23,6 @@ import {
   startCluster,
 } from './cluster-helpers.js';
 import { eventually, sleep } from './helpers.js';
-import { newClient } from './resp-helpers.js';
 
 const DOWN_AFTER_MS = 3_000;
 /**
@@ -54,28 +56,6 @@ const REQUESTS_WHILE_STOPPED_MIN = 30;
 const CLUSTER_CLIENT_TIMEOUT_MS = 2_000;
 /** How long the loads keep running around the stopped member, at the least. */
 const STOPPED_LOAD_MS_MIN = 3_000;
-
-/** How CLUSTER NODES at a node flags a member: ok, fail? (unreachable from there), fail (Down). */
-type Flag = 'ok' | 'fail?' | 'fail';
-
-async function flagOf(node: NodeProcess, member: string): Promise<Flag> {
-  const redis = newClient(node.respPort);
-  try {
-    const text = String(await redis.call('CLUSTER', 'NODES'));
-    const line = text.split('\n').find((l) => l.split(' ')[1]?.endsWith(`,${member}`));
-    assert.ok(line !== undefined, `no line for ${member} in CLUSTER NODES:\n${text}`);
-    const flags = line.split(' ')[2].split(',');
-    return flags.includes('fail') ? 'fail' : flags.includes('fail?') ? 'fail?' : 'ok';
-  } finally {
-    redis.disconnect();
-  }
-}
-
-/** Whether every one of `observers` flags `member` with one of `flags`. */
-async function flaggedAt(observers: NodeProcess[], member: string, ...flags: Flag[]): Promise<boolean> {
-  for (const node of observers) if (!flags.includes(await flagOf(node, member))) return false;
-  return true;
-}
 
 /** Samples how `observers` flag `member` until `stop`, which answers every flag seen. */
 function watchFlags(observers: NodeProcess[], member: string): { stop(): Promise<Set<Flag>> } {
