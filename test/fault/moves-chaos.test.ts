@@ -1,8 +1,11 @@
 // Moves under faults, on real processes on 127.0.0.1: three nodes (R=3) take writes through every
 // node while a fourth joins, then one of the four leaves. In the middle of each, while a copy is
-// under way, a node is killed (SIGKILL): the coordinator, the copy's target or its source. It is
-// restarted at once (within --down-after), or only once the others have marked it Down and the
-// table has settled without it. Afterwards the table settles with every member that should be in
+// under way, a node is killed (SIGKILL) or paused (SIGSTOP): the coordinator, the copy's target or
+// its source. A killed node is restarted at once (within --down-after), or only once the others
+// have marked it Down and the table has settled without it. A paused one resumes (SIGCONT) once
+// the others find it unreachable, or once they have marked it Down: it comes back with the table,
+// the moves and (for a coordinator) the epoch it had, which the others have moved past meanwhile.
+// Afterwards the table settles with every member that should be in
 // it, nothing is under-replicated, the node that was asked to leave has left (a crash does not
 // cancel a leave), and every acknowledged write is in the copy of every replica the table lists.
 //
@@ -23,6 +26,7 @@ import {
   adminGet,
   adminPost,
   type ClusterFixture,
+  flaggedAt,
   keepLogs,
   localValues,
   NodeProcess,
@@ -71,8 +75,12 @@ const COMMON = [
 ];
 
 type Victim = 'coordinator' | 'target' | 'source';
-/** Restarted at once, or only after the others marked it Down and settled without it. */
-type Fate = 'restart' | 'down';
+/**
+ * Killed and restarted at once, or only after the others marked it Down and settled without it; or
+ * paused, and resumed once the others find it unreachable, or once they marked it Down.
+ */
+type Fate = 'restart' | 'down' | 'pause' | 'pause-down';
+const FATES: readonly Fate[] = ['restart', 'down', 'pause', 'pause-down'];
 
 interface Fault {
   victim: Victim;
@@ -94,19 +102,25 @@ function scheduleOf(seed: number): Schedule {
   const pick = <T>(of: readonly T[]): T => of[Math.floor(random() * of.length)]!;
   const fault = (): Fault => ({
     victim: pick(VICTIMS),
-    fate: pick(['restart', 'down'] as const),
+    fate: pick(FATES),
     acksBeforeKill: Math.floor(random() * (ACKS_BEFORE_KILL_MAX + 1)),
   });
   return { join: fault(), leaver: Math.floor(random() * 4), leave: fault() };
 }
 
 function describeSchedule(s: Schedule): string {
+  const fates: Record<Fate, string> = {
+    restart: 'SIGKILL the VICTIM, restart it at once',
+    down: 'SIGKILL the VICTIM, restart it once Down and settled',
+    pause: 'SIGSTOP the VICTIM, SIGCONT once the others find it unreachable',
+    'pause-down': 'SIGSTOP the VICTIM, SIGCONT once it is Down',
+  };
   const fault = (f: Fault) =>
-    `${f.acksBeforeKill} writes into a copy, SIGKILL the ${f.victim}, ${f.fate === 'restart' ? 'restart it at once' : 'restart it once Down and settled'}`;
+    `${f.acksBeforeKill} writes into a copy, ${fates[f.fate].replace('VICTIM', f.victim)}`;
   return `d joins: ${fault(s.join)}; ${String.fromCharCode(97 + s.leaver)} leaves: ${fault(s.leave)}`;
 }
 
-test('a node killed mid-move (coordinator, target or source), restarted at once or after Down: every acknowledged write on every replica, and a leave survives the crash', async (t) => {
+test('a node killed or paused mid-move (coordinator, target or source), back at once or after Down: every acknowledged write on every replica, and a leave survives the fault', async (t) => {
   const seed = seedFromEnv('TESSERA_MOVES_CHAOS_SEED');
   const schedule = scheduleOf(seed);
   console.log(
@@ -147,6 +161,8 @@ class ChaosRun {
   private readonly back = new Map<string, { wait: Promise<void>; open: () => void }>();
   /** Members that have left for good: their writers end. */
   private readonly gone = new Set<string>();
+  /** The node paused now (SIGSTOP), if any: nothing is asked of it until it resumes. */
+  private paused: NodeProcess | undefined;
   private readonly writers: Promise<void>[] = [];
 
   constructor(
@@ -230,8 +246,9 @@ class ChaosRun {
     await this.fixture?.stop();
   }
 
+  /** The nodes that run and answer (a paused one holds every request until it resumes). */
   private running(): NodeProcess[] {
-    return this.nodes.filter((n) => n.running);
+    return this.nodes.filter((n) => n.running && n !== this.paused);
   }
 
   private byId(id: string): NodeProcess {
@@ -349,9 +366,11 @@ class ChaosRun {
         ? await this.coordinator()
         : this.byId(fault.victim === 'target' ? move!.target : (move!.source ?? move!.target));
     if (victim === undefined) throw new Error('no coordinator to kill');
+    const pause = fault.fate === 'pause' || fault.fate === 'pause-down';
     this.t.diagnostic(
-      `${what}: fragment ${move!.fragment} ${move!.source} → ${move!.target}; SIGKILL ${victim.id} (the ${fault.victim}), ${fault.fate}`,
+      `${what}: fragment ${move!.fragment} ${move!.source} → ${move!.target}; ${pause ? 'SIGSTOP' : 'SIGKILL'} ${victim.id} (the ${fault.victim}), ${fault.fate}`,
     );
+    if (pause) return this.pause(victim, what, fault.fate === 'pause-down');
     let open = () => {};
     const wait = new Promise<void>((resolve) => {
       open = resolve;
@@ -377,6 +396,31 @@ class ChaosRun {
     await victim.start();
     this.back.delete(victim.id);
     open();
+  }
+
+  /**
+   * Pauses `victim` (its writer's request waits in its socket) until the others flag it unreachable,
+   * or until they mark it Down, then resumes it.
+   */
+  private async pause(victim: NodeProcess, what: string, untilDown: boolean): Promise<void> {
+    this.paused = victim;
+    victim.child!.kill('SIGSTOP');
+    try {
+      if (untilDown) {
+        this.at(`waiting for paused ${victim.id} to be Down in ${what}`);
+        await eventually(
+          async () => (await this.members()).some((m) => m.nodeId === victim.id && m.state === 'Down'),
+          CONDITION_MS_MAX,
+        );
+      } else {
+        this.at(`waiting for the others to find paused ${victim.id} unreachable in ${what}`);
+        await eventually(() => flaggedAt(this.running(), victim.id, 'fail?', 'fail'), CONDITION_MS_MAX);
+      }
+    } finally {
+      this.at(`resuming ${victim.id} in ${what}`);
+      victim.child?.kill('SIGCONT');
+      this.paused = undefined;
+    }
   }
 
   /** Waits until `unsettled` says nothing for the running nodes and `members`, failing with what it said last. */
