@@ -225,7 +225,11 @@ describe('a restart among peers, copies found at start, and a leave across a cra
     const restarted = d.log.length;
     await d.start();
     assert.ok(d.log.includes('"msg":"resuming the leave the last run began"', restarted));
-    assert.equal(await d.exited(CONDITION_MS_MAX), 0, 'd exits by itself once it has left');
+    const exit = await d.exited(CONDITION_MS_MAX);
+    if (exit !== 0) {
+      const kept = await keepLogs('restart-handoff', cluster.nodes);
+      assert.fail(`d exits by itself once it has left: ${exit} (logs in ${kept})`);
+    }
     await d.stop();
     await eventually(
       async () => (await members()).some((m) => m.nodeId === 'd' && m.state === 'Removed'),
