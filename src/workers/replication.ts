@@ -294,6 +294,9 @@ export class WorkerReplication {
         ? undefined
         : new TokenBucket(compareRate, Math.max(1, compareRate), host.clock.nowMs());
     for (const f of fragments) {
+      // A fragment whose replicas leave this node out is not held here (the main thread releases it
+      // at the start): a sender toward each replica would pull their copies.
+      if (!cluster.replicas[f].includes(cluster.selfIndex)) continue;
       const peers = cluster.replicas[f].filter((m) => m !== cluster.selfIndex);
       if (peers.length === 0) continue;
       this.peersOf.set(f, peers);

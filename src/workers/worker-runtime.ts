@@ -633,10 +633,13 @@ export class WorkerRuntime implements RecordDecoder {
     } else {
       await this.store.openFragment(fragment);
     }
-    await this.store.dropFragment(fragment);
+    // Everything it admitted is committed now: a fragment whose store holds no key (one released at
+    // the start, never written) has nothing to remove, and its removal would be a write transaction.
+    const empty = (await this.store.page(fragment, undefined, undefined, 1, true)).length === 0;
+    if (!empty) await this.store.dropFragment(fragment);
     this.board.setDirty(fragment, false);
     // The main thread renews its read snapshot: a read of this fragment there sees it empty.
-    this.board.markCommitted();
+    if (!empty) this.board.markCommitted();
   }
 
   /**

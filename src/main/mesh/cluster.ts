@@ -627,6 +627,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       }
     }
     for (const f of this.dispatcher.storedAtStart) this.localServing[f] = 1;
+    this.releaseUnheld();
     this.placementDriver.start(this.heldAtStart());
     if (lastTable !== undefined) {
       this.onTableChanged(
@@ -890,6 +891,25 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * handoff a crash cut short, may hold writes no other replica has, and is handed over when the
    * table lists this node nowhere.
    */
+  /**
+   * The workers opened every fragment of their stores at start (to find the copies on disk): those
+   * this node does not hold are closed, with their senders, before the placement driver starts, so
+   * a later hold of one (a gain) comes after its release. Kept open, each pulled a copy from the
+   * replicas of its start-up placement and kept it in step, unlisted: with R below the member count
+   * every node held every fragment. Empty, a release removes nothing from the store.
+   */
+  private releaseUnheld(): void {
+    for (let f = 0; f < this.localServing.length; f++) {
+      if (this.localServing[f] === 1) continue;
+      this.dispatcher.dropFragment(f).catch((err: Error) => {
+        this.logger.warn(
+          { fragment: f, err: err.message },
+          'could not release a fragment this node does not hold',
+        );
+      });
+    }
+  }
+
   private heldAtStart(): number[] {
     const held: number[] = [];
     for (let f = 0; f < this.localServing.length; f++) if (this.localServing[f] === 1) held.push(f);
