@@ -174,8 +174,12 @@ export const SENDER_CONFIG_DEFAULTS: Omit<SenderConfig, 'fragment' | 'peer'> = {
 export type SenderEvent =
   /** A local write to replicate. The sender keeps `key` and `record`: the caller must not reuse them. */
   | { kind: 'enqueue'; key: Uint8Array; record: Uint8Array; nowMs: number }
-  /** Peer connection established or re-established (an implicit disconnect if already connected). */
-  | { kind: 'connected'; nowMs: number }
+  /**
+   * Peer connection established or re-established (an implicit disconnect if already connected).
+   * `firstRound` false: the session starts without its round (a sender opened for a copy being
+   * gained here, whose rounds the copy's verification asks for one source at a time).
+   */
+  | { kind: 'connected'; nowMs: number; firstRound?: boolean }
   | { kind: 'disconnected'; nowMs: number }
   /** The peer lost its sessions toward this fragment (its worker restarted): a new session, a new continuity. */
   | { kind: 'peer-reset'; nowMs: number }
@@ -513,6 +517,7 @@ export class ReplicationSender {
         break;
       case 'connected':
         this.reopenSession();
+        if (event.firstRound === false) this.roundWanted = false;
         break;
       case 'disconnected':
         this.onDisconnected();

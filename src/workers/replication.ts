@@ -367,7 +367,9 @@ export class WorkerReplication {
       // Every sender of a fragment counts the same positions (replica-waits.ts reads the first's).
       slot.sender.startAtPosition(position);
       if (this.up[m]) {
-        slot.sender.step({ kind: 'connected', nowMs });
+        // A copy gained here pulls in its verifying rounds, one source after another (the main
+        // thread asks for them): a first round toward every source at once pulled the copy from each.
+        slot.sender.step({ kind: 'connected', nowMs, firstRound: !gained });
         this.pump(slot);
       }
       return slot;

@@ -145,13 +145,16 @@ test('two nodes: a fragment held again pulls its peer’s keys; replica lists op
     await assert.rejects(b.dispatcher.drainedTo(fragment, A, WAIT_MS), /no replication sender/);
     await assert.rejects(b.dispatcher.reconcileNow(fragment, A, WAIT_MS), /no replication sender/);
 
-    // b holds it again, empty: the new sender's first round pulls every key a holds.
+    // b holds it again, empty: its new sender starts no round by itself (a copy being gained asks
+    // for its rounds, one source after another); the round asked for pulls every key a holds.
     const rounds: RoundReport[] = [];
     const unwatch = b.dispatcher.watchRounds((r) => {
       if (r.fragment === fragment) rounds.push(r);
     });
     await b.dispatcher.holdFragment(fragment, [A, B]);
+    const pulled = b.dispatcher.reconcileNow(fragment, A, WAIT_MS);
     await eventually(() => rounds.some((r) => r.ok), WAIT_MS);
+    assert.equal((await pulled).ok, true);
     unwatch();
     const first = rounds.find((r) => r.ok)!;
     assert.equal(first.member, A);

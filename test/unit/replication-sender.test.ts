@@ -259,6 +259,19 @@ test('the byte bound resets too, and a long outage keeps memory bounded', () => 
   assert.equal(r.opsDropped + r.buffered, 1000);
 });
 
+test('a session opened for a copy being gained starts without its round: the copy asks for its rounds; a reconnect starts with one', () => {
+  const h = new Harness();
+  assert.deepEqual(h.step({ kind: 'connected', firstRound: false }), ['session-start session=1']);
+  assert.deepEqual(h.tick(1), [], 'no round until one is asked for (or the routine one is due)');
+  assert.deepEqual(h.step({ kind: 'reconcile-now' }, 2), ['start-round session=1 round=2']);
+  h.roundDone(3);
+  assert.deepEqual(h.step({ kind: 'disconnected' }, 4), []);
+  assert.deepEqual(h.step({ kind: 'connected' }, 5), [
+    'session-start session=3',
+    'start-round session=3 round=4',
+  ]);
+});
+
 test('B13 #94: a disconnect during a round sends the buffer before the next round', () => {
   const h = new Harness();
   assert.deepEqual(h.step({ kind: 'connected' }), [
