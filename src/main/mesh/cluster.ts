@@ -886,12 +886,6 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   /**
-   * What this node holds as it starts: the copies its configuration places here, and every other
-   * copy its workers found on disk (marked served at start): one gained by a move, or one whose
-   * handoff a crash cut short, may hold writes no other replica has, and is handed over when the
-   * table lists this node nowhere.
-   */
-  /**
    * The workers opened every fragment of their stores at start (to find the copies on disk): those
    * this node does not hold are closed, with their senders, before the placement driver starts, so
    * a later hold of one (a gain) comes after its release. Kept open, each pulled a copy from the
@@ -910,6 +904,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     }
   }
 
+  /**
+   * What this node holds as it starts: the copies the table it accepted last lists it for (before
+   * any table, those its configuration places here), and every other copy its workers found on disk
+   * (marked served at start): one gained by a move, or one whose handoff a crash cut short, may hold
+   * writes no other replica has, and is handed over when the table lists this node nowhere.
+   */
   private heldAtStart(): number[] {
     const held: number[] = [];
     for (let f = 0; f < this.localServing.length; f++) if (this.localServing[f] === 1) held.push(f);
