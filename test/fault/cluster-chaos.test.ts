@@ -13,7 +13,12 @@ import assert from 'node:assert/strict';
 import { type TestContext, test } from 'node:test';
 import type { Redis } from 'ioredis';
 import { slotOf } from '../../src/core/keyspace.js';
-import { type ClusterFixture, flaggedAt, startCluster } from '../integration/cluster-helpers.js';
+import {
+  type ClusterFixture,
+  flaggedAt,
+  type NodeProcess,
+  startCluster,
+} from '../integration/cluster-helpers.js';
 import { eventually } from '../integration/helpers.js';
 import { newClient } from '../integration/resp-helpers.js';
 import { seededFractions, seedFromEnv } from '../unit/fixtures/xorshift32.js';
@@ -108,7 +113,7 @@ async function chaos(
   const reopen: Array<() => void> = new Array(NODE_IDS.length).fill(() => {});
   const failures = new Map<string, number>();
   /** The node paused now, if one is: resumed before the cluster stops, even on a failure. */
-  let paused: (typeof cluster.nodes)[number] | undefined;
+  let paused: NodeProcess | undefined;
   let stop = false;
   try {
     /**

@@ -217,10 +217,7 @@ class ChaosRun {
     this.back.get(leaver.id)?.open();
     await leaver.stop();
     const stay = this.nodes.filter((n) => n !== leaver).map((n) => n.id);
-    await eventually(
-      async () => (await this.members()).some((m) => m.nodeId === leaver.id && m.state === 'Removed'),
-      CONDITION_MS_MAX,
-    );
+    await this.memberBecomes(leaver.id, 'Removed');
     this.at('settling after the leave');
     await this.settled(stay);
 
@@ -264,6 +261,14 @@ class ChaosRun {
       }
     }
     throw new Error('no running node answers');
+  }
+
+  /** Waits until the running nodes list member `id` in `state`. */
+  private memberBecomes(id: string, state: string): Promise<void> {
+    return eventually(
+      async () => (await this.members()).some((m) => m.nodeId === id && m.state === state),
+      CONDITION_MS_MAX,
+    );
   }
 
   /** The coordinator the running nodes name (asked of the first that answers). */
@@ -380,10 +385,7 @@ class ChaosRun {
     await victim.stop('SIGKILL');
     if (fault.fate === 'down') {
       this.at(`waiting for ${victim.id} to be Down in ${what}`);
-      await eventually(
-        async () => (await this.members()).some((m) => m.nodeId === victim.id && m.state === 'Down'),
-        CONDITION_MS_MAX,
-      );
+      await this.memberBecomes(victim.id, 'Down');
       // With fewer than R members Up (one leaving, one Down) no fragment can get its third replica:
       // the cluster waits, under-replicated, for a member to come back.
       const up = (await this.members()).filter((m) => m.state === 'Up').map((m) => m.nodeId);
@@ -408,10 +410,7 @@ class ChaosRun {
     try {
       if (untilDown) {
         this.at(`waiting for paused ${victim.id} to be Down in ${what}`);
-        await eventually(
-          async () => (await this.members()).some((m) => m.nodeId === victim.id && m.state === 'Down'),
-          CONDITION_MS_MAX,
-        );
+        await this.memberBecomes(victim.id, 'Down');
       } else {
         this.at(`waiting for the others to find paused ${victim.id} unreachable in ${what}`);
         await eventually(() => flaggedAt(this.running(), victim.id, 'fail?', 'fail'), CONDITION_MS_MAX);
