@@ -688,8 +688,21 @@ export class Membership {
     this.sendJoinRequest();
   }
 
+  /**
+   * Asks the next seed, then the next member heard of since, in turn: a seed may leave, or be away,
+   * after it admitted this node and before its acceptance arrived (a partition); the members that
+   * probe a joiner they admitted would never accept it again.
+   */
   private sendJoinRequest(): void {
-    const seed = this.seeds[this.seedIndex++ % this.seeds.length];
+    const heard = [...this.members.values()].filter(
+      (m) =>
+        m.nodeId !== this.config.nodeId &&
+        m.state === 'Up' &&
+        !m.unreachable &&
+        !this.seeds.some((s) => s.nodeId === m.nodeId),
+    );
+    const asked = [...this.seeds, ...heard];
+    const seed = asked[this.seedIndex++ % asked.length];
     if (seed === undefined) return;
     const message: MembershipMessage = {
       kind: 'join-request',

@@ -653,6 +653,30 @@ test('a node whose join no member answered cannot leave: it knows no member to t
   assert.equal(j.core.member('j')?.state, 'Leaving');
 });
 
+test('a joiner whose seed admitted it and then went away asks the members it heard of since, and is Up', () => {
+  const j = new Harness(config('j', [], { selfState: 'Joining' }));
+  j.step({ kind: 'join', seeds: [{ nodeId: 's', address: 's:7000' }], nowMs: 0 });
+  assert.deepEqual(
+    j.sends('join-request').map((send) => send.to),
+    ['s'],
+  );
+  // s admitted j, then left; its acceptance never came. t, which admitted j by gossip, gossips to it.
+  j.deliver(
+    gossip('t', [
+      { kind: 'alive', nodeId: 't', address: 't:7000', incarnation: 1, state: 'Up' },
+      { kind: 'alive', nodeId: 'j', address: 'j:7000', incarnation: 1, state: 'Joining' },
+    ]),
+    100,
+  );
+  j.advance(5_000);
+  const asked = j.sends('join-request').map((send) => send.to);
+  assert.ok(asked.includes('t') && asked.filter((to) => to === 's').length >= 2, `asked ${asked}`);
+  assert.equal(j.core.member('j')?.state, 'Joining');
+  const t: MemberUpdate = { kind: 'alive', nodeId: 't', address: 't:7000', incarnation: 1, state: 'Up' };
+  j.deliver({ kind: 'join-accept', from: 't', members: [t] }, 5_100);
+  assert.equal(j.core.member('j')?.state, 'Up');
+});
+
 /** a, b and c, each listing the others, after 2 s of probing. */
 function threeMembers(): Net {
   const net = new Net();
