@@ -1,7 +1,8 @@
 // Admin requests and replies on the peer wire (proto AdminMessage, Envelope field 26): a cluster
 // change forwarded to the coordinator, a request for a node's metrics sample, a handover of a
 // fragment's serving (the node the table put first asks the one before it to hand its writes
-// over), an absorb (a node handing over a copy asks each replica to pull it whole), and the answer
+// over), an absorb (a node handing over a copy asks each replica to pull it whole, or to name the
+// continuity its copy was verified under), and the answer
 // to each. Statuses travel as datum's names and are checked against them; bodies and results as JSON
 // objects, each under its limit, checked here before anything is parsed. A malformed message comes
 // back with a reason the mesh logs when it closes the connection. A few messages a second at most:
@@ -44,8 +45,11 @@ export type AdminRequest =
    * The asker hands over its copy of `fragment`, which the table at `generation` no longer lists it
    * for: once this node holds that table or a later one and is a replica there, it runs a complete
    * anti-entropy round against the asker's copy, fences what it pulled at stable, and answers.
+   * `verifiedSuffices`: a copy verified against the asker already needs no round; the answer names
+   * the continuity it was verified under (`verifiedUnder`), which the asker's drain checks
+   * (an asker that does not say so has no such check: the round always runs).
    */
-  | { kind: 'absorb'; fragment: number; generation: number };
+  | { kind: 'absorb'; fragment: number; generation: number; verifiedSuffices: boolean };
 
 /** An answer: its status, a message for a person, and the other fields of the answer. */
 export interface AdminAnswer {
@@ -106,7 +110,11 @@ export function encodeAdminRequest(id: number, request: AdminRequest): Uint8Arra
   } else if (request.kind === 'absorb') {
     wire.kind = ABSORB;
     wire.bodyJson = Buffer.from(
-      JSON.stringify({ fragment: request.fragment, generation: request.generation }),
+      JSON.stringify({
+        fragment: request.fragment,
+        generation: request.generation,
+        verifiedSuffices: request.verifiedSuffices,
+      }),
     );
   } else {
     wire.kind = METRICS;
@@ -174,12 +182,14 @@ export function decodeAdminMessage(bytes: Uint8Array): AdminDecoding {
   if (wire.kind === ABSORB) {
     const body = jsonObject(wire.bodyJson, ADMIN_BODY_BYTES_MAX, 'body');
     if (typeof body === 'string') return malformed(body);
-    const { fragment, generation } = body;
-    if (!isCount(fragment) || !isCount(generation) || generation < 1)
-      return malformed('an absorb names a fragment and a generation of at least 1');
+    const { fragment, generation, verifiedSuffices = false } = body;
+    if (!isCount(fragment) || !isCount(generation) || generation < 1 || typeof verifiedSuffices !== 'boolean')
+      return malformed(
+        'an absorb names a fragment and a generation of at least 1, and whether a verified copy suffices',
+      );
     return {
       kind: 'message',
-      message: { kind: 'request', id, request: { kind: 'absorb', fragment, generation } },
+      message: { kind: 'request', id, request: { kind: 'absorb', fragment, generation, verifiedSuffices } },
     };
   }
   if (wire.kind !== REPLY) return malformed(`unknown kind ${wire.kind}`);

@@ -198,6 +198,19 @@ describe('fragments that move while serving', () => {
       return Math.max(...serving) - Math.min(...serving) <= 1;
     }, CONDITION_MS_MAX).catch(() => assert.fail(`serving stays uneven: a..e serve ${serving}`));
     await everyReplicaHoldsEveryWrite();
+    // A source's handoff: a joiner verified its copy against the source while the move ran, so it
+    // pulls nothing (the source's drain proves its copy complete); a replica that never verified
+    // its copy against the source pulls the copy whole.
+    const logged = (ids: string[], msg: string) =>
+      ids.filter((id) => byId(id).log.includes(`"msg":"${msg}"`));
+    assert.deepEqual(logged(['d', 'e'], 'a copy handed over was verified against it already: no round'), [
+      'd',
+      'e',
+    ]);
+    assert.ok(
+      logged(['a', 'b', 'c'], 'pulled a copy handed over whole').length > 0,
+      'whole pulls by a, b or c',
+    );
     // The status page says who coordinates and that nothing is moving or short.
     const page = await (await fetch(`http://127.0.0.1:${byId('d').adminPort}/`)).text();
     assert.match(
@@ -332,6 +345,20 @@ describe('fragments that move while serving', () => {
         replicas: p.replicas,
         changes: p.history?.length,
       }));
+    // A table settled after a re-replication may still even out who serves (the coordinator's
+    // serving transfers, a batch per plan interval): those change entries, so they go first.
+    let uneven = '';
+    await eventually(async () => {
+      const placement = await getJson<FragmentPlacement[]>(byId('a'), '/cluster/placement');
+      const serves = new Map<string, number>();
+      for (const { replicas } of placement) serves.set(replicas[0]!, (serves.get(replicas[0]!) ?? 0) + 1);
+      const servesOf = (id: string) => serves.get(id) ?? 0;
+      const transfer = placement.find(({ replicas }) =>
+        replicas.some((id) => servesOf(replicas[0]!) - servesOf(id) > 1),
+      );
+      uneven = transfer === undefined ? '' : `fragment ${transfer.fragment}: ${transfer.replicas}`;
+      return uneven === '';
+    }, CONDITION_MS_MAX).catch(() => assert.fail(`serving stays uneven: ${uneven}`));
     const before = await listed();
     for (const node of running()) {
       const observer = running().find((n) => n !== node)!;

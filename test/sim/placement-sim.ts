@@ -29,7 +29,9 @@
 // - hold opens the copy and sets the peers it replicates to (a peer added starts a new continuity);
 //   verify copies a serving source that replicates to it as that source was when the round started
 //   (failing when none is reachable and replicates to it, or the source is lost before the end);
-//   drain merges the whole copy into every target (each pulls it whole: cluster.ts handOver),
+//   drain merges the whole copy into every target (each pulls it whole: cluster.ts handOver), or
+//   only what the source queued for it into a target verified against the source under the
+//   continuity the source's replication to it still has,
 //   failing when one is unreachable or has no copy open; drop deletes the copy. Each step takes
 //   5–300 ms, so tables change mid-step; holds and drops sometimes fail, as a store may.
 // Checks:
@@ -166,6 +168,8 @@ export interface PlacementSimReport {
   movesFinished: number;
   movesCancelled: number;
   drains: number;
+  /** Targets of a drain that took only the writes queued for them: verified under the continuity still held. */
+  handoffsVerified: number;
   drops: number;
   stepsFailed: number;
   /** Keys anti-entropy brought to a replica that lacked their version. */
@@ -333,6 +337,7 @@ export class PlacementSim extends MembershipSim {
       movesFinished: 0,
       movesCancelled: 0,
       drains: 0,
+      handoffsVerified: 0,
       drops: 0,
       stepsFailed: 0,
       repaired: 0,
@@ -908,8 +913,19 @@ export class PlacementSim extends MembershipSim {
             if ((at.coordinator?.table.active(fragment)?.generation ?? 0) < generation)
               throw new StepFailed(`${target}'s table is not at generation ${generation} yet`);
           }
+          // A target verified against this copy under the continuity its replication here still
+          // has takes the writes queued for it; any other pulls the whole copy.
           const copy = this.copyOf(node.id, fragment);
-          for (const target of targets) merge(this.copyOf(target, fragment), copy);
+          const backlogs = holder.backlogs.get(fragment);
+          for (const target of targets) {
+            const verified = this.holders.get(target)!.verifiedUnder.get(fragment)?.get(node.id) ?? 0;
+            const now = holder.continuity.get(`${fragment}/${target}`) ?? 0;
+            if (verified !== 0 && verified === now) {
+              const backlog = backlogs?.get(target);
+              if (backlog !== undefined) merge(this.copyOf(target, fragment), backlog);
+              this.stats.handoffsVerified++;
+            } else merge(this.copyOf(target, fragment), copy);
+          }
           holder.backlogs.delete(fragment);
           this.replicateOnly(holder, fragment, targets);
           holder.served.delete(fragment);

@@ -46,6 +46,9 @@ test('fragments move under a write load through faults without losing an acknowl
   // gained copies, and those of successors that verified theirs while the move ran.
   assert.ok(sum('handoversCovered') > 0, 'handovers that completed a verified copy');
   assert.ok(sum('successionRounds') > 0, 'successors verified their copies before the handover');
+  // A handoff's target verified against the copy under the continuity still held took only the
+  // writes queued for it; the others pulled the copy whole.
+  assert.ok(sum('handoffsVerified') > 0 && sum('drains') > 0, 'handoffs to verified copies, and whole pulls');
   // Operators pinned fragments, and the coordinator evened out who serves once the table settled.
   assert.ok(sum('pins') > 0 && sum('servingTransfers') > 0, 'pins, and serving transfers');
   assert.ok(sum('transferRounds') > 0, 'members verified their copies before serving was handed to them');

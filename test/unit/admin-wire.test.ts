@@ -78,8 +78,16 @@ describe('admin messages round-trip', () => {
         id: 6,
         request: { kind: 'handover', fragment: 16_383, generation: 2 ** 40, continuity: 2 ** 31 - 1 },
       },
-      { kind: 'request', id: 7, request: { kind: 'absorb', fragment: 0, generation: 1 } },
-      { kind: 'request', id: 8, request: { kind: 'absorb', fragment: 16_383, generation: 2 ** 40 } },
+      {
+        kind: 'request',
+        id: 7,
+        request: { kind: 'absorb', fragment: 0, generation: 1, verifiedSuffices: false },
+      },
+      {
+        kind: 'request',
+        id: 8,
+        request: { kind: 'absorb', fragment: 16_383, generation: 2 ** 40, verifiedSuffices: true },
+      },
       {
         kind: 'reply',
         id: 3,
@@ -162,13 +170,26 @@ describe('malformed admin messages are refused', () => {
     assertRefused(wire({ id: 0 }), /request id must be at least 1/);
   });
 
-  test('an absorb without a fragment, or at no generation', () => {
+  test('an absorb without a fragment, at no generation, or saying whether a verified copy suffices with no boolean', () => {
     const ABSORB = 5;
-    for (const body of [{}, { fragment: 1 }, { fragment: -1, generation: 2 }, { fragment: 1, generation: 0 }])
+    for (const body of [
+      {},
+      { fragment: 1 },
+      { fragment: -1, generation: 2 },
+      { fragment: 1, generation: 0 },
+      { fragment: 1, generation: 2, verifiedSuffices: 1 },
+      { fragment: 1, generation: 2, verifiedSuffices: 'true' },
+    ])
       assertRefused(
         wire({ kind: ABSORB, bodyJson: json(body) }),
-        /an absorb names a fragment and a generation of at least 1/,
+        /an absorb names a fragment and a generation of at least 1, and whether a verified copy suffices/,
       );
+    // A peer that does not say (an earlier version) asks for the whole copy: it checks no continuity.
+    assert.deepEqual(decoded(wire({ kind: ABSORB, bodyJson: json({ fragment: 1, generation: 2 }) })), {
+      kind: 'request',
+      id: 7,
+      request: { kind: 'absorb', fragment: 1, generation: 2, verifiedSuffices: false },
+    });
     assertRefused(wire({ kind: ABSORB, bodyJson: Buffer.from('"x"') }), /body is not a JSON object/);
   });
 

@@ -139,7 +139,7 @@ export async function servePeerRequest(
     if (cluster === undefined) return { status: 'Failed', message: 'not in a cluster', result: {} };
     return request.kind === 'handover'
       ? cluster.serveHandover(from, request.fragment, request.generation, request.continuity)
-      : cluster.serveAbsorb(from, request.fragment, request.generation);
+      : cluster.serveAbsorb(from, request.fragment, request.generation, request.verifiedSuffices);
   }
   const answer = await servePeerChange(node, request.path, request.body);
   const { status, message, ...result } = answer;

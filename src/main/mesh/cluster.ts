@@ -1139,8 +1139,16 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * for, and asks this node, a replica there, to pull it whole (`handOver`). This node replicates
    * with it meanwhile, runs a complete round against it (no horizon, as a gained copy's
    * verification), and fences what the round merged at `stable` before it answers.
+   * `verifiedSuffices`: a copy verified against that node already (a gain's or a succession's
+   * round, `verifyCopy`) runs no round; the answer names the continuity it was verified under,
+   * and the asker's drain proves the copy complete only while its replication here still has it.
    */
-  async serveAbsorb(from: string, fragment: number, generation: number): Promise<AdminAnswer> {
+  async serveAbsorb(
+    from: string,
+    fragment: number,
+    generation: number,
+    verifiedSuffices: boolean,
+  ): Promise<AdminAnswer> {
     const member = this.config.members.indexOf(from);
     if (member === -1 || member === this.config.selfIndex || fragment >= this.routing.length)
       return { status: 'BadRequest', message: `no fragment ${fragment} to absorb from ${from}`, result: {} };
@@ -1158,6 +1166,25 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         result: {},
       };
     const startedMs = Date.now();
+    const verification = this.verification.get(fragment);
+    const verifiedUnder = verification?.under.get(member) ?? 0;
+    if (verifiedSuffices && verifiedUnder !== 0 && verification?.running.has(member) !== true) {
+      // What the verifying round merged is on disk before the copy handed over may go.
+      try {
+        await this.dispatcher.fenced(fragment, Durability.Stable, true);
+      } catch (err) {
+        return { status: 'Failed', message: (err as Error).message, result: {} };
+      }
+      this.logger.info(
+        { fragment, from, verifiedUnder, tookMs: Date.now() - startedMs },
+        'a copy handed over was verified against it already: no round',
+      );
+      return {
+        status: 'Ok',
+        message: `fragment ${fragment} was verified against ${from} under continuity ${verifiedUnder}`,
+        result: { verifiedUnder },
+      };
+    }
     if (!(await this.dispatcher.beginPull(fragment, member)))
       return { status: 'Conflict', message: `this node holds no copy of fragment ${fragment}`, result: {} };
     try {
@@ -1259,24 +1286,54 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * `generation` or later), and acknowledges at `stable` every write this node holds for it, before
    * the copy may go. The whole copy: it may hold writes that no sender queued for them — taken here
    * before a crash and never sent, or on the side of a partition the others marked this node Down
-   * from.
+   * from. A replica whose copy was verified against this one (it gained the fragment while this
+   * node served it) pulls nothing when this node's replication to it still has the continuity it
+   * was verified under: it then holds every write this node took, as a serving handover's
+   * `covered` copy does (src/core/replication-sender.ts); else it pulls the whole copy after all.
    */
   private async handOver(fragment: number, targets: readonly string[], generation: number): Promise<void> {
     const members = this.indicesOf(targets);
     await this.dispatcher.holdFragment(fragment, [this.config.selfIndex, ...members]);
-    const ids = members.map((m) => this.config.members[m]!);
-    const answers = await Promise.all(
-      ids.map((id) => this.admin.ask(id, { kind: 'absorb', fragment, generation }, ABSORB_TIMEOUT_MS)),
+    const absorbed = await Promise.all(members.map((m) => this.absorbedBy(fragment, m, generation)));
+    const refused = absorbed.filter((why) => why !== '');
+    if (refused.length > 0) throw new Error(refused.join('; '));
+  }
+
+  /**
+   * One replica's part in a handoff (`handOver`): '' once it holds the whole copy and acknowledged
+   * every write at `stable`, else why not.
+   */
+  private async absorbedBy(fragment: number, member: number, generation: number): Promise<string> {
+    const id = this.config.members[member]!;
+    const absorb = (verifiedSuffices: boolean) =>
+      this.admin.ask(id, { kind: 'absorb', fragment, generation, verifiedSuffices }, ABSORB_TIMEOUT_MS);
+    let answer = await absorb(true);
+    if (answer.status !== 'Ok') return `the copy is not pulled whole by ${id}: ${answer.message}`;
+    const verifiedUnder = answer.result.verifiedUnder;
+    if (typeof verifiedUnder === 'number' && verifiedUnder !== 0) {
+      const drained = await this.dispatcher.drainedUnder(
+        fragment,
+        member,
+        PLACEMENT_STEP_TIMEOUT_MS,
+        verifiedUnder,
+        AckLevel.Stable,
+      );
+      if (!drained.drained) return `not every write is acknowledged by ${id}`;
+      if (drained.continuous) return '';
+      this.logger.info(
+        { fragment, to: id, verifiedUnder },
+        'replication to a replica verified against this copy started over since: it pulls the copy whole',
+      );
+      answer = await absorb(false);
+      if (answer.status !== 'Ok') return `the copy is not pulled whole by ${id}: ${answer.message}`;
+    }
+    const drained = await this.dispatcher.drainedTo(
+      fragment,
+      member,
+      PLACEMENT_STEP_TIMEOUT_MS,
+      AckLevel.Stable,
     );
-    const refused = ids
-      .map((id, i) => (answers[i]!.status === 'Ok' ? '' : `${id}: ${answers[i]!.message}`))
-      .filter((why) => why !== '');
-    if (refused.length > 0) throw new Error(`the copy is not pulled whole by ${refused.join('; ')}`);
-    const drained = await Promise.all(
-      members.map((m) => this.dispatcher.drainedTo(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, AckLevel.Stable)),
-    );
-    const behind = members.filter((_, i) => !drained[i]).map((m) => this.config.members[m]);
-    if (behind.length > 0) throw new Error(`not every write is acknowledged by ${behind.join(', ')}`);
+    return drained ? '' : `not every write is acknowledged by ${id}`;
   }
 
   /**
