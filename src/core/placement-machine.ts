@@ -389,7 +389,13 @@ export class PlacementMachine {
     if (slot.step !== null || slot.retryAtMs > 0) return;
     if (!slot.held) return this.hold(fragment, slot, entry);
     if (!slot.verified) {
-      const sources = entry.replicas.filter((id) => id !== this.config.selfId);
+      // The move's source first: the copy is verified against it before the move may finish, so
+      // its handoff finds this copy verified under its replication and needs no round (cluster.ts
+      // serveAbsorb); the bulk of the copy then comes from the node giving it up. Then the table's order.
+      const others = entry.replicas.filter((id) => id !== this.config.selfId);
+      const source = entry.moving?.source ?? null;
+      const sources =
+        source !== null && others.includes(source) ? [source, ...others.filter((id) => id !== source)] : others;
       if (sources.length > 0) {
         this.begin(slot, 'verify');
         this.outbox.push({ kind: 'verify', fragment, generation: slot.generation, sources });

@@ -27,20 +27,28 @@ const FENCE: Fence = { coordinatorId: 'a', incarnation: 1, epoch: 1 };
 
 /** A table whose fragment `f` is at `generation` with `replicas` (the last one a move's target when `target`). */
 function tableOf(
-  entries: ReadonlyArray<{ fragment: number; generation: number; replicas: string[]; target?: boolean }>,
+  entries: ReadonlyArray<{
+    fragment: number;
+    generation: number;
+    replicas: string[];
+    target?: boolean;
+    source?: string;
+  }>,
 ): AssignmentTable {
   return AssignmentTable.from(
     FRAGMENTS,
     1,
     { id: 'a', incarnation: 1 },
-    entries.map(({ fragment, generation, replicas, target }): [number, ActiveAssignment] => [
+    entries.map(({ fragment, generation, replicas, target, source }): [number, ActiveAssignment] => [
       fragment,
       {
         kind: 'active',
         generation,
         replicas,
         moving:
-          target === true ? { source: null, target: replicas.at(-1) as string, reason: 'join:s' } : null,
+          target === true
+            ? { source: source ?? null, target: replicas.at(-1) as string, reason: 'join:s' }
+            : null,
         pinnedTo: null,
         fence: FENCE,
         history: [],
@@ -113,6 +121,20 @@ class Harness {
 }
 
 describe('gain', () => {
+  test("a move target verifies against the move's source first, then the others in the table's order", () => {
+    const h = new Harness();
+    h.table(
+      tableOf([{ fragment: 1, generation: 5, replicas: ['a', 'b', 'c', 's'], target: true, source: 'c' }]),
+    );
+    assert.deepEqual(h.done(1, 'hold', 5), ['verify 1 g5 from [c a b]']);
+    // A source that is not listed (Down, or gone) leaves the table's order.
+    h.table(
+      tableOf([{ fragment: 2, generation: 3, replicas: ['b', 'a', 's'], target: true, source: 'd' }]),
+      [2],
+    );
+    assert.deepEqual(h.done(2, 'hold', 3), ['verify 2 g3 from [b a]']);
+  });
+
   test('a move target holds, verifies against the serving replicas, reports ready until the move finishes, then serves', () => {
     const h = new Harness();
     assert.deepEqual(

@@ -1139,9 +1139,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * for, and asks this node, a replica there, to pull it whole (`handOver`). This node replicates
    * with it meanwhile, runs a complete round against it (no horizon, as a gained copy's
    * verification), and fences what the round merged at `stable` before it answers.
-   * `verifiedSuffices`: a copy verified against that node already (a gain's or a succession's
-   * round, `verifyCopy`) runs no round; the answer names the continuity it was verified under,
-   * and the asker's drain proves the copy complete only while its replication here still has it.
+   * `verifiedSuffices`: a copy verified against that node (a gain's or a succession's round,
+   * `verifyCopy`, once the one running ends) runs no round; the answer names the continuity it was
+   * verified under, and the asker's drain proves the copy complete only while its replication here
+   * still has it.
    */
   async serveAbsorb(
     from: string,
@@ -1166,6 +1167,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         result: {},
       };
     const startedMs = Date.now();
+    // A move's source hands its copy over as soon as the move finishes, which the copy's first
+    // verifying round allows: its round against that source often still runs. It is the complete
+    // round this absorb would run, so it is waited for.
+    const running = this.verification.get(fragment)?.running.get(member);
+    if (verifiedSuffices && running !== undefined) await settledWithin(running, PLACEMENT_STEP_TIMEOUT_MS);
+    // The copy held now (one dropped meanwhile takes its verification along).
     const verification = this.verification.get(fragment);
     const verifiedUnder = verification?.under.get(member) ?? 0;
     if (verifiedSuffices && verifiedUnder !== 0 && verification?.running.has(member) !== true) {
