@@ -395,7 +395,9 @@ export class PlacementMachine {
       const others = entry.replicas.filter((id) => id !== this.config.selfId);
       const source = entry.moving?.source ?? null;
       const sources =
-        source !== null && others.includes(source) ? [source, ...others.filter((id) => id !== source)] : others;
+        source !== null && others.includes(source)
+          ? [source, ...others.filter((id) => id !== source)]
+          : others;
       if (sources.length > 0) {
         this.begin(slot, 'verify');
         this.outbox.push({ kind: 'verify', fragment, generation: slot.generation, sources });
