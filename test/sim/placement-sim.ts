@@ -811,12 +811,20 @@ export class PlacementSim extends MembershipSim {
     const backlog = backlogs?.get(handover.node);
     if (backlog !== undefined) merge(copy, backlog);
     backlogs?.delete(handover.node);
-    const verified = holder.verifiedUnder.get(handover.fragment)?.get(handover.from) ?? 0;
-    const now = sourceHolder.continuity.get(`${handover.fragment}/${handover.node}`) ?? 0;
-    const covered = verified !== 0 && verified === now;
+    const covered = this.covered(handover.fragment, handover.from, handover.node);
     if (covered) this.stats.handoversCovered++;
     handover.resolve(covered ? 'covered' : 'drained');
     return true;
+  }
+
+  /**
+   * Whether `target`'s copy of `fragment` was verified against `source` under the continuity the
+   * source's replication to it still has: it then holds every write the source took.
+   */
+  private covered(fragment: number, source: string, target: string): boolean {
+    const verified = this.holders.get(target)!.verifiedUnder.get(fragment)?.get(source) ?? 0;
+    const now = this.holders.get(source)!.continuity.get(`${fragment}/${target}`) ?? 0;
+    return verified !== 0 && verified === now;
   }
 
   private memberIndexOf(id: string): number {
@@ -918,9 +926,7 @@ export class PlacementSim extends MembershipSim {
           const copy = this.copyOf(node.id, fragment);
           const backlogs = holder.backlogs.get(fragment);
           for (const target of targets) {
-            const verified = this.holders.get(target)!.verifiedUnder.get(fragment)?.get(node.id) ?? 0;
-            const now = holder.continuity.get(`${fragment}/${target}`) ?? 0;
-            if (verified !== 0 && verified === now) {
+            if (this.covered(fragment, node.id, target)) {
               const backlog = backlogs?.get(target);
               if (backlog !== undefined) merge(this.copyOf(target, fragment), backlog);
               this.stats.handoffsVerified++;

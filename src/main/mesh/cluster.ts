@@ -1063,10 +1063,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const generation = this.coordinatorDriver?.table.active(fragment)?.generation;
     const nodeId = this.config.members[member];
     if (generation === undefined || nodeId === undefined) return 'failed';
-    const verification = this.verification.get(fragment);
-    const running = verification?.running.get(member);
-    if (running !== undefined) await settledWithin(running, Math.min(timeoutMs, HANDOVER_VERIFY_WAIT_MS));
-    const continuity = verification?.under.get(member) ?? 0;
+    const continuity = await this.verifiedUnder(
+      fragment,
+      member,
+      Math.min(timeoutMs, HANDOVER_VERIFY_WAIT_MS),
+    );
     const answer = await this.admin.ask(
       nodeId,
       { kind: 'handover', fragment, generation, continuity },
@@ -1075,6 +1076,17 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     );
     if (answer.status !== 'Ok') return 'failed';
     return answer.result.covered === true ? 'covered' : 'drained';
+  }
+
+  /**
+   * The continuity this node's copy of `fragment` was verified against `member` under (0: it was
+   * not), once a verifying round against it that still runs ends (`waitMs` at most): the copy held
+   * then, as one dropped meanwhile takes its verification along.
+   */
+  private async verifiedUnder(fragment: number, member: number, waitMs: number): Promise<number> {
+    const running = this.verification.get(fragment)?.running.get(member);
+    if (running !== undefined) await settledWithin(running, waitMs);
+    return this.verification.get(fragment)?.under.get(member) ?? 0;
   }
 
   /**
@@ -1168,14 +1180,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       };
     const startedMs = Date.now();
     // A move's source hands its copy over as soon as the move finishes, which the copy's first
-    // verifying round allows: its round against that source often still runs. It is the complete
-    // round this absorb would run, so it is waited for.
-    const running = this.verification.get(fragment)?.running.get(member);
-    if (verifiedSuffices && running !== undefined) await settledWithin(running, PLACEMENT_STEP_TIMEOUT_MS);
-    // The copy held now (one dropped meanwhile takes its verification along).
-    const verification = this.verification.get(fragment);
-    const verifiedUnder = verification?.under.get(member) ?? 0;
-    if (verifiedSuffices && verifiedUnder !== 0 && verification?.running.has(member) !== true) {
+    // verifying round allows: a round against that source may still run. It is the complete round
+    // this absorb would run, so it is waited for.
+    const verifiedUnder = verifiedSuffices
+      ? await this.verifiedUnder(fragment, member, PLACEMENT_STEP_TIMEOUT_MS)
+      : 0;
+    if (verifiedUnder !== 0) {
       // What the verifying round merged is on disk before the copy handed over may go.
       try {
         await this.dispatcher.fenced(fragment, Durability.Stable, true);
