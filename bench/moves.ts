@@ -385,13 +385,25 @@ interface JoinRun {
    * fragment catches up first): how many, the requests they held, and the longest hold of any
    * catch-up so far (`grew`: one of the join's; else the longest was at the nodes' start).
    */
-  catchUps: { count: number; held: number; maxMs: number; grew: boolean; covered: number };
+  catchUps: CatchUpTotals & { grew: boolean };
+}
+
+/**
+ * Catch-ups: how many, the requests they held, the longest hold; those a handover completed with no
+ * round, those the handing node's handoff completed (its copy pulled here whole), those that did not
+ * complete (served after a failed round, or at the deadline).
+ */
+interface CatchUpTotals {
+  count: number;
+  held: number;
+  maxMs: number;
+  covered: number;
+  absorbed: number;
+  incomplete: number;
 }
 
 /** The nodes' failover counters, summed (the longest hold: the maximum). */
-async function catchUpTotals(
-  nodes: NodeProcess[],
-): Promise<{ count: number; held: number; maxMs: number; covered: number }> {
+async function catchUpTotals(nodes: NodeProcess[]): Promise<CatchUpTotals> {
   const failovers = await Promise.all(
     nodes.map(async (n) => (await getJson<MovesReport>(n, '/cluster/moves')).failover),
   );
@@ -400,6 +412,8 @@ async function catchUpTotals(
     held: failovers.reduce((sum, f) => sum + f.held, 0),
     maxMs: Math.max(...failovers.map((f) => f.maxMs)),
     covered: failovers.reduce((sum, f) => sum + f.covered, 0),
+    absorbed: failovers.reduce((sum, f) => sum + f.absorbed, 0),
+    incomplete: failovers.reduce((sum, f) => sum + f.incomplete, 0),
   };
 }
 
@@ -488,6 +502,8 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
         maxMs: catchUpsAfter.maxMs,
         grew: catchUpsAfter.maxMs > catchUpsBefore.maxMs,
         covered: catchUpsAfter.covered - catchUpsBefore.covered,
+        absorbed: catchUpsAfter.absorbed - catchUpsBefore.absorbed,
+        incomplete: catchUpsAfter.incomplete - catchUpsBefore.incomplete,
       },
     };
   } catch (err) {
@@ -709,7 +725,8 @@ function joinReport(o: Options, run: JoinRun): string[] {
     `CPU per operation (every thread of every node, /proc; d's from its start): before ${fixed(cpuBefore * 1000, 0)} µs, ` +
       `join to settled ${fixed(cpuJoin * 1000, 0)} µs (${fixed(cpuJoin / cpuBefore, 2)}×); d used ${fixed(run.joinedCpuMs / 1000, 1)} s of CPU.`,
     `Catch-up before serving, under the load (a node the table put first catches up first): ${run.catchUps.count} ` +
-      `catch-ups holding ${run.catchUps.held} requests (${run.catchUps.covered} completed by the handover, no round), the longest ` +
+      `catch-ups holding ${run.catchUps.held} requests (${run.catchUps.covered} completed by the handover, no round; ` +
+      `${run.catchUps.absorbed} by the handing node's handoff; ${run.catchUps.incomplete} incomplete), the longest ` +
       `${run.catchUps.grew ? `${run.catchUps.maxMs} ms` : `under ${run.catchUps.maxMs} ms (the longest, at the nodes' start)`} (goal ≤ 1 s).`,
     `Client errors: ${errors.size === 0 ? 'none' : [...errors].map(([k, n]) => `${k} ×${n} ("${samples.get(k)}")`).join(', ')}.`,
   ];

@@ -156,6 +156,8 @@ export interface PlacementSimReport {
   forwardHopsMax: number;
   /** Handovers whose drain completed the copy (no round after it). */
   handoversCovered: number;
+  /** Catch-ups that ended when the replica handing the fragment over had its copy pulled here whole. */
+  catchUpsAbsorbed: number;
   /** Verifying rounds a successor started before the move that hands it the serving finished. */
   successionRounds: number;
   /** Fragments an operator pinned to a member (`tessera cluster move`). */
@@ -329,6 +331,7 @@ export class PlacementSim extends MembershipSim {
       forwardWaits: 0,
       forwardHopsMax: 0,
       handoversCovered: 0,
+      catchUpsAbsorbed: 0,
       successionRounds: 0,
       pins: 0,
       servingTransfers: 0,
@@ -367,6 +370,8 @@ export class PlacementSim extends MembershipSim {
     this.stats.kills = this.report.kills;
     this.stats.partitions = this.report.partitions;
     Object.assign(this.stats, this.moveCounters());
+    for (const holder of this.holders.values())
+      this.stats.catchUpsAbsorbed += holder.catchUp?.counters.absorbed ?? 0;
     return this.stats;
   }
 
@@ -631,6 +636,7 @@ export class PlacementSim extends MembershipSim {
     holder.driver = undefined;
     holder.timer = undefined;
     // Its catch-ups and the writes they hold end with it (their rounds of this life never end).
+    this.stats.catchUpsAbsorbed += holder.catchUp?.counters.absorbed ?? 0;
     holder.catchUp = undefined;
     holder.catchUpTimers = [];
     holder.replicateTo = new Map();
@@ -930,7 +936,11 @@ export class PlacementSim extends MembershipSim {
               const backlog = backlogs?.get(target);
               if (backlog !== undefined) merge(this.copyOf(target, fragment), backlog);
               this.stats.handoffsVerified++;
-            } else merge(this.copyOf(target, fragment), copy);
+            } else {
+              merge(this.copyOf(target, fragment), copy);
+              // The target's catch-up from this node, if one runs, ends here (cluster.ts serveAbsorb).
+              this.holders.get(target)!.catchUp?.absorbed(fragment, this.memberIndexOf(node.id));
+            }
           }
           holder.backlogs.delete(fragment);
           this.replicateOnly(holder, fragment, targets);

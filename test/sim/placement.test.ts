@@ -46,6 +46,8 @@ test('fragments move under a write load through faults without losing an acknowl
   // gained copies, and those of successors that verified theirs while the move ran.
   assert.ok(sum('handoversCovered') > 0, 'handovers that completed a verified copy');
   assert.ok(sum('successionRounds') > 0, 'successors verified their copies before the handover');
+  // A catch-up from a replica whose handoff pulled its copy here whole ended with that pull.
+  assert.ok(sum('catchUpsAbsorbed') > 0, 'catch-ups completed by the handoff’s whole pull');
   // A handoff's target verified against the copy under the continuity still held took only the
   // writes queued for it; the others pulled the copy whole.
   assert.ok(sum('handoffsVerified') > 0 && sum('drains') > 0, 'handoffs to verified copies, and whole pulls');

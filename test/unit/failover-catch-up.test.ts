@@ -129,7 +129,7 @@ test('the serving replica lost: the fragment is held until a round against each 
   assert.equal(catchUp.inProgress(), 1, 'fragment 1 still catching up');
   assert.deepEqual(
     { ...catchUp.counters },
-    { catchUps: 3, incomplete: 0, covered: 0, held: 3, lastMs: 120, maxMs: 120 },
+    { catchUps: 3, incomplete: 0, covered: 0, absorbed: 0, held: 3, lastMs: 120, maxMs: 120 },
   );
   host.rounds[1].finish(false);
   await settle();
@@ -276,4 +276,58 @@ test('rounds that do not end in time: the fragment is served at the host’s dea
   await settle();
   assert.equal(catchUp.inProgress(), 0);
   assert.equal(host.timers.at(-1)!.cancelled, true);
+});
+
+test('a catch-up from a replica that hands the fragment over ends once its handoff pulled its copy here whole', async () => {
+  const host = new Host();
+  const catchUp = new FailoverCatchUp(host);
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  // Member 0 hands fragment 3 over (the table put this node first), and its handoff has this node
+  // pull its copy whole: member 0 drops its copy once that ends, so the catch-up's own round
+  // against it never would.
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  send(catchUp, 3, 'set k');
+  host.handovers.splice(0)[0]!.finish('drained');
+  await settle();
+  assert.deepEqual(
+    host.rounds.map((r) => [r.fragment, r.member]),
+    [[3, 0]],
+  );
+  catchUp.absorbed(3, 2); // another member's pull says nothing of what member 0 took
+  await settle();
+  assert.equal(catchUp.inProgress(), 1);
+  catchUp.absorbed(3, 0);
+  await settle();
+  assert.equal(catchUp.inProgress(), 0, 'served once the pull ended, the round still running');
+  assert.deepEqual(host.resubmitted, ['3:set k']);
+  assert.equal(catchUp.counters.absorbed, 1);
+  assert.equal(catchUp.counters.incomplete, 0);
+  assert.match(host.logs.at(-1) ?? '', /^caught up: .*"from":"n0".*"absorbed":true/);
+  assert.equal(host.timers.at(-1)!.cancelled, true);
+  // The pull may end before the handover answers: the catch-up ends at once, and no round follows.
+  host.rounds.splice(0);
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  assert.equal(catchUp.inProgress(), 1, 'a pull from before member 0 served again does not count');
+  catchUp.absorbed(3, 0);
+  await settle();
+  assert.equal(catchUp.inProgress(), 0);
+  host.handovers.splice(0)[0]!.finish('drained');
+  await settle();
+  assert.equal(host.rounds.length, 0, 'no round once the catch-up ended');
+  assert.equal(catchUp.counters.absorbed, 2);
+  // Pulled whole while no catch-up ran (the serving came here before the pull ended, as the
+  // node looked at its table late): the catch-up that starts then is complete at once.
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  catchUp.absorbed(3, 0);
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+  await settle();
+  assert.equal(catchUp.inProgress(), 0);
+  assert.equal(catchUp.counters.absorbed, 3);
 });

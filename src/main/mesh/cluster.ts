@@ -1217,6 +1217,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         { fragment, from, keysPulled: report.keysPulled, tookMs: Date.now() - startedMs },
         'pulled a copy handed over whole',
       );
+      // A catch-up from `from` waits no more: its copy is here, and goes once this answer is in.
+      this.failover.absorbed(fragment, member);
       return {
         status: 'Ok',
         message: `fragment ${fragment} pulled whole from ${from}`,

@@ -10,7 +10,10 @@
 // by a round against that replica that started once it replicated here, and its replication here
 // dropped nothing since (the same continuity: src/core/replication-sender.ts), the handover
 // completes the copy: what it took before is in the round, what it took since was drained.
-// Otherwise one round against it takes what it never queued here.
+// Otherwise one round against it takes what it never queued here — unless that replica's handoff
+// has this node pull its copy whole first (`absorbed`: the table dropped it, so it stopped taking
+// writes before): that pull is such a round, and the replica drops its copy once it ends, so a
+// round of the catch-up's own against it would find nothing to answer it.
 // (Until a first other replica is reachable after a start, there is nothing to catch up from, and
 // the node serves what its copy has.) Requests for the fragment that arrive meanwhile are held and
 // sent on once the rounds end (or their time runs out), so clients see a pause, not an error; the
@@ -64,6 +67,8 @@ export interface CatchUpCounters {
   incomplete: number;
   /** Handovers that completed the copy without a round. */
   covered: number;
+  /** Catch-ups completed by the handing replica's handoff pulling its copy here whole (`absorbed`). */
+  absorbed: number;
   /** Requests held during catch-ups. */
   held: number;
   /** How long the last catch-up held the fragment, and the longest. */
@@ -129,10 +134,18 @@ export class FailoverCatchUp {
   /** Per fragment, 1 once this node caught up since it started serving it (after its start, or a failover). */
   private readonly caughtUp: Uint8Array;
   private readonly holding = new Map<number, HoldingLink>();
+  /**
+   * Per fragment, the member whose copy this node pulled whole as that member handed it over
+   * (`absorbed`), since the fragment's serving member last changed to another node (-1: none).
+   */
+  private readonly absorbedFrom: Int32Array;
+  /** Per fragment caught up from a member that hands it over: ends the catch-up once its copy is pulled here. */
+  private readonly awaitingAbsorb = new Map<number, { from: number; end: () => void }>();
   readonly counters: CatchUpCounters = {
     catchUps: 0,
     incomplete: 0,
     covered: 0,
+    absorbed: 0,
     held: 0,
     lastMs: 0,
     maxMs: 0,
@@ -146,6 +159,18 @@ export class FailoverCatchUp {
     this.published[host.fragmentCount] = 0;
     this.changedAt = new Float64Array(host.fragmentCount);
     this.caughtUp = new Uint8Array(host.fragmentCount);
+    this.absorbedFrom = new Int32Array(host.fragmentCount).fill(-1);
+  }
+
+  /**
+   * This node pulled `member`'s copy of `fragment` whole, by a complete round that started after
+   * `member` stopped taking writes for it (its handoff: the table no longer lists it): the copy
+   * holds everything `member` took. A catch-up from `member` is complete then.
+   */
+  absorbed(fragment: number, member: number): void {
+    this.absorbedFrom[fragment] = member;
+    const waiting = this.awaitingAbsorb.get(fragment);
+    if (waiting?.from === member) waiting.end();
   }
 
   /** The link holding the fragment's requests while it catches up; undefined otherwise. */
@@ -187,6 +212,8 @@ export class FailoverCatchUp {
       const now = this.host.firstServing(f);
       this.servedBy[f] = now;
       if (now !== before) this.changedAt[f] = ++this.servingStamp;
+      // A pull from a member before it served again says nothing of what it took since.
+      if (now !== before && now !== self) this.absorbedFrom[f] = -1;
       if (now === self && before !== -1 && before !== self) this.caughtUp[f] = 0;
       if (now === self && this.caughtUp[f] === 0 && !this.holding.has(f)) this.catchUp(f, before);
       Atomics.store(this.published, f, this.holding.has(f) ? SERVING_HELD : now);
@@ -210,6 +237,7 @@ export class FailoverCatchUp {
     this.counters.catchUps++;
     const startedMs = this.host.nowMs();
     let handover: HandoverOutcome | 'none' = 'none';
+    let ended = false;
     // Each source's round, named in the log when it did not complete.
     const round = (m: number): Promise<string> =>
       this.host.reconcile(fragment, m, FAILOVER_CATCH_UP_MS_MAX).then(
@@ -223,6 +251,7 @@ export class FailoverCatchUp {
             .catch((): HandoverOutcome => 'failed')
             .then((outcome) => {
               handover = outcome;
+              if (ended) return ''; // absorbed meanwhile, or late: no round for nothing
               if (outcome !== 'covered') return round(from);
               this.counters.covered++;
               return '';
@@ -233,11 +262,20 @@ export class FailoverCatchUp {
     const deadline = new Promise<'late'>((resolve) => {
       cancel = this.host.after(FAILOVER_CATCH_UP_MS_MAX, () => resolve('late'));
     });
-    Promise.race([Promise.all(rounds), deadline]).then((outcome) => {
+    // The source's handoff pulling its copy here whole completes the catch-up too.
+    const absorbed = new Promise<'absorbed'>((resolve) => {
+      if (!handedOver) return;
+      if (this.absorbedFrom[fragment] === from) return resolve('absorbed');
+      this.awaitingAbsorb.set(fragment, { from, end: () => resolve('absorbed') });
+    });
+    Promise.race([Promise.all(rounds), absorbed, deadline]).then((outcome) => {
       cancel();
-      const failed = outcome === 'late' ? [] : outcome.filter((why) => why !== '');
+      ended = true;
+      this.awaitingAbsorb.delete(fragment);
+      const failed = typeof outcome === 'string' ? [] : outcome.filter((why) => why !== '');
       const complete = outcome !== 'late' && failed.length === 0;
       if (!complete) this.counters.incomplete++;
+      if (outcome === 'absorbed') this.counters.absorbed++;
       const tookMs = this.host.nowMs() - startedMs;
       this.counters.lastMs = tookMs;
       this.counters.maxMs = Math.max(this.counters.maxMs, tookMs);
@@ -251,6 +289,7 @@ export class FailoverCatchUp {
         from: from === -1 || from === this.host.selfIndex ? 'start' : this.host.memberName(from),
         sources: sources.length,
         handover,
+        absorbed: outcome === 'absorbed',
         tookMs,
         held: link.held.length,
         complete,
