@@ -2,14 +2,16 @@
 //
 //   npm run build:test && node .build/bench/moves.js [flags]
 //
-//   1. join: 3 nodes (R=3) hold --mib-per-node of data and serve a steady GET/SET load (the load
-//      harness's driver, one per node, closed loop or --rate); a 4th node joins. Printed: throughput
+//   1. join: 3 nodes (R=3) hold --mib-per-node of data and, once anti-entropy has verified their
+//      copies against each other's (as in a cluster that has run a minute), serve a steady GET/SET
+//      load (the load harness's driver, one per node, closed loop or --rate); a 4th node joins. Printed: throughput
 //      and p99 per 1-second window, the dip (worst window from the join until the table settles
 //      against the mean before it; goal ≤ 15 %), the p99 ratio (worst window against the p99 before
 //      it; goal ≤ 2×), the time from the join until the table settles (no move in flight, nothing
 //      copying or handing over, the planner wants nothing), and the replica moves counted against
 //      the optimum R·F/(N+1); the nodes' CPU per operation (process CPU time / operations) during
-//      the join against before it; the four nodes' throughput and CPU per operation after it.
+//      the join against before it; the four nodes' throughput and CPU per operation after it; the
+//      handoffs' targets that needed no round and those that pulled the copy whole.
 //   2. down: 4 nodes (R=3) hold --mib-per-node each; one is SIGKILLed. Printed: the time from the
 //      kill to Down and from Down to no fragment under-replicated (GET /cluster/moves), the bytes
 //      each node held, the copy rate (the victim's bytes over the time from Down to none short) and
@@ -273,6 +275,23 @@ async function preload(o: Options, node: NodeProcess, keys: number): Promise<voi
 }
 
 /** Every node's replication senders have nothing left to send. */
+/**
+ * Waits until anti-entropy has verified each node's copies against the other replicas' (as in a
+ * cluster that has run a minute or more: the first routine rounds come 30–90 s after a start), so
+ * that the join's handoffs find them verified; returns how long that took.
+ */
+async function copiesVerified(nodes: NodeProcess[]): Promise<number> {
+  const startMs = Date.now();
+  await eventually(async () => {
+    for (const n of nodes) if ((await getJson<MovesReport>(n, '/cluster/moves')).unverified > 0) return false;
+    return true;
+  }, CONDITION_MS_MAX);
+  progress(
+    `  every copy verified against the other replicas ${((Date.now() - startMs) / 1000).toFixed(1)} s after the preload`,
+  );
+  return Date.now() - startMs;
+}
+
 async function replicated(nodes: NodeProcess[]): Promise<void> {
   await eventually(async () => {
     for (const n of nodes)
@@ -368,6 +387,10 @@ interface CpuSample {
 
 interface JoinRun {
   keys: number;
+  /** From the preload's end until anti-entropy had verified every replica's copy against the others'. */
+  verifiedAfterMs: number;
+  /** The handoffs' targets: those whose copy was verified against the source (no round), those that pulled it whole. */
+  handoffs: { verified: number; whole: number };
   plannedMoves: number | undefined;
   joinMs: number;
   readyMs: number;
@@ -459,6 +482,7 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
     await preload(o, a, keys);
     await replicated(cluster.nodes);
     await settledAt(cluster.nodes, ids, a, CONDITION_MS_MAX);
+    const verifiedAfterMs = await copiesVerified(cluster.nodes);
     const plan = await postJson<PlanAnswer>(a, '/cluster/plan', { action: 'join', node: 'd' });
     const before = await coordinatorCounters(a);
     const load = new ClusterLoad(o, cluster.nodes, keys, o.beforeMs + o.settleMsMax + o.afterMs);
@@ -485,8 +509,15 @@ async function joinUnderLoad(o: Options): Promise<JoinRun> {
     const after = cpuSample(running, load);
     const results = await load.stop();
     if (o.keepLogs) progress(`  node logs kept in ${await keepLogs('bench-moves-join', running)}`);
+    const loggedTimes = (msg: string) =>
+      running.reduce((n, node) => n + node.log.split(`"msg":"${msg}"`).length - 1, 0);
     return {
       keys,
+      verifiedAfterMs,
+      handoffs: {
+        verified: loggedTimes('a copy handed over was verified against it already: no round'),
+        whole: loggedTimes('pulled a copy handed over whole'),
+      },
       plannedMoves: plan.replicaMoves,
       joinMs: join.atMs,
       readyMs,
@@ -724,6 +755,9 @@ function joinReport(o: Options, run: JoinRun): string[] {
       `optimum R·F/(N+1) = ${fixed(optimum)}.`,
     `CPU per operation (every thread of every node, /proc; d's from its start): before ${fixed(cpuBefore * 1000, 0)} µs, ` +
       `join to settled ${fixed(cpuJoin * 1000, 0)} µs (${fixed(cpuJoin / cpuBefore, 2)}×); d used ${fixed(run.joinedCpuMs / 1000, 1)} s of CPU.`,
+    `Handoffs: ${run.handoffs.verified} of ${run.handoffs.verified + run.handoffs.whole} targets' copies verified ` +
+      `against the source, no round; ${run.handoffs.whole} pulled the copy whole (anti-entropy had verified every copy ` +
+      `${fixed(run.verifiedAfterMs / 1000)} s after the preload, before the load began).`,
     `Catch-up before serving, under the load (a node the table put first catches up first): ${run.catchUps.count} ` +
       `catch-ups holding ${run.catchUps.held} requests (${run.catchUps.covered} completed by the handover, no round; ` +
       `${run.catchUps.absorbed} by the handing node's handoff; ${run.catchUps.incomplete} incomplete), the longest ` +

@@ -725,6 +725,14 @@ export class Dispatcher implements KeyRouter {
     return true;
   }
 
+  /**
+   * True from `holdFragment` until `dropFragment`: the fragment's worker keeps (or is opening) a
+   * copy of it. What the worker reports of a copy dropped since comes before the drop's answer.
+   */
+  keeps(fragment: number): boolean {
+    return this.kept[fragment] === 1;
+  }
+
   /** Ends a `beginPull`: the worker replicates with `member` no more, unless another pull wants it. */
   async endPull(fragment: number, member: number): Promise<void> {
     const sources = this.pullSources[fragment];

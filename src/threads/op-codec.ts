@@ -1210,11 +1210,17 @@ export interface RoundReport {
    * round started; 0 when none.
    */
   continuity: number;
+  /**
+   * The round compared everything, with no horizon: complete, under a continuity, it verified this
+   * copy against the peer (src/workers/replication.ts).
+   */
+  whole: boolean;
   /** Why it failed; empty when ok. */
   reason: string;
 }
 
-// Round report, after the result header (flags bit 0: ok; bit 1: the source's size is known):
+// Round report, after the result header (flags bit 0: ok; bit 1: the source's size is known;
+// bit 2: whole):
 //   0  u16  member
 //   2  u32  roundSeq
 //   6  u32  roundId
@@ -1235,6 +1241,7 @@ const ROUND_CONTINUITY_AT = 32;
 const ROUND_REASON_AT = 36;
 const ROUND_OK_FLAG = 1;
 const ROUND_SOURCE_SIZE_FLAG = 2;
+const ROUND_WHOLE_FLAG = 4;
 const U48_MAX = 2 ** 48 - 1;
 const ROUND_REPORT_BYTES = RESULT_HEADER_BYTES + ROUND_REASON_AT;
 
@@ -1244,7 +1251,10 @@ export const roundReportBytes = (r: RoundReport): number => ROUND_REPORT_BYTES +
 export function writeRoundReport(buf: Buffer, at: number, kind: number, reqId: number, r: RoundReport): void {
   const source = r.sourceSize;
   buf[at + KIND_AT] = kind;
-  buf[at + FLAGS_AT] = (r.ok ? ROUND_OK_FLAG : 0) | (source === undefined ? 0 : ROUND_SOURCE_SIZE_FLAG);
+  buf[at + FLAGS_AT] =
+    (r.ok ? ROUND_OK_FLAG : 0) |
+    (source === undefined ? 0 : ROUND_SOURCE_SIZE_FLAG) |
+    (r.whole ? ROUND_WHOLE_FLAG : 0);
   writeU16LE(buf, at + FRAGMENT_AT, r.fragment);
   writeU32LE(buf, at + ID_AT, reqId);
   const p = at + RESULT_HEADER_BYTES;
@@ -1279,6 +1289,7 @@ export function readRoundReport(buf: Buffer, at: number, length: number): RoundR
             bytes: buf.readUIntLE(p + ROUND_SOURCE_BYTES_AT, 6),
           },
     continuity: readU32LE(buf, p + ROUND_CONTINUITY_AT),
+    whole: (flags & ROUND_WHOLE_FLAG) !== 0,
     reason: buf.toString('utf8', p + ROUND_REASON_AT, at + length),
   };
 }

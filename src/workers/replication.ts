@@ -21,6 +21,13 @@
 // names the peer's continuity heard when it started, so a later handover from that peer can tell
 // whether its drain completes the copy (src/core/replication-sender.ts).
 //
+// Any round compares everything, too, until one has completed in the peer's current run of its
+// replication here (heard before the round started): so each replica of a fragment is verified
+// against each other one once per run, by the rounds anti-entropy runs anyway, and a handoff or a
+// handover from a replica that stayed in the table finds the copy verified (the main thread keeps
+// what the reports say: cluster.ts). Runs end rarely (a restart, a dropped backlog), and a round
+// with no horizon costs only the fetch of the writes replication is still carrying.
+//
 // Pulls are rate-limited (`--move-rate`, this worker's share in ClusterInit.pullBytesPerSec) so a
 // move's copy, or the repair of a replica that was away, leaves clients their latency: every round
 // is, as a healthy fragment's periodic round pulls next to nothing. The bytes of each page pulled are
@@ -241,6 +248,12 @@ export class WorkerReplication {
   private readonly verifyPending = new Set<string>();
   /** (member, fragment) whose next round compares everything (no horizon). */
   private readonly wholeRounds = new Set<string>();
+  /**
+   * Per (member, fragment): the peer's continuity a complete round that compared everything started
+   * under — this copy was verified against the peer in that run of its replication here. Until one
+   * has, in the run heard now, each round compares everything (see the file header).
+   */
+  private readonly verifiedRuns = new Map<string, number>();
   /** The turns of this worker's routine rounds (ANTI_ENTROPY_ROUTINE_ROUNDS_MAX at once). */
   private readonly routineSlots = new RoundSlots(ANTI_ENTROPY_ROUTINE_ROUNDS_MAX);
   /** Bytes pulled per second (undefined: unlimited), and the fetches waiting on it, per (member, fragment). */
@@ -397,6 +410,7 @@ export class WorkerReplication {
       this.continuities,
       this.verifyPending,
       this.wholeRounds,
+      this.verifiedRuns,
     ])
       for (const key of [...keyed.keys()]) if (key.endsWith(suffix)) keyed.delete(key);
   }
@@ -675,7 +689,10 @@ export class WorkerReplication {
       }
       case 'start-round': {
         const k = roundKey(member, fragment);
-        const horizonMs = this.wholeRounds.delete(k) ? 0 : this.host.clock.nowMs();
+        const heard = this.continuities.get(k) ?? 0;
+        const asked = this.wholeRounds.delete(k);
+        const whole = asked || (heard !== 0 && this.verifiedRuns.get(k) !== heard);
+        const horizonMs = whole ? 0 : this.host.clock.nowMs();
         const pagesRead = this.poolFor(horizonMs) !== undefined ? 'pool' : 'inline';
         const round = new ReconcileRound(
           action.sessionId,
@@ -686,7 +703,7 @@ export class WorkerReplication {
         );
         this.rounds.set(k, round);
         if (action.routine) this.pacedRounds.add(round);
-        this.ledger.started(fragment, member, action.roundId, this.continuities.get(k) ?? 0);
+        this.ledger.started(fragment, member, action.roundId, heard, whole);
         this.step(member, fragment, round, round.start());
         return;
       }
@@ -879,11 +896,14 @@ export class WorkerReplication {
         if (step.next !== undefined) this.step(member, fragment, round, step.next);
         return;
       }
-      case 'done':
-        this.rounds.delete(roundKey(member, fragment));
-        this.ledger.ended(fragment, member, true, '');
+      case 'done': {
+        const k = roundKey(member, fragment);
+        this.rounds.delete(k);
+        const report = this.ledger.ended(fragment, member, true, '');
+        if (report?.whole === true && report.continuity !== 0) this.verifiedRuns.set(k, report.continuity);
         this.progress(member, fragment, round, 'round-done', nowMs);
         return;
+      }
       case 'violation':
         this.ledger.ended(fragment, member, false, step.reason);
         this.host.closePeer(member, step.reason);

@@ -26,6 +26,8 @@ interface SenderRounds {
   sourceSize: SourceSize | undefined;
   /** The peer's replication continuity this node had heard when the running round started (0: none). */
   continuity: number;
+  /** The running round compares everything (no horizon). */
+  whole: boolean;
 }
 
 interface RoundWaiter {
@@ -52,9 +54,9 @@ export class RoundLedger {
 
   /**
    * The sender started round `roundId`, `continuity` being the peer's replication run heard here
-   * (0: none); a round still running is over (failed).
+   * (0: none), `whole` when it has no horizon; a round still running is over (failed).
    */
-  started(fragment: number, member: number, roundId: number, continuity: number): void {
+  started(fragment: number, member: number, roundId: number, continuity: number, whole: boolean): void {
     const rounds = this.of(fragment, member);
     if (rounds.roundId !== 0) this.ended(fragment, member, false, 'superseded by a new round');
     rounds.seq++;
@@ -64,6 +66,7 @@ export class RoundLedger {
       if (w.fragment === fragment && w.member === member && w.afterSeq < rounds.seq) clearTimeout(w.timer);
     }
     rounds.continuity = continuity;
+    rounds.whole = whole;
     rounds.keysPulled = 0;
     rounds.bytesPulled = 0;
     rounds.sourceSize = undefined;
@@ -88,10 +91,10 @@ export class RoundLedger {
     this.progress(reportOf(fragment, member, rounds, false, ''));
   }
 
-  /** The running round, if any, ended: reported, and answered to each request waiting for it. */
-  ended(fragment: number, member: number, ok: boolean, reason: string): void {
+  /** The running round, if any, ended: reported (and returned), and answered to each request waiting for it. */
+  ended(fragment: number, member: number, ok: boolean, reason: string): RoundReport | undefined {
     const rounds = this.senders.get(key(fragment, member));
-    if (rounds === undefined || rounds.roundId === 0) return;
+    if (rounds === undefined || rounds.roundId === 0) return undefined;
     const report = reportOf(fragment, member, rounds, ok, ok ? '' : truncateErrorMessage(reason));
     rounds.roundId = 0;
     this.report(report);
@@ -99,6 +102,7 @@ export class RoundLedger {
       if (w.fragment === fragment && w.member === member && w.afterSeq < report.roundSeq)
         this.settle(w, report);
     }
+    return report;
   }
 
   /**
@@ -152,7 +156,15 @@ export class RoundLedger {
     const k = key(fragment, member);
     let rounds = this.senders.get(k);
     if (rounds === undefined) {
-      rounds = { seq: 0, roundId: 0, keysPulled: 0, bytesPulled: 0, sourceSize: undefined, continuity: 0 };
+      rounds = {
+        seq: 0,
+        roundId: 0,
+        keysPulled: 0,
+        bytesPulled: 0,
+        sourceSize: undefined,
+        continuity: 0,
+        whole: false,
+      };
       this.senders.set(k, rounds);
     }
     return rounds;
@@ -166,8 +178,20 @@ function reportOf(
   ok: boolean,
   reason: string,
 ): RoundReport {
-  const { seq: roundSeq, roundId, keysPulled, bytesPulled, sourceSize, continuity } = rounds;
-  return { fragment, member, roundSeq, roundId, ok, keysPulled, bytesPulled, sourceSize, continuity, reason };
+  const { seq: roundSeq, roundId, keysPulled, bytesPulled, sourceSize, continuity, whole } = rounds;
+  return {
+    fragment,
+    member,
+    roundSeq,
+    roundId,
+    ok,
+    keysPulled,
+    bytesPulled,
+    sourceSize,
+    continuity,
+    whole,
+    reason,
+  };
 }
 
 /** The answer of a request that no round ended for. */
@@ -182,6 +206,7 @@ function failure(fragment: number, member: number, reason: string): RoundReport 
     bytesPulled: 0,
     sourceSize: undefined,
     continuity: 0,
+    whole: false,
     reason,
   };
 }

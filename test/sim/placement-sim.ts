@@ -25,7 +25,8 @@
 //   verified against the source under the continuity the source's replication to it still has;
 // - replication is asynchronous: a per (fragment, peer) backlog in memory (lost when the node dies),
 //   delivered while the link is up; every `antiEntropyIntervalMs` each replica pulls the others'
-//   copies (what a kill lost from a backlog comes back this way);
+//   copies (what a kill lost from a backlog comes back this way), which verifies its copy against
+//   each one that replicates to it, under that continuity (as anti-entropy's rounds do);
 // - hold opens the copy and sets the peers it replicates to (a peer added starts a new continuity);
 //   verify copies a serving source that replicates to it as that source was when the round started
 //   (failing when none is reachable and replicates to it, or the source is lost before the end);
@@ -158,6 +159,8 @@ export interface PlacementSimReport {
   handoversCovered: number;
   /** Catch-ups that ended when the replica handing the fragment over had its copy pulled here whole. */
   catchUpsAbsorbed: number;
+  /** Copies anti-entropy verified against a replica, in a run of its replication not verified in before. */
+  routineVerifications: number;
   /** Verifying rounds a successor started before the move that hands it the serving finished. */
   successionRounds: number;
   /** Fragments an operator pinned to a member (`tessera cluster move`). */
@@ -332,6 +335,7 @@ export class PlacementSim extends MembershipSim {
       forwardHopsMax: 0,
       handoversCovered: 0,
       catchUpsAbsorbed: 0,
+      routineVerifications: 0,
       successionRounds: 0,
       pins: 0,
       servingTransfers: 0,
@@ -1246,7 +1250,11 @@ export class PlacementSim extends MembershipSim {
     }
   }
 
-  /** Every running replica pulls what it lacks from each other listed replica it reaches. */
+  /**
+   * Every running replica pulls what it lacks from each other listed replica it reaches. A round
+   * compares everything (until one completed in the peer's run of replication here: replication.ts),
+   * so one with a peer that replicates here verifies the copy against it under that run.
+   */
   private antiEntropy(): void {
     for (const node of this.nodes) {
       const holder = this.holders.get(node.id)!;
@@ -1258,6 +1266,12 @@ export class PlacementSim extends MembershipSim {
           const theirs = this.holders.get(peer)?.copies.get(fragment);
           if (peer === node.id || theirs === undefined || !this.reaches(node.id, peer)) continue;
           this.stats.repaired += merge(copy, theirs);
+          const run = this.holders.get(peer)!.continuity.get(`${fragment}/${node.id}`) ?? 0;
+          if (run === 0) continue;
+          let under = holder.verifiedUnder.get(fragment);
+          if (under === undefined) holder.verifiedUnder.set(fragment, (under = new Map()));
+          if (under.get(peer) !== run) this.stats.routineVerifications++;
+          under.set(peer, run);
         }
       }
     }

@@ -49,7 +49,9 @@ test('fragments move under a write load through faults without losing an acknowl
   // A catch-up from a replica whose handoff pulled its copy here whole ended with that pull.
   assert.ok(sum('catchUpsAbsorbed') > 0, 'catch-ups completed by the handoff’s whole pull');
   // A handoff's target verified against the copy under the continuity still held took only the
-  // writes queued for it; the others pulled the copy whole.
+  // writes queued for it — a gained copy, or one anti-entropy verified; the others pulled the copy
+  // whole.
+  assert.ok(sum('routineVerifications') > 0, 'anti-entropy verified copies');
   assert.ok(sum('handoffsVerified') > 0 && sum('drains') > 0, 'handoffs to verified copies, and whole pulls');
   // Operators pinned fragments, and the coordinator evened out who serves once the table settled.
   assert.ok(sum('pins') > 0 && sum('servingTransfers') > 0, 'pins, and serving transfers');

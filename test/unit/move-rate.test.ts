@@ -63,6 +63,7 @@ function report(
     roundId: 100 + roundSeq,
     ok: false,
     continuity: 0,
+    whole: false,
     keysPulled,
     bytesPulled,
     sourceSize,

@@ -111,6 +111,7 @@ test('a round report reads back whole, as news (RoundReport, RoundProgress) or a
     bytesPulled: 2 ** 40 + 12_345,
     sourceSize: { keys: 2 ** 33 + 7, bytes: 2 ** 47 + 99 },
     continuity: 2 ** 32 - 1,
+    whole: true,
     reason: 'peer disconnected',
   };
   const news = written(roundReportBytes(failed), (b, at) =>
@@ -128,7 +129,7 @@ test('a round report reads back whole, as news (RoundReport, RoundProgress) or a
   assert.deepEqual(readRoundReport(progress, 3, roundReportBytes(emptySource)), emptySource);
 
   // Before the peer said its size, none is reported.
-  const ok: RoundReport = { ...failed, ok: true, sourceSize: undefined, reason: '' };
+  const ok: RoundReport = { ...failed, ok: true, sourceSize: undefined, whole: false, reason: '' };
   const answer = written(roundReportBytes(ok), (b, at) =>
     writeRoundReport(b, at, ResultKind.RoundAnswer, 42, ok),
   );

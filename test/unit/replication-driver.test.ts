@@ -92,7 +92,7 @@ function describeFrame(bytes: Uint8Array): string {
 }
 
 function describeRound(r: RoundReport): string {
-  const under = r.continuity === 0 ? '' : ` continuity=${r.continuity}`;
+  const under = `${r.continuity === 0 ? '' : ` continuity=${r.continuity}`}${r.whole ? ' whole' : ''}`;
   return r.ok ? `ok pulled=${r.keysPulled}${under}` : `failed (${r.reason})${under}`;
 }
 
@@ -1075,8 +1075,8 @@ test('§6: a verifying round starts once the peer replicates the fragment here, 
   assert.equal(sent.horizonMs, 0, 'no horizon: what n1 took before it replicated here is compared too');
   h.receive(1, emptyLastPage(Number(round[1]), Number(round[2])));
   assert.deepEqual(h.roundLines(), [
-    'n1 f0 round #2 ok pulled=0 continuity=77',
-    'answer 9: #2 ok pulled=0 continuity=77',
+    'n1 f0 round #2 ok pulled=0 continuity=77 whole',
+    'answer 9: #2 ok pulled=0 continuity=77 whole',
   ]);
   // Once n1 replicates here, a verifying round starts at once; a plain one keeps its horizon.
   assert.equal(h.driver.reconcileNow(10, 0, 1, 60_000), true);
@@ -1141,8 +1141,8 @@ test('§6: a round asked for replaces a routine round in flight; the peer serves
   assert.ok(!lines.some((l) => l.includes('closed')), `no connection closed: ${lines.join('; ')}`);
   assert.deepEqual(a.roundLines(), [
     'n1 f0 round #1 failed (superseded by a new round)',
-    'n1 f0 round #2 ok pulled=1 continuity=1',
-    'answer 30: #2 ok pulled=1 continuity=1',
+    'n1 f0 round #2 ok pulled=1 continuity=1 whole',
+    'answer 30: #2 ok pulled=1 continuity=1 whole',
   ]);
   a.advance(FLUSH_INTERVAL_MS_DEFAULT);
   assert.equal(a.stored('k599'), `value@${START_MS - 5}.0/n9 "newer"`);
@@ -1205,4 +1205,62 @@ test('§6: the first page of a round with no horizon (a copy being verified) wai
   h.receive(1, page(h.nowMs + 1, 10));
   assert.deepEqual(await h.frames(), ['n1 f0 summaries s=70 r=10 page=0 [late] done']);
   h.releaseCommits();
+});
+
+test('§6: until a round completed in the peer’s current run of replication here, each round compares everything; the report says so', async () => {
+  const h = new Harness();
+  await established(h, 1);
+  assert.deepEqual(h.roundLines(), ['n1 f0 round #1 ok pulled=0'], 'no run heard: a horizon');
+  /** Asks for a round (not a verifying one), answers its one page, returns its horizon. */
+  const round = async (reqId: number, ok = true): Promise<number> => {
+    assert.equal(h.driver.reconcileNow(reqId, 0, 1, 60_000), true);
+    const [line] = await h.frames();
+    const started = /^n1 f0 request s=(\d+) r=(\d+) page=0$/.exec(line);
+    assert.ok(started !== null, line);
+    const { horizonMs } = decodeEnvelope(h.outbox.at(-1)!.bytes).reconcileRequest!;
+    if (ok) h.receive(1, emptyLastPage(Number(started[1]), Number(started[2])));
+    else h.peers(false, 1);
+    return horizonMs;
+  };
+  h.advance(5);
+  h.receive(1, { sessionStart: { fragment: 0, sessionId: 700, continuity: 41 } });
+  assert.equal(await round(20), 0, 'run 41 heard, no round completed in it: no horizon');
+  assert.deepEqual(h.roundLines(), [
+    'n1 f0 round #2 ok pulled=0 continuity=41 whole',
+    'answer 20: #2 ok pulled=0 continuity=41 whole',
+  ]);
+  h.advance(5);
+  assert.equal(await round(21), h.nowMs, 'verified in run 41: rounds have their horizon again');
+  assert.deepEqual(h.roundLines(), [
+    'n1 f0 round #3 ok pulled=0 continuity=41',
+    'answer 21: #3 ok pulled=0 continuity=41',
+  ]);
+  // A new run (the peer restarted, or dropped its backlog): whole again until a round completes.
+  h.receive(1, { sessionStart: { fragment: 0, sessionId: 701, continuity: 42 } });
+  assert.equal(await round(22, false), 0);
+  assert.deepEqual(h.roundLines(), [
+    'n1 f0 round #4 failed (peer disconnected) continuity=42 whole',
+    'answer 22: #4 failed (peer disconnected) continuity=42 whole',
+  ]);
+  h.peers(true, 1);
+  const [start, request] = await h.frames();
+  const session = /^n1 f0 session-start s=(\d+)$/.exec(start);
+  const first = /^n1 f0 request s=\d+ r=(\d+) page=0$/.exec(request);
+  assert.ok(session !== null && first !== null, `${start}; ${request}`);
+  assert.equal(decodeEnvelope(h.outbox.at(-1)!.bytes).reconcileRequest!.horizonMs, 0);
+  h.receive(1, emptyLastPage(Number(session[1]), Number(first[1])));
+  assert.deepEqual(
+    h.roundLines(),
+    ['n1 f0 round #5 ok pulled=0 continuity=42 whole'],
+    'a failed round verified nothing: the next, the new session’s first, compares everything',
+  );
+  assert.equal(await round(23), h.nowMs);
+  h.roundLines();
+  // Dropping the fragment forgets what was verified with the copy.
+  h.driver.removeFragment(0);
+  h.driver.setReplicas(0, [0, 1], true);
+  await h.frames();
+  h.receive(1, { sessionStart: { fragment: 0, sessionId: 702, continuity: 42 } });
+  assert.equal(await round(24), 0);
+  h.driver.close();
 });

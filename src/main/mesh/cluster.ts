@@ -74,6 +74,7 @@ import type { AdminAnswer } from '../../threads/admin-wire.js';
 import { SystemClock } from '../../threads/driver-clock.js';
 import { datagramKey } from '../../threads/membership-datagram.js';
 import type { ClientEndpoint, ClusterInit } from '../../threads/messages.js';
+import type { RoundReport } from '../../threads/op-codec.js';
 import {
   checkRequest,
   encodeErrorResult,
@@ -235,6 +236,13 @@ export interface MovesReport {
   }>;
   /** `--move-rate`: bytes per second this node's anti-entropy rounds pull at most; 0: unlimited. */
   moveRateBytesPerSec: number;
+  /**
+   * Pairs of a fragment the table lists this node for and another replica it lists, whose copy
+   * here no round that compared everything has verified against that replica's since this node
+   * opened it: a handoff from that replica has this node pull the copy whole. Anti-entropy verifies
+   * each pair once per run of the replica's replication here.
+   */
+  unverified: number;
   /** The latest replica-list changes, newest first. */
   recent: Array<{
     fragment: number;
@@ -471,6 +479,30 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         this.answer(origin, result, 0, result.length);
       },
     };
+    dispatcher.watchRounds((report) => this.onRoundEnded(report));
+  }
+
+  /**
+   * Any round that compared everything and completed under the peer's continuity verified this
+   * copy against that peer (src/workers/replication.ts): anti-entropy verifies each replica against
+   * each other one so, once per run of the peer's replication here, and a handoff or a handover from
+   * a replica that stays needs no round of its own. Kept with the copy, as a verifying round's is;
+   * a report of a copy dropped since (its drop still on the way) is not.
+   */
+  private onRoundEnded(report: RoundReport): void {
+    if (!report.ok || !report.whole || report.continuity === 0) return;
+    if (!this.dispatcher.keeps(report.fragment)) return;
+    this.verificationOf(report.fragment).under.set(report.member, report.continuity);
+  }
+
+  /** How this node's copy of `fragment` was verified so far (an empty record the first time). */
+  private verificationOf(fragment: number): CopyVerification {
+    let verification = this.verification.get(fragment);
+    if (verification === undefined) {
+      verification = { under: new Map(), running: new Map() };
+      this.verification.set(fragment, verification);
+    }
+    return verification;
   }
 
   /**
@@ -796,6 +828,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
           };
         }),
       moveRateBytesPerSec: this.config.moveRateBytesPerSec,
+      unverified: this.unverifiedPairs(table),
       recent: recent
         .slice(0, MOVES_RECENT_MAX)
         .map(({ atMs, ...h }) => ({ ...h, at: new Date(atMs).toISOString() })),
@@ -803,6 +836,19 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       placement: { ...(placement?.counters ?? {}) },
       failover: { ...this.failover.counters, inProgress: this.failover.inProgress() },
     };
+  }
+
+  /** MovesReport.unverified, by `table` (0 without one). */
+  private unverifiedPairs(table: AssignmentTable | undefined): number {
+    let count = 0;
+    for (let fragment = 0; fragment < this.routing.length; fragment++) {
+      const replicas = table?.active(fragment)?.replicas ?? [];
+      if (!replicas.includes(this.config.selfId)) continue;
+      const under = this.verification.get(fragment)?.under;
+      for (const m of this.indicesOf(replicas))
+        if (m !== this.config.selfIndex && under?.has(m) !== true) count++;
+    }
+    return count;
   }
 
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
@@ -942,11 +988,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private async verifyCopy(fragment: number, sources: readonly string[]): Promise<void> {
     const members = this.indicesOf(sources).filter((m) => this.isUp(m));
     if (members.length === 0) throw new Error(`no serving replica of fragment ${fragment} is reachable`);
-    let verification = this.verification.get(fragment);
-    if (verification === undefined) {
-      verification = { under: new Map(), running: new Map() };
-      this.verification.set(fragment, verification);
-    }
+    const verification = this.verificationOf(fragment);
     const { under, running } = verification;
     const roundAgainst = async (m: number) => {
       const report = await this.dispatcher.reconcileNow(fragment, m, PLACEMENT_STEP_TIMEOUT_MS, true);
