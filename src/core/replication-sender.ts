@@ -35,7 +35,9 @@
 // - A continuity id names a run in which every write enqueued reached the peer or still waits to:
 //   a session opened with none takes its own id as the continuity; a buffer reset and a peer that
 //   says it lost its sessions (`peer-reset`: what it acknowledged from memory may be gone) end it
-//   (0 until the next session). Every SessionStart carries it. A copy verified by a round that
+//   (0 until the next session) — a peer-reset before the peer acknowledged anything in the run
+//   does not (a replica that has just opened the fragment asks so for what it ignored while
+//   closed): nothing it acknowledged can be gone, and what was sent is replayed. Every SessionStart carries it. A copy verified by a round that
 //   started after the peer heard the id, and drained while the id is unchanged, holds every write
 //   this sender's replica took (a handover's proof).
 
@@ -181,7 +183,10 @@ export type SenderEvent =
    */
   | { kind: 'connected'; nowMs: number; firstRound?: boolean }
   | { kind: 'disconnected'; nowMs: number }
-  /** The peer lost its sessions toward this fragment (its worker restarted): a new session, a new continuity. */
+  /**
+   * The peer lost its sessions toward this fragment (its worker restarted, or it opened the
+   * fragment just now): a new session, and a new continuity once it acknowledged something.
+   */
   | { kind: 'peer-reset'; nowMs: number }
   | { kind: 'tick'; nowMs: number }
   | { kind: 'ack'; sessionId: number; batchSeq: number; level: AckLevel; nowMs: number }
@@ -458,6 +463,8 @@ export class ReplicationSender {
 
   /** The run of writes with none dropped (see the file header); 0 before a session opens one. */
   private continuity = 0;
+  /** The peer acknowledged a batch in the current run: a peer-reset ends the run. */
+  private ackedInRun = false;
   private roundWanted = false;
   /** A `reconcile-now` came since the last round started: the next round is asked for. */
   private roundAsked = false;
@@ -524,7 +531,7 @@ export class ReplicationSender {
         break;
       case 'peer-reset':
         if (!this.connected) break;
-        this.continuity = 0;
+        if (this.ackedInRun) this.continuity = 0;
         this.reopenSession();
         break;
       case 'tick':
@@ -745,7 +752,10 @@ export class ReplicationSender {
       'session ids must be fresh and non-zero',
     );
     this.sessionId = id;
-    if (this.continuity === 0) this.continuity = id;
+    if (this.continuity === 0) {
+      this.continuity = id;
+      this.ackedInRun = false;
+    }
     this.lastBatchSeq = 0;
     this.roundId = 0;
     this.roundWanted = true;
@@ -776,6 +786,7 @@ export class ReplicationSender {
   private onAck(sessionId: number, batchSeq: number, level: number): void {
     const index = this.sentIndexOf(sessionId, batchSeq);
     if (index === -1 || !isAckLevel(level)) return;
+    this.ackedInRun = true;
     const w = this.window;
     const asked = w.at(index).level;
     this.lastAckLevel = level;

@@ -129,7 +129,8 @@ export interface ClusterRouter {
   workerInit(): ClusterInit;
   onPeerFrame(member: number, buf: Buffer, start: number, end: number): void;
   onPeerClose(member: number, reason: string): void;
-  onWorkerServing(link: WorkerLink): void;
+  /** A worker (re)started and serves `fragments` (those it owns). */
+  onWorkerServing(link: WorkerLink, fragments: readonly number[]): void;
   /** Grows each time some fragment's serving replica, as routing picks it, changes. */
   readonly servingStamp: number;
   /** The `servingStamp` the fragment's serving replica last changed at (0: never). */
@@ -248,7 +249,7 @@ export class Dispatcher implements KeyRouter {
           onServing: (index) => {
             // A worker that (re)started has no clients yet: the sessions of those it had end.
             this.workerPorts?.relay.endSessionsOf(index);
-            this.cluster?.onWorkerServing(this.links[index]);
+            this.cluster?.onWorkerServing(this.links[index], fragments);
           },
           onPoolSpan: (index, buf, at, recordBytes) =>
             this.runPoolSpan(this.links[index], buf, at, recordBytes),

@@ -196,13 +196,15 @@ test('a reset drops the batch in flight: its ACK no longer matches, the next bat
   assert.equal(h.report().state, 'connected');
 });
 
-test('the continuity: opened by the first session, kept through replays, ended by a buffer reset or a peer that lost its sessions', () => {
+test('the continuity: opened by the first session, kept through replays, ended by a buffer reset or a peer that lost what it acknowledged', () => {
   const h = new Harness({ bufferOpsMax: 4 });
   const starts: Array<Extract<SenderAction, { kind: 'session-start' }>> = [];
+  let lastBatch: Extract<SenderAction, { kind: 'batch' }> | undefined;
   const sessionStarts = (): void => {
     const actions: SenderAction[] = [];
     h.sender.takeActions(actions);
     for (const a of actions) if (a.kind === 'session-start') starts.push(a);
+    for (const a of actions) if (a.kind === 'batch') lastBatch = a;
   };
   assert.equal(h.sender.continuityId, 0, 'none before a session');
   h.sender.step({ kind: 'enqueue', key: bytes('a'), record: bytes('v'), nowMs: 0 });
@@ -224,8 +226,24 @@ test('the continuity: opened by the first session, kept through replays, ended b
     [1, 1],
   );
   assert.equal(h.sender.continuityId, 1);
-  // The peer lost its sessions (its worker restarted): what it acknowledged from memory may be
-  // gone, so a new run starts with the new session.
+  // The peer says it holds none of our sessions before it acknowledged anything in the run (a
+  // replica that has just opened the fragment, and ignored what came before): what was sent is
+  // replayed in a new session, and the run goes on — nothing it acknowledged can be gone.
+  h.sender.step({ kind: 'peer-reset', nowMs: 1_100 });
+  h.sender.step({ kind: 'tick', nowMs: 1_200 });
+  sessionStarts();
+  assert.equal(starts.at(-1)!.continuity, 1);
+  assert.equal(h.sender.continuityId, 1);
+  // Acknowledged, then lost (its worker restarted): what it acknowledged from memory may be gone,
+  // so a new run starts with the new session.
+  assert.ok(lastBatch !== undefined && lastBatch.sessionId === starts.at(-1)!.sessionId, 'a replay sent');
+  h.sender.step({
+    kind: 'ack',
+    sessionId: lastBatch.sessionId,
+    batchSeq: lastBatch.batchSeq,
+    level: AckLevel.Memory,
+    nowMs: 1_300,
+  });
   h.sender.step({ kind: 'peer-reset', nowMs: 2_000 });
   sessionStarts();
   const afterReset = starts.at(-1)!;

@@ -1813,7 +1813,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.mesh.drop(member, reason);
   }
 
-  onWorkerServing(link: WorkerLink): void {
+  onWorkerServing(link: WorkerLink, fragments: readonly number[]): void {
+    // A worker that restarted may have lost what its rounds merged and had not committed, and its
+    // peers' runs of replication go on where it had acknowledged nothing (replication-sender.ts):
+    // its copies' verification goes with it. (Its reports of rounds before came ahead of this.)
+    for (const fragment of fragments) this.verification.delete(fragment);
     for (let m = 0; m < this.config.members.length; m++) if (this.mesh.isUp(m)) link.sendPeerState(m, true);
   }
 
