@@ -223,6 +223,8 @@ interface Holder {
   verifiedUnder: Map<number, Map<string, number>>;
   /** In memory: the successions and foreseen serving transfers (`fragment/source`) whose verifying round runs. */
   successionRounds: Set<string>;
+  /** In memory: per fragment handed over (a drain that succeeded), the targets that took it (cluster.ts handedOff). */
+  handedOff: Map<number, ReadonlySet<string>>;
   /** Fragments whose copy served since its last successful drain (a copy found at start served before). */
   readonly served: Set<number>;
   /** This life asked membership to exit (Exiting, then Removed): its leave handed everything over. */
@@ -581,6 +583,7 @@ export class PlacementSim extends MembershipSim {
         continuity: new Map(),
         verifiedUnder: new Map(),
         successionRounds: new Set(),
+        handedOff: new Map(),
         served: new Set(),
         exited: false,
         life: 0,
@@ -648,6 +651,7 @@ export class PlacementSim extends MembershipSim {
     holder.continuity = new Map();
     holder.verifiedUnder = new Map();
     holder.successionRounds = new Set();
+    holder.handedOff = new Map();
     const counters = node.coordinator!.counters;
     for (const key of COUNTERS) this.retired[key] += counters[key];
   }
@@ -812,6 +816,15 @@ export class PlacementSim extends MembershipSim {
       return false;
     }
     const copy = holder.copies.get(handover.fragment);
+    // The source handed its copy off to the asker and dropped it: the asker took every write it held.
+    if (
+      copy !== undefined &&
+      !sourceHolder.copies.has(handover.fragment) &&
+      sourceHolder.handedOff.get(handover.fragment)?.has(handover.node) === true
+    ) {
+      handover.resolve('covered');
+      return true;
+    }
     const replicates = sourceHolder.replicateTo.get(handover.fragment)?.includes(handover.node) ?? false;
     if (copy === undefined || !replicates) {
       handover.resolve('failed');
@@ -912,6 +925,7 @@ export class PlacementSim extends MembershipSim {
       hold: (fragment, replicas) =>
         this.later(node, holder, 'hold', fragment, () => {
           if (this.random() < 0.05) throw new StepFailed('the store could not open the fragment');
+          holder.handedOff.delete(fragment);
           if (!holder.copies.has(fragment)) holder.copies.set(fragment, new Map());
           this.replicateOnly(
             holder,
@@ -949,6 +963,7 @@ export class PlacementSim extends MembershipSim {
           holder.backlogs.delete(fragment);
           this.replicateOnly(holder, fragment, targets);
           holder.served.delete(fragment);
+          holder.handedOff.set(fragment, new Set(targets));
           this.stats.drains++;
         }),
       drop: (fragment) =>

@@ -398,6 +398,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private readonly routingWaiters = new Set<() => void>();
   /** Per fragment, how this node's copy was verified (`verifyCopy`); gone with the copy. */
   private readonly verification = new Map<number, CopyVerification>();
+  /**
+   * Per fragment this node handed over (`handOver`) and no longer holds: the replicas that proved
+   * they took every write it held. A catch-up there that asks for a handover once the copy is gone
+   * is answered covered (`serveHandover`). Forgotten when the node holds the fragment again.
+   */
+  private readonly handedOff = new Map<number, ReadonlySet<number>>();
 
   constructor(
     readonly config: ClusterConfig,
@@ -632,7 +638,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         drainWarnIntervalMs: c.drainWarnIntervalMs,
       },
       {
-        hold: (fragment, replicas) => this.dispatcher.holdFragment(fragment, this.indicesOf(replicas)),
+        hold: (fragment, replicas) => {
+          this.handedOff.delete(fragment);
+          return this.dispatcher.holdFragment(fragment, this.indicesOf(replicas));
+        },
         verify: (fragment, sources) => this.verifyCopy(fragment, sources),
         drain: (fragment, targets, generation) => this.handOver(fragment, targets, generation),
         drop: (fragment) => {
@@ -1137,7 +1146,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * on, so it takes no write for it any more), it answers when the peer acknowledged every write it
    * took — those still queued at its worker included, as they come before the drain. `covered`
    * when its replication to the peer is still in `continuity` (the peer's copy was verified
-   * against this node under it): the peer then holds every write this node took.
+   * against this node under it): the peer then holds every write this node took. `covered` too
+   * when this node handed its copy off to the peer (`handedOff`) and dropped it.
    */
   async serveHandover(
     from: string,
@@ -1148,6 +1158,20 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const member = this.config.members.indexOf(from);
     if (member === -1 || fragment >= this.routing.length)
       return { status: 'BadRequest', message: `no fragment ${fragment} to hand over to ${from}`, result: {} };
+    // The copy went after a handoff the asker took part in: it proved then it holds every write
+    // this node took (its catch-up began as the handoff ended, or the copy went meanwhile).
+    const handedOff = (): AdminAnswer | undefined => {
+      if (this.dispatcher.keeps(fragment) || this.handedOff.get(fragment)?.has(member) !== true)
+        return undefined;
+      this.logger.info({ fragment, to: from, covered: true }, 'handing over a fragment handed off already');
+      return {
+        status: 'Ok',
+        message: `fragment ${fragment} was handed off to ${from} before this node dropped its copy`,
+        result: { covered: true },
+      };
+    };
+    const before = handedOff();
+    if (before !== undefined) return before;
     const startedMs = Date.now();
     if (!(await this.tableAt(fragment, generation, FAILOVER_CATCH_UP_MS_MAX)))
       return {
@@ -1164,6 +1188,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const drained = await this.dispatcher
       .drainedUnder(fragment, member, FAILOVER_CATCH_UP_MS_MAX, continuity)
       .catch(() => ({ drained: false, continuous: false }));
+    if (!drained.drained) {
+      const meanwhile = handedOff();
+      if (meanwhile !== undefined) return meanwhile;
+    }
     this.logger.info(
       {
         fragment,
@@ -1358,6 +1386,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const absorbed = await Promise.all(members.map((m) => this.absorbedBy(fragment, m, generation)));
     const refused = absorbed.filter((why) => why !== '');
     if (refused.length > 0) throw new Error(refused.join('; '));
+    this.handedOff.set(fragment, new Set(members));
   }
 
   /**
