@@ -27,6 +27,25 @@ function keysOf(node: Tessera, fragment: number, count: number, prefix: string):
   return keys;
 }
 
+/** Two embedded nodes, a and b, each holding every fragment (R=2), in a temp directory. */
+async function startPair(
+  name: string,
+  antiEntropyIntervalMs: number,
+): Promise<{ dir: Awaited<ReturnType<typeof tempDir>>; a: Tessera; b: Tessera }> {
+  const dir = await tempDir(name);
+  const ports = await freePorts(2);
+  const common = {
+    peers: `a@127.0.0.1:${ports[0]},b@127.0.0.1:${ports[1]}`,
+    clusterSecret: CLUSTER_SECRET,
+    fragments: FRAGMENTS,
+    workers: 1,
+    antiEntropyIntervalMs,
+  };
+  const a = await Tessera.start({ ...common, nodeId: 'a', dataDir: `${dir.path}/a` });
+  const b = await Tessera.start({ ...common, nodeId: 'b', dataDir: `${dir.path}/b` });
+  return { dir, a, b };
+}
+
 for (const store of STORES) {
   test(`${store}: a dropped fragment's data is gone and its operations refused; held again it starts empty`, async () => {
     const dir = await tempDir(`placement-${store}`);
@@ -92,17 +111,7 @@ test('a restarted worker opens the fragments held at runtime, not the dropped on
 });
 
 test('two nodes: a fragment held again pulls its peer’s keys; replica lists open and close senders', async () => {
-  const dir = await tempDir('placement-cluster');
-  const ports = await freePorts(2);
-  const common = {
-    peers: `a@127.0.0.1:${ports[0]},b@127.0.0.1:${ports[1]}`,
-    clusterSecret: CLUSTER_SECRET,
-    fragments: FRAGMENTS,
-    workers: 1,
-    antiEntropyIntervalMs: 3_600_000,
-  };
-  const a = await Tessera.start({ ...common, nodeId: 'a', dataDir: `${dir.path}/a` });
-  const b = await Tessera.start({ ...common, nodeId: 'b', dataDir: `${dir.path}/b` });
+  const { dir, a, b } = await startPair('placement-cluster', 3_600_000);
   const A = 0;
   const B = 1;
   try {
@@ -195,17 +204,7 @@ test('two nodes: a fragment held again pulls its peer’s keys; replica lists op
 });
 
 test('two nodes: anti-entropy verifies each copy against the other replica; a restarted worker’s copies are verified anew', async () => {
-  const dir = await tempDir('placement-verified');
-  const ports = await freePorts(2);
-  const common = {
-    peers: `a@127.0.0.1:${ports[0]},b@127.0.0.1:${ports[1]}`,
-    clusterSecret: CLUSTER_SECRET,
-    fragments: FRAGMENTS,
-    workers: 1,
-    antiEntropyIntervalMs: 300,
-  };
-  const a = await Tessera.start({ ...common, nodeId: 'a', dataDir: `${dir.path}/a` });
-  const b = await Tessera.start({ ...common, nodeId: 'b', dataDir: `${dir.path}/b` });
+  const { dir, a, b } = await startPair('placement-verified', 300);
   try {
     const unverified = (node: Tessera) => node.cluster!.movesReport().unverified;
     // Every fragment on both nodes (R=2): a pair each, verified once a round compared everything

@@ -86,6 +86,14 @@ function send(catchUp: FailoverCatchUp, fragment: number, text: string): void {
   link.end();
 }
 
+/** Fragment 3's serving goes to member 0 and comes back here (0 up): a catch-up from 0 starts. */
+function servedByZeroAndBack(host: Host, catchUp: FailoverCatchUp): void {
+  host.first = [0, 0, 2, 0];
+  catchUp.check();
+  host.first = [0, 0, 2, SELF];
+  catchUp.check();
+}
+
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
 test('the serving replica lost: the fragment is held until a round against each other reachable replica ends', async () => {
@@ -154,10 +162,7 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   // took writes meanwhile, hands them over, then a round against 0 alone takes what 0 never queued
   // here. A handover that fails: the round against that replica all the same.
   for (const outcome of ['drained', 'failed'] as const) {
-    host.first = [0, 0, 2, 0];
-    catchUp.check();
-    host.first = [0, 0, 2, SELF];
-    catchUp.check();
+    servedByZeroAndBack(host, catchUp);
     assert.equal(catchUp.inProgress(), 1);
     assert.deepEqual(
       host.handovers.map((r) => [r.fragment, r.member]),
@@ -177,10 +182,7 @@ test('a fragment served here since its catch-up is not held again; one whose ser
   }
   // A handover that covers the copy (verified against 0 under the continuity 0 still replicates
   // here in): served once it is drained, with no round.
-  host.first = [0, 0, 2, 0];
-  catchUp.check();
-  host.first = [0, 0, 2, SELF];
-  catchUp.check();
+  servedByZeroAndBack(host, catchUp);
   send(catchUp, 3, 'get k');
   host.handovers.splice(0)[0]!.finish('covered');
   await settle();
@@ -266,10 +268,7 @@ test('rounds that do not end in time: the fragment is served at the host’s dea
   assert.match(host.logs.at(-1) ?? '', /^catch-up from the other replicas did not complete in time: /);
   assert.deepEqual(host.resubmitted, ['3:set x']);
   // Rounds that end in time cancel their deadline.
-  host.first = [0, 0, 2, 0];
-  catchUp.check();
-  host.first = [0, 0, 2, SELF];
-  catchUp.check();
+  servedByZeroAndBack(host, catchUp);
   host.handovers.splice(0)[0]!.finish('drained');
   await settle();
   host.rounds.at(-1)!.finish(true);
@@ -308,10 +307,7 @@ test('a catch-up from a replica that hands the fragment over ends once its hando
   assert.equal(host.timers.at(-1)!.cancelled, true);
   // The pull may end before the handover answers: the catch-up ends at once, and no round follows.
   host.rounds.splice(0);
-  host.first = [0, 0, 2, 0];
-  catchUp.check();
-  host.first = [0, 0, 2, SELF];
-  catchUp.check();
+  servedByZeroAndBack(host, catchUp);
   assert.equal(catchUp.inProgress(), 1, 'a pull from before member 0 served again does not count');
   catchUp.absorbed(3, 0);
   await settle();
