@@ -37,9 +37,10 @@
 //   says it lost its sessions (`peer-reset`: what it acknowledged from memory may be gone) end it
 //   (0 until the next session) — a peer-reset before the peer acknowledged anything in the run
 //   does not (a replica that has just opened the fragment asks so for what it ignored while
-//   closed): nothing it acknowledged can be gone, and what was sent is replayed. Every SessionStart carries it. A copy verified by a round that
-//   started after the peer heard the id, and drained while the id is unchanged, holds every write
-//   this sender's replica took (a handover's proof).
+//   closed): nothing it acknowledged can be gone, and what was sent is replayed. Every
+//   SessionStart carries it. A copy verified by a round that started after the peer heard the id,
+//   and drained while the id is unchanged, holds every write this sender's replica took (a
+//   handover's proof).
 
 import { assert } from './assert.js';
 import {

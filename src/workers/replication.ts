@@ -690,8 +690,7 @@ export class WorkerReplication {
       case 'start-round': {
         const k = roundKey(member, fragment);
         const heard = this.continuities.get(k) ?? 0;
-        const asked = this.wholeRounds.delete(k);
-        const whole = asked || (heard !== 0 && this.verifiedRuns.get(k) !== heard);
+        const whole = this.wholeRounds.delete(k) || (heard !== 0 && this.verifiedRuns.get(k) !== heard);
         const horizonMs = whole ? 0 : this.host.clock.nowMs();
         const pagesRead = this.poolFor(horizonMs) !== undefined ? 'pool' : 'inline';
         const round = new ReconcileRound(

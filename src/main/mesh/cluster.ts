@@ -1160,7 +1160,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       return { status: 'BadRequest', message: `no fragment ${fragment} to hand over to ${from}`, result: {} };
     // The copy went after a handoff the asker took part in: it proved then it holds every write
     // this node took (its catch-up began as the handoff ended, or the copy went meanwhile).
-    const handedOff = (): AdminAnswer | undefined => {
+    const handedOffAnswer = (): AdminAnswer | undefined => {
       if (this.dispatcher.keeps(fragment) || this.handedOff.get(fragment)?.has(member) !== true)
         return undefined;
       this.logger.info({ fragment, to: from, covered: true }, 'handing over a fragment handed off already');
@@ -1170,7 +1170,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         result: { covered: true },
       };
     };
-    const before = handedOff();
+    const before = handedOffAnswer();
     if (before !== undefined) return before;
     const startedMs = Date.now();
     if (!(await this.tableAt(fragment, generation, FAILOVER_CATCH_UP_MS_MAX)))
@@ -1189,7 +1189,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       .drainedUnder(fragment, member, FAILOVER_CATCH_UP_MS_MAX, continuity)
       .catch(() => ({ drained: false, continuous: false }));
     if (!drained.drained) {
-      const meanwhile = handedOff();
+      const meanwhile = handedOffAnswer();
       if (meanwhile !== undefined) return meanwhile;
     }
     this.logger.info(
