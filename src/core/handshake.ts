@@ -28,12 +28,18 @@ export const CAPABILITY_QUERY_PAGES = 1 << 8;
 export const CAPABILITY_PUBSUB = 1 << 9;
 /** Tessera's: the peer takes the ports its peers' workers serve clients on (ClientPorts). */
 export const CAPABILITY_CLIENT_PORTS = 1 << 10;
+/** Tessera's: the peer takes FragmentAbsent, the answer of a node that holds no copy of a fragment. */
+export const CAPABILITY_FRAGMENT_ABSENT = 1 << 11;
 
 /** Bits 0–6: a peer without any of them cannot take part in replication at wire version 3. */
 export const REQUIRED_WIRE_CAPABILITIES = 0x7f;
 /** What we advertise. Query pages (bit 8) are not implemented, so they are not claimed. */
 export const LOCAL_CAPABILITIES =
-  REQUIRED_WIRE_CAPABILITIES | CAPABILITY_SCAN | CAPABILITY_PUBSUB | CAPABILITY_CLIENT_PORTS;
+  REQUIRED_WIRE_CAPABILITIES |
+  CAPABILITY_SCAN |
+  CAPABILITY_PUBSUB |
+  CAPABILITY_CLIENT_PORTS |
+  CAPABILITY_FRAGMENT_ABSENT;
 
 /** Fresh random bytes per connection per side; 256 bits make a repeat (and so a replay) hopeless. */
 export const HANDSHAKE_CHALLENGE_BYTES = 32;

@@ -20,6 +20,7 @@ export const EnvelopeField = {
   BatchAck: 7,
   BatchNack: 8,
   SessionReset: 9,
+  FragmentAbsent: 10,
   ReconcileRequest: 11,
   ReconcileResponse: 12,
   ReconcileFetch: 13,
@@ -53,7 +54,7 @@ export function isMembershipMessage(field: number): boolean {
 
 /** Messages the main thread hands to the worker owning their fragment, as bytes. */
 export function isFragmentMessage(field: number): boolean {
-  return field >= EnvelopeField.SessionStart && field <= EnvelopeField.ReconcileData && field !== 10;
+  return field >= EnvelopeField.SessionStart && field <= EnvelopeField.ReconcileData;
 }
 
 /**

@@ -24,7 +24,9 @@
 //   when it ends (or its connection does): a due round without one waits (no wake-up, no round
 //   wanted, so batches keep flowing) until the driver's next tick finds it first in line.
 // - A NACK, a failed round and a round without progress for `reconcileTimeoutMs` start a retry
-//   floor: no batch and no round before it ends, across reconnects too. An ACK timeout rotates the
+//   floor: no batch and no round before it ends, across reconnects too. A round the peer refused
+//   (`round-refused`: it holds no copy) ends with no retry: the next is the routine one, or one
+//   asked for. An ACK timeout rotates the
 //   session and replays at once (seed test 97): the timeout is long, so the retry is rare already.
 // - `flush` (a client waits for the peer: replica-acks.ts) makes the ops through a position due at
 //   once instead of after `batchIntervalMs`, and asks for a level: batches ask for it until one that
@@ -198,7 +200,9 @@ export type SenderEvent =
   /** The driver saw a valid reply page of the round. */
   | { kind: 'round-progress'; sessionId: number; roundId: number; nowMs: number }
   | { kind: 'round-done'; sessionId: number; roundId: number; nowMs: number }
-  | { kind: 'round-failed'; sessionId: number; roundId: number; reason: string; nowMs: number };
+  | { kind: 'round-failed'; sessionId: number; roundId: number; reason: string; nowMs: number }
+  /** The peer holds no copy of the fragment: the round ends, not retried until the next is due. */
+  | { kind: 'round-refused'; sessionId: number; roundId: number; reason: string; nowMs: number };
 
 export type SenderAction =
   | { kind: 'session-start'; sessionId: number; continuity: number }
@@ -560,6 +564,9 @@ export class ReplicationSender {
       case 'round-failed':
         if (this.isCurrentRound(event.sessionId, event.roundId)) this.failRound(event.reason);
         break;
+      case 'round-refused':
+        if (this.isCurrentRound(event.sessionId, event.roundId)) this.refuseRound(event.reason);
+        break;
     }
     this.checkTimers();
     this.pump();
@@ -623,6 +630,11 @@ export class ReplicationSender {
     this.lostThroughOps = position;
     this.ackedThroughOps.fill(position);
     this.requestedThroughOps.fill(position);
+  }
+
+  /** The session open toward the peer; 0 while none is. */
+  get currentSessionId(): number {
+    return this.sessionId;
   }
 
   /** The current continuity id (see the file header); 0 while none is open. */
@@ -846,6 +858,18 @@ export class ReplicationSender {
     const fraction = (Math.imul(roundId, 0x9e3779b1) >>> 0) / 2 ** 32;
     const spread = ANTI_ENTROPY_INTERVAL_SPREAD * (fraction - 0.5);
     return Math.max(1, Math.round(this.config.reconcileIntervalMs * (1 + spread)));
+  }
+
+  /**
+   * A retry would be refused as this round was, until the peer holds the fragment (it then resets
+   * the session): the next round is the routine one. A reset still waits for a round that completes.
+   */
+  private refuseRound(reason: string): void {
+    this.log('info', `reconcile round ${this.roundId} refused (${reason.slice(0, ERROR_MESSAGE_BYTES_MAX)})`);
+    if (this.resetRoundId === this.roundId) this.resetRoundId = 0;
+    this.nextRoutineRoundMs = this.nowMs + this.routineDelayMs(this.roundId);
+    this.roundId = 0;
+    this.giveBackTurn();
   }
 
   private failRound(reason: string): void {

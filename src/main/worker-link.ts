@@ -27,6 +27,7 @@ import {
   acksReply,
   CONTROL_HEADER_BYTES,
   PEER_HEADER_BYTES,
+  PeerStateFlag,
   peerOf,
   poolSpanResultBytes,
   RESULT_HEADER_BYTES,
@@ -189,11 +190,13 @@ export class WorkerLink {
     this.end();
   }
 
-  /** Tells the worker a peer connection came up or went down. */
-  sendPeerState(member: number, up: boolean): void {
+  /** Tells the worker a peer connection came up (and whether the peer takes FragmentAbsent) or went down. */
+  sendPeerState(member: number, up: boolean, takesFragmentAbsent: boolean): void {
     const at = this.outbox.reserve(PEER_HEADER_BYTES);
     this.buffer = this.outbox.buffer;
-    writePeerHeader(this.buffer, at, RequestKind.PeerState, up ? 1 : 0, member);
+    const flags =
+      (up ? PeerStateFlag.Up : 0) | (up && takesFragmentAbsent ? PeerStateFlag.TakesFragmentAbsent : 0);
+    writePeerHeader(this.buffer, at, RequestKind.PeerState, flags, member);
     this.end();
   }
 

@@ -185,8 +185,19 @@ export function writePeerHeader(buf: Buffer, at: number, kind: number, flag: num
 export const PEER_HEADER_BYTES = COMMON_HEADER_BYTES;
 /** The member index a peer record is for (where a fragment op has its fragment). */
 export const peerOf = (buf: Buffer, at: number): number => readU16LE(buf, at + FRAGMENT_AT);
+/** A PeerState request's flag bits (`writePeerHeader`'s flag). */
+export const PeerStateFlag = {
+  /** The peer connection is up. */
+  Up: 1 << 0,
+  /** The peer takes FragmentAbsent answers (CAPABILITY_FRAGMENT_ABSENT). */
+  TakesFragmentAbsent: 1 << 1,
+} as const;
 /** A PeerState request's news: the peer connection is up. */
-export const peerStateUp = (buf: Buffer, at: number): boolean => buf[at + FLAGS_AT] === 1;
+export const peerStateUp = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & PeerStateFlag.Up) !== 0;
+/** A PeerState request's news: the peer takes FragmentAbsent answers. */
+export const peerTakesFragmentAbsent = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & PeerStateFlag.TakesFragmentAbsent) !== 0;
 
 /** A fragment op's flag bits beside its priority and durability (`requestFlags`). */
 export const RequestFlag = {

@@ -68,6 +68,7 @@ export interface Envelope {
   batchAck?: { fragment: number; sessionId: number; batchSeq: number; level: number };
   batchNack?: { fragment: number; sessionId: number; batchSeq: number; error: string };
   sessionReset?: { fragment: number };
+  fragmentAbsent?: { fragment: number; sessionId: number };
   reconcileRequest?: {
     fragment: number;
     sessionId: number;

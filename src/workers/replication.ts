@@ -239,6 +239,15 @@ export class WorkerReplication {
   private readonly senders = new Map<number, SenderSlot[]>();
   private readonly peersOf = new Map<number, number[]>();
   private readonly up: boolean[];
+  /** Per member: it takes FragmentAbsent answers (told with its connection's state). */
+  private readonly takesAbsent: boolean[] = [];
+  /**
+   * Per (member, fragment): the session of this node's sender that the peer answered FragmentAbsent
+   * (it holds no copy). A round in that session cannot complete, so none is waited for.
+   */
+  private readonly absentSessions = new Map<string, number>();
+  /** Per fragment not held here: the members this node told so (FragmentAbsent), reset when it is gained. */
+  private readonly absentTold = new Map<number, Set<number>>();
   /** Rounds this node runs, and the serving side of peers' rounds, per (member, fragment). */
   private readonly rounds = new Map<string, ReconcileRound>();
   private readonly responders = new Map<string, ReconcileResponder>();
@@ -394,7 +403,13 @@ export class WorkerReplication {
       this.peersOf.set(fragment, peers);
       this.senders.set(fragment, slots);
     }
-    if (gained) for (const m of peers) this.send(m, { sessionReset: { fragment } });
+    if (gained) {
+      // So are the members told this node held no copy, listed here or not yet: their sessions
+      // toward it wait for no timeout.
+      const told = this.absentTold.get(fragment);
+      this.absentTold.delete(fragment);
+      for (const m of new Set([...peers, ...(told ?? [])])) this.send(m, { sessionReset: { fragment } });
+    }
     this.schedule(nowMs);
   }
 
@@ -411,6 +426,7 @@ export class WorkerReplication {
       this.verifyPending,
       this.wholeRounds,
       this.verifiedRuns,
+      this.absentSessions,
     ])
       for (const key of [...keyed.keys()]) if (key.endsWith(suffix)) keyed.delete(key);
   }
@@ -433,6 +449,10 @@ export class WorkerReplication {
     const k = roundKey(member, fragment);
     const replicatesHere = this.continuities.has(k);
     this.ledger.wait(reqId, fragment, member, timeoutMs, !verify || replicatesHere);
+    if (verify && !replicatesHere && this.absentSessions.get(k) === slot.sender.currentSessionId) {
+      this.ledger.refused(fragment, member, absentReason(this.name(member), fragment));
+      return true;
+    }
     if (verify && !replicatesHere) {
       this.verifyPending.add(k);
       return true;
@@ -522,7 +542,8 @@ export class WorkerReplication {
     this.schedule(nowMs);
   }
 
-  onPeerState(member: number, up: boolean): void {
+  onPeerState(member: number, up: boolean, takesAbsent = false): void {
+    this.takesAbsent[member] = up && takesAbsent;
     if (this.up[member] === up) return;
     this.up[member] = up;
     const nowMs = this.host.clock.nowMs();
@@ -540,6 +561,10 @@ export class WorkerReplication {
     if (!up) {
       for (const key of this.responders.keys()) if (key.startsWith(`${member}/`)) this.responders.delete(key);
       for (const key of this.receivers.keys()) if (key.startsWith(`${member}/`)) this.receivers.delete(key);
+      for (const key of this.absentSessions.keys())
+        if (key.startsWith(`${member}/`)) this.absentSessions.delete(key);
+      // It forgets what it was told too: its next session is answered afresh.
+      for (const told of this.absentTold.values()) told.delete(member);
     } else if (this.restarted && !this.resetSent.has(member)) {
       this.resetSent.add(member);
       for (const [f, peers] of this.peersOf) {
@@ -583,12 +608,17 @@ export class WorkerReplication {
     const nowMs = this.host.clock.nowMs();
     if (envelope.sessionStart !== undefined) {
       const { fragment, sessionId, continuity = 0 } = envelope.sessionStart;
-      if (sessionId !== 0 && this.host.core(fragment) !== undefined) {
+      if (sessionId !== 0 && this.host.core(fragment) === undefined)
+        this.sayAbsent(member, fragment, sessionId);
+      else if (sessionId !== 0) {
+        this.absentSessions.delete(roundKey(member, fragment));
         this.responderOf(member, fragment).onSessionStart(sessionId);
         this.onReplicatedHere(member, fragment, continuity);
       }
     } else if (envelope.sessionReset !== undefined) {
-      // The peer's worker restarted and forgot our session: open a new one (replaying what it lacks).
+      // The peer's worker restarted and forgot our session, or it gained the fragment: open a new
+      // one (replaying what it lacks).
+      this.absentSessions.delete(roundKey(member, envelope.sessionReset.fragment));
       const slot = this.senderOf(envelope.sessionReset.fragment, member);
       if (slot !== undefined && this.up[member]) {
         this.rounds.delete(roundKey(member, slot.fragment));
@@ -621,6 +651,8 @@ export class WorkerReplication {
         });
         this.pump(slot);
       }
+    } else if (envelope.fragmentAbsent !== undefined) {
+      this.onAbsent(member, envelope.fragmentAbsent.fragment, envelope.fragmentAbsent.sessionId);
     } else if (envelope.reconcileRequest !== undefined) {
       void this.serveSummaries(member, envelope.reconcileRequest);
     } else if (envelope.reconcileFetch !== undefined) {
@@ -842,6 +874,28 @@ export class WorkerReplication {
     if (slot === undefined) return;
     this.ledger.arm(fragment, member);
     this.startRoundNow(slot, true);
+  }
+
+  /**
+   * `member` holds no copy of `fragment` for this node's session `sessionId`: the round running in
+   * it ends now, failed (its sender starts the next when it is due), and so do the verifying rounds
+   * waiting for the peer to replicate here, which it never will.
+   */
+  private onAbsent(member: number, fragment: number, sessionId: number): void {
+    const slot = this.senderOf(fragment, member);
+    if (slot === undefined || sessionId === 0 || slot.sender.currentSessionId !== sessionId) return;
+    const k = roundKey(member, fragment);
+    this.absentSessions.set(k, sessionId);
+    const reason = absentReason(this.name(member), fragment);
+    if (this.verifyPending.delete(k)) this.ledger.refused(fragment, member, reason);
+    const round = this.rounds.get(k);
+    if (round === undefined || round.sessionId !== sessionId) return;
+    this.rounds.delete(k);
+    this.ledger.ended(fragment, member, false, reason);
+    const nowMs = this.host.clock.nowMs();
+    slot.sender.step({ kind: 'round-refused', sessionId, roundId: round.roundId, reason, nowMs });
+    this.pump(slot);
+    this.schedule(nowMs);
   }
 
   private responderOf(member: number, fragment: number): ReconcileResponder {
@@ -1089,7 +1143,7 @@ export class WorkerReplication {
 
   /** Answers a page: digests this node's keys over the requester's ranges, lists those that differ. */
   private async serveSummaries(member: number, q: Envelope['reconcileRequest'] & object): Promise<void> {
-    if (this.host.core(q.fragment) === undefined) return;
+    if (this.host.core(q.fragment) === undefined) return this.sayAbsent(member, q.fragment, q.sessionId);
     const responder = this.responderOf(member, q.fragment);
     const step = responder.onRequest(q);
     if (step.kind === 'violation') return this.host.closePeer(member, step.reason);
@@ -1102,7 +1156,7 @@ export class WorkerReplication {
       // until those writes are committed — the store's pages hold them then.
       if (q.pageSeq === 0 && q.horizonMs === 0) {
         const core = this.host.core(q.fragment);
-        if (core === undefined) return;
+        if (core === undefined) return this.sayAbsent(member, q.fragment, q.sessionId);
         await fenced((fence) => this.host.submit(core, fence), Priority.Default, Durability.Store);
       }
       // The size as of the round's start, on its first page: what the round compares is as of then.
@@ -1120,7 +1174,7 @@ export class WorkerReplication {
     // The peer may have gone, or opened another session, while the store read.
     if (this.responders.get(roundKey(member, q.fragment)) !== responder) return;
     const core = this.host.core(q.fragment);
-    if (core === undefined) return;
+    if (core === undefined) return this.sayAbsent(member, q.fragment, q.sessionId);
     const page = responder.pageAnswered(q, answer, core);
     if (page !== undefined && this.up[member])
       this.host.sendFrame(member, encodeReconcileResponse({ fragment: q.fragment, ...page, sourceSize }));
@@ -1136,10 +1190,22 @@ export class WorkerReplication {
     }
   }
 
+  /** Tells a peer that takes it that this node holds no copy of `fragment` for its session `sessionId`. */
+  private sayAbsent(member: number, fragment: number, sessionId: number): void {
+    if (this.takesAbsent[member] !== true) return;
+    let told = this.absentTold.get(fragment);
+    if (told === undefined) {
+      told = new Set();
+      this.absentTold.set(fragment, told);
+    }
+    told.add(member);
+    this.send(member, { fragmentAbsent: { fragment, sessionId } });
+  }
+
   /** The records of advertised keys, freshest first (pending writes included), in byte-bounded pages. */
   private serveFetch(member: number, f: Envelope['reconcileFetch'] & object): void {
     const core = this.host.core(f.fragment);
-    if (core === undefined) return;
+    if (core === undefined) return this.sayAbsent(member, f.fragment, f.sessionId);
     const pages = this.responderOf(member, f.fragment).onFetch(f, core);
     if (!Array.isArray(pages)) {
       if (pages.kind === 'violation') this.host.closePeer(member, pages.reason);
@@ -1152,6 +1218,10 @@ export class WorkerReplication {
       this.host.sendFrame(member, encodeReconcileData({ fragment: f.fragment, pageSeq, ...page, maxWallMs }));
     }
   }
+}
+
+function absentReason(peer: string, fragment: number): string {
+  return `${peer} holds no copy of fragment ${fragment}`;
 }
 
 function roundKey(member: number, fragment: number): string {

@@ -132,6 +132,14 @@ export class RoundLedger {
     }
   }
 
+  /** The peer cannot serve a round (it holds no copy): the waits not armed yet fail with `reason`. */
+  refused(fragment: number, member: number, reason: string): void {
+    for (const w of this.waiters) {
+      if (w.fragment === fragment && w.member === member && w.afterSeq === Number.POSITIVE_INFINITY)
+        this.settle(w, failure(fragment, member, reason));
+    }
+  }
+
   /** The sender is gone (its peer left the replica list, or the fragment was dropped). */
   closed(fragment: number, member: number, reason: string): void {
     this.ended(fragment, member, false, reason);

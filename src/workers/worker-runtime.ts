@@ -49,6 +49,7 @@ import {
   type PeerWait,
   peerOf,
   peerStateUp,
+  peerTakesFragmentAbsent,
   REQUEST_HEADER_BYTES,
   RequestKind,
   ResultKind,
@@ -281,7 +282,11 @@ export class WorkerRuntime implements RecordDecoder {
         this.replication?.onFrame(peerOf(buf, at), buf.subarray(at + PEER_HEADER_BYTES, at + length));
         return this.drainWaiters.check();
       case RequestKind.PeerState:
-        this.replication?.onPeerState(peerOf(buf, at), peerStateUp(buf, at));
+        this.replication?.onPeerState(
+          peerOf(buf, at),
+          peerStateUp(buf, at),
+          peerTakesFragmentAbsent(buf, at),
+        );
         return this.drainWaiters.check();
       case RequestKind.DrainReplication:
         return this.drainWaiters.add(reqId, readU32LE(buf, controlPayloadAt(at)));

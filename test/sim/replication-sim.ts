@@ -454,9 +454,9 @@ export class ReplicationSim {
     }
   }
 
-  /** The main thread tells the worker a peer's connection came up or went down. */
+  /** The main thread tells the worker a peer's connection came up or went down (every node takes FragmentAbsent). */
   private peerState(node: SimNode, peer: number, up: boolean): void {
-    node.worker.replication.onPeerState(peer, up);
+    node.worker.replication.onPeerState(peer, up, true);
     this.runIfSubmitted(node);
   }
 

@@ -5,6 +5,7 @@ import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import {
   authTag,
+  CAPABILITY_FRAGMENT_ABSENT,
   CAPABILITY_PUBSUB,
   CAPABILITY_QUERY_PAGES,
   CAPABILITY_SCAN,
@@ -45,8 +46,9 @@ const LISTENER = hello('listener', 0x02);
 test('constants match the seed', () => {
   assert.equal(WIRE_PROTOCOL_VERSION, 3);
   assert.equal(REQUIRED_WIRE_CAPABILITIES, 0x7f);
-  assert.equal(LOCAL_CAPABILITIES, 0x6ff);
+  assert.equal(LOCAL_CAPABILITIES, 0xeff);
   assert.equal(LOCAL_CAPABILITIES & CAPABILITY_SCAN, CAPABILITY_SCAN);
+  assert.equal(LOCAL_CAPABILITIES & CAPABILITY_FRAGMENT_ABSENT, CAPABILITY_FRAGMENT_ABSENT);
   assert.equal(LOCAL_CAPABILITIES & CAPABILITY_PUBSUB, CAPABILITY_PUBSUB);
   assert.equal(LOCAL_CAPABILITIES & CAPABILITY_QUERY_PAGES, 0);
 });

@@ -18,8 +18,10 @@ import {
   controlPayloadAt,
   encodeErrorResult,
   PEER_HEADER_BYTES,
+  PeerStateFlag,
   peerOf,
   peerStateUp,
+  peerTakesFragmentAbsent,
   REQUEST_HEADER_BYTES,
   RESULT_HEADER_BYTES,
   RequestFlag,
@@ -150,14 +152,22 @@ test('an acks header carries its reply, detail and count', () => {
   assert.equal(acksCount(buf, AT), 3);
 });
 
-test('a peer record names its member and, for a peer state, whether it is up', () => {
+test('a peer record names its member and, for a peer state, whether it is up and takes FragmentAbsent', () => {
   const buf = Buffer.alloc(32);
-  assert.equal(writePeerHeader(buf, AT, RequestKind.PeerState, 1, 513), AT + PEER_HEADER_BYTES);
+  assert.equal(
+    writePeerHeader(buf, AT, RequestKind.PeerState, PeerStateFlag.Up, 513),
+    AT + PEER_HEADER_BYTES,
+  );
   assert.equal(requestKind(buf, AT), RequestKind.PeerState);
   assert.equal(peerOf(buf, AT), 513);
   assert.equal(peerStateUp(buf, AT), true);
+  assert.equal(peerTakesFragmentAbsent(buf, AT), false);
+  writePeerHeader(buf, AT, RequestKind.PeerState, PeerStateFlag.Up | PeerStateFlag.TakesFragmentAbsent, 513);
+  assert.equal(peerStateUp(buf, AT), true);
+  assert.equal(peerTakesFragmentAbsent(buf, AT), true);
   writePeerHeader(buf, AT, RequestKind.PeerState, 0, 2);
   assert.equal(peerStateUp(buf, AT), false);
+  assert.equal(peerTakesFragmentAbsent(buf, AT), false);
 });
 
 test('an error result as the mesh builds one is what a worker writes and a peer accepts', () => {

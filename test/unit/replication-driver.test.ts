@@ -63,6 +63,7 @@ function describeFrame(bytes: Uint8Array): string {
   const e = decodeEnvelope(bytes);
   if (e.sessionStart) return `f${e.sessionStart.fragment} session-start s=${e.sessionStart.sessionId}`;
   if (e.sessionReset) return `f${e.sessionReset.fragment} session-reset`;
+  if (e.fragmentAbsent) return `f${e.fragmentAbsent.fragment} absent s=${e.fragmentAbsent.sessionId}`;
   if (e.batchAck) {
     const a = e.batchAck;
     return `f${a.fragment} ack s=${a.sessionId} #${a.batchSeq} ${LEVEL_NAMES[a.level]}`;
@@ -204,8 +205,11 @@ class Harness implements ReplicationHost {
 
   // --- ReplicationHost ---------------------------------------------------------------------------
 
+  /** Fragments this node holds no copy of (their actors are not there), though it lists them. */
+  readonly missing = new Set<number>();
+
   core(fragment: number): FragmentCore | undefined {
-    return this.cores[fragment];
+    return this.missing.has(fragment) ? undefined : this.cores[fragment];
   }
 
   submit(core: FragmentCore, op: FragmentOp): void {
@@ -248,6 +252,12 @@ class Harness implements ReplicationHost {
   /** The main thread saw these peers' connections come up (or go down). */
   peers(up: boolean, ...members: number[]): void {
     for (const m of members) this.driver.onPeerState(m, up);
+    this.runCores();
+  }
+
+  /** A peer's connection came up, the peer taking FragmentAbsent answers. */
+  peerTakingAbsent(member: number): void {
+    this.driver.onPeerState(member, true, true);
     this.runCores();
   }
 
@@ -1262,5 +1272,106 @@ test('§6: until a round completed in the peer’s current run of replication he
   await h.frames();
   h.receive(1, { sessionStart: { fragment: 0, sessionId: 702, continuity: 42 } });
   assert.equal(await round(24), 0);
+  h.driver.close();
+});
+
+test('a node that holds no copy of a fragment says so to a peer that takes it, for a session start, a page request and a fetch', async () => {
+  const h = new Harness({ members: 3 });
+  h.missing.add(0);
+  h.peerTakingAbsent(1);
+  h.peers(true, 2);
+  await h.frames();
+  h.receive(1, { sessionStart: { fragment: 0, sessionId: 41 } });
+  h.receive(2, { sessionStart: { fragment: 0, sessionId: 42 } });
+  h.receive(1, {
+    reconcileRequest: {
+      fragment: 0,
+      sessionId: 43,
+      roundId: 7,
+      pageSeq: 0,
+      afterKey: Buffer.alloc(0),
+      ranges: [],
+      openEnd: true,
+      horizonMs: 0,
+      recordsMax: 0,
+      rangeKeys: 0,
+    },
+  });
+  h.receive(1, { reconcileFetch: { fragment: 0, sessionId: 44, roundId: 7, chunkSeq: 0, keys: [] } });
+  assert.deepEqual(
+    await h.frames(),
+    ['n1 f0 absent s=41', 'n1 f0 absent s=43', 'n1 f0 absent s=44'],
+    'n2 does not take the answer: it hears nothing, as from a version without it',
+  );
+});
+
+test('a round the peer answers FragmentAbsent ends at once, failed, with no retry; verifying rounds fail at once until the peer resets the session', async () => {
+  const h = new Harness();
+  h.peerTakingAbsent(1);
+  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=1', 'n1 f0 request s=1 r=2 page=0']);
+  h.receive(1, { fragmentAbsent: { fragment: 0, sessionId: 99 } });
+  assert.deepEqual(h.roundLines(), [], 'another session’s answer is ignored');
+  h.receive(1, { fragmentAbsent: { fragment: 0, sessionId: 1 } });
+  assert.deepEqual(h.roundLines(), ['n1 f0 round #1 failed (n1 holds no copy of fragment 0)']);
+  h.advance(RETRY_FLOOR_MS * 2);
+  assert.deepEqual(await h.frames(), [], 'no new session, no round retried after the floor');
+  // A verifying round asked for now could only wait for its deadline: it fails at once.
+  assert.equal(h.driver.reconcileNow(9, 0, 1, 60_000, true), true);
+  assert.deepEqual(h.roundLines(), ['answer 9: #0 failed (n1 holds no copy of fragment 0)']);
+  assert.deepEqual(await h.frames(), []);
+  // A plain round asked for runs, and ends on the peer's answer.
+  assert.equal(h.driver.reconcileNow(10, 0, 1, 60_000), true);
+  assert.deepEqual(await h.frames(), ['n1 f0 request s=1 r=3 page=0']);
+  h.receive(1, { fragmentAbsent: { fragment: 0, sessionId: 1 } });
+  assert.deepEqual(h.roundLines(), [
+    'n1 f0 round #2 failed (n1 holds no copy of fragment 0)',
+    'answer 10: #2 failed (n1 holds no copy of fragment 0)',
+  ]);
+  // n1 opened the fragment: it asks for a new session, and a verifying round waits for it again.
+  h.receive(1, { sessionReset: { fragment: 0 } });
+  assert.deepEqual(await h.frames(), ['n1 f0 session-start s=4', 'n1 f0 request s=4 r=5 page=0']);
+  assert.equal(h.driver.reconcileNow(11, 0, 1, 60_000, true), true);
+  assert.deepEqual(h.roundLines(), []);
+  h.driver.close();
+});
+
+test('a verifying round waiting for a peer that turns out to hold no copy fails when it says so', async () => {
+  const a = new Harness();
+  const b = new Harness({ self: 1 });
+  b.missing.add(0);
+  b.driver.removeFragment(0);
+  a.peerTakingAbsent(1);
+  b.peerTakingAbsent(0);
+  assert.equal(a.driver.reconcileNow(12, 0, 1, 60_000, true), true);
+  assert.deepEqual(await exchange(a, b), [
+    'a→f0 session-start s=1',
+    'a→f0 request s=1 r=2 page=0',
+    'b→f0 absent s=1',
+    'b→f0 absent s=1',
+  ]);
+  assert.deepEqual(a.roundLines(), [
+    'answer 12: #0 failed (n1 holds no copy of fragment 0)',
+    'n1 f0 round #1 failed (n1 holds no copy of fragment 0)',
+  ]);
+  a.driver.close();
+  b.driver.close();
+});
+
+test('a node that gains a fragment resets the sessions of the members it told it held no copy, listed or not', async () => {
+  const h = new Harness({ members: 3 });
+  h.missing.add(0);
+  h.driver.removeFragment(0);
+  h.peerTakingAbsent(1);
+  h.peerTakingAbsent(2);
+  h.receive(2, { sessionStart: { fragment: 0, sessionId: 41 } });
+  assert.deepEqual(await h.frames(), ['n2 f0 absent s=41']);
+  h.missing.delete(0);
+  h.driver.setReplicas(0, [0, 1], true);
+  const gained = await h.frames();
+  assert.deepEqual(gained.slice(-2), ['n1 f0 session-reset', 'n2 f0 session-reset']);
+  // Told once: the next gain resets only the members listed.
+  h.driver.removeFragment(0);
+  h.driver.setReplicas(0, [0, 1], true);
+  assert.deepEqual((await h.frames()).slice(-1), ['n1 f0 session-reset']);
   h.driver.close();
 });

@@ -441,6 +441,24 @@ test('round progress defers the timeout; a failed round rotates the session and 
   assert.deepEqual(h.tick(1086), ['start-round session=3 round=4', 'batch session=3 seq=1 ack=memory ["k"]']);
 });
 
+test('a round the peer refused ends in the same session with no retry: the next is the routine one, or one asked for', () => {
+  const h = new Harness({ reconcileIntervalMs: 1000, reconcileTimeoutMs: 50 });
+  h.step({ kind: 'connected' }, 0);
+  h.frames();
+  const refused = { kind: 'round-refused', sessionId: 1, reason: 'n1 holds no copy of fragment 0' } as const;
+  assert.deepEqual(h.step({ ...refused, roundId: 99 }, 5), [], 'a stale round id is ignored');
+  assert.deepEqual(h.step({ ...refused, roundId: 2 }, 10), [], 'no new session');
+  assert.match(h.logs.at(-1)!, /round 2 refused \(n1 holds no copy of fragment 0\)/);
+  assert.equal(h.report().reconcileRounds, 0, 'not counted as done');
+  // No round runs, so no round timeout either; batches flow in the session.
+  h.enqueue('k', 20);
+  assert.deepEqual(h.tick(20 + BASE.batchIntervalMs), ['batch session=1 seq=1 ack=memory ["k"]']);
+  const nextAtMs = h.sender.nextWakeMs(h.nowMs);
+  assert.ok(nextAtMs >= 10 + 500 && nextAtMs <= 10 + 1500, `next round at ${nextAtMs}`);
+  assert.deepEqual(h.ack(), []);
+  assert.deepEqual(h.step({ kind: 'reconcile-now' }, 100), ['start-round session=1 round=3']);
+});
+
 test('routine rounds run about every reconcileIntervalMs after the last one ended, spread around it', () => {
   const h = new Harness({ reconcileIntervalMs: 1000 });
   h.step({ kind: 'connected' }, 0);

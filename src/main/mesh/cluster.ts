@@ -25,7 +25,7 @@ import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError, unavailable } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import { type ForwardView, forwardStep } from '../../core/forwarding.js';
-import { CAPABILITY_CLIENT_PORTS } from '../../core/handshake.js';
+import { CAPABILITY_CLIENT_PORTS, CAPABILITY_FRAGMENT_ABSENT } from '../../core/handshake.js';
 import { leaveHandedOver, leaveRefusal, resumesLeave } from '../../core/leave.js';
 import {
   ABSORB_TIMEOUT_MS,
@@ -1847,7 +1847,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // peers' runs of replication go on where it had acknowledged nothing (replication-sender.ts):
     // its copies' verification goes with it. (Its reports of rounds before came ahead of this.)
     for (const fragment of fragments) this.verification.delete(fragment);
-    for (let m = 0; m < this.config.members.length; m++) if (this.mesh.isUp(m)) link.sendPeerState(m, true);
+    for (let m = 0; m < this.config.members.length; m++)
+      if (this.mesh.isUp(m)) link.sendPeerState(m, true, this.takesFragmentAbsent(m));
   }
 
   // --- PeerLinkHost ------------------------------------------------------------------------------
@@ -1879,9 +1880,14 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   // --- inbound -----------------------------------------------------------------------------------
 
+  private takesFragmentAbsent(member: number): boolean {
+    return (this.mesh.capabilitiesOf(member) & CAPABILITY_FRAGMENT_ABSENT) !== 0;
+  }
+
   private onPeerState(member: number, up: boolean): void {
     // Workers learn every member slot (Dispatcher.memberAdded), so a replica list may name a joined one.
-    for (const link of this.dispatcher.links) link.sendPeerState(member, up);
+    const takesAbsent = up && this.takesFragmentAbsent(member);
+    for (const link of this.dispatcher.links) link.sendPeerState(member, up, takesAbsent);
     // A peer's worker ports are told again on each connection (they may differ after its restart).
     if (up) {
       this.sendWorkerPorts(member);
