@@ -372,6 +372,13 @@ export const SCAN_PATTERN_BYTES_MAX = 1024;
 export const POOL_QUEUE_TASKS_MAX = 64;
 /** Background-pool tasks started per second, like the Background queue's rate limit. */
 export const POOL_TASKS_PER_SEC_DEFAULT = 200;
+/**
+ * The background pool's threads run at this nice value (Linux; 0 is a thread's default, 19 the
+ * lowest): on busy cores the threads serving clients go first, as a database's background work
+ * (rebalancing reads, compactions) yields to its foreground. Each nice step is ~1.25× less CPU
+ * weight: at 10 a pool thread has about a tenth of a serving thread's share while both want a core.
+ */
+export const POOL_THREAD_NICE = 10;
 /** How long closing the pool waits for its threads to finish loading before it ends them anyway. */
 export const POOL_THREAD_LOAD_WAIT_MS_MAX = 10_000;
 /** How often closing the pool looks again at threads still loading. */

@@ -6,10 +6,12 @@
 // — or a page of the TTL cleaner's candidates (src/workers/expired-span.ts).
 
 import { parentPort, threadId } from 'node:worker_threads';
+import { pino } from 'pino';
 import { move } from 'piscina';
-import { CLEAN_POOL_PAGE_KEYS } from '../core/limits.js';
+import { CLEAN_POOL_PAGE_KEYS, POOL_THREAD_NICE } from '../core/limits.js';
 import type { KvStore } from '../native-bindings/kv-store.js';
 import { lmdbReaderLocation, openStore } from '../native-bindings/open-store.js';
+import { setThreadNice } from '../native-bindings/thread-priority.js';
 import type { PoolThreadLoaded, ScanTask, SpanTask } from '../threads/messages.js';
 import {
   encodePoolSpanEntries,
@@ -23,6 +25,15 @@ import {
 import { readExpiredSpan } from './expired-span.js';
 import { answerSpan, describeSpan, type PageReader } from './reconcile-span.js';
 import { collectScanPage } from './scan-page.js';
+
+// Background work yields the cores to the threads serving clients while both want them.
+const niceRefused = setThreadNice(POOL_THREAD_NICE);
+if (niceRefused !== undefined) {
+  pino({ base: { pid: process.pid, component: 'background-pool' } }).info(
+    { threadId, nice: POOL_THREAD_NICE, reason: niceRefused },
+    'pool thread runs at the default priority',
+  );
+}
 
 // The imports above loaded lmdb's native addon: from here on the thread may be ended safely.
 parentPort?.postMessage({ kind: 'pool-thread-loaded', threadId } satisfies PoolThreadLoaded);
