@@ -777,13 +777,16 @@ export class Dispatcher implements KeyRouter {
    * what was written just before), failed when none starts within `timeoutMs` (once one runs, it
    * answers when it ends: the sender abandons a round that stops progressing). `verify`: the round
    * verifies a gained copy — it starts once `member` replicates the fragment here and compares
-   * everything (src/workers/replication.ts). Rejects when this node has no such sender.
+   * everything (src/workers/replication.ts). `urgent`: clients' requests wait for it (a catch-up
+   * before serving), so both nodes read its pages in their workers rather than their background
+   * pools, whose threads yield the cores to serving. Rejects when this node has no such sender.
    */
   async reconcileNow(
     fragment: number,
     member: number,
     timeoutMs: number,
     verify = false,
+    urgent = false,
   ): Promise<RoundReport> {
     this.checkFragment(fragment);
     const link = this.workerLinkOf(fragment);
@@ -791,7 +794,7 @@ export class Dispatcher implements KeyRouter {
     return new Promise((resolve, reject) => {
       const at = link.begin(roundHandler, { resolve, reject }, RECONCILE_NOW_REQUEST_BYTES);
       const limitMs = checkTimeoutMs(timeoutMs);
-      writeReconcileNowRequest(link.buffer, at, link.reqId, fragment, member, limitMs, verify);
+      writeReconcileNowRequest(link.buffer, at, link.reqId, fragment, member, limitMs, verify, urgent);
       link.end();
     });
   }

@@ -1138,6 +1138,8 @@ export const RECONCILE_NOW_REQUEST_BYTES = CONTROL_HEADER_BYTES + 6;
 export const DRAINED_TO_REQUEST_BYTES = CONTROL_HEADER_BYTES + 12;
 /** A ReconcileNow flag: the round verifies a copy (ReplicationDriver.reconcileNow `verify`). */
 const RECONCILE_VERIFY_FLAG = 1;
+/** A ReconcileNow flag: clients' requests wait for the round (ReplicationDriver.reconcileNow `urgent`). */
+const RECONCILE_URGENT_FLAG = 2;
 /** A DrainedTo answer's detail: the sender's continuity is the one the request named. */
 export const DRAINED_CONTINUOUS = 1;
 
@@ -1149,15 +1151,18 @@ export function writeReconcileNowRequest(
   member: number,
   timeoutMs: number,
   verify: boolean,
+  urgent = false,
 ): void {
   const p = writeFragmentControlHeader(buf, at, RequestKind.ReconcileNow, fragment, reqId);
-  buf[at + FLAGS_AT] = verify ? RECONCILE_VERIFY_FLAG : 0;
+  buf[at + FLAGS_AT] = (verify ? RECONCILE_VERIFY_FLAG : 0) | (urgent ? RECONCILE_URGENT_FLAG : 0);
   writeU16LE(buf, p, member);
   writeU32LE(buf, p + 2, timeoutMs);
 }
 
 export const reconcileVerifies = (buf: Buffer, at: number): boolean =>
   (buf[at + FLAGS_AT] & RECONCILE_VERIFY_FLAG) !== 0;
+export const reconcileIsUrgent = (buf: Buffer, at: number): boolean =>
+  (buf[at + FLAGS_AT] & RECONCILE_URGENT_FLAG) !== 0;
 
 export function writeDrainedToRequest(
   buf: Buffer,

@@ -82,6 +82,8 @@ export interface Envelope {
     recordsMax: number;
     /** 0 as decoded from a version that does not say (DIGEST_RANGE_KEYS). */
     rangeKeys: number;
+    /** False as decoded from a version that does not say (optional when encoding). */
+    urgent?: boolean;
   };
   reconcileResponse?: {
     fragment: number;

@@ -270,6 +270,9 @@ export class WorkerReplication {
   /** Keys per second routine rounds compare (undefined: unlimited), and the rounds that are routine. */
   private readonly compareTokens: TokenBucket | undefined;
   private readonly pacedRounds = new WeakSet<ReconcileRound>();
+  /** (member, fragment) whose next round clients wait for (reconcileNow `urgent`), and such rounds. */
+  private readonly urgentRounds = new Set<string>();
+  private readonly urgentRunning = new WeakSet<ReconcileRound>();
   /** Steps waiting on a bucket, per (member, fragment): a round waits on one at a time. */
   private readonly heldSteps = new Map<string, HeldStep>();
   /** The batches of peers' sessions, per (member, fragment): applied in order, answered in order. */
@@ -427,6 +430,7 @@ export class WorkerReplication {
       this.wholeRounds,
       this.verifiedRuns,
       this.absentSessions,
+      this.urgentRounds,
     ])
       for (const key of [...keyed.keys()]) if (key.endsWith(suffix)) keyed.delete(key);
   }
@@ -441,12 +445,22 @@ export class WorkerReplication {
    * Starts a round of `fragment`'s sender toward `member` at once (after the batch in flight);
    * request `reqId` is answered when a round started from now on ends. `verify`: the round starts
    * once `member` replicates the fragment here, and compares everything (see the file header).
+   * `urgent`: clients' requests wait for it, so its pages are read here and the peer is asked to
+   * read its own in its worker too, not in the background pool (whose threads yield the cores).
    * False when there is no such sender.
    */
-  reconcileNow(reqId: number, fragment: number, member: number, timeoutMs: number, verify = false): boolean {
+  reconcileNow(
+    reqId: number,
+    fragment: number,
+    member: number,
+    timeoutMs: number,
+    verify = false,
+    urgent = false,
+  ): boolean {
     const slot = this.senderOf(fragment, member);
     if (slot === undefined) return false;
     const k = roundKey(member, fragment);
+    if (urgent) this.urgentRounds.add(k);
     const replicatesHere = this.continuities.has(k);
     this.ledger.wait(reqId, fragment, member, timeoutMs, !verify || replicatesHere);
     if (verify && !replicatesHere && this.absentSessions.get(k) === slot.sender.currentSessionId) {
@@ -724,7 +738,8 @@ export class WorkerReplication {
         const heard = this.continuities.get(k) ?? 0;
         const whole = this.wholeRounds.delete(k) || (heard !== 0 && this.verifiedRuns.get(k) !== heard);
         const horizonMs = whole ? 0 : this.host.clock.nowMs();
-        const pagesRead = this.poolFor(horizonMs) !== undefined ? 'pool' : 'inline';
+        const urgent = this.urgentRounds.delete(k);
+        const pagesRead = !urgent && this.poolFor(horizonMs) !== undefined ? 'pool' : 'inline';
         const round = new ReconcileRound(
           action.sessionId,
           action.roundId,
@@ -734,6 +749,7 @@ export class WorkerReplication {
         );
         this.rounds.set(k, round);
         if (action.routine) this.pacedRounds.add(round);
+        if (urgent) this.urgentRunning.add(round);
         this.ledger.started(fragment, member, action.roundId, heard, whole);
         this.step(member, fragment, round, round.start());
         return;
@@ -1049,9 +1065,11 @@ export class WorkerReplication {
     { pageSeq, afterKey, keys }: RoundStep & { kind: 'request-page' },
   ): Promise<void> {
     const { sessionId, roundId, horizonMs, recordsMax } = round;
+    const urgent = this.urgentRunning.has(round);
     let described: { ranges: RangeDigest[]; openEnd: boolean };
     try {
-      described = await this.describeOwnPage(fragment, pageSeq === 0 ? undefined : afterKey, keys, horizonMs);
+      const from = pageSeq === 0 ? undefined : afterKey;
+      described = await this.describeOwnPage(fragment, from, keys, horizonMs, urgent);
     } catch (err) {
       this.host.logger.warn({ fragment, err: (err as Error).message }, 'anti-entropy page failed');
       return;
@@ -1070,27 +1088,32 @@ export class WorkerReplication {
         horizonMs,
         recordsMax,
         rangeKeys: rangeKeysOf(keys),
+        urgent,
       },
     });
   }
 
-  /** This node's next `keys` keys of `fragment` as range digests, worked out where `inPoolOr` says. */
+  /**
+   * This node's next `keys` keys of `fragment` as range digests, worked out where `inPoolOr` says
+   * (here for an urgent round).
+   */
   private describeOwnPage(
     fragment: number,
     afterKey: Uint8Array | undefined,
     keys: number,
     horizonMs: number,
+    urgent: boolean,
   ): Promise<{ ranges: RangeDigest[]; openEnd: boolean }> {
     const q = nextPage(keys);
     return this.inPoolOr(
       fragment,
-      horizonMs,
+      urgent ? undefined : this.poolFor(horizonMs),
       (pool) => pool.describe(fragment, afterKey, q, horizonMs),
       () => describeSpan(this.storeReader(fragment), afterKey, q, horizonMs),
     );
   }
 
-  /** This node's answer to a peer's page, worked out where `inPoolOr` says. */
+  /** This node's answer to a peer's page, worked out where `inPoolOr` says (here when it is urgent). */
   private answerOf(
     fragment: number,
     afterKey: Uint8Array | undefined,
@@ -1105,7 +1128,7 @@ export class WorkerReplication {
     };
     return this.inPoolOr(
       fragment,
-      q.horizonMs,
+      q.urgent ? undefined : this.poolFor(q.horizonMs),
       (pool) => pool.answer(fragment, afterKey, span, work),
       () => answerSpan(this.storeReader(fragment), afterKey, span, work),
     );
@@ -1113,16 +1136,15 @@ export class WorkerReplication {
 
   /**
    * A page's work: in the background pool when the store allows a second reader (lmdb), so the
-   * fragment's actor keeps serving; here otherwise, for a horizon the pool's request cannot carry,
-   * or when the pool cannot take it.
+   * fragment's actor keeps serving; here otherwise (`pool` undefined: no pool, a horizon the pool's
+   * request cannot carry, or an urgent round), or when the pool cannot take it.
    */
   private inPoolOr<T>(
     fragment: number,
-    horizonMs: number,
+    pool: SpanPool | undefined,
     pooled: (pool: SpanPool) => Promise<T>,
     here: () => Promise<T>,
   ): Promise<T> {
-    const pool = this.poolFor(horizonMs);
     if (pool === undefined) return here();
     return pooled(pool).catch((err: Error) => {
       this.host.logger.debug({ fragment, err: err.message }, 'anti-entropy page read in the worker');

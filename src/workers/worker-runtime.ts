@@ -59,6 +59,7 @@ import {
   readPeerWait,
   readReplicaWaitParams,
   readScanRequest,
+  reconcileIsUrgent,
   reconcileVerifies,
   requestDurability,
   requestForScan,
@@ -307,6 +308,7 @@ export class WorkerRuntime implements RecordDecoder {
           controlFragment(buf, at),
           readPeerWait(buf, at),
           reconcileVerifies(buf, at),
+          reconcileIsUrgent(buf, at),
         );
       case RequestKind.DrainedTo:
         return this.drainedTo(reqId, controlFragment(buf, at), readPeerWait(buf, at));
@@ -696,8 +698,14 @@ export class WorkerRuntime implements RecordDecoder {
     return this.board;
   }
 
-  private reconcileNow(reqId: number, fragment: number, wait: PeerWait, verify: boolean): void {
-    if (this.replication?.reconcileNow(reqId, fragment, wait.member, wait.timeoutMs, verify) !== true)
+  private reconcileNow(
+    reqId: number,
+    fragment: number,
+    wait: PeerWait,
+    verify: boolean,
+    urgent: boolean,
+  ): void {
+    if (this.replication?.reconcileNow(reqId, fragment, wait.member, wait.timeoutMs, verify, urgent) !== true)
       this.results.error(ErrorKind.InvalidInput, reqId, noSender(fragment, wait.member));
   }
 

@@ -19,6 +19,7 @@ import {
   readMembersRequest,
   readPeerWait,
   readRoundReport,
+  reconcileIsUrgent,
   reconcileVerifies,
   requestId,
   requestKind,
@@ -70,7 +71,7 @@ test('AddMembers carries the first slot and the node ids, UTF-8 included', () =>
   assert.deepEqual(readMembersRequest(buf, 3), { first: 3, nodeIds });
 });
 
-test('ReconcileNow and DrainedTo carry fragment, member, level, time limit, whether to verify and the continuity', () => {
+test('ReconcileNow and DrainedTo carry fragment, member, level, time limit, whether to verify or hurry, and the continuity', () => {
   const now = written(RECONCILE_NOW_REQUEST_BYTES, (b, at) =>
     writeReconcileNowRequest(b, at, 11, 7, 300, 0xffff_ffff, false),
   );
@@ -83,7 +84,13 @@ test('ReconcileNow and DrainedTo carry fragment, member, level, time limit, whet
     writeReconcileNowRequest(b, at, 11, 7, 300, 10, true),
   );
   assert.equal(reconcileVerifies(verify, 3), true);
+  assert.equal(reconcileIsUrgent(verify, 3), false);
   assert.equal(controlFragment(verify, 3), 7);
+  const urgent = written(RECONCILE_NOW_REQUEST_BYTES, (b, at) =>
+    writeReconcileNowRequest(b, at, 11, 7, 300, 10, false, true),
+  );
+  assert.deepEqual([reconcileVerifies(urgent, 3), reconcileIsUrgent(urgent, 3)], [false, true]);
+  assert.equal(reconcileIsUrgent(now, 3), false);
 
   const drained = written(DRAINED_TO_REQUEST_BYTES, (b, at) =>
     writeDrainedToRequest(b, at, 12, 8, 2, 3, 5_000, 2 ** 32 - 1),

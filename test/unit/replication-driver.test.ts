@@ -1375,3 +1375,53 @@ test('a node that gains a fragment resets the sessions of the members it told it
   assert.deepEqual((await h.frames()).slice(-1), ['n1 f0 session-reset']);
   h.driver.close();
 });
+
+test('§6: a round clients wait for reads its pages in the worker, and asks the peer to read its own there too', async () => {
+  const a = new Harness();
+  const b = new Harness({ self: 1 });
+  const pooled: string[] = [];
+  for (const [name, h] of [
+    ['a', a],
+    ['b', b],
+  ] as const) {
+    h.stores[0].commit([[Buffer.from('k'), recordAt(START_MS)]], START_MS);
+    const read: PageReader = (start, limit) => h.store.page(0, start, undefined, limit, true);
+    h.pool = {
+      describe: async (_f, afterKey, q, horizonMs) => {
+        pooled.push(`${name} describe`);
+        return describeSpan(read, afterKey, q, horizonMs);
+      },
+      answer: async (_f, afterKey, q, work) => {
+        pooled.push(`${name} answer`);
+        return answerSpan(read, afterKey, q, work);
+      },
+    };
+  }
+  a.peers(true, 1);
+  b.peers(true, 0);
+  await exchange(a, b);
+  assert.deepEqual(
+    pooled.sort(),
+    ['a answer', 'a describe', 'b answer', 'b describe'],
+    'first rounds in the pools',
+  );
+  pooled.length = 0;
+  a.roundLines();
+  assert.equal(a.driver.reconcileNow(7, 0, 1, 60_000, false, true), true);
+  assert.match((await a.frames()).join(), /^n1 f0 request /);
+  assert.equal(decodeEnvelope(a.outbox.at(-1)!.bytes).reconcileRequest!.urgent, true);
+  await exchange(a, b);
+  assert.deepEqual(pooled, [], 'neither node used its pool');
+  assert.deepEqual(a.roundLines(), [
+    'n1 f0 round #2 ok pulled=0 continuity=1 whole',
+    'answer 7: #2 ok pulled=0 continuity=1 whole',
+  ]);
+  // The next round is not urgent: in the pools again.
+  assert.equal(a.driver.reconcileNow(8, 0, 1, 60_000), true);
+  assert.match((await a.frames()).join(), /^n1 f0 request /);
+  assert.equal(decodeEnvelope(a.outbox.at(-1)!.bytes).reconcileRequest!.urgent, false);
+  await exchange(a, b);
+  assert.deepEqual(pooled.sort(), ['a describe', 'b answer']);
+  a.driver.close();
+  b.driver.close();
+});

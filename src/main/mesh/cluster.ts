@@ -1098,7 +1098,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     if (!(await this.dispatcher.beginPull(fragment, member)))
       return { ok: false, reason: 'this node holds no copy of the fragment' };
     try {
-      return await this.dispatcher.reconcileNow(fragment, member, timeoutMs);
+      return await this.dispatcher.reconcileNow(fragment, member, timeoutMs, false, true);
     } finally {
       await this.dispatcher.endPull(fragment, member).catch(() => {});
     }
