@@ -866,10 +866,8 @@ export class ReplicationSender {
    */
   private refuseRound(reason: string): void {
     this.log('info', `reconcile round ${this.roundId} refused (${reason.slice(0, ERROR_MESSAGE_BYTES_MAX)})`);
-    if (this.resetRoundId === this.roundId) this.resetRoundId = 0;
     this.nextRoutineRoundMs = this.nowMs + this.routineDelayMs(this.roundId);
-    this.roundId = 0;
-    this.giveBackTurn();
+    this.abandonRound();
   }
 
   private failRound(reason: string): void {
@@ -920,8 +918,8 @@ export class ReplicationSender {
   }
 
   /**
-   * Drops the running round for one asked for: the driver's next `start-round` supersedes it (its
-   * replies no longer match), and a reset waits for the round that replaces it.
+   * Drops the running round (for one asked for, or one the peer refused): the driver's next
+   * `start-round` supersedes it (its replies no longer match), and a reset waits for a later round.
    */
   private abandonRound(): void {
     if (this.resetRoundId === this.roundId) this.resetRoundId = 0;

@@ -1886,7 +1886,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   private onPeerState(member: number, up: boolean): void {
     // Workers learn every member slot (Dispatcher.memberAdded), so a replica list may name a joined one.
-    const takesAbsent = up && this.takesFragmentAbsent(member);
+    const takesAbsent = this.takesFragmentAbsent(member);
     for (const link of this.dispatcher.links) link.sendPeerState(member, up, takesAbsent);
     // A peer's worker ports are told again on each connection (they may differ after its restart).
     if (up) {
