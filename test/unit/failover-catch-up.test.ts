@@ -327,3 +327,23 @@ test('a catch-up from a replica that hands the fragment over ends once its hando
   assert.equal(catchUp.inProgress(), 0);
   assert.equal(catchUp.counters.absorbed, 3);
 });
+
+test('a closing node starts no catch-up, and one its closing cuts short is not reported as serving an incomplete copy', async () => {
+  const host = new Host();
+  const catchUp = new FailoverCatchUp(host);
+  catchUp.check(); // fragment 3: a catch-up against members 0 and 2
+  assert.equal(host.rounds.length, 2);
+  catchUp.close();
+  // Its peer links closing: member 0 no longer answers, fragments 0 and 1 route here.
+  host.up.delete(0);
+  host.first = [SELF, SELF, 2, SELF];
+  catchUp.check();
+  assert.equal(host.rounds.length, 2, 'no new round for fragments 0 and 1');
+  assert.equal(catchUp.link(0), undefined);
+  for (const round of host.rounds.splice(0)) round.finish(false);
+  await settle();
+  assert.equal(catchUp.inProgress(), 0);
+  assert.equal(host.logs.length, 1);
+  assert.match(host.logs[0], /^catch-up cut short: the node is closing /);
+  assert.match(host.logs[0], /"complete":false/);
+});

@@ -702,6 +702,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
 
   async close(): Promise<void> {
     this.admin.close();
+    this.failover.close();
     // Every driver's timer goes: a placement step still due (a retry, a ready resent, a drain
     // warning) would otherwise keep re-arming and keep the process from exiting.
     this.placementDriver?.close();

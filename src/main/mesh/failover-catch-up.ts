@@ -141,6 +141,8 @@ export class FailoverCatchUp {
   private readonly absorbedFrom: Int32Array;
   /** Per fragment caught up from a member that hands it over: ends the catch-up once its copy is pulled here. */
   private readonly awaitingAbsorb = new Map<number, { from: number; end: () => void }>();
+  /** Set by `close`: the node is closing, its peers' links going down one by one. */
+  private closing = false;
   readonly counters: CatchUpCounters = {
     catchUps: 0,
     incomplete: 0,
@@ -189,6 +191,15 @@ export class FailoverCatchUp {
     else refuse(link.refusal());
   }
 
+  /**
+   * The node is closing: its clients are refused and its peer links close one by one, each making
+   * this node look like the serving replica of more fragments. None of that starts a catch-up, and
+   * one cut short by the closing worker is not reported as serving an incomplete copy.
+   */
+  close(): void {
+    this.closing = true;
+  }
+
   /** The `servingStamp` at which the fragment's serving member last changed (0: never looked at). */
   servingChangedAt(fragment: number): number {
     return this.changedAt[fragment];
@@ -232,6 +243,7 @@ export class FailoverCatchUp {
       ? [from]
       : this.host.peersOf(fragment).filter((m) => m !== this.host.selfIndex && this.host.isUp(m));
     if (sources.length === 0) return; // nothing to learn from yet: this node's copy is all there is
+    if (this.closing) return;
     const link = new HoldingLink(fragment, this.host);
     this.holding.set(fragment, link);
     this.counters.catchUps++;
@@ -295,15 +307,17 @@ export class FailoverCatchUp {
         complete,
       };
       if (failed.length > 0) fields.failed = failed;
-      this.host.log(
-        complete ? 'info' : 'warn',
-        fields,
-        complete
-          ? 'caught up: serving the fragment'
-          : outcome === 'late'
-            ? 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has'
-            : 'catch-up round against another replica failed: serving the fragment with what this copy has',
-      );
+      if (this.closing && !complete) this.host.log('info', fields, 'catch-up cut short: the node is closing');
+      else
+        this.host.log(
+          complete ? 'info' : 'warn',
+          fields,
+          complete
+            ? 'caught up: serving the fragment'
+            : outcome === 'late'
+              ? 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has'
+              : 'catch-up round against another replica failed: serving the fragment with what this copy has',
+        );
       for (const serve of link.held) serve();
     });
   }
