@@ -874,8 +874,10 @@ class LmdbStore implements KvStore {
     try {
       // Empty the database but keep it: deleting it would close its DBI handle for every thread of
       // the process (a background reader may hold it). The high-water mark survives the drop: the
-      // timestamps it covers were issued, and may live on in other replicas.
-      env.root.transactionSync(() => {
+      // timestamps it covers were issued, and may live on in other replicas. In the write thread's
+      // queue, not a synchronous transaction: this thread serves the worker's other fragments, and
+      // would otherwise wait for the write lock (a batch being committed) and for the commit.
+      await env.root.transaction(() => {
         db.clearSync();
         if (highWater > 0) db.putSync(META_HIGH_WATER_KEY, encodeHighWater(highWater));
       });
