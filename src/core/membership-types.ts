@@ -100,7 +100,14 @@ export type MembershipMessage =
   | { kind: 'gossip'; from: string; updates: MemberUpdate[] }
   /** Push-pull: the sender's full state; `reply` asks for the receiver's in return. */
   | { kind: 'sync'; from: string; reply: boolean; members: MemberUpdate[] }
-  | { kind: 'join-request'; from: string; address: string; incarnation: number }
+  | {
+      kind: 'join-request';
+      from: string;
+      address: string;
+      incarnation: number;
+      /** The joiner holds none of the data an earlier run of its id may have held. */
+      withoutData: boolean;
+    }
   | { kind: 'join-accept'; from: string; members: MemberUpdate[] }
   /** The receiver is not (or no longer) a member: a removed node, a duplicate id. */
   | { kind: 'refuse'; from: string; reason: string };
@@ -124,6 +131,11 @@ export type MembershipEvent =
   | { kind: 'exit'; requestId: number; nowMs: number }
   /** The operator removes a Down member (like `nodetool removenode`). */
   | { kind: 'remove'; nodeId: string; requestId: number; nowMs: number }
+  /**
+   * This node cannot take its place in the cluster (it came back without the copies the table lists
+   * it for): it stops as a removed member does, with the reason.
+   */
+  | { kind: 'give-up'; reason: string; nowMs: number }
   /**
    * The peer connection to a member closed (a crash closes it at once): probe that member next,
    * without waiting for its turn, so a dead member is suspected within one probe timeout.
@@ -158,6 +170,11 @@ export type MembershipAction =
   | { kind: 'refused'; reason: string }
   /** The graceful leave is complete and gossiped: the driver may stop the node. */
   | { kind: 'left' }
+  /**
+   * A member's record of this node from an earlier run (an incarnation this run never held) reached
+   * it: this node id was a member before this process started. Told once per run.
+   */
+  | { kind: 'earlier-run'; incarnation: number }
   | { kind: 'log'; level: 'info' | 'warn'; message: string };
 
 export interface MembershipConfig {
@@ -173,6 +190,11 @@ export interface MembershipConfig {
    * 'Leaving' for a node whose last run began to leave and did not finish.
    */
   selfState: 'Joining' | 'Up' | 'Leaving';
+  /**
+   * This run holds none of the data an earlier run of this node id may have held (the memory store,
+   * a new data directory): its join says so, and a seed whose table lists the id refuses it.
+   */
+  withoutData?: boolean;
   /** A self record persisted as Removed: the node starts refused. */
   selfRemoved: boolean;
   probeIntervalMs: number;

@@ -158,6 +158,10 @@ export class Membership {
   private wakeDueMs = 0;
 
   private incarnation: number;
+  /** The incarnation this run started at. */
+  private readonly startIncarnation: number;
+  /** A record of this node from an earlier run that reached it (0: none yet). */
+  private earlierRunIncarnation = 0;
   private selfState: MemberState;
   private readonly members = new Map<string, Member>();
   private eventSequence = 0;
@@ -218,6 +222,7 @@ export class Membership {
     checkConfig(config);
     this.nowMs = nowMs;
     this.incarnation = (config.restoredIncarnation ?? 0) + 1;
+    this.startIncarnation = this.incarnation;
     this.selfState = config.selfRemoved ? 'Removed' : config.selfState;
     for (const record of config.members) {
       if (record.nodeId === config.nodeId) continue;
@@ -237,6 +242,12 @@ export class Membership {
       this.stopped = true;
       this.outbox.push({ kind: 'refused', reason: 'this node was removed from the cluster' });
     } else {
+      // Without an earlier run's data, first ask each member it knows for its view, before any of
+      // them hears this run's incarnation: a record from an earlier run comes back (`earlier-run`),
+      // which the next push-pull would no longer carry once this run's record overtook it.
+      if (config.withoutData === true && this.selfState === 'Up')
+        for (const m of this.members.values())
+          this.sendTo(m.nodeId, { kind: 'sync', from: config.nodeId, reply: true, members: [] });
       this.enqueue(this.selfAlive());
     }
     this.wakeDueMs = this.nextWakeMs();
@@ -266,6 +277,9 @@ export class Membership {
           break;
         case 'remove':
           this.onRemove(event.nodeId, event.requestId);
+          break;
+        case 'give-up':
+          this.refuseSelf(event.reason);
           break;
         case 'connection-lost':
           this.onConnectionLost(event.nodeId);
@@ -655,6 +669,15 @@ export class Membership {
       if (this.selfState === 'Exiting') return this.removeSelf();
       return this.refuseSelf('this node was removed from the cluster');
     }
+    // This run holds incarnations from its first on; 0 is a configured member never heard from.
+    if (
+      this.earlierRunIncarnation === 0 &&
+      u.incarnation !== 0 &&
+      (u.incarnation < this.startIncarnation || u.incarnation > this.incarnation)
+    ) {
+      this.earlierRunIncarnation = u.incarnation;
+      this.outbox.push({ kind: 'earlier-run', incarnation: u.incarnation });
+    }
     if (u.kind === 'alive' && u.incarnation <= this.incarnation) return;
     if (u.incarnation < this.incarnation) {
       // A claim we refuted already reached someone who missed the refutation: send it again.
@@ -709,6 +732,7 @@ export class Membership {
       from: this.config.nodeId,
       address: this.config.address,
       incarnation: this.incarnation,
+      withoutData: this.config.withoutData === true,
     };
     this.outbox.push({ kind: 'send', to: seed.nodeId, address: seed.address, message });
     this.joinRetryMs = this.nowMs + this.config.joinRetryMs;
@@ -750,6 +774,13 @@ export class Membership {
         : undefined;
     if (existing.state === 'Removed')
       return 'this node id was removed from the cluster; wipe the node and join with a new id';
+    // Its copies would be served, and failed over to, empty: acknowledged writes read as missing.
+    if (request.withoutData && this.placed?.has(request.from) === true)
+      return (
+        `node id ${request.from} is a replica in the cluster's table and this node starts without ` +
+        `its earlier run's data, so its copies would be empty; once the cluster holds ${request.from} ` +
+        `Down, remove it (tessera cluster remove ${request.from}) and join with a new --node-id`
+      );
     const live = existing.state !== 'Down' && !existing.unreachable;
     if (live && existing.address !== request.address)
       return `node id ${request.from} is in use by a live member at ${existing.address}`;

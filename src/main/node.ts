@@ -953,6 +953,7 @@ function durabilityOf(name: string): Durability {
 async function membershipStart(config: NodeConfig, nodeId: string): Promise<MembershipStart> {
   if (config.store === 'memory') {
     return {
+      withoutData: 'the memory store keeps nothing across restarts',
       restoredIncarnation: Date.now(),
       members: [],
       persist: () => undefined,
@@ -964,6 +965,7 @@ async function membershipStart(config: NodeConfig, nodeId: string): Promise<Memb
   const started = await startIncarnation(config.dataDir, { nodeId, fragmentCount: config.fragments });
   const writer = new ClusterStateWriter(config.dataDir, started);
   return {
+    withoutData: started.firstStart ? `its data directory ${config.dataDir} is new` : undefined,
     restoredIncarnation: started.incarnation - 1,
     members: started.members,
     persist: (incarnation, members) => writer.update({ incarnation, members }),

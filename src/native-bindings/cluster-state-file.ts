@@ -249,13 +249,19 @@ export class ClusterStateWriter {
 /**
  * A start: removes temp files of interrupted writes, reads the stored state (none for a fresh node),
  * bumps this node's incarnation (its own member record's with it) and writes that durably before
- * returning it, so the node speaks to no one at an incarnation a previous run may have used.
+ * returning it, so the node speaks to no one at an incarnation a previous run may have used. A
+ * fresh node starts at the wall clock's milliseconds (`nowMs`), above what an earlier run of its id
+ * on a data directory since lost used, so its members can tell the two runs apart (`firstStart`).
  * Runs under the data directory's lock (data-dir-lock.ts): no other process writes the file.
  */
-export async function startIncarnation(dataDir: string, owner: ClusterStateOwner): Promise<ClusterState> {
+export async function startIncarnation(
+  dataDir: string,
+  owner: ClusterStateOwner,
+  nowMs: number = Date.now(),
+): Promise<ClusterState & { firstStart: boolean }> {
   await removeInterruptedWrites(dataDir);
   const stored = await readClusterState(dataDir, owner);
-  const incarnation = (stored?.incarnation ?? 0) + 1;
+  const incarnation = stored === undefined ? Math.max(1, Math.floor(nowMs)) : stored.incarnation + 1;
   assert(isIncarnation(incarnation), 'incarnation past the safe integers');
   const started: ClusterState = {
     nodeId: owner.nodeId,
@@ -265,7 +271,7 @@ export async function startIncarnation(dataDir: string, owner: ClusterStateOwner
     promise: stored?.promise ?? null,
   };
   await writeClusterState(dataDir, started);
-  return started;
+  return { ...started, firstStart: stored === undefined };
 }
 
 /** Temp files are this process's until renamed; at a start, any found are from a run that died writing. */

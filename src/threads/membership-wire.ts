@@ -53,6 +53,8 @@ export interface MemberJoinRequestWire {
   from: string;
   address: string;
   incarnation: WireUint64;
+  /** Absent from a node of an earlier version: false. */
+  withoutData?: boolean;
 }
 export interface MemberJoinAcceptWire {
   from: string;
@@ -160,7 +162,14 @@ function envelopeOf(m: MembershipMessage): Envelope {
     case 'sync':
       return { memberSync: { from: m.from, reply: m.reply, members: m.members.map(updateWire) } };
     case 'join-request':
-      return { memberJoinRequest: { from: m.from, address: m.address, incarnation: m.incarnation } };
+      return {
+        memberJoinRequest: {
+          from: m.from,
+          address: m.address,
+          incarnation: m.incarnation,
+          withoutData: m.withoutData,
+        },
+      };
     case 'join-accept':
       return { memberJoinAccept: { from: m.from, members: m.members.map(updateWire) } };
     case 'refuse':
@@ -204,7 +213,13 @@ function messageOf(e: Envelope): MembershipMessage {
   if (e.memberJoinRequest !== undefined) {
     const w = e.memberJoinRequest;
     const incarnation = safeInteger(w.incarnation, 'join-request.incarnation');
-    return { kind: 'join-request', from: w.from, address: w.address, incarnation };
+    return {
+      kind: 'join-request',
+      from: w.from,
+      address: w.address,
+      incarnation,
+      withoutData: w.withoutData === true,
+    };
   }
   if (e.memberJoinAccept !== undefined) {
     const w = e.memberJoinAccept;

@@ -680,6 +680,8 @@ export class MembershipSim {
           assert(node.leaving, `${node.id} was refused though it did not leave: ${reason}`);
           this.leavers.push(node);
         },
+        // Each node keeps its incarnation across restarts here: what it hears of earlier runs says nothing.
+        onEarlierRun: () => {},
         onLeft: () => {
           assert(node.leaving, `${node.id} left though no one asked it to`);
           this.leavers.push(node);

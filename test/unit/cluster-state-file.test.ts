@@ -145,9 +145,11 @@ describe('cluster state file', () => {
 
   it('each start bumps the incarnation durably, never going back, and keeps members and table', async () => {
     const dir = await freshDir();
-    const first = await startIncarnation(dir, OWNER);
-    // A first start is incarnation 1, as membership numbers a start with no restored incarnation.
-    assert.equal(first.incarnation, 1);
+    const first = await startIncarnation(dir, OWNER, 1_796_000_000_000.5);
+    // A first start takes the wall clock's milliseconds: above what an earlier run of this node id,
+    // on a data directory since lost, used.
+    assert.equal(first.incarnation, 1_796_000_000_000);
+    assert.equal(first.firstStart, true);
     assert.deepEqual(first.members, []);
     assert.equal(first.table, null);
     assertSameState(await readClusterState(dir, OWNER), first);
@@ -157,6 +159,7 @@ describe('cluster state file', () => {
     for (let restart = 0; restart < 5; restart++) {
       const started = await startIncarnation(dir, OWNER);
       assert.equal(started.incarnation, previous + 1);
+      assert.equal(started.firstStart, false);
       // What the next start reads is what this one returned: the bump was written before it returned.
       const stored = await readClusterState(dir, OWNER);
       assertSameState(stored, started);

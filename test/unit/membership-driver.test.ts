@@ -142,6 +142,7 @@ class Network {
           onMemberEvent: (event) => node.events.push(event),
           onRefused: () => {},
           onLeft: () => {},
+          onEarlierRun: () => {},
         },
         this.time.clock(),
         key,

@@ -65,8 +65,8 @@ const EXAMPLES: MembershipMessage[] = [
   },
   { kind: 'sync', from: 'a', reply: true, members: [alive('a'), alive('b', 2)] },
   { kind: 'sync', from: 'b', reply: false, members: [] },
-  { kind: 'join-request', from: 'new', address: '[::1]:7001', incarnation: 0 },
-  { kind: 'join-request', from: 'new', address: 'new.example:7001', incarnation: 12 },
+  { kind: 'join-request', from: 'new', address: '[::1]:7001', incarnation: 0, withoutData: false },
+  { kind: 'join-request', from: 'new', address: 'new.example:7001', incarnation: 12, withoutData: true },
   { kind: 'join-accept', from: 'seed', members: [alive('seed'), suspect('x', 'seed')] },
   { kind: 'refuse', from: 'seed', reason: 'removed from the cluster' },
 ];
@@ -129,6 +129,7 @@ describe('membership messages round-trip', () => {
         from: longId,
         address: 'h'.repeat(MEMBER_ADDRESS_BYTES_MAX),
         incarnation: 2 ** 53 - 1,
+        withoutData: true,
       },
       { kind: 'refuse', from: 'seed', reason: 'r'.repeat(ERROR_MESSAGE_BYTES_MAX) },
     ];
@@ -193,6 +194,7 @@ describe('membership messages round-trip', () => {
           from: nodeId,
           address: fc.string(),
           incarnation: count,
+          withoutData: fc.boolean(),
         },
         plain,
       ),

@@ -618,7 +618,10 @@ test('a member known Down that joins again from an empty data dir outbids its ol
 
 test('a join is refused for a removed id and for an id a live member uses at another address', () => {
   const h = new Harness(config('s', ['b', 'c']));
-  h.deliver({ kind: 'join-request', from: 'b', address: 'elsewhere:7000', incarnation: 5 }, 10);
+  h.deliver(
+    { kind: 'join-request', from: 'b', address: 'elsewhere:7000', incarnation: 5, withoutData: false },
+    10,
+  );
   const refusal = h.sends('refuse')[0];
   assert.ok(refusal !== undefined && refusal.to === 'b' && refusal.message.kind === 'refuse');
   assert.match(refusal.message.reason, /in use by a live member/);
@@ -976,7 +979,7 @@ test('operator removal: only a Down member; the removed member is refused when i
   // e comes back (restarted, higher incarnation): its messages and its join are refused.
   const alive: MemberUpdate = { kind: 'alive', nodeId: 'e', address: 'e:7000', incarnation: 9, state: 'Up' };
   h.deliver({ kind: 'ping', from: 'e', seq: 1, target: 'a', updates: [alive] }, 40);
-  h.deliver({ kind: 'join-request', from: 'e', address: 'e:7000', incarnation: 10 }, 50);
+  h.deliver({ kind: 'join-request', from: 'e', address: 'e:7000', incarnation: 10, withoutData: false }, 50);
   h.deliver(gossip('b', [alive]), 60);
   assert.equal(h.sends('ack').length, 0);
   assert.deepEqual(
@@ -1132,4 +1135,122 @@ test('a sync asked for out of turn sends the named member the whole view and ask
   h.step({ kind: 'sync-with', nodeId: 'a', nowMs: 200 });
   h.step({ kind: 'sync-with', nodeId: 'zz', nowMs: 200 });
   assert.equal(h.sends('sync').length, 1);
+});
+
+test('a record of this node from an earlier run is told once; its own incarnations and a configured placeholder are not', () => {
+  const earlierRuns = (h: Harness) =>
+    h.actions.filter(
+      (a): a is Extract<MembershipAction, { kind: 'earlier-run' }> => a.kind === 'earlier-run',
+    );
+  const alive = (incarnation: number): MemberUpdate => ({
+    kind: 'alive',
+    nodeId: 'a',
+    address: 'a:7000',
+    incarnation,
+    state: 'Up',
+  });
+  // A run restored at incarnation 40 uses 41.
+  const h = new Harness(config('a', ['b', 'c'], { restoredIncarnation: 40 }));
+  h.deliver(gossip('b', [alive(0)]), 10); // --peers' placeholder for a member never heard from
+  h.deliver(gossip('b', [alive(41)]), 20); // this run's own
+  h.deliver(gossip('b', [{ kind: 'suspect', nodeId: 'a', incarnation: 41, reporter: 'b' }]), 30);
+  h.deliver(gossip('b', [alive(42)]), 40); // refuted at 42: still this run's
+  assert.deepEqual(earlierRuns(h), []);
+  h.deliver(gossip('c', [alive(40)]), 50); // the run before
+  h.deliver(gossip('c', [alive(39)]), 60);
+  assert.deepEqual(
+    earlierRuns(h).map((a) => a.incarnation),
+    [40],
+    'told once per run',
+  );
+
+  // A node on a lost data directory starts low and hears of a later incarnation of its id.
+  const wiped = new Harness(config('a', ['b'], { restoredIncarnation: undefined }));
+  wiped.deliver(gossip('b', [alive(7)]), 10);
+  assert.deepEqual(
+    earlierRuns(wiped).map((a) => a.incarnation),
+    [7],
+  );
+});
+
+test('a node that gives up stops as a refused one: the reason goes out, it probes and answers no one', () => {
+  const h = new Harness(config('a', ['b', 'c']), new Set(['b', 'c']));
+  h.advance(2_000);
+  const before = h.actions.length;
+  h.step({ kind: 'give-up', reason: 'it lost its copies', nowMs: 2_100 });
+  const refused = h.actions
+    .slice(before)
+    .filter((a): a is Extract<MembershipAction, { kind: 'refused' }> => a.kind === 'refused');
+  assert.deepEqual(
+    refused.map((a) => a.reason),
+    ['it lost its copies'],
+  );
+  assert.equal(h.core.nextWakeMs(), Number.POSITIVE_INFINITY);
+  const afterGiveUp = h.actions.length;
+  h.deliver({ kind: 'ping', from: 'b', seq: 99, target: 'a', updates: [] }, 2_200);
+  h.advance(10_000);
+  assert.equal(h.sends('ping', afterGiveUp).length, 0, 'no probe');
+  assert.equal(h.sends('ack', afterGiveUp).length, 0, 'no answer to a probe');
+});
+
+test('a seed refuses a joiner without its earlier run’s data while its table lists the id; it admits it otherwise', () => {
+  const join = (from: string, withoutData: boolean): MembershipMessage => ({
+    kind: 'join-request',
+    from,
+    address: `${from}:7000`,
+    incarnation: 1_796_000_000_000,
+    withoutData,
+  });
+  const refusalsTo = (h: Harness, to: string) =>
+    h.sends('refuse').filter((s) => s.to === to && s.message.kind === 'refuse');
+
+  // b, a member the table lists, restarts on an empty store: refused, naming the way out.
+  const h = new Harness(config('s', ['b', 'c']));
+  h.step({ kind: 'placed', members: ['s', 'b', 'c'], nowMs: 5 });
+  h.deliver(join('b', true), 10);
+  const [refusal] = refusalsTo(h, 'b');
+  assert.ok(refusal !== undefined && refusal.message.kind === 'refuse');
+  assert.match(refusal.message.reason, /node id b is a replica in the cluster's table/);
+  assert.match(refusal.message.reason, /tessera cluster remove b/);
+  assert.equal(h.sends('join-accept').length, 0);
+  assert.equal(h.core.member('b')?.incarnation, 1, 'its record is left as it was');
+
+  // With its data (a restart that kept its data directory), the same id is admitted.
+  h.deliver(join('b', false), 20);
+  assert.equal(h.sends('join-accept').filter((s) => s.to === 'b').length, 1);
+
+  // A new id, and an id the table no longer lists, are admitted without data.
+  const g = new Harness(config('s', ['b', 'c']));
+  g.step({ kind: 'placed', members: ['s', 'c'], nowMs: 5 });
+  g.deliver(join('n', true), 10);
+  g.deliver(join('b', true), 20);
+  assert.equal(refusalsTo(g, 'n').length + refusalsTo(g, 'b').length, 0);
+  assert.deepEqual(
+    g.sends('join-accept').map((s) => s.to),
+    ['n', 'b'],
+  );
+});
+
+test('a node without its earlier run’s data asks the members it knows first, and hears of that run', () => {
+  const net = new Net();
+  // a holds b from b's earlier run (incarnation 100), unreachable since it stopped.
+  net.add(
+    config('a', ['b'], { members: [{ nodeId: 'b', address: 'b:7000', incarnation: 100, state: 'Up' }] }),
+  );
+  net.run(20_000);
+  assert.equal(net.cores.get('a')!.member('b')?.unreachable, true);
+  // b restarts on the memory store: a configured member list (--peers, incarnation 0), a new incarnation.
+  net.add(
+    config('b', ['a'], {
+      members: [{ nodeId: 'a', address: 'a:7000', incarnation: 0, state: 'Up' }],
+      restoredIncarnation: 5_000,
+      withoutData: true,
+    }),
+  );
+  net.run(net.nowMs + 10);
+  assert.deepEqual(
+    net.actionsOf('b', 'earlier-run'),
+    [{ kind: 'earlier-run', incarnation: 100 }],
+    'within one round trip of its start',
+  );
 });

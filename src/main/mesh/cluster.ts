@@ -260,6 +260,11 @@ export interface MovesReport {
 
 /** What membership starts from: the data directory's cluster state, read at this start. */
 export interface MembershipStart {
+  /**
+   * Why this run holds no data an earlier run of this node id may have held (the memory store; a new
+   * data directory); undefined when it keeps what its earlier runs stored.
+   */
+  withoutData: string | undefined;
   /** The incarnation the last run used (undefined on a first start); this start uses one more. */
   restoredIncarnation: number | undefined;
   /** The members the last run knew (self included), from the data directory. */
@@ -388,6 +393,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /** Set when the cluster refused this node (it was removed): it then serves nothing. */
   refusedReason: string | undefined;
   private refusedLink: UnreachableLink | undefined;
+  /** Why this run holds none of an earlier run's data (`MembershipStart.withoutData`). */
+  private withoutData: string | undefined;
+  /** The incarnation of a record of this node id from before this process started, once one arrived. */
+  private earlierRunIncarnation: number | undefined;
+  /** This run started by joining through a seed (its placement before a table names nothing). */
+  private startedJoining = false;
   /** Where each peer's workers serve clients, as it last told (ClientPorts); by member index. */
   private readonly peerWorkerPorts: (ClientPortsMessage | undefined)[] = [];
   /** Where this node's workers serve clients, once their ports are open. */
@@ -516,6 +527,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * membership; resolves with the peer port once listening.
    */
   async start(membership: MembershipStart): Promise<number> {
+    this.withoutData = membership.withoutData;
     const port = await this.mesh.start();
     const c = this.config;
     // Datagrams are tagged with the cluster secret; a TLS mesh without one keeps membership on TLS.
@@ -545,6 +557,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // members it knew, as a restart without --join does.
     const knowsOthers = membership.members.some((r) => r.nodeId !== c.selfId);
     const joining = startsJoining(c.selfId, c.joinSeeds.length, membership.members);
+    this.startedJoining = joining;
     if (c.joinSeeds.length > 0 && !joining)
       this.logger.info(
         { members: membership.members.length },
@@ -562,6 +575,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         nodeId: c.selfId,
         address: formatPeerAddress({ host: c.selfAddress.host, port: c.selfAddress.port || port }),
         restoredIncarnation: membership.restoredIncarnation,
+        withoutData: membership.withoutData !== undefined,
         members,
         selfState: resuming ? 'Leaving' : joining ? 'Joining' : 'Up',
         selfRemoved: self?.state === 'Removed',
@@ -578,14 +592,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       },
       {
         onMemberEvent: (event) => this.onMemberEvent(event),
-        onRefused: (reason) => {
-          this.refusedReason = reason;
-          this.refusedLink = new UnreachableLink(
-            networkError(
-              `this node was refused by the cluster (${reason}): wipe its data directory and join with a new node id`,
-            ),
-          );
-          this.failover.check();
+        onRefused: (reason) => this.refuse(reason),
+        onEarlierRun: (incarnation) => {
+          this.earlierRunIncarnation = incarnation;
+          this.giveUpLostCopies(this.coordinatorDriver?.table);
         },
         onLeft: () => {
           this.logger.info({}, 'left the cluster');
@@ -862,6 +872,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   }
 
   private onTableChanged(table: AssignmentTable, fragments: readonly number[]): void {
+    this.giveUpLostCopies(table);
     this.recordMoves(table, fragments);
     this.verifySuccessions(table, fragments);
     this.verifyTransfers(table);
@@ -871,6 +882,53 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.membershipDriver?.placed(table.members());
     this.exitIfLeft();
     this.wakeStartWaiters();
+  }
+
+  /**
+   * A node id the cluster knew before this process started, now running without that run's data (the
+   * memory store; a new data directory), is still listed by the table as a replica of the copies it
+   * lost: serving them, or a failover to it, would answer acknowledged writes as missing, and its
+   * place in their lists would leave them a replica short without a word. It gives up before it
+   * serves any (the refused state: it serves nothing, and its members find it unreachable, then
+   * Down), as Cassandra refuses a node that comes back empty under the address of one that owned
+   * data: the operator removes it and starts it under a new id, which joins and takes copies anew.
+   */
+  private giveUpLostCopies(table: AssignmentTable | undefined): void {
+    if (this.withoutData === undefined || this.earlierRunIncarnation === undefined) return;
+    if (this.refusedReason !== undefined) return;
+    const self = this.config.selfId;
+    let listed = 0;
+    if (table !== undefined) {
+      for (const [f] of table.entries()) {
+        const entry = table.active(f);
+        if (entry?.replicas.includes(self) === true && entry.moving?.target !== self) listed++;
+      }
+    } else if (!this.startedJoining) {
+      // Before any table: the placement its configuration gives it (--peers), which it routes by.
+      for (const replicas of this.routing) if (replicas.includes(this.config.selfIndex)) listed++;
+    }
+    if (listed === 0) return;
+    const reason =
+      `the cluster knew node id ${self} before this process started (a member holds it at incarnation ` +
+      `${this.earlierRunIncarnation}) and lists it as a replica of ${listed} fragments, but ` +
+      `${this.withoutData}: serving them would answer acknowledged writes as missing. Once the cluster ` +
+      `holds ${self} Down, remove it (tessera cluster remove ${self}) and start this node with a new --node-id`;
+    this.logger.error({ fragments: listed, earlierIncarnation: this.earlierRunIncarnation }, reason);
+    this.refuse(reason);
+    // Membership stops after the step under way (this may run inside one of its callbacks).
+    queueMicrotask(() => this.membershipDriver?.giveUp(reason));
+  }
+
+  /** The cluster refused this node (removed, its join refused) or it gave up: it serves nothing from now on. */
+  private refuse(reason: string): void {
+    if (this.refusedReason !== undefined) return;
+    this.refusedReason = reason;
+    this.refusedLink = new UnreachableLink(
+      networkError(
+        `this node was refused by the cluster (${reason}): wipe its data directory and join with a new node id`,
+      ),
+    );
+    this.failover.check();
   }
 
   /**

@@ -55,6 +55,8 @@ export interface MembershipListener {
   onRefused(reason: string): void;
   /** A graceful leave completed and was gossiped. */
   onLeft(): void;
+  /** A member's record of this node id from before this process started reached it (once a run). */
+  onEarlierRun(incarnation: number): void;
 }
 
 export interface OperatorReply {
@@ -175,6 +177,11 @@ export class MembershipDriver {
     this.step({ kind: 'connection-lost', nodeId, nowMs: this.clock.nowMs() });
   }
 
+  /** This node cannot take its place in the cluster: it stops as a removed member does, with `reason`. */
+  giveUp(reason: string): void {
+    this.step({ kind: 'give-up', reason, nowMs: this.clock.nowMs() });
+  }
+
   /** Exchanges the whole view with `nodeId` now (the placement coordinator found a view behind). */
   syncWith(nodeId: string): void {
     this.step({ kind: 'sync-with', nodeId, nowMs: this.clock.nowMs() });
@@ -280,6 +287,8 @@ export class MembershipDriver {
         return this.listener.onRefused(action.reason);
       case 'left':
         return this.listener.onLeft();
+      case 'earlier-run':
+        return this.listener.onEarlierRun(action.incarnation);
       case 'log':
         return this.io.log(action.level, {}, action.message);
     }
