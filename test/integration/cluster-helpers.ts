@@ -234,6 +234,66 @@ export async function startCluster(
   return fixture;
 }
 
+/**
+ * Nodes that form a cluster by joins, each with its client and peer ports from one pool (`ports`,
+ * two per slot, and any more asked for), an admin port and `token`, `--down-after 2s` and 8
+ * fragments, plus the flags given to all: `node(id, slot, extra)` makes one (not started).
+ */
+export class JoiningNodes {
+  readonly nodes: NodeProcess[] = [];
+
+  private constructor(
+    private readonly dir: Awaited<ReturnType<typeof tempDir>>,
+    readonly ports: number[],
+    private readonly token: string,
+    private readonly common: readonly string[],
+  ) {}
+
+  static async create(
+    label: string,
+    ports: number,
+    token: string,
+    common: readonly string[] = [],
+  ): Promise<JoiningNodes> {
+    return new JoiningNodes(await tempDir(label), await freePorts(ports), token, common);
+  }
+
+  node(id: string, slot: number, extra: readonly string[]): NodeProcess {
+    const n = new NodeProcess(
+      id,
+      this.ports[slot * 2]!,
+      this.ports[slot * 2 + 1]!,
+      `${this.dir.path}/${id}`,
+      [
+        '--peer-port',
+        String(this.ports[slot * 2 + 1]),
+        '--admin-port',
+        '0',
+        '--admin-token',
+        this.token,
+        '--down-after',
+        '2s',
+        '--fragments',
+        '8',
+        ...this.common,
+        ...extra,
+      ],
+    );
+    this.nodes.push(n);
+    return n;
+  }
+
+  /** `--join` through the peer port of the node in `slot`. */
+  joinVia(slot: number): string[] {
+    return ['--join', `127.0.0.1:${this.ports[slot * 2 + 1]}`];
+  }
+
+  async stop(): Promise<void> {
+    for (const n of this.nodes) await n.stop('SIGKILL');
+    await this.dir.cleanup();
+  }
+}
+
 /** A failed run's node logs, kept past the cluster's temp directory; returns where. */
 export async function keepLogs(label: string, nodes: NodeProcess[]): Promise<string> {
   const dir = await mkdtemp(joinPath(tmpdir(), `tessera-${label}-`));

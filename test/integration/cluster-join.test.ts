@@ -9,9 +9,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { freePorts } from '../../bench/ports.js';
-import { NodeProcess } from './cluster-helpers.js';
-import { eventually, tempDir } from './helpers.js';
+import { JoiningNodes, type NodeProcess } from './cluster-helpers.js';
+import { eventually } from './helpers.js';
 
 const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 const TOKEN = 'an-admin-token-for-the-join-tests';
@@ -42,36 +41,18 @@ async function change(node: NodeProcess, path: string, body: unknown, token?: st
 }
 
 describe('a cluster that grows by joins', () => {
-  let dir: Awaited<ReturnType<typeof tempDir>>;
-  const nodes: NodeProcess[] = [];
+  let joining: JoiningNodes;
   let ports: number[];
-  const node = (id: string, i: number, extra: string[]): NodeProcess => {
-    const n = new NodeProcess(id, ports[i * 2]!, ports[i * 2 + 1]!, `${dir.path}/${id}`, [
-      '--peer-port',
-      String(ports[i * 2 + 1]),
-      '--admin-port',
-      '0',
-      '--admin-token',
-      TOKEN,
-      '--down-after',
-      '2s',
-      '--fragments',
-      '8',
-      ...extra,
-    ]);
-    nodes.push(n);
-    return n;
-  };
+  const node = (id: string, i: number, extra: string[]): NodeProcess => joining.node(id, i, extra);
 
   before(async () => {
-    dir = await tempDir('cluster-join');
     // Three members, a lone joiner, and a port nothing listens on (the joiner's seed).
-    ports = await freePorts(9);
+    joining = await JoiningNodes.create('cluster-join', 9, TOKEN);
+    ports = joining.ports;
   });
 
   after(async () => {
-    for (const n of nodes) await n.stop('SIGKILL');
-    await dir.cleanup();
+    await joining.stop();
   });
 
   test('one node, then two join through it while a client writes; a joined node rejoins by itself', async () => {
@@ -124,7 +105,7 @@ describe('a cluster that grows by joins', () => {
     // Restarted with neither --join nor --peers, b rejoins the members its data directory knows.
     const incarnation = (await membersAt(a)).find((m) => m.nodeId === 'b')!.incarnation;
     await b.stop();
-    nodes.splice(nodes.indexOf(b), 1);
+    joining.nodes.splice(joining.nodes.indexOf(b), 1);
     const b2 = node('b', 1, []);
     await b2.start();
     await eventually(async () => {
@@ -135,8 +116,8 @@ describe('a cluster that grows by joins', () => {
   });
 
   test('changes need the admin token; a removed member that comes back is refused', async () => {
-    const a = nodes.find((n) => n.id === 'a' && n.running);
-    const c = nodes.find((n) => n.id === 'c' && n.running);
+    const a = joining.nodes.find((n) => n.id === 'a' && n.running);
+    const c = joining.nodes.find((n) => n.id === 'c' && n.running);
     assert.ok(a !== undefined && c !== undefined);
     const unauthorized = await change(a, '/cluster/plan', { action: 'join', node: 'd' });
     assert.equal(unauthorized.http, 401);
@@ -156,7 +137,7 @@ describe('a cluster that grows by joins', () => {
     const removed = await change(a, '/cluster/remove', { node: 'c' }, TOKEN);
     assert.equal(removed.body.status, 'Ok', removed.body.message);
     const from = c.log.length;
-    nodes.splice(nodes.indexOf(c), 1);
+    joining.nodes.splice(joining.nodes.indexOf(c), 1);
     const back = node('c', 2, []);
     back.log = c.log;
     await back.start();
