@@ -41,6 +41,10 @@
 //   member that would be Down is Removed instead: its leave is done, only its Removed was lost. An
 //   operator removes only a Down member. Removed is final: the
 //   member's messages and joins are answered with a refusal until it is wiped and given a new id.
+// - A node without its earlier run's data (the memory store, a lost data directory) says so: its
+//   join is refused while the seed's table lists its id (its copies would be empty); started
+//   without a join, it first asks the members it knows for their view, and a record of its id from
+//   an earlier run that comes back is told to the node (`earlier-run`), which gives up (`give-up`).
 // - Bad input is counted and dropped: a message from an unknown member (unless it carries that
 //   member's own record), a stale incarnation, an update list over its bound, an invalid update.
 
@@ -784,8 +788,8 @@ export class Membership {
     const live = existing.state !== 'Down' && !existing.unreachable;
     if (live && existing.address !== request.address)
       return `node id ${request.from} is in use by a live member at ${existing.address}`;
-    // A lower incarnation (a wiped or lost data dir) is no reason to refuse: the accept carries our
-    // record of the member, which the joiner outbids or refutes with a higher one.
+    // Otherwise a lower incarnation is no reason to refuse: the accept carries our record of the
+    // member, which the joiner outbids or refutes with a higher one.
     return undefined;
   }
 
