@@ -84,6 +84,10 @@ import {
   VOTING,
 } from './membership-types.js';
 
+/** Why a node that finds itself removed stops, and what its operator does about it. */
+const REMOVED_SELF =
+  'this node was removed from the cluster; wipe its data directory and join with a new node id';
+
 assert(
   MEMBERSHIP_PROBE_TIMEOUT_MS < MEMBERSHIP_PROBE_INTERVAL_MS,
   'indirect probes need part of the interval',
@@ -244,7 +248,7 @@ export class Membership {
     this.persistPending = true;
     if (this.selfState === 'Removed') {
       this.stopped = true;
-      this.outbox.push({ kind: 'refused', reason: 'this node was removed from the cluster' });
+      this.outbox.push({ kind: 'refused', reason: REMOVED_SELF });
     } else {
       // Without an earlier run's data, first ask each member it knows for its view, before any of
       // them hears this run's incarnation: a record from an earlier run comes back (`earlier-run`),
@@ -671,7 +675,7 @@ export class Membership {
       if (u.reporter === this.config.nodeId) return; // our own leave, echoed
       // Others found us gone while Exiting (our Removed did not reach them): the leave completes.
       if (this.selfState === 'Exiting') return this.removeSelf();
-      return this.refuseSelf('this node was removed from the cluster');
+      return this.refuseSelf(REMOVED_SELF);
     }
     // This run holds incarnations from its first on; 0 is a configured member never heard from.
     if (

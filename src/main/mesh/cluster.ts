@@ -923,11 +923,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private refuse(reason: string): void {
     if (this.refusedReason !== undefined) return;
     this.refusedReason = reason;
-    this.refusedLink = new UnreachableLink(
-      networkError(
-        `this node was refused by the cluster (${reason}): wipe its data directory and join with a new node id`,
-      ),
-    );
+    this.refusedLink = new UnreachableLink(networkError(`this node was refused by the cluster (${reason})`));
     this.failover.check();
   }
 
