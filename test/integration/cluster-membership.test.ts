@@ -310,8 +310,12 @@ describe('failure detection in a three-node cluster', () => {
     }
     await eventually(() => flaggedAt(survivors, 'c', 'fail'), CONDITION_MS_MAX);
     for (const [i, node] of survivors.entries()) {
-      const downMs = memberEventTime(node, from[i], 'MemberDown', 'c');
-      assert.ok(downMs !== undefined, `${node.id} logged c's MemberDown`);
+      // The log line comes through the child's stdout, which may be read after the flag's reply.
+      await eventually(
+        () => memberEventTime(node, from[i], 'MemberDown', 'c') !== undefined,
+        CONDITION_MS_MAX,
+      ).catch(() => assert.fail(`${node.id} logged no MemberDown of c, though it flags c fail`));
+      const downMs = memberEventTime(node, from[i], 'MemberDown', 'c')!;
       assert.ok(
         downMs - unreachableMs[i] >= DOWN_AFTER_MS - LOG_TIME_SLACK_MS,
         `${node.id}: c Down ${downMs - unreachableMs[i]} ms after it was unreachable (--down-after ${DOWN_AFTER_MS} ms)`,
@@ -321,10 +325,10 @@ describe('failure detection in a three-node cluster', () => {
     await c.start();
     await allReachable();
     for (const [i, node] of survivors.entries()) {
-      assert.ok(
-        memberEventTime(node, from[i], 'MemberRejoined', 'c') !== undefined,
-        `${node.id} saw c rejoin`,
-      );
+      await eventually(
+        () => memberEventTime(node, from[i], 'MemberRejoined', 'c') !== undefined,
+        CONDITION_MS_MAX,
+      ).catch(() => assert.fail(`${node.id} did not log c's rejoin, though it reaches c`));
     }
   });
 });
