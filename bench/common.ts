@@ -61,7 +61,7 @@ export async function runTasks(suite: string, tasks: BenchTask[], rounds = 1): P
   return tasks.map((t, i) => ({ suite, name: t.name, opsPerSec: median(perRound[i]), baseline: t.baseline }));
 }
 
-function median(values: number[]): number {
+export function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
   return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;

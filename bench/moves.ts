@@ -50,6 +50,7 @@ import {
   unsettled,
 } from '../test/integration/cluster-helpers.js';
 import { eventually, sleep } from '../test/integration/helpers.js';
+import { median } from './common.js';
 import { Driver, type PhaseResult, SERIES_INTERVAL_MS } from './load/driver.js';
 import { LatencyHistogram } from './load/histogram.js';
 import { LOAD_CONNECTIONS_MAX, LOAD_PIPELINE } from './load/options.js';
@@ -692,11 +693,6 @@ async function downToReplicas(o: Options): Promise<DownRun> {
 const fixed = (x: number, digits = 1) => x.toFixed(digits);
 const ms = (us: number) => fixed(us / 1000, 2);
 const mean = (xs: number[]) => xs.reduce((x, y) => x + y, 0) / xs.length;
-const medianOf = (xs: number[]) => {
-  const sorted = [...xs].sort((x, y) => x - y);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-};
 const delta = (c: JoinRun['counters'], name: string) => (c.after[name] ?? 0) - (c.before[name] ?? 0);
 
 function joinReport(o: Options, run: JoinRun): string[] {
@@ -716,7 +712,7 @@ function joinReport(o: Options, run: JoinRun): string[] {
   const worst = Math.min(...during.map((w) => w.ops));
   // The level a 1-second window's p99 keeps before the join: the median window, which one spike
   // in the before phase (a window after the warm-up) does not move, as it moves the pooled p99.
-  const p99Before = medianOf(before.map((w) => w.latency.percentileUs(99)));
+  const p99Before = median(before.map((w) => w.latency.percentileUs(99)));
   const p99BeforePooled = beforeLatency.percentileUs(99);
   const p99Worst = Math.max(...during.map((w) => w.latency.percentileUs(99)));
   const errors = new Map<string, number>();

@@ -256,6 +256,12 @@ export class AssignmentTable {
     return entry?.kind === 'active' ? entry : undefined;
   }
 
+  /** Whether `member` is one of the fragment's serving replicas: listed, and not as a move's target. */
+  listsServing(fragment: number, member: string): boolean {
+    const entry = this.active(fragment);
+    return entry?.replicas.includes(member) === true && entry.moving?.target !== member;
+  }
+
   /** An entry for every fragment: a node that joined holds only those changed since, until it pulls the rest. */
   listsEveryFragment(): boolean {
     return this.#entries.size === this.fragmentCount;

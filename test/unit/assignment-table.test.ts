@@ -458,3 +458,22 @@ test('a malformed persisted table is refused with an error naming what is wrong'
     );
   }
 });
+
+test('listsServing: a listed replica serves, a move’s target and an unlisted member do not, nor a tombstoned fragment', () => {
+  const moving: ActiveAssignment = {
+    ...assignment(2, 'node-a'),
+    replicas: ['node-a', 'node-b'],
+    moving: { source: 'node-a', target: 'node-b', reason: 'rebalance' },
+  };
+  const table = tableWith([
+    [0, assignment(1, 'node-a')],
+    [1, moving],
+    [2, tombstone(1, 'coordinator')],
+  ]);
+  assert.equal(table.listsServing(0, 'node-a'), true);
+  assert.equal(table.listsServing(0, 'node-b'), false);
+  assert.equal(table.listsServing(1, 'node-a'), true);
+  assert.equal(table.listsServing(1, 'node-b'), false, 'the move’s target copies, it does not serve yet');
+  assert.equal(table.listsServing(2, 'node-a'), false);
+  assert.equal(table.listsServing(3, 'node-a'), false);
+});

@@ -671,11 +671,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     // table moved away was dropped, and would be handed over again, empty, as if it held writes.
     const lastTable = membership.table;
     if (lastTable !== undefined) {
-      for (const [f] of lastTable.entries()) {
-        const entry = lastTable.active(f);
-        const listed = entry?.replicas.includes(c.selfId) === true && entry.moving?.target !== c.selfId;
-        this.localServing[f] = listed ? 1 : 0;
-      }
+      for (const [f] of lastTable.entries())
+        this.localServing[f] = lastTable.listsServing(f, c.selfId) ? 1 : 0;
     }
     for (const f of this.dispatcher.storedAtStart) this.localServing[f] = 1;
     this.releaseUnheld();
@@ -899,10 +896,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const self = this.config.selfId;
     let listed = 0;
     if (table !== undefined) {
-      for (const [f] of table.entries()) {
-        const entry = table.active(f);
-        if (entry?.replicas.includes(self) === true && entry.moving?.target !== self) listed++;
-      }
+      for (const [f] of table.entries()) if (table.listsServing(f, self)) listed++;
     } else if (!this.startedJoining) {
       // Before any table: the placement its configuration gives it (--peers), which it routes by.
       for (const replicas of this.routing) if (replicas.includes(this.config.selfIndex)) listed++;

@@ -307,16 +307,15 @@ export class FailoverCatchUp {
         complete,
       };
       if (failed.length > 0) fields.failed = failed;
-      if (this.closing && !complete) this.host.log('info', fields, 'catch-up cut short: the node is closing');
+      if (complete) this.host.log('info', fields, 'caught up: serving the fragment');
+      else if (this.closing) this.host.log('info', fields, 'catch-up cut short: the node is closing');
       else
         this.host.log(
-          complete ? 'info' : 'warn',
+          'warn',
           fields,
-          complete
-            ? 'caught up: serving the fragment'
-            : outcome === 'late'
-              ? 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has'
-              : 'catch-up round against another replica failed: serving the fragment with what this copy has',
+          outcome === 'late'
+            ? 'catch-up from the other replicas did not complete in time: serving the fragment with what this copy has'
+            : 'catch-up round against another replica failed: serving the fragment with what this copy has',
         );
       for (const serve of link.held) serve();
     });
