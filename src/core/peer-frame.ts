@@ -140,13 +140,14 @@ export function peekEnvelope(bytes: Uint8Array): EnvelopePeek | undefined {
 /** The routing fields of a fragment message: its fragment, and its newest timestamp if it carries one. */
 export interface FragmentPeek {
   fragment: number;
-  /** The `max_wall_ms` double (ReplicateBatch field 5, ReconcileData field 8), 0 when absent. */
+  /** The `max_wall_ms` double (ReplicateBatch 5, ReconcileResponse 10, ReconcileData 8), 0 when absent. */
   maxWallMs: number;
 }
 
 /** Field number of `max_wall_ms` in the messages that carry records. */
 export function maxWallMsField(field: number): number {
   if (field === EnvelopeField.ReplicateBatch) return 5;
+  if (field === EnvelopeField.ReconcileResponse) return 10;
   if (field === EnvelopeField.ReconcileData) return 8;
   return 0;
 }

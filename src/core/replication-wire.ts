@@ -14,6 +14,7 @@ import {
   varintBytes,
   writeVarint,
 } from './peer-frame.js';
+import { wallMsOf } from './record.js';
 
 export interface ReplicatedOpView {
   key: Uint8Array;
@@ -54,6 +55,8 @@ export interface ReconcileResponseView {
   /** The responder's copy of the fragment; undefined (null as protobufjs decodes it) when it did not say. */
   sourceSize?: { keys: number; bytes: number } | null;
   records: readonly ReplicatedOpView[];
+  /** The newest wall-clock ms among `records`; 0 when none. */
+  maxWallMs: number;
 }
 
 /** ReconcileResponse's fields (proto/peer.proto). */
@@ -63,6 +66,7 @@ const RESPONSE: {
   nextAfterKey: number;
   sourceSize: number;
   records: number;
+  maxWallMs: number;
 } = {
   // fragment, session_id, round_id, page_seq, done
   varints: [1, 2, 3, 4, 6],
@@ -70,6 +74,7 @@ const RESPONSE: {
   nextAfterKey: 7,
   sourceSize: 8,
   records: 9,
+  maxWallMs: 10,
 };
 
 /** Where a message of varint fields, one double and repeated ReplicatedOp keeps each (proto/peer.proto). */
@@ -96,6 +101,16 @@ const DATA: OpsMessageLayout = {
   maxWallMs: 8,
   ops: 6,
 };
+
+/**
+ * The newest wall-clock ms among `ops`' records (0 when none): the `max_wall_ms` of a message that
+ * carries them, which the receiving node's clock observes before its worker merges them.
+ */
+export function newestWallMs(ops: readonly ReplicatedOpView[]): number {
+  let newest = 0;
+  for (const op of ops) newest = Math.max(newest, wallMsOf(op.record));
+  return newest;
+}
 
 /** Bytes of a length-delimited field holding `n` bytes. */
 function lengthDelimitedBytes(n: number): number {
@@ -182,6 +197,7 @@ export function encodeReconcileResponse(r: ReconcileResponseView): Uint8Array {
   if (r.nextAfterKey.length > 0) body += lengthDelimitedBytes(r.nextAfterKey.length);
   if (size !== undefined) body += lengthDelimitedBytes(sizeBytes(size));
   for (const op of r.records) body += lengthDelimitedBytes(opBytes(op));
+  if (r.maxWallMs !== 0) body += 9;
   const out = Buffer.allocUnsafe(lengthDelimitedBytes(body));
   out[0] = (EnvelopeField.ReconcileResponse << 3) | 2;
   let p = writeVarint(out, 1, body);
@@ -197,6 +213,7 @@ export function encodeReconcileResponse(r: ReconcileResponseView): Uint8Array {
     p = writeDoubleField(out, p, 2, size.bytes);
   }
   for (const op of r.records) p = writePairField(out, p, RESPONSE.records, op.key, op.record);
+  writeDoubleField(out, p, RESPONSE.maxWallMs, r.maxWallMs);
   return out;
 }
 
@@ -217,6 +234,7 @@ export function readReconcileResponse(bytes: Uint8Array): ReconcileResponseView 
   const records: ReplicatedOpView[] = [];
   let nextAfterKey: Uint8Array = EMPTY;
   let sourceSize: { keys: number; bytes: number } | undefined;
+  let maxWallMs = 0;
   let nestedWellFormed = true;
   const wellFormed = forEachField(
     bytes,
@@ -245,6 +263,9 @@ export function readReconcileResponse(bytes: Uint8Array): ReconcileResponseView 
       const i = RESPONSE.varints.indexOf(field);
       if (i !== -1) values[i] = value;
     },
+    (field, at) => {
+      if (field === RESPONSE.maxWallMs) maxWallMs = readDoubleAt(bytes, at);
+    },
   );
   if (!wellFormed || !nestedWellFormed) return undefined;
   const [fragment, sessionId, roundId, pageSeq, done] = values;
@@ -258,6 +279,7 @@ export function readReconcileResponse(bytes: Uint8Array): ReconcileResponseView 
     nextAfterKey,
     sourceSize: sourceSize ?? null,
     records,
+    maxWallMs,
   };
 }
 

@@ -97,6 +97,7 @@ export interface Envelope {
     sourceSize?: { keys: number; bytes: number } | null;
     /** Empty as decoded from a version that sends none. */
     records: readonly ReplicatedOpMessage[];
+    maxWallMs: number;
   };
   reconcileFetch?: {
     fragment: number;

@@ -76,7 +76,6 @@ import {
   rangeKeysOf,
   recordsTakenBy,
 } from '../core/reconciler.js';
-import { wallMsOf } from '../core/record.js';
 import { type BatchAnswer, BatchReceiver } from '../core/replication-receiver.js';
 import {
   AckLevel,
@@ -91,6 +90,7 @@ import {
   encodeReconcileData,
   encodeReconcileResponse,
   encodeReplicateBatch,
+  newestWallMs,
   type ReconcileDataView,
   type ReconcileResponseView,
   type ReplicateBatchView,
@@ -719,14 +719,11 @@ export class WorkerReplication {
         });
         return;
       case 'batch': {
-        let maxWallMs = 0;
         const ops: ReplicatedOpView[] = [];
-        for (const [key, record] of action.ops) {
-          maxWallMs = Math.max(maxWallMs, wallMsOf(record));
-          ops.push({ key, record });
-        }
+        for (const [key, record] of action.ops) ops.push({ key, record });
         if (!this.up[member]) return;
         const { sessionId, batchSeq, requiredAck: requiredAckLevel } = action;
+        const maxWallMs = newestWallMs(ops);
         this.host.sendFrame(
           member,
           encodeReplicateBatch({ fragment, sessionId, batchSeq, requiredAckLevel, maxWallMs, ops }),
@@ -1198,8 +1195,13 @@ export class WorkerReplication {
     const core = this.host.core(q.fragment);
     if (core === undefined) return this.sayAbsent(member, q.fragment, q.sessionId);
     const page = responder.pageAnswered(q, answer, core);
-    if (page !== undefined && this.up[member])
-      this.host.sendFrame(member, encodeReconcileResponse({ fragment: q.fragment, ...page, sourceSize }));
+    if (page !== undefined && this.up[member]) {
+      const maxWallMs = newestWallMs(page.records);
+      this.host.sendFrame(
+        member,
+        encodeReconcileResponse({ fragment: q.fragment, ...page, sourceSize, maxWallMs }),
+      );
+    }
   }
 
   /** This node's copy of a fragment, for a peer pulling it; undefined when the store cannot say. */
@@ -1235,8 +1237,7 @@ export class WorkerReplication {
     }
     if (!this.up[member]) return;
     for (const [pageSeq, page] of pages.entries()) {
-      let maxWallMs = 0;
-      for (const e of page.entries) maxWallMs = Math.max(maxWallMs, wallMsOf(e.record));
+      const maxWallMs = newestWallMs(page.entries);
       this.host.sendFrame(member, encodeReconcileData({ fragment: f.fragment, pageSeq, ...page, maxWallMs }));
     }
   }

@@ -4,7 +4,9 @@
 
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
+import protobuf from 'protobufjs';
 import { desiredPlacement, firstPlacement } from '../../src/core/coordinator.js';
 import { Keyspace } from '../../src/core/keyspace.js';
 import { Modifier } from '../../src/core/modify.js';
@@ -22,6 +24,7 @@ import {
 import { placementOf, sortMembers } from '../../src/core/placement.js';
 import { encodeRecord } from '../../src/core/record.js';
 import { AckLevel } from '../../src/core/replication-sender.js';
+import { encodeReconcileResponse, newestWallMs } from '../../src/core/replication-wire.js';
 import { resolveClusterConfig } from '../../src/main/cluster-config.js';
 import {
   checkRequest,
@@ -88,6 +91,42 @@ describe('frames', () => {
     const p2 = peekEnvelope(start)!;
     assert.deepEqual(peekFragment(start, p2.start, p2.end), { fragment: 0, maxWallMs: 0 });
     assert.equal(decodeEnvelope(start).sessionStart?.sessionId, 5);
+  });
+
+  test('every message that carries records has its newest stamp peeked, so the clock observes it first', () => {
+    const root = protobuf.loadSync(fileURLToPath(new URL('../../../proto/peer.proto', import.meta.url)));
+    const envelope = root.lookupType('tessera.peer.v1.Envelope');
+    let carriers = 0;
+    for (const field of envelope.fieldsArray) {
+      const message = root.lookup(field.type);
+      if (!(message instanceof protobuf.Type)) continue;
+      const carriesRecords = message.fieldsArray.some((f) => f.type === 'ReplicatedOp');
+      const stamp = message.fieldsArray.find((f) => f.name === 'maxWallMs');
+      if (carriesRecords) carriers++;
+      assert.equal(maxWallMsField(field.id), carriesRecords ? stamp?.id : 0, `${message.name}'s max_wall_ms`);
+    }
+    assert.equal(carriers, 3);
+    const record = (wallMs: number) => encodeRecord(false, wallMs, 0, 0, Buffer.from('n1'), Buffer.from('v'));
+    const records = [
+      { key: Buffer.from('a'), record: record(1_764_500_000_200) },
+      { key: Buffer.from('b'), record: record(1_764_500_000_900) },
+    ];
+    const page = encodeReconcileResponse({
+      fragment: 4,
+      sessionId: 1,
+      roundId: 1,
+      pageSeq: 0,
+      summaries: [],
+      done: true,
+      nextAfterKey: Buffer.alloc(0),
+      records,
+      maxWallMs: newestWallMs(records),
+    });
+    const peek = peekEnvelope(page)!;
+    assert.deepEqual(peekFragment(page, peek.start, peek.end, maxWallMsField(peek.field)), {
+      fragment: 4,
+      maxWallMs: 1_764_500_000_900,
+    });
   });
 
   test("a node's worker ports travel as ClientPorts, a message of its own; none is an empty list", () => {

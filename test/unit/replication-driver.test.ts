@@ -370,6 +370,7 @@ function emptyLastPage(sessionId: number, roundId: number): Envelope {
       done: true,
       nextAfterKey: Buffer.alloc(0),
       records: [],
+      maxWallMs: 0,
     },
   };
 }

@@ -110,6 +110,7 @@ const summaryPages: ReconcileResponseView[] = [
       { key: Buffer.from('user:10'), record: Buffer.alloc(1100, 4) },
       { key: Buffer.from('user:11'), record: Buffer.from('tomb') },
     ],
+    maxWallMs: 1_764_000_000_123,
   },
   // A later page: no size, no cursor, nothing listed or sent; and a size of zeros.
   {
@@ -122,6 +123,7 @@ const summaryPages: ReconcileResponseView[] = [
     nextAfterKey: Buffer.alloc(0),
     sourceSize: null,
     records: [],
+    maxWallMs: 0,
   },
   {
     fragment: 3,
@@ -133,6 +135,7 @@ const summaryPages: ReconcileResponseView[] = [
     nextAfterKey: Buffer.alloc(0),
     sourceSize: { keys: 0, bytes: 0 },
     records: [{ key: Buffer.from('k'), record: Buffer.alloc(0) }],
+    maxWallMs: 5,
   },
 ];
 
