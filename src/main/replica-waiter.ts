@@ -8,6 +8,7 @@
 // it once they acknowledged it; a longer wait goes on with fences.
 
 import { replicaTimeout, type TesseraError } from '../core/errors.js';
+import type { FragmentSet } from '../core/fragment-set.js';
 import { REPLICA_WAIT_ROUND_MS_MAX } from '../core/limits.js';
 import { Durability, isWriteRefusal, type Priority, Reply } from '../core/ops.js';
 import { WaitRound } from '../core/replica-acks.js';
@@ -74,6 +75,42 @@ interface Waiting {
   request: ReplicaWaitRequest;
   round: WaitRound;
   resolve: (answer: ReplicaWaitAnswer) => void;
+}
+
+/**
+ * The fragments a connection wrote (`written`, tracked since serving stamp `sinceStamp`), split for a
+ * WAIT: those whose serving replica changed since (a failover, a move) took some of those writes
+ * elsewhere, and the replica serving them now cannot confirm them.
+ */
+export function splitWritten(
+  written: readonly number[],
+  sinceStamp: number,
+  servingChangedAt: (fragment: number) => number,
+): { fragments: number[]; unconfirmable: number[] } {
+  const fragments: number[] = [];
+  const unconfirmable: number[] = [];
+  for (const fragment of written)
+    (servingChangedAt(fragment) > sinceStamp ? unconfirmable : fragments).push(fragment);
+  return { fragments, unconfirmable };
+}
+
+/**
+ * What a connection tracks once a WAIT that started at serving stamp `startStamp` answered: nothing,
+ * when it confirmed every replica (nothing older can then ask for more); else all but the
+ * unconfirmable fragments (they count as nothing reached once, as Redis's WAIT after a failover
+ * answers only for writes the new master took), tracked since the WAIT's start — none had moved by
+ * then — so a later write to a fragment that moved before the WAIT is asked about, not held
+ * unconfirmable for as long as the connection writes. Returns the stamp to track since.
+ */
+export function forgetAfterWait(
+  written: FragmentSet,
+  unconfirmable: readonly number[],
+  confirmedAll: boolean,
+  startStamp: number,
+): number {
+  if (confirmedAll) written.clear();
+  else for (const fragment of unconfirmable) written.delete(fragment);
+  return startStamp;
 }
 
 /** Waits for the request's replicas on each of its fragments; never rejects. */

@@ -3,13 +3,16 @@
 // GatedWrite: a write that carries its first ask; fences ask on only after a whole ask fell short.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { FragmentSet } from '../../src/core/fragment-set.js';
 import { REPLICA_WAIT_ROUND_MS_MAX } from '../../src/core/limits.js';
 import { Durability, Priority, Reply } from '../../src/core/ops.js';
 import { AckLevel } from '../../src/core/replication-sender.js';
 import {
+  forgetAfterWait,
   GatedWrite,
   gatedWriteHandler,
   type ReplicaWaitSubmitter,
+  splitWritten,
   waitForReplicas,
 } from '../../src/main/replica-waiter.js';
 import type { ResultHandler } from '../../src/main/worker-link.js';
@@ -50,6 +53,28 @@ test('the answer is the fewest replicas any fragment reached', async () => {
   const answer = await waitForReplicas(submitter({ 3: 2, 5: 1 }, asked), { ...request, fragments: [3, 5] });
   assert.deepEqual(asked, [3, 5]);
   assert.deepEqual(answer, { reached: 1, local: true });
+});
+
+test('a fragment that moved counts as nothing once; a write to it after the WAIT is asked about again', () => {
+  // Fragments 1 and 2 written since serving stamp 5; 2's serving replica changed at 7; the WAIT starts at 8.
+  const changedAt = (f: number) => (f === 2 ? 7 : 0);
+  const written = new FragmentSet(8);
+  written.add(1);
+  written.add(2);
+  const first = splitWritten(written.toArray(), 5, changedAt);
+  assert.deepEqual(first, { fragments: [1], unconfirmable: [2] });
+  // Not every replica confirmed (2 counted as none): 1 stays tracked, 2 is forgotten.
+  const since = forgetAfterWait(written, first.unconfirmable, false, 8);
+  assert.deepEqual(written.toArray(), [1]);
+  // The connection writes 2 again (1 still tracked, so its stamp stays): 2 is confirmable now.
+  written.add(2);
+  assert.deepEqual(splitWritten(written.toArray(), since, changedAt), {
+    fragments: [1, 2],
+    unconfirmable: [],
+  });
+  // A WAIT that confirmed every replica forgets everything.
+  forgetAfterWait(written, [], true, 9);
+  assert.equal(written.size, 0);
 });
 
 test('an unconfirmable fragment is not asked about and counts as nothing reached', async () => {

@@ -10,7 +10,7 @@ import { SubscriptionKind } from '../../core/pubsub.js';
 import { AckLevel } from '../../core/replication-sender.js';
 import type { RespCommand } from '../../core/resp-parser.js';
 import type { RespWriter } from '../../core/resp-writer.js';
-import { type ReplicaWaitAnswer, waitForReplicas } from '../replica-waiter.js';
+import { forgetAfterWait, type ReplicaWaitAnswer, splitWritten, waitForReplicas } from '../replica-waiter.js';
 import { command as commandIntrospection } from './command-introspection.js';
 import {
   answerLater,
@@ -744,12 +744,8 @@ function timeoutArg(cmd: RespCommand, index: number, w: RespWriter): number | un
 
 /**
  * Waits for `replicas` acknowledgements of every fragment the connection wrote (and, `stable`, for
- * each at `stable` on its serving replica and its replicas). A wait that saw every replica there is
- * forgets the fragments: nothing older can then ask for more. A fragment whose serving replica
- * changed since the connection's oldest write it tracks (a failover, a move) took some of those
- * writes elsewhere: the replica serving it now cannot confirm them, so it counts as nothing
- * reached, once — it is then forgotten, as Redis's WAIT after a failover answers only for writes
- * the new master took.
+ * each at `stable` on its serving replica and its replicas); what it then forgets: replica-waiter.ts
+ * splitWritten and forgetAfterWait.
  */
 function waitForWrites(
   conn: RespConnection,
@@ -759,12 +755,10 @@ function waitForWrites(
 ): Promise<ReplicaWaitAnswer> {
   const dispatcher = nodeServer(conn).node.dispatcher;
   const written = conn.writtenFragments;
-  const fragments: number[] = [];
-  const unconfirmable: number[] = [];
-  for (const fragment of written.toArray()) {
-    const moved = dispatcher.servingChangedAt(fragment) > conn.writtenSinceStamp;
-    (moved ? unconfirmable : fragments).push(fragment);
-  }
+  const startStamp = dispatcher.servingStamp;
+  const { fragments, unconfirmable } = splitWritten(written.toArray(), conn.writtenSinceStamp, (f) =>
+    dispatcher.servingChangedAt(f),
+  );
   const others = dispatcher.otherReplicas;
   return waitForReplicas(dispatcher, {
     fragments,
@@ -776,8 +770,8 @@ function waitForWrites(
     timeoutMs,
     idleReached: others,
   }).then((answer) => {
-    if (answer.reached >= others && answer.local) written.clear();
-    else for (const fragment of unconfirmable) written.delete(fragment);
+    const confirmedAll = answer.reached >= others && answer.local;
+    conn.writtenSinceStamp = forgetAfterWait(written, unconfirmable, confirmedAll, startStamp);
     return answer;
   });
 }
