@@ -37,7 +37,9 @@ export function leaveHandedOver(selfId: string, table: AssignmentTable, fragment
 /**
  * Whether a node resumes a leave at start, from its own record in the member list its last run
  * persisted: a leave that run began (Leaving) or all but finished (Exiting) goes on, as the operator
- * asked for it; a crash or a restart does not take it back. The node starts Leaving then.
+ * asked for it; a crash or a restart does not take it back. The node starts Leaving then. (A node
+ * that left persists itself Exiting until a majority heard its Removed, so a leave whose news a
+ * crash cut short is announced again.)
  */
 export function resumesLeave(persistedSelfState: MemberState | undefined): boolean {
   return persistedSelfState === 'Leaving' || persistedSelfState === 'Exiting';

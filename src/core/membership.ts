@@ -37,7 +37,8 @@
 // - Join: a node started to join sends a join request to a seed; the seed admits it as Joining and
 //   answers with its full state; the joiner is then Up. Graceful leave: Leaving (the operator may
 //   cancel it: Up at a new incarnation), Exiting (once its data is handed off), Removed; the node stops once a majority of the others confirmed they heard
-//   its Removed (they refuse its messages), so a partition does not swallow the news. An Exiting
+//   its Removed (they refuse its messages), so a partition does not swallow the news; until then it
+//   persists itself Exiting, so a crash does not either (the restart resumes the leave). An Exiting
 //   member that would be Down is Removed instead: its leave is done, only its Removed was lost. An
 //   operator removes only a Down member. Removed is final: the
 //   member's messages and joins are answered with a refusal until it is wiped and given a new id.
@@ -916,6 +917,7 @@ export class Membership {
         );
       }
       this.stopped = true;
+      this.persistPending = true; // Removed now, as the last record of this node
       this.outbox.push({ kind: 'left' });
       return;
     }
@@ -953,6 +955,13 @@ export class Membership {
     for (const m of this.members.values()) if (VOTING.has(m.state)) others++;
     this.leaveHeardNeeded = others === 0 ? 0 : Math.floor(others / 2) + 1;
     this.leaveConfirmUntilMs = this.nowMs + MEMBERSHIP_LEAVE_CONFIRM_MAX_MS;
+  }
+
+  /** Removed by its own leave, and not stopped yet: it waits for a majority to hear it (`removeSelf`). */
+  private awaitingLeaveHeard(): boolean {
+    return (
+      this.selfState === 'Removed' && !this.stopped && this.leaveConfirmUntilMs !== Number.POSITIVE_INFINITY
+    );
   }
 
   /** Tells a few members that have not confirmed it that this node left: each applies it, or refuses us. */
@@ -1316,11 +1325,16 @@ export class Membership {
   }
 
   private records(): MemberRecord[] {
+    // Removed by its own leave and still waiting for a majority to hear it: persisted Exiting, so a
+    // node killed meanwhile resumes its leave when it restarts (resumesLeave) and announces it again.
+    // Persisted Removed, it would restart refused and silent, and members that never heard of its
+    // leave would hold it Down for good.
+    const selfState = this.awaitingLeaveHeard() ? 'Exiting' : this.selfState;
     return this.view().map(({ nodeId, address, incarnation, state }) => ({
       nodeId,
       address,
       incarnation,
-      state,
+      state: nodeId === this.config.nodeId ? selfState : state,
     }));
   }
 

@@ -527,6 +527,8 @@ test('reports lapse unless renewed, and count only from reporters we still reach
 class Net {
   readonly cores = new Map<string, Membership>();
   readonly log: Array<{ node: string; action: MembershipAction }> = [];
+  /** Nodes cut off from the others: what they send and what is sent to them is lost. */
+  readonly cutOff = new Set<string>();
   private queue: Array<{ atMs: number; to: string; message: MembershipMessage }> = [];
   nowMs = 0;
 
@@ -576,7 +578,7 @@ class Net {
     this.cores.get(node)!.takeActions(actions);
     for (const action of actions) {
       this.log.push({ node, action });
-      if (action.kind === 'send')
+      if (action.kind === 'send' && !this.cutOff.has(node) && !this.cutOff.has(action.to))
         this.queue.push({ atMs: this.nowMs + 1, to: action.to, message: structuredClone(action.message) });
     }
   }
@@ -793,6 +795,49 @@ test('a node restarted in the middle of its leave starts Leaving at its new inca
   assert.equal(resumesLeave('Exiting'), true, 'an Exiting node had handed everything over: it exits again');
   for (const state of ['Up', 'Joining', 'Down', 'Removed', undefined] as const)
     assert.equal(resumesLeave(state), false);
+});
+
+test('a node killed while it waits for a majority to hear its Removed resumes the leave on restart: the members that held it Down hear it', () => {
+  const net = threeMembers();
+  // a leaves while cut off: no one hears of it, and b and c find it gone (Down, after downAfterMs).
+  net.cutOff.add('a');
+  net.step('a', { kind: 'leave', requestId: 1, nowMs: 2_000 });
+  net.step('a', { kind: 'exit', requestId: 2, nowMs: 2_000 });
+  const downAtMs = 2_000 + MEMBERSHIP_CONFIG_DEFAULTS.downAfterMs + 30_000;
+  net.run(downAtMs);
+  assert.equal(net.cores.get('a')!.member('a')?.state, 'Removed');
+  assert.deepEqual(net.actionsOf('a', 'left'), [], 'still waiting for a majority to hear it');
+  for (const observer of ['b', 'c']) assert.equal(net.cores.get(observer)!.member('a')?.state, 'Down');
+  // Killed now, then started from what it persisted, as the node starts (cluster.ts).
+  const persisted = net.actionsOf('a', 'persist').at(-1);
+  assert.ok(persisted?.kind === 'persist');
+  const persistedState = persisted.members.find((m) => m.nodeId === 'a')?.state;
+  const resuming = resumesLeave(persistedState);
+  const removed = persistedState === 'Removed';
+  net.cores.delete('a');
+  net.cutOff.clear();
+  const restarted = net.add(
+    config('a', ['b', 'c'], {
+      restoredIncarnation: persisted.incarnation,
+      members: persisted.members,
+      selfState: resuming ? 'Leaving' : 'Up',
+      selfRemoved: removed,
+    }),
+  );
+  // It holds nothing (it handed everything over before): it exits again at once, as the node does.
+  net.step('a', { kind: 'exit', requestId: 3, nowMs: downAtMs });
+  net.run(downAtMs + 10_000);
+  assert.equal(restarted.member('a')?.state, 'Removed');
+  for (const observer of ['b', 'c']) assert.equal(net.cores.get(observer)!.member('a')?.state, 'Removed');
+  assert.deepEqual(net.actionsOf('a', 'left'), [{ kind: 'left' }]);
+  assert.equal(persistedState, 'Exiting', 'persisted Exiting until a majority heard its Removed');
+  const last = net.actionsOf('a', 'persist').at(-1);
+  assert.ok(last?.kind === 'persist');
+  assert.equal(
+    last.members.find((m) => m.nodeId === 'a')?.state,
+    'Removed',
+    'once it left, it persists Removed: a later start is refused',
+  );
 });
 
 test('a leave whose Removed was lost completes anyway: an Exiting member gone from a majority is Removed, not Down', () => {
