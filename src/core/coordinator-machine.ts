@@ -42,6 +42,7 @@ import {
   bootstrapChanges,
   cancelMove,
   chooseCoordinator,
+  dropLostCopies,
   finishMove,
   type MemberView,
   type MoveLimits,
@@ -88,7 +89,13 @@ export type PlacementMessage =
    * The member ignored the coordinator's entry of `fragment`: it holds `generation`, higher, from an
    * older coordinator's change that no majority took. The coordinator reissues its entry above it.
    */
-  | { kind: 'ahead'; from: string; fragment: number; generation: number };
+  | { kind: 'ahead'; from: string; fragment: number; generation: number }
+  /**
+   * `member` asks to join at `incarnation` without its earlier run's data (the memory store, a lost
+   * data directory), through the seed `from`, while the table still lists it: the coordinator drops
+   * its lost copies (coordinator.ts dropLostCopies), so the seed may admit it empty.
+   */
+  | { kind: 'lost-copies'; from: string; member: string; incarnation: number };
 
 export type CoordinatorEvent =
   | { kind: 'view'; view: readonly MemberView[]; nowMs: number }
@@ -162,6 +169,8 @@ export interface CoordinatorCounters {
   reissues: number;
   /** Fragments whose serving went to another of their replicas to even out who serves. */
   servingTransfers: number;
+  /** Replicas dropped from the table because their member came back without its data. */
+  lostCopiesDropped: number;
 }
 
 export class CoordinatorMachine {
@@ -204,6 +213,7 @@ export class CoordinatorMachine {
     movesCancelled: 0,
     reissues: 0,
     servingTransfers: 0,
+    lostCopiesDropped: 0,
   };
   private nextPlanAtMs = Number.POSITIVE_INFINITY;
   /**
@@ -331,6 +341,8 @@ export class CoordinatorMachine {
         return this.onReady(message.from, message.fragment, message.generation);
       case 'ahead':
         return this.onAhead(message.fragment, message.generation);
+      case 'lost-copies':
+        return this.onLostCopies(message.from, message.member, message.incarnation);
       case 'pull':
         if (this.roleNow !== 'coordinator') return;
         this.counters.pulls++;
@@ -728,6 +740,22 @@ export class CoordinatorMachine {
       `fragment ${fragment}: a member holds generation ${generation} from an older epoch: reissued above it`,
     );
     this.commit([reissueAbove(fragment, entry, generation, this.fence(), this.nowMs)]);
+  }
+
+  private onLostCopies(seed: string, member: string, incarnation: number): void {
+    if (!this.acting()) return; // the seed asks again at the joiner's next attempt
+    const known = this.view.find((m) => m.id === member);
+    // Its new run is here already (admitted, or its old run still answers): the question is stale.
+    if (known === undefined || known.reachable || known.incarnation >= incarnation) return;
+    const changes = dropLostCopies(this.table, member, this.fence(), this.nowMs);
+    if (changes.length === 0 || !this.keepsMajority(changes)) return;
+    this.log(
+      'info',
+      `${member} is back without its data (joining through ${seed}): dropped from the replicas of ${changes.length} fragments, which moves restore`,
+    );
+    this.counters.lostCopiesDropped += changes.length;
+    this.commit(changes);
+    this.plan();
   }
 
   private onPin(fragment: number, node: string): CoordinatorAnswer {

@@ -1296,6 +1296,70 @@ export function cancelMove(
   return nextReplicas(fragment, entry, fence, entry.replicas.slice(0, -1), null, moving.reason, nowMs);
 }
 
+/**
+ * A fragment's listed replicas that hold a whole copy, but `member`: all but a move's target, which
+ * is still copying.
+ */
+function wholeCopiesBesides(entry: ActiveAssignment, member: string): string[] {
+  return entry.replicas.filter((id) => id !== member && id !== entry.moving?.target);
+}
+
+/**
+ * The fragments whose only whole copy the table places on `member`: were its copies lost, no other
+ * replica would hold their data.
+ */
+export function onlyCopiesOn(table: AssignmentTable, member: string): number[] {
+  const fragments: number[] = [];
+  for (const [fragment, entry] of table.entries()) {
+    if (entry.kind !== 'active' || !entry.replicas.includes(member)) continue;
+    if (entry.moving?.target !== member && wholeCopiesBesides(entry, member).length === 0)
+      fragments.push(fragment);
+  }
+  return fragments;
+}
+
+/** The members that hold some fragment's only whole copy (`onlyCopiesOn` is not empty), sorted. */
+export function onlyCopyHolders(table: AssignmentTable): string[] {
+  const holders = new Set<string>();
+  for (const [, entry] of table.entries()) {
+    if (entry.kind !== 'active') continue;
+    const whole = entry.replicas.filter((id) => id !== entry.moving?.target);
+    if (whole.length === 1) holders.add(whole[0]);
+  }
+  return [...holders].sort(compareIds);
+}
+
+/**
+ * `member` is back without its earlier run's data (the memory store, a lost data directory): every
+ * list that names it leaves it out, so no node serves, fails over to or copies from an empty copy,
+ * and the planner restores R as for a Down member (its place taken by a new copy, on it or
+ * elsewhere). A move it was the target of is cancelled; one it was the source of goes on as a
+ * repair (no source). A fragment whose only whole copy it held keeps it listed (`onlyCopiesOn`):
+ * nothing would replace it. Recorded as `node_down:X`, a reason every version of the table reads.
+ */
+export function dropLostCopies(
+  table: AssignmentTable,
+  member: string,
+  fence: Fence,
+  nowMs: number,
+): TableChange[] {
+  const changes: TableChange[] = [];
+  for (const [fragment, entry] of table.entries()) {
+    if (entry.kind !== 'active' || !entry.replicas.includes(member)) continue;
+    const moving = entry.moving;
+    if (moving?.target !== member && wholeCopiesBesides(entry, member).length === 0) continue;
+    const replicas = entry.replicas.filter((id) => id !== member);
+    const next =
+      moving === null || moving.target === member
+        ? null
+        : moving.source === member
+          ? { ...moving, source: null }
+          : moving;
+    changes.push(nextReplicas(fragment, entry, fence, replicas, next, `node_down:${member}`, nowMs));
+  }
+  return changes;
+}
+
 /** The change to `replicas` at the next generation, under `fence`, with its history entry. */
 function nextReplicas(
   fragment: number,

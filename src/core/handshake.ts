@@ -30,6 +30,8 @@ export const CAPABILITY_PUBSUB = 1 << 9;
 export const CAPABILITY_CLIENT_PORTS = 1 << 10;
 /** Tessera's: the peer takes FragmentAbsent, the answer of a node that holds no copy of a fragment. */
 export const CAPABILITY_FRAGMENT_ABSENT = 1 << 11;
+/** Tessera's: the peer, as placement coordinator, takes a seed's PLACEMENT_LOST_COPIES. */
+export const CAPABILITY_LOST_COPIES = 1 << 12;
 
 /** Bits 0–6: a peer without any of them cannot take part in replication at wire version 3. */
 export const REQUIRED_WIRE_CAPABILITIES = 0x7f;
@@ -39,7 +41,8 @@ export const LOCAL_CAPABILITIES =
   CAPABILITY_SCAN |
   CAPABILITY_PUBSUB |
   CAPABILITY_CLIENT_PORTS |
-  CAPABILITY_FRAGMENT_ABSENT;
+  CAPABILITY_FRAGMENT_ABSENT |
+  CAPABILITY_LOST_COPIES;
 
 /** Fresh random bytes per connection per side; 256 bits make a repeat (and so a replay) hopeless. */
 export const HANDSHAKE_CHALLENGE_BYTES = 32;

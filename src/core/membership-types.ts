@@ -109,8 +109,11 @@ export type MembershipMessage =
       withoutData: boolean;
     }
   | { kind: 'join-accept'; from: string; members: MemberUpdate[] }
-  /** The receiver is not (or no longer) a member: a removed node, a duplicate id. */
-  | { kind: 'refuse'; from: string; reason: string };
+  /**
+   * The receiver is not (or no longer) a member: a removed node, a duplicate id. With `retry`, only
+   * not yet: its join waits for the cluster (its lost copies being dropped) and is asked again.
+   */
+  | { kind: 'refuse'; from: string; reason: string; retry?: boolean };
 
 export type OperatorStatus = 'Ok' | 'BadRequest' | 'NotFound' | 'Conflict';
 
@@ -149,8 +152,9 @@ export type MembershipEvent =
   /**
    * The members the placement table this node routes by lists (as replicas, a move's source or
    * target): a member held Down counts toward a Down decision's majority while the table lists it.
+   * `onlyCopies`: those of them that hold some fragment's only whole copy (absent: none).
    */
-  | { kind: 'placed'; members: readonly string[]; nowMs: number };
+  | { kind: 'placed'; members: readonly string[]; onlyCopies?: readonly string[]; nowMs: number };
 
 export interface MemberEventRecord {
   /** From 1, per node, with no gaps. */
@@ -175,6 +179,11 @@ export type MembershipAction =
    * it: this node id was a member before this process started. Told once per run.
    */
   | { kind: 'earlier-run'; incarnation: number }
+  /**
+   * `member` asks this seed to join at `incarnation` without its earlier run's data while the table
+   * lists it: the placement coordinator must drop its lost copies before it is admitted.
+   */
+  | { kind: 'lost-copies'; member: string; incarnation: number }
   | { kind: 'log'; level: 'info' | 'warn'; message: string };
 
 export interface MembershipConfig {
@@ -192,7 +201,8 @@ export interface MembershipConfig {
   selfState: 'Joining' | 'Up' | 'Leaving';
   /**
    * This run holds none of the data an earlier run of this node id may have held (the memory store,
-   * a new data directory): its join says so, and a seed whose table lists the id refuses it.
+   * a new data directory): its join says so, and a seed whose table lists the id has the placement
+   * coordinator drop its lost copies first (or refuses it, where it held a fragment's only copy).
    */
   withoutData?: boolean;
   /** A self record persisted as Removed: the node starts refused. */

@@ -207,6 +207,10 @@ export class Membership {
   private stopped = false;
   /** The members this node's placement table lists (`placed`); undefined before the first table. */
   private placed: ReadonlySet<string> | undefined;
+  /** Those of them that hold some fragment's only whole copy. */
+  private onlyCopies: ReadonlySet<string> = new Set();
+  /** Why the last join attempt was asked to wait (logged once until it changes). */
+  private joinWait = '';
 
   readonly counters: MembershipCounters = {
     fromUnknown: 0,
@@ -298,6 +302,7 @@ export class Membership {
           break;
         case 'placed':
           this.placed = new Set(event.members);
+          this.onlyCopies = new Set(event.onlyCopies);
           break;
       }
       this.runTimers();
@@ -374,7 +379,7 @@ export class Membership {
       return;
     }
     if (message.kind === 'join-request') return this.onJoinRequest(message);
-    if (message.kind === 'refuse') return this.onRefuse(message.from, message.reason);
+    if (message.kind === 'refuse') return this.onRefuse(message.from, message.reason, message.retry === true);
     const updates =
       message.kind === 'sync' || message.kind === 'join-accept' ? message.members : message.updates;
     const updatesMax =
@@ -388,6 +393,8 @@ export class Membership {
     }
     if (!this.admitSender(message.from, updates, remote)) return;
     for (const update of updates) this.applyUpdate(update);
+    // It learns the members, and answers none (`unadmitted`).
+    if (this.unadmitted() && message.kind !== 'join-accept') return;
     switch (message.kind) {
       case 'ping':
         return this.onPing(message.from, message.seq, message.target);
@@ -750,6 +757,16 @@ export class Membership {
   private onJoinRequest(request: Extract<MembershipMessage, { kind: 'join-request' }>): void {
     const existing = this.members.get(request.from);
     const refusal = this.joinRefusal(request, existing);
+    if (refusal === undefined && this.losesCopies(request)) {
+      // Admitted once the coordinator dropped its lost copies from the table; it asks again meanwhile.
+      this.outbox.push({ kind: 'lost-copies', member: request.from, incarnation: request.incarnation });
+      const reason =
+        `node id ${request.from} is a replica in the cluster's table and this node starts without its ` +
+        `earlier run's data: the placement coordinator drops its lost copies, then it is admitted empty`;
+      const wait: MembershipMessage = { kind: 'refuse', from: this.config.nodeId, reason, retry: true };
+      this.outbox.push({ kind: 'send', to: request.from, address: request.address, message: wait });
+      return;
+    }
     if (refusal !== undefined) {
       const refuse: MembershipMessage = { kind: 'refuse', from: this.config.nodeId, reason: refusal };
       this.outbox.push({ kind: 'send', to: request.from, address: request.address, message: refuse });
@@ -783,12 +800,12 @@ export class Membership {
         : undefined;
     if (existing.state === 'Removed')
       return 'this node id was removed from the cluster; wipe the node and join with a new id';
-    // Its copies would be served, and failed over to, empty: acknowledged writes read as missing.
-    if (request.withoutData && this.placed?.has(request.from) === true)
+    // No other replica holds what it held: only the operator may accept that loss.
+    if (request.withoutData && this.onlyCopies.has(request.from))
       return (
-        `node id ${request.from} is a replica in the cluster's table and this node starts without ` +
-        `its earlier run's data, so its copies would be empty; once the cluster holds ${request.from} ` +
-        `Down, remove it (tessera cluster remove ${request.from}) and join with a new --node-id`
+        `node id ${request.from} held the only copy of some fragments in the cluster's table and this ` +
+        `node starts without its earlier run's data, so that data is lost; once the cluster holds ` +
+        `${request.from} Down, remove it (tessera cluster remove ${request.from}) and join with a new --node-id`
       );
     const live = existing.state !== 'Down' && !existing.unreachable;
     if (live && existing.address !== request.address)
@@ -796,6 +813,16 @@ export class Membership {
     // Otherwise a lower incarnation is no reason to refuse: the accept carries our record of the
     // member, which the joiner outbids or refutes with a higher one.
     return undefined;
+  }
+
+  /**
+   * A joiner without its earlier run's data whose id the table still lists (past joinRefusal, so each
+   * of its copies is held whole elsewhere too): served, or failed over to, its empty copies would
+   * answer acknowledged writes as missing, so it waits until the coordinator has dropped them
+   * (coordinator.ts dropLostCopies).
+   */
+  private losesCopies(request: Extract<MembershipMessage, { kind: 'join-request' }>): boolean {
+    return request.withoutData && this.placed?.has(request.from) === true;
   }
 
   private onJoinAccept(): void {
@@ -808,7 +835,7 @@ export class Membership {
    * A refusal ends a join; from a member we know it means we were removed (Removed is final for an
    * id, and only the cluster's members get past the handshake), so this node stops too.
    */
-  private onRefuse(from: string, reason: string): void {
+  private onRefuse(from: string, reason: string, retry: boolean): void {
     if (this.selfState === 'Removed') {
       // Our own leave: a member refusing us has heard we are Removed.
       if (this.leaveConfirmUntilMs !== Number.POSITIVE_INFINITY && this.members.has(from)) {
@@ -817,8 +844,15 @@ export class Membership {
       return;
     }
     if (this.selfState === 'Joining' && this.joinRetryMs !== Number.POSITIVE_INFINITY) {
-      return this.refuseSelf(`join refused by ${from}: ${String(reason)}`);
+      if (!retry) return this.refuseSelf(`join refused by ${from}: ${String(reason)}`);
+      // Not yet: the join is asked again at its next attempt.
+      const wait = `join waits at ${from}: ${String(reason)}`;
+      if (wait !== this.joinWait) this.log('info', wait);
+      this.joinWait = wait;
+      return;
     }
+    // A wait is for a joiner only: a member told it is no refusal.
+    if (retry) return;
     const sender = this.members.get(from);
     if (sender === undefined || sender.state === 'Removed') return;
     this.refuseSelf(`refused by member ${from}: ${String(reason)}`);
@@ -935,6 +969,15 @@ export class Membership {
     this.checkSuspicionsAndDown();
     if (now >= this.nextGossipMs) this.gossipRound();
     if (now >= this.nextPushPullMs && this.probing()) this.pushPull();
+  }
+
+  /**
+   * A joining node tells no member of itself (no gossip, no answer) until a seed admits it: a member
+   * that heard its new incarnation would take it for admitted — as one of the table's replicas when
+   * it rejoins under its id, before its seed had the coordinator drop its lost copies.
+   */
+  private unadmitted(): boolean {
+    return this.selfState === 'Joining';
   }
 
   /** A joining node waits for the seed's state; a removed one only lingers to gossip its leave. */
@@ -1177,7 +1220,7 @@ export class Membership {
 
   private gossipRound(): void {
     this.nextGossipMs = this.nowMs + this.config.gossipIntervalMs;
-    if (this.queue.length === 0) return;
+    if (this.queue.length === 0 || this.unadmitted()) return;
     for (const m of this.randomMembers(this.config.gossipNodes, (m) => m.state !== 'Removed')) {
       const updates = this.piggyback();
       if (updates.length === 0) return;
@@ -1194,7 +1237,7 @@ export class Membership {
 
   /** Sends `nodeId` this node's whole view, asking for its own back (a member this node knows). */
   private syncWith(nodeId: string): void {
-    if (nodeId === this.config.nodeId || !this.members.has(nodeId)) return;
+    if (nodeId === this.config.nodeId || !this.members.has(nodeId) || this.unadmitted()) return;
     this.sendTo(nodeId, {
       kind: 'sync',
       from: this.config.nodeId,

@@ -63,6 +63,8 @@ export interface MemberJoinAcceptWire {
 export interface MemberRefuseWire {
   from: string;
   reason: string;
+  /** Absent from a node of an earlier version: false. */
+  retry?: boolean;
 }
 
 /** The decoded message, or why it was refused (for the log line of the closed connection). */
@@ -173,7 +175,7 @@ function envelopeOf(m: MembershipMessage): Envelope {
     case 'join-accept':
       return { memberJoinAccept: { from: m.from, members: m.members.map(updateWire) } };
     case 'refuse':
-      return { memberRefuse: { from: m.from, reason: m.reason } };
+      return { memberRefuse: { from: m.from, reason: m.reason, retry: m.retry === true } };
   }
 }
 
@@ -226,7 +228,10 @@ function messageOf(e: Envelope): MembershipMessage {
     return { kind: 'join-accept', from: w.from, members: updatesOf(w.members, 'join-accept.members') };
   }
   const w = e.memberRefuse as MemberRefuseWire;
-  return { kind: 'refuse', from: w.from, reason: w.reason };
+  // `retry` only when set, as the core writes it.
+  return w.retry === true
+    ? { kind: 'refuse', from: w.from, reason: w.reason, retry: true }
+    : { kind: 'refuse', from: w.from, reason: w.reason };
 }
 
 function probeOf(w: MemberProbeWire, kind: string) {

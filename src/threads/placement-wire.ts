@@ -23,6 +23,7 @@ export interface PlacementMessageWire {
   refused: boolean;
   fragment: number;
   generation: WireUint64;
+  member: string;
 }
 
 const KIND_WIRE: Record<PlacementMessage['kind'], number> = {
@@ -33,6 +34,7 @@ const KIND_WIRE: Record<PlacementMessage['kind'], number> = {
   pull: 5,
   ready: 6,
   ahead: 7,
+  'lost-copies': 8,
 };
 const KIND_BY_WIRE: ReadonlyArray<PlacementMessage['kind'] | undefined> = [
   undefined,
@@ -43,6 +45,7 @@ const KIND_BY_WIRE: ReadonlyArray<PlacementMessage['kind'] | undefined> = [
   'pull',
   'ready',
   'ahead',
+  'lost-copies',
 ];
 /** A digest is `epoch/coordinator@incarnation/entries/generations`. */
 const DIGEST_BYTES_MAX = NODE_ID_BYTES_MAX + 80;
@@ -60,11 +63,13 @@ export function encodePlacementMessage(message: PlacementMessage): Uint8Array {
         ? Buffer.from(JSON.stringify(message.table), 'utf8')
         : new Uint8Array(0),
     digest: message.kind === 'digest' ? message.digest : '',
-    incarnation: message.kind === 'report-request' ? message.incarnation : 0,
+    incarnation:
+      message.kind === 'report-request' || message.kind === 'lost-copies' ? message.incarnation : 0,
     epoch: message.kind === 'report-request' || message.kind === 'report' ? message.epoch : 0,
     refused: message.kind === 'report' && message.refused,
     fragment: message.kind === 'ready' || message.kind === 'ahead' ? message.fragment : 0,
     generation: message.kind === 'ready' || message.kind === 'ahead' ? message.generation : 0,
+    member: message.kind === 'lost-copies' ? message.member : '',
   };
   return encodeEnvelope({ placement: wire } as Envelope);
 }
@@ -96,6 +101,11 @@ export function decodePlacementMessage(bytes: Uint8Array, fragmentCount: number)
       message: { kind, from, fragment: wire.fragment, generation },
       table: undefined,
     };
+  }
+  if (kind === 'lost-copies') {
+    if (!isValidNodeId(wire.member)) return malformed('lost copies of no node id');
+    const message = { kind, from, member: wire.member, incarnation };
+    return { kind: 'message', message, table: undefined };
   }
   if (kind === 'report-request') {
     if (epoch < 1) return malformed('a report request proposes no epoch');

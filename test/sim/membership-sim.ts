@@ -34,7 +34,12 @@
 import { assert } from '../../src/core/assert.js';
 import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/assignment-table.js';
 import type { DriverClock } from '../../src/core/clock.js';
-import { firstPlacement, type MemberView, type MoveLimits } from '../../src/core/coordinator.js';
+import {
+  firstPlacement,
+  type MemberView,
+  type MoveLimits,
+  onlyCopyHolders,
+} from '../../src/core/coordinator.js';
 import { CoordinatorMachine, type EpochPromise } from '../../src/core/coordinator-machine.js';
 import { resumesLeave } from '../../src/core/leave.js';
 import {
@@ -118,6 +123,11 @@ export interface SimNode {
   coordinatorTimer: SimTimer | undefined;
   /** What it persisted last: a restart starts from it. */
   persisted: { incarnation: number; members: MemberRecord[] } | undefined;
+  /**
+   * Its store was lost before this start (what it persisted too): it starts at its local clock's
+   * milliseconds, as a node on a new data directory does, and joins through `joinSeed`.
+   */
+  wiped: boolean;
   /** The table it persisted last, as the data directory holds it (JSON text), and its promise. */
   persistedTable: string | undefined;
   persistedPromise: EpochPromise | undefined;
@@ -245,6 +255,7 @@ export class MembershipSim {
       timer: undefined,
       coordinatorTimer: undefined,
       persisted: undefined,
+      wiped: false,
       persistedTable: undefined,
       persistedPromise: undefined,
       pausedUntilMs: 0,
@@ -625,6 +636,8 @@ export class MembershipSim {
   protected start(node: SimNode): void {
     this.trace(`start ${node.id}`);
     const restored = node.persisted;
+    const wiped = node.wiped;
+    node.wiped = false;
     // A joiner starts knowing itself only; restarted, it rejoins the members it persisted, or joins
     // again when it persisted only itself (killed mid-join), as the node decides.
     const joining = startsJoining(node.id, node.joinSeed === undefined ? 0 : 1, restored?.members ?? []);
@@ -656,7 +669,9 @@ export class MembershipSim {
         ...MEMBERSHIP_CONFIG_DEFAULTS,
         nodeId: node.id,
         address: `${node.id}:7000`,
-        restoredIncarnation: restored?.incarnation,
+        restoredIncarnation: restored?.incarnation ?? (wiped ? this.localMs(node) : undefined),
+        // As the node: a new data directory, or one whose join was never answered, holds no data.
+        withoutData: restored === undefined || joining,
         members,
         selfState: resuming ? 'Leaving' : joining ? 'Joining' : 'Up',
         // Restarted after its leave completed: membership refuses it at once (the node's rule).
@@ -670,7 +685,7 @@ export class MembershipSim {
           node.persisted = { incarnation, members };
           return undefined;
         },
-        log: () => {},
+        log: (_level, _fields, message) => this.trace(`${node.id} membership: ${message}`),
       },
       {
         onMemberEvent: (event) =>
@@ -682,6 +697,8 @@ export class MembershipSim {
         },
         // Each node keeps its incarnation across restarts here: what it hears of earlier runs says nothing.
         onEarlierRun: () => {},
+        // As the node (cluster.ts askToDropLostCopies): every node here takes the message.
+        onLostCopies: (member, incarnation) => node.coordinator?.lostCopies(member, incarnation),
         onLeft: () => {
           assert(node.leaving, `${node.id} left though no one asked it to`);
           this.leavers.push(node);
@@ -724,7 +741,7 @@ export class MembershipSim {
         onTableChanged: (table, fragments) => {
           this.onTableChanged(node, table);
           // As the node (cluster.ts onTableChanged): membership hears which members the table lists.
-          node.core?.placed(table.members());
+          node.core?.placed(table.members(), onlyCopyHolders(table));
           this.onRoutingTable(node, table, fragments);
         },
         onCoordinatorChanged: (coordinator, epoch) => {
@@ -744,7 +761,7 @@ export class MembershipSim {
       },
     );
     // As the node at start, which routes by its restored table as by a changed one.
-    node.core.placed(node.coordinator.table.members());
+    node.core.placed(node.coordinator.table.members(), onlyCopyHolders(node.coordinator.table));
     this.onNodeStarted(node);
     this.connectionsChanged();
     this.feedView(node);

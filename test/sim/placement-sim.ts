@@ -1,7 +1,9 @@
 // A seeded simulator of fragments that move while clients write: the membership simulator's world
 // (membership-sim.ts: 5–7 nodes on a simulated network and clock, the real membership and
 // coordinator drivers, partitions, loss, kills, restarts, pauses, skewed clocks) with the
-// coordinator planning moves (MOVE_LIMITS_DEFAULT), new nodes joining through a seed, members asked
+// coordinator planning moves (MOVE_LIMITS_DEFAULT), new nodes joining through a seed, killed nodes
+// restarting on a lost store (rejoining under their id through a seed, which has the coordinator
+// drop the copies the table still lists on them; what only the lost store held is lost), members asked
 // to leave (never below R members staying; a restart resumes a leave its last run persisted, one it
 // had not persisted is asked again), fragments pinned to a member by an operator (some while their
 // serving replica moves away, to a replica they keep), serving evened out across the members by the
@@ -67,6 +69,7 @@ import {
   eligibleMembers,
   floorReplicas,
   MOVE_LIMITS_DEFAULT,
+  onlyCopiesOn,
   planMoves,
   servingSuccessionSource,
   servingTransfers,
@@ -118,6 +121,11 @@ export interface PlacementSimOptions extends MembershipSimOptions {
   tablePropagationBoundMs: number;
   /** From the end of the faults (or a calm join) until placement and the data have settled. */
   settleBoundMs: number;
+  /**
+   * Of the restarts of a killed node, the share whose store was lost (a memory-store node, a replaced
+   * disk): it starts on nothing and joins through a running member (as with --join).
+   */
+  wipeChance: number;
 }
 
 export const PLACEMENT_SIM_DEFAULTS: Omit<PlacementSimOptions, 'seed'> = {
@@ -136,6 +144,7 @@ export const PLACEMENT_SIM_DEFAULTS: Omit<PlacementSimOptions, 'seed'> = {
   tablePropagationBoundMs: COORDINATOR_DIGEST_INTERVAL_MS + 5_000,
   // Membership converges within 75 s of the heal; the moves that follow run 2 in and 2 out per node.
   settleBoundMs: 120_000,
+  wipeChance: 0.3,
 };
 
 export interface PlacementSimReport {
@@ -146,6 +155,10 @@ export interface PlacementSimReport {
   departures: number;
   kills: number;
   partitions: number;
+  /** Restarts on a lost store, the acknowledged writes only the lost store held (asynchronous replication's loss), and the replicas the coordinator dropped for them. */
+  wipes: number;
+  writesLostToWipes: number;
+  lostCopiesDropped: number;
   writesAcked: number;
   writesRefused: number;
   /** Writes forwarded by the node a client wrote through, and how they ended when not applied. */
@@ -283,6 +296,7 @@ const COUNTERS: ReadonlyArray<keyof CoordinatorCounters> = [
   'movesFinished',
   'movesCancelled',
   'servingTransfers',
+  'lostCopiesDropped',
 ];
 
 export class PlacementSim extends MembershipSim {
@@ -316,6 +330,7 @@ export class PlacementSim extends MembershipSim {
     movesFinished: 0,
     movesCancelled: 0,
     servingTransfers: 0,
+    lostCopiesDropped: 0,
   };
   private readonly stats: PlacementSimReport;
 
@@ -328,6 +343,9 @@ export class PlacementSim extends MembershipSim {
       departures: 0,
       kills: 0,
       partitions: 0,
+      wipes: 0,
+      writesLostToWipes: 0,
+      lostCopiesDropped: 0,
       writesAcked: 0,
       writesRefused: 0,
       forwarded: 0,
@@ -568,6 +586,58 @@ export class PlacementSim extends MembershipSim {
   }
 
   // ---- The world's hooks ----
+
+  /** A killed node restarts; sometimes on a lost store (`wipeChance`). */
+  protected override start(node: SimNode): void {
+    const seed = this.wipeSeedFor(node);
+    if (seed !== undefined) this.wipe(node, seed);
+    super.start(node);
+  }
+
+  /**
+   * The running member a restart on a lost store joins through, or undefined when this restart keeps
+   * its store: a first start, a leaver, a node that holds some fragment's only whole copy in a table
+   * a running node holds (its seed would refuse it), or no running member to join through.
+   */
+  private wipeSeedFor(node: SimNode): SimNode | undefined {
+    if (node.persisted === undefined || node.leaving || this.random() >= this.sim.wipeChance)
+      return undefined;
+    const running = this.nodes.filter((n) => n !== node && n.core !== undefined && !n.leaving);
+    if (running.some((n) => onlyCopiesOn(n.coordinator!.table, node.id).length > 0)) return undefined;
+    return running.length === 0 ? undefined : running[Math.floor(this.random() * running.length)];
+  }
+
+  /**
+   * The node's store is lost: its copies, and what it persisted. An acknowledged write only that store
+   * held (its replication was still queued when the node died) is lost with it, as asynchronous
+   * replication loses it: what is acknowledged from then on is the newest version another copy holds.
+   */
+  private wipe(node: SimNode, seed: SimNode): void {
+    this.stats.wipes++;
+    this.trace(`${node.id} lost its store: it joins through ${seed.id}`);
+    const holder = this.holders.get(node.id);
+    for (const [fragment, copy] of holder?.copies ?? []) {
+      for (const [key, version] of copy) {
+        const ackedKey = `${fragment}/${key}`;
+        const acked = this.acked.get(ackedKey);
+        if (acked === undefined || version < acked) continue;
+        let elsewhere = 0;
+        for (const [id, h] of this.holders)
+          if (id !== node.id) elsewhere = Math.max(elsewhere, h.copies.get(fragment)?.get(key) ?? 0);
+        if (elsewhere >= acked) continue;
+        this.stats.writesLostToWipes++;
+        if (elsewhere === 0) this.acked.delete(ackedKey);
+        else this.acked.set(ackedKey, elsewhere);
+      }
+    }
+    holder?.copies.clear();
+    holder?.served.clear();
+    node.persisted = undefined;
+    node.persistedTable = undefined;
+    node.persistedPromise = undefined;
+    node.joinSeed = seed.id;
+    node.wiped = true;
+  }
 
   protected override onNodeStarted(node: SimNode): void {
     let holder = this.holders.get(node.id);

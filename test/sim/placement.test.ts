@@ -1,6 +1,7 @@
 // The placement simulator (placement-sim.ts) over a few seeds: while clients write, fragments move
 // (joins, leaves, Down members, rebalancing, pins) and serving is evened out, through partitions,
-// kills, restarts, pauses and skewed clocks, with the real placement driver on every node. No
+// kills, restarts (some on a lost store, rejoining under their id), pauses and skewed clocks, with
+// the real placement driver on every node. No
 // acknowledged write is lost, no copy is dropped before its handoff, a leaving node exits only once
 // it holds nothing, no fragment goes without a serving replica past the grace while one could serve
 // it, and once the faults stop every fragment settles at R replicas with no move left, without the
@@ -30,6 +31,8 @@ test('fragments move under a write load through faults without losing an acknowl
   // The faults and the moves happened: otherwise the run proves nothing.
   const sum = (key: keyof PlacementSimReport) => reports.reduce((total, r) => total + r[key], 0);
   assert.ok(sum('kills') > 0 && sum('partitions') > 0, 'kills and partitions');
+  // Killed nodes came back on lost stores; the coordinator dropped the copies the table still listed.
+  assert.ok(sum('wipes') > 0 && sum('lostCopiesDropped') > 0, 'restarts on lost stores, lost copies dropped');
   assert.ok(sum('departures') > 0, 'members left');
   assert.ok(
     sum('writesAcked') > 0 && sum('movesFinished') > 0 && sum('drops') > 0,

@@ -88,6 +88,8 @@ function describeMessage(m: PlacementMessage): string {
       return `ready ${m.fragment} g${m.generation}`;
     case 'ahead':
       return `ahead ${m.fragment} g${m.generation}`;
+    case 'lost-copies':
+      return `lost-copies ${m.member}@${m.incarnation}`;
   }
 }
 
@@ -1167,6 +1169,50 @@ describe('moves', () => {
     lonely.advance(PLACEMENT_PLAN_INTERVAL_MS * 3);
     assert.equal(lonely.digests()[0], digest);
     assert.deepEqual(inFlight(lonely, 'a'), []);
+  });
+
+  test('a member back without its data is dropped from every list on its seed’s word, and moves restore R', () => {
+    const ids = ['a', 'b', 'c', 'd', 'e'];
+    const cluster = bootstrapped(ids, PLACEMENT_5, MOVE_LIMITS_DEFAULT);
+    settle(cluster, 'a');
+    const listsE = () =>
+      cluster
+        .machine('a')
+        .current.entries()
+        .filter(([, e]) => e.kind === 'active' && e.replicas.includes('e')).length;
+    assert.ok(listsE() > 0);
+    // e restarted on an empty store: unreachable at its old incarnation; its join reaches seed b.
+    const away = viewOf(ids, { e: 'unreachable' }, { e: 7 });
+    cluster.views(['a', 'b', 'c', 'd'], away);
+    const ask = { kind: 'lost-copies', from: 'b', member: 'e', incarnation: 9 } as const;
+    // A question that is stale (its new run is here already) or from a node that does not act changes nothing.
+    const digest = cluster.digests()[0];
+    cluster.receive('a', { ...ask, incarnation: 7 });
+    cluster.receive('b', ask);
+    assert.equal(cluster.digests()[0], digest);
+    assert.ok(
+      cluster
+        .receive('a', ask)
+        .some((line) =>
+          /e is back without its data \(joining through b\): dropped from the replicas of \d+ fragments/.test(
+            line,
+          ),
+        ),
+    );
+    cluster.deliverAll();
+    assert.equal(listsE(), 0);
+    for (const id of ['b', 'c', 'd'])
+      assert.equal(cluster.machine(id).current.describe(), cluster.machine('a').current.describe());
+    // Admitted at its new incarnation, it takes copies again; every fragment has R replicas.
+    cluster.views(['a', 'b', 'c', 'd'], viewOf(ids, {}, { e: 9 }));
+    settle(cluster, 'a');
+    for (const [, entry] of cluster.machine('a').current.entries())
+      assert.equal(entry.kind === 'active' && entry.replicas.length, REPLICAS);
+    assert.ok(listsE() > 0, 'e holds copies again');
+    // The same question again, late: its new run is a member, so nothing is dropped.
+    const settled = cluster.digests()[0];
+    cluster.receive('a', ask);
+    assert.equal(cluster.digests()[0], settled);
   });
 
   test('a planner blocked by too few eligible members says so once, and once more when it is not', () => {

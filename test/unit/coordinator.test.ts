@@ -18,10 +18,12 @@ import {
   chooseCoordinator,
   describePlan,
   desiredPlacement,
+  dropLostCopies,
   finishMove,
   floorReplicas,
   type MemberView,
   mayChangeTable,
+  onlyCopiesOn,
   type Plan,
   pinFragment,
   planMoves,
@@ -568,6 +570,89 @@ test('a move whose target went Down is cancelled, and the list returns to what i
     2,
   );
   assert.deepEqual((cancelled.entry as ActiveAssignment).replicas, move.replicasBefore);
+});
+
+test('a member back without its data leaves every list with another whole copy, and the planner restores R', () => {
+  const table = bootstrap(['a', 'b', 'c', 'd'], 16, 2);
+  const self = { id: 'a', incarnation: 0 };
+  const fence = fenceOf('a', 1);
+  const listing = (id: string) =>
+    table.entries().filter(([, e]) => e.kind === 'active' && e.replicas.includes(id));
+  // A move onto d, and one off d to e, in flight.
+  const [onto] = table.entries().find(([, e]) => e.kind === 'active' && !e.replicas.includes('d'))!;
+  const [off] = listing('d')[0];
+  for (const [fragment, source, target] of [
+    [onto, null, 'd'],
+    [off, 'd', 'e'],
+  ] as const) {
+    const entry = table.active(fragment)!;
+    const move = {
+      fragment,
+      source,
+      target,
+      reason: 'rebalance',
+      replicasBefore: entry.replicas,
+      replicasAfter: [...entry.replicas, target],
+    };
+    assert.equal(table.apply(startMove(entry, move, fence, 1), self).outcome, 'applied');
+  }
+  const before = new Map(table.entries().map(([f, e]) => [f, e as ActiveAssignment]));
+  const changes = dropLostCopies(table, 'd', fence, 2);
+  assert.equal(changes.length, listing('d').length);
+  assert.deepEqual(onlyCopiesOn(table, 'd'), []);
+  applyAll(table, changes, self);
+  assert.deepEqual(listing('d'), []);
+  for (const { fragment } of changes) {
+    const was = before.get(fragment)!;
+    const now = table.active(fragment)!;
+    assert.equal(now.generation, was.generation + 1);
+    assert.deepEqual(
+      now.replicas,
+      was.replicas.filter((id) => id !== 'd'),
+      'the others keep their order',
+    );
+    assert.equal(now.history.at(-1)?.reason, 'node_down:d');
+  }
+  assert.equal(table.active(onto)!.moving, null, 'the move onto d is cancelled');
+  assert.deepEqual(table.active(off)!.moving, { source: null, target: 'e', reason: 'rebalance' });
+  // Fragments a replica short are repaired first, d (Up again) taking its share back.
+  const view = upView(['a', 'b', 'c', 'd', 'e']);
+  assert.ok(planMoves(table, view, 2).moves.every((m) => m.source === null));
+  converge(table, view, 2, fence, 500);
+  for (const [, entry] of table.entries()) assert.equal((entry as ActiveAssignment).replicas.length, 2);
+  assert.ok((replicaCounts(table).get('d') ?? 0) > 0);
+});
+
+test('a fragment whose only whole copy was on the member keeps it listed', () => {
+  const table = bootstrap(['a', 'd'], 8, 1);
+  const onD = table.entries().filter(([, e]) => (e as ActiveAssignment).replicas[0] === 'd');
+  assert.ok(onD.length > 0);
+  assert.deepEqual(
+    onlyCopiesOn(table, 'd'),
+    onD.map(([f]) => f),
+  );
+  assert.deepEqual(dropLostCopies(table, 'd', fenceOf('a', 1), 1), []);
+  // A copy still on its way to another member is no whole copy: d's stays listed.
+  const [fragment, entry] = onD[0];
+  const active = entry as ActiveAssignment;
+  const move = {
+    fragment,
+    source: 'd',
+    target: 'a',
+    reason: 'rebalance',
+    replicasBefore: active.replicas,
+    replicasAfter: ['d', 'a'],
+  };
+  table.apply(startMove(active, move, fenceOf('a', 1), 1), { id: 'a', incarnation: 0 });
+  assert.ok(onlyCopiesOn(table, 'd').includes(fragment));
+  assert.deepEqual(dropLostCopies(table, 'd', fenceOf('a', 1), 2), []);
+  // ... while a target that was itself lost leaves its move.
+  assert.ok(!onlyCopiesOn(table, 'a').includes(fragment));
+  const cancelled = dropLostCopies(table, 'a', fenceOf('a', 1), 3);
+  assert.deepEqual(
+    cancelled.map((c) => [c.fragment, (c.entry as ActiveAssignment).replicas]),
+    [[fragment, ['d']]],
+  );
 });
 
 test('a pinned fragment moves to its pin and keeps it across a coordinator failover', () => {

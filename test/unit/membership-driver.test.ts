@@ -143,6 +143,7 @@ class Network {
           onRefused: () => {},
           onLeft: () => {},
           onEarlierRun: () => {},
+          onLostCopies: () => {},
         },
         this.time.clock(),
         key,

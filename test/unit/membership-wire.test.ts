@@ -69,6 +69,7 @@ const EXAMPLES: MembershipMessage[] = [
   { kind: 'join-request', from: 'new', address: 'new.example:7001', incarnation: 12, withoutData: true },
   { kind: 'join-accept', from: 'seed', members: [alive('seed'), suspect('x', 'seed')] },
   { kind: 'refuse', from: 'seed', reason: 'removed from the cluster' },
+  { kind: 'refuse', from: 'seed', reason: 'its lost copies are dropped first', retry: true },
 ];
 
 function roundTrip(message: MembershipMessage): MembershipMessage {
@@ -203,6 +204,10 @@ describe('membership messages round-trip', () => {
         plain,
       ),
       fc.record({ kind: fc.constant('refuse' as const), from: nodeId, reason: fc.string() }, plain),
+      fc.record(
+        { kind: fc.constant('refuse' as const), from: nodeId, reason: fc.string(), retry: fc.constant(true) },
+        plain,
+      ),
     );
     fc.assert(
       fc.property(message, (m) => {

@@ -1238,7 +1238,7 @@ test('a node that gives up stops as a refused one: the reason goes out, it probe
   assert.equal(h.sends('ack', afterGiveUp).length, 0, 'no answer to a probe');
 });
 
-test('a seed refuses a joiner without its earlier run’s data while its table lists the id; it admits it otherwise', () => {
+test('a seed has a joiner without its earlier run’s data wait while its table lists the id, and its lost copies dropped', () => {
   const join = (from: string, withoutData: boolean): MembershipMessage => ({
     kind: 'join-request',
     from,
@@ -1246,34 +1246,88 @@ test('a seed refuses a joiner without its earlier run’s data while its table l
     incarnation: 1_796_000_000_000,
     withoutData,
   });
-  const refusalsTo = (h: Harness, to: string) =>
-    h.sends('refuse').filter((s) => s.to === to && s.message.kind === 'refuse');
+  const answersTo = (h: Harness, to: string, since = 0) =>
+    h
+      .sends('refuse', since)
+      .filter((s) => s.to === to)
+      .map((s) => s.message as Extract<MembershipMessage, { kind: 'refuse' }>);
+  const lostCopies = (h: Harness) => h.actions.filter((a) => a.kind === 'lost-copies');
 
-  // b, a member the table lists, restarts on an empty store: refused, naming the way out.
+  // b, a member the table lists, restarts on an empty store: told to wait, its lost copies asked
+  // to be dropped, at each attempt.
   const h = new Harness(config('s', ['b', 'c']));
-  h.step({ kind: 'placed', members: ['s', 'b', 'c'], nowMs: 5 });
+  h.step({ kind: 'placed', members: ['s', 'b', 'c'], onlyCopies: [], nowMs: 5 });
   h.deliver(join('b', true), 10);
-  const [refusal] = refusalsTo(h, 'b');
-  assert.ok(refusal !== undefined && refusal.message.kind === 'refuse');
-  assert.match(refusal.message.reason, /node id b is a replica in the cluster's table/);
-  assert.match(refusal.message.reason, /tessera cluster remove b/);
+  h.deliver(join('b', true), 1_010);
+  const waits = answersTo(h, 'b');
+  assert.equal(waits.length, 2);
+  for (const wait of waits) {
+    assert.equal(wait.retry, true);
+    assert.match(wait.reason, /node id b is a replica in the cluster's table .* drops its lost copies/);
+  }
+  assert.deepEqual(lostCopies(h), [
+    { kind: 'lost-copies', member: 'b', incarnation: 1_796_000_000_000 },
+    { kind: 'lost-copies', member: 'b', incarnation: 1_796_000_000_000 },
+  ]);
   assert.equal(h.sends('join-accept').length, 0);
   assert.equal(h.core.member('b')?.incarnation, 1, 'its record is left as it was');
 
-  // With its data (a restart that kept its data directory), the same id is admitted.
-  h.deliver(join('b', false), 20);
+  // With its data (a restart that kept its data directory), the same id is admitted at once.
+  h.deliver(join('b', false), 1_020);
   assert.equal(h.sends('join-accept').filter((s) => s.to === 'b').length, 1);
 
-  // A new id, and an id the table no longer lists, are admitted without data.
+  // Once the table lists it no more, it is admitted without data, as a new id is.
   const g = new Harness(config('s', ['b', 'c']));
-  g.step({ kind: 'placed', members: ['s', 'c'], nowMs: 5 });
-  g.deliver(join('n', true), 10);
-  g.deliver(join('b', true), 20);
-  assert.equal(refusalsTo(g, 'n').length + refusalsTo(g, 'b').length, 0);
+  g.step({ kind: 'placed', members: ['s', 'b', 'c'], onlyCopies: [], nowMs: 5 });
+  g.deliver(join('b', true), 10);
+  g.step({ kind: 'placed', members: ['s', 'c'], onlyCopies: [], nowMs: 500 });
+  const admittedAt = g.actions.length;
+  g.deliver(join('n', true), 1_000);
+  g.deliver(join('b', true), 1_010);
+  assert.equal(answersTo(g, 'n', admittedAt).length + answersTo(g, 'b', admittedAt).length, 0);
   assert.deepEqual(
     g.sends('join-accept').map((s) => s.to),
     ['n', 'b'],
   );
+
+  // Where it held some fragment's only whole copy, nothing can replace it: refused, naming the way out.
+  const f = new Harness(config('s', ['b', 'c']));
+  f.step({ kind: 'placed', members: ['s', 'b', 'c'], onlyCopies: ['b'], nowMs: 5 });
+  f.deliver(join('b', true), 10);
+  const [refusal] = answersTo(f, 'b');
+  assert.equal(refusal?.retry, undefined);
+  assert.match(refusal!.reason, /node id b held the only copy of some fragments/);
+  assert.match(refusal!.reason, /tessera cluster remove b/);
+  assert.deepEqual(lostCopies(f), []);
+});
+
+test('a joiner told to wait keeps asking, says so once, and is admitted later', () => {
+  const j = new Harness(
+    config('b', [], { selfState: 'Joining', restoredIncarnation: 5_000, withoutData: true }),
+  );
+  j.step({ kind: 'join', seeds: [{ nodeId: 's', address: 's:7000' }], nowMs: 0 });
+  const wait: MembershipMessage = {
+    kind: 'refuse',
+    from: 's',
+    reason: 'lost copies dropped first',
+    retry: true,
+  };
+  j.deliver(wait, 10);
+  j.advance(1_100);
+  j.deliver(wait, 1_110);
+  assert.equal(j.core.member('b')?.state, 'Joining');
+  assert.equal(j.actions.filter((a) => a.kind === 'refused').length, 0);
+  assert.equal(j.sends('join-request').length, 2, 'asked again at its next attempt');
+  assert.deepEqual(
+    j.actions.filter((a) => a.kind === 'log').map((a) => (a as { message: string }).message),
+    ['join waits at s: lost copies dropped first'],
+  );
+  const seed: MemberUpdate = { kind: 'alive', nodeId: 's', address: 's:7000', incarnation: 1, state: 'Up' };
+  j.deliver({ kind: 'join-accept', from: 's', members: [seed] }, 1_200);
+  assert.equal(j.core.member('b')?.state, 'Up');
+  // A member that tells a member to wait refuses nothing.
+  j.deliver(wait, 1_300);
+  assert.equal(j.core.member('b')?.state, 'Up');
 });
 
 test('a node without its earlier run’s data asks the members it knows first, and hears of that run', () => {

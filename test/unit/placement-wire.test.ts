@@ -39,6 +39,7 @@ const EXAMPLES: PlacementMessage[] = [
   { kind: 'pull', from: 'n-b' },
   { kind: 'ready', from: 'n-c', fragment: FRAGMENTS - 1, generation: Number.MAX_SAFE_INTEGER },
   { kind: 'ahead', from: 'n-d', fragment: 0, generation: 7 },
+  { kind: 'lost-copies', from: 'n-a', member: 'n-e', incarnation: 1_764_500_000_123 },
 ];
 
 function decoded(bytes: Uint8Array, fragmentCount = FRAGMENTS) {
@@ -67,6 +68,7 @@ function wire(patch: Partial<PlacementMessageWire>): Uint8Array {
     refused: false,
     fragment: 0,
     generation: 0,
+    member: '',
     ...patch,
   };
   return encodeEnvelope({ placement: message });
@@ -78,7 +80,7 @@ const tableJson = (value: unknown): Uint8Array => Buffer.from(JSON.stringify(val
 
 describe('placement messages round-trip', () => {
   test('every kind comes back deep-equal, with its table decoded', () => {
-    assert.equal(new Set(EXAMPLES.map((m) => m.kind)).size, 7, 'an example of each of the seven kinds');
+    assert.equal(new Set(EXAMPLES.map((m) => m.kind)).size, 8, 'an example of each of the eight kinds');
     for (const message of EXAMPLES) {
       const { message: back, table } = decoded(encodePlacementMessage(message));
       assert.deepEqual(back, message);
@@ -129,7 +131,7 @@ describe('malformed placement messages are refused with a reason', () => {
 
   test('an unknown kind', () => {
     assertRefused(wire({ kind: 0 }), /unknown kind 0$/);
-    assertRefused(wire({ kind: 8 }), /unknown kind 8$/);
+    assertRefused(wire({ kind: 9 }), /unknown kind 9$/);
   });
 
   test('a sender that is not a node id', () => {
@@ -173,6 +175,15 @@ describe('malformed placement messages are refused with a reason', () => {
     );
     assertRefused(wire({ kind: 7, fragment: 1, generation: 0 }), /ahead names fragment 1 at generation 0/);
     decoded(wire({ kind: 7, fragment: 1, generation: 1 }));
+  });
+
+  test('lost copies of no node id', () => {
+    assertRefused(wire({ kind: 8, incarnation: 5 }), /lost copies of no node id/);
+    assertRefused(
+      wire({ kind: 8, member: 'x'.repeat(NODE_ID_BYTES_MAX + 1), incarnation: 5 }),
+      /lost copies of no node id/,
+    );
+    decoded(wire({ kind: 8, member: 'n-e', incarnation: 5 }));
   });
 
   test('an empty or overlong digest', () => {

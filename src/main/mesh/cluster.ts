@@ -17,6 +17,7 @@ import type { AssignmentTable, CoordinatorIdentity, ReplicaMove } from '../../co
 import { copyRange } from '../../core/bytes.js';
 import {
   type MemberView as CoordinatorMemberView,
+  onlyCopyHolders,
   servingSuccessionSource,
   servingTransfers,
   tooFewEligible,
@@ -25,7 +26,11 @@ import type { EpochPromise } from '../../core/coordinator-machine.js';
 import { networkError, type TesseraError, unavailable } from '../../core/errors.js';
 import { EventLog, type LoggedEvent } from '../../core/event-log.js';
 import { type ForwardView, forwardStep } from '../../core/forwarding.js';
-import { CAPABILITY_CLIENT_PORTS, CAPABILITY_FRAGMENT_ABSENT } from '../../core/handshake.js';
+import {
+  CAPABILITY_CLIENT_PORTS,
+  CAPABILITY_FRAGMENT_ABSENT,
+  CAPABILITY_LOST_COPIES,
+} from '../../core/handshake.js';
 import { leaveHandedOver, leaveRefusal, resumesLeave } from '../../core/leave.js';
 import {
   ABSORB_TIMEOUT_MS,
@@ -399,6 +404,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private earlierRunIncarnation: number | undefined;
   /** This run started by joining through a seed (its placement before a table names nothing). */
   private startedJoining = false;
+  /** Fragments this run took a verified copy of as a move's target: no earlier run's copy, never lost. */
+  private readonly copiedThisRun = new Set<number>();
+  /** Why a joiner's lost copies could not be dropped, as last logged. */
+  private lostCopiesWait = '';
   /** Where each peer's workers serve clients, as it last told (ClientPorts); by member index. */
   private readonly peerWorkerPorts: (ClientPortsMessage | undefined)[] = [];
   /** Where this node's workers serve clients, once their ports are open. */
@@ -527,7 +536,6 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * membership; resolves with the peer port once listening.
    */
   async start(membership: MembershipStart): Promise<number> {
-    this.withoutData = membership.withoutData;
     const port = await this.mesh.start();
     const c = this.config;
     // Datagrams are tagged with the cluster secret; a TLS mesh without one keeps membership on TLS.
@@ -558,6 +566,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const knowsOthers = membership.members.some((r) => r.nodeId !== c.selfId);
     const joining = startsJoining(c.selfId, c.joinSeeds.length, membership.members);
     this.startedJoining = joining;
+    // A joiner whose data directory knows no other member was never admitted from it, so it holds
+    // nothing the cluster placed: a restart while its join still waits is as empty as its first start.
+    this.withoutData =
+      membership.withoutData ?? (joining ? 'its data directory has not joined the cluster yet' : undefined);
     if (c.joinSeeds.length > 0 && !joining)
       this.logger.info(
         { members: membership.members.length },
@@ -575,7 +587,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         nodeId: c.selfId,
         address: formatPeerAddress({ host: c.selfAddress.host, port: c.selfAddress.port || port }),
         restoredIncarnation: membership.restoredIncarnation,
-        withoutData: membership.withoutData !== undefined,
+        withoutData: this.withoutData !== undefined,
         members,
         selfState: resuming ? 'Leaving' : joining ? 'Joining' : 'Up',
         selfRemoved: self?.state === 'Removed',
@@ -597,6 +609,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
           this.earlierRunIncarnation = incarnation;
           this.giveUpLostCopies(this.coordinatorDriver?.table);
         },
+        onLostCopies: (member, incarnation) => this.askToDropLostCopies(member, incarnation),
         onLeft: () => {
           this.logger.info({}, 'left the cluster');
           this.events.append('Left', Date.now(), { node: c.selfId });
@@ -656,9 +669,13 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         drain: (fragment, targets, generation) => this.handOver(fragment, targets, generation),
         drop: (fragment) => {
           this.verification.delete(fragment);
+          this.copiedThisRun.delete(fragment);
           return this.dispatcher.dropFragment(fragment);
         },
-        ready: (fragment, generation) => this.coordinatorDriver?.ready(fragment, generation),
+        ready: (fragment, generation) => {
+          this.copiedThisRun.add(fragment);
+          this.coordinatorDriver?.ready(fragment, generation);
+        },
         serve: (fragment, serving) => this.onServing(fragment, serving),
         stepped: () => this.exitIfLeft(),
         log: (level, fields, message) => this.logger[level](fields, message),
@@ -876,7 +893,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.routeByTable(table);
     this.routingChanged();
     this.placementDriver?.onTable(table, fragments);
-    this.membershipDriver?.placed(table.members());
+    this.membershipDriver?.placed(table.members(), onlyCopyHolders(table));
     this.exitIfLeft();
     this.wakeStartWaiters();
   }
@@ -888,7 +905,9 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    * place in their lists would leave them a replica short without a word. It gives up before it
    * serves any (the refused state: it serves nothing, and its members find it unreachable, then
    * Down), as Cassandra refuses a node that comes back empty under the address of one that owned
-   * data: the operator removes it and starts it under a new id, which joins and takes copies anew.
+   * data. Started again with --join, its seed has the coordinator drop its lost copies before it
+   * admits it, and it takes copies anew (a join through a seed of an earlier version, which admits
+   * it as it is, ends here too: the operator removes it and starts it under a new id).
    */
   private giveUpLostCopies(table: AssignmentTable | undefined): void {
     if (this.withoutData === undefined || this.earlierRunIncarnation === undefined) return;
@@ -896,7 +915,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const self = this.config.selfId;
     let listed = 0;
     if (table !== undefined) {
-      for (const [f] of table.entries()) if (table.listsServing(f, self)) listed++;
+      for (const [f] of table.entries())
+        if (table.listsServing(f, self) && !this.copiedThisRun.has(f)) listed++;
     } else if (!this.startedJoining) {
       // Before any table: the placement its configuration gives it (--peers), which it routes by.
       for (const replicas of this.routing) if (replicas.includes(this.config.selfIndex)) listed++;
@@ -905,12 +925,33 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     const reason =
       `the cluster knew node id ${self} before this process started (a member holds it at incarnation ` +
       `${this.earlierRunIncarnation}) and lists it as a replica of ${listed} fragments, but ` +
-      `${this.withoutData}: serving them would answer acknowledged writes as missing. Once the cluster ` +
-      `holds ${self} Down, remove it (tessera cluster remove ${self}) and start this node with a new --node-id`;
+      `${this.withoutData}: serving them would answer acknowledged writes as missing. ` +
+      (this.startedJoining
+        ? `Once the cluster holds ${self} Down, remove it (tessera cluster remove ${self}) and start this node with a new --node-id`
+        : `Start it with --join <a member's peer address> in place of --peers, on an empty data directory ` +
+          `where it has one: the cluster then drops its lost copies and it takes new ones`);
     this.logger.error({ fragments: listed, earlierIncarnation: this.earlierRunIncarnation }, reason);
     this.refuse(reason);
     // Membership stops after the step under way (this may run inside one of its callbacks).
     queueMicrotask(() => this.membershipDriver?.giveUp(reason));
+  }
+
+  /**
+   * A joiner without its earlier run's data asked this node to admit it while the table lists it:
+   * the coordinator drops its lost copies (asked again at each attempt). A coordinator of an earlier
+   * version would not know the message: the join then waits, said once.
+   */
+  private askToDropLostCopies(member: string, incarnation: number): void {
+    const coordinator = this.coordinatorDriver?.coordinator;
+    if (coordinator === undefined) return;
+    const m = this.config.members.indexOf(coordinator.id);
+    if (coordinator.id !== this.config.selfId && (m === -1 || !this.peerTakes(m, CAPABILITY_LOST_COPIES))) {
+      const line = `the join of ${member} waits: coordinator ${coordinator.id} cannot drop its lost copies (an earlier version)`;
+      if (line !== this.lostCopiesWait) this.logger.warn({ member, coordinator: coordinator.id }, line);
+      this.lostCopiesWait = line;
+      return;
+    }
+    this.coordinatorDriver?.lostCopies(member, incarnation);
   }
 
   /** The cluster refused this node (removed, its join refused) or it gave up: it serves nothing from now on. */
@@ -1831,7 +1872,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private sendWorkerPorts(member: number): void {
     const own = this.ownWorkerPorts;
     if (own === undefined || member === this.config.selfIndex) return;
-    if ((this.mesh.capabilitiesOf(member) & CAPABILITY_CLIENT_PORTS) === 0) return;
+    if (!this.peerTakes(member, CAPABILITY_CLIENT_PORTS)) return;
     this.mesh.send(member, encodeEnvelope({ clientPorts: own }));
   }
 
@@ -1930,7 +1971,12 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   // --- inbound -----------------------------------------------------------------------------------
 
   private takesFragmentAbsent(member: number): boolean {
-    return (this.mesh.capabilitiesOf(member) & CAPABILITY_FRAGMENT_ABSENT) !== 0;
+    return this.peerTakes(member, CAPABILITY_FRAGMENT_ABSENT);
+  }
+
+  /** Whether the peer's connection advertised `capability`. */
+  private peerTakes(member: number, capability: number): boolean {
+    return (this.mesh.capabilitiesOf(member) & capability) !== 0;
   }
 
   private onPeerState(member: number, up: boolean): void {

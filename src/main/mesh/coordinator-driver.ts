@@ -92,6 +92,19 @@ export class CoordinatorDriver {
     else this.io.sendEnvelope(coordinator.id, encodePlacementMessage(message));
   }
 
+  /**
+   * `member` asks to join at `incarnation` through this node without its earlier run's data: asks the
+   * coordinator (itself, or over the mesh) to drop its lost copies.
+   */
+  lostCopies(member: string, incarnation: number): void {
+    const coordinator = this.machine.currentCoordinator;
+    if (coordinator === undefined) return; // asked again at the joiner's next attempt
+    const message = { kind: 'lost-copies', from: this.config.selfId, member, incarnation } as const;
+    if (coordinator.id === this.config.selfId)
+      this.step({ kind: 'message', message, table: undefined, nowMs: this.clock.nowMs() });
+    else this.io.sendEnvelope(coordinator.id, encodePlacementMessage(message));
+  }
+
   /** `move FRAGMENT --to NODE` on the coordinator: records the pin, which the planner then honours. */
   pin(fragment: number, node: string): CoordinatorAnswer {
     this.step({ kind: 'pin', fragment, node, nowMs: this.clock.nowMs() });

@@ -57,6 +57,11 @@ export interface MembershipListener {
   onLeft(): void;
   /** A member's record of this node id from before this process started reached it (once a run). */
   onEarlierRun(incarnation: number): void;
+  /**
+   * `member` asks to join at `incarnation` through this node without its earlier run's data, while
+   * the table lists it: the placement coordinator must drop its lost copies first.
+   */
+  onLostCopies(member: string, incarnation: number): void;
 }
 
 export interface OperatorReply {
@@ -189,11 +194,12 @@ export class MembershipDriver {
 
   /**
    * The members the placement table this node routes by lists (Down ones count toward Down while
-   * listed). An empty list is no table yet (none written), which says nothing.
+   * listed), and those holding some fragment's only whole copy. An empty list is no table yet (none
+   * written), which says nothing.
    */
-  placed(members: readonly string[]): void {
+  placed(members: readonly string[], onlyCopies: readonly string[]): void {
     if (members.length === 0) return;
-    this.step({ kind: 'placed', members, nowMs: this.clock.nowMs() });
+    this.step({ kind: 'placed', members, onlyCopies, nowMs: this.clock.nowMs() });
   }
 
   /** Joins the cluster through these seeds (their ids proven by the peer handshake). */
@@ -289,6 +295,8 @@ export class MembershipDriver {
         return this.listener.onLeft();
       case 'earlier-run':
         return this.listener.onEarlierRun(action.incarnation);
+      case 'lost-copies':
+        return this.listener.onLostCopies(action.member, action.incarnation);
       case 'log':
         return this.io.log(action.level, {}, action.message);
     }
