@@ -333,6 +333,8 @@ export class PlacementSim extends MembershipSim {
     lostCopiesDropped: 0,
   };
   private readonly stats: PlacementSimReport;
+  /** Nodes restarted on a lost store that were not admitted yet (Joining, or dead since). */
+  private readonly wipedJoining = new Set<string>();
 
   constructor(private readonly sim: PlacementSimOptions) {
     super(sim);
@@ -602,6 +604,14 @@ export class PlacementSim extends MembershipSim {
   private wipeSeedFor(node: SimNode): SimNode | undefined {
     if (node.persisted === undefined || node.leaving || this.random() >= this.sim.wipeChance)
       return undefined;
+    // One lost store at a time: two of a small table's members back on nothing at once may leave the
+    // rest without a majority to drop their copies — placement stays frozen then, by design.
+    for (const id of this.wipedJoining) {
+      const core = this.byId.get(id)?.core;
+      if (core !== undefined && core.view().find((m) => m.nodeId === id)?.state !== 'Joining')
+        this.wipedJoining.delete(id);
+    }
+    if (this.wipedJoining.size > 0) return undefined;
     const running = this.nodes.filter((n) => n !== node && n.core !== undefined && !n.leaving);
     if (running.some((n) => onlyCopiesOn(n.coordinator!.table, node.id).length > 0)) return undefined;
     return running.length === 0 ? undefined : running[Math.floor(this.random() * running.length)];
@@ -637,6 +647,7 @@ export class PlacementSim extends MembershipSim {
     node.persistedPromise = undefined;
     node.joinSeed = seed.id;
     node.wiped = true;
+    this.wipedJoining.add(node.id);
   }
 
   protected override onNodeStarted(node: SimNode): void {
