@@ -223,6 +223,8 @@ export class CoordinatorMachine {
    */
   private settledSinceMs: number | undefined;
   private lastTransfersAtMs = Number.NEGATIVE_INFINITY;
+  /** Members back without their data whose copies were dropped, by the incarnation they join at. */
+  private readonly lostCopiesOf = new Map<string, number>();
   /** Whether the last plan waited for rendezvous ranking (logged once when it starts and ends). */
   private ranking = false;
   private answer: CoordinatorAnswer = { status: 'Ok', message: '' };
@@ -622,7 +624,8 @@ export class CoordinatorMachine {
     // A cold ranking (a new coordinator over many members and fragments) takes seconds: it ranks
     // a slice at a time, the event loop free between slices, and plans once it is done.
     const budget = this.config.weighsPerSlice ?? RENDEZVOUS_WEIGHS_PER_SLICE;
-    if (!rankForPlanning(this.table, this.view, this.config.replicas, budget)) {
+    const view = this.planningView();
+    if (!rankForPlanning(this.table, view, this.config.replicas, budget)) {
       if (!this.ranking) this.log('info', 'ranking the members for every fragment before planning');
       this.ranking = true;
       this.nextPlanAtMs = this.nowMs + RENDEZVOUS_SLICE_PAUSE_MS;
@@ -630,7 +633,7 @@ export class CoordinatorMachine {
     }
     if (this.ranking) this.log('info', 'ranked the members for every fragment: planning');
     this.ranking = false;
-    const plan = planMoves(this.table, this.view, this.config.replicas, limits);
+    const plan = planMoves(this.table, view, this.config.replicas, limits);
     const fence = this.fence();
     const cancels = plan.cancellations.map((fragment) =>
       cancelMove(fragment, this.table.active(fragment) as ActiveAssignment, fence, this.nowMs),
@@ -671,7 +674,7 @@ export class CoordinatorMachine {
       : Number.POSITIVE_INFINITY;
     const transfers =
       this.nowMs >= transfersAtMs
-        ? servingTransfers(this.table, this.view, PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX)
+        ? servingTransfers(this.table, view, PLACEMENT_SERVING_TRANSFERS_PER_PLAN_MAX)
         : [];
     if (transfers.length > 0) this.lastTransfersAtMs = this.nowMs;
     for (const transfer of transfers) {
@@ -745,8 +748,12 @@ export class CoordinatorMachine {
   private onLostCopies(seed: string, member: string, incarnation: number): void {
     if (!this.acting()) return; // the seed asks again at the joiner's next attempt
     const known = this.view.find((m) => m.id === member);
-    // Its new run is here already (admitted, or its old run still answers): the question is stale.
-    if (known === undefined || known.reachable || known.incarnation >= incarnation) return;
+    // Its new run was admitted already: the question is stale. Its old run is gone even where this
+    // view still holds it reachable (not yet detected): the seed asks only for a joiner at the
+    // address a live run would hold.
+    if (known === undefined || known.incarnation >= incarnation) return;
+    // No copy goes to it before its new run is admitted (planningView).
+    this.lostCopiesOf.set(member, Math.max(incarnation, this.lostCopiesOf.get(member) ?? 0));
     const changes = dropLostCopies(this.table, member, this.fence(), this.nowMs);
     if (changes.length === 0 || !this.keepsMajority(changes)) return;
     this.log(
@@ -756,6 +763,22 @@ export class CoordinatorMachine {
     this.counters.lostCopiesDropped += changes.length;
     this.commit(changes);
     this.plan();
+  }
+
+  /**
+   * The view the planner places by: a member whose lost copies were dropped is not eligible until its
+   * new run is admitted (the view holds it at the incarnation it joins at), though its earlier run
+   * may look Up and reachable for a while; a copy planned onto it would wait, and be dropped again.
+   */
+  private planningView(): readonly MemberView[] {
+    if (this.lostCopiesOf.size === 0) return this.view;
+    for (const [id, incarnation] of this.lostCopiesOf) {
+      const known = this.view.find((m) => m.id === id);
+      if (known === undefined || known.incarnation >= incarnation) this.lostCopiesOf.delete(id);
+    }
+    return this.view.map((m) =>
+      (this.lostCopiesOf.get(m.id) ?? 0) > m.incarnation ? { ...m, state: 'Joining' } : m,
+    );
   }
 
   private onPin(fragment: number, node: string): CoordinatorAnswer {

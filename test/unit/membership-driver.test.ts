@@ -346,3 +346,44 @@ test('the event log numbers events, keeps the newest, and tells a late reader wh
   assert.deepEqual(log.since(6), { events: [], lost: 0 });
   assert.deepEqual(log.since(1).lost, 2);
 });
+
+test('a listener that steps the driver again while it carries out actions gets each action once', () => {
+  const time = new SimTime();
+  const events: string[] = [];
+  let driver: MembershipDriver | undefined;
+  driver = new MembershipDriver(
+    {
+      ...MEMBERSHIP_CONFIG_DEFAULTS,
+      nodeId: 'a',
+      address: '127.0.0.1:7001',
+      restoredIncarnation: 4,
+      members: [{ nodeId: 'b', address: '127.0.0.1:7002', incarnation: 0, state: 'Up' }],
+      selfState: 'Up',
+      selfRemoved: false,
+      downAfterMs: 3_000,
+    },
+    {
+      sendDatagram: () => {},
+      sendEnvelope: () => false,
+      persist: () => Promise.resolve(),
+      log: () => {},
+    },
+    {
+      // As the node does: a member event reaches the table, which tells membership what it places.
+      onMemberEvent: (event) => {
+        events.push(`${event.kind} ${event.member.nodeId}`);
+        driver?.placed(['a', 'b'], []);
+      },
+      onRefused: () => {},
+      onLeft: () => {},
+      onEarlierRun: () => {},
+      onLostCopies: () => {},
+    },
+    time.clock(),
+    datagramKey(SECRET),
+    seededFractions(5),
+  );
+  const before = events.length;
+  void driver.leave();
+  assert.deepEqual(events.slice(before), ['MemberLeaving a']);
+});

@@ -892,7 +892,7 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
     this.verifyTransfers(table);
     this.routeByTable(table);
     this.routingChanged();
-    this.placementDriver?.onTable(table, fragments);
+    if (!this.unadmitted()) this.placementDriver?.onTable(table, fragments);
     this.membershipDriver?.placed(table.members(), onlyCopyHolders(table));
     this.exitIfLeft();
     this.wakeStartWaiters();
@@ -911,7 +911,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
    */
   private giveUpLostCopies(table: AssignmentTable | undefined): void {
     if (this.withoutData === undefined || this.earlierRunIncarnation === undefined) return;
-    if (this.refusedReason !== undefined) return;
+    // A joiner's seed has its lost copies dropped before it admits it: judged once admitted.
+    if (this.refusedReason !== undefined || this.unadmitted()) return;
     const self = this.config.selfId;
     let listed = 0;
     if (table !== undefined) {
@@ -952,6 +953,27 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       return;
     }
     this.coordinatorDriver?.lostCopies(member, incarnation);
+  }
+
+  /**
+   * A joiner no seed has admitted yet holds and serves nothing the table lists for it: a table can
+   * reach it before then (its members may hold its earlier run reachable for a while), still listing
+   * the copies its earlier run held, which its seed has dropped before it admits it.
+   */
+  private unadmitted(): boolean {
+    return this.startedJoining && this.membershipDriver?.member(this.config.selfId)?.state === 'Joining';
+  }
+
+  /** Admitted: what the table lists for this node now applies to it. */
+  private onAdmitted(): void {
+    const table = this.coordinatorDriver?.table;
+    if (table === undefined || table.entries().length === 0) return;
+    this.giveUpLostCopies(table);
+    if (this.refusedReason !== undefined) return;
+    this.placementDriver?.onTable(
+      table,
+      table.entries().map(([fragment]) => fragment),
+    );
   }
 
   /** The cluster refused this node (removed, its join refused) or it gave up: it serves nothing from now on. */
@@ -1641,6 +1663,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       // What was forwarded to a member that stopped answering goes to the next replica now.
       if (wasServing && !this.isUp(m)) this.peerLinks[m]?.onDisconnect();
     }
+    if (event.member.nodeId === this.config.selfId && event.kind === 'MemberUp' && this.startedJoining)
+      this.onAdmitted();
     this.scheduleView();
     this.wakeStartWaiters();
     if (event.kind !== 'Initialized') {

@@ -84,7 +84,6 @@ export interface MembershipTraffic {
 
 export class MembershipDriver {
   private readonly core: Membership;
-  private readonly actions: MembershipAction[] = [];
   /** Set while a raised incarnation is being written: later actions wait in `held`. */
   private holding = false;
   private held: MembershipAction[] = [];
@@ -253,9 +252,11 @@ export class MembershipDriver {
 
   /** Carries out the core's actions and sets the timer for its next wake-up. */
   private drain(): void {
-    this.core.takeActions(this.actions);
-    for (const action of this.actions) this.dispatch(action);
-    this.actions.length = 0;
+    // Its own list: an action may step the core again (a listener that reaches back), whose drain
+    // must not carry out this one's actions a second time.
+    const actions: MembershipAction[] = [];
+    this.core.takeActions(actions);
+    for (const action of actions) this.dispatch(action);
     if (!this.closed) {
       const wakeMs = this.core.nextWakeMs();
       if (Number.isFinite(wakeMs)) this.clock.setTimer(wakeMs, this.wake);
