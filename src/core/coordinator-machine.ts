@@ -25,6 +25,9 @@
 //   incarnation that took over before the member heard of it) pulls as soon as its view names it,
 //   and asks to exchange its membership view with that coordinator at once (`sync-view`): gossip
 //   that missed it would otherwise reach it only at the next push-pull.
+// - A seed's word that a member asks to join back without its earlier run's data (`lost-copies`)
+//   drops the member from every list that keeps another whole copy (coordinator.ts
+//   dropLostCopies); the planner places nothing on it until its new run is in the view.
 
 import { assert } from './assert.js';
 import {

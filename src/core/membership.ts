@@ -35,17 +35,20 @@
 //   ⌈log10(N+1)⌉ times, fewest-sent first), on gossip rounds, and full state is pushed and pulled
 //   with one random member every `pushPullIntervalMs`, so views converge after partitions heal.
 // - Join: a node started to join sends a join request to a seed; the seed admits it as Joining and
-//   answers with its full state; the joiner is then Up. Graceful leave: Leaving (the operator may
+//   answers with its full state; the joiner is then Up, and tells no member of itself before (a
+//   member that heard its incarnation would take it for admitted). Graceful leave: Leaving (the operator may
 //   cancel it: Up at a new incarnation), Exiting (once its data is handed off), Removed; the node stops once a majority of the others confirmed they heard
 //   its Removed (they refuse its messages), so a partition does not swallow the news; until then it
 //   persists itself Exiting, so a crash does not either (the restart resumes the leave). An Exiting
 //   member that would be Down is Removed instead: its leave is done, only its Removed was lost. An
 //   operator removes only a Down member. Removed is final: the
 //   member's messages and joins are answered with a refusal until it is wiped and given a new id.
-// - A node without its earlier run's data (the memory store, a lost data directory) says so: its
-//   join is refused while the seed's table lists its id (its copies would be empty); started
-//   without a join, it first asks the members it knows for their view, and a record of its id from
-//   an earlier run that comes back is told to the node (`earlier-run`), which gives up (`give-up`).
+// - A node without its earlier run's data (the memory store, a lost data directory) says so: while
+//   the seed's table lists its id its join waits (`refuse` with `retry`), and the seed asks the
+//   placement coordinator to drop its lost copies (`lost-copies`); it is refused where it held a
+//   fragment's only copy. Started without a join, it first asks the members it knows for their
+//   view, and a record of its id from an earlier run that comes back is told to the node
+//   (`earlier-run`), which gives up (`give-up`).
 // - Bad input is counted and dropped: a message from an unknown member (unless it carries that
 //   member's own record), a stale incarnation, an update list over its bound, an invalid update.
 
