@@ -1010,7 +1010,11 @@ export class Membership {
     );
   }
 
-  /** Tells a few members that have not confirmed it that this node left: each applies it, or refuses us. */
+  /**
+   * Tells a few members that have not confirmed it that this node left: each applies it, or refuses
+   * us. Those it holds Down too: it counted them when it left, and a view it no longer probes (a
+   * partition's) may hold Down members that are up — left out, they could never confirm.
+   */
   private announceRemoval(): void {
     const self = this.config.nodeId;
     const removed: MemberUpdate = {
@@ -1019,7 +1023,7 @@ export class Membership {
       incarnation: this.incarnation,
       reporter: self,
     };
-    const unconfirmed = (m: Member) => VOTING.has(m.state) && !this.leaveHeardBy.has(m.nodeId);
+    const unconfirmed = (m: Member) => m.state !== 'Removed' && !this.leaveHeardBy.has(m.nodeId);
     for (const m of this.randomMembers(this.config.gossipNodes, unconfirmed)) {
       this.sendTo(m.nodeId, { kind: 'gossip', from: self, updates: [removed] });
     }

@@ -840,6 +840,40 @@ test('a node killed while it waits for a majority to hear its Removed resumes th
   );
 });
 
+test('a leaver asks every member it counted to hear its Removed, those it has since held Down too', () => {
+  // a leaves (it holds nothing): Removed, it needs 3 of its 4 members to hear it.
+  const h = new Harness(config('a', OTHERS));
+  h.step({ kind: 'leave', requestId: 1, nowMs: 0 });
+  h.step({ kind: 'exit', requestId: 2, nowMs: 0 });
+  h.advance(MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs + 10);
+  assert.equal(h.core.member('a')?.state, 'Removed');
+  // b and c confirm (they refuse it); then it comes to hold d and e Down, on b's word — a view it
+  // no longer probes, and that may be a partition's.
+  for (const from of ['b', 'c']) h.deliver({ kind: 'refuse', from, reason: 'removed from the cluster' });
+  for (const nodeId of ['d', 'e'])
+    h.deliver(gossip('b', [{ kind: 'down', nodeId, incarnation: 1, reporter: 'b' }]));
+  assert.equal(h.core.member('d')?.state, 'Down');
+  // Once its gossip queue is spent, only its announcements carry its Removed.
+  h.advance(h.nowMs + 100 * MEMBERSHIP_CONFIG_DEFAULTS.gossipIntervalMs);
+  const since = h.actions.length;
+  h.advance(h.nowMs + 10 * MEMBERSHIP_CONFIG_DEFAULTS.gossipIntervalMs);
+  const told = new Set(
+    h
+      .sends('gossip', since)
+      .filter((s) => s.message.kind === 'gossip' && s.message.updates.some((u) => u.kind === 'removed'))
+      .map((s) => s.to),
+  );
+  assert.deepEqual(
+    [...told].sort(),
+    ['d', 'e'],
+    'its Removed goes to those it holds Down, not to those that heard it',
+  );
+  // d confirms: 3 of 4, it leaves.
+  h.deliver({ kind: 'refuse', from: 'd', reason: 'removed from the cluster' });
+  h.advance(h.nowMs + 2 * MEMBERSHIP_CONFIG_DEFAULTS.gossipIntervalMs);
+  assert.equal(h.actions.filter((x) => x.kind === 'left').length, 1);
+});
+
 test('a leave whose Removed was lost completes anyway: an Exiting member gone from a majority is Removed, not Down', () => {
   const exiting = (id: string) =>
     config(id, [], {
