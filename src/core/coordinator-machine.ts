@@ -750,11 +750,10 @@ export class CoordinatorMachine {
 
   private onLostCopies(seed: string, member: string, incarnation: number): void {
     if (!this.acting()) return; // the seed asks again at the joiner's next attempt
-    const known = this.view.find((m) => m.id === member);
     // Its new run was admitted already: the question is stale. Its old run is gone even where this
     // view still holds it reachable (not yet detected): the seed asks only for a joiner at the
     // address a live run would hold.
-    if (known === undefined || known.incarnation >= incarnation) return;
+    if (this.admittedSince(member, incarnation)) return;
     // No copy goes to it before its new run is admitted (planningView).
     this.lostCopiesOf.set(member, Math.max(incarnation, this.lostCopiesOf.get(member) ?? 0));
     const changes = dropLostCopies(this.table, member, this.fence(), this.nowMs);
@@ -775,13 +774,17 @@ export class CoordinatorMachine {
    */
   private planningView(): readonly MemberView[] {
     if (this.lostCopiesOf.size === 0) return this.view;
-    for (const [id, incarnation] of this.lostCopiesOf) {
-      const known = this.view.find((m) => m.id === id);
-      if (known === undefined || known.incarnation >= incarnation) this.lostCopiesOf.delete(id);
-    }
+    for (const [id, incarnation] of this.lostCopiesOf)
+      if (this.admittedSince(id, incarnation)) this.lostCopiesOf.delete(id);
     return this.view.map((m) =>
       (this.lostCopiesOf.get(m.id) ?? 0) > m.incarnation ? { ...m, state: 'Joining' } : m,
     );
+  }
+
+  /** The view holds `member` at `incarnation` or later (its run that joins at it was admitted), or not at all. */
+  private admittedSince(member: string, incarnation: number): boolean {
+    const known = this.view.find((m) => m.id === member);
+    return known === undefined || known.incarnation >= incarnation;
   }
 
   private onPin(fragment: number, node: string): CoordinatorAnswer {

@@ -1296,12 +1296,10 @@ export function cancelMove(
   return nextReplicas(fragment, entry, fence, entry.replicas.slice(0, -1), null, moving.reason, nowMs);
 }
 
-/**
- * A fragment's listed replicas that hold a whole copy, but `member`: all but a move's target, which
- * is still copying.
- */
-function wholeCopiesBesides(entry: ActiveAssignment, member: string): string[] {
-  return entry.replicas.filter((id) => id !== member && id !== entry.moving?.target);
+/** The member holding a fragment's only whole copy (a move's target is still copying), if one does. */
+function onlyCopyHolder(entry: ActiveAssignment): string | undefined {
+  const whole = entry.replicas.filter((id) => id !== entry.moving?.target);
+  return whole.length === 1 ? whole[0] : undefined;
 }
 
 /**
@@ -1310,11 +1308,8 @@ function wholeCopiesBesides(entry: ActiveAssignment, member: string): string[] {
  */
 export function onlyCopiesOn(table: AssignmentTable, member: string): number[] {
   const fragments: number[] = [];
-  for (const [fragment, entry] of table.entries()) {
-    if (entry.kind !== 'active' || !entry.replicas.includes(member)) continue;
-    if (entry.moving?.target !== member && wholeCopiesBesides(entry, member).length === 0)
-      fragments.push(fragment);
-  }
+  for (const [fragment, entry] of table.entries())
+    if (entry.kind === 'active' && onlyCopyHolder(entry) === member) fragments.push(fragment);
   return fragments;
 }
 
@@ -1322,9 +1317,8 @@ export function onlyCopiesOn(table: AssignmentTable, member: string): number[] {
 export function onlyCopyHolders(table: AssignmentTable): string[] {
   const holders = new Set<string>();
   for (const [, entry] of table.entries()) {
-    if (entry.kind !== 'active') continue;
-    const whole = entry.replicas.filter((id) => id !== entry.moving?.target);
-    if (whole.length === 1) holders.add(whole[0]);
+    const holder = entry.kind === 'active' ? onlyCopyHolder(entry) : undefined;
+    if (holder !== undefined) holders.add(holder);
   }
   return [...holders].sort(compareIds);
 }
@@ -1346,8 +1340,8 @@ export function dropLostCopies(
   const changes: TableChange[] = [];
   for (const [fragment, entry] of table.entries()) {
     if (entry.kind !== 'active' || !entry.replicas.includes(member)) continue;
+    if (onlyCopyHolder(entry) === member) continue;
     const moving = entry.moving;
-    if (moving?.target !== member && wholeCopiesBesides(entry, member).length === 0) continue;
     const replicas = entry.replicas.filter((id) => id !== member);
     const next =
       moving === null || moving.target === member

@@ -15,6 +15,7 @@ import {
   type CoordinatorMachineConfig,
   type CoordinatorRole,
   type EpochPromise,
+  type PlacementMessage,
 } from '../../core/coordinator-machine.js';
 import { decodePlacementMessage, encodePlacementMessage } from '../../threads/placement-wire.js';
 
@@ -84,12 +85,8 @@ export class CoordinatorDriver {
 
   /** This node holds a verified copy of a move's fragment: tells the coordinator (itself, or over the mesh). */
   ready(fragment: number, generation: number): void {
-    const coordinator = this.machine.currentCoordinator;
-    if (coordinator === undefined) return; // sent again on the resend interval
-    const message = { kind: 'ready', from: this.config.selfId, fragment, generation } as const;
-    if (coordinator.id === this.config.selfId)
-      this.step({ kind: 'message', message, table: undefined, nowMs: this.clock.nowMs() });
-    else this.io.sendEnvelope(coordinator.id, encodePlacementMessage(message));
+    // Without a coordinator, sent again on the resend interval.
+    this.toCoordinator({ kind: 'ready', from: this.config.selfId, fragment, generation });
   }
 
   /**
@@ -97,9 +94,14 @@ export class CoordinatorDriver {
    * coordinator (itself, or over the mesh) to drop its lost copies.
    */
   lostCopies(member: string, incarnation: number): void {
+    // Without a coordinator, asked again at the joiner's next attempt.
+    this.toCoordinator({ kind: 'lost-copies', from: this.config.selfId, member, incarnation });
+  }
+
+  /** To the coordinator this node names: stepped here when it is this node; dropped when there is none. */
+  private toCoordinator(message: PlacementMessage): void {
     const coordinator = this.machine.currentCoordinator;
-    if (coordinator === undefined) return; // asked again at the joiner's next attempt
-    const message = { kind: 'lost-copies', from: this.config.selfId, member, incarnation } as const;
+    if (coordinator === undefined) return;
     if (coordinator.id === this.config.selfId)
       this.step({ kind: 'message', message, table: undefined, nowMs: this.clock.nowMs() });
     else this.io.sendEnvelope(coordinator.id, encodePlacementMessage(message));
