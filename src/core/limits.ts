@@ -577,6 +577,15 @@ export const MEMBERSHIP_REPORT_REFRESH_MS = 5_000;
 export const MEMBERSHIP_REPORT_TTL_MS = 15_000;
 /** A join request unanswered this long is sent again, to the next seed. */
 export const MEMBERSHIP_JOIN_RETRY_MS = 1_000;
+/**
+ * A node that starts without its earlier run's data under a static member list (the memory store, a
+ * new data directory with --peers) first asks its members whether they knew its id before: it waits
+ * this long at most for one of them to answer (a member that never started, or datagrams lost), then
+ * starts as a member, as a new cluster's node does. Its members, running, answer within a round trip.
+ */
+export const MEMBERSHIP_DISCOVERY_MS_MAX = 3_000;
+/** The question asked again, of the members that have not answered, this often. */
+export const MEMBERSHIP_DISCOVERY_RESEND_MS = 500;
 /** A leaving node stays Exiting, then Removed, this long each so the news is gossiped before it stops. */
 export const MEMBERSHIP_LEAVE_LINGER_MS = 1_000;
 /**

@@ -6,6 +6,8 @@
 import { assert } from './assert.js';
 import {
   MEMBERSHIP_AWARENESS_MAX_MULT,
+  MEMBERSHIP_DISCOVERY_MS_MAX,
+  MEMBERSHIP_DISCOVERY_RESEND_MS,
   MEMBERSHIP_DOWN_AFTER_MS_DEFAULT,
   MEMBERSHIP_GOSSIP_INTERVAL_MS,
   MEMBERSHIP_GOSSIP_NODES,
@@ -203,6 +205,8 @@ export interface MembershipConfig {
    * This run holds none of the data an earlier run of this node id may have held (the memory store,
    * a new data directory): its join says so, and a seed whose table lists the id has the placement
    * coordinator drop its lost copies first (or refuses it, where it held a fragment's only copy).
+   * Started 'Up' among members, it first asks them whether they knew its id (discovery): once one
+   * shows a record of an earlier run it joins through them so; otherwise it is Up.
    */
   withoutData?: boolean;
   /** A self record persisted as Removed: the node starts refused. */
@@ -224,6 +228,9 @@ export interface MembershipConfig {
   reportRefreshMs: number;
   reportTtlMs: number;
   joinRetryMs: number;
+  /** How long a start without data waits for its members to say whether they knew it (`discovery`). */
+  discoveryMs: number;
+  discoveryResendMs: number;
   leaveLingerMs: number;
   stallMs: number;
 }
@@ -249,6 +256,8 @@ export const MEMBERSHIP_CONFIG_DEFAULTS: Omit<
   reportRefreshMs: MEMBERSHIP_REPORT_REFRESH_MS,
   reportTtlMs: MEMBERSHIP_REPORT_TTL_MS,
   joinRetryMs: MEMBERSHIP_JOIN_RETRY_MS,
+  discoveryMs: MEMBERSHIP_DISCOVERY_MS_MAX,
+  discoveryResendMs: MEMBERSHIP_DISCOVERY_RESEND_MS,
   leaveLingerMs: MEMBERSHIP_LEAVE_LINGER_MS,
   stallMs: MEMBERSHIP_STALL_MS,
 };
@@ -297,7 +306,11 @@ export function checkConfig(c: MembershipConfig): void {
   );
   assert(positive(c.pushPullIntervalMs) && positive(c.downAfterMs), 'push-pull and down timing');
   assert(
-    positive(c.joinRetryMs) && positive(c.leaveLingerMs) && positive(c.stallMs),
+    positive(c.joinRetryMs) &&
+      positive(c.discoveryMs) &&
+      positive(c.discoveryResendMs) &&
+      positive(c.leaveLingerMs) &&
+      positive(c.stallMs),
     'join, leave, stall timing',
   );
 }

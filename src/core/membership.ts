@@ -46,9 +46,11 @@
 // - A node without its earlier run's data (the memory store, a lost data directory) says so: while
 //   the seed's table lists its id its join waits (`refuse` with `retry`), and the seed asks the
 //   placement coordinator to drop its lost copies (`lost-copies`); it is refused where it held a
-//   fragment's only copy. Started without a join, it first asks the members it knows for their
-//   view, and a record of its id from an earlier run that comes back is told to the node
-//   (`earlier-run`), which gives up (`give-up`).
+//   fragment's only copy. Started without a join among members it knows (--peers), it first asks
+//   them for their view, telling none of itself (discovery): a record of its id from an earlier run
+//   that comes back makes it join through them so; a member's view without one, or every member
+//   starting as it does, makes it Up. Unanswered until `discoveryMs`, it is Up, and a record of an
+//   earlier run heard later is told to the node (`earlier-run`), which gives up (`give-up`).
 // - Bad input is counted and dropped: a message from an unknown member (unless it carries that
 //   member's own record), a stale incarnation, an update list over its bound, an invalid update.
 
@@ -214,6 +216,8 @@ export class Membership {
   private onlyCopies: ReadonlySet<string> = new Set();
   /** Why the last join attempt was asked to wait (logged once until it changes). */
   private joinWait = '';
+  /** A start without data asking its members whether they knew it (`discover`); undefined once decided. */
+  private discovery: { untilMs: number; resendAtMs: number; answered: Set<string> } | undefined;
 
   readonly counters: MembershipCounters = {
     fromUnknown: 0,
@@ -245,6 +249,7 @@ export class Membership {
       assert(isValidNodeId(record.nodeId) && isIncarnation(record.incarnation), 'bad member record');
       this.members.set(record.nodeId, newMember(record));
     }
+    if (config.withoutData === true && this.selfState === 'Up' && this.members.size > 0) this.discover();
     this.nextProbeMs = nowMs + config.probeIntervalMs;
     this.nextGossipMs = nowMs + config.gossipIntervalMs;
     // The first push-pull one probe interval after start: a node that restarts holds the view it
@@ -258,12 +263,6 @@ export class Membership {
       this.stopped = true;
       this.outbox.push({ kind: 'refused', reason: REMOVED_SELF });
     } else {
-      // Without an earlier run's data, first ask each member it knows for its view, before any of
-      // them hears this run's incarnation: a record from an earlier run comes back (`earlier-run`),
-      // which the next push-pull would no longer carry once this run's record overtook it.
-      if (config.withoutData === true && this.selfState === 'Up')
-        for (const m of this.members.values())
-          this.sendTo(m.nodeId, { kind: 'sync', from: config.nodeId, reply: true, members: [] });
       this.enqueue(this.selfAlive());
     }
     this.wakeDueMs = this.nextWakeMs();
@@ -327,6 +326,8 @@ export class Membership {
   nextWakeMs(): number {
     if (this.stopped) return Number.POSITIVE_INFINITY;
     let wake = Math.min(this.joinRetryMs, this.removeSelfAtMs, this.leftAtMs);
+    if (this.discovery !== undefined)
+      wake = Math.min(wake, this.discovery.untilMs, this.discovery.resendAtMs);
     if (this.probing()) {
       wake = Math.min(wake, this.nextPushPullMs);
       wake = Math.min(wake, this.probe !== undefined ? this.probe.deadlineMs : this.nextProbeMs);
@@ -396,6 +397,7 @@ export class Membership {
     }
     if (!this.admitSender(message.from, updates, remote)) return;
     for (const update of updates) this.applyUpdate(update);
+    if (this.discovery !== undefined && this.discovered(message)) return;
     // It learns the members, and answers none (`unadmitted`).
     if (this.unadmitted() && message.kind !== 'join-accept') return;
     switch (message.kind) {
@@ -757,7 +759,82 @@ export class Membership {
     this.joinRetryMs = this.nowMs + this.config.joinRetryMs;
   }
 
+  /**
+   * A start without its earlier run's data among members it knows (no join seeds: --peers, a memory
+   * store) must not serve as the replica the table may still list it as: it first asks each member
+   * for its view, as a joiner telling none of them of itself. A record of an earlier run of its id
+   * that comes back makes it join through them without data (its lost copies dropped first, as for a
+   * joiner); a member's view without one, or every member starting as it does (a new cluster), makes
+   * it Up; so does the end of `discoveryMs` with no answer (the node then gives up should it hear
+   * of an earlier run later: `earlier-run`).
+   */
+  private discover(): void {
+    this.selfState = 'Joining';
+    this.discovery = {
+      untilMs: this.nowMs + this.config.discoveryMs,
+      resendAtMs: this.nowMs + this.config.discoveryResendMs,
+      answered: new Set(),
+    };
+    this.askWhetherKnown();
+  }
+
+  private askWhetherKnown(): void {
+    for (const m of this.members.values())
+      if (!this.discovery?.answered.has(m.nodeId))
+        this.sendTo(m.nodeId, { kind: 'sync', from: this.config.nodeId, reply: true, members: [] });
+  }
+
+  /**
+   * A message reached a node still asking whether its members knew it (its updates applied): whether
+   * it was a discovery's answer, handled here.
+   */
+  private discovered(message: MembershipMessage): boolean {
+    if (this.selfState !== 'Joining') return false; // refused meanwhile: its id was removed
+    if (this.earlierRunIncarnation !== 0) {
+      this.rejoinWithoutData(message.from);
+      return false;
+    }
+    if (message.kind !== 'sync') return false;
+    // A member's view names the member itself; a member that starts as this one does knows nothing
+    // yet, and says so with an empty view.
+    if (message.members.length > 0) {
+      this.endDiscovery(`${message.from} holds no record of an earlier run of this node`);
+      return false;
+    }
+    if (message.reply)
+      this.sendTo(message.from, { kind: 'sync', from: this.config.nodeId, reply: false, members: [] });
+    const discovery = this.discovery!;
+    discovery.answered.add(message.from);
+    if (discovery.answered.size >= this.members.size)
+      this.endDiscovery('every member starts without data too');
+    return true;
+  }
+
+  private endDiscovery(why: string): void {
+    this.discovery = undefined;
+    this.log('info', `starting as a member: ${why}`);
+    this.setSelfState('Up');
+  }
+
+  /** Members knew this node id before this run: it joins through them, as a joiner without data. */
+  private rejoinWithoutData(informant: string): void {
+    this.discovery = undefined;
+    this.log(
+      'info',
+      `${informant} knew node id ${this.config.nodeId} before this run (at incarnation ${this.earlierRunIncarnation}): it joins through its members without its earlier run's data`,
+    );
+    const members = [...this.members.values()].filter((m) => m.state !== 'Removed');
+    this.seeds = members
+      .sort((a, b) => Number(b.nodeId === informant) - Number(a.nodeId === informant))
+      .map((m) => ({ nodeId: m.nodeId, address: m.address }));
+    this.seedIndex = 0;
+    this.sendJoinRequest();
+  }
+
   private onJoinRequest(request: Extract<MembershipMessage, { kind: 'join-request' }>): void {
+    // Not a member yet itself: its accept would tell the joiner, and through it the members, of this
+    // node. The joiner asks its next seed.
+    if (this.unadmitted()) return;
     const existing = this.members.get(request.from);
     const refusal = this.joinRefusal(request, existing);
     if (refusal === undefined && this.losesCopies(request)) {
@@ -939,6 +1016,14 @@ export class Membership {
 
   private runTimers(): void {
     const now = this.nowMs;
+    if (this.discovery !== undefined && now >= this.discovery.untilMs)
+      this.endDiscovery(
+        `no member answered within ${this.config.discoveryMs} ms whether it knew this node before`,
+      );
+    if (this.discovery !== undefined && now >= this.discovery.resendAtMs) {
+      this.discovery.resendAtMs = now + this.config.discoveryResendMs;
+      this.askWhetherKnown();
+    }
     if (now >= this.joinRetryMs) this.sendJoinRequest();
     if (now >= this.removeSelfAtMs) this.removeSelf();
     if (now >= this.leftAtMs) {

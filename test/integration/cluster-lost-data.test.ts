@@ -4,16 +4,15 @@
 // missing. On real processes on 127.0.0.1: such a node rejoining with --join waits while its seed has
 // the coordinator drop its lost copies, then joins empty and takes them anew, no read through it
 // missing a key meanwhile; where it held a fragment's only copy it is refused. One started with
-// --peers on a new data directory gives up once it hears of its earlier run and serves nothing (a
-// clear refusal, never a missing key) while the others serve every acknowledged write. A cluster
-// that starts on new data directories, or on the memory store, is not refused.
+// --peers (a lost data directory, the memory store) first asks its members whether they knew it,
+// and joins through them the same way. A cluster that starts on new data directories, or on the
+// memory store, is not refused.
 
 import assert from 'node:assert/strict';
 import { rm } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as pause } from 'node:timers/promises';
 import {
-  type ClusterFixture,
   JoiningNodes,
   keepLogs,
   localValues,
@@ -56,6 +55,32 @@ async function readsEverything(node: NodeProcess): Promise<boolean> {
   } catch {
     return false;
   }
+}
+
+/**
+ * Reads every key through `node` (paced) while `body` runs: each read, from the node's start until
+ * its copies are back, answers every key or fails — none reads as missing — and some are answered.
+ */
+async function readingThrough(node: NodeProcess, body: () => Promise<void>): Promise<void> {
+  let reading = true;
+  let reads = 0;
+  const reader = (async () => {
+    const client = await node.client();
+    for (; reading; await pause(READ_PACE_MS)) {
+      const got = await client.mget(...keys).catch(() => undefined);
+      if (got === undefined) continue;
+      reads++;
+      const missing = got.filter((v, i) => v !== values[i]).length;
+      assert.equal(missing, 0, `a read through ${node.id} answered ${missing} of ${KEYS} keys wrong`);
+    }
+  })();
+  try {
+    await body();
+  } finally {
+    reading = false;
+    await reader;
+  }
+  assert.ok(reads > 0, `reads through ${node.id} were answered`);
 }
 
 /** Runs `body`; when it fails, the nodes' logs are kept and the failure says where. */
@@ -109,21 +134,7 @@ describe('a node back without its data', () => {
         await b.stop('SIGKILL');
         const from = b.log.length;
         await b.start();
-        // Every read through it, from its start until its copies are back, answers every key or fails:
-        // none reads as missing.
-        let reading = true;
-        let reads = 0;
-        const reader = (async () => {
-          const client = await b.client();
-          for (; reading; await pause(READ_PACE_MS)) {
-            const got = await client.mget(...keys).catch(() => undefined);
-            if (got === undefined) continue;
-            reads++;
-            const missing = got.filter((v, i) => v !== values[i]).length;
-            assert.equal(missing, 0, `a read through b answered ${missing} of ${KEYS} keys wrong`);
-          }
-        })();
-        try {
+        await readingThrough(b, async () => {
           await eventually(
             () => /join waits at c: node id b is a replica/.test(b.log.slice(from)),
             CONDITION_MS_MAX,
@@ -134,11 +145,7 @@ describe('a node back without its data', () => {
           );
           await settledWithin(running, ['a', 'b', 'c'], async () => a, TOKEN, CONDITION_MS_MAX);
           assert.deepEqual(await localValues(b, keys), values, 'b holds its own copy of every key again');
-        } finally {
-          reading = false;
-          await reader;
-        }
-        assert.ok(reads > 0, 'reads through b were answered');
+        });
         assert.doesNotMatch(b.log, GAVE_UP);
         for (const n of [a, b, c]) assert.equal(await readsEverything(n), true);
       },
@@ -166,37 +173,47 @@ describe('a node back without its data', () => {
     ));
 });
 
-describe('a node on a new data directory under --peers', () => {
-  let cluster: ClusterFixture;
+describe('a node back without its data under --peers', () => {
+  for (const store of ['lmdb', 'memory'] as const) {
+    test(`${store}: a cluster starting ${store === 'lmdb' ? 'on new directories' : 'on the memory store'} serves; a node back without its data rejoins through its members, no read through it missing`, async () => {
+      const cluster = await startCluster(
+        `cluster-lost-peers-${store}`,
+        ['a', 'b', 'c'],
+        ['--down-after', '2s', '--store', store, '--admin-port', '0', '--admin-token', TOKEN],
+      );
+      try {
+        await keepingLogs(
+          `lost-data-peers-${store}`,
+          () => cluster.nodes,
+          async () => {
+            const [a, b, c] = cluster.nodes;
+            const running = () => cluster.nodes.filter((n) => n.running);
+            for (const n of cluster.nodes) {
+              assert.doesNotMatch(n.log, GAVE_UP, `${n.id} started without data`);
+              assert.doesNotMatch(n.log, /knew node id/, `${n.id} ran before`);
+            }
+            await writeAll(a, 2);
 
-  before(async () => {
-    cluster = await startCluster('cluster-lost-dir', ['a', 'b', 'c'], ['--down-after', '2s']);
-  });
-
-  after(async () => {
-    await cluster.stop();
-  });
-
-  test('a cluster starting on new directories serves; a node whose directory was lost gives up', () =>
-    keepingLogs(
-      'lost-data-dir',
-      () => cluster.nodes,
-      async () => {
-        const [a, b, c] = cluster.nodes;
-        for (const n of cluster.nodes)
-          assert.doesNotMatch(n.log, GAVE_UP, `${n.id} started on a new directory`);
-        await writeAll(a, 2);
-
-        await b.stop('SIGKILL');
-        await rm(b.dataDir, { recursive: true, force: true });
-        const from = b.log.length;
-        await b.start();
-        await eventually(() => GAVE_UP.test(b.log.slice(from)), CONDITION_MS_MAX);
-        assert.match(b.log.slice(from), /the cluster knew node id b before this process started/);
-        assert.match(b.log.slice(from), /its data directory .* is new/);
-        const viaB = await b.client();
-        await assert.rejects(viaB.get(keys[0]), GAVE_UP);
-        for (const n of [a, c]) await eventually(() => readsEverything(n), CONDITION_MS_MAX);
-      },
-    ));
+            await b.stop('SIGKILL');
+            if (store === 'lmdb') await rm(b.dataDir, { recursive: true, force: true });
+            const from = b.log.length;
+            await b.start();
+            await readingThrough(b, async () => {
+              await eventually(
+                () => /knew node id b before this run .* joins through its members/.test(b.log.slice(from)),
+                CONDITION_MS_MAX,
+              );
+              await eventually(() => /b is back without its data/.test(a.log), CONDITION_MS_MAX);
+              await settledWithin(running, ['a', 'b', 'c'], async () => a, TOKEN, CONDITION_MS_MAX);
+              assert.deepEqual(await localValues(b, keys), values, 'b holds its own copy of every key again');
+            });
+            assert.doesNotMatch(b.log, GAVE_UP);
+            for (const n of [a, b, c]) assert.equal(await readsEverything(n), true);
+          },
+        );
+      } finally {
+        await cluster.stop();
+      }
+    });
+  }
 });

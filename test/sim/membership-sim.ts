@@ -98,6 +98,8 @@ export const STEP_MS = 10;
 export const FRAGMENTS = 16;
 export const REPLICAS = 3;
 const TRACE = process.env.TESSERA_SIM_TRACE !== undefined;
+/** Longer than any run: a start without data waits for its members' answer (see start). */
+const DISCOVERY_UNBOUNDED_MS = 24 * 3_600_000;
 
 const DATAGRAM_KEY = datagramKey(Buffer.from('the simulated cluster secret, 32 bytes or more'));
 
@@ -672,6 +674,10 @@ export class MembershipSim {
         restoredIncarnation: restored?.incarnation ?? (wiped ? this.localMs(node) : undefined),
         // As the node: a new data directory, or one whose join was never answered, holds no data.
         withoutData: restored === undefined || joining,
+        // A start without data waits for a member's answer however long a fault lasts: once its wait
+        // ends unanswered the node gives up on hearing of an earlier run (cluster.ts), which is not
+        // simulated here.
+        discoveryMs: DISCOVERY_UNBOUNDED_MS,
         members,
         selfState: resuming ? 'Leaving' : joining ? 'Joining' : 'Up',
         // Restarted after its leave completed: membership refuses it at once (the node's rule).

@@ -157,6 +157,8 @@ export interface PlacementSimReport {
   partitions: number;
   /** Restarts on a lost store, the acknowledged writes only the lost store held (asynchronous replication's loss), and the replicas the coordinator dropped for them. */
   wipes: number;
+  /** Of those, restarts under the member list (--peers) rather than with --join. */
+  wipesAmongPeers: number;
   writesLostToWipes: number;
   lostCopiesDropped: number;
   writesAcked: number;
@@ -346,6 +348,7 @@ export class PlacementSim extends MembershipSim {
       kills: 0,
       partitions: 0,
       wipes: 0,
+      wipesAmongPeers: 0,
       writesLostToWipes: 0,
       lostCopiesDropped: 0,
       writesAcked: 0,
@@ -624,7 +627,6 @@ export class PlacementSim extends MembershipSim {
    */
   private wipe(node: SimNode, seed: SimNode): void {
     this.stats.wipes++;
-    this.trace(`${node.id} lost its store: it joins through ${seed.id}`);
     const holder = this.holders.get(node.id);
     for (const [fragment, copy] of holder?.copies ?? []) {
       for (const [key, version] of copy) {
@@ -645,7 +647,14 @@ export class PlacementSim extends MembershipSim {
     node.persisted = undefined;
     node.persistedTable = undefined;
     node.persistedPromise = undefined;
-    node.joinSeed = seed.id;
+    // One of the cluster's first members restarts under its member list (--peers) half the time: it
+    // asks its members whether they knew it, and joins through them; otherwise with --join.
+    const amongPeers = node.joinSeed === undefined && this.random() < 0.5;
+    if (amongPeers) this.stats.wipesAmongPeers++;
+    else node.joinSeed = seed.id;
+    this.trace(
+      `${node.id} lost its store: it joins ${amongPeers ? 'through its members' : `through ${seed.id}`}`,
+    );
     node.wiped = true;
     this.wipedJoining.add(node.id);
   }

@@ -33,6 +33,7 @@ test('fragments move under a write load through faults without losing an acknowl
   assert.ok(sum('kills') > 0 && sum('partitions') > 0, 'kills and partitions');
   // Killed nodes came back on lost stores; the coordinator dropped the copies the table still listed.
   assert.ok(sum('wipes') > 0 && sum('lostCopiesDropped') > 0, 'restarts on lost stores, lost copies dropped');
+  assert.ok(sum('wipesAmongPeers') > 0, 'restarts on lost stores under the member list');
   assert.ok(sum('departures') > 0, 'members left');
   assert.ok(
     sum('writesAcked') > 0 && sum('movesFinished') > 0 && sum('drops') > 0,

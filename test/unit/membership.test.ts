@@ -1387,3 +1387,113 @@ test('a node without its earlier run’s data asks the members it knows first, a
     'within one round trip of its start',
   );
 });
+
+test('a start without data among members asks them first, telling none of itself, and joins through them when they knew it', () => {
+  const net = new Net();
+  // a and c hold b from its earlier run (incarnation 100).
+  const b100 = { nodeId: 'b', address: 'b:7000', incarnation: 100, state: 'Up' as const };
+  const others = (self: string, ids: string[]) =>
+    ids
+      .filter((id) => id !== self)
+      .map((id) => ({ nodeId: id, address: `${id}:7000`, incarnation: 1, state: 'Up' as const }));
+  net.add(config('a', [], { members: [...others('a', ['c']), b100] }));
+  net.add(config('c', [], { members: [...others('c', ['a']), b100] }));
+  net.cutOff.add('b');
+  net.run(20_000);
+  net.cutOff.delete('b');
+  const since = net.log.length;
+  // b restarts without its data: --peers names a and c at incarnation 0, a new incarnation.
+  const b = net.add(
+    config('b', [], {
+      members: ['a', 'c'].map((id) => ({
+        nodeId: id,
+        address: `${id}:7000`,
+        incarnation: 0,
+        state: 'Up' as const,
+      })),
+      restoredIncarnation: 5_000,
+      withoutData: true,
+    }),
+  );
+  assert.equal(b.member('b')?.state, 'Joining', 'it starts asking, not as a member');
+  const sent = () =>
+    net.log
+      .slice(since)
+      .filter((l) => l.node === 'b' && l.action.kind === 'send')
+      .map((l) => (l.action as Send).message);
+  assert.deepEqual(
+    sent().map((m) => [m.kind, m.kind === 'sync' ? m.members.length : -1]),
+    [
+      ['sync', 0],
+      ['sync', 0],
+    ],
+    'an empty view to each member: nothing about itself',
+  );
+  // The answers arrive one round trip later: b asks to join, and no member holds this run yet.
+  net.run(net.nowMs + 2);
+  assert.deepEqual(net.actionsOf('b', 'earlier-run'), [{ kind: 'earlier-run', incarnation: 100 }]);
+  const join = sent().find((m) => m.kind === 'join-request');
+  assert.ok(join !== undefined && join.kind === 'join-request', 'it asks to join');
+  assert.equal(join.withoutData, true);
+  assert.ok(join.incarnation > 100);
+  for (const id of ['a', 'c']) assert.equal(net.cores.get(id)!.member('b')?.incarnation, 100);
+  for (const m of sent())
+    assert.ok(m.kind !== 'ping' && m.kind !== 'gossip' && m.kind !== 'ack', `no ${m.kind}`);
+  // Admitted (no table lists b here), it is Up.
+  net.run(net.nowMs + 2_000);
+  assert.equal(b.member('b')?.state, 'Up');
+  for (const id of ['a', 'c']) assert.equal(net.cores.get(id)!.member('b')?.incarnation, join.incarnation);
+});
+
+test('a start without data is a member once a member shows no earlier run, or every member starts so too, or no one answers in time', () => {
+  const peers = (ids: string[]) =>
+    ids.map((id) => ({ nodeId: id, address: `${id}:7000`, incarnation: 0, state: 'Up' as const }));
+  const upEvents = (h: Harness) => h.events('MemberUp', 'b').length;
+
+  // A running member whose view holds b only as --peers' placeholder: b never ran before.
+  const fresh = new Harness(config('b', [], { members: peers(['a', 'c']), withoutData: true }));
+  assert.equal(fresh.core.member('b')?.state, 'Joining');
+  // Not a member yet, it admits no joiner: its accept would tell of it.
+  fresh.deliver({ kind: 'join-request', from: 'n', address: 'n:7000', incarnation: 9, withoutData: false }, 1);
+  assert.equal(fresh.sends('join-accept').length + fresh.sends('refuse').length, 0);
+  const aUp: MemberUpdate = { kind: 'alive', nodeId: 'a', address: 'a:7000', incarnation: 3, state: 'Up' };
+  const bPlaceholder: MemberUpdate = {
+    kind: 'alive',
+    nodeId: 'b',
+    address: 'b:7000',
+    incarnation: 0,
+    state: 'Up',
+  };
+  fresh.deliver({ kind: 'sync', from: 'a', reply: false, members: [aUp, bPlaceholder] }, 5);
+  assert.equal(fresh.core.member('b')?.state, 'Up');
+  assert.equal(upEvents(fresh), 1);
+  assert.equal(fresh.sends('join-request').length, 0);
+
+  // A new cluster: each member starts as b does, and answers with an empty view.
+  const cluster = new Net();
+  for (const id of ['a', 'b', 'c'])
+    cluster.add(
+      config(id, [], { members: peers(['a', 'b', 'c'].filter((o) => o !== id)), withoutData: true }),
+    );
+  cluster.run(100);
+  for (const id of ['a', 'b', 'c'])
+    assert.equal(cluster.cores.get(id)!.member(id)?.state, 'Up', `${id} is a member`);
+  assert.deepEqual(cluster.actionsOf('b', 'earlier-run'), []);
+
+  // No answer: asked again every resend interval, a member at the end of the wait.
+  const alone = new Harness(config('b', [], { members: peers(['a', 'c']), withoutData: true }));
+  alone.advance(MEMBERSHIP_CONFIG_DEFAULTS.discoveryResendMs - 1);
+  assert.equal(alone.sends('sync').length, 2);
+  alone.advance(MEMBERSHIP_CONFIG_DEFAULTS.discoveryResendMs);
+  assert.equal(alone.sends('sync').length, 4, 'asked again');
+  alone.advance(MEMBERSHIP_CONFIG_DEFAULTS.discoveryMs - 1);
+  assert.equal(alone.core.member('b')?.state, 'Joining');
+  assert.equal(alone.sends('ping').length, 0, 'it probes no one meanwhile');
+  alone.advance(MEMBERSHIP_CONFIG_DEFAULTS.discoveryMs);
+  assert.equal(alone.core.member('b')?.state, 'Up');
+  assert.equal(upEvents(alone), 1);
+
+  // A node with its data, or a first member alone, starts a member at once.
+  for (const cfg of [config('b', ['a']), config('b', [], { withoutData: true })])
+    assert.equal(new Harness(cfg).core.member('b')?.state, 'Up');
+});

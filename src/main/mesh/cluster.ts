@@ -404,6 +404,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   private earlierRunIncarnation: number | undefined;
   /** This run started by joining through a seed (its placement before a table names nothing). */
   private startedJoining = false;
+  /** This run rejoins through its members without its data, having found they knew its id (membership's discovery). */
+  private rejoinsWithoutData = false;
+  /** Membership held this node Joining at its last event about it: a MemberUp then admits it. */
+  private selfJoining = false;
   /** Fragments this run took a verified copy of as a move's target: no earlier run's copy, never lost. */
   private readonly copiedThisRun = new Set<number>();
   /** Why a joiner's lost copies could not be dropped, as last logged. */
@@ -607,6 +611,8 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
         onRefused: (reason) => this.refuse(reason),
         onEarlierRun: (incarnation) => {
           this.earlierRunIncarnation = incarnation;
+          // Heard while it asks its members whether they knew it: it joins through them (membership).
+          if (this.unadmitted() && !this.startedJoining) this.rejoinsWithoutData = true;
           this.giveUpLostCopies(this.coordinatorDriver?.table);
         },
         onLostCopies: (member, incarnation) => this.askToDropLostCopies(member, incarnation),
@@ -927,10 +933,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       `the cluster knew node id ${self} before this process started (a member holds it at incarnation ` +
       `${this.earlierRunIncarnation}) and lists it as a replica of ${listed} fragments, but ` +
       `${this.withoutData}: serving them would answer acknowledged writes as missing. ` +
-      (this.startedJoining
+      (this.startedJoining || this.rejoinsWithoutData
         ? `Once the cluster holds ${self} Down, remove it (tessera cluster remove ${self}) and start this node with a new --node-id`
-        : `Start it with --join <a member's peer address> in place of --peers, on an empty data directory ` +
-          `where it has one: the cluster then drops its lost copies and it takes new ones`);
+        : `Restart it while its members run (it asks them at its start whether they knew it, then joins ` +
+          `through them without its data), or with --join <a member's peer address>: the cluster then ` +
+          `drops its lost copies and it takes new ones`);
     this.logger.error({ fragments: listed, earlierIncarnation: this.earlierRunIncarnation }, reason);
     this.refuse(reason);
     // Membership stops after the step under way (this may run inside one of its callbacks).
@@ -958,10 +965,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /**
    * A joiner no seed has admitted yet holds and serves nothing the table lists for it: a table can
    * reach it before then (its members may hold its earlier run reachable for a while), still listing
-   * the copies its earlier run held, which its seed has dropped before it admits it.
+   * the copies its earlier run held, which its seed has dropped before it admits it. So does a node
+   * still asking its members whether they knew it (membership's discovery), which may turn joiner.
    */
   private unadmitted(): boolean {
-    return this.startedJoining && this.membershipDriver?.member(this.config.selfId)?.state === 'Joining';
+    return this.membershipDriver?.member(this.config.selfId)?.state === 'Joining';
   }
 
   /** Admitted: what the table lists for this node now applies to it. */
@@ -1663,8 +1671,11 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       // What was forwarded to a member that stopped answering goes to the next replica now.
       if (wasServing && !this.isUp(m)) this.peerLinks[m]?.onDisconnect();
     }
-    if (event.member.nodeId === this.config.selfId && event.kind === 'MemberUp' && this.startedJoining)
-      this.onAdmitted();
+    if (event.member.nodeId === this.config.selfId) {
+      const admitted = event.kind === 'MemberUp' && this.selfJoining;
+      this.selfJoining = event.member.state === 'Joining';
+      if (admitted) this.onAdmitted();
+    }
     this.scheduleView();
     this.wakeStartWaiters();
     if (event.kind !== 'Initialized') {
