@@ -395,7 +395,11 @@ export class Membership {
       this.log('warn', `membership message from ${message.from} dropped: over ${updatesMax} updates`);
       return;
     }
-    if (!this.admitSender(message.from, updates, remote)) return;
+    // A joiner takes its seed's acceptance whatever the seed's own record says: it asked for it, and
+    // a seed that left since it was asked (Removed, lingering) still answers with the members to
+    // tell itself to; dropped, the joiner would know no member to ask again.
+    const ourAcceptance = message.kind === 'join-accept' && this.joinAsked();
+    if (!ourAcceptance && !this.admitSender(message.from, updates, remote)) return;
     for (const update of updates) this.applyUpdate(update);
     if (this.discovery !== undefined && this.discovered(message)) return;
     // It learns the members, and answers none (`unadmitted`).
@@ -906,7 +910,7 @@ export class Membership {
   }
 
   private onJoinAccept(): void {
-    if (this.selfState !== 'Joining') return;
+    if (!this.joinAsked()) return;
     this.joinRetryMs = Number.POSITIVE_INFINITY;
     this.setSelfState('Up');
   }
@@ -923,7 +927,7 @@ export class Membership {
       }
       return;
     }
-    if (this.selfState === 'Joining' && this.joinRetryMs !== Number.POSITIVE_INFINITY) {
+    if (this.joinAsked()) {
       if (!retry) return this.refuseSelf(`join refused by ${from}: ${String(reason)}`);
       // Not yet: the join is asked again at its next attempt.
       const wait = `join waits at ${from}: ${String(reason)}`;
@@ -1066,6 +1070,11 @@ export class Membership {
    */
   private unadmitted(): boolean {
     return this.selfState === 'Joining';
+  }
+
+  /** A join request of this node's is out (not one still asking whether its members knew it). */
+  private joinAsked(): boolean {
+    return this.selfState === 'Joining' && this.joinRetryMs !== Number.POSITIVE_INFINITY;
   }
 
   /** A joining node waits for the seed's state; a removed one only lingers to gossip its leave. */

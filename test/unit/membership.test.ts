@@ -682,6 +682,27 @@ test('a joiner whose seed admitted it and then went away asks the members it hea
   assert.equal(j.core.member('j')?.state, 'Up');
 });
 
+test('a joiner whose only seed left before it answered (Removed, lingering) takes its acceptance and is Up everywhere', () => {
+  // Placement simulator seed 1271475124: the seed was paused while the join request waited, then
+  // left; once Removed it answered the join with its state, whose own record is `removed`, and the
+  // joiner dropped it as from an unknown member: it knew no other member to ask, and stayed Joining.
+  const net = threeMembers();
+  net.step('a', { kind: 'leave', requestId: 1, nowMs: 2_000 });
+  net.step('a', { kind: 'exit', requestId: 2, nowMs: 2_000 });
+  net.run(2_000 + MEMBERSHIP_CONFIG_DEFAULTS.leaveLingerMs + 10);
+  assert.equal(net.cores.get('a')!.member('a')?.state, 'Removed');
+  assert.deepEqual(net.actionsOf('a', 'left'), [], 'it lingers until a majority heard its Removed');
+  const j = net.add(config('j', [], { selfState: 'Joining' }));
+  net.step('j', { kind: 'join', seeds: [{ nodeId: 'a', address: 'a:7000' }], nowMs: net.nowMs });
+  net.run(net.nowMs + 10_000);
+  assert.equal(j.member('j')?.state, 'Up');
+  for (const observer of ['b', 'c']) assert.equal(net.cores.get(observer)!.member('j')?.state, 'Up');
+  assert.deepEqual(
+    j.view().map((v) => `${v.nodeId}:${v.state}`),
+    ['a:Removed', 'b:Up', 'c:Up', 'j:Up'],
+  );
+});
+
 /** a, b and c, each listing the others, after 2 s of probing. */
 function threeMembers(): Net {
   const net = new Net();
@@ -1454,7 +1475,10 @@ test('a start without data is a member once a member shows no earlier run, or ev
   const fresh = new Harness(config('b', [], { members: peers(['a', 'c']), withoutData: true }));
   assert.equal(fresh.core.member('b')?.state, 'Joining');
   // Not a member yet, it admits no joiner: its accept would tell of it.
-  fresh.deliver({ kind: 'join-request', from: 'n', address: 'n:7000', incarnation: 9, withoutData: false }, 1);
+  fresh.deliver(
+    { kind: 'join-request', from: 'n', address: 'n:7000', incarnation: 9, withoutData: false },
+    1,
+  );
   assert.equal(fresh.sends('join-accept').length + fresh.sends('refuse').length, 0);
   const aUp: MemberUpdate = { kind: 'alive', nodeId: 'a', address: 'a:7000', incarnation: 3, state: 'Up' };
   const bPlaceholder: MemberUpdate = {
