@@ -171,6 +171,8 @@ export class MembershipSim {
    * yet, so it is not the gate's. A correct membership downs no node reached this way.
    */
   private readonly clusterReachSinceMs = new Map<string, number | undefined>();
+  /** The lives (`id@incarnation`) some node has held Down. */
+  private readonly downLives = new Set<string>();
   /** When each node last reached each member (`x>y` → ms), itself included while it runs. */
   private readonly lastReachedMs = new Map<string, number>();
   /**
@@ -549,9 +551,14 @@ export class MembershipSim {
     if (kind === 'MemberUnreachable') this.report.unreachableMarks++;
     if (kind === 'MemberDown') {
       this.report.downs++;
-      // A Down about an earlier life of the member (killed, since restarted) is old news, not a decision now.
+      // A Down about an earlier life of the member (killed, since restarted) is old news, not a decision
+      // now; so is one of a life some node held Down before, which this one adopts from gossip (it
+      // may reach others only once a partition heals, long after the decision).
       const current = this.byId.get(about)!.core?.member(about)?.incarnation ?? 0;
-      const since = incarnation < current ? undefined : this.clusterReachSinceMs.get(about);
+      const life = `${about}@${incarnation}`;
+      const adopted = this.downLives.has(life);
+      this.downLives.add(life);
+      const since = incarnation < current || adopted ? undefined : this.clusterReachSinceMs.get(about);
       assert(
         since === undefined || this.nowMs - since < this.options.refuteGraceMs,
         `${observer} declared ${about} Down at ${this.nowMs} ms while a majority has reached it since ${since} ms`,
