@@ -814,10 +814,25 @@ export class Membership {
     return true;
   }
 
-  private endDiscovery(why: string): void {
+  private endDiscovery(why: string, level: 'info' | 'warn' = 'info'): void {
     this.discovery = undefined;
-    this.log('info', `starting as a member: ${why}`);
+    this.log(level, `starting as a member: ${why}`);
     this.setSelfState('Up');
+  }
+
+  /**
+   * The wait is over with some members silent (not started, or out of reach). Where none answered,
+   * a run before this one could not be ruled out: said at warn, with what follows if one did.
+   */
+  private endDiscoveryUnanswered(): void {
+    const answered = this.discovery!.answered;
+    const silent = [...this.members.keys()].filter((id) => !answered.has(id)).sort();
+    const why = `${silent.join(', ')} did not answer within ${this.config.discoveryMs} ms whether they knew this node before`;
+    if (answered.size > 0) return this.endDiscovery(`${why}; the others start without data too`);
+    this.endDiscovery(
+      `${why}; should one hold a record of an earlier run of this node, it gives up on hearing it`,
+      'warn',
+    );
   }
 
   /** Members knew this node id before this run: it joins through them, as a joiner without data. */
@@ -1020,10 +1035,7 @@ export class Membership {
 
   private runTimers(): void {
     const now = this.nowMs;
-    if (this.discovery !== undefined && now >= this.discovery.untilMs)
-      this.endDiscovery(
-        `no member answered within ${this.config.discoveryMs} ms whether it knew this node before`,
-      );
+    if (this.discovery !== undefined && now >= this.discovery.untilMs) this.endDiscoveryUnanswered();
     if (this.discovery !== undefined && now >= this.discovery.resendAtMs) {
       this.discovery.resendAtMs = now + this.config.discoveryResendMs;
       this.askWhetherKnown();

@@ -1516,6 +1516,9 @@ test('a start without data is a member once a member shows no earlier run, or ev
   alone.advance(MEMBERSHIP_CONFIG_DEFAULTS.discoveryMs);
   assert.equal(alone.core.member('b')?.state, 'Up');
   assert.equal(upEvents(alone), 1);
+  const said = alone.actions.filter((a) => a.kind === 'log').at(-1);
+  assert.equal(said?.kind === 'log' && said.level, 'warn', 'no member could rule out an earlier run');
+  assert.match(said?.kind === 'log' ? said.message : '', /^starting as a member: a, c did not answer/);
 
   // A node with its data, or a first member alone, starts a member at once.
   for (const cfg of [config('b', ['a']), config('b', [], { withoutData: true })])
