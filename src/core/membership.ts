@@ -395,9 +395,9 @@ export class Membership {
       this.log('warn', `membership message from ${message.from} dropped: over ${updatesMax} updates`);
       return;
     }
-    // A joiner takes its seed's acceptance whatever the seed's own record says: it asked for it, and
-    // a seed that left since it was asked (Removed, lingering) still answers with the members to
-    // tell itself to; dropped, the joiner would know no member to ask again.
+    // A joiner takes the acceptance of the join it asked for whatever the seed's own record says: a
+    // seed that left since it was asked (Removed, lingering) still admits it and sends the members;
+    // dropped, the joiner would know no member to ask again.
     const ourAcceptance = message.kind === 'join-accept' && this.joinAsked();
     if (!ourAcceptance && !this.admitSender(message.from, updates, remote)) return;
     for (const update of updates) this.applyUpdate(update);
@@ -765,7 +765,7 @@ export class Membership {
 
   /**
    * A start without its earlier run's data among members it knows (no join seeds: --peers, a memory
-   * store) must not serve as the replica the table may still list it as: it first asks each member
+   * store) must not be taken for the replica the table may still list it as: it first asks each member
    * for its view, as a joiner telling none of them of itself. A record of an earlier run of its id
    * that comes back makes it join through them without data (its lost copies dropped first, as for a
    * joiner); a member's view without one, or every member starting as it does (a new cluster), makes

@@ -965,8 +965,10 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
   /**
    * A joiner no seed has admitted yet holds and serves nothing the table lists for it: a table can
    * reach it before then (its members may hold its earlier run reachable for a while), still listing
-   * the copies its earlier run held, which its seed has dropped before it admits it. So does a node
-   * still asking its members whether they knew it (membership's discovery), which may turn joiner.
+   * the copies its earlier run held, which its seed has dropped before it admits it. A node still
+   * asking its members whether they knew it (membership's discovery), which may turn joiner, is not
+   * admitted either: its placement driver waits, and it serves only what its start-up placement puts
+   * first on it, each fragment once caught up from the other replicas, as after any start.
    */
   private unadmitted(): boolean {
     return this.membershipDriver?.member(this.config.selfId)?.state === 'Joining';
