@@ -1324,6 +1324,24 @@ export function onlyCopyHolders(table: AssignmentTable): string[] {
 }
 
 /**
+ * Before any table, the placement a static start configures (--peers), which the first table takes
+ * over (the coordinator's bootstrap): the members it lists, and those holding some fragment's only
+ * copy — as `table.members()` and `onlyCopyHolders` give them for a table.
+ */
+export function configuredHolders(placement: ReadonlyArray<readonly string[]>): {
+  members: string[];
+  onlyCopies: string[];
+} {
+  const members = new Set<string>();
+  const onlyCopies = new Set<string>();
+  for (const list of placement) {
+    for (const id of list) members.add(id);
+    if (list.length === 1) onlyCopies.add(list[0]);
+  }
+  return { members: [...members].sort(compareIds), onlyCopies: [...onlyCopies].sort(compareIds) };
+}
+
+/**
  * `member` is back without its earlier run's data (the memory store, a lost data directory): every
  * list that names it leaves it out, so no node serves, fails over to or copies from an empty copy,
  * and the planner restores R as for a Down member (its place taken by a new copy, on it or

@@ -35,6 +35,7 @@ import { assert } from '../../src/core/assert.js';
 import { type AssignmentTable, decodeTable, encodeTable } from '../../src/core/assignment-table.js';
 import type { DriverClock } from '../../src/core/clock.js';
 import {
+  configuredHolders,
   firstPlacement,
   type MemberView,
   type MoveLimits,
@@ -773,8 +774,12 @@ export class MembershipSim {
         },
       },
     );
-    // As the node at start, which routes by its restored table as by a changed one.
-    node.core.placed(node.coordinator.table.members(), onlyCopyHolders(node.coordinator.table));
+    // As the node at start, which routes by its restored table as by a changed one; before any
+    // table, a static start judges joiners by the placement the first table takes over.
+    if (node.joinSeed === undefined && node.coordinator.table.entries().length === 0) {
+      const { members, onlyCopies } = configuredHolders(this.initialPlacement);
+      node.core.placed(members, onlyCopies);
+    } else node.core.placed(node.coordinator.table.members(), onlyCopyHolders(node.coordinator.table));
     this.onNodeStarted(node);
     this.connectionsChanged();
     this.feedView(node);

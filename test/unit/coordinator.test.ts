@@ -16,6 +16,7 @@ import {
   bootstrapChanges,
   cancelMove,
   chooseCoordinator,
+  configuredHolders,
   describePlan,
   desiredPlacement,
   dropLostCopies,
@@ -894,4 +895,18 @@ test('randomized membership changes: every plan keeps R distinct replicas and co
       }
     }
   }
+});
+
+test('before any table, the configured placement names its members and the holders of a fragment’s only copy', () => {
+  assert.deepEqual(
+    configuredHolders([
+      ['b', 'a'],
+      ['c', 'b'],
+      ['a', 'c'],
+    ]),
+    { members: ['a', 'b', 'c'], onlyCopies: [] },
+  );
+  // --replicas 1: each fragment's one copy is its holder's only one.
+  assert.deepEqual(configuredHolders([['b'], ['a'], ['b']]), { members: ['a', 'b'], onlyCopies: ['a', 'b'] });
+  assert.deepEqual(configuredHolders([]), { members: [], onlyCopies: [] });
 });

@@ -17,6 +17,7 @@ import type { AssignmentTable, CoordinatorIdentity, ReplicaMove } from '../../co
 import { copyRange } from '../../core/bytes.js';
 import {
   type MemberView as CoordinatorMemberView,
+  configuredHolders,
   onlyCopyHolders,
   servingSuccessionSource,
   servingTransfers,
@@ -625,17 +626,19 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       new SystemClock(),
       key,
     );
+    const initialPlacement = c.placement.replicas.map((list) => list.map((m) => c.members[m]));
+    // Only the members a cluster started with bootstrap its first table: a node that joined (started
+    // with --join, or alone and since joined by others) adopts the cluster's, even when it restarts
+    // before it had it and sees no one else.
+    const mayBootstrap = c.joinSeeds.length === 0 && !(c.members.length === 1 && knowsOthers);
     this.coordinatorDriver = new CoordinatorDriver(
       {
         selfId: c.selfId,
         fragmentCount: this.dispatcher.keyspace.fragmentCount,
         replicas: c.replicas,
-        initialPlacement: c.placement.replicas.map((list) => list.map((m) => c.members[m])),
+        initialPlacement,
         initialMembers: c.members,
-        // Only the members a cluster started with bootstrap its first table: a node that joined
-        // (started with --join, or alone and since joined by others) adopts the cluster's, even
-        // when it restarts before it had it and sees no one else.
-        mayBootstrap: c.joinSeeds.length === 0 && !(c.members.length === 1 && knowsOthers),
+        mayBootstrap,
         restored: membership.table,
         restoredPromise: membership.promise,
         reportRetryMs: COORDINATOR_REPORT_RETRY_MS,
@@ -658,6 +661,13 @@ export class Cluster implements ClusterRouter, PeerLinkHost {
       },
       new SystemClock(),
     );
+    // Until the first table, a static start judges a joiner back without its data by the placement
+    // that table takes over: its id is a replica there too (its join waits, and the coordinator drops
+    // its copies once it has the table).
+    if (mayBootstrap && this.coordinatorDriver.table.entries().length === 0) {
+      const { members: placed, onlyCopies } = configuredHolders(initialPlacement);
+      this.membershipDriver.placed(placed, onlyCopies);
+    }
     this.placementDriver = new PlacementDriver(
       {
         selfId: c.selfId,
