@@ -784,8 +784,12 @@ export class Membership {
 
   private askWhetherKnown(): void {
     for (const m of this.members.values())
-      if (!this.discovery?.answered.has(m.nodeId))
-        this.sendTo(m.nodeId, { kind: 'sync', from: this.config.nodeId, reply: true, members: [] });
+      if (!this.discovery?.answered.has(m.nodeId)) this.sendEmptyView(m.nodeId, true);
+  }
+
+  /** A view naming no member, not even this node: a question (`reply`), or the answer of one that knows nothing yet. */
+  private sendEmptyView(to: string, reply: boolean): void {
+    this.sendTo(to, { kind: 'sync', from: this.config.nodeId, reply, members: [] });
   }
 
   /**
@@ -805,8 +809,7 @@ export class Membership {
       this.endDiscovery(`${message.from} holds no record of an earlier run of this node`);
       return false;
     }
-    if (message.reply)
-      this.sendTo(message.from, { kind: 'sync', from: this.config.nodeId, reply: false, members: [] });
+    if (message.reply) this.sendEmptyView(message.from, false);
     const discovery = this.discovery!;
     discovery.answered.add(message.from);
     if (discovery.answered.size >= this.members.size)
